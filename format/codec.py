@@ -1,0 +1,573 @@
+"""The one codec for the lake's two record kinds (byte layout: format/SPEC.md).
+
+Data flow::
+
+    selfplay.worker --GameRecord--> encode_chunk() --bytes--> Storage.write_new(games/...)
+    Storage.read() --bytes--> read_chunk() --GameRecord...--> pipeline, format.inspect
+    pipeline --encode_position()--> shards (GZIP TFRecord) --> format.tfdata --> trainer
+
+*Game records* keep one game each: the moves, the fresh board planes of every
+position (bit-packed; history is rebuilt by the Beam job), a sparse quantized
+policy target per fully searched position, root values, the result and the
+endstate.  *Position records* keep one training example each, already
+assembled (history planes, dense-able policy, targets, weights), so the
+trainer needs no Go engine.
+
+Every decode validates what it reads and raises :class:`FormatError` naming
+the source (file and record index) and the field.  Nothing read is unpickled
+or evaluated.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from format import schema as S
+from format.example_proto import Example
+from format.tfrecord import (
+    RecordError,
+    compress_gzip,
+    compress_zstd,
+    decompress_for,
+    frame_records,
+    iter_framed_records,
+)
+
+__all__ = [
+    "FormatError",
+    "GameRecord",
+    "PositionRecord",
+    "encode_game",
+    "decode_game",
+    "encode_chunk",
+    "read_chunk",
+    "iter_chunk",
+    "encode_position",
+    "decode_position",
+    "encode_shard",
+    "read_shard",
+    "quantize_policy",
+    "chunk_path",
+    "pack_ownership",
+    "unpack_ownership",
+]
+
+
+class FormatError(ValueError):
+    """A record does not satisfy format/SPEC.md.
+
+    ``source`` names the file (and record), ``field`` the offending field
+    (``None`` for framing or compression damage).
+    """
+
+    def __init__(self, source: str, field: str | None, problem: str):
+        self.source, self.field, self.problem = source, field, problem
+        where = f"field '{field}'" if field else "framing"
+        super().__init__(f"{source}: {where}: {problem}")
+
+
+# --------------------------------------------------------------------------
+# Game records
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class GameRecord:
+    """One self-play game.  ``M`` = number of moves = number of positions.
+
+    Position ``i`` is the board *before* move ``i``; its side to move is
+    Black for even ``i`` (no handicap).  Per-position arrays have length M.
+    """
+
+    board_size: int
+    komi: float
+    game_id: str
+    generation: int
+    worker_id: str
+    moves: np.ndarray
+    """int16[M] flat point indices, ``N*N`` = pass."""
+    planes: np.ndarray
+    """uint8[M, 2, N, N] 0/1: plane 0 Black stones, plane 1 White stones."""
+    policy_indices: list
+    """M int arrays: sorted action indices with a nonzero target (empty = none)."""
+    policy_values: list
+    """M int arrays, same lengths: visit counts or quantized probabilities."""
+    root_values: np.ndarray
+    """float32[M] root value in [-1, 1] from the side to move (int8 at rest)."""
+    full_search: np.ndarray
+    """bool[M]: the position got the full search (playout-cap randomization)."""
+    winner: int
+    """BLACK, WHITE or 0 (draw / unknown)."""
+    score: float
+    """Final area score, Black's side, komi included; NaN if not played out."""
+    end_reason: int
+    """schema.END_*"""
+    ownership: np.ndarray | None = None
+    """int8[N*N] in {-1, 0, 1} from Black's side, or None."""
+    ownership_source: int = S.OWNERSHIP_NONE
+    resign_enabled: bool = True
+    would_resign: int = 0
+    """Colour that would have resigned while resignation was disabled, else 0."""
+    accelerated_from: int = -1
+    """Move index where acceleration mode began, -1 if never."""
+    rules: str = S.RULES_TROMP_TAYLOR
+    version: int = S.FORMAT_VERSION
+
+    @property
+    def num_positions(self) -> int:
+        return int(len(self.moves))
+
+    def policy_probs(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """(indices, probabilities) of position ``i``'s target; empty if none."""
+        values = np.asarray(self.policy_values[i], dtype=np.float64)
+        total = values.sum()
+        probs = values / total if total > 0 else values
+        return np.asarray(self.policy_indices[i], dtype=np.int64), probs.astype(np.float32)
+
+
+def _set_int64(example, name, values):
+    example.features.feature[name].int64_list.value.extend(np.asarray(values, dtype=np.int64).ravel().tolist())
+
+
+def _set_float(example, name, values):
+    example.features.feature[name].float_list.value.extend(np.asarray(values, dtype=np.float32).ravel().tolist())
+
+
+def _set_bytes(example, name, value: bytes):
+    example.features.feature[name].bytes_list.value.append(value)
+
+
+def _plane_bytes_per_position(board_size: int) -> int:
+    return S.packed_plane_bytes(board_size, 2)
+
+
+def pack_ownership(ownership: np.ndarray) -> bytes:
+    """int8[P] in {-1,0,1} -> 2 bits a point, 4 points a byte, point p in bits 2*(p%4)."""
+    codes = np.zeros(len(ownership), dtype=np.uint8)
+    codes[ownership == S.BLACK] = S.OWNERSHIP_CODE[S.BLACK]
+    codes[ownership == S.WHITE] = S.OWNERSHIP_CODE[S.WHITE]
+    padded = np.zeros((len(codes) + 3) // 4 * 4, dtype=np.uint8)
+    padded[: len(codes)] = codes
+    quads = padded.reshape(-1, 4)
+    return (quads[:, 0] | quads[:, 1] << 2 | quads[:, 2] << 4 | quads[:, 3] << 6).astype(np.uint8).tobytes()
+
+
+def unpack_ownership(data: bytes, points: int, source: str = "<bytes>") -> np.ndarray:
+    """Inverse of :func:`pack_ownership`; code 3 is corruption."""
+    if len(data) != (points + 3) // 4:
+        raise FormatError(source, S.G_OWNERSHIP, f"has {len(data)} bytes, expected {(points + 3) // 4}")
+    raw = np.frombuffer(data, dtype=np.uint8)
+    codes = np.stack([raw & 3, raw >> 2 & 3, raw >> 4 & 3, raw >> 6 & 3], axis=1).ravel()[:points]
+    if (codes == 3).any():
+        raise FormatError(source, S.G_OWNERSHIP, "contains the invalid 2-bit code 3")
+    out = np.zeros(points, dtype=np.int8)
+    out[codes == 1] = S.BLACK
+    out[codes == 2] = S.WHITE
+    return out
+
+
+def encode_game(game: GameRecord) -> bytes:
+    """Serialize a game as a ``tf.train.Example`` (layout in SPEC.md)."""
+    n, m = game.board_size, game.num_positions
+    _check_writable_game(game)
+    ex = Example()
+    _set_int64(ex, S.G_VERSION, [game.version])
+    _set_int64(ex, S.G_BOARD_SIZE, [n])
+    _set_float(ex, S.G_KOMI, [game.komi])
+    _set_bytes(ex, S.G_RULES, game.rules.encode())
+    _set_bytes(ex, S.G_GAME_ID, game.game_id.encode())
+    _set_int64(ex, S.G_GENERATION, [game.generation])
+    _set_bytes(ex, S.G_WORKER_ID, game.worker_id.encode())
+    _set_bytes(ex, S.G_MOVES, np.asarray(game.moves, dtype="<u2").tobytes())
+    planes = np.asarray(game.planes, dtype=np.uint8).reshape(m, 2 * n * n)
+    _set_bytes(ex, S.G_PLANES, np.packbits(planes, axis=1, bitorder="big").tobytes())
+
+    counts, deltas, values, denominators = [], [], [], []
+    for indices, vals in zip(game.policy_indices, game.policy_values):
+        indices = np.asarray(indices, dtype=np.int64)
+        vals = np.asarray(vals, dtype=np.int64)
+        keep = vals > 0  # zeros are dropped: the target is sparse
+        indices, vals = indices[keep], vals[keep]
+        order = np.argsort(indices, kind="stable")
+        indices, vals = indices[order], vals[order]
+        counts.append(len(indices))
+        if len(indices):
+            # Sorted indices stored as gaps: small varints (mostly one byte).
+            deltas.append(np.diff(indices, prepend=0))
+            values.append(vals)
+        denominators.append(int(vals.sum()))
+    _set_int64(ex, S.G_POLICY_COUNT, counts)
+    _set_int64(ex, S.G_POLICY_DENOMINATOR, denominators)
+    _set_int64(ex, S.G_POLICY_INDEX_DELTA, np.concatenate(deltas) if deltas else [])
+    _set_int64(ex, S.G_POLICY_VALUE, np.concatenate(values) if values else [])
+    root_q = np.clip(np.round(np.asarray(game.root_values, dtype=np.float64) * S.ROOT_VALUE_SCALE), -127, 127)
+    _set_bytes(ex, S.G_ROOT_VALUE, root_q.astype(np.int8).tobytes())
+    _set_bytes(ex, S.G_FULL_SEARCH, np.asarray(game.full_search, dtype=np.uint8).tobytes())
+    _set_int64(ex, S.G_WINNER, [game.winner])
+    _set_float(ex, S.G_SCORE, [game.score])
+    _set_int64(ex, S.G_END_REASON, [game.end_reason])
+    own = b"" if game.ownership is None else pack_ownership(np.asarray(game.ownership, dtype=np.int8))
+    _set_bytes(ex, S.G_OWNERSHIP, own)
+    _set_int64(ex, S.G_OWNERSHIP_SOURCE, [game.ownership_source])
+    _set_int64(ex, S.G_RESIGN_ENABLED, [int(game.resign_enabled)])
+    _set_int64(ex, S.G_WOULD_RESIGN, [game.would_resign])
+    _set_int64(ex, S.G_ACCELERATED_FROM, [game.accelerated_from])
+    return ex.SerializeToString(deterministic=True)
+
+
+def _check_writable_game(game: GameRecord) -> None:
+    """Refuse to write what a reader would refuse to read."""
+    source = f"game {game.game_id!r} (being written)"
+    n, m = game.board_size, game.num_positions
+    if not S.MIN_BOARD_SIZE <= n <= S.MAX_BOARD_SIZE:
+        raise FormatError(source, S.G_BOARD_SIZE, f"{n} is outside {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
+    if np.shape(game.planes) != (m, 2, n, n):
+        raise FormatError(source, S.G_PLANES, f"shape {np.shape(game.planes)} != {(m, 2, n, n)}")
+    for name in ("policy_indices", "policy_values", "root_values", "full_search"):
+        if len(getattr(game, name)) != m:
+            raise FormatError(source, name, f"has {len(getattr(game, name))} entries for {m} positions")
+    if m and (np.min(game.moves) < 0 or np.max(game.moves) > n * n):
+        raise FormatError(source, S.G_MOVES, f"move index outside 0..{n * n}")
+    for i, (idx, val) in enumerate(zip(game.policy_indices, game.policy_values)):
+        if len(idx) != len(val):
+            raise FormatError(source, "policy_values", f"position {i}: {len(idx)} indices, {len(val)} values")
+        if len(idx) and (np.min(idx) < 0 or np.max(idx) > n * n or np.min(val) < 0):
+            raise FormatError(source, "policy_indices", f"position {i}: index or value out of range")
+    if game.ownership is not None and len(game.ownership) != n * n:
+        raise FormatError(source, S.G_OWNERSHIP, f"has {len(game.ownership)} points, expected {n * n}")
+
+
+class _Reader:
+    """Typed, validated access to one parsed Example's features."""
+
+    def __init__(self, example, source: str):
+        self.features = example.features.feature
+        self.source = source
+
+    def error(self, field, problem):
+        return FormatError(self.source, field, problem)
+
+    def _feature(self, name, kind):
+        if name not in self.features:
+            raise self.error(name, "is missing")
+        feature = self.features[name]
+        if feature.WhichOneof("kind") != kind:
+            raise self.error(name, f"has type {feature.WhichOneof('kind')}, expected {kind}")
+        return getattr(feature, kind).value
+
+    def ints(self, name) -> np.ndarray:
+        return np.asarray(self._feature(name, "int64_list"), dtype=np.int64)
+
+    def int(self, name) -> int:
+        values = self._feature(name, "int64_list")
+        if len(values) != 1:
+            raise self.error(name, f"has {len(values)} values, expected 1")
+        return int(values[0])
+
+    def float(self, name) -> float:
+        values = self._feature(name, "float_list")
+        if len(values) != 1:
+            raise self.error(name, f"has {len(values)} values, expected 1")
+        return float(values[0])
+
+    def floats(self, name) -> np.ndarray:
+        return np.asarray(self._feature(name, "float_list"), dtype=np.float32)
+
+    def bytes(self, name) -> bytes:
+        values = self._feature(name, "bytes_list")
+        if len(values) != 1:
+            raise self.error(name, f"has {len(values)} values, expected 1")
+        return values[0]
+
+    def text(self, name) -> str:
+        try:
+            return self.bytes(name).decode()
+        except UnicodeDecodeError:
+            raise self.error(name, "is not UTF-8 text") from None
+
+    def header(self, version_field, size_field) -> tuple[int, int]:
+        version = self.int(version_field)
+        if version not in S.SUPPORTED_VERSIONS:
+            raise self.error(version_field, f"unknown format version {version} (this reader knows "
+                                            f"{sorted(S.SUPPORTED_VERSIONS)})")
+        size = self.int(size_field)
+        if not S.MIN_BOARD_SIZE <= size <= S.MAX_BOARD_SIZE:
+            raise self.error(size_field, f"impossible board size {size}")
+        return version, size
+
+
+def _parse_example(data: bytes, source: str):
+    example = Example()
+    try:
+        example.ParseFromString(data)
+    except Exception as exc:  # protobuf raises DecodeError (message varies by backend)
+        raise FormatError(source, None, f"not a tf.train.Example ({exc})") from None
+    return example
+
+
+def decode_game(data: bytes, source: str = "<bytes>") -> GameRecord:
+    """Parse and validate one serialized game record."""
+    r = _Reader(_parse_example(data, source), source)
+    version, n = r.header(S.G_VERSION, S.G_BOARD_SIZE)
+    actions = n * n + 1
+    rules = r.text(S.G_RULES)
+    if rules != S.RULES_TROMP_TAYLOR:
+        raise r.error(S.G_RULES, f"unsupported rules {rules!r}")
+    komi = r.float(S.G_KOMI)
+    if not math.isfinite(komi) or abs(komi) > 2 * n * n:
+        raise r.error(S.G_KOMI, f"impossible komi {komi}")
+
+    raw_moves = r.bytes(S.G_MOVES)
+    if len(raw_moves) % 2:
+        raise r.error(S.G_MOVES, "odd byte length")
+    moves = np.frombuffer(raw_moves, dtype="<u2").astype(np.int16)
+    m = len(moves)
+    if m and int(moves.max()) >= actions:
+        raise r.error(S.G_MOVES, f"move index {int(moves.max())} outside 0..{actions - 1}")
+
+    per_position = _plane_bytes_per_position(n)
+    raw_planes = r.bytes(S.G_PLANES)
+    if len(raw_planes) != m * per_position:
+        raise r.error(S.G_PLANES, f"has {len(raw_planes)} bytes, expected {m} positions x {per_position}")
+    packed = np.frombuffer(raw_planes, dtype=np.uint8).reshape(m, per_position)
+    planes = np.unpackbits(packed, axis=1, count=2 * n * n, bitorder="big").reshape(m, 2, n, n)
+    if (planes[:, 0] & planes[:, 1]).any():
+        raise r.error(S.G_PLANES, "a point holds both a black and a white stone")
+
+    counts = r.ints(S.G_POLICY_COUNT)
+    denominators = r.ints(S.G_POLICY_DENOMINATOR)
+    deltas = r.ints(S.G_POLICY_INDEX_DELTA)
+    values = r.ints(S.G_POLICY_VALUE)
+    if len(counts) != m or len(denominators) != m:
+        raise r.error(S.G_POLICY_COUNT, f"has {len(counts)} counts / {len(denominators)} denominators for {m} positions")
+    if (counts < 0).any() or counts.sum() != len(deltas) or len(deltas) != len(values):
+        raise r.error(S.G_POLICY_COUNT, f"counts sum to {counts.sum()} but there are {len(deltas)} "
+                                        f"indices and {len(values)} values")
+    if len(values) and values.min() <= 0:
+        raise r.error(S.G_POLICY_VALUE, "holds a zero or negative value (zeros are dropped)")
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    policy_indices, policy_values = [], []
+    for i in range(m):
+        lo, hi = offsets[i], offsets[i + 1]
+        gaps = deltas[lo:hi]
+        if hi > lo and (gaps[0] < 0 or (gaps[1:] < 1).any()):
+            raise r.error(S.G_POLICY_INDEX_DELTA, f"position {i}: indices are not strictly increasing")
+        indices = np.cumsum(gaps)
+        if hi > lo and indices[-1] >= actions:
+            raise r.error(S.G_POLICY_INDEX_DELTA, f"position {i}: index {indices[-1]} outside 0..{actions - 1}")
+        vals = values[lo:hi]
+        total = int(vals.sum())
+        if hi > lo and (denominators[i] <= 0
+                        or abs(total / denominators[i] - 1.0) > S.POLICY_SUM_TOLERANCE):
+            raise r.error(S.G_POLICY_DENOMINATOR, f"position {i}: policy sums to {total}/{denominators[i]}, "
+                                                  f"far from 1")
+        policy_indices.append(indices)
+        policy_values.append(vals)
+
+    root_raw = r.bytes(S.G_ROOT_VALUE)
+    if len(root_raw) != m:
+        raise r.error(S.G_ROOT_VALUE, f"has {len(root_raw)} entries for {m} positions")
+    root_values = np.frombuffer(root_raw, dtype=np.int8).astype(np.float32) / S.ROOT_VALUE_SCALE
+    full_raw = np.frombuffer(r.bytes(S.G_FULL_SEARCH), dtype=np.uint8)
+    if len(full_raw) != m or (full_raw > 1).any():
+        raise r.error(S.G_FULL_SEARCH, f"expected {m} flags of 0 or 1")
+
+    winner = r.int(S.G_WINNER)
+    if winner not in (S.BLACK, S.WHITE, 0):
+        raise r.error(S.G_WINNER, f"impossible winner {winner}")
+    end_reason = r.int(S.G_END_REASON)
+    if end_reason not in S.END_REASONS:
+        raise r.error(S.G_END_REASON, f"unknown end reason {end_reason}")
+    source_code = r.int(S.G_OWNERSHIP_SOURCE)
+    if source_code not in S.OWNERSHIP_SOURCES:
+        raise r.error(S.G_OWNERSHIP_SOURCE, f"unknown ownership source {source_code}")
+    own_raw = r.bytes(S.G_OWNERSHIP)
+    ownership = None
+    if source_code != S.OWNERSHIP_NONE:
+        ownership = unpack_ownership(own_raw, n * n, source)
+    elif own_raw:
+        raise r.error(S.G_OWNERSHIP, "present although ownership_source is 'none'")
+    accelerated_from = r.int(S.G_ACCELERATED_FROM)
+    if not -1 <= accelerated_from <= m:
+        raise r.error(S.G_ACCELERATED_FROM, f"{accelerated_from} outside -1..{m}")
+    would_resign = r.int(S.G_WOULD_RESIGN)
+    if would_resign not in (S.BLACK, S.WHITE, 0):
+        raise r.error(S.G_WOULD_RESIGN, f"impossible colour {would_resign}")
+
+    return GameRecord(
+        board_size=n, komi=komi, game_id=r.text(S.G_GAME_ID), generation=r.int(S.G_GENERATION),
+        worker_id=r.text(S.G_WORKER_ID), moves=moves, planes=planes,
+        policy_indices=policy_indices, policy_values=policy_values, root_values=root_values,
+        full_search=full_raw.astype(bool), winner=winner, score=r.float(S.G_SCORE),
+        end_reason=end_reason, ownership=ownership, ownership_source=source_code,
+        resign_enabled=bool(r.int(S.G_RESIGN_ENABLED)), would_resign=would_resign,
+        accelerated_from=accelerated_from, rules=rules, version=version,
+    )
+
+
+def encode_chunk(games: Iterable[GameRecord]) -> bytes:
+    """A whole chunk file: zstd-compressed TFRecord, one record per game."""
+    return compress_zstd(frame_records(encode_game(g) for g in games))
+
+
+def iter_chunk(data: bytes, source: str) -> Iterator[GameRecord | FormatError]:
+    """Yield each game of a chunk, or a FormatError in place of a bad record.
+
+    Damage to the framing or compression ends the iteration with one
+    FormatError (later records cannot be located); a record that frames
+    correctly but fails validation costs only itself.
+    """
+    try:
+        raw = decompress_for(source, data)
+        for index, record in enumerate(iter_framed_records(raw, source)):
+            try:
+                yield decode_game(record, f"{source}#{index}")
+            except FormatError as exc:
+                yield exc
+    except RecordError as exc:
+        yield FormatError(source, None, str(exc).split(": ", 1)[-1])
+
+
+def read_chunk(data: bytes, source: str) -> list[GameRecord]:
+    """Decode a whole chunk; the first problem raises FormatError."""
+    games = []
+    for item in iter_chunk(data, source):
+        if isinstance(item, FormatError):
+            raise item
+        games.append(item)
+    return games
+
+
+def chunk_path(generation: int, worker_id: str, seq: int, time_ms: int) -> str:
+    """Lake path of a new chunk: games/<gen>/<worker>-<time_ms>-<seq>.tfrecord.zst."""
+    if not worker_id or "/" in worker_id or "-" in worker_id:
+        raise ValueError(f"worker id {worker_id!r} must be non-empty and contain no '/' or '-'")
+    return f"{S.GAMES_DIR}/{S.generation_dir(generation)}/{worker_id}-{time_ms:013d}-{seq:06d}{S.CHUNK_SUFFIX}"
+
+
+def quantize_policy(probs: np.ndarray, denominator: int = 1023) -> tuple[np.ndarray, np.ndarray]:
+    """Quantize a probability vector to integers that sum exactly to ``denominator``.
+
+    Largest-remainder rounding, so the stored target sums to 1 exactly and
+    every probability moves by less than ``1/denominator``.  Returns the
+    (indices, values) of the nonzero entries.
+    """
+    probs = np.asarray(probs, dtype=np.float64)
+    total = probs.sum()
+    if not total > 0 or (probs < 0).any():
+        raise ValueError("policy must be non-negative with a positive sum")
+    scaled = probs / total * denominator
+    floor = np.floor(scaled).astype(np.int64)
+    short = denominator - int(floor.sum())
+    if short > 0:
+        floor[np.argsort(floor - scaled, kind="stable")[:short]] += 1
+    nonzero = np.flatnonzero(floor)
+    return nonzero.astype(np.int64), floor[nonzero]
+
+
+# --------------------------------------------------------------------------
+# Position records
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class PositionRecord:
+    """One training example, decoded (SPEC.md, "Position records")."""
+
+    board_size: int
+    planes: np.ndarray
+    """uint8[16, N, N]: side to move at t..t-7, then the opponent at t..t-7."""
+    to_play: int
+    policy_index: np.ndarray
+    policy_prob: np.ndarray
+    value: float
+    score: float
+    ownership: np.ndarray
+    """float32[N*N] in [-1, 1], side to move."""
+    policy_weight: float
+    value_weight: float
+    ownership_weight: float
+    score_weight: float
+    game_id: str
+    move_number: int
+    generation: int
+    version: int = S.FORMAT_VERSION
+
+
+def encode_position(
+    *, board_size: int, planes_packed: bytes, to_play: int, policy_index, policy_prob,
+    value: float, score: float, ownership_int8: bytes, policy_weight: float, value_weight: float,
+    ownership_weight: float, score_weight: float, game_id: str, move_number: int, generation: int,
+) -> bytes:
+    """Serialize one position record.  Inputs are already in at-rest form."""
+    ex = Example()
+    f = ex.features.feature
+    f[S.P_VERSION].int64_list.value.append(S.FORMAT_VERSION)
+    f[S.P_BOARD_SIZE].int64_list.value.append(board_size)
+    f[S.P_PLANES].bytes_list.value.append(planes_packed)
+    f[S.P_TO_PLAY].int64_list.value.append(to_play)
+    f[S.P_POLICY_INDEX].int64_list.value.extend(policy_index)
+    f[S.P_POLICY_PROB].float_list.value.extend(policy_prob)
+    f[S.P_VALUE].float_list.value.append(value)
+    f[S.P_SCORE].float_list.value.append(score)
+    f[S.P_OWNERSHIP].bytes_list.value.append(ownership_int8)
+    f[S.P_POLICY_WEIGHT].float_list.value.append(policy_weight)
+    f[S.P_VALUE_WEIGHT].float_list.value.append(value_weight)
+    f[S.P_OWNERSHIP_WEIGHT].float_list.value.append(ownership_weight)
+    f[S.P_SCORE_WEIGHT].float_list.value.append(score_weight)
+    f[S.P_GAME_ID].bytes_list.value.append(game_id.encode())
+    f[S.P_MOVE_NUMBER].int64_list.value.append(move_number)
+    f[S.P_GENERATION].int64_list.value.append(generation)
+    return ex.SerializeToString()
+
+
+def decode_position(data: bytes, source: str = "<bytes>") -> PositionRecord:
+    """Parse and validate one position record (the trainer uses format.tfdata)."""
+    r = _Reader(_parse_example(data, source), source)
+    version, n = r.header(S.P_VERSION, S.P_BOARD_SIZE)
+    raw = r.bytes(S.P_PLANES)
+    expected = S.packed_plane_bytes(n, S.PACKED_PLANES)
+    if len(raw) != expected:
+        raise r.error(S.P_PLANES, f"has {len(raw)} bytes, expected {expected}")
+    planes = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), count=S.PACKED_PLANES * n * n,
+                           bitorder="big").reshape(S.PACKED_PLANES, n, n)
+    to_play = r.int(S.P_TO_PLAY)
+    if to_play not in (S.BLACK, S.WHITE):
+        raise r.error(S.P_TO_PLAY, f"impossible colour {to_play}")
+    index = r.ints(S.P_POLICY_INDEX)
+    prob = r.floats(S.P_POLICY_PROB)
+    if len(index) != len(prob):
+        raise r.error(S.P_POLICY_PROB, f"{len(prob)} probabilities for {len(index)} indices")
+    if len(index) and (index.min() < 0 or index.max() > n * n):
+        raise r.error(S.P_POLICY_INDEX, f"index outside 0..{n * n}")
+    if len(prob) and abs(float(prob.sum()) - 1.0) > S.POLICY_SUM_TOLERANCE:
+        raise r.error(S.P_POLICY_PROB, f"sums to {float(prob.sum()):.4f}, far from 1")
+    own_raw = r.bytes(S.P_OWNERSHIP)
+    if len(own_raw) != n * n:
+        raise r.error(S.P_OWNERSHIP, f"has {len(own_raw)} bytes, expected {n * n}")
+    ownership = np.frombuffer(own_raw, dtype=np.int8).astype(np.float32) / S.OWNERSHIP_SCALE
+    return PositionRecord(
+        board_size=n, planes=planes, to_play=to_play, policy_index=index, policy_prob=prob,
+        value=r.float(S.P_VALUE), score=r.float(S.P_SCORE), ownership=ownership,
+        policy_weight=r.float(S.P_POLICY_WEIGHT), value_weight=r.float(S.P_VALUE_WEIGHT),
+        ownership_weight=r.float(S.P_OWNERSHIP_WEIGHT), score_weight=r.float(S.P_SCORE_WEIGHT),
+        game_id=r.text(S.P_GAME_ID), move_number=r.int(S.P_MOVE_NUMBER),
+        generation=r.int(S.P_GENERATION), version=version,
+    )
+
+
+def encode_shard(records: Sequence[bytes]) -> bytes:
+    """A whole shard file: GZIP TFRecord of serialized position records."""
+    return compress_gzip(frame_records(records))
+
+
+def read_shard(data: bytes, source: str) -> list[PositionRecord]:
+    """Decode a whole shard (tools and tests; the trainer streams with tf.data)."""
+    try:
+        raw = decompress_for(source, data)
+        return [decode_position(rec, f"{source}#{i}") for i, rec in enumerate(iter_framed_records(raw, source))]
+    except RecordError as exc:
+        raise FormatError(source, None, str(exc).split(": ", 1)[-1]) from None

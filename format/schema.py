@@ -1,0 +1,154 @@
+"""Names and numbers of the on-disk contract (see format/SPEC.md).
+
+Every reader and writer of the lake imports its constants from here, so the
+writer (`format.codec`), the tf.data reader (`format.tfdata`) and the Beam job
+cannot drift apart.  Nothing here imports TensorFlow.
+
+Conventions used throughout the project
+---------------------------------------
+* A board has ``N`` points a side, 5 <= N <= 19.
+* A point is a flat index ``p = row * N + col``.  Row 0 is the *top* edge
+  (GTP row ``N``), column 0 is GTP column ``A``.  ``PASS = N * N``; the
+  action space has ``N * N + 1`` entries.
+* Colours: ``BLACK = 1``, ``WHITE = -1``, ``EMPTY = 0`` (int8).
+* Scores are Tromp-Taylor area scores from Black's side:
+  ``black_area - white_area - komi``.  Ownership is +1 Black, -1 White, 0
+  neutral (dame, seki).
+* Network input is NHWC ``[B, N, N, 17]``: channels 0-7 are the stones of the
+  side to move at t, t-1, ..., t-7; channels 8-15 the opponent's at the same
+  times; channel 16 is 1 when Black is to move.
+"""
+
+FORMAT_VERSION = 1
+"""Version of both record kinds.  Readers refuse any other value."""
+
+SUPPORTED_VERSIONS = frozenset({1})
+
+MIN_BOARD_SIZE = 5
+MAX_BOARD_SIZE = 19
+
+BLACK = 1
+WHITE = -1
+EMPTY = 0
+
+RULES_TROMP_TAYLOR = "tromp-taylor"
+"""Area scoring, positional superko, suicide illegal: the only rules used."""
+
+HISTORY_LENGTH = 8
+"""Board positions of history in the network input."""
+INPUT_PLANES = 2 * HISTORY_LENGTH + 1
+"""Channels of network input (AlphaGo Zero's 17)."""
+PACKED_PLANES = 2 * HISTORY_LENGTH
+"""Planes bit-packed in a position record (the colour plane is a scalar)."""
+
+# --- game records (chunks) -------------------------------------------------
+
+CHUNK_SUFFIX = ".tfrecord.zst"
+SHARD_SUFFIX = ".tfrecord.gz"
+
+# How a game ended (field ``end_reason``).
+END_TWO_PASSES = 0
+END_RESIGN = 1
+END_MOVE_CAP = 2
+END_REASONS = {END_TWO_PASSES: "two-passes", END_RESIGN: "resign", END_MOVE_CAP: "move-cap"}
+
+# Where an ownership map came from (field ``ownership_source``).
+OWNERSHIP_NONE = 0
+"""No ownership recorded (resigned and not accelerated, move cap...)."""
+OWNERSHIP_FINAL_BOARD = 1
+"""Tromp-Taylor ownership of the final board after two passes."""
+OWNERSHIP_ACCELERATED = 2
+"""Self-play finished the game in acceleration mode; then as FINAL_BOARD."""
+OWNERSHIP_MODEL_PLAYOUT = 3
+"""The Beam job played the game out with a published model."""
+OWNERSHIP_RANDOM_PLAYOUTS = 4
+"""The Beam job averaged many random playouts (sign kept)."""
+OWNERSHIP_SOURCES = {
+    OWNERSHIP_NONE: "none",
+    OWNERSHIP_FINAL_BOARD: "final-board",
+    OWNERSHIP_ACCELERATED: "accelerated",
+    OWNERSHIP_MODEL_PLAYOUT: "model-playout",
+    OWNERSHIP_RANDOM_PLAYOUTS: "random-playouts",
+}
+
+# Two-bit ownership codes in a game record.
+OWNERSHIP_CODE = {0: 0, BLACK: 1, WHITE: 2}
+
+POLICY_SUM_TOLERANCE = 0.02
+"""A policy whose quantized values sum further than this from its
+denominator (relative) is corrupt."""
+
+ROOT_VALUE_SCALE = 127
+"""Root values in [-1, 1] are stored as int8 ``round(v * 127)``."""
+
+# Feature names of a game record.
+G_VERSION = "version"
+G_BOARD_SIZE = "board_size"
+G_KOMI = "komi"
+G_RULES = "rules"
+G_GAME_ID = "game_id"
+G_GENERATION = "generation"
+G_WORKER_ID = "worker_id"
+G_MOVES = "moves"
+G_PLANES = "planes"
+G_POLICY_COUNT = "policy_count"
+G_POLICY_DENOMINATOR = "policy_denominator"
+G_POLICY_INDEX_DELTA = "policy_index_delta"
+G_POLICY_VALUE = "policy_value"
+G_ROOT_VALUE = "root_value"
+G_FULL_SEARCH = "full_search"
+G_WINNER = "winner"
+G_SCORE = "score"
+G_END_REASON = "end_reason"
+G_OWNERSHIP = "ownership"
+G_OWNERSHIP_SOURCE = "ownership_source"
+G_RESIGN_ENABLED = "resign_enabled"
+G_WOULD_RESIGN = "would_resign"
+G_ACCELERATED_FROM = "accelerated_from"
+
+# --- position records (training shards) -----------------------------------
+
+P_VERSION = "version"
+P_BOARD_SIZE = "board_size"
+P_PLANES = "planes"
+P_TO_PLAY = "to_play"
+P_POLICY_INDEX = "policy_index"
+P_POLICY_PROB = "policy_prob"
+P_VALUE = "value"
+P_SCORE = "score"
+P_OWNERSHIP = "ownership"
+P_POLICY_WEIGHT = "policy_weight"
+P_VALUE_WEIGHT = "value_weight"
+P_OWNERSHIP_WEIGHT = "ownership_weight"
+P_SCORE_WEIGHT = "score_weight"
+P_GAME_ID = "game_id"
+P_MOVE_NUMBER = "move_number"
+P_GENERATION = "generation"
+
+OWNERSHIP_SCALE = 127
+"""Shard ownership is int8 ``round(o * 127)`` with o in [-1, 1]."""
+
+# --- lake layout -----------------------------------------------------------
+
+RUN_CONFIG = "run.json"
+GAMES_DIR = "games"
+WINDOWS_DIR = "windows"
+MODELS_DIR = "models"
+CHECKPOINTS_DIR = "checkpoints"
+LATEST = "models/LATEST"
+MANIFEST = "MANIFEST.json"
+
+
+def generation_dir(generation: int) -> str:
+    """Zero-padded directory name for a generation: 7 -> '000007'."""
+    return f"{generation:06d}"
+
+
+def num_actions(board_size: int) -> int:
+    """Size of the action space: every point plus pass."""
+    return board_size * board_size + 1
+
+
+def packed_plane_bytes(board_size: int, planes: int) -> int:
+    """Bytes taken by ``planes`` bit-packed N x N planes."""
+    return (planes * board_size * board_size + 7) // 8
