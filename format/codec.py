@@ -128,12 +128,18 @@ class GameRecord:
         return np.asarray(self.policy_indices[i], dtype=np.int64), probs.astype(np.float32)
 
 
+# SetInParent(): an empty list must still mark which kind the feature is, or
+# readers (ours and tf.io.parse_example) see a feature of no type.
 def _set_int64(example, name, values):
-    example.features.feature[name].int64_list.value.extend(np.asarray(values, dtype=np.int64).ravel().tolist())
+    kind = example.features.feature[name].int64_list
+    kind.SetInParent()
+    kind.value.extend(np.asarray(values, dtype=np.int64).ravel().tolist())
 
 
 def _set_float(example, name, values):
-    example.features.feature[name].float_list.value.extend(np.asarray(values, dtype=np.float32).ravel().tolist())
+    kind = example.features.feature[name].float_list
+    kind.SetInParent()
+    kind.value.extend(np.asarray(values, dtype=np.float32).ravel().tolist())
 
 
 def _set_bytes(example, name, value: bytes):
@@ -504,24 +510,23 @@ def encode_position(
 ) -> bytes:
     """Serialize one position record.  Inputs are already in at-rest form."""
     ex = Example()
-    f = ex.features.feature
-    f[S.P_VERSION].int64_list.value.append(S.FORMAT_VERSION)
-    f[S.P_BOARD_SIZE].int64_list.value.append(board_size)
-    f[S.P_PLANES].bytes_list.value.append(planes_packed)
-    f[S.P_TO_PLAY].int64_list.value.append(to_play)
-    f[S.P_POLICY_INDEX].int64_list.value.extend(policy_index)
-    f[S.P_POLICY_PROB].float_list.value.extend(policy_prob)
-    f[S.P_VALUE].float_list.value.append(value)
-    f[S.P_SCORE].float_list.value.append(score)
-    f[S.P_OWNERSHIP].bytes_list.value.append(ownership_int8)
-    f[S.P_POLICY_WEIGHT].float_list.value.append(policy_weight)
-    f[S.P_VALUE_WEIGHT].float_list.value.append(value_weight)
-    f[S.P_OWNERSHIP_WEIGHT].float_list.value.append(ownership_weight)
-    f[S.P_SCORE_WEIGHT].float_list.value.append(score_weight)
-    f[S.P_GAME_ID].bytes_list.value.append(game_id.encode())
-    f[S.P_MOVE_NUMBER].int64_list.value.append(move_number)
-    f[S.P_GENERATION].int64_list.value.append(generation)
-    return ex.SerializeToString()
+    _set_int64(ex, S.P_VERSION, [S.FORMAT_VERSION])
+    _set_int64(ex, S.P_BOARD_SIZE, [board_size])
+    _set_bytes(ex, S.P_PLANES, bytes(planes_packed))
+    _set_int64(ex, S.P_TO_PLAY, [to_play])
+    _set_int64(ex, S.P_POLICY_INDEX, policy_index)
+    _set_float(ex, S.P_POLICY_PROB, policy_prob)
+    _set_float(ex, S.P_VALUE, [value])
+    _set_float(ex, S.P_SCORE, [score])
+    _set_bytes(ex, S.P_OWNERSHIP, bytes(ownership_int8))
+    _set_float(ex, S.P_POLICY_WEIGHT, [policy_weight])
+    _set_float(ex, S.P_VALUE_WEIGHT, [value_weight])
+    _set_float(ex, S.P_OWNERSHIP_WEIGHT, [ownership_weight])
+    _set_float(ex, S.P_SCORE_WEIGHT, [score_weight])
+    _set_bytes(ex, S.P_GAME_ID, game_id.encode())
+    _set_int64(ex, S.P_MOVE_NUMBER, [move_number])
+    _set_int64(ex, S.P_GENERATION, [generation])
+    return ex.SerializeToString(deterministic=True)
 
 
 def decode_position(data: bytes, source: str = "<bytes>") -> PositionRecord:
@@ -571,3 +576,151 @@ def read_shard(data: bytes, source: str) -> list[PositionRecord]:
         return [decode_position(rec, f"{source}#{i}") for i, rec in enumerate(iter_framed_records(raw, source))]
     except RecordError as exc:
         raise FormatError(source, None, str(exc).split(": ", 1)[-1]) from None
+
+
+# --------------------------------------------------------------------------
+# Batched position encoder (the Beam job's hot path)
+# --------------------------------------------------------------------------
+#
+# Building one protobuf message per position costs ~15 us in Python; the
+# shuffle job writes tens of thousands of positions a second.  Position
+# records all share one shape, so this writes the protobuf wire format
+# directly: an Example is field 1 (Features), Features is a repeated map
+# entry (field 1) of {key: field 1, value: field 2 (Feature)}, and a Feature
+# is bytes_list (1), float_list (2, packed float32) or int64_list (3, packed
+# varints).  Map entries may come in any order on the wire; these are
+# emitted in the order protobuf's deterministic serializer uses (upb sorts
+# "x_weight" before "x"), so the bytes match encode_position's, and a test
+# asserts that both parse to equal messages.
+
+
+def _varint(value: int) -> bytes:
+    value &= 0xFFFFFFFFFFFFFFFF  # int64 negatives are 10-byte two's complement
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _len_field(tag: int, payload: bytes) -> bytes:
+    return bytes([tag]) + _varint(len(payload)) + payload
+
+
+def _entry(key: str, feature: bytes) -> bytes:
+    inner = _len_field(0x0A, key.encode()) + _len_field(0x12, feature)
+    return _len_field(0x0A, inner)
+
+
+def _feature_bytes(value: bytes) -> bytes:
+    return _len_field(0x0A, _len_field(0x0A, value))
+
+
+def _feature_floats(packed: bytes) -> bytes:
+    return _len_field(0x12, _len_field(0x0A, packed) if packed else b"")
+
+
+def _feature_ints(packed_varints: bytes) -> bytes:
+    return _len_field(0x1A, _len_field(0x0A, packed_varints) if packed_varints else b"")
+
+
+def _varints_up_to_14_bits(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Varint-encode non-negative ints < 2**14 at once.
+
+    Returns (bytes uint8[total], byte offsets int64[len(values)+1]).
+    """
+    values = np.asarray(values, dtype=np.int64)
+    two = values >= 0x80
+    lengths = 1 + two
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    out = np.empty(offsets[-1], dtype=np.uint8)
+    starts = offsets[:-1]
+    out[starts] = (values & 0x7F) | (two * 0x80)
+    out[starts[two] + 1] = values[two] >> 7
+    return out, offsets
+
+
+def encode_positions(
+    *, board_size: int, planes_packed: np.ndarray, to_play, policy_offsets, policy_index, policy_prob,
+    value, score, ownership: np.ndarray, policy_weight, value_weight, ownership_weight, score_weight,
+    game_id: Sequence[str], move_number, generation,
+) -> list[bytes]:
+    """Serialize P position records at once; byte-identical to encode_position.
+
+    ``planes_packed`` is uint8[P, packed_plane_bytes(N, 16)], ``ownership``
+    int8[P, N*N]; the policy of record i is
+    ``policy_index/prob[policy_offsets[i]:policy_offsets[i+1]]``.
+    """
+    n = board_size
+    count = len(planes_packed)
+    planes_packed = np.ascontiguousarray(planes_packed, dtype=np.uint8)
+    ownership = np.ascontiguousarray(ownership, dtype=np.int8)
+    if planes_packed.shape != (count, S.packed_plane_bytes(n, S.PACKED_PLANES)):
+        raise ValueError(f"planes_packed has shape {planes_packed.shape}")
+    if ownership.shape != (count, n * n):
+        raise ValueError(f"ownership has shape {ownership.shape}")
+    policy_offsets = np.asarray(policy_offsets, dtype=np.int64)
+    policy_index = np.asarray(policy_index, dtype=np.int64)
+    if len(policy_index) and (policy_index.min() < 0 or policy_index.max() > n * n):
+        raise ValueError(f"policy index outside 0..{n * n}")
+    index_bytes, index_offsets = _varints_up_to_14_bits(policy_index)
+    index_bytes = index_bytes.tobytes()
+    prob_bytes = np.asarray(policy_prob, dtype="<f4").tobytes()
+
+    def floats(a):
+        return np.asarray(a, dtype="<f4").tobytes()
+
+    value_b, score_b = floats(value), floats(score)
+    weights_b = [floats(w) for w in (ownership_weight, policy_weight, score_weight, value_weight)]
+    plane_len = planes_packed.shape[1]
+    planes_b, own_b = planes_packed.tobytes(), ownership.tobytes()
+
+    # Constant pieces, computed once per call.
+    head = _entry(S.P_BOARD_SIZE, _feature_ints(_varint(n)))
+    float_prefix = {k: _entry(k, _feature_floats(b"\0\0\0\0"))[:-4] for k in (
+        S.P_OWNERSHIP_WEIGHT, S.P_POLICY_WEIGHT, S.P_SCORE_WEIGHT, S.P_VALUE_WEIGHT, S.P_SCORE, S.P_VALUE)}
+    own_prefix = _entry(S.P_OWNERSHIP, _feature_bytes(bytes(n * n)))[: -n * n]
+    planes_prefix = _entry(S.P_PLANES, _feature_bytes(bytes(plane_len)))[:-plane_len]
+    version_entry = _entry(S.P_VERSION, _feature_ints(_varint(S.FORMAT_VERSION)))
+    game_entries: dict[str, bytes] = {}
+    int_entries: dict[tuple[str, int], bytes] = {}
+
+    def int_entry(key, v):
+        cached = int_entries.get((key, v))
+        if cached is None:
+            cached = int_entries[(key, v)] = _entry(key, _feature_ints(_varint(v)))
+        return cached
+
+    to_play = np.asarray(to_play, dtype=np.int64).tolist()
+    move_number = np.asarray(move_number, dtype=np.int64).tolist()
+    generation = np.asarray(generation, dtype=np.int64).tolist()
+    out = []
+    nn = n * n
+    for i in range(count):
+        gid = game_id[i]
+        g_entry = game_entries.get(gid)
+        if g_entry is None:
+            g_entry = game_entries[gid] = _entry(S.P_GAME_ID, _feature_bytes(gid.encode()))
+        lo, hi = policy_offsets[i], policy_offsets[i + 1]
+        f4 = slice(4 * i, 4 * i + 4)
+        body = b"".join((
+            head,
+            g_entry,
+            int_entry(S.P_GENERATION, generation[i]),
+            int_entry(S.P_MOVE_NUMBER, move_number[i]),
+            float_prefix[S.P_OWNERSHIP_WEIGHT], weights_b[0][f4],
+            own_prefix, own_b[nn * i: nn * (i + 1)],
+            planes_prefix, planes_b[plane_len * i: plane_len * (i + 1)],
+            _entry(S.P_POLICY_INDEX, _feature_ints(index_bytes[index_offsets[lo]:index_offsets[hi]])),
+            _entry(S.P_POLICY_PROB, _feature_floats(prob_bytes[4 * lo: 4 * hi])),
+            float_prefix[S.P_POLICY_WEIGHT], weights_b[1][f4],
+            float_prefix[S.P_SCORE_WEIGHT], weights_b[2][f4],
+            float_prefix[S.P_SCORE], score_b[f4],
+            int_entry(S.P_TO_PLAY, to_play[i]),
+            float_prefix[S.P_VALUE_WEIGHT], weights_b[3][f4],
+            float_prefix[S.P_VALUE], value_b[f4],
+            version_entry,
+        ))
+        out.append(_len_field(0x0A, body))  # Example.features
+    return out

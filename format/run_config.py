@@ -1,0 +1,93 @@
+"""``ROOT/run.json``: the run's fixed settings, written once, checked by every role.
+
+A lake mixes output from many processes over weeks.  Anything that would make
+their records incompatible (board size, komi, rules, the feature set) is
+fixed when the run starts: the first role to touch an empty root writes
+``run.json`` create-only; every later role compares its own settings with it
+and refuses to run on a mismatch, naming the field and both values.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+from format import schema as S
+
+FEATURE_SET = "agz17-v1"
+"""Name of the network input layout described in format/schema.py."""
+
+
+class RunConfigMismatch(ValueError):
+    """The settings of this process disagree with the root's run.json."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    board_size: int = 9
+    komi: float = 7.5
+    rules: str = S.RULES_TROMP_TAYLOR
+    feature_set: str = FEATURE_SET
+    format_version: int = S.FORMAT_VERSION
+
+    def __post_init__(self):
+        if not S.MIN_BOARD_SIZE <= self.board_size <= S.MAX_BOARD_SIZE:
+            raise ValueError(f"board size {self.board_size} is outside {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
+        if not math.isfinite(self.komi) or self.komi * 2 != round(self.komi * 2):
+            raise ValueError(f"komi {self.komi} must be a finite multiple of 0.5")
+        if self.rules != S.RULES_TROMP_TAYLOR:
+            raise ValueError(f"rules {self.rules!r} are not supported (only {S.RULES_TROMP_TAYLOR!r})")
+
+    def to_json(self) -> bytes:
+        return (json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, source: str = S.RUN_CONFIG) -> "RunConfig":
+        try:
+            fields = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RunConfigMismatch(f"{source}: not valid JSON ({exc})") from None
+        known = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(fields, dict) or set(fields) - known:
+            raise RunConfigMismatch(f"{source}: unexpected fields {sorted(set(fields) - known)}")
+        try:
+            return cls(**fields)
+        except (TypeError, ValueError) as exc:
+            raise RunConfigMismatch(f"{source}: {exc}") from None
+
+
+def read_run_config(storage) -> RunConfig | None:
+    """The root's run.json, or None when the root has none yet."""
+    if not storage.exists(S.RUN_CONFIG):
+        return None
+    return RunConfig.from_json(storage.read(S.RUN_CONFIG), storage.url(S.RUN_CONFIG))
+
+
+def ensure_run_config(storage, config: RunConfig) -> RunConfig:
+    """Write run.json if the root has none; otherwise require it to match ``config``.
+
+    Raises RunConfigMismatch naming every field that differs.  Two processes
+    starting at once are safe: the create-only write lets exactly one win and
+    the other then compares against the winner's file.
+    """
+    from cloud.storage import AlreadyExists  # the storage layer imports nothing from format
+
+    existing = read_run_config(storage)
+    if existing is None:
+        try:
+            storage.write_new(S.RUN_CONFIG, config.to_json())
+            return config
+        except AlreadyExists:
+            existing = read_run_config(storage)
+    differences = [
+        f"{f.name}: run.json has {getattr(existing, f.name)!r}, this process was given {getattr(config, f.name)!r}"
+        for f in dataclasses.fields(RunConfig)
+        if getattr(existing, f.name) != getattr(config, f.name)
+    ]
+    if differences:
+        raise RunConfigMismatch(
+            f"{storage.url(S.RUN_CONFIG)} disagrees with this process's settings:\n  "
+            + "\n  ".join(differences)
+            + "\nUse a fresh --root, or pass the run's settings."
+        )
+    return existing
