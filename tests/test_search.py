@@ -1,0 +1,216 @@
+"""Tests of the search tree (`selfplay.search`) and of whole searches on Go
+positions through the batched driver (`selfplay.driver`).
+
+Tree-level tests drive `Tree` by hand (expand / evaluate / backup), so each
+statistic can be checked against the formula it should follow.  Perspective
+reminder: a child's W is seen by the player choosing it, so backing up value v
+(seen by the player to move *at the child*) adds -v to the child's W.
+"""
+import math
+
+import numpy as np
+import pytest
+
+from selfplay.search import Random, Tree, gumbel_visit_sequence
+
+ROOT = 0
+
+
+def expanded_root(num_actions, logits, value=0.0, moves=None):
+    tree = Tree(num_actions)
+    moves = list(range(num_actions)) if moves is None else moves
+    tree.expand_node(ROOT, moves)
+    tree.evaluate_node(ROOT, np.asarray(logits, np.float32), value)
+    tree.virtual_loss(ROOT)
+    tree.backup_value(ROOT, value)   # the root's own evaluation is its first visit
+    return tree
+
+
+def visit_child(tree, child, value_for_chooser):
+    """One completed simulation through `child` with the chooser's value."""
+    tree.virtual_loss(child)
+    tree.backup_value(child, -value_for_chooser)
+
+
+def puct_reference(tree, node, c_init=1.25, c_base=19652.0, fpu_reduction=0.25):
+    info = tree.node(node)
+    ch = tree.children(node)
+    parent_visits = info["N"] + info["VL"]
+    c = c_init + math.log((1 + parent_visits + c_base) / c_base)
+    explore = c * math.sqrt(max(parent_visits - 1, 1))
+    parent_q = -info["W"] / info["N"]
+    visits = ch["N"] + ch["VL"]
+    q = np.where(visits > 0, (ch["W"] - ch["VL"]) / np.maximum(visits, 1), parent_q - fpu_reduction)
+    return int(ch["index"][np.argmax(q + explore * ch["P"] / (1 + visits))])
+
+
+def test_priors_are_softmax_over_legal_children_only():
+    logits = np.array([1.0, 2.0, 3.0, 50.0, 0.5], np.float32)
+    tree = Tree(5)
+    tree.expand_node(ROOT, [0, 1, 2, 4])        # action 3 illegal: its logit ignored
+    tree.evaluate_node(ROOT, logits, 0.0)
+    legal = logits[[0, 1, 2, 4]]
+    expected = np.exp(legal - legal.max()) / np.exp(legal - legal.max()).sum()
+    np.testing.assert_allclose(tree.children(ROOT)["P"], expected, rtol=1e-6)
+
+
+def test_puct_picks_follow_the_formula():
+    tree = expanded_root(4, [0.0, 1.0, 0.5, -1.0], value=0.1)
+    # Unvisited: FPU; highest prior wins.
+    assert tree.node(tree.select(ROOT, fpu_reduction=0.25, fpu_reduction_root=0.25))["move"] == 1
+    children = tree.children(ROOT)["index"]
+    visit_child(tree, children[1], -0.9)           # the favourite turns out bad
+    visit_child(tree, children[2], 0.8)
+    visit_child(tree, children[2], 0.6)
+    for _ in range(3):
+        pick = tree.select(ROOT, fpu_reduction_root=0.25)
+        assert pick == puct_reference(tree, ROOT)
+        visit_child(tree, pick, 0.2)
+    # The good move has most visits now, the refuted one stays at one.
+    counts = tree.visit_counts()
+    assert counts[1] == 1 and counts[2] == counts.max()
+
+
+def test_virtual_loss_spreads_leaves_within_a_batch():
+    tree = expanded_root(6, np.zeros(6), value=0.0)
+    picked = []
+    for _ in range(6):
+        leaf = tree.select(ROOT)
+        tree.virtual_loss(leaf)                 # in flight: not backed up yet
+        picked.append(leaf)
+    assert len(set(picked)) == 6                # six different leaves in one batch
+    assert tree.node(ROOT)["VL"] == 6
+    for leaf in picked:
+        tree.backup_value(leaf, 0.0)
+    assert tree.node(ROOT)["VL"] == 0 and tree.node(ROOT)["N"] == 7
+    assert all(tree.children(ROOT)["VL"] == 0)
+
+
+def test_backup_alternates_perspective_and_terminal_value_propagates():
+    tree = expanded_root(3, np.zeros(3))
+    child = tree.children(ROOT)["index"][0]
+    tree.expand_node(child, [0, 2])
+    tree.evaluate_node(child, np.zeros(3, np.float32), 0.0)
+    grandchild = tree.children(child)["index"][1]
+    # A won game for the player to move at the grandchild (the root player).
+    tree.mark_terminal(grandchild, 1.0)
+    tree.virtual_loss(grandchild)
+    tree.backup_value(grandchild, 1.0)
+    assert tree.node(grandchild)["W"] == -1.0    # seen by its mover (the opponent)
+    assert tree.node(child)["W"] == 1.0          # seen by the root player
+    assert tree.node(ROOT)["W"] == -1.0
+    assert tree.node(grandchild)["state"] == 3   # TERMINAL
+
+
+def test_dirichlet_noise_keeps_priors_normalised():
+    tree = expanded_root(82, np.linspace(-1, 1, 82))
+    before = tree.children(ROOT)["P"].copy()
+    tree.dirichlet(10.83, 0.25, Random(7))
+    after = tree.children(ROOT)["P"]
+    assert after.sum() == pytest.approx(1.0, abs=1e-5)
+    assert np.all(after >= 0.75 * before - 1e-7)
+    assert np.abs(after - before).max() > 1e-3  # something moved
+
+
+def test_gamma_draws_have_the_right_mean():
+    rng = Random(3)
+    for alpha in (0.1, 0.5, 2.0):
+        draws = np.array([rng.gamma(alpha) for _ in range(20000)])
+        assert draws.mean() == pytest.approx(alpha, rel=0.06)
+        assert draws.min() >= 0.0
+
+
+def test_tree_reuse_keeps_the_subtree_statistics():
+    tree = expanded_root(4, [0.0, 1.0, 0.0, 0.0])
+    child = tree.children(ROOT)["index"][1]
+    tree.expand_node(child, [0, 2, 3])
+    tree.virtual_loss(child)
+    tree.evaluate_node(child, np.array([0.0, 0.0, 2.0, 0.0], np.float32), 0.3)
+    tree.backup_value(child, 0.3)
+    grand = tree.children(child)["index"]
+    visit_child(tree, grand[1], 0.5)
+    visit_child(tree, grand[1], 0.1)
+    visit_child(tree, grand[0], -0.2)
+    old_child = tree.node(child)
+    old_grand = tree.children(child)
+    tree.promote_move(1)
+    root = tree.node(ROOT)
+    assert (root["N"], root["W"], root["move"], root["parent"]) == (
+        old_child["N"], old_child["W"], 1, -1)
+    new = tree.children(ROOT)
+    for key in ("move", "N", "W", "P"):
+        np.testing.assert_array_equal(new[key], old_grand[key])
+    assert tree.size == 1 + 3                   # siblings of the move were dropped
+    assert tree.root_value == pytest.approx(-old_child["W"] / old_child["N"])
+    # A move that was never expanded restarts from an empty root.
+    tree.promote_move(0)
+    assert tree.size == 1 and tree.node(ROOT)["state"] == 0
+
+
+def test_gumbel_visit_sequence_is_sequential_halving():
+    # m = 4, n = 8: phase 1 visits 4 actions once, then 2 actions twice more.
+    assert gumbel_visit_sequence(4, 8) == [0, 0, 0, 0, 1, 1, 2, 2]
+    # m = 16, n = 32: 16 x 1 (level 0), then 8 x 1, then 4 x 2 (levels 2, 3)
+    sequence = gumbel_visit_sequence(16, 32)
+    assert sequence[:16] == [0] * 16 and sequence[16:24] == [1] * 8
+    assert sequence[24:] == [2, 2, 2, 2, 3, 3, 3, 3]
+    assert gumbel_visit_sequence(1, 3) == [0, 1, 2]
+
+
+def completed_sigma_reference(tree, c_visit=50.0, c_scale=0.1):
+    ch = tree.children(ROOT)
+    root = tree.node(ROOT)
+    visited = ch["N"] > 0
+    q = np.where(visited, ch["W"] / np.maximum(ch["N"], 1), 0.0)
+    sum_n = ch["N"].sum()
+    weighted = (ch["P"][visited] * q[visited]).sum() / max(ch["P"][visited].sum(), 1e-30)
+    mixed = (root["raw_value"] + sum_n * weighted) / (sum_n + 1)
+    completed = np.where(visited, q, mixed)
+    completed = (completed - completed.min()) / max(completed.max() - completed.min(), 1e-8)
+    return (c_visit + ch["N"].max()) * c_scale * completed
+
+
+@pytest.mark.parametrize("budget", [2, 3, 16, 64])
+def test_gumbel_halving_returns_the_improved_policy(budget):
+    # A bandit: action 5 is the only good move but has a small prior.
+    values = np.full(8, -0.5)
+    values[5] = 0.9
+    logits = np.array([2.0, 1.5, 1.0, 1.0, 0.5, 0.4, 0.0, 0.0], np.float32)
+    best_moves = []
+    for seed in range(20):
+        tree = expanded_root(8, logits, value=0.0)
+        tree.start_search(budget)
+        rng = Random(seed)
+        for _ in range(budget):
+            child = tree.select_root(rng, max_considered=8)
+            visit_child(tree, child, values[tree.node(child)["move"]])
+        assert tree.select_root(rng, max_considered=8) == -1  # budget spent
+        policy, move = tree.gumbel_policy(max_considered=8)
+        prior = tree.children(ROOT)["P"]
+        expected = np.log(prior) + completed_sigma_reference(tree)
+        expected = np.exp(expected - expected.max())
+        np.testing.assert_allclose(policy, expected / expected.sum(), rtol=1e-4, atol=1e-6)
+        assert tree.visit_counts().sum() == budget
+        best_moves.append(move)
+        if tree.visit_counts()[5] > 0:
+            # Once seen, the good move gains mass over its prior: the target
+            # improves the policy even with 2 visits.
+            assert policy[5] > prior[5]
+    if budget >= 16:
+        assert all(m == 5 for m in best_moves)
+    else:
+        assert 5 in best_moves
+
+
+def test_pick_move_by_visits_temperature():
+    tree = expanded_root(3, np.zeros(3))
+    children = tree.children(ROOT)["index"]
+    for _ in range(30):
+        visit_child(tree, children[2], 0.0)
+    for _ in range(10):
+        visit_child(tree, children[0], 0.0)
+    assert tree.pick_move(0.0, Random(1)) == 2
+    rng = Random(5)
+    picks = [tree.pick_move(1.0, rng) for _ in range(4000)]
+    assert picks.count(1) == 0
+    assert picks.count(2) / 4000 == pytest.approx(0.75, abs=0.03)
