@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The main job on embedded defaults: set up (idempotent, fast build), then run
+# the one-machine loop against ./lake.  Extra arguments go to the job.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+if [[ -f pipeline/loop.py ]]; then
+    exec .venv/bin/python -m pipeline.loop --root ./lake "$@"
+fi
+# Until the loop lands: write a demo lake and inspect it.
+exec .venv/bin/python -m format.demo --root ./lake "$@"
