@@ -132,6 +132,9 @@ cdef class Board:
     # Random playout to the end (two passes or the cap) on self; returns the
     # number of moves it played.  Skips history upkeep: afterwards only the
     # final position is in the feature history.
+    cdef int playout_move(self, uint64_t* rng_state) noexcept nogil
+    # The playout policy's choice for the side to move (not played): uniform
+    # over legal moves that don't fill the mover's own eye, else PASS.
     cdef bint in_atari(self, int move) noexcept nogil
     # The chain at flat point `move` has exactly one liberty (False if empty).
 

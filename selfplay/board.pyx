@@ -734,31 +734,32 @@ cdef class Board:
                 on_edge = 1
         return bad + on_edge < 2
 
-    cdef int playout(self, uint64_t* rng_state) noexcept nogil:
-        cdef int moves = 0
-        cdef int c, k, i, v, chosen, tmp
+    cdef int playout_move(self, uint64_t* rng_state) noexcept nogil:
+        cdef int c = self.st.to_play
+        cdef int k = self.st.num_empty
+        cdef int i, v, tmp
         cdef uint64_t h
         cdef int16_t* empty_list = self.empty_list
         cdef int16_t* empty_pos = self.empty_pos
+        # Draw without replacement: rejected points are swapped to the end of
+        # the live range [0, k) of the empty list (its order means nothing).
+        while k > 0:
+            i = rng_below(rng_state, k)
+            v = empty_list[i]
+            if not self._is_own_eye(v, c) and self._check_padded(v, c, &h) == MOVE_OK:
+                return self.to_flat[v]
+            k -= 1
+            tmp = empty_list[k]
+            empty_list[k] = v
+            empty_pos[v] = k
+            empty_list[i] = tmp
+            empty_pos[tmp] = i
+        return self.num_points
+
+    cdef int playout(self, uint64_t* rng_state) noexcept nogil:
+        cdef int moves = 0
         while not self.st.over:
-            c = self.st.to_play
-            chosen = self.num_points
-            k = self.st.num_empty
-            # Draw without replacement: rejected points are swapped to the
-            # end of the live range [0, k) of the empty list.
-            while k > 0:
-                i = rng_below(rng_state, k)
-                v = empty_list[i]
-                if not self._is_own_eye(v, c) and self._check_padded(v, c, &h) == MOVE_OK:
-                    chosen = self.to_flat[v]
-                    break
-                k -= 1
-                tmp = empty_list[k]
-                empty_list[k] = v
-                empty_pos[v] = k
-                empty_list[i] = tmp
-                empty_pos[tmp] = i
-            self._commit(chosen, False)
+            self._commit(self.playout_move(rng_state), False)
             moves += 1
         self.st.hist_valid = 0
         self._set_history_slot()
@@ -929,7 +930,7 @@ cdef class Board:
 
     def chain_counters(self, int point):
         """(size, pseudo_libs, lib_sum, lib_sum2) kept for the chain at `point`,
-        as flat-index sums; for tests that recompute them from scratch."""
+        as sums of padded indices (see padded_index); for tests that recompute them from scratch."""
         if not 0 <= point < self.num_points or self.color[self.to_padded[point]] == 0:
             raise ValueError(f"no stone at point {point}")
         cdef int r = self.chain_id[self.to_padded[point]]
@@ -954,6 +955,15 @@ cdef class Board:
         with nogil:
             moves = self.playout(&state)
         return moves
+
+    def playout_policy_move(self, uint64_t seed):
+        """The move a random playout would play here (not played; PASS if
+        nothing but own eyes and illegal points is left)."""
+        cdef uint64_t state = rng_seed(seed)
+        if self.st.over:
+            raise IllegalMove(f"game over on {self.N}x{self.N} at move {self.st.move_number}",
+                              "game over", self.num_points)
+        return self.playout_move(&state)
 
     def set_position(self, stones, int to_play=1):
         """Put a whole position on a fresh board (move_number 0).
