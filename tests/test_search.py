@@ -214,3 +214,163 @@ def test_pick_move_by_visits_temperature():
     picks = [tree.pick_move(1.0, rng) for _ in range(4000)]
     assert picks.count(1) == 0
     assert picks.count(2) / 4000 == pytest.approx(0.75, abs=0.03)
+
+
+# ---------------------------------------------------------------------------
+# Whole searches on Go positions (selfplay.driver + selfplay.board)
+# ---------------------------------------------------------------------------
+
+from selfplay.board import Board, board_from_ascii  # noqa: E402
+from selfplay.driver import GameBatch  # noqa: E402
+
+TERMINAL = 3
+
+
+def material_evaluator(planes):
+    """A 'strong' fake network: uniform policy, value = stone balance.
+
+    Channel 0 is the side to move's stones now, channel 8 the opponent's, so
+    the value is already from the side to move's view."""
+    own = planes[..., 0].sum(axis=(1, 2))
+    opp = planes[..., 8].sum(axis=(1, 2))
+    size = planes.shape[1]
+    return np.zeros((len(planes), size * size + 1), np.float32), np.tanh((own - opp) / 3.0).astype(np.float32)
+
+
+def uniform_evaluator(planes):
+    size = planes.shape[1]
+    return np.zeros((len(planes), size * size + 1), np.float32), np.zeros(len(planes), np.float32)
+
+
+def search(batch, game, budget, evaluator, **kwargs):
+    """Run one move's search of `game` to completion; returns rows per gather."""
+    buffer = np.zeros((batch.batch_rows, batch.board_size, batch.board_size, 17), np.float32)
+    batch.start_search(game, budget, **kwargs)
+    fills = []
+    while not batch.search_done(game):
+        rows = batch.gather(0, buffer)
+        if rows == 0:       # the rest of the budget went to game-over leaves
+            assert batch.search_done(game), "search stalled"
+            break
+        fills.append(rows)
+        logits, values = evaluator(buffer[:rows])
+        assert logits.shape == (rows, batch.num_actions) and values.shape == (rows,)
+        batch.apply(0, logits, values)
+    return fills
+
+
+CAPTURE_9 = """
+. . . . . . . . .
+. . . . . . . . .
+. . X X X X . . .
+. X O O O O . . .
+. . X X X X . . .
+. . . . . . . . .
+. . . . . . . . .
+. . . . . . . . .
+. . . . . . . . .
+"""
+"""Black to play; White's chain of four has one liberty left, at row 3 col 6."""
+
+
+def embed(ascii_board, size):
+    """The ASCII board in the top-left corner of an empty size x size board."""
+    rows = [r.split() for r in ascii_board.strip().splitlines()]
+    grid = [["."] * size for _ in range(size)]
+    for r, row in enumerate(rows):
+        grid[r][:len(row)] = row
+    return "\n".join(" ".join(r) for r in grid)
+
+
+@pytest.mark.parametrize("size", [9, 19])
+@pytest.mark.parametrize("gumbel", [False, True])
+def test_search_with_a_material_evaluator_finds_the_capture(size, gumbel):
+    board = board_from_ascii(embed(CAPTURE_9, size), to_play=1)
+    capture = 3 * size + 6
+    # The fake network's policy is uniform, so Gumbel must consider every
+    # move to be sure to sample the capture (a real prior would favour it).
+    batch = GameBatch(size, 1, num_groups=1, leaves_per_game=8, seed=3,
+                      gumbel_max_considered=size * size + 1)
+    batch.set_board(0, board)
+    search(batch, 0, 256 if size == 9 else 800, material_evaluator, gumbel=gumbel)
+    move = batch.choose_move(0, 0.0)
+    assert move == capture
+    if not gumbel:
+        counts = batch.visit_target(0)
+        assert counts[0][np.argmax(counts[1])] == capture
+    batch.play(0, move)
+    assert batch.board(0).stones()[3, 2:6].tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("size", [9, 19])
+def test_terminal_positions_are_scored_by_the_rules_not_the_network(size):
+    # Empty board, Black passed: White passing ends the game, and White wins
+    # by komi.  The evaluator claims the opposite everywhere (+1 for the side
+    # to move after White's pass, i.e. Black): the tree must believe the rules.
+    board = Board(size, 7.5)
+    board.play(size * size)
+    batch = GameBatch(size, 1, num_groups=1, seed=1)
+    batch.set_board(0, board)
+
+    def lying_evaluator(planes):
+        logits, _ = uniform_evaluator(planes)
+        logits[:, -1] = 3.0                         # and it likes passing
+        return logits, np.ones(len(planes), np.float32)
+
+    search(batch, 0, 200, lying_evaluator)
+    tree = batch.tree(0)
+    children = tree.children(0)
+    pass_child = int(children["index"][children["move"] == size * size][0])
+    info = tree.node(pass_child)
+    assert info["state"] == TERMINAL
+    assert info["raw_value"] == -1.0               # Black to move there, Black lost
+    assert info["W"] == pytest.approx(info["N"])   # every visit a win for White
+    assert batch.choose_move(0, 0.0) == size * size
+
+
+def test_virtual_loss_puts_several_leaves_of_one_game_in_a_batch():
+    batch = GameBatch(9, 1, num_groups=1, leaves_per_game=8, seed=0)
+    buffer = np.zeros((batch.batch_rows, 9, 9, 17), np.float32)
+    batch.start_search(0, 64)
+    assert batch.gather(0, buffer) == 1            # only the root until it is evaluated
+    batch.apply(0, *uniform_evaluator(buffer[:1]))
+    rows = batch.gather(0, buffer)
+    assert rows == 8
+    tree = batch.tree(0)
+    assert tree.node(0)["VL"] == 8
+    assert len({buffer[r].tobytes() for r in range(rows)}) == 8   # eight different positions
+    batch.apply(0, *uniform_evaluator(buffer[:rows]))
+    assert tree.node(0)["VL"] == 0 and tree.node(0)["N"] == 9
+
+
+def test_tree_reuse_across_moves_in_the_driver():
+    batch = GameBatch(9, 1, num_groups=1, seed=5)
+    search(batch, 0, 128, material_evaluator)
+    move = batch.choose_move(0, 0.0)
+    child = batch.tree(0).children(0)
+    kept = int(child["N"][child["move"] == move][0])
+    batch.play(0, move)
+    assert batch.tree(0).root_visits == kept
+    search(batch, 0, 64, material_evaluator)
+    assert batch.tree(0).root_visits == kept + 64  # budget counts new simulations
+
+
+def test_dirichlet_noise_on_a_full_search_root():
+    batch = GameBatch(9, 1, num_groups=1, seed=2)
+    buffer = np.zeros((batch.batch_rows, 9, 9, 17), np.float32)
+    batch.start_search(0, 16, noise=True)
+    rows = batch.gather(0, buffer)
+    batch.apply(0, *uniform_evaluator(buffer[:rows]))
+    priors = batch.tree(0).children(0)["P"]
+    assert priors.sum() == pytest.approx(1.0, abs=1e-5)
+    assert priors.std() > 1e-3                     # no longer uniform
+
+
+@pytest.mark.parametrize("budget", [1, 2, 4])
+def test_gumbel_search_with_few_visits_gives_a_policy_target(budget):
+    batch = GameBatch(9, 1, num_groups=1, seed=9)
+    search(batch, 0, budget, material_evaluator, gumbel=True)
+    moves, probs = batch.improved_policy(0)
+    assert len(moves) == 82 and probs.sum() == pytest.approx(1.0, abs=1e-5)
+    assert batch.tree(0).visit_counts().sum() == budget
+    assert batch.choose_move(0) in moves
