@@ -1,0 +1,180 @@
+"""Settings of a self-play worker: one frozen dataclass, exposed as CLI flags.
+
+`WorkerConfig` is built once (from flags by `from_argv`, or directly by tests
+and benchmarks), validated in `__post_init__`, and passed explicitly to the
+library code; nothing reads flags or the environment elsewhere.
+
+Units: visits are simulations per move (new ones; tree reuse adds the
+subtree's), seconds are wall-clock, fractions are in [0, 1].
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import re
+import socket
+
+from format import schema as S
+
+
+def default_worker_id() -> str:
+    """host + pid, with only the characters a chunk name allows."""
+    host = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:40] or "host"
+    return f"{host}_{os.getpid()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+    root: str
+    """Storage root: a local folder or gs://bucket/prefix."""
+    board_size: int = 9
+    komi: float = 7.5
+    max_moves: int = 0
+    """Move cap per game (passes included); 0 = the engine's 3 * N * N."""
+
+    # --- search ---
+    games: int = 256
+    """Games played at once (split in two halves that alternate with the network)."""
+    visits: int = 64
+    """Simulations of a full search (its policy is recorded as a training target)."""
+    fast_visits: int = 16
+    """Simulations of a fast search (playout-cap randomization; no policy target)."""
+    full_search_fraction: float = 0.25
+    """Share of moves that get the full search (KataGo's playout-cap randomization)."""
+    gumbel: bool = False
+    """Gumbel root (sequential halving, improved-policy target) instead of PUCT + noise."""
+    gumbel_considered: int = 16
+    leaves_per_game: int = 8
+    """Leaves one game may put in a batch per pass (virtual loss keeps them apart)."""
+    c_puct: float = 1.25
+    fpu_reduction: float = 0.25
+    dirichlet_alpha_total: float = 10.83
+    """Dirichlet alpha times the number of legal moves (0.03 on empty 19x19)."""
+    dirichlet_epsilon: float = 0.25
+    temperature_moves: int = -1
+    """Moves sampled in proportion to visits before playing the best; -1 = N*N // 12."""
+
+    # --- resignation and endstate ---
+    resign_threshold: float = -0.9
+    """Resign when the root value (side to move) stays below this..."""
+    resign_consecutive: int = 3
+    """...for this many consecutive own moves."""
+    resign_disabled_fraction: float = 0.1
+    """Share of games played to the end with resignation off, to measure false resignations."""
+    accelerated_visits: int = 2
+    """Simulations per move once a game is resigned and played out to two passes."""
+
+    # --- output and lifetime ---
+    chunk_games: int = 64
+    """Games per chunk file..."""
+    chunk_seconds: float = 600.0
+    """...or fewer, when the oldest finished game has waited this long."""
+    max_games: int = 0
+    """Stop after this many finished games (0 = no limit)."""
+    max_seconds: float = 0.0
+    """Stop after this long (0 = no limit)."""
+    poll_seconds: float = 5.0
+    """How often models/LATEST is read."""
+    progress_seconds: float = 10.0
+    seed: int = 0
+    worker_id: str = dataclasses.field(default_factory=default_worker_id)
+    model_cache: str = ""
+    """Local folder for downloaded models ('' = a temporary folder)."""
+
+    def __post_init__(self):
+        def need(ok, flag, message):
+            if not ok:
+                raise ValueError(f"--{flag.replace('_', '-')}: {message}")
+
+        need(bool(self.root), "root", "a storage root is required")
+        need(S.MIN_BOARD_SIZE <= self.board_size <= S.MAX_BOARD_SIZE, "board_size",
+             f"{self.board_size} is outside {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
+        need(math.isfinite(self.komi) and self.komi * 2 == round(self.komi * 2), "komi",
+             f"{self.komi} must be a multiple of 0.5")
+        need(self.max_moves >= 0, "max_moves", "must be >= 0")
+        need(self.games >= 2, "games", "must be >= 2 (two halves)")
+        need(self.visits >= 1, "visits", "must be >= 1")
+        need(self.fast_visits >= 1, "fast_visits", "must be >= 1")
+        need(self.accelerated_visits >= 1, "accelerated_visits", "must be >= 1")
+        need(0.0 <= self.full_search_fraction <= 1.0, "full_search_fraction", "must be in [0, 1]")
+        need(0.0 <= self.resign_disabled_fraction <= 1.0, "resign_disabled_fraction", "must be in [0, 1]")
+        need(-1.0 <= self.resign_threshold <= 1.0, "resign_threshold", "must be in [-1, 1]")
+        need(self.resign_consecutive >= 1, "resign_consecutive", "must be >= 1")
+        need(self.gumbel_considered >= 1, "gumbel_considered", "must be >= 1")
+        need(self.leaves_per_game >= 1, "leaves_per_game", "must be >= 1")
+        need(self.c_puct > 0, "c_puct", "must be > 0")
+        need(self.dirichlet_alpha_total > 0, "dirichlet_alpha_total", "must be > 0")
+        need(0.0 <= self.dirichlet_epsilon <= 1.0, "dirichlet_epsilon", "must be in [0, 1]")
+        need(self.temperature_moves >= -1, "temperature_moves", "must be >= -1")
+        need(self.chunk_games >= 1, "chunk_games", "must be >= 1")
+        need(self.chunk_seconds > 0, "chunk_seconds", "must be > 0")
+        need(self.max_games >= 0, "max_games", "must be >= 0")
+        need(self.max_seconds >= 0, "max_seconds", "must be >= 0")
+        need(self.poll_seconds > 0, "poll_seconds", "must be > 0")
+        need(self.progress_seconds > 0, "progress_seconds", "must be > 0")
+        need(bool(re.fullmatch(r"[A-Za-z0-9_.]+", self.worker_id)), "worker_id",
+             f"{self.worker_id!r} may hold only letters, digits, '_' and '.'")
+
+    @property
+    def sampled_moves(self) -> int:
+        """Moves played by sampling visits (temperature 1) at the start of a game."""
+        if self.temperature_moves >= 0:
+            return self.temperature_moves
+        return self.board_size * self.board_size // 12
+
+
+def _field_docs() -> dict[str, str]:
+    """Each field's attribute docstring (the line after it above), as --help text."""
+    import inspect
+
+    docs, last = {}, None
+    for line in inspect.getsource(WorkerConfig).splitlines():
+        stripped = line.strip()
+        field = re.match(r"(\w+): \w[^=]*=", stripped)
+        if field:
+            last = field.group(1)
+        elif last and stripped.startswith('"""') and stripped.endswith('"""') and len(stripped) > 6:
+            docs[last] = stripped.strip('"').strip()
+            last = None
+        else:
+            last = None
+    return docs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m selfplay.worker",
+        description="Play self-play games with the newest published model and write them "
+                    "to ROOT/games/<generation>/ as chunk files.  Before any model is "
+                    "published it plays with a uniform policy (generation 0).",
+    )
+    docs = _field_docs()
+    for field in dataclasses.fields(WorkerConfig):
+        flag = "--" + field.name.replace("_", "-")
+        default = field.default if field.default is not dataclasses.MISSING else None
+        help_text = docs.get(field.name, "")
+        if field.type in ("bool", bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+            continue
+        kind = {"int": int, "float": float, "str": str}[str(field.type)]
+        if field.name == "root":
+            parser.add_argument(flag, required=True, help=help_text)
+        elif field.name == "worker_id":
+            parser.add_argument(flag, default=None, help=help_text + " (default: host_pid)")
+        else:
+            parser.add_argument(flag, type=kind, default=default, help=f"{help_text} (default: {default})")
+    return parser
+
+
+def from_argv(argv=None) -> WorkerConfig:
+    """Parse flags into a validated WorkerConfig; bad values exit with the flag named."""
+    parser = build_parser()
+    args = vars(parser.parse_args(argv))
+    if args.get("worker_id") is None:
+        args.pop("worker_id")
+    try:
+        return WorkerConfig(**args)
+    except ValueError as exc:
+        parser.error(str(exc))
