@@ -32,12 +32,12 @@ key                 shape           meaning
 ``*_weight``        [B]             per-example loss weight of each head
 ==================  ==============  ==========================================
 
-Why one gather does both symmetry and layout: after the lookup-table unpack a
-record is a flat bit vector in *plane-major* order (``c * NN + p``).  The
-network wants *channels-last* order (``q * 16 + c``) with the symmetry
-applied, so for every symmetry ``k`` we precompute
-``PLANE_GATHER[k, q * 16 + c] = c * NN + inverse_k(q)``; a single batched
-``tf.gather`` then permutes points and transposes to NHWC at once.
+How the symmetry stays cheap (19x19, batch 1024, one core): a gather per
+*bit* ([B, 16 * NN] elements) costs ~40 ms a batch, and a uint8 NHWC
+transpose ~9 ms.  Instead the planes are unpacked with the lookup table,
+folded into one int32 *word per point* (16 stone bits, the colour bit and
+the ownership byte), permuted with one gather of [B, NN] words, and unpacked
+to channels-last with a shift-and-mask, which needs no transpose at all.
 """
 from __future__ import annotations
 
@@ -53,6 +53,9 @@ NUM_SYMMETRIES = 8
 
 HEAD_WEIGHT_KEYS = ("policy_weight", "value_weight", "ownership_weight", "score_weight")
 """Keys of the decoded batch that hold per-example loss weights."""
+
+_COLOUR_BIT = schema.PACKED_PLANES  # 16
+_OWNERSHIP_SHIFT = _COLOUR_BIT + 1  # 17: ownership + 128 in bits 17-24
 
 _WEIGHT_FIELDS = {
     "policy_weight": schema.P_POLICY_WEIGHT,
@@ -85,16 +88,6 @@ def inverse_permutations(board_size: int) -> np.ndarray:
     return inverse
 
 
-def plane_gather_table(board_size: int) -> np.ndarray:
-    """int32 [8, NN * 16]: bit index (plane-major) feeding each NHWC slot under symmetry k."""
-    points = board_size * board_size
-    inverse_points = inverse_permutations(board_size)[:, :points]  # [8, NN]
-    channel = np.arange(schema.PACKED_PLANES, dtype=np.int32)  # [16]
-    # table[k, q, c] = c * NN + inverse[k, q]
-    table = channel[None, None, :] * points + inverse_points[:, :, None]
-    return table.reshape(NUM_SYMMETRIES, points * schema.PACKED_PLANES).astype(np.int32)
-
-
 def position_feature_spec() -> dict:
     """``tf.io.parse_example`` spec for the fields a trainer reads."""
     scalar_int = tf.io.FixedLenFeature([1], tf.int64)
@@ -120,10 +113,14 @@ class PositionDecoder:
 
     Holds the lookup tables as constants so that ``decode`` can be mapped
     over a dataset; ``symmetries`` is an int32 [B] tensor of symmetry ids
-    (0 = identity).
+    (0 = identity).  The per-point work (unpack, symmetry, layout) is one
+    XLA-compiled function: XLA fuses the lookup, the word packing and the
+    shift-and-mask into a few loops, which halves its cost (19x19, batch
+    1024, one core: 17-20 ms -> 8.5-9.5 ms a batch).  ``jit=False`` runs the
+    same ops as an ordinary graph.
     """
 
-    def __init__(self, board_size: int):
+    def __init__(self, board_size: int, *, jit: bool = True):
         if not schema.MIN_BOARD_SIZE <= board_size <= schema.MAX_BOARD_SIZE:
             raise ValueError(f"board_size {board_size} outside "
                              f"[{schema.MIN_BOARD_SIZE}, {schema.MAX_BOARD_SIZE}]")
@@ -131,23 +128,29 @@ class PositionDecoder:
         self.points = board_size * board_size
         self.actions = schema.num_actions(board_size)
         self.packed_bytes = schema.packed_plane_bytes(board_size, schema.PACKED_PLANES)
-        self._unpack = tf.constant(bit_unpack_table())
-        self._plane_gather = tf.constant(plane_gather_table(board_size))
+        self._unpack = tf.constant(bit_unpack_table().astype(np.int32))
+        self._plane_bit = tf.constant((1 << np.arange(schema.PACKED_PLANES, dtype=np.int32))[:, None])
+        self._shifts = tf.range(schema.INPUT_PLANES, dtype=tf.int32)
         forward = np.asarray(symmetry_permutations(board_size), dtype=np.int32)
         self._forward = tf.constant(forward.reshape(-1))  # flat [8 * A]
         self._inverse_points = tf.constant(inverse_permutations(board_size)[:, : self.points])
         self._spec = position_feature_spec()
+        self._points_core = tf.function(self._per_point, jit_compile=jit, autograph=False)
 
     def decode(self, serialized: tf.Tensor, symmetries: tf.Tensor) -> dict:
         """serialized: string [B]; symmetries: int32 [B] -> dict (see module doc)."""
         parsed = tf.io.parse_example(serialized, self._spec)
-        checks = self._header_checks(parsed)
-        with tf.control_dependencies(checks):
-            planes = self._planes(parsed, symmetries)
+        with tf.control_dependencies(self._header_checks(parsed)):
+            packed = tf.io.decode_raw(parsed[schema.P_PLANES][:, 0], tf.uint8,
+                                      fixed_length=self.packed_bytes)  # [B, bytes]
+        ownership = tf.io.decode_raw(parsed[schema.P_OWNERSHIP][:, 0], tf.int8,
+                                     fixed_length=self.points)  # [B, NN]
+        planes, ownership = self._points_core(packed, ownership, parsed[schema.P_TO_PLAY][:, 0],
+                                              symmetries)
         batch = {
             "planes": planes,
             "policy": self._policy(parsed, symmetries),
-            "ownership": self._ownership(parsed, symmetries),
+            "ownership": ownership,
             "value": parsed[schema.P_VALUE][:, 0],
             "score": parsed[schema.P_SCORE][:, 0],
         }
@@ -166,36 +169,42 @@ class PositionDecoder:
                 message=f"position record field '{schema.P_BOARD_SIZE}' is not {self.board_size}"),
         ]
 
-    def _planes(self, parsed: dict, symmetries: tf.Tensor) -> tf.Tensor:
-        """Unpack bits, apply each example's symmetry and go NHWC: [B, N, N, 17]."""
-        packed = tf.io.decode_raw(parsed[schema.P_PLANES][:, 0], tf.uint8,
-                                  fixed_length=self.packed_bytes)  # [B, bytes]
-        bits = tf.reshape(tf.gather(self._unpack, tf.cast(packed, tf.int32)),
-                          [-1, self.packed_bytes * 8])  # [B, bytes*8], plane-major
-        index = tf.gather(self._plane_gather, symmetries)  # [B, NN*16]
-        stones = tf.gather(bits, index, batch_dims=1)  # [B, NN*16], channels-last
+    def _per_point(self, packed, ownership, to_play, symmetries):
+        """uint8 [B, bytes], int8 [B, NN], int64 [B], int32 [B] -> planes, ownership.
+
+        Every per-point field is packed into one int32 *word* per point (bits
+        0-15: stone planes, bit c = plane c; bit 16: Black to move; bits
+        17-24: ownership + 128), so that one gather of [B, NN] words applies
+        the symmetry to all of them; a shift-and-mask then yields NHWC planes
+        with no transpose.
+        """
         n = self.board_size
-        stones = tf.reshape(tf.cast(stones, tf.float32), [-1, n, n, schema.PACKED_PLANES])
-        black_to_play = tf.cast(tf.equal(parsed[schema.P_TO_PLAY][:, 0], schema.BLACK), tf.float32)
-        colour = tf.broadcast_to(black_to_play[:, None, None, None], tf.shape(stones[..., :1]))
-        return tf.concat([stones, colour], axis=-1)
+        bits = tf.gather(self._unpack, tf.cast(packed, tf.int32))  # [B, bytes, 8]
+        planes = tf.reshape(bits, [-1, schema.PACKED_PLANES, self.points])  # plane-major
+        stones = tf.reduce_sum(planes * self._plane_bit, axis=1)  # [B, NN]
+        black_to_play = tf.cast(tf.equal(to_play, schema.BLACK), tf.int32)
+        ownership_bits = tf.bitwise.left_shift(tf.cast(ownership, tf.int32) + 128, _OWNERSHIP_SHIFT)
+        words = stones + black_to_play[:, None] * (1 << _COLOUR_BIT) + ownership_bits
+        # Symmetry: output point q takes the word of the point that moves to q.
+        words = tf.gather(words, tf.gather(self._inverse_points, symmetries), batch_dims=1)
+        channels = tf.bitwise.bitwise_and(tf.bitwise.right_shift(words[..., None], self._shifts), 1)
+        channels = tf.reshape(tf.cast(channels, tf.float32), [-1, n, n, schema.INPUT_PLANES])
+        owner = tf.bitwise.bitwise_and(tf.bitwise.right_shift(words, _OWNERSHIP_SHIFT), 255) - 128
+        return channels, tf.cast(owner, tf.float32) / float(schema.OWNERSHIP_SCALE)
 
     def _policy(self, parsed: dict, symmetries: tf.Tensor) -> tf.Tensor:
         """Sparse (index, prob) lists -> dense [B, A] with the symmetry applied."""
         index = parsed[schema.P_POLICY_INDEX]
         prob = parsed[schema.P_POLICY_PROB]
-        row = index.indices[:, 0]
+        row = tf.cast(index.indices[:, 0], tf.int32)
         point = tf.cast(index.values, tf.int32)
         moved = tf.gather(self._forward, tf.gather(symmetries, row) * self.actions + point)
-        scatter_index = tf.stack([tf.cast(row, tf.int32), moved], axis=1)
         batch = tf.shape(symmetries)[0]
-        return tf.scatter_nd(scatter_index, prob.values, [batch, self.actions])
-
-    def _ownership(self, parsed: dict, symmetries: tf.Tensor) -> tf.Tensor:
-        raw = tf.io.decode_raw(parsed[schema.P_OWNERSHIP][:, 0], tf.int8,
-                               fixed_length=self.points)  # [B, NN]
-        moved = tf.gather(raw, tf.gather(self._inverse_points, symmetries), batch_dims=1)
-        return tf.cast(moved, tf.float32) / float(schema.OWNERSHIP_SCALE)
+        # A segment sum into B*A slots is the scatter: several times faster
+        # than tf.scatter_nd on CPU.
+        dense = tf.math.unsorted_segment_sum(prob.values, row * self.actions + moved,
+                                             batch * self.actions)
+        return tf.reshape(dense, [batch, self.actions])
 
 
 def training_dataset(
