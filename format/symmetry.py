@@ -1,0 +1,125 @@
+"""The 8 dihedral symmetries of the Go board, for planes and move indices.
+
+Pure numpy, no engine import: self-play (data augmentation at inference) and
+the trainer (augmentation of training examples) share it.
+
+Conventions (format/schema.py): a point is ``p = row * N + col`` with row 0
+the top edge; actions are ``0 .. N*N`` with ``PASS = N*N``.
+
+Symmetry ``k`` (0..7) acts on a board array ``a[row, col]`` as three steps in
+this order:
+
+1. if ``k & 4``: transpose (``a[r, c] -> a[c, r]``);
+2. if ``k & 1``: flip vertically (row ``r`` -> ``N-1-r``);
+3. if ``k & 2``: flip horizontally (col ``c`` -> ``N-1-c``).
+
+``k = 0`` is the identity; ``k = 1, 2, 3`` are the two mirrors and the
+180-degree rotation (each its own inverse); ``k = 5, 6`` are the two
+90-degree rotations (each other's inverse) and ``k = 4, 7`` the two diagonal
+mirrors.
+
+Tables and their semantics
+--------------------------
+``perm = symmetry_permutations(N)``, int32 ``[8, N*N + 1]``:
+    ``perm[k][p]`` is *where point p goes* under symmetry k, i.e. for any
+    array of planes ``x``: ``apply_symmetry_to_planes(x, k).reshape(..., -1)
+    [..., perm[k][p]] == x.reshape(..., -1)[..., p]``.  ``perm[k][PASS] ==
+    PASS``.
+``INVERSE[k]``:
+    the symmetry that undoes k: ``perm[INVERSE[k]][perm[k][p]] == p``.
+``inverse_permutations(N)[k]``:
+    ``perm[INVERSE[k]]``, so ``inv[k][perm[k][p]] == p``.
+
+Round trips (tested in tests/test_board_properties.py):
+``apply_symmetry_to_planes(apply_symmetry_to_planes(x, k), INVERSE[k]) == x``,
+the same for ``apply_symmetry_nhwc`` and ``apply_symmetry_to_policy``, and a
+one-hot plane at ``p`` maps to a one-hot plane at ``perm[k][p]``.  A policy
+vector over actions transforms with the same table:
+``apply_symmetry_to_policy(pi, k)[perm[k][a]] == pi[a]``.
+"""
+import functools
+
+import numpy as np
+
+NUM_SYMMETRIES = 8
+
+INVERSE = (0, 1, 2, 3, 4, 6, 5, 7)
+"""INVERSE[k] undoes symmetry k (the two quarter turns, 5 and 6, swap)."""
+
+
+def _check_k(k):
+    if not 0 <= int(k) < NUM_SYMMETRIES:
+        raise ValueError(f"symmetry index must be in 0..7, got {k!r}")
+    return int(k)
+
+
+def apply_symmetry_to_planes(planes, k):
+    """Transform the last two axes ``[..., N, N]`` (rows, cols) by symmetry k."""
+    k = _check_k(k)
+    x = np.asarray(planes)
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+        raise ValueError(f"planes must end with two equal board axes [..., N, N], got shape {x.shape}")
+    if k & 4:
+        x = np.swapaxes(x, -1, -2)
+    if k & 1:
+        x = x[..., ::-1, :]
+    if k & 2:
+        x = x[..., :, ::-1]
+    return np.ascontiguousarray(x)
+
+
+def apply_symmetry_nhwc(planes, k):
+    """Transform a channels-last array ``[..., N, N, C]`` by symmetry k
+    (the network input layout, one position or a batch)."""
+    x = np.asarray(planes)
+    if x.ndim < 3 or x.shape[-2] != x.shape[-3]:
+        raise ValueError(f"NHWC planes must be [..., N, N, C], got shape {x.shape}")
+    moved = np.moveaxis(x, -1, 0)  # [C, ..., N, N]
+    return np.ascontiguousarray(np.moveaxis(apply_symmetry_to_planes(moved, k), 0, -1))
+
+
+@functools.lru_cache(maxsize=None)
+def _permutations(board_size):
+    n2 = board_size * board_size
+    grid = np.arange(n2, dtype=np.int32).reshape(board_size, board_size)
+    perm = np.empty((NUM_SYMMETRIES, n2 + 1), dtype=np.int32)
+    for k in range(NUM_SYMMETRIES):
+        moved = apply_symmetry_to_planes(grid, k).reshape(-1)  # moved[q] = point that lands on q
+        perm[k, moved] = np.arange(n2, dtype=np.int32)
+        perm[k, n2] = n2
+    perm.flags.writeable = False
+    return perm
+
+
+def symmetry_permutations(board_size):
+    """int32 [8, N*N + 1]; perm[k][p] = where action p goes under symmetry k."""
+    if not isinstance(board_size, (int, np.integer)) or board_size < 1:
+        raise ValueError(f"board size must be a positive int, got {board_size!r}")
+    return _permutations(int(board_size))
+
+
+def inverse_permutations(board_size):
+    """int32 [8, N*N + 1]; inv[k][perm[k][p]] == p."""
+    perm = symmetry_permutations(board_size)
+    return perm[list(INVERSE)]
+
+
+def apply_symmetry_to_policy(policy, k):
+    """Transform action-indexed values ``[..., N*N + 1]`` (pass last, fixed)."""
+    k = _check_k(k)
+    x = np.asarray(policy)
+    n2 = x.shape[-1] - 1
+    size = int(round(n2 ** 0.5))
+    if size * size != n2:
+        raise ValueError(f"policy must end with N*N + 1 actions, got {x.shape[-1]}")
+    out = np.empty_like(x)
+    out[..., symmetry_permutations(size)[k]] = x
+    return out
+
+
+def transform_move(move, k, board_size):
+    """One action index through symmetry k (PASS stays PASS)."""
+    perm = symmetry_permutations(board_size)
+    if not 0 <= int(move) <= board_size * board_size:
+        raise ValueError(f"move {move} is not an action on a {board_size}x{board_size} board")
+    return int(perm[_check_k(k), int(move)])
