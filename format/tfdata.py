@@ -47,7 +47,7 @@ import numpy as np
 import tensorflow as tf
 
 from format import schema
-from format.symmetry import symmetry_permutations
+from format.symmetry import inverse_permutations, symmetry_permutations
 
 NUM_SYMMETRIES = 8
 
@@ -71,21 +71,6 @@ def bit_unpack_table() -> np.ndarray:
     Matches ``np.packbits(..., bitorder="big")``, the writer's packing.
     """
     return np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="big")
-
-
-def inverse_permutations(board_size: int) -> np.ndarray:
-    """int32 [8, A]: ``inverse[k][q]`` is the point that symmetry ``k`` moves to ``q``."""
-    forward = np.asarray(symmetry_permutations(board_size), dtype=np.int32)
-    actions = schema.num_actions(board_size)
-    if forward.shape != (NUM_SYMMETRIES, actions):
-        raise ValueError(
-            f"format.symmetry.symmetry_permutations({board_size}) has shape {forward.shape}, "
-            f"expected {(NUM_SYMMETRIES, actions)}"
-        )
-    inverse = np.empty_like(forward)
-    rows = np.arange(NUM_SYMMETRIES)[:, None]
-    inverse[rows, forward] = np.arange(actions, dtype=np.int32)[None, :]
-    return inverse
 
 
 def position_feature_spec() -> dict:
@@ -132,8 +117,12 @@ class PositionDecoder:
         self._plane_bit = tf.constant((1 << np.arange(schema.PACKED_PLANES, dtype=np.int32))[:, None])
         self._shifts = tf.range(schema.INPUT_PLANES, dtype=tf.int32)
         forward = np.asarray(symmetry_permutations(board_size), dtype=np.int32)
-        self._forward = tf.constant(forward.reshape(-1))  # flat [8 * A]
-        self._inverse_points = tf.constant(inverse_permutations(board_size)[:, : self.points])
+        inverse = np.asarray(inverse_permutations(board_size), dtype=np.int32)
+        if forward.shape != (NUM_SYMMETRIES, self.actions) or inverse.shape != forward.shape:
+            raise ValueError(f"format.symmetry tables for {board_size}x{board_size} have shape "
+                             f"{forward.shape}, expected {(NUM_SYMMETRIES, self.actions)}")
+        self._forward = tf.constant(forward.reshape(-1))  # flat [8 * A]: forward[k * A + p]
+        self._inverse_points = tf.constant(inverse[:, : self.points])  # [8, NN]
         self._spec = position_feature_spec()
         self._points_core = tf.function(self._per_point, jit_compile=jit, autograph=False)
 
