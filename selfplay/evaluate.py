@@ -1,0 +1,471 @@
+"""Match play: player A against player B, with a win rate and its confidence.
+
+    python -m selfplay.evaluate model:ROOT random --games 100 --visits 16
+    python -m selfplay.evaluate model:ROOT@12 model:ROOT@10 --games 200 --json
+    python -m selfplay.evaluate uniform gnugo:1 --games 10 --sgf-dir /tmp/games
+
+A *player spec* is one of:
+
+* ``model:ROOT[@GEN]``: MCTS with a published model of the run at ROOT (a
+  local folder or gs://bucket/prefix); generation GEN, default the latest;
+* ``uniform``: MCTS with the uniform evaluator (uniform priors, value 0: its
+  only signal is the rules' result at game-over leaves);
+* ``random``: uniform over legal moves that don't fill an own eye;
+* ``gnugo[:LEVEL]``: GNU Go over GTP (level 0-10, default 1).
+
+A plays Black in even-numbered games and White in odd ones.  A game ends
+after two consecutive passes, a resignation, an illegal move (the mover
+forfeits) or the move cap, and is scored by Tromp-Taylor area with komi
+(Black's side: ``black_area - white_area - komi``).  A draw (a score of
+exactly 0) counts half a win.  The win rate is A's, with a 95% Wilson score
+interval (`wilson_interval`).
+
+The library entry point is `evaluate(player_a, player_b, games, board_size,
+komi, ...) -> EvalResult`, which the training loop calls each generation.
+It plays up to ``parallel_games`` games at once in lockstep: at each step
+every player searches all the games where it is to move in one call
+(`MctsPlayer.select_moves`, one evaluator batch per search step), so a
+model's network sees batches of many games.  External engines (GNU Go) hold
+one game each, so a match with one plays its games one at a time.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import re
+import sys
+import time
+from typing import Callable, Sequence
+
+from format import schema as S
+from selfplay.board import Board, IllegalMove
+from selfplay.player import (
+    RESIGN, EvaluatorSource, MctsConfig, MctsPlayer, RandomPlayer, SearchBudget, gnugo_player,
+    load_evaluator,
+)
+
+Z_95 = 1.959963984540054
+"""Two-sided 95% quantile of the standard normal."""
+
+END_TWO_PASSES = S.END_REASONS[S.END_TWO_PASSES]
+END_RESIGN = S.END_REASONS[S.END_RESIGN]
+END_MOVE_CAP = S.END_REASONS[S.END_MOVE_CAP]
+END_ILLEGAL = "illegal-move"
+
+
+def wilson_interval(successes: float, trials: int, z: float = Z_95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (Wilson, 1927).
+
+    Better than the normal approximation p +- z sqrt(p(1-p)/n) at small n
+    and near 0 or 1: it never leaves [0, 1] and is not empty at p = 0 or 1.
+    `successes` may be fractional (draws count half).  (0, 1) when trials=0.
+    """
+    if trials < 0 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 <= successes ({successes}) <= trials ({trials})")
+    if trials == 0:
+        return 0.0, 1.0
+    p = successes / trials
+    z2 = z * z
+    denominator = 1.0 + z2 / trials
+    centre = (p + z2 / (2 * trials)) / denominator
+    half_width = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / denominator
+    return max(0.0, centre - half_width), min(1.0, centre + half_width)
+
+
+@dataclasses.dataclass(frozen=True)
+class GameResult:
+    """One finished game.
+
+    moves: flat actions in order (Black first), PASS = N*N.
+    winner: BLACK, WHITE, or EMPTY (0) for a draw.
+    score: Tromp-Taylor area score from Black's side; None when the game
+        ended by resignation or forfeit.
+    end_reason: 'two-passes', 'resign', 'move-cap' or 'illegal-move'.
+    """
+
+    index: int
+    black: str
+    white: str
+    moves: tuple[int, ...]
+    winner: int
+    score: float | None
+    end_reason: str
+    sgf_path: str | None = None
+
+    @property
+    def result_text(self) -> str:
+        """SGF/GTP style: 'B+3.5', 'W+R' (resign), 'B+F' (forfeit), '0' (draw)."""
+        if self.winner == S.EMPTY:
+            return "0"
+        side = "B" if self.winner == S.BLACK else "W"
+        if self.end_reason == END_RESIGN:
+            return f"{side}+R"
+        if self.end_reason == END_ILLEGAL:
+            return f"{side}+F"
+        return f"{side}+{abs(self.score):g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalResult:
+    """A match from player A's side.  win_rate = (wins + draws / 2) / games."""
+
+    player_a: str
+    player_b: str
+    board_size: int
+    komi: float
+    games: int
+    wins: int
+    losses: int
+    draws: int
+    wins_as_black: int
+    wins_as_white: int
+    win_rate: float
+    ci_low: float
+    ci_high: float
+    mean_moves: float
+    seconds: float
+    game_results: tuple[GameResult, ...] = ()
+
+    def summary(self) -> str:
+        return (f"{self.player_a} vs {self.player_b} on {self.board_size}x{self.board_size}, komi {self.komi:g}: "
+                f"{self.wins} wins, {self.losses} losses, {self.draws} draws in {self.games} games "
+                f"(as Black {self.wins_as_black}, as White {self.wins_as_white}); "
+                f"win rate {self.win_rate:.3f}, 95% CI [{self.ci_low:.3f}, {self.ci_high:.3f}]; "
+                f"{self.mean_moves:.1f} moves per game, {self.seconds:.1f} s")
+
+    def to_json_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["game_results"] = [
+            {"index": g.index, "black": g.black, "white": g.white, "result": g.result_text,
+             "score": g.score, "end_reason": g.end_reason, "moves": len(g.moves), "sgf": g.sgf_path}
+            for g in self.game_results]
+        return out
+
+
+def summarize(player_a: str, player_b: str, board_size: int, komi: float,
+              results: Sequence[GameResult], seconds: float) -> EvalResult:
+    """Count A's wins (A is Black in even-numbered games) into an EvalResult."""
+    wins = losses = draws = wins_black = wins_white = 0
+    for game in results:
+        a_color = S.BLACK if game.index % 2 == 0 else S.WHITE
+        if game.winner == S.EMPTY:
+            draws += 1
+        elif game.winner == a_color:
+            wins += 1
+            wins_black += a_color == S.BLACK
+            wins_white += a_color == S.WHITE
+        else:
+            losses += 1
+    total = len(results)
+    successes = wins + 0.5 * draws
+    low, high = wilson_interval(successes, total)
+    return EvalResult(
+        player_a=player_a, player_b=player_b, board_size=board_size, komi=komi, games=total,
+        wins=wins, losses=losses, draws=draws, wins_as_black=wins_black, wins_as_white=wins_white,
+        win_rate=successes / total if total else 0.0, ci_low=low, ci_high=high,
+        mean_moves=sum(len(g.moves) for g in results) / total if total else 0.0,
+        seconds=seconds, game_results=tuple(results))
+
+
+# --------------------------------------------------------------------------
+# playing
+# --------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _LiveGame:
+    """A game in progress: its slot (the players' search slot), board, moves."""
+
+    index: int
+    slot: int
+    board: Board
+    black: object
+    white: object
+    moves: list[int] = dataclasses.field(default_factory=list)
+
+    def player_to_move(self):
+        return self.black if self.board.to_play == S.BLACK else self.white
+
+
+def _finish(game: _LiveGame, end_reason: str, loser: int | None = None) -> GameResult:
+    """Score a finished game; `loser` is set for a resignation or a forfeit."""
+    if loser is not None:
+        winner, score = -loser, None
+    else:
+        score = float(game.board.area_score())
+        winner = S.BLACK if score > 0 else S.WHITE if score < 0 else S.EMPTY
+    return GameResult(game.index, game.black.name, game.white.name, tuple(game.moves),
+                      winner, score, end_reason)
+
+
+def _apply_move(game: _LiveGame, move: int) -> GameResult | None:
+    """Play `move` for the side to move and tell both players; the result if the game ended."""
+    board = game.board
+    color = board.to_play
+    if move == RESIGN:
+        return _finish(game, END_RESIGN, loser=color)
+    try:
+        board.play(move)
+    except IllegalMove:
+        return _finish(game, END_ILLEGAL, loser=color)
+    game.moves.append(move)
+    for player in {id(game.black): game.black, id(game.white): game.white}.values():
+        player.observe(move, color)
+    if board.is_over:
+        return _finish(game, END_TWO_PASSES if board.consecutive_passes >= 2 else END_MOVE_CAP)
+    return None
+
+
+def play_games(player_a, player_b, games: int, board_size: int, komi: float, *,
+               max_moves: int = 0, parallel_games: int = 16,
+               on_game: Callable[[GameResult], None] | None = None) -> list[GameResult]:
+    """Play `games` games, A Black in even-numbered ones; results in index order.
+
+    Up to `parallel_games` games run in lockstep (1 when a player holds one
+    game at a time, like GNU Go); `on_game` is called as each one ends.
+    """
+    if games < 1:
+        raise ValueError(f"games must be >= 1, got {games}")
+    limits = [p.max_parallel_games for p in (player_a, player_b) if getattr(p, "max_parallel_games", None)]
+    concurrency = max(1, min([parallel_games, games] + limits))
+    next_index = 0
+    free_slots = list(range(concurrency - 1, -1, -1))
+    live: list[_LiveGame] = []
+    results: list[GameResult] = []
+
+    def end(game, result):
+        live.remove(game)
+        free_slots.append(game.slot)
+        results.append(result)
+        if on_game is not None:
+            on_game(result)
+
+    while live or next_index < games:
+        while free_slots and next_index < games:
+            black, white = (player_a, player_b) if next_index % 2 == 0 else (player_b, player_a)
+            for player in {id(black): black, id(white): white}.values():
+                player.start_game(board_size, komi)
+            live.append(_LiveGame(next_index, free_slots.pop(), Board(board_size, komi, max_moves),
+                                  black, white))
+            next_index += 1
+        for player in {id(player_a): player_a, id(player_b): player_b}.values():
+            mine = [g for g in live if g.player_to_move() is player]
+            if not mine:
+                continue
+            moves = player.select_moves([g.board for g in mine], [g.slot for g in mine])
+            for game, move in zip(mine, moves):
+                result = _apply_move(game, move)
+                if result is not None:
+                    end(game, result)
+    return sorted(results, key=lambda g: g.index)
+
+
+def write_sgf(result: GameResult, board_size: int, komi: float, folder: str) -> str:
+    """Write one game as SGF (player names in PB/PW) and return its path."""
+    from sgfmill import sgf
+
+    from selfplay.sgf import game_to_sgf
+
+    data = game_to_sgf(board_size, komi, list(result.moves), result=result.result_text)
+    game = sgf.Sgf_game.from_bytes(data)
+    root = game.get_root()
+    root.set("PB", result.black)
+    root.set("PW", result.white)
+    root.set("GN", f"game {result.index} ({result.end_reason})")
+    safe = re.sub(r"[^A-Za-z0-9_.+-]", "_", f"{result.black}-vs-{result.white}")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{result.index:05d}-{safe}.sgf")
+    with open(path, "wb") as handle:
+        handle.write(game.serialise())
+    return path
+
+
+def evaluate(player_a, player_b, games: int, board_size: int, komi: float, *,
+             max_moves: int = 0, parallel_games: int = 16, sgf_dir: str | None = None,
+             on_game: Callable[[GameResult], None] | None = None) -> EvalResult:
+    """Play a match and count it from A's side (see the module docstring).
+
+    `sgf_dir`: write every game there as ``<index>-<black>-vs-<white>.sgf``.
+    """
+    started = time.monotonic()
+    results = play_games(player_a, player_b, games, board_size, komi, max_moves=max_moves,
+                         parallel_games=parallel_games, on_game=on_game)
+    if sgf_dir is not None:
+        results = [dataclasses.replace(r, sgf_path=write_sgf(r, board_size, komi, sgf_dir)) for r in results]
+    return summarize(player_a.name, player_b.name, board_size, komi, results, time.monotonic() - started)
+
+
+# --------------------------------------------------------------------------
+# player specs and the command line
+# --------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class PlayerSpec:
+    """A parsed player spec (see the module docstring)."""
+
+    kind: str                      # 'model', 'uniform', 'random', 'gnugo'
+    root: str | None = None        # model: the run's storage root
+    generation: int | None = None  # model: None = latest
+    level: int = 1                 # gnugo: 0..10
+
+    @classmethod
+    def parse(cls, text: str) -> "PlayerSpec":
+        if text in ("uniform", "random"):
+            return cls(text)
+        if text == "gnugo" or text.startswith("gnugo:"):
+            level_text = text.partition(":")[2] or "1"
+            if not level_text.isdigit() or not 0 <= int(level_text) <= 10:
+                raise ValueError(f"player {text!r}: GNU Go level must be 0..10")
+            return cls("gnugo", level=int(level_text))
+        if text.startswith("model:") and len(text) > len("model:"):
+            root = text[len("model:"):]
+            generation = None
+            head, at, tail = root.rpartition("@")
+            if at:
+                if not tail.isdigit() or not head:
+                    raise ValueError(f"player {text!r}: want model:ROOT@GENERATION with a number after '@'")
+                root, generation = head, int(tail)
+            return cls("model", root=root, generation=generation)
+        raise ValueError(f"player {text!r}: want model:ROOT[@GEN], uniform, random or gnugo[:LEVEL]")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluateConfig:
+    """Settings of `python -m selfplay.evaluate` (see --help)."""
+
+    player_a: PlayerSpec
+    player_b: PlayerSpec
+    games: int = 20
+    board_size: int | None = None       # None: the model's run size, else 9
+    komi: float | None = None           # None: the model's run komi, else 7.5
+    max_moves: int = 0
+    visits: int | None = 32
+    seconds_per_move: float | None = None
+    opening_moves: int = 4
+    parallel_games: int = 16
+    sgf_dir: str | None = None
+    seed: int = 0
+    json: bool = False
+
+    def __post_init__(self):
+        if self.games < 1:
+            raise ValueError(f"--games must be >= 1, got {self.games}")
+        if self.board_size is not None and not S.MIN_BOARD_SIZE <= self.board_size <= S.MAX_BOARD_SIZE:
+            raise ValueError(f"--board-size must be in {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
+        if self.komi is not None and not math.isfinite(self.komi):
+            raise ValueError("--komi must be a finite number")
+        if self.max_moves < 0:
+            raise ValueError("--max-moves must be >= 0 (0 = 3 x N x N)")
+        if self.parallel_games < 1:
+            raise ValueError("--parallel-games must be >= 1")
+        SearchBudget(self.visits, self.seconds_per_move)
+        MctsConfig(opening_moves=self.opening_moves)
+
+
+def build_player(spec: PlayerSpec, board_size: int, mcts: MctsConfig, seed: int, loaded=None):
+    """The player for `spec`; `loaded` is the spec's LoadedEvaluator for models."""
+    if spec.kind == "random":
+        return RandomPlayer(seed=seed)
+    if spec.kind == "gnugo":
+        return gnugo_player(spec.level)
+    config = dataclasses.replace(mcts, seed=seed)
+    if spec.kind == "uniform":
+        from selfplay.evaluator import UniformEvaluator
+
+        return MctsPlayer(UniformEvaluator(board_size), config, name="uniform")
+    return MctsPlayer(loaded.for_board_size(board_size), config, name=loaded.name)
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m selfplay.evaluate",
+        description="Play player A against player B (alternating colours, Tromp-Taylor scoring) "
+                    "and report A's win rate with a 95%% Wilson interval. Players: model:ROOT[@GEN], "
+                    "uniform, random, gnugo[:LEVEL].")
+    parser.add_argument("player_a", help="player A spec, e.g. model:/data/run or model:gs://b/run@12")
+    parser.add_argument("player_b", help="player B spec, e.g. random, uniform, gnugo:1")
+    parser.add_argument("--games", type=int, default=EvaluateConfig.games, help="games to play (default %(default)s)")
+    parser.add_argument("--board-size", type=int, default=None,
+                        help="board size (default: the model's run.json, else 9)")
+    parser.add_argument("--komi", type=float, default=None, help="komi (default: the model's run.json, else 7.5)")
+    parser.add_argument("--max-moves", type=int, default=0, help="move cap per game, passes included (0 = 3 x N x N)")
+    parser.add_argument("--visits", type=int, default=EvaluateConfig.visits,
+                        help="MCTS simulations per move (default %(default)s; 0 = none, needs --seconds-per-move)")
+    parser.add_argument("--seconds-per-move", type=float, default=None, help="MCTS wall-clock limit per move")
+    parser.add_argument("--opening-moves", type=int, default=EvaluateConfig.opening_moves,
+                        help="MCTS players sample their moves by visit count for the game's first this many "
+                             "moves, so games differ (default %(default)s)")
+    parser.add_argument("--parallel-games", type=int, default=EvaluateConfig.parallel_games,
+                        help="games played at once (1 when GNU Go plays; default %(default)s)")
+    parser.add_argument("--sgf-dir", help="write every game there as SGF")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the players' random choices")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> EvaluateConfig:
+    return EvaluateConfig(
+        player_a=PlayerSpec.parse(args.player_a), player_b=PlayerSpec.parse(args.player_b),
+        games=args.games, board_size=args.board_size, komi=args.komi, max_moves=args.max_moves,
+        visits=args.visits or None, seconds_per_move=args.seconds_per_move,
+        opening_moves=args.opening_moves, parallel_games=args.parallel_games, sgf_dir=args.sgf_dir,
+        seed=args.seed, json=args.json)
+
+
+def run(config: EvaluateConfig, log: Callable[[str], None] = lambda text: None) -> EvalResult:
+    """Load the players of `config`, play the match, close the players."""
+    loaded = {}
+    for spec in (config.player_a, config.player_b):
+        if spec.kind == "model" and spec not in loaded:
+            loaded[spec] = load_evaluator(EvaluatorSource(spec.root, spec.generation))
+    model_sizes = {item.board_size for item in loaded.values()}
+    model_komis = {item.komi for item in loaded.values()}
+    if len(model_sizes) > 1 and config.board_size is None:
+        raise ValueError(f"the two models come from runs of different board sizes {sorted(model_sizes)}")
+    board_size = config.board_size or (model_sizes.pop() if model_sizes else 9)
+    komi = config.komi if config.komi is not None else (model_komis.pop() if len(model_komis) == 1 else 7.5)
+    mcts = MctsConfig(budget=SearchBudget(config.visits, config.seconds_per_move),
+                      opening_moves=config.opening_moves)
+    players = []
+    try:
+        for side, spec in enumerate((config.player_a, config.player_b)):
+            players.append(build_player(spec, board_size, mcts, config.seed * 2 + side, loaded.get(spec)))
+        if players[0].name == players[1].name:
+            players[1].name += "-b"
+
+        def on_game(game: GameResult):
+            log(f"game {game.index}: {game.black} (B) vs {game.white} (W): {game.result_text} "
+                f"after {len(game.moves)} moves ({game.end_reason})")
+
+        return evaluate(players[0], players[1], config.games, board_size, komi,
+                        max_moves=config.max_moves, parallel_games=config.parallel_games,
+                        sgf_dir=config.sgf_dir, on_game=on_game)
+    finally:
+        for player in players:
+            player.close()
+
+
+def main(argv=None) -> int:
+    parser = build_arg_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    log = (lambda text: print(text, file=sys.stderr, flush=True))
+    try:
+        result = run(config, log)
+    except (OSError, ValueError, LookupError) as exc:
+        print(f"selfplay.evaluate: {exc}", file=sys.stderr)
+        return 2
+    if config.json:
+        print(json.dumps(result.to_json_dict(), sort_keys=True))
+    else:
+        print(result.summary())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
