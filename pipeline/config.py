@@ -1,0 +1,113 @@
+"""ShuffleConfig: every setting of the shuffle job, validated once, exposed as flags.
+
+The job (``python -m pipeline.shuffle``) is configured by one frozen
+dataclass.  Each field's metadata carries its help text; `add_flags` turns
+the fields into argparse flags (``--window_exponent`` for
+``window_exponent``) and `from_args` builds the config back, so the CLI and
+the library cannot drift apart.  Units: positions are training examples (one
+board position of one game); "reuse" is how many times a position appears in
+the window's shards in expectation.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+
+from format import schema as S
+
+LABEL_AUTO = "auto"
+LABEL_MODEL = "model"
+LABEL_RANDOM = "random"
+PLAYOUT_LABEL_MODES = (LABEL_AUTO, LABEL_MODEL, LABEL_RANDOM)
+
+
+def _field(default, help_text):
+    return dataclasses.field(default=default, metadata={"help": help_text})
+
+
+@dataclasses.dataclass(frozen=True)
+class ShuffleConfig:
+    """Settings of one shuffle run.  ``root`` is a folder or gs://bucket/prefix."""
+
+    root: str = _field("", "the lake: a local folder or gs://bucket/prefix (required)")
+    board: int = _field(0, "expected board size; refused if it differs from ROOT/run.json (0 = take run.json's)")
+    # --- window (power law in the manner of KataGo's shuffle.py) ---
+    window_min_positions: int = _field(
+        250_000, "below this many positions in the lake the window is the whole lake")
+    window_exponent: float = _field(
+        0.65, "growth exponent of the window beyond the minimum (1 = keep everything)")
+    window_scale: int = _field(
+        250_000, "positions over which the power law bends; the window's slope is 1 at the minimum")
+    window_max_positions: int = _field(0, "hard cap on the window (0 = none)")
+    sample_chunks: int = _field(
+        3, "newest chunks decoded up front to estimate positions per byte for the window rule")
+    # --- labels ---
+    playout_labels: str = _field(
+        LABEL_AUTO, "how games without an exact endstate are played out: auto (model if the lake has one, "
+                    "else random), model, random")
+    random_playouts: int = _field(64, "random playouts averaged per game when no model is used")
+    model_playout_moves: int = _field(
+        0, "moves the model plays per game before random playouts finish it (0 = 2*N*N)")
+    model_temperature: float = _field(1.0, "softmax temperature of the model's policy while playing out")
+    playout_ownership_weight: float = _field(
+        0.5, "ownership and score loss weight of played-out labels (exact endstates get 1)")
+    # --- dedup ---
+    dedup_max_move: int = _field(
+        20, "only positions before this move number can be capped (bounds dedup memory; 0 = no cap)")
+    position_cap: int = _field(
+        8, "a position (board + history + side to move) is kept at most this many times; the targets of "
+           "all its occurrences are averaged into the kept copies")
+    partition_positions: int = _field(
+        200_000, "early positions per dedup partition (memory of one dedup step)")
+    # --- shuffle ---
+    reuse: float = _field(1.5, "expected copies of each position in the shards (floor(r) + Bernoulli(frac(r)))")
+    shard_positions: int = _field(100_000, "target records per output shard; the shard count grows with the window")
+    shard_gzip_level: int = _field(1, "gzip level of the shards (1 is 3x faster than 6 for ~9% more bytes)")
+    bundle_positions: int = _field(20_000, "positions per work bundle (a group of whole chunks)")
+    seed: int = _field(0, "seed of every random choice (0 = derive one from the attempt id)")
+    # --- local runner ---
+    workers: int = _field(2, "worker processes of the local in-process runner (FnApiRunner)")
+
+    def __post_init__(self):
+        errors = []
+        if not self.root:
+            errors.append("--root is required")
+        if self.board and not S.MIN_BOARD_SIZE <= self.board <= S.MAX_BOARD_SIZE:
+            errors.append(f"--board {self.board} is outside {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
+        for name in ("window_min_positions", "window_scale", "sample_chunks", "random_playouts",
+                     "partition_positions", "shard_positions", "bundle_positions", "workers", "position_cap"):
+            if getattr(self, name) < 1:
+                errors.append(f"--{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("window_max_positions", "dedup_max_move", "model_playout_moves", "seed"):
+            if getattr(self, name) < 0:
+                errors.append(f"--{name} must not be negative, got {getattr(self, name)}")
+        if not 0 < self.window_exponent <= 1:
+            errors.append(f"--window_exponent must be in (0, 1], got {self.window_exponent}")
+        if self.window_max_positions and self.window_max_positions < self.window_min_positions:
+            errors.append("--window_max_positions must be 0 or at least --window_min_positions")
+        if not 1 <= self.shard_gzip_level <= 9:
+            errors.append(f"--shard_gzip_level must be in 1..9, got {self.shard_gzip_level}")
+        if self.playout_labels not in PLAYOUT_LABEL_MODES:
+            errors.append(f"--playout_labels must be one of {PLAYOUT_LABEL_MODES}, got {self.playout_labels!r}")
+        if not (math.isfinite(self.model_temperature) and self.model_temperature > 0):
+            errors.append(f"--model_temperature must be positive, got {self.model_temperature}")
+        if not 0 <= self.playout_ownership_weight <= 1:
+            errors.append(f"--playout_ownership_weight must be in [0, 1], got {self.playout_ownership_weight}")
+        if not (math.isfinite(self.reuse) and 0 < self.reuse <= 16):
+            errors.append(f"--reuse must be in (0, 16], got {self.reuse}")
+        if errors:
+            raise ValueError("invalid shuffle settings:\n  " + "\n  ".join(errors))
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """One ``--name`` flag per ShuffleConfig field, with its default and help."""
+    for f in dataclasses.fields(ShuffleConfig):
+        kind = type(f.default)
+        parser.add_argument(f"--{f.name}", type=kind, default=f.default,
+                            help=f"{f.metadata['help']} (default: {f.default!r})")
+
+
+def from_args(args: argparse.Namespace) -> ShuffleConfig:
+    """The config named by parsed flags; raises ValueError listing every bad flag."""
+    return ShuffleConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ShuffleConfig)})

@@ -1,0 +1,367 @@
+"""Training positions as batches of numpy arrays: build, cap, copy, serialize.
+
+The Beam job never moves one position per element.  A `PositionBatch` is a
+struct of arrays for P positions (any number of games); every step here is a
+whole-array operation or, where a loop is unavoidable, a loop over games.
+
+Terms
+-----
+* ``N`` board size, ``NN = N*N`` points, ``A = NN + 1`` actions.
+* *fresh planes*: a game record keeps, for each position, only its own
+  board (uint8[M, 2, N, N], Black plane then White plane).
+* *history planes*: the 16 packed planes of a position record (schema):
+  planes 0-7 the side to move's stones at t..t-7, 8-15 the opponent's, zero
+  before the game's start.  `game_positions` builds them for a whole game
+  with one fancy-indexing gather.
+* *instance*: a game's number within this run (bundle chunk index << 20 |
+  game index); exact duplicate games are dropped by instance.
+* *key*: 64-bit hash of (history planes, side to move) for positions early
+  enough to be capped (move number < dedup_max_move); 0 for the rest.
+* *copies*: each position goes to the shards floor(r) + Bernoulli(frac(r))
+  times (r = reuse), which has the lowest spread of any integer count with
+  mean r, and each game's copies are dealt round-robin over the shards from a
+  random start, so a game is spread as evenly as it can be.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import math
+
+import numpy as np
+
+from format import codec
+from format import schema as S
+from format.codec import GameRecord
+from format.tfrecord import frame_records
+from pipeline.labels import EndstateLabel
+
+INSTANCE_SHIFT = 20
+"""instance = chunk index << 20 | game index within the chunk."""
+
+_ARRAY_FIELDS = ("planes", "to_play", "policy_offsets", "policy_index", "policy_prob", "value", "score",
+                 "ownership", "policy_weight", "value_weight", "ownership_weight", "score_weight",
+                 "game_id", "move_number", "generation", "instance", "key")
+
+
+@dataclasses.dataclass
+class PositionBatch:
+    """P training positions of one board size, targets already in record form."""
+
+    board_size: int
+    planes: np.ndarray
+    """uint8[P, packed_plane_bytes(N, 16)] history planes (module docstring)."""
+    to_play: np.ndarray
+    """int8[P]: BLACK or WHITE."""
+    policy_offsets: np.ndarray
+    """int64[P+1]: position i's policy is policy_index/prob[off[i]:off[i+1]]."""
+    policy_index: np.ndarray
+    """int64[K] action indices."""
+    policy_prob: np.ndarray
+    """float32[K] probabilities, summing to 1 per position (empty: no target)."""
+    value: np.ndarray
+    """float32[P] game result from the side to move."""
+    score: np.ndarray
+    """float32[P] final area score from the side to move."""
+    ownership: np.ndarray
+    """int8[P, NN] round(127 * ownership) from the side to move."""
+    policy_weight: np.ndarray
+    value_weight: np.ndarray
+    ownership_weight: np.ndarray
+    score_weight: np.ndarray
+    """float32[P] each."""
+    game_id: np.ndarray
+    """bytes_[P] (numpy 'S' dtype) game id."""
+    move_number: np.ndarray
+    """int32[P]"""
+    generation: np.ndarray
+    """int32[P] generation of the model that played the game."""
+    instance: np.ndarray
+    """int64[P] game instance in this run (module docstring)."""
+    key: np.ndarray
+    """uint64[P] dedup key, 0 when the position cannot be capped."""
+
+    def __len__(self) -> int:
+        return len(self.to_play)
+
+    def take(self, rows) -> "PositionBatch":
+        """The positions at ``rows`` (an int array), in that order."""
+        rows = np.asarray(rows, dtype=np.int64)
+        starts, ends = self.policy_offsets[rows], self.policy_offsets[rows + 1]
+        lengths = ends - starts
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+        fields = {name: getattr(self, name)[rows] for name in _ARRAY_FIELDS
+                  if name not in ("policy_offsets", "policy_index", "policy_prob")}
+        return PositionBatch(board_size=self.board_size, policy_offsets=offsets,
+                             policy_index=self.policy_index[gather], policy_prob=self.policy_prob[gather], **fields)
+
+    def policy(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = self.policy_offsets[i], self.policy_offsets[i + 1]
+        return self.policy_index[lo:hi], self.policy_prob[lo:hi]
+
+    def encode(self) -> list[bytes]:
+        """Serialized position records, one per row (codec.encode_positions)."""
+        return codec.encode_positions(
+            board_size=self.board_size, planes_packed=self.planes, to_play=self.to_play,
+            policy_offsets=self.policy_offsets, policy_index=self.policy_index, policy_prob=self.policy_prob,
+            value=self.value, score=self.score, ownership=self.ownership, policy_weight=self.policy_weight,
+            value_weight=self.value_weight, ownership_weight=self.ownership_weight,
+            score_weight=self.score_weight, game_id=[g.decode() for g in self.game_id.tolist()],
+            move_number=self.move_number, generation=self.generation)
+
+    def to_bytes(self) -> bytes:
+        """An .npz image (no pickles) for temporary files."""
+        out = io.BytesIO()
+        np.savez(out, board_size=np.int64(self.board_size), **{n: getattr(self, n) for n in _ARRAY_FIELDS})
+        return out.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "PositionBatch":
+        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+            return cls(board_size=int(arrays["board_size"]), **{n: arrays[n] for n in _ARRAY_FIELDS})
+
+
+def concat(batches) -> PositionBatch | None:
+    """One batch holding every position of ``batches`` (None if there are none)."""
+    batches = [b for b in batches if len(b)]
+    if not batches:
+        return None
+    fields = {}
+    for name in _ARRAY_FIELDS:
+        if name == "policy_offsets":
+            shifts = np.cumsum([0] + [len(b.policy_index) for b in batches[:-1]])
+            fields[name] = np.concatenate(
+                [b.policy_offsets[:-1] + s for b, s in zip(batches, shifts)]
+                + [[shifts[-1] + len(batches[-1].policy_index)]]).astype(np.int64)
+        else:
+            fields[name] = np.concatenate([getattr(b, name) for b in batches])
+    return PositionBatch(board_size=batches[0].board_size, **fields)
+
+
+def history_planes(fresh: np.ndarray) -> np.ndarray:
+    """uint8[M, packed 16 planes] from a game's fresh planes uint8[M, 2, N, N].
+
+    Position i has Black to move for even i (no handicap).  One gather
+    builds all M x 8 history slots: slot k of position i is fresh[i - k],
+    or zeros for i - k < 0.
+    """
+    m, _, n, _ = fresh.shape
+    padded = np.concatenate([np.zeros((S.HISTORY_LENGTH - 1, 2, n, n), np.uint8), fresh])
+    slots = np.arange(m)[:, None] + (S.HISTORY_LENGTH - 1) - np.arange(S.HISTORY_LENGTH)[None, :]
+    history = padded[slots]  # [M, 8, 2(black, white), N, N]
+    white_to_move = (np.arange(m) % 2 == 1)
+    mover = np.where(white_to_move[:, None, None, None], history[:, :, 1], history[:, :, 0])
+    opponent = np.where(white_to_move[:, None, None, None], history[:, :, 0], history[:, :, 1])
+    planes = np.concatenate([mover, opponent], axis=1).reshape(m, S.PACKED_PLANES * n * n)
+    return np.packbits(planes, axis=1, bitorder="big")
+
+
+def position_keys(planes: np.ndarray, to_play: np.ndarray, move_number: np.ndarray, max_move: int) -> np.ndarray:
+    """uint64 dedup keys of the positions before ``max_move``; 0 for the rest."""
+    keys = np.zeros(len(planes), dtype=np.uint64)
+    for i in np.flatnonzero(move_number < max_move).tolist():
+        digest = hashlib.blake2b(planes[i].tobytes() + bytes([int(to_play[i]) & 0xFF]), digest_size=8).digest()
+        keys[i] = int.from_bytes(digest, "little") | 1  # never 0, which means "not keyed"
+    return keys
+
+
+def game_positions(game: GameRecord, label: EndstateLabel, instance: int, dedup_max_move: int) -> PositionBatch:
+    """Every position of one game with its targets and weights."""
+    n, m = game.board_size, game.num_positions
+    move_number = np.arange(m, dtype=np.int32)
+    to_play = np.where(move_number % 2 == 0, S.BLACK, S.WHITE).astype(np.int8)
+    planes = history_planes(np.asarray(game.planes, dtype=np.uint8))
+
+    counts = np.array([len(v) for v in game.policy_values], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    if offsets[-1]:
+        index = np.concatenate(game.policy_indices).astype(np.int64)
+        visits = np.concatenate(game.policy_values).astype(np.float64)
+        totals = np.add.reduceat(visits, offsets[:-1][counts > 0])
+        prob = (visits / np.repeat(totals, counts[counts > 0])).astype(np.float32)
+    else:
+        index, prob = np.zeros(0, np.int64), np.zeros(0, np.float32)
+    policy_weight = ((counts > 0) & np.asarray(game.full_search, bool)).astype(np.float32)
+
+    value_known = game.winner != 0 or game.end_reason == S.END_TWO_PASSES
+    value = (game.winner * to_play).astype(np.float32)
+    score_black = game.score if game.end_reason == S.END_TWO_PASSES and math.isfinite(game.score) else label.score
+    score_known = math.isfinite(score_black) and label.source != S.OWNERSHIP_NONE
+    score = (np.float32(score_black if score_known else 0.0) * to_play).astype(np.float32)
+    own = np.clip(np.round(label.ownership[None, :] * to_play[:, None] * S.OWNERSHIP_SCALE), -127, 127)
+    return PositionBatch(
+        board_size=n, planes=planes, to_play=to_play, policy_offsets=offsets, policy_index=index,
+        policy_prob=prob, value=value, score=score, ownership=own.astype(np.int8),
+        policy_weight=policy_weight, value_weight=np.full(m, 1.0 if value_known else 0.0, np.float32),
+        ownership_weight=np.full(m, label.weight, np.float32),
+        score_weight=np.full(m, label.weight if score_known else 0.0, np.float32),
+        game_id=np.full(m, game.game_id.encode(), dtype=f"S{max(1, len(game.game_id.encode()))}"),
+        move_number=move_number, generation=np.full(m, game.generation, np.int32),
+        instance=np.full(m, instance, np.int64), key=position_keys(planes, to_play, move_number, dedup_max_move))
+
+
+def game_digest(game: GameRecord) -> bytes:
+    """16 bytes that are equal for exact duplicates of one game."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(game.game_id.encode() + b"\0" + str(game.generation).encode() + b"\0")
+    h.update(np.asarray(game.moves, dtype="<u2").tobytes())
+    return h.digest()
+
+
+def _weighted_mean(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Mean over axis 0 weighted by ``weights``; plain mean when they sum to 0."""
+    total = weights.sum()
+    if total <= 0:
+        return values.mean(axis=0)
+    return np.tensordot(weights, values, axes=1) / total
+
+
+def cap_positions(batch: PositionBatch, cap: int) -> tuple[PositionBatch, dict]:
+    """Keep each key at most ``cap`` times; the kept copies carry the merged targets.
+
+    Positions with key 0 pass through.  For a key seen c > cap times, the
+    first ``cap`` occurrences (by instance, then move) are kept and every one
+    of them gets the mean of all c targets: policy = mean of the merged
+    policy targets (weighted by policy_weight, i.e. over the searched
+    occurrences), value/score/ownership = means weighted by their weights.
+    Weights are the largest of the merged ones: a weight written on purpose
+    (0 for a fast-search position, less than 1 for a played-out label) is
+    kept, never rescaled.  Returns the capped batch and statistics.
+    """
+    order = np.lexsort((batch.move_number, batch.instance, batch.key))
+    keys = batch.key[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    counts = np.diff(np.r_[starts, len(keys)])
+    keep_rows, merged = [], {}
+    for start, count in zip(starts.tolist(), counts.tolist()):
+        rows = order[start:start + count]
+        if keys[start] == 0 or count <= cap:
+            keep_rows.extend(rows.tolist())
+            continue
+        kept = rows[:cap]
+        keep_rows.extend(kept.tolist())
+        target = _merged_target(batch, rows)
+        for r in kept.tolist():
+            merged[r] = target
+    out = batch.take(np.sort(np.asarray(keep_rows, dtype=np.int64)))
+    stats = {"capped_keys": int(((counts > cap) & (keys[starts] != 0)).sum()),
+             "capped_positions_removed": len(batch) - len(out)}
+    if merged:
+        out = _apply_merged(out, batch, np.sort(np.asarray(keep_rows, dtype=np.int64)), merged)
+    return out, stats
+
+
+def _merged_target(batch: PositionBatch, rows: np.ndarray) -> dict:
+    actions = batch.board_size ** 2 + 1
+    dense = np.zeros((len(rows), actions), np.float64)
+    for j, r in enumerate(rows.tolist()):
+        index, prob = batch.policy(r)
+        dense[j, index] = prob
+    pw = batch.policy_weight[rows].astype(np.float64)
+    policy = _weighted_mean(dense, pw) if pw.sum() > 0 else np.zeros(actions)
+    ownership = _weighted_mean(batch.ownership[rows].astype(np.float64), batch.ownership_weight[rows])
+    nonzero = np.flatnonzero(policy > 0)
+    return {
+        "policy_index": nonzero, "policy_prob": policy[nonzero].astype(np.float32),
+        "value": _weighted_mean(batch.value[rows].astype(np.float64), batch.value_weight[rows]),
+        "score": _weighted_mean(batch.score[rows].astype(np.float64), batch.score_weight[rows]),
+        "ownership": np.clip(np.round(ownership), -127, 127).astype(np.int8),
+        "policy_weight": pw.max(), "value_weight": batch.value_weight[rows].max(),
+        "ownership_weight": batch.ownership_weight[rows].max(), "score_weight": batch.score_weight[rows].max(),
+    }
+
+
+def _apply_merged(out: PositionBatch, source: PositionBatch, source_rows: np.ndarray, merged: dict) -> PositionBatch:
+    """Replace the targets of the rows of ``out`` that came from merged keys."""
+    indices, probs = [], []
+    for i, r in enumerate(source_rows.tolist()):
+        target = merged.get(r)
+        if target is None:
+            index, prob = out.policy(i)
+        else:
+            index, prob = target["policy_index"], target["policy_prob"]
+            for name in ("value", "score", "policy_weight", "value_weight", "ownership_weight", "score_weight"):
+                getattr(out, name)[i] = target[name]
+            out.ownership[i] = target["ownership"]
+        indices.append(np.asarray(index, np.int64))
+        probs.append(np.asarray(prob, np.float32))
+    out.policy_offsets = np.concatenate([[0], np.cumsum([len(x) for x in indices])]).astype(np.int64)
+    out.policy_index = np.concatenate(indices) if indices else np.zeros(0, np.int64)
+    out.policy_prob = np.concatenate(probs) if probs else np.zeros(0, np.float32)
+    return out
+
+
+def assign_copies(instance: np.ndarray, reuse: float, num_shards: int,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(row, shard) of every copy: floor(r) + Bernoulli(frac(r)) copies per row.
+
+    Copies of one game instance are dealt round-robin over the shards from a
+    random start, in random order, so no shard gets more than
+    ceil(copies / num_shards) of a game.
+    """
+    whole, frac = math.floor(reuse), reuse - math.floor(reuse)
+    copies = whole + (rng.random(len(instance)) < frac).astype(np.int64)
+    rows = np.repeat(np.arange(len(instance)), copies)
+    if not len(rows):
+        return rows, rows.copy()
+    games = instance[rows]
+    order = np.lexsort((rng.random(len(rows)), games))
+    rows, games = rows[order], games[order]
+    starts = np.flatnonzero(np.r_[True, games[1:] != games[:-1]])
+    lengths = np.diff(np.r_[starts, len(rows)])
+    rank = np.arange(len(rows)) - np.repeat(starts, lengths)
+    first = np.repeat(rng.integers(0, num_shards, len(starts)), lengths)
+    return rows, (first + rank) % num_shards
+
+
+# --- temporary shard pieces ------------------------------------------------
+
+
+@dataclasses.dataclass
+class ShardPiece:
+    """Serialized records bound for one shard, with what phase 2 needs to filter."""
+
+    records: list
+    """One TFRecord *frame* (length, CRCs, data) per record: framing happens
+    once per position in phase 1, not once per copy in phase 2."""
+    instance: np.ndarray
+    """int64[R] game instance of each record (to drop duplicate games)."""
+    generation: np.ndarray
+    """int32[R]"""
+
+    def to_bytes(self) -> bytes:
+        lengths = np.fromiter((len(r) for r in self.records), np.int64, len(self.records))
+        out = io.BytesIO()
+        np.savez(out, data=np.frombuffer(b"".join(self.records), np.uint8), lengths=lengths,
+                 instance=self.instance, generation=self.generation)
+        return out.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "ShardPiece":
+        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+            blob = arrays["data"].tobytes()
+            ends = np.cumsum(arrays["lengths"]).tolist()
+            starts = [0] + ends[:-1]
+            records = [blob[s:e] for s, e in zip(starts, ends)]
+            return cls(records, arrays["instance"], arrays["generation"])
+
+
+def split_for_shards(batch: PositionBatch, reuse: float, num_shards: int,
+                     rng: np.random.Generator) -> dict:
+    """{shard: ShardPiece} for every copy of every position in ``batch``.
+
+    Each position is serialized and framed once; its copies share the bytes.
+    """
+    records = [frame_records((r,)) for r in batch.encode()]
+    rows, shards = assign_copies(batch.instance, reuse, num_shards, rng)
+    pieces = {}
+    order = np.argsort(shards, kind="stable")
+    rows, shards = rows[order], shards[order]
+    bounds = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True])
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        picked = rows[lo:hi]
+        pieces[int(shards[lo])] = ShardPiece([records[r] for r in picked.tolist()], batch.instance[picked],
+                                             batch.generation[picked])
+    return pieces

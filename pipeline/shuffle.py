@@ -1,0 +1,201 @@
+"""``python -m pipeline.shuffle``: turn the lake's newest games into a training window.
+
+Reads ``ROOT/games/<gen>/*.tfrecord.zst``, writes
+``ROOT/windows/<target_gen>/<attempt>-<i>-of-<S>.tfrecord.gz`` and, last,
+``MANIFEST.json``.  target_gen = the latest published model generation + 1
+(1 before any model).  A window that already has a manifest is not redone.
+
+The driver (this module) does the cheap, global decisions: check run.json,
+choose the window's chunks by the power-law rule (pipeline.window), size the
+shards and dedup partitions, pick the attempt id; pipeline.transforms does
+the work.  Stages, elements and the memory bound are described there.
+
+Local run (Beam's in-process FnApiRunner, chosen explicitly so nothing is
+downloaded at run time; ``--workers`` SDK worker processes)::
+
+    python -m pipeline.shuffle --root /data/lake
+
+Dataflow (the Cython engine reaches the workers through setup.py)::
+
+    python -m pipeline.shuffle --root gs://BUCKET/lake \\
+        --runner DataflowRunner --project PROJECT --region REGION \\
+        --temp_location gs://BUCKET/beam-tmp --setup_file ./setup.py
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+import uuid
+
+from format import schema as S
+from format.run_config import RunConfigMismatch, read_run_config
+from pipeline import window as W
+from pipeline.config import LABEL_AUTO, LABEL_MODEL, LABEL_RANDOM, ShuffleConfig, add_flags, from_args
+from pipeline.transforms import JobContext, ShuffleWindow
+
+
+class ShuffleError(Exception):
+    """A problem the user can fix; printed without a traceback."""
+
+
+def _progress(message: str) -> None:
+    print(f"[shuffle {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _latest_model(storage):
+    from cloud.registry import latest_generation
+    return latest_generation(storage)
+
+
+def new_attempt_id() -> str:
+    """Unique per run: shard names never collide with a killed attempt's leftovers."""
+    return f"{int(time.time()):x}{uuid.uuid4().hex[:6]}"
+
+
+def prepare(config: ShuffleConfig, storage) -> tuple[JobContext, list] | dict:
+    """Driver decisions: (context, bundle elements), or the existing manifest if the window is done."""
+    try:
+        run = read_run_config(storage)
+    except RunConfigMismatch as exc:
+        raise ShuffleError(str(exc)) from None
+    if run is None:
+        raise ShuffleError(f"{storage.url(S.RUN_CONFIG)} does not exist: {config.root} is not a lake yet")
+    if config.board and config.board != run.board_size:
+        raise ShuffleError(f"--board {config.board} disagrees with {storage.url(S.RUN_CONFIG)} "
+                           f"(board_size {run.board_size})")
+    latest = _latest_model(storage)
+    target = (latest or 0) + 1
+    manifest_path = f"{S.WINDOWS_DIR}/{S.generation_dir(target)}/{S.MANIFEST}"
+    if storage.exists(manifest_path):
+        return json.loads(storage.read(manifest_path))
+    if config.playout_labels == LABEL_MODEL and latest is None:
+        raise ShuffleError("--playout_labels model: the lake has no published model")
+    model_generation = None if config.playout_labels == LABEL_RANDOM else latest
+    try:
+        plan = W.plan_window(storage, min_positions=config.window_min_positions, scale=config.window_scale,
+                             exponent=config.window_exponent, max_positions=config.window_max_positions,
+                             sample_chunks=config.sample_chunks, bundle_positions=config.bundle_positions)
+    except ValueError as exc:
+        raise ShuffleError(str(exc)) from None
+    window_estimate = plan.window_positions_estimate
+    early_estimate = (window_estimate / plan.positions_per_game) * min(plan.positions_per_game,
+                                                                       config.dedup_max_move)
+    attempt = new_attempt_id()
+    seed = config.seed or int.from_bytes(hashlib.blake2b(attempt.encode(), digest_size=4).digest(), "little")
+    generations = sorted({c.generation for c in plan.chunks})
+    summary = (
+        ("rule", f"min {config.window_min_positions}, scale {config.window_scale}, "
+                 f"exponent {config.window_exponent}, max {config.window_max_positions or 'none'}"),
+        ("lake_chunks", plan.lake_chunks),
+        ("lake_positions_estimate", plan.lake_positions_estimate),
+        ("window_positions_target", plan.window_positions_target),
+        ("window_positions_estimate", window_estimate),
+        ("window_chunks", len(plan.chunks)),
+        ("generations", generations),
+        ("chunks", [c.path for c in plan.chunks]),
+    )
+    context = JobContext(
+        root_url=config.root, config=config, board_size=run.board_size, komi=run.komi,
+        target_generation=target, attempt=attempt, seed=seed,
+        num_shards=W.num_shards(window_estimate, config.reuse, config.shard_positions),
+        num_partitions=max(1, int(-(-early_estimate // config.partition_positions))),
+        model_generation=model_generation, plan_summary=summary)
+    _progress(f"lake: {plan.lake_chunks} chunks, ~{plan.lake_positions_estimate} positions; window: "
+              f"{len(plan.chunks)} chunks of generations {generations[0]}..{generations[-1]}, "
+              f"~{window_estimate} positions (target {plan.window_positions_target}) in {len(plan.bundles)} bundles")
+    _progress(f"target generation {target}, attempt {attempt}, {context.num_shards} shards, "
+              f"{context.num_partitions} dedup partitions, play-out labels: "
+              f"{'model generation %d' % model_generation if model_generation is not None else 'random playouts'}")
+    bundles = [(b, [(i, plan.chunks[i]) for i in chunk_indices]) for b, chunk_indices in enumerate(plan.bundles)]
+    return context, bundles
+
+
+def pipeline_options(config: ShuffleConfig, beam_args: list[str]):
+    """PipelineOptions from the unknown flags; the local runner when none is named."""
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+    options = PipelineOptions(beam_args)
+    runner = options.view_as(StandardOptions).runner
+    if runner is None:
+        direct = options.view_as(DirectOptions)
+        direct.direct_num_workers = config.workers
+        direct.direct_running_mode = "multi_processing" if config.workers > 1 else "in_memory"
+    return options, runner
+
+
+def run(config: ShuffleConfig, beam_args: list[str] = ()) -> dict:
+    """Run the job; returns the window's manifest (the existing one if already done)."""
+    import apache_beam as beam
+    from cloud.storage import open_storage
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    storage = open_storage(config.root)
+    prepared = prepare(config, storage)
+    if isinstance(prepared, dict):
+        _progress(f"window {prepared['target_generation']} already has a manifest; nothing to do")
+        return prepared
+    context, bundles = prepared
+    options, runner = pipeline_options(config, list(beam_args))
+    started = time.monotonic()
+    _progress("running the Beam pipeline" + (f" on {runner}" if runner else
+                                             f" locally (FnApiRunner, {config.workers} workers)"))
+    pipeline = beam.Pipeline(runner=None if runner else FnApiRunner(), options=options)
+    _ = (pipeline
+         | "Window bundles" >> beam.Create(bundles)
+         | "Shuffle window" >> ShuffleWindow(context))
+    try:
+        pipeline.run().wait_until_finish()
+    finally:
+        removed = cleanup_tmp(storage, context)
+        if removed:
+            _progress(f"removed {removed} temporary files under {storage.url(context.tmp_dir)}")
+    manifest = json.loads(storage.read(f"{context.window_dir}/{S.MANIFEST}"))
+    elapsed = time.monotonic() - started
+    _progress(f"wrote {len(manifest['shards'])} shards, {manifest['positions']} records from "
+              f"{manifest['input']['positions_read']} positions "
+              f"({manifest['input']['positions_read'] / max(elapsed, 1e-9):.0f} positions/s); "
+              f"skipped {len(manifest['chunks_skipped'])} chunks, dropped "
+              f"{manifest['dedup']['duplicate_games']} duplicate games, capped "
+              f"{manifest['dedup']['capped_positions_removed']} positions")
+    return manifest
+
+
+def cleanup_tmp(storage, context: JobContext) -> int:
+    """Delete what is left of this attempt's temporary pieces."""
+    leftovers = storage.list(context.tmp_dir + "/")
+    for info in leftovers:
+        storage.delete(info.path)
+    return len(leftovers)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.shuffle",
+        description="Label, deduplicate and shuffle the lake's newest games into ROOT/windows/<gen>/.",
+        epilog="Unknown flags go to Apache Beam (e.g. --runner DataflowRunner --project P --region R "
+               "--temp_location gs://B/tmp --setup_file ./setup.py).  Without --runner the job runs "
+               "locally on Beam's in-process FnApiRunner.")
+    add_flags(parser)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args, beam_args = parser.parse_known_args(argv)
+    try:
+        config = from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        run(config, beam_args)
+    except ShuffleError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

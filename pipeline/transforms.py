@@ -1,0 +1,511 @@
+"""The shuffle job's Beam transforms: stages, elements and the memory bound.
+
+Stages (each a composite PTransform, each tested with TestPipeline)::
+
+    bundles: (bundle, [(chunk index, ChunkRef)])          # driver's window plan
+      | LabelAndScatter      read + verify + decode each chunk once, label endstates,
+                             build positions; early positions -> partition pieces,
+                             the rest -> serialized shard pieces (temp files)
+          .skipped   {chunk, reason}               damaged / foreign chunks
+          .games     (instances, digests)          one small element per bundle
+          .parts     (partition, piece path)
+          .pieces    (shard, piece path)
+          .stats     {counter: n}
+      games | FindDuplicateGames      -> one sorted int64 array of instances to drop
+      parts | CapOpenings (side input: duplicates)  per partition: drop duplicate
+                             games, cap over-represented keys, merge their
+                             targets, serialize, -> more shard pieces
+      pieces | WriteShards (side input: duplicates) per shard: read its pieces,
+                             drop duplicate games, permute, write the shard
+                             create-only, delete the pieces
+      all the small outputs | WriteManifest  one combined element -> MANIFEST.json
+
+Why chunks are read this way: one whole-object read through the storage layer
+(local or gs://), then `format.codec.iter_chunk` decompresses, checks every
+CRC and decodes every game in one pass and never raises.  A damaged or
+foreign chunk is skipped whole and reported.  Feeding "good" chunks to
+``beam.io.ReadAllFromTFRecord`` afterwards would read and decompress each
+chunk a second time and turn each game into its own element; chunks are a
+few hundred KB, so a whole read is cheap.
+
+Elements stay coarse: a bundle is ~bundle_positions positions, a piece is
+every position of one bundle bound for one shard.  Nothing proportional to
+the window's positions crosses a stage boundary: the two-phase disk shuffle
+(pieces under ROOT/tmp/, then one shard at a time) keeps only piece paths in
+Beam's collections, so the runner's memory holds paths, per-bundle counters
+and 24 bytes per game for the duplicate check.  Peak memory is one bundle,
+one dedup partition or one shard (each bounded by a flag).
+
+Retries: every random choice is seeded by (seed, stage, element), so a
+retried bundle rewrites identical pieces (replace-writes under this attempt's
+temp folder), and a retried shard that already exists is recounted, not
+rewritten.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import logging
+import time
+
+import apache_beam as beam
+import numpy as np
+
+from format import codec
+from format import schema as S
+from pipeline import labels as L
+from pipeline import positions as P
+from pipeline.config import ShuffleConfig
+
+log = logging.getLogger(__name__)
+
+SKIPPED, GAMES, PARTS, PIECES, STATS = "skipped", "games", "parts", "pieces", "stats"
+
+
+@dataclasses.dataclass(frozen=True)
+class JobContext:
+    """Everything a worker needs, decided once by the driver (picklable)."""
+
+    root_url: str
+    config: ShuffleConfig
+    board_size: int
+    komi: float
+    target_generation: int
+    attempt: str
+    seed: int
+    num_shards: int
+    num_partitions: int
+    model_generation: int | None
+    """Published model used for play-outs, or None for random playouts."""
+    plan_summary: tuple = ()
+    """(key, value) pairs for the manifest (window rule, estimates)."""
+
+    @property
+    def window_dir(self) -> str:
+        return f"{S.WINDOWS_DIR}/{S.generation_dir(self.target_generation)}"
+
+    @property
+    def tmp_dir(self) -> str:
+        return f"tmp/shuffle-{S.generation_dir(self.target_generation)}-{self.attempt}"
+
+    def shard_name(self, shard: int) -> str:
+        return f"{self.attempt}-{shard:05d}-of-{self.num_shards:05d}{S.SHARD_SUFFIX}"
+
+    def rng(self, stage: int, element: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, stage, element])
+
+
+def _open_storage(root_url: str):
+    from cloud.storage import open_storage
+    return open_storage(root_url)
+
+
+def _sum_counters(dicts) -> dict:
+    total: dict = {}
+    for d in dicts:
+        for k, v in d.items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+# ---------------------------------------------------------------------------
+# Phase 1: chunks -> labelled positions -> temp pieces
+# ---------------------------------------------------------------------------
+
+
+def chunk_problem(items, board_size: int, komi: float) -> str | None:
+    """Why a decoded chunk must be skipped, or None if every game is usable."""
+    for item in items:
+        if isinstance(item, codec.FormatError):
+            return str(item)
+        if item.board_size != board_size:
+            return f"foreign: game {item.game_id} is {item.board_size}x{item.board_size}, run.json says {board_size}"
+        if item.komi != komi:
+            return f"foreign: game {item.game_id} has komi {item.komi}, run.json says {komi}"
+    if not items:
+        return "empty chunk"
+    return None
+
+
+class LabelBundleFn(beam.DoFn):
+    """One bundle of chunks -> temp pieces plus small reports (tagged outputs).
+
+    Input: ``(bundle index, [(chunk index, ChunkRef), ...])``.  Main output:
+    none; see the module docstring for the tags.
+    """
+
+    def __init__(self, context: JobContext):
+        self.context = context
+
+    def setup(self):
+        self.storage = _open_storage(self.context.root_url)
+        self.policy_fn = None
+        if self.context.model_generation is not None:
+            from cloud.registry import load_model
+            self.policy_fn = load_model(self.storage, self.context.model_generation)
+
+    def process(self, element):
+        bundle, chunks = element
+        ctx, cfg = self.context, self.context.config
+        started = time.monotonic()
+        games, instances, stats = [], [], L.empty_stats()
+        stats.update(chunks_read=0, chunks_skipped=0, games_read=0, positions_read=0)
+        for chunk_index, ref in chunks:
+            url = self.storage.url(ref.path)
+            try:
+                items = list(codec.iter_chunk(self.storage.read(ref.path), url))
+            except Exception as exc:  # unreadable object: cost only this chunk
+                items = [codec.FormatError(url, None, f"cannot read ({exc})")]
+            problem = chunk_problem(items, ctx.board_size, ctx.komi)
+            if problem is not None:
+                stats["chunks_skipped"] += 1
+                yield beam.pvalue.TaggedOutput(SKIPPED, {"chunk": ref.path, "reason": problem})
+                continue
+            stats["chunks_read"] += 1
+            for g, game in enumerate(items):
+                games.append(game)
+                instances.append(chunk_index << P.INSTANCE_SHIFT | g)
+        if not games:
+            yield beam.pvalue.TaggedOutput(STATS, stats)
+            return
+        rng = ctx.rng(1, bundle)
+        endstates = L.label_games(
+            games, policy_fn=self.policy_fn, random_playouts=cfg.random_playouts,
+            model_playout_moves=cfg.model_playout_moves, temperature=cfg.model_temperature,
+            playout_weight=cfg.playout_ownership_weight, rng=rng, stats=stats)
+        batch = P.concat(P.game_positions(game, label, inst, cfg.dedup_max_move)
+                         for game, label, inst in zip(games, endstates, instances))
+        stats["games_read"] += len(games)
+        stats["positions_read"] += len(batch)
+        yield beam.pvalue.TaggedOutput(GAMES, (np.asarray(instances, np.int64),
+                                               np.array([P.game_digest(g) for g in games], dtype="S16")))
+        early = batch.key != 0
+        if early.any():
+            early_batch = batch.take(np.flatnonzero(early))
+            parts = (early_batch.key % np.uint64(ctx.num_partitions)).astype(np.int64)
+            for part in np.unique(parts).tolist():
+                path = f"{ctx.tmp_dir}/parts/{part:05d}/b{bundle:06d}.npz"
+                self.storage.write_replace(path, early_batch.take(np.flatnonzero(parts == part)).to_bytes())
+                yield beam.pvalue.TaggedOutput(PARTS, (part, path))
+        late = batch.take(np.flatnonzero(~early))
+        for shard, piece in P.split_for_shards(late, cfg.reuse, ctx.num_shards, rng).items():
+            path = f"{ctx.tmp_dir}/shards/{shard:05d}/b{bundle:06d}.npz"
+            self.storage.write_replace(path, piece.to_bytes())
+            yield beam.pvalue.TaggedOutput(PIECES, (shard, path))
+        yield beam.pvalue.TaggedOutput(STATS, stats)
+        log.info("bundle %d: %d chunks, %d games, %d positions in %.1fs", bundle, len(chunks), len(games),
+                 len(batch), time.monotonic() - started)
+
+
+class LabelAndScatter(beam.PTransform):
+    """Bundles -> tagged outputs skipped/games/parts/pieces/stats (phase 1)."""
+
+    def __init__(self, context: JobContext):
+        super().__init__()
+        self.context = context
+
+    def expand(self, bundles):
+        return (bundles
+                | "Spread bundles" >> beam.Reshuffle()
+                | "Label and scatter" >> beam.ParDo(LabelBundleFn(self.context)).with_outputs(
+                    SKIPPED, GAMES, PARTS, PIECES, STATS))
+
+
+# ---------------------------------------------------------------------------
+# Exact duplicate games
+# ---------------------------------------------------------------------------
+
+
+def duplicate_instances(instances: np.ndarray, digests: np.ndarray) -> np.ndarray:
+    """Sorted instances to drop: every copy of a game but the lowest instance."""
+    if not len(instances):
+        return np.zeros(0, np.int64)
+    order = np.lexsort((instances, digests))
+    d = digests[order]
+    repeat = np.r_[False, d[1:] == d[:-1]]
+    return np.sort(instances[order][repeat])
+
+
+class _ConcatGames(beam.CombineFn):
+    """Gathers (instances, digests) arrays; 24 bytes per game."""
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, acc, element):
+        acc.append(element)
+        return acc
+
+    def merge_accumulators(self, accs):
+        return [x for acc in accs for x in acc]
+
+    def extract_output(self, acc):
+        if not acc:
+            return np.zeros(0, np.int64)
+        return duplicate_instances(np.concatenate([a for a, _ in acc]), np.concatenate([d for _, d in acc]))
+
+
+class FindDuplicateGames(beam.PTransform):
+    """(instances, digests) per bundle -> one sorted int64 array of instances to drop."""
+
+    def expand(self, games):
+        return games | "Duplicates" >> beam.CombineGlobally(_ConcatGames())
+
+
+def _drop_mask(instance: np.ndarray, dropped: np.ndarray) -> np.ndarray:
+    return np.isin(instance, dropped, assume_unique=False)
+
+
+# ---------------------------------------------------------------------------
+# Capping over-represented positions
+# ---------------------------------------------------------------------------
+
+
+class CapPartitionFn(beam.DoFn):
+    """(partition, [piece paths]) -> shard pieces of the capped positions."""
+
+    def __init__(self, context: JobContext):
+        self.context = context
+
+    def setup(self):
+        self.storage = _open_storage(self.context.root_url)
+
+    def process(self, element, dropped):
+        part, paths = element
+        ctx, cfg = self.context, self.context.config
+        paths = sorted(set(paths))
+        batch = P.concat(P.PositionBatch.from_bytes(self.storage.read(p)) for p in paths)
+        stats = {"duplicate_game_positions_removed": 0, "capped_keys": 0, "capped_positions_removed": 0}
+        if batch is not None:
+            duplicate = _drop_mask(batch.instance, dropped)
+            stats["duplicate_game_positions_removed"] = int(duplicate.sum())
+            batch = batch.take(np.flatnonzero(~duplicate))
+            capped, cap_stats = P.cap_positions(batch, cfg.position_cap)
+            stats.update(cap_stats)
+            rng = ctx.rng(2, part)
+            for shard, piece in P.split_for_shards(capped, cfg.reuse, ctx.num_shards, rng).items():
+                path = f"{ctx.tmp_dir}/shards/{shard:05d}/c{part:05d}.npz"
+                self.storage.write_replace(path, piece.to_bytes())
+                yield beam.pvalue.TaggedOutput(PIECES, (shard, path))
+        yield beam.pvalue.TaggedOutput(STATS, stats)
+        for p in paths:
+            self.storage.delete(p)
+
+
+class CapOpenings(beam.PTransform):
+    """(partition, path) pieces -> tagged pieces/stats; ``dropped`` is a singleton side input."""
+
+    def __init__(self, context: JobContext, dropped):
+        super().__init__()
+        self.context, self.dropped = context, dropped
+
+    def expand(self, parts):
+        return (parts
+                | "Group by partition" >> beam.GroupByKey()
+                | "Cap and merge" >> beam.ParDo(CapPartitionFn(self.context),
+                                                 dropped=beam.pvalue.AsSingleton(self.dropped))
+                .with_outputs(PIECES, STATS))
+
+
+# ---------------------------------------------------------------------------
+# Phase 2: one shard at a time
+# ---------------------------------------------------------------------------
+
+
+def gzip_shard(framed_records, level: int) -> bytes:
+    """A shard file from already framed records: GZIP TFRecord like codec.encode_shard.
+
+    Same bytes before compression as ``codec.encode_shard`` (frames are
+    ``format.tfrecord.frame_records``); only the gzip level is ours.  Level 6
+    (encode_shard's) cost 47 us per 650-byte 9x9 record here, level 1 15 us
+    for 9% more bytes, and phase 2 compresses every copy, so the level is the
+    --shard_gzip_level flag (default 1).
+    """
+    return gzip.compress(b"".join(framed_records), compresslevel=level, mtime=0)
+
+
+def count_records(data: bytes, source: str) -> tuple[int, dict]:
+    """(records, {generation: count}) of a written shard (retry path)."""
+    shard = codec.read_shard(data, source)
+    gens: dict = {}
+    for record in shard:
+        gens[record.generation] = gens.get(record.generation, 0) + 1
+    return len(shard), gens
+
+
+class WriteShardFn(beam.DoFn):
+    """(shard, [piece paths]) -> the shard file; outputs its manifest entry."""
+
+    def __init__(self, context: JobContext):
+        self.context = context
+
+    def setup(self):
+        self.storage = _open_storage(self.context.root_url)
+
+    def process(self, element, dropped):
+        shard, paths = element
+        ctx = self.context
+        name = ctx.shard_name(shard)
+        path = f"{ctx.window_dir}/{name}"
+        paths = sorted(set(paths))
+        if self.storage.exists(path):  # a retry after the shard was written
+            count, gens = count_records(self.storage.read(path), self.storage.url(path))
+            yield {"name": name, "positions": count, "generations": gens, "duplicate_game_records_removed": 0}
+            return
+        records, instance, generation = [], [], []
+        for p in paths:
+            piece = P.ShardPiece.from_bytes(self.storage.read(p))
+            records.extend(piece.records)
+            instance.append(piece.instance)
+            generation.append(piece.generation)
+        instance = np.concatenate(instance)
+        generation = np.concatenate(generation)
+        keep = np.flatnonzero(~_drop_mask(instance, dropped))
+        order = keep[ctx.rng(3, shard).permutation(len(keep))]
+        self.storage.write_new(path, gzip_shard([records[i] for i in order.tolist()], ctx.config.shard_gzip_level))
+        gens, counts = np.unique(generation[order], return_counts=True)
+        yield {"name": name, "positions": int(len(order)),
+               "generations": {int(g): int(c) for g, c in zip(gens, counts)},
+               "duplicate_game_records_removed": int(len(records) - len(keep))}
+        for p in paths:
+            self.storage.delete(p)
+        log.info("shard %s: %d records", name, len(order))
+
+
+class WriteShards(beam.PTransform):
+    """(shard, path) pieces -> one manifest entry (dict) per written shard."""
+
+    def __init__(self, context: JobContext, dropped):
+        super().__init__()
+        self.context, self.dropped = context, dropped
+
+    def expand(self, pieces):
+        return (pieces
+                | "Group by shard" >> beam.GroupByKey()
+                | "Permute and write" >> beam.ParDo(WriteShardFn(self.context),
+                                                    dropped=beam.pvalue.AsSingleton(self.dropped)))
+
+
+# ---------------------------------------------------------------------------
+# Manifest
+# ---------------------------------------------------------------------------
+
+
+class _ManifestParts(beam.CombineFn):
+    """Combines ('shard'|'stats'|'skipped'|'dropped', payload) into one summary."""
+
+    def create_accumulator(self):
+        return {"shards": [], "stats": {}, "skipped": [], "duplicate_games": 0}
+
+    def add_input(self, acc, element):
+        kind, payload = element
+        if kind == "shard":
+            acc["shards"].append(payload)
+        elif kind == "stats":
+            acc["stats"] = _sum_counters([acc["stats"], payload])
+        elif kind == "skipped":
+            acc["skipped"].append(payload)
+        else:
+            acc["duplicate_games"] += int(len(payload))
+        return acc
+
+    def merge_accumulators(self, accs):
+        out = self.create_accumulator()
+        for acc in accs:
+            out["shards"] += acc["shards"]
+            out["skipped"] += acc["skipped"]
+            out["stats"] = _sum_counters([out["stats"], acc["stats"]])
+            out["duplicate_games"] += acc["duplicate_games"]
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+def build_manifest(context: JobContext, summary: dict) -> dict:
+    """The MANIFEST.json document (format/SPEC.md "Windows")."""
+    shards = sorted(summary["shards"], key=lambda s: s["name"])
+    stats = summary["stats"]
+    removed_dup = stats.get("duplicate_game_positions_removed", 0) + sum(
+        s["duplicate_game_records_removed"] for s in shards)
+    generations: dict = {}
+    for s in shards:
+        for g, c in s["generations"].items():
+            generations[str(g)] = generations.get(str(g), 0) + c
+    label_keys = set(L.LABEL_STATS)
+    return {
+        "version": 1,
+        "target_generation": context.target_generation,
+        "board_size": context.board_size,
+        "komi": context.komi,
+        "attempt": context.attempt,
+        "shards": [s["name"] for s in shards],
+        "shard_positions": {s["name"]: s["positions"] for s in shards},
+        "positions": int(sum(s["positions"] for s in shards)),
+        "generations": dict(sorted(generations.items(), key=lambda kv: int(kv[0]))),
+        "window": dict(context.plan_summary),
+        "input": {k: stats.get(k, 0) for k in ("chunks_read", "chunks_skipped", "games_read", "positions_read")},
+        "chunks_skipped": sorted(summary["skipped"], key=lambda s: s["chunk"]),
+        "dedup": {
+            "duplicate_games": summary["duplicate_games"],
+            "duplicate_game_records_removed": int(removed_dup),
+            "position_cap": context.config.position_cap,
+            "cap_max_move": context.config.dedup_max_move,
+            "capped_keys": stats.get("capped_keys", 0),
+            "capped_positions_removed": stats.get("capped_positions_removed", 0),
+        },
+        "labels": {k: v for k, v in stats.items() if k in label_keys},
+        "label_model_generation": context.model_generation,
+        "reuse": context.config.reuse,
+        "seed": context.seed,
+    }
+
+
+class WriteManifestFn(beam.DoFn):
+    """The single combined summary -> MANIFEST.json, create-only, written last."""
+
+    def __init__(self, context: JobContext):
+        self.context = context
+
+    def process(self, summary):
+        from cloud.storage import AlreadyExists
+        storage = _open_storage(self.context.root_url)
+        manifest = build_manifest(self.context, summary)
+        path = f"{self.context.window_dir}/{S.MANIFEST}"
+        try:
+            storage.write_new(path, (json.dumps(manifest, indent=1) + "\n").encode())
+        except AlreadyExists:
+            existing = json.loads(storage.read(path))
+            if existing.get("attempt") != self.context.attempt:
+                raise RuntimeError(f"{storage.url(path)} was written by attempt {existing.get('attempt')} "
+                                   f"while attempt {self.context.attempt} ran") from None
+        yield manifest
+
+
+class ShuffleWindow(beam.PTransform):
+    """The whole job: bundles -> shards and MANIFEST.json; outputs the manifest dict."""
+
+    def __init__(self, context: JobContext):
+        super().__init__()
+        self.context = context
+
+    def expand(self, bundles):
+        ctx = self.context
+        scattered = bundles | "Phase 1" >> LabelAndScatter(ctx)
+        dropped = scattered[GAMES] | "Find duplicate games" >> FindDuplicateGames()
+        capped = scattered[PARTS] | "Cap openings" >> CapOpenings(ctx, dropped)
+        shards = ((scattered[PIECES], capped[PIECES])
+                  | "All pieces" >> beam.Flatten()
+                  | "Phase 2" >> WriteShards(ctx, dropped))
+        parts = (
+            shards | "Tag shards" >> beam.Map(lambda s: ("shard", s)),
+            scattered[STATS] | "Tag bundle stats" >> beam.Map(lambda s: ("stats", s)),
+            capped[STATS] | "Tag cap stats" >> beam.Map(lambda s: ("stats", s)),
+            scattered[SKIPPED] | "Tag skipped" >> beam.Map(lambda s: ("skipped", s)),
+            dropped | "Tag duplicates" >> beam.Map(lambda d: ("dropped", d)),
+        )
+        return (parts
+                | "Manifest parts" >> beam.Flatten()
+                | "Summarize" >> beam.CombineGlobally(_ManifestParts())
+                | "Write manifest" >> beam.ParDo(WriteManifestFn(ctx)))

@@ -1,0 +1,150 @@
+"""Which chunks make up the training window (runs in the driver, before Beam).
+
+Terms
+-----
+* *lake positions*: positions in every chunk under ``games/``.
+* *window*: the newest chunks whose positions add up to `window_positions`
+  of the lake total.  The rule is KataGo's (shuffle.py,
+  ``compute_desired_num_rows``): the whole lake while it is small, then a
+  power law, so that the window keeps growing but ever more slowly and old
+  generations drop out::
+
+      W(T) = T                                           for T <= m
+      W(T) = m + s * ((1 + (T - m) / s) ** a - 1) / a    for T > m
+
+  with m = window_min_positions, s = window_scale, a = window_exponent.
+  dW/dT is 1 at T = m and decays like T**(a-1).
+* Chunk file sizes are known from a listing, position counts are not (a
+  chunk has no index).  So the driver decodes the newest few chunks to learn
+  positions per compressed byte and estimates every chunk from its size.  The
+  manifest records both the estimate and the positions actually read.
+* *bundle*: a group of whole chunks, about `bundle_positions` positions, that
+  one Beam element carries through the first stage (elements must be coarse:
+  the local runner moves ~10k elements/s).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Sequence
+
+from format import codec
+from format import schema as S
+
+_CHUNK_PATH = re.compile(r"^" + S.GAMES_DIR + r"/(\d{6})/([^/]+)" + re.escape(S.CHUNK_SUFFIX) + r"$")
+_CHUNK_TIME = re.compile(r"^[^-]+-(\d+)-(\d+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkRef:
+    """One chunk file of the lake, as listed (paths relative to the root)."""
+
+    path: str
+    generation: int
+    size: int
+    time_ms: int
+    """Creation time from the file name, 0 if the name does not carry one."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowPlan:
+    """What the driver decided: the window's chunks, newest first, in bundles."""
+
+    lake_chunks: int
+    lake_positions_estimate: int
+    window_positions_target: int
+    positions_per_byte: float
+    positions_per_game: float
+    chunks: tuple
+    """ChunkRef, newest first; chunk index = position in this tuple."""
+    bundles: tuple
+    """Tuples of chunk indices; each bundle is one Beam element."""
+
+    @property
+    def window_positions_estimate(self) -> int:
+        return int(round(sum(c.size for c in self.chunks) * self.positions_per_byte))
+
+
+def window_positions(total: int, min_positions: int, scale: int, exponent: float, max_positions: int = 0) -> int:
+    """Desired window size W(T) for T lake positions (module docstring)."""
+    if total <= min_positions:
+        desired = total
+    else:
+        x = 1.0 + (total - min_positions) / scale
+        desired = min_positions + scale * (x ** exponent - 1.0) / exponent
+    desired = min(total, int(desired))
+    return min(desired, max_positions) if max_positions else desired
+
+
+def parse_chunk_listing(objects) -> list[ChunkRef]:
+    """ChunkRefs for the chunk files among listed objects, newest first.
+
+    Newest = highest generation, then latest time in the name, then name.
+    Other files under games/ are ignored.
+    """
+    chunks = []
+    for obj in objects:
+        match = _CHUNK_PATH.match(obj.path)
+        if not match:
+            continue
+        stamp = _CHUNK_TIME.match(match.group(2))
+        chunks.append(ChunkRef(obj.path, int(match.group(1)), int(obj.size), int(stamp.group(1)) if stamp else 0))
+    chunks.sort(key=lambda c: (c.generation, c.time_ms, c.path), reverse=True)
+    return chunks
+
+
+def estimate_positions_per_byte(storage, chunks: Sequence[ChunkRef], sample: int) -> tuple[float, float]:
+    """(positions per compressed byte, positions per game), from the newest readable chunks."""
+    positions = size = games = 0
+    for chunk in chunks:
+        if sample <= 0:
+            break
+        items = list(codec.iter_chunk(storage.read(chunk.path), storage.url(chunk.path)))
+        if not items or any(isinstance(item, codec.FormatError) for item in items):
+            continue  # damaged: the job will skip and report it; sample another
+        positions += sum(g.num_positions for g in items)
+        games += len(items)
+        size += chunk.size
+        sample -= 1
+    if not size:
+        raise ValueError("none of the sampled chunks under games/ could be decoded")
+    return positions / size, positions / games
+
+
+def bundle_chunks(sizes: Sequence[int], positions_per_byte: float, bundle_positions: int) -> list[tuple]:
+    """Group consecutive chunk indices into bundles of about `bundle_positions`."""
+    bundles, current, filled = [], [], 0.0
+    for index, size in enumerate(sizes):
+        current.append(index)
+        filled += size * positions_per_byte
+        if filled >= bundle_positions:
+            bundles.append(tuple(current))
+            current, filled = [], 0.0
+    if current:
+        bundles.append(tuple(current))
+    return bundles
+
+
+def plan_window(storage, *, min_positions: int, scale: int, exponent: float, max_positions: int,
+                sample_chunks: int, bundle_positions: int) -> WindowPlan:
+    """List games/, apply the window rule, and bundle the chosen chunks."""
+    listed = parse_chunk_listing(storage.list(S.GAMES_DIR + "/"))
+    if not listed:
+        raise ValueError(f"{storage.url(S.GAMES_DIR)} holds no chunk files (*{S.CHUNK_SUFFIX})")
+    per_byte, per_game = estimate_positions_per_byte(storage, listed, sample_chunks)
+    total = int(round(sum(c.size for c in listed) * per_byte))
+    target = window_positions(total, min_positions, scale, exponent, max_positions)
+    chosen, filled = [], 0.0
+    for chunk in listed:
+        if filled >= target:
+            break
+        chosen.append(chunk)
+        filled += chunk.size * per_byte
+    bundles = bundle_chunks([c.size for c in chosen], per_byte, bundle_positions)
+    return WindowPlan(len(listed), total, target, per_byte, per_game, tuple(chosen), tuple(bundles))
+
+
+def num_shards(positions: int, reuse: float, shard_positions: int) -> int:
+    """Output shards so that each holds about `shard_positions` records."""
+    return max(1, math.ceil(positions * reuse / shard_positions))
