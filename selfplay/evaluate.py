@@ -11,6 +11,9 @@ A *player spec* is one of:
 * ``uniform``: MCTS with the uniform evaluator (uniform priors, value 0: its
   only signal is the rules' result at game-over leaves);
 * ``random``: uniform over legal moves that don't fill an own eye;
+* ``playouts[:K]``: MCTS whose value is the mean result of K random
+  playouts from the leaf (default 16), the classic network-free baseline
+  (`selfplay.player.PlayoutEvaluator`); unlike ``uniform`` it beats random;
 * ``gnugo[:LEVEL]``: GNU Go over GTP (level 0-10, default 1).
 
 A plays Black in even-numbered games and White in odd ones.  A game ends
@@ -43,8 +46,8 @@ from typing import Callable, Sequence
 from format import schema as S
 from selfplay.board import Board, IllegalMove
 from selfplay.player import (
-    RESIGN, EvaluatorSource, MctsConfig, MctsPlayer, RandomPlayer, SearchBudget, gnugo_player,
-    load_evaluator,
+    RESIGN, EvaluatorSource, MctsConfig, MctsPlayer, PlayoutEvaluator, RandomPlayer, SearchBudget,
+    gnugo_player, load_evaluator,
 )
 
 Z_95 = 1.959963984540054
@@ -305,10 +308,11 @@ def evaluate(player_a, player_b, games: int, board_size: int, komi: float, *,
 class PlayerSpec:
     """A parsed player spec (see the module docstring)."""
 
-    kind: str                      # 'model', 'uniform', 'random', 'gnugo'
+    kind: str                      # 'model', 'uniform', 'random', 'playouts', 'gnugo'
     root: str | None = None        # model: the run's storage root
     generation: int | None = None  # model: None = latest
     level: int = 1                 # gnugo: 0..10
+    playouts: int = 16             # playouts: random playouts per leaf
 
     @classmethod
     def parse(cls, text: str) -> "PlayerSpec":
@@ -319,6 +323,11 @@ class PlayerSpec:
             if not level_text.isdigit() or not 0 <= int(level_text) <= 10:
                 raise ValueError(f"player {text!r}: GNU Go level must be 0..10")
             return cls("gnugo", level=int(level_text))
+        if text == "playouts" or text.startswith("playouts:"):
+            count_text = text.partition(":")[2] or "16"
+            if not count_text.isdigit() or not 1 <= int(count_text) <= 1024:
+                raise ValueError(f"player {text!r}: the playout count must be 1..1024")
+            return cls("playouts", playouts=int(count_text))
         if text.startswith("model:") and len(text) > len("model:"):
             root = text[len("model:"):]
             generation = None
@@ -328,7 +337,7 @@ class PlayerSpec:
                     raise ValueError(f"player {text!r}: want model:ROOT@GENERATION with a number after '@'")
                 root, generation = head, int(tail)
             return cls("model", root=root, generation=generation)
-        raise ValueError(f"player {text!r}: want model:ROOT[@GEN], uniform, random or gnugo[:LEVEL]")
+        raise ValueError(f"player {text!r}: want model:ROOT[@GEN], uniform, random, playouts[:K] or gnugo[:LEVEL]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -364,7 +373,8 @@ class EvaluateConfig:
         MctsConfig(opening_moves=self.opening_moves)
 
 
-def build_player(spec: PlayerSpec, board_size: int, mcts: MctsConfig, seed: int, loaded=None):
+def build_player(spec: PlayerSpec, board_size: int, komi: float, mcts: MctsConfig, seed: int,
+                 loaded=None):
     """The player for `spec`; `loaded` is the spec's LoadedEvaluator for models."""
     if spec.kind == "random":
         return RandomPlayer(seed=seed)
@@ -375,6 +385,9 @@ def build_player(spec: PlayerSpec, board_size: int, mcts: MctsConfig, seed: int,
         from selfplay.evaluator import UniformEvaluator
 
         return MctsPlayer(UniformEvaluator(board_size), config, name="uniform")
+    if spec.kind == "playouts":
+        evaluator = PlayoutEvaluator(board_size, komi, playouts=spec.playouts, seed=seed)
+        return MctsPlayer(evaluator, config, name=evaluator.name)
     return MctsPlayer(loaded.for_board_size(board_size), config, name=loaded.name)
 
 
@@ -383,7 +396,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
         prog="python -m selfplay.evaluate",
         description="Play player A against player B (alternating colours, Tromp-Taylor scoring) "
                     "and report A's win rate with a 95%% Wilson interval. Players: model:ROOT[@GEN], "
-                    "uniform, random, gnugo[:LEVEL].")
+                    "uniform, random, playouts[:K], gnugo[:LEVEL].")
     parser.add_argument("player_a", help="player A spec, e.g. model:/data/run or model:gs://b/run@12")
     parser.add_argument("player_b", help="player B spec, e.g. random, uniform, gnugo:1")
     parser.add_argument("--games", type=int, default=EvaluateConfig.games, help="games to play (default %(default)s)")
@@ -431,7 +444,8 @@ def run(config: EvaluateConfig, log: Callable[[str], None] = lambda text: None) 
     players = []
     try:
         for side, spec in enumerate((config.player_a, config.player_b)):
-            players.append(build_player(spec, board_size, mcts, config.seed * 2 + side, loaded.get(spec)))
+            players.append(build_player(spec, board_size, komi, mcts, config.seed * 2 + side,
+                                        loaded.get(spec)))
         if players[0].name == players[1].name:
             players[1].name += "-b"
 

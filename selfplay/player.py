@@ -424,6 +424,55 @@ def gnugo_player(level: int = 1, name: str | None = None) -> GtpPlayer:
 
 
 # --------------------------------------------------------------------------
+# A network-free evaluator with a value signal
+# --------------------------------------------------------------------------
+
+class PlayoutEvaluator:
+    """Uniform priors; value = mean result of random playouts from the leaf.
+
+    The classic pure-MCTS baseline: unlike the uniform evaluator (value 0,
+    whose search only sees game-over leaves, so it plays about as well as
+    random moves), it beats `RandomPlayer` with a few dozen visits, so it
+    is a yardstick that a young network must pass.
+
+    The leaf position is rebuilt from its input planes (channel 0: the
+    mover's stones, 8: the opponent's, 16: 1 when Black moves) on a fresh
+    Board, so superko history before the leaf is not seen by the playouts.
+    A playout's result is +1/-1/0 for the side to move at the leaf.
+    """
+
+    generation = 0
+
+    def __init__(self, board_size: int, komi: float, playouts: int = 1, seed: int = 0):
+        if playouts < 1:
+            raise ValueError(f"playouts must be >= 1, got {playouts}")
+        self.board_size = board_size
+        self.komi = float(komi)
+        self.playouts = playouts
+        self.name = f"playouts{playouts}"
+        self._rng = np.random.default_rng(seed)
+
+    def __call__(self, planes: np.ndarray):
+        rows, size = planes.shape[0], self.board_size
+        if planes.shape[1:] != (size, size, S.INPUT_PLANES):
+            raise ValueError(f"planes must be [B, {size}, {size}, {S.INPUT_PLANES}], got {planes.shape}")
+        values = np.zeros(rows, np.float32)
+        seeds = self._rng.integers(0, 2**63, size=(rows, self.playouts))
+        for row in range(rows):
+            to_play = S.BLACK if planes[row, 0, 0, 2 * S.HISTORY_LENGTH] > 0.5 else S.WHITE
+            own_minus_other = planes[row, :, :, 0] - planes[row, :, :, S.HISTORY_LENGTH]
+            leaf = Board(size, self.komi)
+            leaf.set_position((own_minus_other * to_play).astype(np.int8), to_play)
+            total = 0.0
+            for k in range(self.playouts):
+                board = leaf.copy()
+                board.random_playout(int(seeds[row, k]))
+                total += float(np.sign(board.area_score())) * to_play
+            values[row] = total / self.playouts
+        return np.zeros((rows, size * size + 1), np.float32), values
+
+
+# --------------------------------------------------------------------------
 # Evaluators: uniform, or a published model
 # --------------------------------------------------------------------------
 
