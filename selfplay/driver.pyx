@@ -346,8 +346,8 @@ cdef class GameBatch:
         logits: float32 [rows, N*N+1]; values: float32 [rows], side to move."""
         self._check_group(group)
         cdef int rows = self.rows_pending[group]
-        cdef float[:, ::1] lg = np.ascontiguousarray(logits, dtype=np.float32)
-        cdef float[::1] vl = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+        cdef const float[:, ::1] lg = np.ascontiguousarray(logits, dtype=np.float32)
+        cdef const float[::1] vl = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
         if lg.shape[0] < rows or lg.shape[1] != self.num_actions or vl.shape[0] < rows:
             raise ValueError(f"evaluation shapes ({lg.shape[0]}, {lg.shape[1]}), ({vl.shape[0]},) do not cover "
                              f"{rows} rows of {self.num_actions} actions")

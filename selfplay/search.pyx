@@ -311,11 +311,12 @@ cdef class Tree:
         for k in range(count):
             c = first + k
             visits = n_arr[c] + vl_arr[c]
-            if visits > 0:
-                q = (w_arr[c] - vl_arr[c]) / visits
+            if visits == 0:
+                # Most children are unvisited: no divisions for them.
+                score = fpu + explore * p_arr[c]
             else:
-                q = fpu
-            score = q + explore * p_arr[c] / (1.0 + visits)
+                q = (w_arr[c] - vl_arr[c]) / visits
+                score = q + explore * p_arr[c] / (1.0 + visits)
             if score > best_score:
                 best_score = score
                 best = c

@@ -128,7 +128,7 @@ class ChunkWriter:
         return sum(self._flush(gen) for gen in list(self.pending) if self.pending[gen])
 
     def _flush(self, generation: int) -> int:
-        from cloud.storage import AlreadyExists
+        from cloud.base import AlreadyExists
 
         games = self.pending[generation]
         written = 0
