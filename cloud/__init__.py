@@ -1,0 +1,24 @@
+"""zerolake's storage layer (local paths and gs:// behind one interface) and,
+in cloud.registry, the model registry.  Start at :func:`cloud.storage.open_storage`."""
+
+from cloud.storage import (
+    AlreadyExists,
+    NotFound,
+    ObjectInfo,
+    RetryPolicy,
+    Storage,
+    StorageError,
+    is_remote,
+    open_storage,
+)
+
+__all__ = [
+    "AlreadyExists",
+    "NotFound",
+    "ObjectInfo",
+    "RetryPolicy",
+    "Storage",
+    "StorageError",
+    "is_remote",
+    "open_storage",
+]

@@ -1,0 +1,203 @@
+"""The storage interface every role uses, and the pieces both backends share.
+
+Terms
+-----
+* **root**: where a lake lives, given as a *root URL*: a local directory
+  (``lake``, ``/data/lake``, ``file:///data/lake``) or ``gs://bucket[/prefix]``.
+* **path**: the name of an object relative to the root, '/'-separated, e.g.
+  ``games/000003/w1-20261121T2300-0001.tfrecord.zst``.  Paths never start or
+  end with '/', and have no empty, '.' or '..' segments (see
+  :func:`validate_path`), so a path can never escape its root.
+* **object**: the bytes stored under a path.  Objects are written whole:
+  a reader sees either nothing or every byte, never a prefix.
+* **prefix**: a plain string prefix of paths, as in GCS listings.
+  ``list("games/")`` is every object under ``games``; ``list("")`` is all.
+
+Write semantics (the lake's central promise)
+--------------------------------------------
+* ``write_new`` creates an object and refuses to overwrite one
+  (:class:`AlreadyExists`).  Self-play chunks, shards and model files use it.
+* ``write_replace`` atomically replaces a small pointer object such as
+  ``models/LATEST``; readers see the old bytes or the new bytes.
+
+Errors name the object's URL and, for GCS, the HTTP status; they never carry
+credentials, tokens or request headers.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import os
+import tempfile
+
+TEMP_MARKER = ".zl-tmp-"
+"""Names starting with this are a local writer's in-flight temp files.
+Listings skip them, and no object path may use one as a segment."""
+
+
+class StorageError(Exception):
+    """A storage operation failed.  ``url`` names the object (or prefix);
+    ``status`` is the HTTP status for GCS errors, else None."""
+
+    def __init__(self, message: str, *, url: str = "", status: int | None = None):
+        super().__init__(message)
+        self.url = url
+        self.status = status
+
+
+class AlreadyExists(StorageError):
+    """``write_new`` found an object already at the path; it was left unchanged."""
+
+
+class NotFound(StorageError):
+    """No object at the path."""
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class ObjectInfo:
+    """One listed object: ``path`` relative to the storage root, ``size`` in bytes."""
+
+    path: str
+    size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    """How hard a remote backend retries transient failures (HTTP 408, 429 and
+    5xx, dropped connections, timeouts).
+
+    Attempt ``k`` (k = 1, 2, ...) that fails transiently is followed by a sleep
+    drawn uniformly from ``[0, min(max_delay_s, initial_delay_s * multiplier**(k-1))]``
+    ("full jitter", so that many workers hit by the same outage do not retry in
+    lockstep).  The call gives up after ``max_attempts`` attempts, or earlier
+    when the next sleep would end past ``deadline_s`` seconds since the first
+    attempt.  ``request_timeout_s`` bounds each single HTTP request.
+    """
+
+    max_attempts: int = 8
+    initial_delay_s: float = 0.5
+    max_delay_s: float = 16.0
+    multiplier: float = 2.0
+    deadline_s: float = 300.0
+    request_timeout_s: float = 120.0
+
+    def __post_init__(self):
+        if self.max_attempts < 1:
+            raise ValueError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
+        if self.initial_delay_s < 0 or self.max_delay_s < 0:
+            raise ValueError("RetryPolicy delays must be >= 0, got "
+                             f"initial_delay_s={self.initial_delay_s}, max_delay_s={self.max_delay_s}")
+        if self.multiplier < 1:
+            raise ValueError(f"RetryPolicy.multiplier must be >= 1, got {self.multiplier}")
+        if self.deadline_s <= 0 or self.request_timeout_s <= 0:
+            raise ValueError("RetryPolicy.deadline_s and request_timeout_s must be > 0, got "
+                             f"{self.deadline_s} and {self.request_timeout_s}")
+
+    def max_sleep_after(self, attempt: int) -> float:
+        """Upper bound of the jittered sleep after failed attempt ``attempt`` (1-based)."""
+        return min(self.max_delay_s, self.initial_delay_s * self.multiplier ** (attempt - 1))
+
+
+def validate_path(path: str, *, what: str = "path") -> str:
+    """Return ``path`` if it is a valid object path (see module docstring), else
+    raise ValueError naming it."""
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"storage {what} must be a non-empty string, got {path!r}")
+    if path.startswith("/") or path.endswith("/"):
+        raise ValueError(f"storage {what} {path!r} must not start or end with '/'")
+    if "\\" in path or "\x00" in path or "\n" in path or "\r" in path:
+        raise ValueError(f"storage {what} {path!r} contains a backslash, NUL or newline")
+    for segment in path.split("/"):
+        if segment in ("", ".", ".."):
+            raise ValueError(f"storage {what} {path!r} has an empty, '.' or '..' segment")
+        if segment.startswith(TEMP_MARKER):
+            raise ValueError(f"storage {what} {path!r} uses the reserved temp-file marker {TEMP_MARKER!r}")
+    return path
+
+
+def validate_prefix(prefix: str) -> str:
+    """Return ``prefix`` if it is '' or a path-like string prefix (which may end
+    in '/'), else raise ValueError."""
+    if prefix == "":
+        return prefix
+    validate_path(prefix[:-1] if prefix.endswith("/") else prefix, what="prefix")
+    return prefix
+
+
+class Storage(abc.ABC):
+    """A lake root: whole-object reads and writes under relative paths.
+
+    Implementations: :class:`cloud.local.LocalStorage` and
+    :class:`cloud.gcs.GcsStorage`; get one with :func:`cloud.storage.open_storage`.
+    Instances are safe to share between threads; they pickle to their root
+    URL (GCS clients are rebuilt on first use after unpickling), so Beam
+    DoFns may hold one.
+    """
+
+    root_url: str
+    """The root this storage was opened at, normalised (absolute local path or gs://bucket[/prefix])."""
+
+    @abc.abstractmethod
+    def write_new(self, path: str, data: bytes) -> None:
+        """Create the object ``path`` with ``data``, whole.  Raise
+        :class:`AlreadyExists` if it exists; the existing object is unchanged."""
+
+    @abc.abstractmethod
+    def write_replace(self, path: str, data: bytes) -> None:
+        """Atomically create or replace the object ``path`` with ``data``."""
+
+    @abc.abstractmethod
+    def read(self, path: str) -> bytes:
+        """Every byte of the object ``path``; :class:`NotFound` if absent."""
+
+    @abc.abstractmethod
+    def exists(self, path: str) -> bool:
+        """Whether an object is stored at ``path``."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        """Every object whose path starts with ``prefix``, recursively, sorted
+        by path.  Temp files of in-flight writes are never listed."""
+
+    @abc.abstractmethod
+    def delete(self, path: str, *, missing_ok: bool = False) -> None:
+        """Remove the object ``path``; :class:`NotFound` if absent unless ``missing_ok``."""
+
+    @abc.abstractmethod
+    def url(self, path: str = "") -> str:
+        """Full URL (gs://...) or absolute local path of ``path``, for tools
+        that take URLs (Beam, tf.data).  ``url("")`` is the root itself."""
+
+    def local_copy(self, prefix: str, dest_dir: str) -> list[str]:
+        """Copy every object under ``prefix`` into the local directory
+        ``dest_dir``, keeping paths relative to ``prefix``
+        (``models/000004/`` + ``weights.h5`` -> ``dest_dir/weights.h5``).
+        Each file is written to a temp name and renamed, so a crash leaves
+        no partial file under its final name.  Returns the local file paths
+        written, sorted.  Raises :class:`NotFound` if nothing matches."""
+        validate_prefix(prefix)
+        infos = self.list(prefix)
+        if not infos:
+            raise NotFound(f"no objects under {self.url(prefix.rstrip('/'))}", url=self.url(prefix.rstrip("/")))
+        written = []
+        for info in infos:
+            relative = info.path[len(prefix):].lstrip("/")
+            if not relative:  # the prefix named a single object exactly
+                relative = info.path.rsplit("/", 1)[-1]
+            target = os.path.join(dest_dir, *relative.split("/"))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            fd, temp = tempfile.mkstemp(prefix=TEMP_MARKER, dir=os.path.dirname(target))
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(self.read(info.path))
+                os.replace(temp, target)
+            except BaseException:
+                if os.path.exists(temp):
+                    os.unlink(temp)
+                raise
+            written.append(target)
+        return sorted(written)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.root_url!r})"

@@ -1,0 +1,320 @@
+"""Google Cloud Storage backend of the storage interface (see cloud.base for terms).
+
+A root ``gs://bucket/some/prefix`` maps path ``games/x`` to the object
+``some/prefix/games/x`` in ``bucket``.  Every request goes through
+:meth:`GcsStorage._with_retries`, which retries transient failures under a
+:class:`~cloud.base.RetryPolicy`.  The client library's own retries are
+switched off (``retry=None``) so that one policy, ours, bounds every call.
+
+Create-only writes and retries
+------------------------------
+``write_new`` uploads with ``if_generation_match=0``: GCS stores the object
+only if no live object has that name, else answers 412.  A 412 on the
+*first* attempt means someone else's object is there: :class:`AlreadyExists`.
+A 412 on a *retry* is ambiguous: our earlier attempt may have been stored
+with its response lost (a timeout, a dropped connection, a 503 from a
+proxy).  We then fetch the stored object's size and CRC32C (or, when the
+server gives no CRC32C, its bytes) and compare with ours: identical means
+success, different means :class:`AlreadyExists`.  This cannot tell our
+write from another writer's byte-identical write at the same moment; both
+leave exactly the object we meant to write, so success is the honest answer.
+Deletes get the same treatment: a 404 on a retry means the object is gone,
+whoever removed it.
+
+Clients
+-------
+By default a client is built on first use with ``google.cloud.storage.Client``,
+which reads the environment *then*: with ``STORAGE_EMULATOR_HOST`` set it
+talks to that emulator with anonymous credentials, otherwise to GCS with
+Application Default Credentials.  Pass ``client=`` to choose explicitly.
+
+Error messages name the object's URL, the operation and the HTTP status.
+They never include request headers or tokens; the library's exception is not
+chained (it holds the request, Authorization header included).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import random
+import re
+import struct
+import threading
+import time
+from typing import Callable, TypeVar
+
+import google_crc32c
+
+from cloud.base import (
+    TEMP_MARKER,
+    AlreadyExists,
+    NotFound,
+    ObjectInfo,
+    RetryPolicy,
+    Storage,
+    StorageError,
+    validate_path,
+    validate_prefix,
+)
+
+_log = logging.getLogger(__name__)
+
+TRANSIENT_HTTP_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+"""HTTP statuses worth retrying (GCS documents 408, 429 and 5xx as retryable)."""
+
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+_SECRET_PATTERNS = (
+    re.compile(r"(?i)bearer\s+[^\s'\",]+"),
+    re.compile(r"(?i)(access_token|refresh_token|client_secret|private_key|signature)=[^&\s'\",]+"),
+    re.compile(r"ya29\.[0-9A-Za-z._-]+"),
+)
+_MAX_REASON_CHARS = 300
+
+T = TypeVar("T")
+
+
+def parse_gs_url(url: str) -> tuple[str, str]:
+    """Split ``gs://bucket[/prefix]`` into (bucket, prefix without surrounding '/')."""
+    if not url.startswith("gs://"):
+        raise ValueError(f"not a gs:// URL: {url!r}")
+    bucket, _, prefix = url[len("gs://"):].partition("/")
+    if not _BUCKET_NAME.match(bucket):
+        raise ValueError(f"invalid bucket name {bucket!r} in storage URL {url!r}")
+    prefix = prefix.strip("/")
+    if prefix:
+        validate_path(prefix, what=f"prefix of {url!r}")
+    return bucket, prefix
+
+
+def default_client():
+    """A ``google.cloud.storage.Client`` configured from the environment now:
+    emulator (STORAGE_EMULATOR_HOST, anonymous) or GCS (Application Default
+    Credentials).  No project is needed for object operations, so none is
+    looked up."""
+    import google.auth.exceptions
+    from google.cloud import storage
+
+    try:
+        return storage.Client(project=None)
+    except google.auth.exceptions.DefaultCredentialsError:
+        raise StorageError(
+            "no Google credentials found for gs:// storage: set GOOGLE_APPLICATION_CREDENTIALS, "
+            "run `gcloud auth application-default login`, run on GCP, or set "
+            "STORAGE_EMULATOR_HOST for an emulator") from None
+
+
+def crc32c_base64(data: bytes) -> str:
+    """CRC32C of ``data`` as GCS reports it: base64 of the big-endian uint32."""
+    return base64.b64encode(struct.pack(">I", google_crc32c.value(data))).decode("ascii")
+
+
+def redact(text: str) -> str:
+    """``text`` with anything that looks like a credential replaced by '<redacted>'."""
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub("<redacted>", text)
+    return text
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status of a google-api-core error, else None."""
+    from google.api_core import exceptions as api_exceptions
+
+    if isinstance(exc, api_exceptions.GoogleAPICallError) and isinstance(exc.code, int):
+        return exc.code
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is worth retrying: HTTP 408/429/5xx, a dropped or refused
+    connection, a timeout, or a download whose checksum did not match."""
+    import google.auth.exceptions
+    import requests
+    from google.cloud.storage.exceptions import DataCorruption
+
+    status = http_status(exc)
+    if status is not None:
+        return status in TRANSIENT_HTTP_STATUSES or status >= 500
+    return isinstance(exc, (requests.ConnectionError, requests.Timeout,
+                            requests.exceptions.ChunkedEncodingError, ConnectionError,
+                            TimeoutError, google.auth.exceptions.TransportError, DataCorruption))
+
+
+def describe(exc: BaseException) -> str:
+    """A short, credential-free description: 'HTTP 503 (reason)' or the error type and text."""
+    status = http_status(exc)
+    if status is not None:
+        reason = getattr(exc, "message", "") or ""
+        head = f"HTTP {status}"
+    else:
+        reason = str(exc)
+        head = type(exc).__name__
+    reason = redact(" ".join(reason.split()))[:_MAX_REASON_CHARS]
+    return f"{head} ({reason})" if reason else head
+
+
+class GcsStorage(Storage):
+    """Objects in a GCS bucket under an optional prefix."""
+
+    def __init__(self, root_url: str, *, client=None, retry: RetryPolicy = RetryPolicy(),
+                 sleep: Callable[[float], None] = time.sleep):
+        self._bucket_name, self._prefix = parse_gs_url(root_url)
+        self.root_url = f"gs://{self._bucket_name}" + (f"/{self._prefix}" if self._prefix else "")
+        self.retry_policy = retry
+        self._client = client
+        self._client_lock = threading.Lock()
+        self._sleep = sleep
+
+    # --- pickling: Beam DoFns may hold a storage; clients do not pickle ----
+
+    def __getstate__(self):
+        return {"root_url": self.root_url, "retry": self.retry_policy}
+
+    def __setstate__(self, state):
+        self.__init__(state["root_url"], retry=state["retry"])
+
+    # --- paths and client --------------------------------------------------
+
+    def _object_name(self, path: str) -> str:
+        validate_path(path)
+        return f"{self._prefix}/{path}" if self._prefix else path
+
+    def url(self, path: str = "") -> str:
+        if path == "":
+            return self.root_url
+        return f"gs://{self._bucket_name}/{self._object_name(path)}"
+
+    def _bucket(self):
+        with self._client_lock:
+            if self._client is None:
+                self._client = default_client()
+            client = self._client
+        return client.bucket(self._bucket_name)
+
+    def _blob(self, path: str):
+        return self._bucket().blob(self._object_name(path))
+
+    # --- retry engine ------------------------------------------------------
+
+    def _with_retries(self, operation: str, url: str, attempt: Callable[[bool], T]) -> T:
+        """Run ``attempt(is_retry)`` until it returns, raises a non-transient
+        error (translated to StorageError unless it already is one), or the
+        policy runs out."""
+        policy = self.retry_policy
+        started = time.monotonic()
+        for number in range(1, policy.max_attempts + 1):
+            try:
+                return attempt(number > 1)
+            except StorageError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - classified just below
+                if not is_transient(exc):
+                    raise StorageError(f"{operation} {url} failed: {describe(exc)}",
+                                       url=url, status=http_status(exc)) from None
+                last = exc
+            elapsed = time.monotonic() - started
+            pause = random.uniform(0.0, policy.max_sleep_after(number))
+            if number == policy.max_attempts or elapsed + pause > policy.deadline_s:
+                break
+            _log.warning("retrying %s %s after %s (attempt %d of %d failed, sleeping %.2fs)",
+                         operation, url, describe(last), number, policy.max_attempts, pause)
+            self._sleep(pause)
+        elapsed = time.monotonic() - started
+        raise StorageError(
+            f"{operation} {url} failed: gave up after {number} attempt(s) in {elapsed:.1f}s; "
+            f"last error: {describe(last)}", url=url, status=http_status(last))
+
+    # --- operations --------------------------------------------------------
+
+    def write_new(self, path: str, data: bytes) -> None:
+        from google.api_core import exceptions as api_exceptions
+
+        url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
+
+        def attempt(is_retry: bool) -> None:
+            try:
+                blob.upload_from_string(data, content_type="application/octet-stream",
+                                        if_generation_match=0, retry=None, timeout=timeout)
+            except api_exceptions.PreconditionFailed:
+                # See the module docstring: after a retry, our own earlier
+                # attempt may be the object that is in the way.
+                if is_retry and self._stored_object_equals(blob, data, timeout):
+                    _log.info("write_new %s: a retried upload found its own earlier write", url)
+                    return
+                raise AlreadyExists(f"{url} already exists; write_new never overwrites",
+                                    url=url, status=412) from None
+
+        self._with_retries("write_new", url, attempt)
+
+    def _stored_object_equals(self, blob, data: bytes, timeout: float) -> bool:
+        from google.api_core import exceptions as api_exceptions
+
+        try:
+            blob.reload(retry=None, timeout=timeout)
+        except api_exceptions.NotFound:  # deleted since: not ours to claim
+            return False
+        if blob.size != len(data):
+            return False
+        if blob.crc32c:
+            return blob.crc32c == crc32c_base64(data)
+        return blob.download_as_bytes(retry=None, timeout=timeout) == data
+
+    def write_replace(self, path: str, data: bytes) -> None:
+        url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
+        # Repeating a whole-object overwrite is harmless, so retries need no care.
+        self._with_retries("write_replace", url, lambda _: blob.upload_from_string(
+            data, content_type="application/octet-stream", retry=None, timeout=timeout))
+
+    def read(self, path: str) -> bytes:
+        from google.api_core import exceptions as api_exceptions
+
+        url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
+
+        def attempt(_: bool) -> bytes:
+            try:
+                return blob.download_as_bytes(retry=None, timeout=timeout)
+            except api_exceptions.NotFound:
+                raise NotFound(f"no object at {url}", url=url, status=404) from None
+
+        return self._with_retries("read", url, attempt)
+
+    def exists(self, path: str) -> bool:
+        url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
+        return self._with_retries("exists", url, lambda _: blob.exists(retry=None, timeout=timeout))
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        validate_prefix(prefix)
+        root = f"{self._prefix}/" if self._prefix else ""
+        url = f"gs://{self._bucket_name}/{root}{prefix}"
+        timeout = self.retry_policy.request_timeout_s
+
+        def attempt(_: bool) -> list[ObjectInfo]:
+            # A failure on any page restarts the listing: pages are cheap and a
+            # half-collected listing must never be returned.
+            blobs = self._bucket().list_blobs(prefix=root + prefix, retry=None, timeout=timeout)
+            found = []
+            for blob in blobs:
+                relative = blob.name[len(root):]
+                # Skip folder placeholders ('dir/') and anything that is not a valid path.
+                if relative.endswith("/") or TEMP_MARKER in relative:
+                    continue
+                found.append(ObjectInfo(relative, int(blob.size or 0)))
+            found.sort()
+            return found
+
+        return self._with_retries("list", url, attempt)
+
+    def delete(self, path: str, *, missing_ok: bool = False) -> None:
+        from google.api_core import exceptions as api_exceptions
+
+        url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
+
+        def attempt(is_retry: bool) -> None:
+            try:
+                blob.delete(retry=None, timeout=timeout)
+            except api_exceptions.NotFound:
+                # On a retry, our earlier attempt may have deleted it.
+                if not (missing_ok or is_retry):
+                    raise NotFound(f"no object at {url}", url=url, status=404) from None
+
+        self._with_retries("delete", url, attempt)

@@ -1,0 +1,195 @@
+"""Local-directory backend of the storage interface (see cloud.base for terms).
+
+How a whole-object write works here
+-----------------------------------
+1. The bytes go to a temp file in the object's own directory, named
+   ``.zl-tmp-<name>.<pid>.<random>`` (same directory = same filesystem, so
+   the next step is atomic), and are fsync'ed.
+2. ``write_new`` then *hard-links* the temp file to the final name.  link(2)
+   fails with EEXIST when the name is taken, so of two racing writers exactly
+   one wins, and the object appears under its name only when complete.
+   ``write_replace`` uses rename(2), which atomically replaces.
+3. The temp name is unlinked and the directory fsync'ed, so the new name
+   survives a power cut.
+
+A process killed between steps 1 and 2 leaves only a temp file: never
+listed, never readable as an object, and removable with
+:meth:`LocalStorage.remove_stale_temp_files`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+from cloud.base import (
+    TEMP_MARKER,
+    AlreadyExists,
+    NotFound,
+    ObjectInfo,
+    Storage,
+    StorageError,
+    validate_path,
+    validate_prefix,
+)
+
+
+class LocalStorage(Storage):
+    """Objects are files under ``root`` (created on first write)."""
+
+    def __init__(self, root: str):
+        self._root = os.path.abspath(os.path.expanduser(root))
+        self.root_url = self._root
+
+    # --- paths -------------------------------------------------------------
+
+    def url(self, path: str = "") -> str:
+        if path == "":
+            return self._root
+        return os.path.join(self._root, *validate_path(path).split("/"))
+
+    def _relative(self, full_path: str) -> str:
+        return os.path.relpath(full_path, self._root).replace(os.sep, "/")
+
+    # --- writes ------------------------------------------------------------
+
+    def write_new(self, path: str, data: bytes) -> None:
+        target = self.url(path)
+        directory = os.path.dirname(target)
+        temp = self._write_temp(directory, target, data)
+        try:
+            try:
+                os.link(temp, target)
+            except FileExistsError:
+                raise AlreadyExists(f"{target} already exists; write_new never overwrites",
+                                    url=target) from None
+            except OSError as exc:
+                raise StorageError(f"cannot create {target}: {exc.strerror}", url=target) from None
+            _fsync_directory(directory)
+        finally:
+            _unlink_if_present(temp)
+
+    def write_replace(self, path: str, data: bytes) -> None:
+        target = self.url(path)
+        directory = os.path.dirname(target)
+        temp = self._write_temp(directory, target, data)
+        try:
+            os.replace(temp, target)
+        except OSError as exc:
+            _unlink_if_present(temp)
+            raise StorageError(f"cannot replace {target}: {exc.strerror}", url=target) from None
+        _fsync_directory(directory)
+
+    @staticmethod
+    def _write_temp(directory: str, target: str, data: bytes) -> str:
+        """Write ``data`` to a fresh, fsync'ed temp file beside ``target``; return its path."""
+        temp = os.path.join(directory, f"{TEMP_MARKER}{os.path.basename(target)}."
+                                       f"{os.getpid()}.{uuid.uuid4().hex[:12]}")
+        try:
+            os.makedirs(directory, exist_ok=True)
+            # 0o666 minus the umask, like any ordinary file: lakes are shared.
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            raise StorageError(f"cannot write {target}: {exc.strerror}", url=target) from None
+        try:
+            with open(fd, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as exc:
+            _unlink_if_present(temp)
+            raise StorageError(f"cannot write {target}: {exc.strerror}", url=target) from None
+        except BaseException:
+            _unlink_if_present(temp)
+            raise
+        return temp
+
+    # --- reads -------------------------------------------------------------
+
+    def read(self, path: str) -> bytes:
+        target = self.url(path)
+        try:
+            with open(target, "rb") as f:
+                return f.read()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise NotFound(f"no object at {target}", url=target) from None
+        except OSError as exc:
+            raise StorageError(f"cannot read {target}: {exc.strerror}", url=target) from None
+
+    def exists(self, path: str) -> bool:
+        return os.path.isfile(self.url(path))
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        validate_prefix(prefix)
+        directory_part = prefix.rpartition("/")[0]
+        start = self.url(directory_part) if directory_part else self._root
+        found = []
+        for dirpath, dirnames, filenames in os.walk(start):
+            # Descend only into directories that can hold matching paths.
+            dirnames[:] = sorted(d for d in dirnames if _may_hold(self._relative(os.path.join(dirpath, d)), prefix))
+            for name in filenames:
+                if name.startswith(TEMP_MARKER):
+                    continue
+                full = os.path.join(dirpath, name)
+                relative = self._relative(full)
+                if not relative.startswith(prefix):
+                    continue
+                try:
+                    size = os.stat(full).st_size
+                except FileNotFoundError:  # deleted while we listed
+                    continue
+                found.append(ObjectInfo(relative, size))
+        found.sort()
+        return found
+
+    # --- deletes -----------------------------------------------------------
+
+    def delete(self, path: str, *, missing_ok: bool = False) -> None:
+        target = self.url(path)
+        try:
+            os.unlink(target)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise NotFound(f"no object at {target}", url=target) from None
+        except OSError as exc:
+            raise StorageError(f"cannot delete {target}: {exc.strerror}", url=target) from None
+
+    def remove_stale_temp_files(self, older_than_s: float = 3600.0) -> int:
+        """Delete temp files left by crashed writers that are older than
+        ``older_than_s`` seconds (younger ones may belong to a live writer).
+        Returns how many were removed."""
+        cutoff = time.time() - older_than_s
+        removed = 0
+        for dirpath, _, filenames in os.walk(self._root):
+            for name in filenames:
+                full = os.path.join(dirpath, name)
+                try:
+                    if name.startswith(TEMP_MARKER) and os.stat(full).st_mtime < cutoff:
+                        os.unlink(full)
+                        removed += 1
+                except FileNotFoundError:
+                    continue
+        return removed
+
+
+def _may_hold(relative_dir: str, prefix: str) -> bool:
+    """Whether the directory ``relative_dir`` can contain paths starting with ``prefix``."""
+    with_slash = relative_dir + "/"
+    return with_slash.startswith(prefix) or prefix.startswith(with_slash)
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make a directory entry change durable (POSIX needs an fsync of the directory)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink_if_present(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

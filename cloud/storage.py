@@ -1,0 +1,77 @@
+"""Open a lake root by URL: the one entry point roles use for storage.
+
+    from cloud.storage import open_storage, AlreadyExists
+
+    lake = open_storage("gs://my-bucket/run1")      # or "lake", "/data/lake", "file:///data/lake"
+    lake.write_new("games/000001/w1-0001.tfrecord.zst", chunk_bytes)
+    for info in lake.list("games/000001/"):
+        print(info.path, info.size)
+    lake.url("windows/000001")                      # -> "gs://my-bucket/run1/windows/000001"
+
+Terms and write semantics are defined in :mod:`cloud.base`; the backends are
+:mod:`cloud.local` and :mod:`cloud.gcs`.  Nothing is read from the
+environment until a GCS object is first touched.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+
+from cloud.base import (
+    AlreadyExists,
+    NotFound,
+    ObjectInfo,
+    RetryPolicy,
+    Storage,
+    StorageError,
+)
+
+__all__ = [
+    "AlreadyExists",
+    "NotFound",
+    "ObjectInfo",
+    "RetryPolicy",
+    "Storage",
+    "StorageError",
+    "is_remote",
+    "open_storage",
+]
+
+
+def is_remote(root_url: str) -> bool:
+    """Whether ``root_url`` names cloud storage (gs://) rather than a local path."""
+    return root_url.startswith("gs://")
+
+
+def open_storage(root_url: str, *, retry: RetryPolicy | None = None, client=None) -> Storage:
+    """The storage rooted at ``root_url``.
+
+    Args:
+      root_url: a local directory (relative or absolute), ``file:///abs/dir``,
+        or ``gs://bucket[/prefix]``.
+      retry: retry policy for remote backends (default: ``RetryPolicy()``).
+      client: a ``google.cloud.storage.Client`` to use for gs:// instead of
+        one built from the environment on first use.
+
+    Raises:
+      ValueError: the URL is empty, has an unsupported scheme, or a bad bucket/prefix.
+    """
+    if not isinstance(root_url, str) or not root_url.strip():
+        raise ValueError(f"storage root URL must be a non-empty string, got {root_url!r}")
+    if is_remote(root_url):
+        from cloud.gcs import GcsStorage
+
+        return GcsStorage(root_url, client=client, retry=retry or RetryPolicy())
+    if client is not None:
+        raise ValueError(f"a GCS client was given for the local root {root_url!r}")
+    from cloud.local import LocalStorage
+
+    scheme = urllib.parse.urlsplit(root_url).scheme
+    if scheme == "file":
+        parts = urllib.parse.urlsplit(root_url)
+        if parts.netloc not in ("", "localhost"):
+            raise ValueError(f"file:// URL {root_url!r} names a remote host; only local files are supported")
+        return LocalStorage(urllib.parse.unquote(parts.path))
+    if "://" in root_url:
+        raise ValueError(f"unsupported storage URL {root_url!r}: use a local path, file:// or gs://")
+    return LocalStorage(root_url)
