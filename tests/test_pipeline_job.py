@@ -1,0 +1,197 @@
+"""The whole shuffle job on a local lake: python -m pipeline.shuffle's main().
+
+One lake exercises everything at once (each Beam run costs seconds):
+three generations of synthetic games, a chunk uploaded twice, a chunk of
+real engine games (finished and resigned), and four chunks the job must
+skip: a flipped byte, a truncated file, 19x19 games in a 9x9 run and an
+unknown format version.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from format import codec
+from format import schema as S
+from format.synthetic import synthetic_game
+from pipeline import labels as L
+from pipeline.shuffle import main
+from tests.test_pipeline_support import (
+    engine_game, read_window, resigned_copy, write_chunk, write_run_json)
+
+GAMES_PER_CHUNK = 12
+CAP = 5
+REUSE = 1.5
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("lake"))
+    write_run_json(root, 9)
+    rng = np.random.default_rng(2024)
+    seq = 0
+    for gen in range(3):
+        for _ in range(4):
+            games = [synthetic_game(rng, 9, visits=30, generation=gen, full_search_fraction=0.5)
+                     for _ in range(GAMES_PER_CHUNK)]
+            last = write_chunk(root, gen, games, seq)
+            seq += 1
+    # The last chunk uploaded a second time under another name.
+    duplicate = codec.chunk_path(2, "w2", 0, 1_700_000_000_999)
+    os.makedirs(os.path.dirname(os.path.join(root, duplicate)), exist_ok=True)
+    shutil.copy(os.path.join(root, last), os.path.join(root, duplicate))
+    # Real games: finished ones and resigned copies of others.
+    finished = [engine_game(rng, 9, generation=2) for _ in range(6)]
+    resigned = [resigned_copy(engine_game(rng, 9, generation=2), 0.85) for _ in range(6)]
+    engine_chunk = write_chunk(root, 2, finished + resigned, seq)
+    seq += 1
+    bad = {}
+    good_bytes = codec.encode_chunk([synthetic_game(rng, 9, visits=10, generation=1) for _ in range(3)])
+    flipped = bytearray(good_bytes)
+    flipped[len(flipped) // 2] ^= 0x40
+    truncated = good_bytes[: len(good_bytes) * 2 // 3]
+    foreign = codec.encode_chunk([synthetic_game(rng, 19, visits=10, generation=1)])
+    future = synthetic_game(rng, 9, visits=10, generation=1)
+    future.version = 99
+    unknown_version = codec.encode_chunk([future])
+    for kind, data in (("flipped", bytes(flipped)), ("truncated", truncated), ("foreign", foreign),
+                       ("version", unknown_version)):
+        path = codec.chunk_path(1, "bad", seq, 1_600_000_000_000 + seq)
+        seq += 1
+        with open(os.path.join(root, path), "wb") as f:
+            f.write(data)
+        bad[kind] = path
+    code = main(["--root", root, "--window_min_positions", "1000000", "--shard_positions", "4000",
+                 "--reuse", str(REUSE), "--position_cap", str(CAP), "--dedup_max_move", "8",
+                 "--bundle_positions", "2000", "--random_playouts", "32", "--workers", "2", "--seed", "7"])
+    assert code == 0
+    manifest, shards = read_window(root, 1)
+    return {"root": root, "manifest": manifest, "shards": shards, "bad": bad, "finished": finished,
+            "resigned": resigned, "engine_chunk": engine_chunk, "duplicate": duplicate}
+
+
+def _all_records(shards):
+    return [(name, rec) for name, records in shards.items() for rec in records]
+
+
+def test_damaged_and_foreign_chunks_are_skipped_and_named(lake):
+    skipped = {s["chunk"]: s["reason"] for s in lake["manifest"]["chunks_skipped"]}
+    assert set(skipped) == set(lake["bad"].values())
+    assert "CRC" in skipped[lake["bad"]["flipped"]] or "zstd" in skipped[lake["bad"]["flipped"]]
+    assert "truncated" in skipped[lake["bad"]["truncated"]]
+    assert "19x19" in skipped[lake["bad"]["foreign"]]
+    assert "version 99" in skipped[lake["bad"]["version"]]
+    assert lake["manifest"]["input"]["chunks_skipped"] == 4
+    assert lake["manifest"]["input"]["chunks_read"] == 12 + 1 + 1
+
+
+def test_a_chunk_uploaded_twice_yields_each_game_once(lake):
+    manifest = lake["manifest"]
+    assert manifest["dedup"]["duplicate_games"] == GAMES_PER_CHUNK
+    copies = collections.Counter((rec.game_id, rec.move_number) for _, rec in _all_records(lake["shards"]))
+    # Uncapped positions appear floor(r) or ceil(r) times, never twice as often.
+    late = [c for (gid, move), c in copies.items() if move >= 8]
+    assert set(late) <= {1, 2}
+
+
+def test_reuse_matches_the_configured_value(lake):
+    copies = collections.Counter((rec.game_id, rec.move_number) for _, rec in _all_records(lake["shards"]))
+    late = np.array([c for (gid, move), c in copies.items() if move >= 8])
+    # Every uncapped position of every good game is present at least once.
+    games = lake["manifest"]["input"]["games_read"] - GAMES_PER_CHUNK
+    assert len({gid for gid, _ in copies}) == games
+    assert abs(late.mean() - REUSE) < 0.03, late.mean()
+
+
+def test_an_opening_in_every_game_is_capped_with_merged_targets(lake):
+    records = [rec for _, rec in _all_records(lake["shards"])]
+    empty_board = [rec for rec in records if rec.move_number == 0]
+    # Every game starts from the empty board: one key, kept CAP times, each kept copy reused.
+    assert len({(r.game_id, r.move_number) for r in empty_board}) == CAP
+    assert CAP <= len(empty_board) <= 2 * CAP
+    # Kept copies carry the merged (mean) targets: all identical.
+    policies = {tuple(np.round(r.policy_prob, 5)) for r in empty_board}
+    assert len(policies) == 1
+    assert lake["manifest"]["dedup"]["capped_keys"] >= 1
+    unique_games = lake["manifest"]["input"]["games_read"] - GAMES_PER_CHUNK
+    assert lake["manifest"]["dedup"]["capped_positions_removed"] >= unique_games - CAP
+
+
+def test_positions_of_a_game_are_spread_over_the_shards(lake):
+    shards = lake["shards"]
+    assert len(shards) >= 6
+    per_game = collections.defaultdict(collections.Counter)
+    for name, rec in _all_records(shards):
+        if rec.move_number >= 8:
+            per_game[rec.game_id][name] += 1
+    for counts in per_game.values():
+        total = sum(counts.values())
+        assert max(counts.values()) <= math.ceil(total / len(shards)) + 1
+
+
+def test_each_shard_has_the_window_generation_mix(lake):
+    manifest = lake["manifest"]
+    window = {int(g): c for g, c in manifest["generations"].items()}
+    total = sum(window.values())
+    for name, records in lake["shards"].items():
+        gens = collections.Counter(r.generation for r in records)
+        n = len(records)
+        assert n == manifest["shard_positions"][name]
+        for g, c in window.items():
+            p = c / total
+            assert abs(gens[g] / n - p) <= 4 * math.sqrt(p * (1 - p) / n) + 0.01, (name, g)
+
+
+def test_engine_games_get_exact_or_played_out_labels(lake):
+    by_game = collections.defaultdict(list)
+    for _, rec in _all_records(lake["shards"]):
+        if rec.move_number >= 8:  # earlier positions may carry merged targets (capped openings)
+            by_game[rec.game_id].append(rec)
+    for game in lake["finished"]:
+        assert by_game[game.game_id]
+        final = L.replay(game).ownership().astype(np.float32)
+        for rec in by_game[game.game_id]:
+            assert np.allclose(rec.ownership, final * rec.to_play)
+            assert rec.ownership_weight == 1.0 and rec.value == game.winner * rec.to_play
+    for game in lake["resigned"]:
+        assert by_game[game.game_id]
+        for rec in by_game[game.game_id]:
+            assert rec.ownership_weight == 0.5 and rec.value == game.winner * rec.to_play
+    labels = lake["manifest"]["labels"]
+    assert labels["played_out_random"] == len(lake["resigned"])
+    assert labels["final_board_result_disagreements"] == 0
+
+
+def test_manifest_is_complete_and_temporaries_are_gone(lake):
+    manifest = lake["manifest"]
+    assert manifest["target_generation"] == 1 and manifest["board_size"] == 9
+    assert manifest["positions"] == sum(len(r) for r in lake["shards"].values())
+    assert all(name.startswith(manifest["attempt"]) and name.endswith(S.SHARD_SUFFIX)
+               for name in manifest["shards"])
+    leftovers = [f for _, _, files in os.walk(os.path.join(lake["root"], "tmp")) for f in files]
+    assert leftovers == []
+
+
+def test_a_finished_window_is_not_redone(lake, capsys):
+    folder = os.path.join(lake["root"], S.WINDOWS_DIR, S.generation_dir(1))
+    before = sorted(os.listdir(folder))
+    assert main(["--root", lake["root"], "--workers", "1"]) == 0
+    assert sorted(os.listdir(folder)) == before
+    assert "already has a manifest" in capsys.readouterr().out
+
+
+def test_a_mismatching_board_flag_is_refused(lake, capsys):
+    assert main(["--root", lake["root"], "--board", "19"]) == 2
+    err = capsys.readouterr().err
+    assert "--board 19" in err and "run.json" in err
+
+
+def test_a_root_without_run_json_is_refused(tmp_path, capsys):
+    assert main(["--root", str(tmp_path)]) == 2
+    assert "run.json" in capsys.readouterr().err
