@@ -8,7 +8,8 @@ variable ``ZEROLAKE_BOUNDSCHECK=1`` rebuilds every extension with bounds and
 wraparound checks on; ``scripts/test.sh`` does that so the test suite runs the
 engine with its indexing checked, while ordinary installs (and the benchmarks)
 get the fast build.  Each extension learns which build it is through the
-compile-time constant ``ZEROLAKE_BOUNDSCHECK`` (see ``selfplay/buildinfo.py``).
+compile-time constant ``ZEROLAKE_BOUNDSCHECK`` (exposed as
+``selfplay.board.BOUNDSCHECK``, which the benchmarks check).
 """
 import os
 from pathlib import Path

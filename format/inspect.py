@@ -220,7 +220,7 @@ def _load_game(target: str, index: int) -> codec.GameRecord:
 
 
 def _top_moves(game: codec.GameRecord, move: int, k: int = 5) -> list[tuple[str, float]]:
-    from selfplay.coords import to_gtp
+    from selfplay.coords import move_to_gtp as to_gtp
 
     indices, probs = game.policy_probs(move)
     order = np.argsort(-probs, kind="stable")[:k]
@@ -272,7 +272,7 @@ def _heat(value: float) -> str:
 
 
 def render_position(game: codec.GameRecord, move: int) -> str:
-    from selfplay.coords import to_gtp
+    from selfplay.coords import move_to_gtp as to_gtp
 
     n = game.board_size
     letters = [c for c in "ABCDEFGHJKLMNOPQRST"][:n]
