@@ -1,0 +1,263 @@
+"""Model registry: published inference models in the lake, and how to load one.
+
+Layout (paths relative to the lake root)::
+
+    models/<gen:06d>/<files of a SavedModel>   written first, any order
+    models/<gen:06d>/MANIFEST.json            written next, create-only: the commit point
+    models/LATEST                             "<gen>\\n", replaced last
+
+``MANIFEST.json`` is ``{"version": 1, "generation": g, "files": {relative
+path: {"sha256": hex, "size": bytes}}, "metadata": {...}}``; the metadata
+carries at least ``board_size``.  A generation *exists* once its manifest
+does; files without a manifest are leftovers of an interrupted publish and
+are overwritten by the next attempt.  Because the manifest is create-only,
+two trainers can never both publish one generation, and a generation is
+never republished.  LATEST only moves forward.
+
+Readers (self-play workers) poll :func:`latest_generation`, then
+:func:`load_model`, which copies the files into a local cache, checks every
+sha256 against the manifest, and refuses any mismatch with
+:class:`ModelIntegrityError` naming the file.  The SavedModel's
+``serving_default`` signature takes ``planes`` float32 [B, N, N, 17] and
+returns ``policy_logits`` [B, N*N+1], ``value`` [B], ``ownership`` [B, N*N]
+and ``score`` [B], all from the side to move (``model.export`` writes it).
+
+TensorFlow is imported only by :func:`load_model`, so polling LATEST stays
+cheap.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cloud.base import AlreadyExists, NotFound
+from format import schema
+
+MANIFEST_VERSION = 1
+SIGNATURE = "serving_default"
+OUTPUTS = ("policy_logits", "value", "ownership", "score")
+
+
+class RegistryError(RuntimeError):
+    """The registry is not in the state an operation needs; the message says why."""
+
+
+class AlreadyPublished(RegistryError):
+    """``publish_model`` was asked to publish a generation that already exists."""
+
+
+class ModelIntegrityError(RegistryError):
+    """A model file does not match its manifest; ``path`` names the file."""
+
+    def __init__(self, message: str, path: str):
+        super().__init__(message)
+        self.path = path
+
+
+def model_dir(generation: int) -> str:
+    return f"{schema.MODELS_DIR}/{schema.generation_dir(generation)}"
+
+
+def manifest_path(generation: int) -> str:
+    return f"{model_dir(generation)}/{schema.MANIFEST}"
+
+
+def _check_generation(generation) -> int:
+    if isinstance(generation, bool) or not isinstance(generation, (int, np.integer)) or generation < 0:
+        raise ValueError(f"generation must be a non-negative int, got {generation!r}")
+    return int(generation)
+
+
+def latest_generation(storage) -> int | None:
+    """The generation in ``models/LATEST``, or None before the first publish."""
+    try:
+        text = storage.read(schema.LATEST).decode("ascii").strip()
+    except NotFound:
+        return None
+    if not text.isdigit():
+        raise RegistryError(f"{storage.url(schema.LATEST)}: expected a generation number, got {text[:40]!r}")
+    return int(text)
+
+
+def is_published(storage, generation: int) -> bool:
+    return storage.exists(manifest_path(_check_generation(generation)))
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _local_files(local_dir: str) -> list[str]:
+    """Relative '/'-separated paths of every file under local_dir, sorted."""
+    found = []
+    for directory, _, names in os.walk(local_dir):
+        for name in names:
+            relative = os.path.relpath(os.path.join(directory, name), local_dir)
+            found.append(relative.replace(os.sep, "/"))
+    return sorted(found)
+
+
+def publish_model(storage, generation: int, local_dir: str, metadata: dict) -> dict:
+    """Upload ``local_dir`` as ``models/<generation>/``, then its manifest, then LATEST.
+
+    Raises AlreadyPublished if the generation's manifest exists (before
+    uploading anything, and again if another publisher wins the race).
+    Returns the manifest.
+    """
+    generation = _check_generation(generation)
+    if "board_size" not in metadata:
+        raise ValueError("publish_model metadata must include board_size")
+    if is_published(storage, generation):
+        raise AlreadyPublished(f"{storage.url(model_dir(generation))} is already published; "
+                               "a generation is never republished")
+    relative_paths = _local_files(local_dir)
+    if not relative_paths:
+        raise ValueError(f"{local_dir} holds no files to publish")
+    files = {}
+    for relative in relative_paths:
+        with open(os.path.join(local_dir, *relative.split("/")), "rb") as handle:
+            data = handle.read()
+        # Unreferenced until the manifest exists, so replacing a leftover of
+        # an interrupted publish is safe.
+        storage.write_replace(f"{model_dir(generation)}/{relative}", data)
+        files[relative] = {"sha256": _sha256(data), "size": len(data)}
+    manifest = {"version": MANIFEST_VERSION, "generation": generation, "files": files,
+                "metadata": metadata}
+    try:
+        storage.write_new(manifest_path(generation), json.dumps(manifest, indent=2, sort_keys=True).encode())
+    except AlreadyExists:
+        raise AlreadyPublished(f"{storage.url(manifest_path(generation))} was written by another "
+                               "publisher first") from None
+    current = latest_generation(storage)
+    if current is None or current < generation:
+        storage.write_replace(schema.LATEST, f"{generation}\n".encode())
+    return manifest
+
+
+def read_manifest(storage, generation: int) -> dict:
+    path = manifest_path(_check_generation(generation))
+    try:
+        manifest = json.loads(storage.read(path))
+    except NotFound:
+        raise RegistryError(f"{storage.url(path)} does not exist: generation {generation} "
+                            "is not published") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ModelIntegrityError(f"{storage.url(path)}: not valid JSON ({exc})", path) from None
+    if (not isinstance(manifest, dict) or manifest.get("version") != MANIFEST_VERSION
+            or manifest.get("generation") != generation or not isinstance(manifest.get("files"), dict)
+            or not isinstance(manifest.get("metadata"), dict)
+            or not isinstance(manifest["metadata"].get("board_size"), int)):
+        raise ModelIntegrityError(f"{storage.url(path)}: not a version-{MANIFEST_VERSION} model "
+                                  f"manifest for generation {generation}", path)
+    return manifest
+
+
+def _default_cache_dir(storage) -> str:
+    tag = hashlib.sha256(storage.url("").encode()).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(), "zerolake-models", tag)
+
+
+def fetch_model_files(storage, generation: int, cache_dir: str | None = None) -> tuple[str, dict]:
+    """Local directory holding the verified files of ``generation``, and its manifest.
+
+    Files already in the cache are re-hashed and reused when they match;
+    anything else is downloaded.  A download whose sha256 differs from the
+    manifest raises ModelIntegrityError naming the file, and the cached
+    copy is removed.
+    """
+    manifest = read_manifest(storage, generation)
+    local = os.path.join(cache_dir or _default_cache_dir(storage), schema.generation_dir(generation))
+    for relative, entry in sorted(manifest["files"].items()):
+        if ".." in relative.split("/") or relative.startswith("/"):
+            raise ModelIntegrityError(f"{storage.url(manifest_path(generation))}: bad file name "
+                                      f"{relative!r}", relative)
+        target = os.path.join(local, *relative.split("/"))
+        if os.path.exists(target) and _file_sha256(target) == entry["sha256"]:
+            continue
+        remote = f"{model_dir(generation)}/{relative}"
+        try:
+            data = storage.read(remote)
+        except NotFound:
+            raise ModelIntegrityError(f"{storage.url(remote)} is listed in the manifest but missing",
+                                      remote) from None
+        if _sha256(data) != entry["sha256"]:
+            if os.path.exists(target):
+                os.unlink(target)
+            raise ModelIntegrityError(
+                f"{storage.url(remote)}: sha256 {_sha256(data)[:16]}... does not match the "
+                f"manifest's {entry['sha256'][:16]}... (file corrupted or replaced); refusing to load",
+                remote)
+        _write_atomically(target, data)
+    return local, manifest
+
+
+def _file_sha256(path: str) -> str:
+    with open(path, "rb") as handle:
+        return _sha256(handle.read())
+
+
+def _write_atomically(target: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".partial-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(temp, target)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+@dataclass
+class LoadedModel:
+    """A published model ready to evaluate positions.
+
+    ``model(planes)`` takes float32 [B, N, N, 17] (numpy) and returns a dict
+    of numpy arrays: policy_logits [B, N*N+1], value [B], ownership [B, N*N],
+    score [B].  The call runs the SavedModel's compiled graph.
+    """
+
+    generation: int
+    board_size: int
+    metadata: dict
+    local_dir: str
+    _signature: object = field(repr=False, default=None)
+    _saved: object = field(repr=False, default=None)  # keeps the SavedModel's variables alive
+
+    def __call__(self, planes) -> dict:
+        planes = np.asarray(planes, dtype=np.float32)
+        n = self.board_size
+        if planes.ndim != 4 or planes.shape[1:] != (n, n, schema.INPUT_PLANES):
+            raise ValueError(f"planes must be [B, {n}, {n}, {schema.INPUT_PLANES}], got {planes.shape}")
+        outputs = self._signature(planes=planes)
+        return {name: outputs[name].numpy() for name in OUTPUTS}
+
+
+def load_model(storage, generation: int, cache_dir: str | None = None) -> LoadedModel:
+    """Download (or reuse from cache), verify and load a published generation."""
+    import tensorflow as tf  # deferred: polling LATEST must not pay for TensorFlow
+
+    local, manifest = fetch_model_files(storage, generation, cache_dir)
+    saved = tf.saved_model.load(local)
+    if SIGNATURE not in saved.signatures:
+        raise ModelIntegrityError(f"{storage.url(model_dir(generation))}: SavedModel has no "
+                                  f"'{SIGNATURE}' signature", model_dir(generation))
+    return LoadedModel(generation=int(generation), board_size=manifest["metadata"]["board_size"],
+                       metadata=manifest["metadata"], local_dir=local,
+                       _signature=saved.signatures[SIGNATURE], _saved=saved)
+
+
+def clear_cache(cache_dir: str, keep_generations: set[int]) -> None:
+    """Remove cached generations not in ``keep_generations`` (workers call it after a switch)."""
+    if not os.path.isdir(cache_dir):
+        return
+    for name in os.listdir(cache_dir):
+        if name.isdigit() and int(name) not in keep_generations:
+            shutil.rmtree(os.path.join(cache_dir, name), ignore_errors=True)

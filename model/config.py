@@ -1,0 +1,178 @@
+"""TrainConfig: every setting of ``python -m model.train``, validated once.
+
+The dataclass is the single source of defaults; ``build_parser`` turns each
+field into a ``--flag`` (underscores become dashes) with its help text, and
+``config_from_args`` validates.  Nothing here imports TensorFlow, so a bad
+flag fails in well under a second.
+
+Steps and batches: ``batch_size`` is per replica; the *global* batch is
+``batch_size x replicas``.  A window is trained for ``steps_per_window``
+steps, or, when that is 0, ``ceil(positions x epochs_per_window / global
+batch)``.  The learning-rate schedule runs on the global step, which keeps
+counting across windows (see ``model.trainer.LearningRateSchedule``).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+
+from format import schema
+
+STRATEGIES = ("auto", "tpu", "mirrored", "default")
+PRECISIONS = ("auto", "float32", "bfloat16")
+LR_SCHEDULES = ("constant", "cosine", "step")
+VALUE_HEADS = ("tanh", "wdl")
+
+
+class ConfigError(ValueError):
+    """A flag (or a combination of flags) is invalid; the message names it."""
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    root: str = field(default="", metadata=_help("lake root: a local folder or gs://bucket/prefix (required)"))
+    board_size: int = field(default=0, metadata=_help(
+        "board size; 0 = take it from ROOT/run.json (a different value is refused)"))
+    # --- devices -----------------------------------------------------------
+    strategy: str = field(default="auto", metadata=_help(
+        "auto = TPU if one resolves, Mirrored if >1 GPU, else the default strategy"))
+    tpu: str = field(default="", metadata=_help("TPU name or grpc:// address for --strategy tpu/auto"))
+    logical_cpus: int = field(default=0, metadata=_help(
+        "split the CPU into this many logical devices (Mirrored on CPU, for tests); 0 = off"))
+    precision: str = field(default="auto", metadata=_help(
+        "compute precision; auto = bfloat16 on TPU/GPU, float32 on CPU"))
+    # --- network -----------------------------------------------------------
+    blocks: int = field(default=4, metadata=_help("residual blocks"))
+    filters: int = field(default=32, metadata=_help("channels of the residual tower"))
+    global_pool_every: int = field(default=0, metadata=_help(
+        "every k-th block gets a KataGo global-pooling bias; 0 = none"))
+    global_pool_channels: int = field(default=8, metadata=_help("channels pooled by those blocks"))
+    value_head: str = field(default="tanh", metadata=_help("tanh (win/loss) or wdl (win/draw/loss softmax)"))
+    value_hidden: int = field(default=64, metadata=_help("hidden units of the value/score head"))
+    sync_batchnorm: bool = field(default=True, metadata=_help(
+        "batch-norm statistics over the global batch (identical results on any replica count)"))
+    # --- losses ------------------------------------------------------------
+    policy_loss_weight: float = field(default=1.0, metadata=_help("weight of the policy cross-entropy"))
+    value_loss_weight: float = field(default=1.0, metadata=_help("weight of the value loss"))
+    ownership_loss_weight: float = field(default=0.5, metadata=_help("weight of the ownership loss"))
+    score_loss_weight: float = field(default=0.2, metadata=_help("weight of the score loss"))
+    l2: float = field(default=1e-4, metadata=_help("L2 penalty on convolution and dense kernels"))
+    # --- optimisation ------------------------------------------------------
+    batch_size: int = field(default=256, metadata=_help("examples per replica per step"))
+    steps_per_window: int = field(default=0, metadata=_help(
+        "steps per window; 0 = positions x epochs-per-window / global batch"))
+    epochs_per_window: float = field(default=1.0, metadata=_help("passes over a window when steps are automatic"))
+    steps_per_call: int = field(default=20, metadata=_help("training steps per tf.function call"))
+    learning_rate: float = field(default=0.02, metadata=_help("peak learning rate"))
+    momentum: float = field(default=0.9, metadata=_help("SGD momentum (Nesterov)"))
+    warmup_steps: int = field(default=200, metadata=_help("linear warm-up from 0 to the peak rate"))
+    lr_schedule: str = field(default="constant", metadata=_help(
+        "after warm-up: constant, cosine (to lr x lr-final-fraction at lr-decay-steps) "
+        "or step (x0.1 at each of lr-boundaries)"))
+    lr_decay_steps: int = field(default=100_000, metadata=_help("global step where the cosine ends"))
+    lr_final_fraction: float = field(default=0.05, metadata=_help("cosine floor, as a fraction of the peak"))
+    lr_boundaries: str = field(default="", metadata=_help("comma-separated global steps for --lr-schedule step"))
+    swa_decay: float = field(default=0.0, metadata=_help(
+        "publish an exponential average of the weights with this decay per call (e.g. 0.9); 0 = off"))
+    # --- data --------------------------------------------------------------
+    shuffle_buffer: int = field(default=8192, metadata=_help("records in the tf.data shuffle buffer"))
+    seed: int = field(default=0, metadata=_help("seed for the data order, symmetries and initial weights"))
+    # --- bookkeeping -------------------------------------------------------
+    checkpoint_every: int = field(default=500, metadata=_help("steps between checkpoints"))
+    keep_checkpoints: int = field(default=3, metadata=_help("checkpoints kept under ROOT/checkpoints"))
+    log_every: int = field(default=100, metadata=_help("steps between progress lines and TensorBoard points"))
+    log_dir: str = field(default="", metadata=_help("TensorBoard directory; default ROOT/logs"))
+    windows: int = field(default=1, metadata=_help("windows to train and publish before exiting"))
+    follow: bool = field(default=False, metadata=_help("keep waiting for new windows instead of exiting"))
+    poll_seconds: float = field(default=30.0, metadata=_help("how often --follow looks for a new window"))
+
+    def __post_init__(self):
+        problems = self.problems()
+        if problems:
+            raise ConfigError("invalid flags:\n  " + "\n  ".join(problems))
+
+    def problems(self) -> list[str]:
+        """Every invalid setting, each naming its flag."""
+        out = []
+
+        def need(condition, flag, text):
+            if not condition:
+                out.append(f"--{flag}: {text}")
+
+        need(bool(self.root), "root", "is required")
+        need(self.board_size == 0 or schema.MIN_BOARD_SIZE <= self.board_size <= schema.MAX_BOARD_SIZE,
+             "board-size", f"{self.board_size} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
+        need(self.strategy in STRATEGIES, "strategy", f"{self.strategy!r} is not one of {STRATEGIES}")
+        need(self.precision in PRECISIONS, "precision", f"{self.precision!r} is not one of {PRECISIONS}")
+        need(self.value_head in VALUE_HEADS, "value-head", f"{self.value_head!r} is not one of {VALUE_HEADS}")
+        need(self.lr_schedule in LR_SCHEDULES, "lr-schedule", f"{self.lr_schedule!r} is not one of {LR_SCHEDULES}")
+        for name in ("blocks", "filters", "value_hidden", "global_pool_channels", "batch_size",
+                     "steps_per_call", "checkpoint_every", "keep_checkpoints", "log_every",
+                     "windows", "lr_decay_steps"):
+            need(getattr(self, name) >= 1, name.replace("_", "-"), f"must be >= 1, got {getattr(self, name)}")
+        for name in ("steps_per_window", "warmup_steps", "global_pool_every", "logical_cpus",
+                     "shuffle_buffer", "l2", "policy_loss_weight", "value_loss_weight",
+                     "ownership_loss_weight", "score_loss_weight"):
+            need(getattr(self, name) >= 0, name.replace("_", "-"), f"must be >= 0, got {getattr(self, name)}")
+        need(self.global_pool_every == 0 or self.global_pool_channels < self.filters,
+             "global-pool-channels", f"must be smaller than --filters ({self.filters})")
+        need(self.epochs_per_window > 0, "epochs-per-window", f"must be > 0, got {self.epochs_per_window}")
+        need(self.learning_rate > 0, "learning-rate", f"must be > 0, got {self.learning_rate}")
+        need(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
+        need(0 < self.lr_final_fraction <= 1, "lr-final-fraction", f"must be in (0, 1], got {self.lr_final_fraction}")
+        need(0 <= self.swa_decay < 1, "swa-decay", f"must be in [0, 1), got {self.swa_decay}")
+        need(self.poll_seconds > 0, "poll-seconds", f"must be > 0, got {self.poll_seconds}")
+        need(self.strategy != "tpu" or self.logical_cpus == 0, "logical-cpus", "cannot be used with --strategy tpu")
+        try:
+            boundaries = self.lr_boundary_steps()
+            need(self.lr_schedule != "step" or boundaries, "lr-boundaries",
+                 "is required by --lr-schedule step")
+        except ValueError:
+            out.append(f"--lr-boundaries: {self.lr_boundaries!r} is not a comma-separated list of "
+                       "increasing positive integers")
+        return out
+
+    def lr_boundary_steps(self) -> tuple[int, ...]:
+        if not self.lr_boundaries.strip():
+            return ()
+        steps = tuple(int(part) for part in self.lr_boundaries.split(","))
+        if any(s <= 0 for s in steps) or list(steps) != sorted(set(steps)):
+            raise ValueError(self.lr_boundaries)
+        return steps
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m model.train",
+        description="Train the zerolake network on the newest complete training window "
+                    "under ROOT/windows, publish it to ROOT/models, and exit (or --follow). "
+                    "Rerunning the same command resumes a killed run from its last checkpoint.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    for spec in dataclasses.fields(TrainConfig):
+        flag = "--" + spec.name.replace("_", "-")
+        text = spec.metadata.get("help", "")
+        if spec.type in ("bool", bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default, help=text)
+        else:
+            kind = {"int": int, "float": float, "str": str}[str(spec.type)]
+            choices = {"strategy": STRATEGIES, "precision": PRECISIONS, "lr_schedule": LR_SCHEDULES,
+                       "value_head": VALUE_HEADS}.get(spec.name)
+            parser.add_argument(flag, type=kind, default=spec.default, choices=choices, help=text,
+                                required=spec.name == "root")
+    return parser
+
+
+def config_from_args(argv=None) -> TrainConfig:
+    """Parse and validate flags; exits with a usage error (status 2) on bad ones."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return TrainConfig(**vars(args))
+    except ConfigError as exc:
+        parser.error(str(exc))

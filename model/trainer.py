@@ -1,0 +1,294 @@
+"""The training machinery: strategy, losses, the multi-step loop, checkpoints.
+
+Strategy (``resolve_strategy``): TPUStrategy, MirroredStrategy or the default
+one.  Training is a custom loop, not ``Model.fit`` (Keras 3's fit fails
+under Mirrored once steps_per_execution > 1): ``Trainer.train_steps`` is a
+``tf.function`` that runs ``n`` steps over ``tf.range(n)``, each one
+``strategy.run(self._replica_step, ...)`` on a global batch split across
+replicas, and returns the summed metrics of those steps.
+
+Losses per example (``w`` = the record's weight for that head, targets from
+the side to move; ``A`` = actions, ``NN`` = points):
+
+* policy: cross-entropy ``-sum_a pi_a log softmax(logits)_a``;
+* value: ``(v - z)^2`` for the tanh head, win/draw/loss cross-entropy for
+  the wdl head;
+* ownership: per point, binary cross-entropy between ``(1 + o) / 2`` and
+  ``sigmoid(2 * ownership_logit)`` (= ``(1 + tanh) / 2``), averaged over NN;
+* score: Huber (delta 1) on ``(predicted - actual) / N``.
+
+The step loss is ``sum_h lambda_h sum_i w_ih loss_ih / global_batch`` plus
+``l2 * sum ||kernel||^2`` (divided by the replica count, because Keras sums
+gradients across replicas).  Metrics leave the step as sums (weighted loss,
+weight, correct top-1 moves...) so that they can be added over steps and
+replicas and divided once.
+
+Checkpoint state (``TrainState``): the model, the optimizer (its
+``iterations`` is the global step that drives the learning rate), the SWA
+average, and the window position: which window (``window_generation``), how
+many of its steps are done (``window_step``) and how many it has in all
+(``window_steps_total``).  The data order of a window depends only on its
+shards and seed (``format.tfdata``), so resuming skips ``window_step``
+batches and sees exactly what the killed run would have seen.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from model.config import TrainConfig
+from model.network import NetworkConfig, build_network
+
+log = logging.getLogger(__name__)
+
+METRIC_NAMES = (
+    "examples", "policy_loss_sum", "policy_weight_sum", "policy_correct_sum",
+    "value_loss_sum", "value_weight_sum", "value_sq_error_sum",
+    "ownership_loss_sum", "ownership_weight_sum", "score_loss_sum", "score_weight_sum",
+    "total_loss_sum",
+)
+
+
+class StrategyUnavailable(RuntimeError):
+    """The requested --strategy cannot run on this machine; the message says why."""
+
+
+@dataclass(frozen=True)
+class ResolvedStrategy:
+    strategy: tf.distribute.Strategy
+    kind: str
+    """'tpu', 'gpu' or 'cpu': the device type the replicas run on."""
+    description: str
+
+    @property
+    def replicas(self) -> int:
+        return self.strategy.num_replicas_in_sync
+
+
+def _split_cpu(logical_cpus: int) -> None:
+    cpus = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(
+        cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(logical_cpus)])
+
+
+def _try_tpu(tpu: str):
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or None)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    except (ValueError, RuntimeError, tf.errors.OpError) as exc:
+        return exc
+
+
+def resolve_strategy(config: TrainConfig) -> ResolvedStrategy:
+    """The tf.distribute strategy for ``config.strategy`` (must run before other TF work)."""
+    if config.logical_cpus:
+        _split_cpu(config.logical_cpus)
+    gpus = tf.config.list_logical_devices("GPU")
+    if config.strategy == "tpu" or (config.strategy == "auto" and config.tpu):
+        result = _try_tpu(config.tpu)
+        if isinstance(result, tf.distribute.TPUStrategy):
+            return ResolvedStrategy(result, "tpu", f"TPUStrategy ({result.num_replicas_in_sync} cores)")
+        if config.strategy == "tpu":
+            raise StrategyUnavailable(f"--strategy tpu: no TPU could be resolved"
+                                      f"{' for --tpu ' + config.tpu if config.tpu else ''} ({result})")
+        log.warning("--strategy auto: TPU %r did not resolve (%s); trying GPUs", config.tpu, result)
+    if config.strategy == "mirrored" or (config.strategy == "auto" and len(gpus) > 1):
+        if gpus:
+            devices, kind = [d.name for d in gpus], "gpu"
+        else:
+            devices, kind = [d.name for d in tf.config.list_logical_devices("CPU")], "cpu"
+        strategy = tf.distribute.MirroredStrategy(devices=devices)
+        return ResolvedStrategy(strategy, kind, f"MirroredStrategy over {len(devices)} {kind} device(s)")
+    kind = "gpu" if gpus else "cpu"
+    return ResolvedStrategy(tf.distribute.get_strategy(), kind, f"default strategy on one {kind}")
+
+
+def dtype_policy_for(config: TrainConfig, kind: str) -> str:
+    if config.precision == "float32" or (config.precision == "auto" and kind == "cpu"):
+        return "float32"
+    return "mixed_bfloat16"
+
+
+def network_config(config: TrainConfig, board_size: int) -> NetworkConfig:
+    return NetworkConfig(
+        board_size=board_size, blocks=config.blocks, filters=config.filters,
+        global_pool_every=config.global_pool_every, global_pool_channels=config.global_pool_channels,
+        value_head=config.value_head, value_hidden=config.value_hidden,
+        sync_batchnorm=config.sync_batchnorm)
+
+
+class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up to the peak, then constant, cosine or step decay (global step)."""
+
+    def __init__(self, config: TrainConfig):
+        self.peak = config.learning_rate
+        self.warmup = config.warmup_steps
+        self.kind = config.lr_schedule
+        self.decay_steps = config.lr_decay_steps
+        self.final_fraction = config.lr_final_fraction
+        self.boundaries = config.lr_boundary_steps()
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        warm = tf.minimum(1.0, (step + 1.0) / float(max(self.warmup, 1)))
+        if self.kind == "cosine":
+            progress = tf.minimum(1.0, step / float(self.decay_steps))
+            cosine = 0.5 * (1.0 + tf.cos(math.pi * progress))
+            factor = self.final_fraction + (1.0 - self.final_fraction) * cosine
+        elif self.kind == "step":
+            passed = tf.add_n([tf.cast(step >= b, tf.float32) for b in self.boundaries])
+            factor = tf.pow(0.1, passed)
+        else:
+            factor = tf.constant(1.0)
+        return self.peak * warm * factor
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup": self.warmup, "kind": self.kind}
+
+
+class Trainer:
+    """Model, optimizer, window position and the multi-step training function.
+
+    Build it once per process; ``train_steps(iterator, n)`` runs n steps on
+    a distributed iterator of global batches and returns a dict of metric
+    sums (``METRIC_NAMES``) as float64 numpy scalars.
+    """
+
+    def __init__(self, config: TrainConfig, net_config: NetworkConfig, resolved: ResolvedStrategy):
+        self.config = config
+        self.net_config = net_config
+        self.strategy = resolved.strategy
+        self.replicas = resolved.replicas
+        self.global_batch = config.batch_size * self.replicas
+        self.dtype_policy = dtype_policy_for(config, resolved.kind)
+        keras.utils.set_random_seed(config.seed)
+        with self.strategy.scope():
+            self.model = build_network(net_config, self.dtype_policy)
+            self.optimizer = keras.optimizers.SGD(
+                learning_rate=LearningRateSchedule(config), momentum=config.momentum, nesterov=True)
+            self.optimizer.build(self.model.trainable_variables)
+            self.window_generation = tf.Variable(-1, dtype=tf.int64, trainable=False)
+            self.window_step = tf.Variable(0, dtype=tf.int64, trainable=False)
+            self.window_steps_total = tf.Variable(0, dtype=tf.int64, trainable=False)
+            self.swa = ([tf.Variable(w, trainable=False) for w in self.model.weights]
+                        if config.swa_decay > 0 else [])
+        self._kernels = [v for v in self.model.trainable_variables if "kernel" in v.path]
+        tracked = dict(model=self.model, optimizer=self.optimizer,
+                       window_generation=self.window_generation, window_step=self.window_step,
+                       window_steps_total=self.window_steps_total)
+        if self.swa:
+            tracked["swa"] = self.swa
+        self.checkpoint = tf.train.Checkpoint(**tracked)
+        self._train_steps = tf.function(self._train_steps_impl)
+
+    # --- state ---------------------------------------------------------------
+    @property
+    def global_step(self) -> int:
+        return int(self.optimizer.iterations.numpy())
+
+    def learning_rate(self) -> float:
+        """The rate the next step will use."""
+        return float(np.asarray(self.optimizer.learning_rate))
+
+    def start_window(self, generation: int, total_steps: int) -> None:
+        self.window_generation.assign(generation)
+        self.window_step.assign(0)
+        self.window_steps_total.assign(total_steps)
+
+    def published_weights(self) -> list:
+        """Weights to export: the SWA average when on, else the live weights."""
+        source = self.swa if self.swa else self.model.weights
+        return [np.asarray(v.numpy()) for v in source]
+
+    # --- training ------------------------------------------------------------
+    def train_steps(self, iterator, steps: int) -> dict:
+        sums = self._train_steps(iterator, tf.constant(steps, tf.int32))
+        self.window_step.assign_add(steps)
+        return {k: float(v) for k, v in sums.items()}
+
+    def _train_steps_impl(self, iterator, steps):
+        totals = tuple(tf.constant(0.0, tf.float32) for _ in METRIC_NAMES)
+        for _ in tf.range(steps):  # AutoGraph: a tf.while_loop over `totals`
+            per_replica = self.strategy.run(self._replica_step, args=(next(iterator),))
+            totals = tuple(
+                total + self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica[name], axis=None)
+                for total, name in zip(totals, METRIC_NAMES))
+        if self.swa:
+            decay = self.config.swa_decay
+            for average, weight in zip(self.swa, self.model.weights):
+                average.assign(decay * average + (1.0 - decay) * tf.cast(weight, average.dtype))
+        return dict(zip(METRIC_NAMES, totals))
+
+    def _replica_step(self, batch):
+        with tf.GradientTape() as tape:
+            outputs = self.model(batch["planes"], training=True)
+            heads = head_losses(outputs, batch, self.net_config)
+            data_loss = (self.config.policy_loss_weight * heads["policy_loss_sum"]
+                         + self.config.value_loss_weight * heads["value_loss_sum"]
+                         + self.config.ownership_loss_weight * heads["ownership_loss_sum"]
+                         + self.config.score_loss_weight * heads["score_loss_sum"])
+            penalty = self.config.l2 * tf.add_n([tf.reduce_sum(tf.square(k)) for k in self._kernels])
+            loss = data_loss / self.global_batch + penalty / self.replicas
+        gradients = tape.gradient(loss, self.model.trainable_variables)
+        self.optimizer.apply_gradients(zip(gradients, self.model.trainable_variables))
+        heads["total_loss_sum"] = data_loss
+        heads["examples"] = tf.cast(tf.shape(batch["value"])[0], tf.float32)
+        return heads
+
+
+def head_losses(outputs: dict, batch: dict, net_config: NetworkConfig) -> dict:
+    """Weighted per-head loss sums, weight sums and accuracy counts over a batch."""
+    n = float(net_config.board_size)
+    pw, vw = batch["policy_weight"], batch["value_weight"]
+    ow, sw = batch["ownership_weight"], batch["score_weight"]
+    policy_ce = tf.nn.softmax_cross_entropy_with_logits(labels=batch["policy"],
+                                                        logits=outputs["policy_logits"])
+    correct = tf.cast(tf.equal(tf.argmax(outputs["policy_logits"], -1), tf.argmax(batch["policy"], -1)),
+                      tf.float32)
+    value = outputs["value"]
+    if net_config.value_head == "wdl":
+        # z = +1 win -> class 0, 0 draw -> 1, -1 loss -> 2.
+        target = tf.cast(tf.round(1.0 - batch["value"]), tf.int32)
+        value_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target,
+                                                                    logits=outputs["value_logits"])
+    else:
+        value_loss = tf.square(value - batch["value"])
+    ownership_loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=(1.0 + batch["ownership"]) / 2.0, logits=2.0 * outputs["ownership_logits"]), axis=-1)
+    score_loss = keras.losses.huber(((outputs["score"] - batch["score"]) / n)[:, None],
+                                    tf.zeros_like(batch["score"])[:, None], delta=1.0)
+    return {
+        "policy_loss_sum": tf.reduce_sum(pw * policy_ce),
+        "policy_weight_sum": tf.reduce_sum(pw),
+        "policy_correct_sum": tf.reduce_sum(pw * correct),
+        "value_loss_sum": tf.reduce_sum(vw * value_loss),
+        "value_weight_sum": tf.reduce_sum(vw),
+        "value_sq_error_sum": tf.reduce_sum(vw * tf.square(value - batch["value"])),
+        "ownership_loss_sum": tf.reduce_sum(ow * ownership_loss),
+        "ownership_weight_sum": tf.reduce_sum(ow),
+        "score_loss_sum": tf.reduce_sum(sw * score_loss),
+        "score_weight_sum": tf.reduce_sum(sw),
+    }
+
+
+def summarize(sums: dict) -> dict:
+    """Means from metric sums: each head's loss, policy top-1 accuracy, value MSE."""
+    def ratio(a, b):
+        return sums[a] / sums[b] if sums[b] > 0 else float("nan")
+
+    return {
+        "loss": ratio("total_loss_sum", "examples"),
+        "policy_loss": ratio("policy_loss_sum", "policy_weight_sum"),
+        "policy_accuracy": ratio("policy_correct_sum", "policy_weight_sum"),
+        "value_loss": ratio("value_loss_sum", "value_weight_sum"),
+        "value_mse": ratio("value_sq_error_sum", "value_weight_sum"),
+        "ownership_loss": ratio("ownership_loss_sum", "ownership_weight_sum"),
+        "score_loss": ratio("score_loss_sum", "score_weight_sum"),
+    }
