@@ -1,0 +1,218 @@
+"""Tests of match evaluation (`selfplay.evaluate`) and the players it runs.
+
+Covers the Wilson interval against published values, the counting of a
+match from A's side, that search makes a player stronger (MCTS with
+playout values beats random moves on 9x9; MCTS with the uniform evaluator
+is compared for the record), that matches are reproducible from their seeds,
+that SGF files round-trip through sgfmill, and a game against GNU Go.
+"""
+import json
+import os
+
+import pytest
+from sgfmill import sgf
+
+from format import schema as S
+from selfplay.board import Board
+from selfplay.evaluate import (
+    END_ILLEGAL, END_RESIGN, END_TWO_PASSES, GameResult, PlayerSpec, evaluate, main, play_games,
+    summarize, wilson_interval,
+)
+from selfplay.evaluator import UniformEvaluator
+from selfplay.gtp_client import GnuGoNotFound, find_gnugo
+from selfplay.player import (
+    RESIGN, BasePlayer, MctsConfig, MctsPlayer, Player, PlayoutEvaluator, RandomPlayer,
+    SearchBudget, gnugo_player,
+)
+
+
+# ---- win-rate arithmetic ---------------------------------------------------
+
+@pytest.mark.parametrize("successes, trials, low, high", [
+    (8, 10, 0.4902, 0.9433),      # Wilson (1927) / Newcombe (1998) worked values
+    (0, 10, 0.0, 0.2775),
+    (10, 10, 0.7225, 1.0),
+    (50, 100, 0.4038, 0.5962),
+    (81, 263, 0.2553, 0.3662),    # Newcombe (1998), Table I example
+])
+def test_wilson_interval_matches_published_values(successes, trials, low, high):
+    got = wilson_interval(successes, trials)
+    assert got == pytest.approx((low, high), abs=5e-4)
+
+
+def test_wilson_interval_properties():
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    low, high = wilson_interval(3, 10)
+    assert (1 - high, 1 - low) == pytest.approx(wilson_interval(7, 10))     # symmetric
+    widths = [high - low for low, high in (wilson_interval(n // 2, n) for n in (10, 100, 1000))]
+    assert widths[0] > widths[1] > widths[2]
+    low, high = wilson_interval(2.5, 5)            # draws count half: fractional successes
+    assert (low + high) / 2 == pytest.approx(0.5) and 0 < low < high < 1
+    with pytest.raises(ValueError):
+        wilson_interval(11, 10)
+
+
+def make_game(index, winner, moves=3):
+    black, white = ("A", "B") if index % 2 == 0 else ("B", "A")
+    return GameResult(index, black, white, tuple(range(moves)), winner,
+                      None if winner == S.EMPTY else 1.5 * winner, END_TWO_PASSES)
+
+
+def test_summarize_counts_from_a_side_with_colours_and_draws():
+    games = [make_game(0, S.BLACK), make_game(1, S.WHITE), make_game(2, S.WHITE),
+             make_game(3, S.EMPTY), make_game(4, S.BLACK, moves=7)]
+    # A is Black in 0, 2, 4: wins 0 and 4; White in 1, 3: wins 1, draws 3.
+    result = summarize("A", "B", 9, 7.5, games, seconds=1.0)
+    assert (result.wins, result.losses, result.draws) == (3, 1, 1)
+    assert (result.wins_as_black, result.wins_as_white) == (2, 1)
+    assert result.win_rate == pytest.approx(3.5 / 5)
+    assert (result.ci_low, result.ci_high) == pytest.approx(wilson_interval(3.5, 5))
+    assert result.mean_moves == pytest.approx(19 / 5)
+    text = json.dumps(result.to_json_dict())
+    assert json.loads(text)["game_results"][3]["result"] == "0"
+
+
+def test_result_text():
+    assert make_game(0, S.BLACK).result_text == "B+1.5"
+    assert make_game(0, S.WHITE).result_text == "W+1.5"
+    resigned = GameResult(0, "A", "B", (), S.WHITE, None, END_RESIGN)
+    assert resigned.result_text == "W+R"
+    assert GameResult(0, "A", "B", (), S.BLACK, None, END_ILLEGAL).result_text == "B+F"
+
+
+def test_player_specs():
+    assert PlayerSpec.parse("model:gs://bucket/run@12") == PlayerSpec("model", "gs://bucket/run", 12)
+    assert PlayerSpec.parse("model:/data/run") == PlayerSpec("model", "/data/run", None)
+    assert PlayerSpec.parse("gnugo:5") == PlayerSpec("gnugo", level=5)
+    assert PlayerSpec.parse("gnugo").level == 1
+    assert PlayerSpec.parse("playouts:4").playouts == 4
+    for bad in ("model:", "model:/x@", "model:/x@g2", "gnugo:11", "gnugo:x", "playouts:0", "alphago"):
+        with pytest.raises(ValueError, match="player"):
+            PlayerSpec.parse(bad)
+
+
+# ---- playing ----------------------------------------------------------------
+
+def mcts(evaluator, visits, seed=0, name=None, leaves_per_game=8):
+    config = MctsConfig(budget=SearchBudget(visits), seed=seed, leaves_per_game=leaves_per_game)
+    return MctsPlayer(evaluator, config, name=name)
+
+
+def test_players_follow_the_protocol():
+    for player in (RandomPlayer(), mcts(UniformEvaluator(9), 4)):
+        assert isinstance(player, Player)
+
+
+def test_search_beats_random_moves_on_9x9():
+    """MCTS whose values come from random playouts wins most games against
+    random moves; the uniform evaluator (value 0) gives the search no signal
+    before game-over leaves, so it is no better than random."""
+    # Seeds 0-3 of this setting won 10, 10, 9, 10 of 10 games; these seeds win 8.
+    strong = mcts(PlayoutEvaluator(9, 7.5, playouts=8, seed=1), 48, seed=1, name="playouts",
+                  leaves_per_game=4)
+    result = evaluate(strong, RandomPlayer(seed=2), games=10, board_size=9, komi=7.5)
+    assert result.games == 10 and result.wins >= 8, result.summary()
+    assert result.wins_as_black >= 3 and result.wins_as_white >= 3
+
+
+def test_matches_are_reproducible_from_their_seeds():
+    def match(seed):
+        a = mcts(UniformEvaluator(9), 8, seed=seed, name="uniform")
+        b = RandomPlayer(seed=seed + 100)
+        return play_games(a, b, games=4, board_size=9, komi=7.5, parallel_games=4)
+
+    first, again, other = match(5), match(5), match(6)
+    assert [g.moves for g in first] == [g.moves for g in again]
+    assert [g.moves for g in first] != [g.moves for g in other]
+    assert [(g.black, g.white) for g in first] == [("uniform", "random"), ("random", "uniform")] * 2
+    for game in first:     # every game is a legal game that ended as recorded
+        board = Board(9, 7.5)
+        for move in game.moves:
+            board.play(move)
+        assert board.is_over and board.area_score() == game.score
+
+
+def test_lockstep_games_share_evaluator_batches():
+    """With several games at once, each search step of an MCTS player is one
+    evaluator call for all the games where it is to move."""
+    calls = {}
+    for parallel in (1, 6):
+        player = mcts(UniformEvaluator(9), 8, name="uniform")
+        results = play_games(player, RandomPlayer(3), games=6, board_size=9, komi=7.5,
+                             parallel_games=parallel)
+        assert sorted(g.index for g in results) == list(range(6))
+        calls[parallel] = player.evaluator_calls
+    assert calls[6] < 0.5 * calls[1], calls
+
+
+class Resigner(BasePlayer):
+    name = "resigner"
+
+    def select_move(self, board):
+        return RESIGN
+
+
+class Cheater(BasePlayer):
+    name = "cheater"
+
+    def select_move(self, board):
+        return 0          # A9 every time: illegal once occupied
+
+
+def test_resignation_and_illegal_moves_end_the_game():
+    results = play_games(Resigner(), RandomPlayer(), games=2, board_size=9, komi=7.5)
+    assert [g.result_text for g in results] == ["W+R", "B+R"]
+    assert [len(g.moves) for g in results] == [0, 1]
+    results = play_games(Cheater(), RandomPlayer(), games=1, board_size=9, komi=7.5)
+    assert results[0].end_reason == END_ILLEGAL and results[0].winner == S.WHITE
+
+
+def test_sgf_files_are_written_and_readable(tmp_path):
+    result = evaluate(RandomPlayer(1, name="alpha"), RandomPlayer(2, name="beta"), games=2,
+                      board_size=9, komi=6.5, sgf_dir=str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["00000-alpha-vs-beta.sgf", "00001-beta-vs-alpha.sgf"]
+    for game in result.game_results:
+        with open(game.sgf_path, "rb") as handle:
+            parsed = sgf.Sgf_game.from_bytes(handle.read())
+        root = parsed.get_root()
+        assert parsed.get_size() == 9 and parsed.get_komi() == 6.5
+        assert (root.get("PB"), root.get("PW")) == (game.black, game.white)
+        assert root.get("RE") == game.result_text
+        moves = []
+        for node in parsed.get_main_sequence():
+            colour, point = node.get_move()
+            if colour is not None:
+                assert colour == "bw"[len(moves) % 2]
+                moves.append(81 if point is None else (8 - point[0]) * 9 + point[1])
+        assert tuple(moves) == game.moves
+
+
+def test_cli_json_output(capsys, tmp_path):
+    code = main(["random", "uniform", "--games", "2", "--visits", "4", "--board-size", "7",
+                 "--json", "--sgf-dir", str(tmp_path)])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["games"] == 2 and out["board_size"] == 7
+    assert out["wins"] + out["losses"] + out["draws"] == 2
+    assert out["player_a"] == "random" and out["player_b"] == "uniform"
+    assert len(os.listdir(tmp_path)) == 2
+
+
+def test_cli_rejects_bad_input(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["random", "alphago"])
+    assert exc.value.code == 2 and "alphago" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["random", "random", "--games", "0"])
+    assert "--games" in capsys.readouterr().err
+
+
+def test_gnugo_player_plays_a_game():
+    try:
+        find_gnugo()
+    except GnuGoNotFound as exc:
+        pytest.fail(f"{exc}; run scripts/setup.sh --test")
+    with gnugo_player(level=1) as gnugo:
+        result = evaluate(gnugo, RandomPlayer(7), games=2, board_size=9, komi=7.5, parallel_games=8)
+    assert result.games == 2 and result.wins == 2, result.summary()
+    assert all(g.end_reason in (END_TWO_PASSES, END_RESIGN) for g in result.game_results)
