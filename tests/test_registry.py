@@ -1,0 +1,103 @@
+"""cloud.registry: publish a model, load it back verified, refuse tampering.
+
+A tiny network is exported with model.export into a local lake; the loaded
+model must compute what the Keras model computes, a corrupted file must be
+refused with an error naming it, and a generation is never republished.
+"""
+import json
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from cloud.registry import (  # noqa: E402
+    AlreadyPublished, ModelIntegrityError, is_published, latest_generation, load_model,
+    publish_model)
+from cloud.storage import open_storage  # noqa: E402
+from format import schema  # noqa: E402
+from model.export import export_inference_model  # noqa: E402
+from model.network import NetworkConfig, build_network  # noqa: E402
+
+VARIABLES_FILE = "variables/variables.data-00000-of-00001"
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """(network config, keras model, local SavedModel dir) for a tiny 9x9 net."""
+    config = NetworkConfig(board_size=9, blocks=1, filters=8, global_pool_every=1,
+                           global_pool_channels=4, value_hidden=8)
+    model = build_network(config)
+    local = str(tmp_path_factory.mktemp("export") / "model")
+    export_inference_model(config, [w.numpy() for w in model.weights], local)
+    return config, model, local
+
+
+def random_planes(rng, batch, n):
+    planes = (rng.random((batch, n, n, schema.INPUT_PLANES)) < 0.3).astype(np.float32)
+    planes[..., 16] = rng.integers(0, 2, size=(batch, 1, 1))
+    return planes
+
+
+def test_published_model_loads_and_matches_the_keras_model(tmp_path, exported):
+    config, model, local = exported
+    storage = open_storage(str(tmp_path / "lake"))
+    assert latest_generation(storage) is None
+    manifest = publish_model(storage, 1, local, {"board_size": 9})
+    assert latest_generation(storage) == 1
+    assert set(manifest["files"]) >= {"saved_model.pb", VARIABLES_FILE}
+
+    loaded = load_model(storage, 1, cache_dir=str(tmp_path / "cache"))
+    assert (loaded.generation, loaded.board_size) == (1, 9)
+    planes = random_planes(np.random.default_rng(0), 5, 9)
+    out = loaded(planes)
+    assert out["policy_logits"].shape == (5, 82)
+    assert out["value"].shape == (5,) and out["score"].shape == (5,)
+    assert out["ownership"].shape == (5, 81)
+    assert np.all(np.abs(out["value"]) <= 1) and np.all(np.abs(out["ownership"]) <= 1)
+    reference = model(planes, training=False)
+    for name in ("policy_logits", "value", "ownership", "score"):
+        np.testing.assert_allclose(out[name], np.asarray(reference[name]), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"\[B, 9, 9, 17\]"):
+        loaded(np.zeros((1, 19, 19, 17), np.float32))
+
+
+def test_corrupted_file_is_refused_naming_the_file(tmp_path, exported):
+    _, _, local = exported
+    storage = open_storage(str(tmp_path / "lake"))
+    publish_model(storage, 2, local, {"board_size": 9})
+    remote = f"models/000002/{VARIABLES_FILE}"
+    data = bytearray(storage.read(remote))
+    data[len(data) // 2] ^= 0xFF
+    storage.write_replace(remote, bytes(data))
+    with pytest.raises(ModelIntegrityError, match="variables.data-00000-of-00001") as info:
+        load_model(storage, 2, cache_dir=str(tmp_path / "cache"))
+    assert info.value.path == remote
+
+
+def test_tampered_cache_is_detected_and_refetched(tmp_path, exported):
+    _, _, local = exported
+    storage = open_storage(str(tmp_path / "lake"))
+    publish_model(storage, 3, local, {"board_size": 9})
+    cache = tmp_path / "cache"
+    load_model(storage, 3, cache_dir=str(cache))
+    cached = cache / "000003" / "saved_model.pb"
+    cached.write_bytes(b"not a saved model")
+    loaded = load_model(storage, 3, cache_dir=str(cache))  # re-downloads the bad copy
+    assert cached.read_bytes() == storage.read("models/000003/saved_model.pb")
+    assert loaded(np.zeros((1, 9, 9, 17), np.float32))["value"].shape == (1,)
+
+
+def test_a_generation_is_never_republished_and_latest_only_moves_forward(tmp_path, exported):
+    _, _, local = exported
+    storage = open_storage(str(tmp_path / "lake"))
+    # Leftovers of an interrupted publish (no manifest) do not count as published.
+    storage.write_new("models/000005/saved_model.pb", b"partial")
+    assert not is_published(storage, 5)
+    first = publish_model(storage, 5, local, {"board_size": 9, "note": "first"})
+    with pytest.raises(AlreadyPublished, match="000005"):
+        publish_model(storage, 5, local, {"board_size": 9, "note": "second"})
+    assert json.loads(storage.read("models/000005/MANIFEST.json")) == first
+    publish_model(storage, 4, local, {"board_size": 9})
+    assert latest_generation(storage) == 5
+    assert storage.read(schema.LATEST).strip() == b"5"
