@@ -45,8 +45,10 @@ class LocalStorage(Storage):
     # --- paths -------------------------------------------------------------
 
     def url(self, path: str = "") -> str:
-        if path == "":
-            return self._root
+        return self._root if path == "" else self._file(path)
+
+    def _file(self, path: str) -> str:
+        """Absolute file name of the object ``path`` (validated)."""
         return os.path.join(self._root, *validate_path(path).split("/"))
 
     def _relative(self, full_path: str) -> str:
@@ -55,7 +57,7 @@ class LocalStorage(Storage):
     # --- writes ------------------------------------------------------------
 
     def write_new(self, path: str, data: bytes) -> None:
-        target = self.url(path)
+        target = self._file(path)
         directory = os.path.dirname(target)
         temp = self._write_temp(directory, target, data)
         try:
@@ -71,7 +73,7 @@ class LocalStorage(Storage):
             _unlink_if_present(temp)
 
     def write_replace(self, path: str, data: bytes) -> None:
-        target = self.url(path)
+        target = self._file(path)
         directory = os.path.dirname(target)
         temp = self._write_temp(directory, target, data)
         try:
@@ -108,7 +110,7 @@ class LocalStorage(Storage):
     # --- reads -------------------------------------------------------------
 
     def read(self, path: str) -> bytes:
-        target = self.url(path)
+        target = self._file(path)
         try:
             with open(target, "rb") as f:
                 return f.read()
@@ -118,12 +120,12 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot read {target}: {exc.strerror}", url=target) from None
 
     def exists(self, path: str) -> bool:
-        return os.path.isfile(self.url(path))
+        return os.path.isfile(self._file(path))
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         validate_prefix(prefix)
         directory_part = prefix.rpartition("/")[0]
-        start = self.url(directory_part) if directory_part else self._root
+        start = self._file(directory_part) if directory_part else self._root
         found = []
         for dirpath, dirnames, filenames in os.walk(start):
             # Descend only into directories that can hold matching paths.
@@ -146,7 +148,7 @@ class LocalStorage(Storage):
     # --- deletes -----------------------------------------------------------
 
     def delete(self, path: str, *, missing_ok: bool = False) -> None:
-        target = self.url(path)
+        target = self._file(path)
         try:
             os.unlink(target)
         except FileNotFoundError:

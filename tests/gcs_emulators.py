@@ -180,7 +180,7 @@ def fake_google_auth(tmp_path_factory):
     """Credentials that ``google.auth.default()`` finds at once and that only
     ever talk to 127.0.0.1 (see the module docstring for why Beam needs them)."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TokenHandler)
-    thread = threading.Thread(target=server.serve_forever, name="fake-oauth", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="fake-oauth", daemon=True)
     thread.start()
     token_uri = f"http://127.0.0.1:{server.server_port}/token"
     path = tmp_path_factory.mktemp("fake_google_auth") / "service_account.json"
@@ -365,13 +365,15 @@ class FaultInjectingProxy:
     """An HTTP proxy on 127.0.0.1 in front of an emulator, failing requests on
     command: ``inject(Fault(...), ...)`` queues faults for the next matching
     requests, ``fail_always(Fault(...))`` fails every request until ``heal()``.
-    ``requests`` records (method, path, outcome) for every request received."""
+    ``requests`` records (method, path, outcome) for every request received,
+    ``authorizations`` the Authorization header of each (None if absent)."""
 
     _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade"}
 
     def __init__(self, upstream: str):
         self.upstream = upstream.removeprefix("http://")
         self.requests: list[tuple[str, str, str]] = []
+        self.authorizations: list[str | None] = []
         self._faults: list[Fault] = []
         self._always: Fault | None = None
         self._lock = threading.Lock()
@@ -388,7 +390,7 @@ class FaultInjectingProxy:
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.endpoint = f"http://127.0.0.1:{self._server.server_port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fault-proxy", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fault-proxy", daemon=True)
         self._thread.start()
 
     def inject(self, *faults: Fault) -> None:
@@ -433,6 +435,7 @@ class FaultInjectingProxy:
 
     def _serve(self, handler: http.server.BaseHTTPRequestHandler) -> None:
         body = handler.rfile.read(int(handler.headers.get("Content-Length", 0) or 0))
+        self.authorizations.append(handler.headers.get("Authorization"))
         fault = self._take_fault(handler.path)
         if fault is None or fault.forward:
             status, headers, payload = self._forward(handler, body)

@@ -1,0 +1,244 @@
+"""Storage interface on the local backend: semantics, path rules, and the
+whole-object promise under racing writers and killed writers."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cloud.base import TEMP_MARKER, RetryPolicy, validate_path
+from cloud.gcs import GcsStorage
+from cloud.local import LocalStorage
+from cloud.storage import AlreadyExists, NotFound, ObjectInfo, StorageError, open_storage
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def lake(tmp_path):
+    return open_storage(str(tmp_path / "lake"))
+
+
+def test_round_trip_list_and_delete(lake, tmp_path):
+    lake.write_new("games/000001/b.bin", b"bb")
+    lake.write_new("games/000001/a.bin", b"a")
+    lake.write_new("games/000002/c.bin", b"")
+    lake.write_new("run.json", b"{}")
+
+    assert lake.read("games/000001/b.bin") == b"bb"
+    assert lake.read("games/000002/c.bin") == b""
+    assert lake.exists("run.json") and not lake.exists("games/000001/zzz")
+    assert not lake.exists("games/000001")  # a directory is not an object
+    assert lake.list() == [ObjectInfo("games/000001/a.bin", 1), ObjectInfo("games/000001/b.bin", 2),
+                           ObjectInfo("games/000002/c.bin", 0), ObjectInfo("run.json", 2)]
+    assert lake.url("run.json") == str(tmp_path / "lake" / "run.json")
+    assert lake.url("") == str(tmp_path / "lake")
+
+    lake.delete("games/000001/a.bin")
+    assert [i.path for i in lake.list("games/")] == ["games/000001/b.bin", "games/000002/c.bin"]
+    with pytest.raises(NotFound, match="games/000001/a.bin"):
+        lake.read("games/000001/a.bin")
+    with pytest.raises(NotFound, match="games/000001/a.bin"):
+        lake.delete("games/000001/a.bin")
+    lake.delete("games/000001/a.bin", missing_ok=True)
+
+
+def test_list_uses_string_prefixes_and_tolerates_a_missing_root(lake, tmp_path):
+    assert open_storage(str(tmp_path / "nowhere")).list() == []
+    for path in ("games/000001/x", "games/000010/y", "games/000100/z", "gamesx/w", "models/LATEST"):
+        lake.write_new(path, b"1")
+    assert [i.path for i in lake.list("games/0000")] == ["games/000001/x", "games/000010/y"]
+    assert [i.path for i in lake.list("games")] == ["games/000001/x", "games/000010/y",
+                                                    "games/000100/z", "gamesx/w"]
+    assert [i.path for i in lake.list("games/000100/")] == ["games/000100/z"]
+    assert lake.list("windows/") == []
+
+
+def test_write_new_never_overwrites(lake):
+    lake.write_new("models/000001/MANIFEST.json", b"first")
+    with pytest.raises(AlreadyExists) as caught:
+        lake.write_new("models/000001/MANIFEST.json", b"second")
+    assert caught.value.url == lake.url("models/000001/MANIFEST.json")
+    assert "models/000001/MANIFEST.json" in str(caught.value)
+    assert isinstance(caught.value, StorageError)
+    assert lake.read("models/000001/MANIFEST.json") == b"first"
+    assert not _temp_files(lake.url(""))
+
+
+def test_write_replace_creates_and_replaces(lake):
+    lake.write_replace("models/LATEST", b"1\n")
+    lake.write_replace("models/LATEST", b"2\n")
+    assert lake.read("models/LATEST") == b"2\n"
+    assert lake.list() == [ObjectInfo("models/LATEST", 2)]
+    assert not _temp_files(lake.url(""))
+
+
+@pytest.mark.parametrize("bad", ["", "/abs", "a/", "a//b", "../x", "a/../b", "./a", "a\\b",
+                                 f"games/{TEMP_MARKER}x", "a\nb"])
+def test_bad_paths_are_refused_before_touching_disk(lake, bad):
+    with pytest.raises(ValueError, match="storage path"):
+        lake.write_new(bad, b"x")
+    with pytest.raises(ValueError):
+        lake.read(bad)
+    assert lake.list() == []
+
+
+def test_bad_prefixes_are_refused(lake):
+    for bad in ("/x", "../", "a//"):
+        with pytest.raises(ValueError):
+            lake.list(bad)
+    assert validate_path("games/000001/x.tfrecord.zst") == "games/000001/x.tfrecord.zst"
+
+
+def test_open_storage_forms(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    relative = open_storage("lake")
+    assert isinstance(relative, LocalStorage) and relative.root_url == str(tmp_path / "lake")
+    assert open_storage(f"file://{tmp_path}/lake").root_url == str(tmp_path / "lake")
+    gcs = open_storage("gs://my-bucket/runs/r1/")
+    assert isinstance(gcs, GcsStorage)
+    assert gcs.root_url == "gs://my-bucket/runs/r1"
+    assert gcs.url("models/LATEST") == "gs://my-bucket/runs/r1/models/LATEST"
+    assert open_storage("gs://my-bucket").url("run.json") == "gs://my-bucket/run.json"
+    for bad, message in [("", "non-empty"), ("s3://b/x", "unsupported"), ("gs://B_ad/x", "bucket"),
+                         ("gs://bucket/a/../b", "'..'"), ("file://otherhost/x", "remote host")]:
+        with pytest.raises(ValueError, match=message):
+            open_storage(bad)
+
+
+def test_storages_pickle_to_their_root(lake):
+    lake.write_new("x", b"1")
+    assert pickle.loads(pickle.dumps(lake)).read("x") == b"1"
+    gcs = open_storage("gs://my-bucket/p", retry=RetryPolicy(max_attempts=2))
+    clone = pickle.loads(pickle.dumps(gcs))
+    assert clone.root_url == "gs://my-bucket/p" and clone.retry_policy == RetryPolicy(max_attempts=2)
+
+
+def test_retry_policy_validates_and_bounds_sleeps():
+    policy = RetryPolicy(initial_delay_s=0.5, multiplier=2.0, max_delay_s=3.0)
+    assert [policy.max_sleep_after(k) for k in (1, 2, 3, 4)] == [0.5, 1.0, 2.0, 3.0]
+    for bad in (dict(max_attempts=0), dict(initial_delay_s=-1), dict(multiplier=0.5),
+                dict(deadline_s=0), dict(request_timeout_s=-2)):
+        with pytest.raises(ValueError, match="RetryPolicy"):
+            RetryPolicy(**bad)
+
+
+def test_local_copy_downloads_a_directory(lake, tmp_path):
+    lake.write_new("models/000003/saved_model.pb", b"graph")
+    lake.write_new("models/000003/variables/variables.index", b"index")
+    lake.write_new("models/000030/other", b"no")
+    written = lake.local_copy("models/000003/", str(tmp_path / "copy"))
+    assert written == [str(tmp_path / "copy" / "saved_model.pb"),
+                       str(tmp_path / "copy" / "variables" / "variables.index")]
+    assert (tmp_path / "copy" / "variables" / "variables.index").read_bytes() == b"index"
+    assert not _temp_files(str(tmp_path / "copy"))
+    with pytest.raises(NotFound, match="models/000009"):
+        lake.local_copy("models/000009/", str(tmp_path / "none"))
+
+
+# --- temp files and crashes --------------------------------------------------
+
+def _temp_files(root: str) -> list[str]:
+    return [os.path.join(d, f) for d, _, files in os.walk(root) for f in files if f.startswith(TEMP_MARKER)]
+
+
+def test_a_crash_remnant_is_invisible_and_removable(lake):
+    """What a writer killed between the temp write and the link leaves behind:
+    a temp file beside the object's name.  It is no object."""
+    lake.write_new("games/000001/done", b"complete")
+    directory = os.path.dirname(lake.url("games/000001/done"))
+    remnant = os.path.join(directory, f"{TEMP_MARKER}chunk.1234.abcdef")
+    with open(remnant, "wb") as f:
+        f.write(b"half a chu")
+
+    assert lake.list() == [ObjectInfo("games/000001/done", 8)]
+    assert not lake.exists("games/000001/chunk")
+    with pytest.raises(NotFound):
+        lake.read("games/000001/chunk")
+    lake.write_new("games/000001/chunk", b"the whole chunk")  # the name is still free
+    assert lake.read("games/000001/chunk") == b"the whole chunk"
+
+    assert lake.remove_stale_temp_files(older_than_s=3600) == 0  # young: may be a live writer's
+    os.utime(remnant, (time.time() - 7200, time.time() - 7200))
+    assert lake.remove_stale_temp_files(older_than_s=3600) == 1
+    assert not _temp_files(lake.url(""))
+
+
+_KILLED_WRITER = """
+import sys
+from cloud.storage import open_storage
+lake = open_storage(sys.argv[1])
+size = int(sys.argv[2])
+for i in range(100000):
+    lake.write_new(f"chunks/{i:05d}", bytes([i % 251]) * size)
+"""
+
+
+def test_a_killed_writer_leaves_only_whole_objects(lake):
+    size = 2 << 20
+    writer = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, lake.url(""), str(size)], cwd=REPO_ROOT)
+    try:
+        deadline = time.monotonic() + 30
+        while len(lake.list("chunks/")) < 3 and time.monotonic() < deadline:
+            assert writer.poll() is None, "writer died on its own"
+            time.sleep(0.01)
+        time.sleep(0.013)  # land the kill at an arbitrary point of a write
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+
+    listed = lake.list("chunks/")
+    assert len(listed) >= 3
+    for info in listed:
+        index = int(info.path.rsplit("/", 1)[1])
+        assert info.size == size, f"{info.path} is partial"
+        assert lake.read(info.path) == bytes([index % 251]) * size
+    assert [info.path for info in listed] == [f"chunks/{i:05d}" for i in range(len(listed))]
+
+
+_RACER = """
+import json, os, sys, time
+from cloud.storage import AlreadyExists, open_storage
+root, writer, count, size, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+lake = open_storage(root)
+payloads = [bytes([writer]) * size + f"{writer}:{i}".encode() for i in range(count)]
+while not os.path.exists(go):
+    time.sleep(0.0005)
+wins = []
+for i in range(count):
+    try:
+        lake.write_new(f"race/{i:03d}", payloads[i])
+        wins.append(i)
+    except AlreadyExists:
+        pass
+print(json.dumps(wins))
+"""
+
+
+def test_racing_writers_exactly_one_wins_each_object(lake, tmp_path):
+    count, size = 40, 64 << 10
+    go = tmp_path / "go"
+    racers = [subprocess.Popen([sys.executable, "-c", _RACER, lake.url(""), str(w), str(count), str(size), str(go)],
+                               cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True) for w in (1, 2)]
+    time.sleep(0.5)  # both interpreters up and spinning on the go file
+    go.write_text("go")
+    wins = {}
+    for writer, racer in zip((1, 2), racers):
+        out, _ = racer.communicate(timeout=60)
+        assert racer.returncode == 0
+        wins[writer] = set(json.loads(out))
+
+    assert wins[1] | wins[2] == set(range(count))
+    assert not wins[1] & wins[2], "two writers both created the same object"
+    for i in range(count):
+        winner = 1 if i in wins[1] else 2
+        assert lake.read(f"race/{i:03d}") == bytes([winner]) * size + f"{winner}:{i}".encode()
+    assert len(lake.list("race/")) == count
+    assert not _temp_files(lake.url(""))
