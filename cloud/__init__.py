@@ -8,8 +8,10 @@ from cloud.storage import (
     RetryPolicy,
     Storage,
     StorageError,
+    add_retry_flags,
     is_remote,
     open_storage,
+    retry_policy_from_args,
 )
 
 __all__ = [
@@ -19,6 +21,8 @@ __all__ = [
     "RetryPolicy",
     "Storage",
     "StorageError",
+    "add_retry_flags",
     "is_remote",
     "open_storage",
+    "retry_policy_from_args",
 ]

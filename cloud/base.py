@@ -83,16 +83,17 @@ class RetryPolicy:
     request_timeout_s: float = 120.0
 
     def __post_init__(self):
-        if self.max_attempts < 1:
-            raise ValueError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
-        if self.initial_delay_s < 0 or self.max_delay_s < 0:
-            raise ValueError("RetryPolicy delays must be >= 0, got "
-                             f"initial_delay_s={self.initial_delay_s}, max_delay_s={self.max_delay_s}")
-        if self.multiplier < 1:
-            raise ValueError(f"RetryPolicy.multiplier must be >= 1, got {self.multiplier}")
-        if self.deadline_s <= 0 or self.request_timeout_s <= 0:
-            raise ValueError("RetryPolicy.deadline_s and request_timeout_s must be > 0, got "
-                             f"{self.deadline_s} and {self.request_timeout_s}")
+        checks = (
+            ("max_attempts", self.max_attempts >= 1, ">= 1"),
+            ("initial_delay_s", self.initial_delay_s >= 0, ">= 0"),
+            ("max_delay_s", self.max_delay_s >= 0, ">= 0"),
+            ("multiplier", self.multiplier >= 1, ">= 1"),
+            ("deadline_s", self.deadline_s > 0, "> 0"),
+            ("request_timeout_s", self.request_timeout_s > 0, "> 0"),
+        )
+        for field, ok, requirement in checks:
+            if not ok:
+                raise ValueError(f"RetryPolicy.{field} must be {requirement}, got {getattr(self, field)!r}")
 
     def max_sleep_after(self, attempt: int) -> float:
         """Upper bound of the jittered sleep after failed attempt ``attempt`` (1-based)."""
@@ -114,6 +115,13 @@ def validate_path(path: str, *, what: str = "path") -> str:
         if segment.startswith(TEMP_MARKER):
             raise ValueError(f"storage {what} {path!r} uses the reserved temp-file marker {TEMP_MARKER!r}")
     return path
+
+
+def validate_data(data, url: str) -> None:
+    """Raise TypeError unless ``data`` is bytes-like: objects are bytes, and
+    silently encoding a str would hide a caller's bug."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"data for {url} must be bytes, got {type(data).__name__}")
 
 
 def validate_prefix(prefix: str) -> str:

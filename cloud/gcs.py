@@ -54,6 +54,7 @@ from cloud.base import (
     RetryPolicy,
     Storage,
     StorageError,
+    validate_data,
     validate_path,
     validate_prefix,
 )
@@ -230,6 +231,8 @@ class GcsStorage(Storage):
         from google.api_core import exceptions as api_exceptions
 
         url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
+        validate_data(data, url)
+        data = bytes(data)  # the client library takes bytes or str only
 
         def attempt(is_retry: bool) -> None:
             try:
@@ -261,6 +264,8 @@ class GcsStorage(Storage):
 
     def write_replace(self, path: str, data: bytes) -> None:
         url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
+        validate_data(data, url)
+        data = bytes(data)
         # Repeating a whole-object overwrite is harmless, so retries need no care.
         self._with_retries("write_replace", url, lambda _: blob.upload_from_string(
             data, content_type="application/octet-stream", retry=None, timeout=timeout))

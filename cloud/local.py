@@ -30,6 +30,7 @@ from cloud.base import (
     ObjectInfo,
     Storage,
     StorageError,
+    validate_data,
     validate_path,
     validate_prefix,
 )
@@ -86,6 +87,7 @@ class LocalStorage(Storage):
     @staticmethod
     def _write_temp(directory: str, target: str, data: bytes) -> str:
         """Write ``data`` to a fresh, fsync'ed temp file beside ``target``; return its path."""
+        validate_data(data, target)
         temp = os.path.join(directory, f"{TEMP_MARKER}{os.path.basename(target)}."
                                        f"{os.getpid()}.{uuid.uuid4().hex[:12]}")
         try:

@@ -15,6 +15,8 @@ environment until a GCS object is first touched.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import urllib.parse
 
 from cloud.base import (
@@ -33,9 +35,17 @@ __all__ = [
     "RetryPolicy",
     "Storage",
     "StorageError",
+    "add_retry_flags",
     "is_remote",
     "open_storage",
+    "retry_policy_from_args",
 ]
+
+_RETRY_FLAGS = {
+    "max_attempts": ("--storage-max-attempts", int, "attempts per gs:// request before giving up"),
+    "deadline_s": ("--storage-deadline-s", float, "seconds after which a gs:// request stops retrying"),
+    "request_timeout_s": ("--storage-request-timeout-s", float, "timeout of one gs:// HTTP request, seconds"),
+}
 
 
 def is_remote(root_url: str) -> bool:
@@ -75,3 +85,25 @@ def open_storage(root_url: str, *, retry: RetryPolicy | None = None, client=None
     if "://" in root_url:
         raise ValueError(f"unsupported storage URL {root_url!r}: use a local path, file:// or gs://")
     return LocalStorage(root_url)
+
+
+def add_retry_flags(parser: argparse.ArgumentParser) -> None:
+    """Add the ``--storage-*`` retry flags (gs:// only) to an entry point's parser."""
+    defaults = RetryPolicy()
+    group = parser.add_argument_group("storage retries (gs:// roots only)")
+    for field, (flag, kind, help_text) in _RETRY_FLAGS.items():
+        default = getattr(defaults, field)
+        group.add_argument(flag, type=kind, default=default, help=f"{help_text} (default: {default})")
+
+
+def retry_policy_from_args(args: argparse.Namespace) -> RetryPolicy:
+    """The RetryPolicy named by :func:`add_retry_flags`'s flags.  A bad value
+    raises ValueError naming the flag."""
+    values = {field: getattr(args, flag[2:].replace("-", "_")) for field, (flag, _, _) in _RETRY_FLAGS.items()}
+    try:
+        return dataclasses.replace(RetryPolicy(), **values)
+    except ValueError as exc:
+        message = str(exc)
+        for field, (flag, _, _) in _RETRY_FLAGS.items():
+            message = message.replace(f"RetryPolicy.{field}", flag)
+        raise ValueError(message) from None

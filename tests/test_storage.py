@@ -130,6 +130,27 @@ def test_retry_policy_validates_and_bounds_sleeps():
             RetryPolicy(**bad)
 
 
+def test_retry_flags_build_a_policy_and_name_bad_flags():
+    import argparse
+
+    from cloud.storage import add_retry_flags, retry_policy_from_args
+
+    parser = argparse.ArgumentParser()
+    add_retry_flags(parser)
+    assert retry_policy_from_args(parser.parse_args([])) == RetryPolicy()
+    args = parser.parse_args(["--storage-max-attempts", "3", "--storage-deadline-s", "9.5"])
+    assert retry_policy_from_args(args) == RetryPolicy(max_attempts=3, deadline_s=9.5)
+    with pytest.raises(ValueError, match="--storage-max-attempts must be >= 1, got 0"):
+        retry_policy_from_args(parser.parse_args(["--storage-max-attempts", "0"]))
+
+
+def test_data_must_be_bytes(lake):
+    with pytest.raises(TypeError, match="must be bytes, got str"):
+        lake.write_new("x", "text")
+    lake.write_new("y", bytearray(b"ok"))
+    assert lake.read("y") == b"ok"
+
+
 def test_local_copy_downloads_a_directory(lake, tmp_path):
     lake.write_new("models/000003/saved_model.pb", b"graph")
     lake.write_new("models/000003/variables/variables.index", b"index")

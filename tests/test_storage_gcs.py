@@ -61,7 +61,7 @@ def test_round_trip_list_and_delete(gcs_emulator):
 def test_large_objects_use_resumable_uploads_and_survive(gcs_emulator, tmp_path):
     data = os.urandom(9 << 20)  # above the library's 8 MiB multipart limit
     gcs_emulator.storage.write_new("models/000001/variables.data", data)
-    gcs_emulator.storage.write_new("models/000001/saved_model.pb", b"pb")
+    gcs_emulator.storage.write_new("models/000001/saved_model.pb", memoryview(b"pb"))
     assert gcs_emulator.storage.read("models/000001/variables.data") == data
     written = gcs_emulator.storage.local_copy("models/000001/", str(tmp_path))
     assert [os.path.basename(p) for p in written] == ["saved_model.pb", "variables.data"]
