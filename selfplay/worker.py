@@ -190,6 +190,7 @@ class ModelWatcher:
         model = registry.load_model(self.storage, generation, cache_dir=self.cache_dir)
         evaluator = ModelEvaluator(model)
         self.known = generation
+        registry.clear_cache(self.cache_dir, keep_generations={generation})
         with self._lock:
             self._ready = evaluator
         return evaluator
