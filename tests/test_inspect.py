@@ -1,0 +1,150 @@
+"""`python -m format.inspect` on local and gs:// lakes, good and damaged."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import sgfmill.sgf
+
+from format import codec
+from format import schema as S
+from format.inspect import main as inspect_main
+from format.synthetic import synthetic_game
+from format.tfrecord import compress_zstd, frame_records
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def _games(seed, count=4, n=9, generation=0):
+    rng = np.random.default_rng(seed)
+    return [synthetic_game(rng, n, visits=60, full_search_fraction=0.5, generation=generation)
+            for _ in range(count)]
+
+
+def _write_lake(storage):
+    """Three good chunks over two generations; returns the games written."""
+    written = []
+    for seq, gen in enumerate([0, 0, 1]):
+        games = _games(seq, generation=gen)
+        storage.write_new(codec.chunk_path(gen, "w1", seq, 1000 + seq), codec.encode_chunk(games))
+        written += games
+    return written
+
+
+def _damage(storage, rng):
+    """One chunk of each kind of damage verify must catch; returns their paths."""
+    good = codec.encode_chunk(_games(99))
+    cut = int(rng.integers(1, len(good) - 1))
+    flip = int(rng.integers(0, len(good)))
+    flipped = good[:flip] + bytes([good[flip] ^ 0x5A]) + good[flip + 1:]
+    from tests.test_codec import _replace_ints, _tamper
+
+    record = _tamper(codec.encode_game(_games(98, 1)[0]), S.G_VERSION, _replace_ints([7]))
+    bad = {
+        "games/000001/bad-1-truncated.tfrecord.zst": good[:cut],
+        "games/000001/bad-2-flipped.tfrecord.zst": flipped,
+        "games/000001/bad-3-notrecord.tfrecord.zst": compress_zstd(b"not a tfrecord " * 50),
+        "games/000001/bad-4-version.tfrecord.zst": compress_zstd(frame_records([record])),
+    }
+    for path, data in bad.items():
+        storage.write_new(path, data)
+    return list(bad)
+
+
+def _summary(root, capsys):
+    assert inspect_main(["summary", root, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _check_lake(storage, root, capsys):
+    games = _write_lake(storage)
+    summary = _summary(root, capsys)
+    assert summary["games"] == len(games) == 12
+    assert summary["positions"] == sum(g.num_positions for g in games)
+    assert summary["generations"] == {"0": 8, "1": 4}
+    assert summary["bad_files"] == {}
+    assert inspect_main(["verify", root]) == 0
+    capsys.readouterr()
+
+    bad = _damage(storage, np.random.default_rng(3))
+    assert inspect_main(["verify", root]) == 1
+    out = capsys.readouterr().out
+    for path in bad:
+        assert f"BAD {storage.url(path)}" in out, path
+    # summary still reports every good file
+    summary = _summary(root, capsys)
+    assert summary["chunks"] == 3
+    assert summary["positions"] >= sum(g.num_positions for g in games)
+    assert set(summary["bad_files"]) == {storage.url(p) for p in bad}
+
+
+def test_local_lake_summary_and_verify(tmp_path, capsys):
+    from cloud.storage import open_storage
+
+    root = str(tmp_path / "lake")
+    _check_lake(open_storage(root), root, capsys)
+
+
+def test_gcs_lake_summary_and_verify(gcs_emulator, capsys):
+    from cloud.storage import open_storage
+
+    root = gcs_emulator.root_url("inspect")
+    _check_lake(open_storage(root), root, capsys)
+
+
+def test_gcs_round_trip_every_field(gcs_emulator):
+    from cloud.storage import open_storage
+    from tests.test_codec import assert_games_equal
+
+    storage = open_storage(gcs_emulator.root_url("roundtrip"))
+    games = _games(5, n=19)
+    path = codec.chunk_path(2, "w9", 0, 5)
+    storage.write_new(path, codec.encode_chunk(games))
+    back = codec.read_chunk(storage.read(path), storage.url(path))
+    for a, b in zip(games, back):
+        assert_games_equal(a, b)
+
+
+def test_game_exports_sgf_with_policy_comments(tmp_path):
+    from cloud.storage import open_storage
+
+    storage = open_storage(str(tmp_path))
+    games = _games(11, count=2)
+    path = codec.chunk_path(0, "w1", 0, 1)
+    storage.write_new(path, codec.encode_chunk(games))
+    out = tmp_path / "g.sgf"
+    assert inspect_main(["game", storage.url(path), "--index", "1", "--sgf", str(out)]) == 0
+    sgf = sgfmill.sgf.Sgf_game.from_bytes(out.read_bytes())
+    assert sgf.get_size() == 9
+    nodes = sgf.get_main_sequence()[1:]
+    assert len(nodes) == games[1].num_positions
+    full = int(np.flatnonzero(games[1].full_search)[0])
+    assert "policy" in nodes[full].get("C")
+
+
+def test_position_shows_board_policy_and_ownership(tmp_path):
+    from cloud.storage import open_storage
+
+    storage = open_storage(str(tmp_path))
+    games = _games(12, count=1)
+    path = codec.chunk_path(0, "w1", 0, 1)
+    storage.write_new(path, codec.encode_chunk(games))
+    move = 30
+    result = subprocess.run(
+        [sys.executable, "-m", "format.inspect", "position", storage.url(path), "--game", "0", "--move", str(move)],
+        cwd=REPO, capture_output=True, text=True, check=True)
+    lines = result.stdout.splitlines()
+    board_rows = [l for l in lines if l[:2].strip().isdigit()]
+    assert len(board_rows) == 9
+    stones = sum(row[3:3 + 17].count("X") + row[3:3 + 17].count("O") for row in board_rows)
+    assert stones == int(games[0].planes[move].sum())
+    assert "root value" in result.stdout and "ownership" in result.stdout
+
+
+def test_bad_arguments_get_clear_errors(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "format.inspect", "position", str(tmp_path / "x.tfrecord.zst"),
+                             "--move", "1"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "x.tfrecord.zst" in result.stderr
+    assert "Traceback" not in result.stderr
