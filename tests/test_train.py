@@ -1,0 +1,134 @@
+"""model.train: the network learns, and bad flags or lake states are refused early.
+
+(Training through the CLI, kill and resume, and publishing are in
+tests/test_train_resume.py; Mirrored against default in
+tests/test_train_mirrored.py.)
+
+Training runs on a synthetic 9x9 window (model.synthetic), whose targets are
+simple functions of the board, with a tiny network so the whole file takes
+well under a minute.
+"""
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from cloud.storage import open_storage  # noqa: E402
+from format import schema  # noqa: E402
+from format.tfdata import training_dataset  # noqa: E402
+from model import synthetic  # noqa: E402
+from model.config import ConfigError, TrainConfig  # noqa: E402
+from model.network import NetworkConfig, build_network  # noqa: E402
+from model.trainer import Trainer, network_config, resolve_strategy, summarize  # noqa: E402
+from model.windows import Window  # noqa: E402
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lake")
+    storage = open_storage(str(root))
+    synthetic.write_run_config(storage, board_size=9)
+    manifest = synthetic.write_synthetic_window(storage, target_generation=1, board_size=9,
+                                                positions=2000, shards=2, seed=1)
+    return root, storage, manifest
+
+
+def mean_over(trainer, iterator, steps, chunk=10):
+    sums = None
+    for _ in range(steps // chunk):
+        part = trainer.train_steps(iterator, chunk)
+        sums = part if sums is None else {k: sums[k] + part[k] for k in part}
+    return summarize(sums)
+
+
+@pytest.mark.parametrize("value_head", ["tanh", "wdl"])
+def test_tiny_run_lowers_every_heads_loss(lake, value_head):
+    root, storage, manifest = lake
+    config = TrainConfig(root=str(root), blocks=2, filters=16, value_hidden=16, batch_size=32,
+                         learning_rate=0.05, warmup_steps=10, value_head=value_head,
+                         global_pool_every=2, global_pool_channels=4)
+    trainer = Trainer(config, network_config(config, 9), resolve_strategy(config))
+    shards = [storage.url(f"windows/000001/{name}") for name in manifest["shards"]]
+    iterator = iter(training_dataset(shards, board_size=9, batch_size=32, seed=3))
+    first = mean_over(trainer, iterator, 20)
+    mean_over(trainer, iterator, 80)
+    last = mean_over(trainer, iterator, 20)
+    for head in ("policy_loss", "value_loss", "ownership_loss", "score_loss"):
+        assert last[head] < 0.95 * first[head], (head, first[head], last[head])
+    assert last["policy_accuracy"] > first["policy_accuracy"]
+    assert trainer.global_step == 120
+
+
+@pytest.mark.parametrize("n", [9, 19])
+def test_network_output_shapes(n):
+    model = build_network(NetworkConfig(board_size=n, blocks=1, filters=8, global_pool_every=1,
+                                        global_pool_channels=4, value_head="wdl"))
+    out = model(np.zeros((2, n, n, schema.INPUT_PLANES), np.float32), training=False)
+    assert tuple(out["policy_logits"].shape) == (2, n * n + 1)
+    assert tuple(out["ownership"].shape) == (2, n * n)
+    assert tuple(out["value"].shape) == (2,) and tuple(out["score"].shape) == (2,)
+    assert tuple(out["value_logits"].shape) == (2, 3)
+
+
+def test_window_steps_follow_positions_and_epochs():
+    window = Window(target_generation=1, board_size=9, shards=("a",), positions=1000,
+                    manifest_path="windows/000001/MANIFEST.json")
+    assert window.steps(global_batch=256, epochs=1.0) == 4
+    assert window.steps(global_batch=256, epochs=2.5) == 10
+
+
+def test_config_validation_names_each_bad_flag():
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(root="x", batch_size=0, momentum=1.5, lr_schedule="step")
+    text = str(info.value)
+    assert "--batch-size" in text and "--momentum" in text and "--lr-boundaries" in text
+
+
+def _run_main_without_tf(tmp_path, argv):
+    """Run main(argv) in a fresh interpreter; (status, stderr, TF imported?)."""
+    code = ("import sys, json\nfrom model.train import main\n"
+            f"rc = main({argv!r})\n"
+            "print(json.dumps([rc, 'tensorflow' in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=str(pathlib.Path(__file__).resolve().parents[1]))
+    rc, imported_tf = json.loads(done.stdout.strip().splitlines()[-1])
+    return rc, done.stderr, imported_tf
+
+
+def test_bad_lake_state_fails_fast_before_tensorflow(tmp_path):
+    root = tmp_path / "lake"
+    storage = open_storage(str(root))
+    rc, err, imported_tf = _run_main_without_tf(tmp_path, ["--root", str(root)])
+    assert (rc, imported_tf) == (2, False) and "run.json does not exist" in err
+    synthetic.write_run_config(storage, board_size=9)
+    rc, err, imported_tf = _run_main_without_tf(tmp_path, ["--root", str(root), "--board-size", "19"])
+    assert (rc, imported_tf) == (2, False)
+    assert "--board-size 19 disagrees" in err and "board_size 9" in err
+    # Shards without a manifest: the window is incomplete and must be ignored.
+    storage.write_new("windows/000001/shard-00000-of-00001.tfrecord.gz", b"")
+    rc, err, imported_tf = _run_main_without_tf(tmp_path, ["--root", str(root)])
+    assert (rc, imported_tf) == (2, False) and "no window to train" in err
+
+
+def test_bad_flags_are_usage_errors(tmp_path):
+    for argv, needle in ((["--root", "x", "--strategy", "bogus"], "--strategy"),
+                         (["--root", "x", "--batch-size", "0"], "--batch-size: must be >= 1"),
+                         (["--blocks", "2"], "--root")):
+        done = subprocess.run([sys.executable, "-m", "model.train", *argv], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 2 and needle in done.stderr, (argv, done.stderr)
+
+
+def test_unavailable_tpu_is_refused_clearly(tmp_path):
+    root = tmp_path / "lake"
+    storage = open_storage(str(root))
+    synthetic.write_run_config(storage, board_size=9)
+    synthetic.write_synthetic_window(storage, target_generation=1, board_size=9, positions=64, shards=1)
+    done = subprocess.run([sys.executable, "-m", "model.train", "--root", str(root), "--strategy", "tpu"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "--strategy tpu: no TPU could be resolved" in done.stderr
