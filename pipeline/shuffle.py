@@ -101,8 +101,9 @@ def prepare(config: ShuffleConfig, storage) -> tuple[JobContext, list] | dict:
     context = JobContext(
         root_url=config.root, config=config, board_size=run.board_size, komi=run.komi,
         target_generation=target, attempt=attempt, seed=seed,
-        num_shards=W.num_shards(window_estimate, config.reuse, config.shard_positions),
-        num_partitions=max(1, int(-(-early_estimate // config.partition_positions))),
+        num_shards=max(config.workers, W.num_shards(window_estimate, config.reuse, config.shard_positions)),
+        # At least one dedup partition per local worker, so the cap step runs in parallel.
+        num_partitions=max(config.workers, int(-(-early_estimate // config.partition_positions))),
         model_generation=model_generation, plan_summary=summary)
     _progress(f"lake: {plan.lake_chunks} chunks, ~{plan.lake_positions_estimate} positions; window: "
               f"{len(plan.chunks)} chunks of generations {generations[0]}..{generations[-1]}, "
