@@ -29,8 +29,13 @@ talks to that emulator with anonymous credentials, otherwise to GCS with
 Application Default Credentials.  Pass ``client=`` to choose explicitly.
 
 Error messages name the object's URL, the operation and the HTTP status.
-They never include request headers or tokens; the library's exception is not
-chained (it holds the request, Authorization header included).
+They never include request headers or tokens, and our errors are raised
+with neither ``__cause__`` nor ``__context__``: the library's exception holds
+the request, Authorization header included.
+
+The client library (3.17) also fetches bucket metadata in background threads
+for its tracing (GET /storage/v1/b/<bucket>, with its own retries).  Those
+requests do not affect any result here.
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ def parse_gs_url(url: str) -> tuple[str, str]:
     return bucket, prefix
 
 
-def default_client():
+def default_client(for_url: str = "gs://"):
     """A ``google.cloud.storage.Client`` configured from the environment now:
     emulator (STORAGE_EMULATOR_HOST, anonymous) or GCS (Application Default
     Credentials).  No project is needed for object operations, so none is
@@ -100,9 +105,9 @@ def default_client():
         return storage.Client(project=None)
     except google.auth.exceptions.DefaultCredentialsError:
         raise StorageError(
-            "no Google credentials found for gs:// storage: set GOOGLE_APPLICATION_CREDENTIALS, "
+            f"no Google credentials found for {for_url}: set GOOGLE_APPLICATION_CREDENTIALS, "
             "run `gcloud auth application-default login`, run on GCP, or set "
-            "STORAGE_EMULATOR_HOST for an emulator") from None
+            "STORAGE_EMULATOR_HOST for an emulator", url=for_url) from None
 
 
 def crc32c_base64(data: bytes) -> str:
@@ -154,6 +159,23 @@ def describe(exc: BaseException) -> str:
     return f"{head} ({reason})" if reason else head
 
 
+def _call_allowing(call: Callable[[], T], *statuses: int) -> tuple[T | None, int | None]:
+    """``(call(), None)``, or ``(None, status)`` when the call fails with one
+    of the HTTP ``statuses``; other errors propagate.  Callers then raise
+    their own errors outside any except block, so no library exception
+    (which holds the request, Authorization header included) is attached."""
+    from google.api_core import exceptions as api_exceptions
+
+    try:
+        return call(), None
+    except api_exceptions.GoogleAPICallError as exc:
+        if exc.code in statuses:
+            failed = exc.code
+        else:
+            raise
+    return None, failed
+
+
 class GcsStorage(Storage):
     """Objects in a GCS bucket under an optional prefix."""
 
@@ -188,7 +210,7 @@ class GcsStorage(Storage):
     def _bucket(self):
         with self._client_lock:
             if self._client is None:
-                self._client = default_client()
+                self._client = default_client(self.root_url)
             client = self._client
         return client.bucket(self._bucket_name)
 
@@ -209,10 +231,12 @@ class GcsStorage(Storage):
             except StorageError:
                 raise
             except Exception as exc:  # noqa: BLE001 - classified just below
-                if not is_transient(exc):
-                    raise StorageError(f"{operation} {url} failed: {describe(exc)}",
-                                       url=url, status=http_status(exc)) from None
                 last = exc
+            # Raised outside the except block so that the library's exception
+            # is not even attached as __context__ (see the module docstring).
+            if not is_transient(last):
+                raise StorageError(f"{operation} {url} failed: {describe(last)}",
+                                   url=url, status=http_status(last))
             elapsed = time.monotonic() - started
             pause = random.uniform(0.0, policy.max_sleep_after(number))
             if number == policy.max_attempts or elapsed + pause > policy.deadline_s:
@@ -228,33 +252,28 @@ class GcsStorage(Storage):
     # --- operations --------------------------------------------------------
 
     def write_new(self, path: str, data: bytes) -> None:
-        from google.api_core import exceptions as api_exceptions
-
         url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
         validate_data(data, url)
         data = bytes(data)  # the client library takes bytes or str only
 
         def attempt(is_retry: bool) -> None:
-            try:
-                blob.upload_from_string(data, content_type="application/octet-stream",
-                                        if_generation_match=0, retry=None, timeout=timeout)
-            except api_exceptions.PreconditionFailed:
-                # See the module docstring: after a retry, our own earlier
-                # attempt may be the object that is in the way.
-                if is_retry and self._stored_object_equals(blob, data, timeout):
-                    _log.info("write_new %s: a retried upload found its own earlier write", url)
-                    return
-                raise AlreadyExists(f"{url} already exists; write_new never overwrites",
-                                    url=url, status=412) from None
+            _, status = _call_allowing(lambda: blob.upload_from_string(
+                data, content_type="application/octet-stream", if_generation_match=0,
+                retry=None, timeout=timeout), 412)
+            if status is None:
+                return
+            # See the module docstring: after a retry, our own earlier
+            # attempt may be the object that is in the way.
+            if is_retry and self._stored_object_equals(blob, data, timeout):
+                _log.info("write_new %s: a retried upload found its own earlier write", url)
+                return
+            raise AlreadyExists(f"{url} already exists; write_new never overwrites", url=url, status=412)
 
         self._with_retries("write_new", url, attempt)
 
     def _stored_object_equals(self, blob, data: bytes, timeout: float) -> bool:
-        from google.api_core import exceptions as api_exceptions
-
-        try:
-            blob.reload(retry=None, timeout=timeout)
-        except api_exceptions.NotFound:  # deleted since: not ours to claim
+        _, status = _call_allowing(lambda: blob.reload(retry=None, timeout=timeout), 404)
+        if status == 404:  # deleted since: not ours to claim
             return False
         if blob.size != len(data):
             return False
@@ -271,15 +290,13 @@ class GcsStorage(Storage):
             data, content_type="application/octet-stream", retry=None, timeout=timeout))
 
     def read(self, path: str) -> bytes:
-        from google.api_core import exceptions as api_exceptions
-
         url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
 
         def attempt(_: bool) -> bytes:
-            try:
-                return blob.download_as_bytes(retry=None, timeout=timeout)
-            except api_exceptions.NotFound:
-                raise NotFound(f"no object at {url}", url=url, status=404) from None
+            data, status = _call_allowing(lambda: blob.download_as_bytes(retry=None, timeout=timeout), 404)
+            if status == 404:
+                raise NotFound(f"no object at {url}", url=url, status=404)
+            return data
 
         return self._with_retries("read", url, attempt)
 
@@ -310,16 +327,12 @@ class GcsStorage(Storage):
         return self._with_retries("list", url, attempt)
 
     def delete(self, path: str, *, missing_ok: bool = False) -> None:
-        from google.api_core import exceptions as api_exceptions
-
         url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
 
         def attempt(is_retry: bool) -> None:
-            try:
-                blob.delete(retry=None, timeout=timeout)
-            except api_exceptions.NotFound:
-                # On a retry, our earlier attempt may have deleted it.
-                if not (missing_ok or is_retry):
-                    raise NotFound(f"no object at {url}", url=url, status=404) from None
+            _, status = _call_allowing(lambda: blob.delete(retry=None, timeout=timeout), 404)
+            # On a retry, our earlier attempt may have deleted it.
+            if status == 404 and not (missing_ok or is_retry):
+                raise NotFound(f"no object at {url}", url=url, status=404)
 
         self._with_retries("delete", url, attempt)

@@ -68,7 +68,6 @@ import http.client
 import http.server
 import itertools
 import json
-import os
 import socket
 import subprocess
 import sys

@@ -113,6 +113,13 @@ def test_open_storage_forms(tmp_path, monkeypatch):
             open_storage(bad)
 
 
+def test_missing_google_credentials_give_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "no-such-key.json"))
+    with pytest.raises(StorageError, match="no Google credentials found for gs://my-bucket/p"):
+        open_storage("gs://my-bucket/p").exists("run.json")
+
+
 def test_storages_pickle_to_their_root(lake):
     lake.write_new("x", b"1")
     assert pickle.loads(pickle.dumps(lake)).read("x") == b"1"

@@ -254,6 +254,7 @@ def test_credentials_never_appear_in_errors_or_logs(proxy, fake_gcs, fake_google
         text = "".join(traceback.format_exception(error)) + repr(error)
         assert token not in text and "Bearer" not in text
         assert error.url.startswith("gs://")
+        assert error.__cause__ is None and error.__context__ is None
     assert token not in caplog.text
     assert any("retrying list" in record.getMessage() for record in caplog.records)
 
