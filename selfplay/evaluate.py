@@ -222,7 +222,7 @@ def _apply_move(game: _LiveGame, move: int) -> GameResult | None:
 
 
 def play_games(player_a, player_b, games: int, board_size: int, komi: float, *,
-               max_moves: int = 0, parallel_games: int = 16,
+               max_moves: int = 0, parallel_games: int = 32,
                on_game: Callable[[GameResult], None] | None = None) -> list[GameResult]:
     """Play `games` games, A Black in even-numbered ones; results in index order.
 
@@ -286,7 +286,7 @@ def write_sgf(result: GameResult, board_size: int, komi: float, folder: str) -> 
 
 
 def evaluate(player_a, player_b, games: int, board_size: int, komi: float, *,
-             max_moves: int = 0, parallel_games: int = 16, sgf_dir: str | None = None,
+             max_moves: int = 0, parallel_games: int = 32, sgf_dir: str | None = None,
              on_game: Callable[[GameResult], None] | None = None) -> EvalResult:
     """Play a match and count it from A's side (see the module docstring).
 
@@ -353,7 +353,7 @@ class EvaluateConfig:
     visits: int | None = 32
     seconds_per_move: float | None = None
     opening_moves: int = 4
-    parallel_games: int = 16
+    parallel_games: int = 32
     sgf_dir: str | None = None
     seed: int = 0
     json: bool = False
@@ -434,7 +434,7 @@ def run(config: EvaluateConfig, log: Callable[[str], None] = lambda text: None) 
         if spec.kind == "model" and spec not in loaded:
             loaded[spec] = load_evaluator(EvaluatorSource(spec.root, spec.generation))
     model_sizes = {item.board_size for item in loaded.values()}
-    model_komis = {item.komi for item in loaded.values()}
+    model_komis = {item.komi for item in loaded.values() if item.komi is not None}
     if len(model_sizes) > 1 and config.board_size is None:
         raise ValueError(f"the two models come from runs of different board sizes {sorted(model_sizes)}")
     board_size = config.board_size or (model_sizes.pop() if model_sizes else 9)
@@ -462,6 +462,8 @@ def run(config: EvaluateConfig, log: Callable[[str], None] = lambda text: None) 
 
 
 def main(argv=None) -> int:
+    from cloud.registry import RegistryError
+
     parser = build_arg_parser()
     args = parser.parse_args(argv)
     try:
@@ -471,7 +473,7 @@ def main(argv=None) -> int:
     log = (lambda text: print(text, file=sys.stderr, flush=True))
     try:
         result = run(config, log)
-    except (OSError, ValueError, LookupError) as exc:
+    except (OSError, ValueError, LookupError, RegistryError) as exc:
         print(f"selfplay.evaluate: {exc}", file=sys.stderr)
         return 2
     if config.json:

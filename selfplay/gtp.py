@@ -491,6 +491,8 @@ def serve(engine: GtpEngine, stdin, stdout) -> None:
 
 
 def main(argv=None) -> int:
+    from cloud.registry import RegistryError
+
     parser = build_arg_parser()
     args = parser.parse_args(argv)
     try:
@@ -500,7 +502,7 @@ def main(argv=None) -> int:
     log = None if config.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     try:
         engine = build_engine(config, log)
-    except (OSError, ValueError, LookupError) as exc:
+    except (OSError, ValueError, LookupError, RegistryError) as exc:
         print(f"selfplay.gtp: cannot load the model: {exc}", file=sys.stderr)
         return 2
     try:

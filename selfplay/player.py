@@ -530,8 +530,10 @@ class LoadedEvaluator:
 def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None) -> LoadedEvaluator:
     """Load `source` once: the uniform evaluator, or a model from the registry.
 
-    Raises LookupError when the root has no published model (or not that
-    generation) and ValueError for a root without run.json."""
+    A model's board size is the one in its manifest; its komi is the run's
+    (run.json), or None when the root has no run.json.  Raises LookupError
+    when the root has no published model yet, and `cloud.registry`'s
+    RegistryError for a generation that is not published or is corrupt."""
     from selfplay.evaluator import UniformEvaluator
 
     if source.model_root is None:
@@ -542,14 +544,12 @@ def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None) -> Loa
     from selfplay.evaluator import ModelEvaluator
 
     storage = open_storage(source.model_root)
-    run = read_run_config(storage)
-    if run is None:
-        raise ValueError(f"{storage.url(S.RUN_CONFIG)} is missing: {source.model_root} is not a zerolake run")
     generation = source.generation
     if generation is None:
         generation = registry.latest_generation(storage)
         if generation is None:
-            raise LookupError(f"{source.model_root} has no published model yet ({S.LATEST} is missing)")
+            raise LookupError(f"{storage.url(S.LATEST)} is missing: {source.model_root} has no published model yet")
     model = registry.load_model(storage, generation, cache_dir=cache_dir)
+    run = read_run_config(storage)
     return LoadedEvaluator(ModelEvaluator(model), f"model-g{generation}", generation,
-                           board_size=run.board_size, komi=run.komi)
+                           board_size=int(model.board_size), komi=None if run is None else run.komi)

@@ -6,6 +6,7 @@ playout values beats random moves on 9x9; MCTS with the uniform evaluator
 is compared for the record), that matches are reproducible from their seeds,
 that SGF files round-trip through sgfmill, and a game against GNU Go.
 """
+import dataclasses
 import json
 import os
 
@@ -216,3 +217,39 @@ def test_gnugo_player_plays_a_game():
         result = evaluate(gnugo, RandomPlayer(7), games=2, board_size=9, komi=7.5, parallel_games=8)
     assert result.games == 2 and result.wins == 2, result.summary()
     assert all(g.end_reason in (END_TWO_PASSES, END_RESIGN) for g in result.game_results)
+
+
+# ---- a published model ------------------------------------------------------
+
+def publish_tiny_model(root, generation=1, board_size=9):
+    """Export and publish an untrained 1-block network into the lake at `root`."""
+    from cloud.registry import publish_model
+    from cloud.storage import open_storage
+    from model.export import export_inference_model
+    from model.network import NetworkConfig, build_network
+
+    config = NetworkConfig(board_size=board_size, blocks=1, filters=8, global_pool_every=1,
+                           global_pool_channels=4, value_hidden=8)
+    network = build_network(config)
+    local = os.path.join(root, "export-tmp")
+    export_inference_model(config, [w.numpy() for w in network.weights], local)
+    publish_model(open_storage(root), generation, local, {"board_size": board_size})
+
+
+def test_model_spec_plays_a_published_generation(tmp_path):
+    from selfplay.evaluate import EvaluateConfig, run
+
+    root = str(tmp_path / "lake")
+    publish_tiny_model(root, generation=3)
+    config = EvaluateConfig(PlayerSpec.parse(f"model:{root}"), PlayerSpec.parse("random"),
+                            games=4, visits=8, parallel_games=4, sgf_dir=str(tmp_path / "sgf"))
+    result = run(config)
+    assert (result.player_a, result.player_b, result.board_size) == ("model-g3", "random", 9)
+    assert result.games == 4 and len(os.listdir(tmp_path / "sgf")) == 4
+    for game in result.game_results:
+        board = Board(9, 7.5)
+        for move in game.moves:
+            board.play(move)
+        assert game.end_reason == END_TWO_PASSES or board.move_number == board.max_moves
+    with pytest.raises(Exception, match="not published"):
+        run(dataclasses.replace(config, player_a=PlayerSpec.parse(f"model:{root}@2")))

@@ -310,3 +310,45 @@ def test_whole_game_against_gnugo():
         ours.close()
         gnugo.close()
     assert ours.proc.returncode == 0
+
+
+def test_engine_plays_a_published_model(tmp_path, capsys):
+    from tests.test_evaluate import publish_tiny_model
+
+    root = str(tmp_path / "lake")
+    publish_tiny_model(root, generation=2)
+    e = Engine("--root", root, "--visits", "8")
+    try:
+        assert "model-g2" in e.ok("version")
+        e.ok("clear_board")
+        gtp_to_move(e.ok("genmove b"), 9)
+        assert e.ask("boardsize 13").startswith("? unacceptable size")   # the model is 9x9
+        gtp_to_move(e.ok("genmove w"), 9)
+    finally:
+        e.close()
+    from selfplay.gtp import main
+
+    assert main(["--root", root, "--generation", "5"]) == 2     # fails before reading stdin
+    assert "generation 5 is not published" in capsys.readouterr().err
+
+
+def test_genmove_resigns_a_hopeless_position_only_when_enabled():
+    import numpy as np
+
+    from selfplay.player import MctsConfig, MctsPlayer, SearchBudget
+
+    def black_is_lost(planes):       # value for the side to move: -1 for Black, +1 for White
+        black_to_move = planes[:, 0, 0, 16] > 0.5
+        return (np.zeros((len(planes), planes.shape[1] ** 2 + 1), np.float32),
+                np.where(black_to_move, -1.0, 1.0).astype(np.float32))
+
+    for threshold, expected in ((-0.9, "= resign"), (None, None)):
+        config = MctsConfig(budget=SearchBudget(8), resign_threshold=threshold)
+        engine = GtpEngine(lambda size: MctsPlayer(black_is_lost, config), config.budget)
+        reply = engine.handle("genmove b").strip()
+        if expected:
+            assert reply == expected
+            assert engine.moves == []                 # resigning plays nothing
+        else:
+            gtp_to_move(reply[2:], 9)
+        assert engine.handle("genmove w").strip() != "= resign"
