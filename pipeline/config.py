@@ -105,7 +105,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(ShuffleConfig):
         kind = type(f.default)
         parser.add_argument(f"--{f.name}", type=kind, default=f.default,
-                            help=f"{f.metadata['help']} (default: {f.default!r})")
+                            help=f"{f.metadata['help']} (default: {f.default!r})".replace("%", "%%"))
 
 
 def from_args(args: argparse.Namespace) -> ShuffleConfig:

@@ -198,3 +198,12 @@ def test_a_mismatching_board_flag_is_refused(lake, capsys):
 def test_a_root_without_run_json_is_refused(tmp_path, capsys):
     assert main(["--root", str(tmp_path)]) == 2
     assert "run.json" in capsys.readouterr().err
+
+
+def test_help_lists_every_setting(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--window_exponent", "--position_cap", "--reuse", "--shard_gzip_level", "--playout_labels"):
+        assert flag in out
