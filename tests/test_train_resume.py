@@ -1,0 +1,85 @@
+"""Kill ``python -m model.train`` with SIGKILL mid-window, rerun the same command.
+
+The restarted run must restore the last checkpoint, continue the window from
+that checkpoint's step (not from 0), publish the generation once, and a
+third run must find nothing to do and leave the published model untouched.
+"""
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+
+import numpy as np
+
+from cloud.registry import latest_generation, load_model
+from cloud.storage import open_storage
+from format import schema
+from model import synthetic
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+STEPS = 160
+
+
+def command(root):
+    return [sys.executable, "-m", "model.train", "--root", str(root), "--blocks", "1",
+            "--filters", "16", "--value-hidden", "16", "--batch-size", "32",
+            "--steps-per-window", str(STEPS), "--checkpoint-every", "40", "--log-every", "20",
+            "--steps-per-call", "10", "--warmup-steps", "10"]
+
+
+def run_until_killed(root, kill_after_checkpoint_step):
+    """Start training, SIGKILL it right after the given checkpoint; return its output."""
+    process = subprocess.Popen(command(root), cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if f"at window step {kill_after_checkpoint_step}" in line:
+                os.kill(process.pid, signal.SIGKILL)
+                break
+        lines.extend(process.stdout.read().splitlines(keepends=True))
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    assert process.returncode == -signal.SIGKILL, "".join(lines)
+    return "".join(lines)
+
+
+def checkpoint_steps(output):
+    return [int(s) for s in re.findall(r"checkpoint \S+ at window step (\d+)", output)]
+
+
+def test_sigkill_mid_window_then_rerun_resumes_and_never_republishes(tmp_path):
+    root = tmp_path / "lake"
+    storage = open_storage(str(root))
+    synthetic.write_run_config(storage, board_size=9)
+    synthetic.write_synthetic_window(storage, target_generation=1, board_size=9,
+                                     positions=1500, shards=2, seed=4)
+
+    killed = run_until_killed(root, 80)
+    last_checkpoint = checkpoint_steps(killed)[-1]
+    assert 80 <= last_checkpoint < STEPS
+    assert not storage.exists("models/000001/MANIFEST.json")
+    assert latest_generation(storage) is None
+
+    resumed = subprocess.run(command(root), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    out = resumed.stdout
+    assert f"resuming window 000001 at step {last_checkpoint}/{STEPS}" in out, out
+    progress = [int(s) for s in re.findall(r"step (\d+)/%d \(global (\d+)\)" % STEPS, out)[0]]
+    assert progress == [last_checkpoint + 20, last_checkpoint + 20], out  # window and global step agree
+    assert f"step {STEPS}/{STEPS} (global {STEPS})" in out
+    assert "published generation 1" in out
+    assert latest_generation(storage) == 1
+    published = storage.read("models/000001/MANIFEST.json")
+
+    again = subprocess.run(command(root), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and "no window to train" in again.stderr
+    assert storage.read("models/000001/MANIFEST.json") == published
+
+    model = load_model(storage, 1, cache_dir=str(tmp_path / "cache"))
+    out = model(np.zeros((2, 9, 9, schema.INPUT_PLANES), np.float32))
+    assert out["policy_logits"].shape == (2, 82) and out["value"].shape == (2,)
