@@ -185,6 +185,13 @@ def test_genmove_plays_for_the_asked_colour_and_boardsize_changes(engine):
     stones = showboard_stones(engine.ok("showboard"), 7)
     placed = [v for v in (first, second) if v != "pass"]
     assert all(stones[v.upper()] == "O" for v in placed) and len(stones) == len(placed)
+    # Play goes on after two passes (the controller decides when a game ends).
+    engine.ok("clear_board")
+    engine.ok("play b pass")
+    engine.ok("play w pass")
+    assert engine.ok("final_score") == "W+7.5"
+    engine.ok("play b D4")
+    assert engine.ok("genmove w") != "D4"
     engine.ok("boardsize 19")
     assert showboard_stones(engine.ok("showboard"), 19) == {}
     vertex = engine.ok("genmove b")
