@@ -132,3 +132,19 @@ def test_unavailable_tpu_is_refused_clearly(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "--strategy tpu: no TPU could be resolved" in done.stderr
+
+
+def test_learning_rate_warms_up_then_follows_its_schedule():
+    from model.trainer import LearningRateSchedule
+
+    def rates(**flags):
+        schedule = LearningRateSchedule(TrainConfig(root="x", learning_rate=0.1, warmup_steps=10, **flags))
+        return [float(schedule(step)) for step in (0, 4, 9, 50, 100, 1000)]
+
+    constant = rates()
+    assert constant[:3] == pytest.approx([0.01, 0.05, 0.1]) and constant[3:] == pytest.approx([0.1] * 3)
+    cosine = rates(lr_schedule="cosine", lr_decay_steps=100, lr_final_fraction=0.1)
+    assert cosine[3] == pytest.approx(0.1 * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * 0.5))))
+    assert cosine[4] == pytest.approx(0.01) and cosine[5] == pytest.approx(0.01)
+    step = rates(lr_schedule="step", lr_boundaries="50,1000")
+    assert step[2:] == pytest.approx([0.1, 0.01, 0.01, 0.001])
