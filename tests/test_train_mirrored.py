@@ -3,8 +3,10 @@
 Both trainers start from the same seeded weights and see the same global
 batches (several steps per tf.function call); with synchronized batch norm
 and gradients summed across replicas, their per-call losses and final
-weights must agree up to float reassociation (measured: ~1e-7; without
-synchronized batch norm the value loss already differs by ~3e-2).  It runs in a subprocess
+weights must agree up to float reassociation (measured: ~5e-7 relative;
+without synchronized batch norm they differ by ~2e-2).  The learning rate is
+kept small: at 0.05 momentum SGD on 32-example batches amplifies that
+reassociation noise to ~1e-3 within 12 steps.  It runs in a subprocess
 because splitting the CPU into logical devices must happen before
 TensorFlow initialises and cannot be undone in the test process.
 """
@@ -31,7 +33,7 @@ SCRIPT = textwrap.dedent("""
     manifest = synthetic.write_synthetic_window(storage, target_generation=1, board_size=9,
                                                 positions=512, shards=2, seed=9)
     shards = [storage.url("windows/000001/" + name) for name in manifest["shards"]]
-    common = dict(root=root, blocks=2, filters=16, value_hidden=16, learning_rate=0.05,
+    common = dict(root=root, blocks=2, filters=16, value_hidden=16, learning_rate=0.01,
                   warmup_steps=1, global_pool_every=2, global_pool_channels=4, seed=5)
     mirrored_config = TrainConfig(strategy="mirrored", logical_cpus=2, batch_size=16, **common)
     mirrored = resolve_strategy(mirrored_config)       # splits the CPU first
@@ -64,7 +66,7 @@ def test_mirrored_on_two_logical_cpus_matches_default(tmp_path):
     for call, (m, d) in enumerate(zip(mirrored["losses"], default["losses"])):
         for head, a, b in zip(("policy", "value", "ownership", "score"), m, d):
             assert abs(a - b) <= 1e-4 * max(1.0, abs(b)), (call, head, a, b)
-    # Training moved the weights, and moved them the same way.
+    # Training moved the weights the same way (sums of |w| per tensor).
     for a, b in zip(mirrored["weights"], default["weights"]):
-        assert abs(a - b) <= 1e-4 * max(1.0, abs(b))
+        assert abs(a - b) <= 1e-4 * max(1.0, abs(b)), (a, b)
     assert mirrored["losses"][0] != mirrored["losses"][-1]
