@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import tempfile
 import time
@@ -142,25 +143,33 @@ class TrainingRun:
             return
         iterator = self._dataset_iterator(window)
         sums = dict.fromkeys(METRIC_NAMES, 0.0)
-        started = time.monotonic()
+        # Examples/s is timed from the end of the first call, so that tracing
+        # and filling the input pipeline do not count.
+        timed_from, untimed = None, 0.0
         while (done := int(self.trainer.window_step.numpy())) < total:
             steps = self._next_slice(done, total)
             for name, value in self.trainer.train_steps(iterator, steps).items():
                 sums[name] += value
+            if timed_from is None:
+                timed_from, untimed = time.monotonic(), sums["examples"]
             done += steps
             if done % self.config.log_every == 0 or done == total:
-                self._report(window, done, total, sums, time.monotonic() - started)
+                elapsed = time.monotonic() - timed_from
+                rate = (sums["examples"] - untimed) / elapsed if elapsed > 0 and sums["examples"] > untimed \
+                    else float("nan")
+                self._report(window, done, total, sums, rate)
                 sums = dict.fromkeys(METRIC_NAMES, 0.0)
-                started = time.monotonic()
+                timed_from, untimed = time.monotonic(), 0.0
             if done % self.config.checkpoint_every == 0 or done == total:
                 self.save()
 
-    def _report(self, window, done, total, sums, seconds) -> None:
+    def _report(self, window, done, total, sums, rate) -> None:
         means = summarize(sums)
-        rate = sums["examples"] / max(seconds, 1e-9)
         lr = self.trainer.learning_rate()
         step = self.trainer.global_step
-        scalars = {**means, "learning_rate": lr, "examples_per_second": rate}
+        scalars = {**means, "learning_rate": lr}
+        if math.isfinite(rate):
+            scalars["examples_per_second"] = rate
         with self.writer.as_default(step=step):
             for name, value in scalars.items():
                 tf.summary.write(f"train/{name}", tf.constant(value, tf.float32),
@@ -170,7 +179,7 @@ class TrainingRun:
              f"(global {step}) loss {means['loss']:.4f} policy {means['policy_loss']:.4f} "
              f"acc {means['policy_accuracy']:.3f} value {means['value_loss']:.4f} "
              f"ownership {means['ownership_loss']:.4f} score {means['score_loss']:.4f} "
-             f"lr {lr:.5f} {rate:.0f} ex/s")
+             f"lr {lr:.5f} " + (f"{rate:.0f} ex/s" if math.isfinite(rate) else "(warming up)"))
 
     # --- publishing ------------------------------------------------------------
     def publish(self, window: Window) -> bool:
