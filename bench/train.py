@@ -10,7 +10,10 @@
    consumes (above 1 means the input is not the bottleneck).
 
 Shards are synthetic (model.synthetic) in a temporary lake.  Timings on a
-shared 2-core machine are noisy.  Ends with one JSON line.
+shared 2-core machine are noisy, so the pipeline is also measured per CPU
+second of this process (all its threads), which other load disturbs much
+less; on two idle cores the wall rate approaches twice that figure.  Ends
+with one JSON line.
 
     python bench/train.py [--seconds 8]
 """
@@ -38,18 +41,20 @@ def write_window(root: str, board_size: int, positions: int) -> list[str]:
     return [storage.url(f"windows/000001/{name}") for name in manifest["shards"]]
 
 
-def pipeline_rate(shards: list[str], board_size: int, seconds: float) -> float:
+def pipeline_rate(shards: list[str], board_size: int, seconds: float) -> tuple[float, float]:
+    """(examples per wall second, examples per CPU second of this process)."""
     from format.tfdata import training_dataset
 
     dataset = training_dataset(shards, board_size=board_size, batch_size=PIPELINE_BATCH, seed=1)
     iterator = iter(dataset)
     for _ in range(5):  # warm-up: tracing, XLA compilation, buffers filling
         next(iterator)
-    examples, start = 0, time.perf_counter()
+    examples, start, cpu_start = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         batch = next(iterator)
         examples += int(batch["value"].shape[0])
-    return examples / (time.perf_counter() - start)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    return examples / wall, examples / cpu
 
 
 def train_rate(shards: list[str], root: str, seconds: float) -> tuple[float, int]:
@@ -77,10 +82,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="zerolake-bench-") as scratch:
         shards9 = write_window(os.path.join(scratch, "lake9"), 9, 16384)
         shards19 = write_window(os.path.join(scratch, "lake19"), 19, 8192)
-        rate9 = pipeline_rate(shards9, 9, args.seconds)
-        print(f"input pipeline  9x9 : {rate9:10.0f} examples/s (batch {PIPELINE_BATCH}, no model)")
-        rate19 = pipeline_rate(shards19, 19, args.seconds)
-        print(f"input pipeline 19x19: {rate19:10.0f} examples/s (batch {PIPELINE_BATCH}, no model)")
+        rate9, cpu9 = pipeline_rate(shards9, 9, args.seconds)
+        print(f"input pipeline  9x9 : {rate9:10.0f} examples/s, {cpu9:8.0f} per CPU second "
+              f"(batch {PIPELINE_BATCH}, no model)")
+        rate19, cpu19 = pipeline_rate(shards19, 19, args.seconds)
+        print(f"input pipeline 19x19: {rate19:10.0f} examples/s, {cpu19:8.0f} per CPU second "
+              f"(batch {PIPELINE_BATCH}, no model)")
         steps, batch = train_rate(shards9, os.path.join(scratch, "lake9"), args.seconds)
         consumed = steps * batch
         print(f"training 9x9 default net: {steps:.2f} steps/s at batch {batch} = {consumed:.0f} examples/s")
@@ -88,6 +95,7 @@ def main(argv=None) -> int:
         print(f"pipeline supply / training demand (9x9): {ratio:.1f}x")
     print(json.dumps({"bench": "train", "input_examples_per_s_9": round(rate9),
                       "input_examples_per_s_19": round(rate19),
+                      "input_examples_per_cpu_s_9": round(cpu9), "input_examples_per_cpu_s_19": round(cpu19),
                       "train_steps_per_s_9": round(steps, 3), "train_batch_9": batch,
                       "train_examples_per_s_9": round(consumed), "supply_over_demand_9": round(ratio, 2),
                       "cpus": os.cpu_count()}))
