@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass
 
 import keras
@@ -86,19 +87,33 @@ def _try_tpu(tpu: str):
         return exc
 
 
+def _tpu_address(config: TrainConfig) -> str:
+    """Where to look for a TPU: --tpu, else $TPU_NAME, else 'local' on a TPU VM, else ''."""
+    if config.tpu:
+        return config.tpu
+    if os.environ.get("TPU_NAME"):
+        return os.environ["TPU_NAME"]
+    return "local" if os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0") else ""
+
+
 def resolve_strategy(config: TrainConfig) -> ResolvedStrategy:
-    """The tf.distribute strategy for ``config.strategy`` (must run before other TF work)."""
+    """The tf.distribute strategy for ``config.strategy`` (must run before other TF work).
+
+    ``auto`` tries a TPU only where one may exist (--tpu, $TPU_NAME, or a TPU
+    VM's /dev/accel0), so that it never waits on a metadata server elsewhere.
+    """
     if config.logical_cpus:
         _split_cpu(config.logical_cpus)
     gpus = tf.config.list_logical_devices("GPU")
-    if config.strategy == "tpu" or (config.strategy == "auto" and config.tpu):
-        result = _try_tpu(config.tpu)
+    tpu = _tpu_address(config)
+    if config.strategy == "tpu" or (config.strategy == "auto" and tpu):
+        result = _try_tpu(tpu)
         if isinstance(result, tf.distribute.TPUStrategy):
             return ResolvedStrategy(result, "tpu", f"TPUStrategy ({result.num_replicas_in_sync} cores)")
         if config.strategy == "tpu":
             raise StrategyUnavailable(f"--strategy tpu: no TPU could be resolved"
                                       f"{' for --tpu ' + config.tpu if config.tpu else ''} ({result})")
-        log.warning("--strategy auto: TPU %r did not resolve (%s); trying GPUs", config.tpu, result)
+        log.warning("--strategy auto: TPU %r did not resolve (%s); trying GPUs", tpu, result)
     if config.strategy == "mirrored" or (config.strategy == "auto" and len(gpus) > 1):
         if gpus:
             devices, kind = [d.name for d in gpus], "gpu"
