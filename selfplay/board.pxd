@@ -124,6 +124,9 @@ cdef class Board:
     # 17 input planes, NHWC [N, N, 17] float32, C-contiguous at `out`.
     cdef void write_legal_mask_ptr(self, uint8_t* out) noexcept nogil
     # [N*N + 1] uint8; out[PASS] = 1 unless the game is over.
+    cdef void write_sensible_mask_ptr(self, uint8_t* out) noexcept nogil
+    # Legal mask without moves filling the mover's own single-point eye;
+    # out[PASS] = 1 only when no other move is left.
     cdef double area_score_c(self) noexcept nogil
     # Tromp-Taylor black_area - white_area - komi.
     cdef void ownership_ptr(self, int8_t* out) noexcept nogil

@@ -644,6 +644,27 @@ cdef class Board:
             out[p] = self._check_padded(self.to_padded[p], c, &h) == MOVE_OK
         out[self.num_points] = 1
 
+    cdef void write_sensible_mask_ptr(self, uint8_t* out) noexcept nogil:
+        """Legal moves that do not fill the mover's own single-point eye; PASS
+        only when no such move is left (the random-playout rule).
+
+        Search uses this by default (selfplay.driver's `sensible_moves`): a
+        network that has not learnt yet otherwise passes or fills its own
+        eyes, and games between such players end with scores that say nothing.
+        """
+        cdef int p, any_move = 0
+        cdef int c = self.st.to_play
+        self.write_legal_mask_ptr(out)
+        if self.st.over:
+            return
+        for p in range(self.num_points):
+            if out[p]:
+                if self._is_own_eye(self.to_padded[p], c):
+                    out[p] = 0
+                else:
+                    any_move = 1
+        out[self.num_points] = 0 if any_move else 1
+
     cdef void _ownership_padded(self, int8_t* owner) noexcept nogil:
         """Tromp-Taylor owner of every padded point (border left as is).
 
@@ -854,6 +875,15 @@ cdef class Board:
         cdef uint8_t[::1] view = out
         with nogil:
             self.write_legal_mask_ptr(&view[0])
+        return out
+
+    def sensible_mask(self):
+        """uint8[N*N + 1]: legal moves that don't fill the mover's own eye;
+        PASS only when none is left."""
+        out = np.empty(self.num_points + 1, dtype=np.uint8)
+        cdef uint8_t[::1] view = out
+        with nogil:
+            self.write_sensible_mask_ptr(&view[0])
         return out
 
     def write_features(self, float[:, :, ::1] out not None):

@@ -15,6 +15,8 @@ cdef class GameBatch:
     cdef readonly int batch_rows        # rows of one group's batch buffer
     cdef readonly int leaves_per_game   # in-flight leaves a game may add per pass
     cdef readonly int max_passes        # passes over a group's games per gather
+    cdef readonly bint sensible_moves   # expand only moves that don't fill the
+                                        #   mover's own eye; PASS only when none is left
     cdef int feature_size               # N * N * 17 floats per batch row
 
     cdef PuctParams puct

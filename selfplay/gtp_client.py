@@ -3,7 +3,7 @@
 GNU Go is the project's rules referee (tests/test_gnugo_crosscheck.py) and a
 fixed-strength opponent.  `GnuGo` starts::
 
-    gnugo --mode gtp --chinese-rules --positional-superko --level N
+    gnugo --mode gtp --chinese-rules --positional-superko --capture-all-dead --level N
 
 and speaks GTP version 2: a command is one line; the reply is ``= text`` on
 success or ``? text`` on failure, ended by an empty line.  `send` returns the
@@ -133,8 +133,11 @@ class GnuGo(GtpClient):
         if not 0 <= int(level) <= 10:
             raise ValueError(f"GNU Go level must be in 0..10, got {level!r}")
         exe = executable or find_gnugo()
+        # --capture-all-dead: under Tromp-Taylor scoring every stone left on
+        # the board counts, so GNU Go must remove dead stones before it
+        # passes (without it, it lost games to uniform random moves).
         super().__init__([exe, "--mode", "gtp", "--chinese-rules", "--positional-superko",
-                          "--level", str(int(level))])
+                          "--capture-all-dead", "--level", str(int(level))])
         if board_size is not None:
             self.send(f"boardsize {int(board_size)}")
         if komi is not None:

@@ -309,7 +309,8 @@ def test_terminal_positions_are_scored_by_the_rules_not_the_network(size):
     # to move after White's pass, i.e. Black): the tree must believe the rules.
     board = Board(size, 7.5)
     board.play(size * size)
-    batch = GameBatch(size, 1, num_groups=1, seed=1)
+    # The plain legal-move tree: with sensible_moves PASS is not a child here.
+    batch = GameBatch(size, 1, num_groups=1, seed=1, sensible_moves=False)
     batch.set_board(0, board)
 
     def lying_evaluator(planes):
@@ -371,6 +372,36 @@ def test_gumbel_search_with_few_visits_gives_a_policy_target(budget):
     batch = GameBatch(9, 1, num_groups=1, seed=9)
     search(batch, 0, budget, material_evaluator, gumbel=True)
     moves, probs = batch.improved_policy(0)
-    assert len(moves) == 82 and probs.sum() == pytest.approx(1.0, abs=1e-5)
+    assert len(moves) == 81 and probs.sum() == pytest.approx(1.0, abs=1e-5)  # no PASS: sensible moves
     assert batch.tree(0).visit_counts().sum() == budget
     assert batch.choose_move(0) in moves
+
+
+def test_sensible_moves_skip_own_eyes_and_pass_only_when_nothing_is_left():
+    # Black owns the top-left corner with a real eye at A9 (point 0).
+    board = board_from_ascii("""
+        . X . . . . . . .
+        X X . . . . . . .
+        . . . . . . . . .
+        . . . . . . . . .
+        . . . . . . . . .
+        . . . . . . . . .
+        . . . . . . . . .
+        . . . . . . . . .
+        . . . . . . . . .
+    """, to_play=1)
+    for sensible, expect_eye, expect_pass in ((True, False, False), (False, True, True)):
+        batch = GameBatch(9, 1, num_groups=1, seed=4, sensible_moves=sensible)
+        batch.set_board(0, board)
+        search(batch, 0, 8, uniform_evaluator)
+        moves = set(batch.tree(0).children(0)["move"].tolist())
+        assert (0 in moves) == expect_eye
+        assert (81 in moves) == expect_pass
+    # With only own eyes left, PASS is the one sensible move.
+    full = Board(5, 0.5)
+    for p in range(25):
+        if p not in (0, 12, 24):
+            full.play(p)
+            full.play(25)  # White passes
+    sensible = full.sensible_mask()
+    assert sensible[:25].sum() == 0 and sensible[25] == 1

@@ -1,0 +1,469 @@
+"""``python -m pipeline.loop``: the whole system in cycles on one machine.
+
+Each generation ``g`` (the model generation playing; 0 = the uniform
+evaluator before any model exists) runs four phases against one root::
+
+    selfplay   python -m selfplay.worker   games/<g>/ chunks, for a planned time
+    shuffle    python -m pipeline.shuffle  windows/<g+1>/ shards + MANIFEST (in-process Beam)
+    train      python -m model.train       models/<g+1>/ + models/LATEST
+    evaluate   python -m selfplay.evaluate the new model against uniform random moves
+
+Every phase is a child process, so each role runs exactly as a user would
+run it, and a crash or a Ctrl-C costs only the phase in flight.
+
+Resume
+------
+The loop keeps no state of its own beyond small create-only markers under
+``ROOT/loop/``; everything else is read back from the lake:
+
+* the current generation is ``models/LATEST`` (0 when absent);
+* self-play of generation g is done when ``loop/selfplay-<g>.done`` exists;
+* the shuffle is done when ``windows/<g+1>/MANIFEST.json`` exists;
+* training is done when generation g+1 is published (LATEST moved);
+* an evaluation is done when ``loop/eval-<g+1>.json`` exists.
+
+Rerunning the same command therefore picks up at the phase that was
+interrupted; finished chunks, shards and checkpoints are never rewritten
+(each role writes create-only, and the trainer resumes its checkpoint).
+The time budget counts from the start of each invocation.
+
+On Ctrl-C the loop sends SIGTERM to the phase in flight (the worker then
+writes every finished game) and exits 130.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from format import schema as S
+from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
+
+LOOP_DIR = "loop"
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """Settings of the one-machine loop (each is a flag; see --help)."""
+
+    root: str = "./lake"
+    board_size: int = 9
+    komi: float = 7.5
+    minutes: float = 15.0
+    generations: int = 3
+    selfplay_seconds: float = 0.0
+    games_at_once: int = 64
+    visits: int = 64
+    fast_visits: int = 16
+    train_steps: int = 500
+    batch_size: int = 256
+    blocks: int = 4
+    filters: int = 32
+    eval_games: int = 20
+    final_eval_games: int = 100
+    eval_visits: int = 32
+    seed: int = 1
+
+    def __post_init__(self):
+        if self.minutes <= 0:
+            raise ValueError(f"--minutes must be > 0, got {self.minutes}")
+        if self.generations < 1:
+            raise ValueError(f"--generations must be >= 1, got {self.generations}")
+        for name in ("games_at_once", "visits", "train_steps", "fast_visits", "batch_size", "blocks", "filters",
+                     "eval_games", "final_eval_games", "eval_visits"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.selfplay_seconds < 0:
+            raise ValueError(f"--selfplay-seconds must be >= 0, got {self.selfplay_seconds}")
+        RunConfig(board_size=self.board_size, komi=self.komi)  # validates size and komi
+
+
+HELP = {
+    "root": "lake root: a local folder or gs://bucket/prefix",
+    "board_size": "board size",
+    "komi": "komi",
+    "minutes": "wall-clock budget of this invocation; phases are planned to fit it",
+    "generations": "stop once this many model generations are published",
+    "selfplay_seconds": "self-play time per generation; 0 = plan it from --minutes",
+    "games_at_once": "games each self-play wave plays at once (smaller waves finish sooner)",
+    "visits": "simulations of a full search in self-play",
+    "fast_visits": "simulations of a fast search in self-play (playout-cap randomization)",
+    "train_steps": "training steps per generation (each a batch of --batch-size positions)",
+    "batch_size": "training batch size",
+    "blocks": "residual blocks of the network",
+    "filters": "channels of the network",
+    "eval_games": "games against random moves after each generation",
+    "final_eval_games": "games of the last generation against random moves, and against generation 0",
+    "eval_visits": "simulations per move in evaluation games",
+    "seed": "seed of self-play and evaluation",
+}
+
+
+# --------------------------------------------------------------------------
+# Live status
+# --------------------------------------------------------------------------
+
+LOSS_LINE = re.compile(r"loss (?P<loss>[\d.]+) policy (?P<policy>[\d.]+) acc (?P<acc>[\d.]+) "
+                       r"value (?P<value>[\d.]+) ownership (?P<ownership>[\d.]+) score (?P<score>[\d.]+)")
+
+
+@dataclass
+class GenerationRecord:
+    """One row of the summary table."""
+
+    generation: int
+    games: int = 0
+    positions: int = 0
+    losses: dict = field(default_factory=dict)
+    eval_vs_random: dict | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class Status:
+    started: float = field(default_factory=time.monotonic)
+    generation: int = 0
+    phase: str = "starting"
+    games: int = 0
+    positions: int = 0
+    losses: dict = field(default_factory=dict)
+    last_eval: str = "-"
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.started
+        losses = " ".join(f"{k} {v:.3f}" for k, v in self.losses.items()) or "-"
+        return (f"[loop {int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}] generation {self.generation} | "
+                f"{self.phase} | games {self.games} positions {self.positions} | losses {losses} | "
+                f"last eval {self.last_eval}")
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+# --------------------------------------------------------------------------
+# Phases
+# --------------------------------------------------------------------------
+
+
+class Interrupted(Exception):
+    pass
+
+
+class PhaseFailed(RuntimeError):
+    pass
+
+
+class Loop:
+    def __init__(self, config: LoopConfig, storage):
+        self.config = config
+        self.storage = storage
+        self.status = Status()
+        self.deadline = self.status.started + config.minutes * 60
+        self.rows: dict[int, GenerationRecord] = {}
+        self.phase_seconds = {"shuffle": 45.0, "train": 120.0, "evaluate": 40.0}
+        self.child: subprocess.Popen | None = None
+
+    # --- lake state -----------------------------------------------------------
+    def current_generation(self) -> int:
+        from cloud.registry import latest_generation
+
+        return latest_generation(self.storage) or 0
+
+    def marker(self, name: str) -> str:
+        return f"{LOOP_DIR}/{name}"
+
+    def count_games(self, generation: int) -> tuple[int, int]:
+        """(games, positions) in games/<generation>/, read from the chunks."""
+        from format.codec import FormatError, iter_chunk
+
+        games = positions = 0
+        prefix = f"{S.GAMES_DIR}/{S.generation_dir(generation)}/"
+        for info in self.storage.list(prefix):
+            if not info.path.endswith(S.CHUNK_SUFFIX):
+                continue
+            for item in iter_chunk(self.storage.read(info.path), self.storage.url(info.path)):
+                if not isinstance(item, FormatError):
+                    games += 1
+                    positions += item.num_positions
+        return games, positions
+
+    # --- child processes --------------------------------------------------------
+    def run_child(self, phase: str, argv: list[str], on_line=None) -> list[str]:
+        """Run one phase's process, echoing its output under the status line."""
+        self.status.phase = phase
+        say(self.status.line())
+        started = time.monotonic()
+        lines: list[str] = []
+        # A session of its own: Ctrl-C reaches only the loop, which then
+        # stops the child with SIGTERM (the worker's graceful path).
+        self.child = subprocess.Popen(
+            [sys.executable, "-m", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            bufsize=1, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        next_status = time.monotonic() + 20
+        try:
+            for raw in self.child.stdout:
+                line = raw.rstrip()
+                lines.append(line)
+                if on_line:
+                    on_line(line)
+                if _worth_echoing(line):
+                    say(f"    {phase}: {line}")
+                if time.monotonic() >= next_status:
+                    say(self.status.line())
+                    next_status = time.monotonic() + 20
+            code = self.child.wait()
+        except KeyboardInterrupt:
+            self.stop_child()
+            raise Interrupted(phase) from None
+        finally:
+            self.child = None
+        self.phase_seconds[phase] = time.monotonic() - started
+        if code != 0:
+            tail = "\n".join(lines[-15:])
+            raise PhaseFailed(f"{phase} exited with status {code}; its last lines:\n{tail}")
+        return lines
+
+    def stop_child(self) -> None:
+        if self.child is None or self.child.poll() is not None:
+            return
+        say(f"interrupt: stopping {self.status.phase} (SIGTERM), finished work is kept")
+        self.child.send_signal(signal.SIGTERM)
+        try:
+            self.child.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+            self.child.wait()
+
+    # --- the phases -----------------------------------------------------------
+    def selfplay_seconds(self, generation: int) -> float:
+        cfg = self.config
+        if cfg.selfplay_seconds:
+            return cfg.selfplay_seconds
+        remaining_generations = max(1, cfg.generations - generation)
+        remaining = self.deadline - time.monotonic() - self.final_eval_seconds()
+        overhead = self.phase_seconds["shuffle"] + self.phase_seconds["train"] + self.phase_seconds["evaluate"]
+        return max(30.0, remaining / remaining_generations - overhead)
+
+    def final_eval_seconds(self) -> float:
+        return 2.5 * self.phase_seconds["evaluate"] * self.config.final_eval_games / max(1, self.config.eval_games)
+
+    def selfplay(self, generation: int) -> None:
+        cfg = self.config
+        seconds = self.selfplay_seconds(generation)
+
+        def on_line(line):
+            match = re.search(r"(\d+) games", line)
+            if match:
+                self.status.games = self.games_before + int(match.group(1))
+
+        self.games_before = self.status.games
+        self.run_child("selfplay", [
+            "selfplay.worker", "--root", cfg.root, "--board-size", str(cfg.board_size), "--komi", str(cfg.komi),
+            "--games", str(cfg.games_at_once), "--visits", str(cfg.visits), "--fast-visits", str(cfg.fast_visits),
+            "--max-seconds", f"{seconds:.0f}", "--seed", str(cfg.seed * 1000 + generation),
+            "--worker-id", f"loop{generation}", "--progress-seconds", "15"], on_line)
+        self.storage.write_new(self.marker(f"selfplay-{S.generation_dir(generation)}.done"),
+                               json.dumps({"seconds": round(seconds)}).encode())
+
+    def shuffle(self, generation: int) -> None:
+        self.run_child("shuffle", ["pipeline.shuffle", "--root", self.config.root,
+                                   "--board", str(self.config.board_size), "--seed", str(self.config.seed + generation)])
+
+    def train(self, generation: int) -> dict:
+        cfg = self.config
+        losses: dict = {}
+
+        def on_line(line):
+            match = LOSS_LINE.search(line)
+            if match:
+                losses.clear()
+                losses.update({k: float(v) for k, v in match.groupdict().items()})
+                self.status.losses = dict(losses)
+
+        self.run_child("train", [
+            "model.train", "--root", cfg.root, "--board-size", str(cfg.board_size),
+            "--blocks", str(cfg.blocks), "--filters", str(cfg.filters), "--batch-size", str(cfg.batch_size),
+            "--steps-per-window", str(cfg.train_steps), "--warmup-steps", "50", "--log-every", "50"], on_line)
+        return losses
+
+    def evaluate(self, player_a: str, player_b: str, games: int, seed: int) -> dict:
+        lines = self.run_child("evaluate", [
+            "selfplay.evaluate", player_a, player_b, "--games", str(games), "--visits", str(self.config.eval_visits),
+            "--board-size", str(self.config.board_size), "--komi", str(self.config.komi), "--seed", str(seed),
+            "--json"])
+        for line in reversed(lines):
+            if line.startswith("{"):
+                result = json.loads(line)
+                result.pop("game_results", None)
+                return result
+        raise PhaseFailed(f"evaluate printed no JSON result; last lines: {lines[-5:]}")
+
+    def evaluate_generation(self, generation: int) -> dict:
+        name = self.marker(f"eval-{S.generation_dir(generation)}.json")
+        if self.storage.exists(name):
+            return json.loads(self.storage.read(name))
+        result = self.evaluate(f"model:{self.config.root}@{generation}", "random", self.config.eval_games,
+                               self.config.seed + generation)
+        self.storage.write_new(name, json.dumps(result).encode())
+        return result
+
+    # --- the cycle ------------------------------------------------------------
+    def run(self) -> int:
+        cfg = self.config
+        while True:
+            generation = self.current_generation()
+            self.status.generation = generation
+            if generation >= cfg.generations:
+                break
+            if time.monotonic() >= self.deadline:
+                say(f"time budget of {cfg.minutes:g} minutes used up at generation {generation}; "
+                    f"rerun the same command to continue")
+                break
+            started = time.monotonic()
+            row = self.rows.setdefault(generation, GenerationRecord(generation))
+            if not self.storage.exists(self.marker(f"selfplay-{S.generation_dir(generation)}.done")):
+                self.selfplay(generation)
+            row.games, row.positions = self.count_games(generation)
+            self.status.games, self.status.positions = self._totals()
+            if not self.storage.exists(f"{S.WINDOWS_DIR}/{S.generation_dir(generation + 1)}/{S.MANIFEST}"):
+                self.shuffle(generation)
+            row.losses = self.train(generation)
+            if self.current_generation() != generation + 1:
+                raise PhaseFailed(f"training finished but generation {generation + 1} was not published")
+            result = self.evaluate_generation(generation + 1)
+            next_row = self.rows.setdefault(generation + 1, GenerationRecord(generation + 1))
+            next_row.eval_vs_random = result
+            self.status.last_eval = _eval_text(result)
+            row.seconds += time.monotonic() - started
+            say(self.status.line())
+        return self.finish()
+
+    def _totals(self) -> tuple[int, int]:
+        return (sum(r.games for r in self.rows.values()), sum(r.positions for r in self.rows.values()))
+
+    def finish(self) -> int:
+        cfg = self.config
+        final = self.current_generation()
+        final_results = {}
+        if final >= 1:
+            name = self.marker(f"final-{S.generation_dir(final)}.json")
+            if self.storage.exists(name):
+                final_results = json.loads(self.storage.read(name))
+            else:
+                model = f"model:{cfg.root}@{final}"
+                final_results = {
+                    "vs_random": self.evaluate(model, "random", cfg.final_eval_games, cfg.seed + 101),
+                    "vs_generation_0": self.evaluate(model, "uniform", cfg.final_eval_games // 2, cfg.seed + 102),
+                }
+                self.storage.write_new(name, json.dumps(final_results).encode())
+        self.status.phase = "done"
+        say(self.status.line())
+        say(summary_table(self.fill_rows(final), final, final_results))
+        return 0
+
+    def fill_rows(self, final: int) -> list[GenerationRecord]:
+        """Rows for every generation, reading back what this invocation did not see."""
+        rows = []
+        for g in range(final + 1):
+            row = self.rows.get(g) or GenerationRecord(g)
+            if not row.games:
+                row.games, row.positions = self.count_games(g)
+            if g >= 1 and row.eval_vs_random is None:
+                name = self.marker(f"eval-{S.generation_dir(g)}.json")
+                if self.storage.exists(name):
+                    row.eval_vs_random = json.loads(self.storage.read(name))
+            rows.append(row)
+        return rows
+
+
+def _worth_echoing(line: str) -> bool:
+    """Progress and problems, not the children's library chatter."""
+    if not line.strip():
+        return False
+    noisy = ("WARNING: All log messages", "oneDNN", "cpu_feature_guard", "TF_ENABLE_ONEDNN", "absl::",
+             "rebuild TensorFlow", "I0000", "E0000", "W0000", "To enable the following instructions")
+    return not any(n in line for n in noisy)
+
+
+def _eval_text(result: dict) -> str:
+    return (f"{result['wins']}/{result['games']} vs {result['player_b']} "
+            f"({result['win_rate']:.0%}, 95% CI {result['ci_low']:.0%}-{result['ci_high']:.0%})")
+
+
+def summary_table(rows: list[GenerationRecord], final: int, final_results: dict) -> str:
+    header = f"{'gen':>4} {'games':>6} {'positions':>9} {'policy':>7} {'value':>6} {'own':>6} {'score':>6}  " \
+             f"{'vs random (trained models)':<34} {'time':>6}"
+    lines = ["", "summary", header, "-" * len(header)]
+    for row in rows:
+        losses = row.losses
+        cells = [f"{losses[k]:.3f}" if k in losses else "-" for k in ("policy", "value", "ownership", "score")]
+        evaluation = _eval_text(row.eval_vs_random) if row.eval_vs_random else "-"
+        seconds = f"{row.seconds:.0f}s" if row.seconds else "-"
+        lines.append(f"{row.generation:>4} {row.games:>6} {row.positions:>9} {cells[0]:>7} {cells[1]:>6} "
+                     f"{cells[2]:>6} {cells[3]:>6}  {evaluation:<34} {seconds:>6}")
+    lines.append("(losses: the training of the next generation on this generation's window)")
+    if final_results:
+        lines.append("")
+        lines.append(f"final generation {final}:")
+        lines.append(f"  vs uniform random moves: {_eval_text(final_results['vs_random'])}")
+        lines.append(f"  vs generation 0 (uniform-evaluator MCTS): {_eval_text(final_results['vs_generation_0'])}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.loop",
+        description="Run self-play, the shuffle job and the trainer in cycles on one machine against one lake "
+                    "root, evaluate each new model, and print a summary. Rerun the same command to resume.")
+    for f in dataclasses.fields(LoopConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kwargs = {"type": type(f.default), "default": f.default, "help": f"{HELP[f.name]} (default: %(default)s)"}
+        parser.add_argument(flag, **kwargs)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = LoopConfig(**vars(args))
+    except ValueError as exc:
+        print(f"pipeline.loop: error: {exc}", file=sys.stderr)
+        return 2
+    from cloud.storage import StorageError, open_storage
+
+    try:
+        storage = open_storage(config.root)
+        ensure_run_config(storage, RunConfig(board_size=config.board_size, komi=config.komi))
+    except (RunConfigMismatch, StorageError, ValueError) as exc:
+        print(f"pipeline.loop: error: {exc}", file=sys.stderr)
+        return 2
+    loop = Loop(config, storage)
+    say(f"zerolake loop on {storage.url()}: {config.board_size}x{config.board_size}, "
+        f"{config.generations} generations within {config.minutes:g} minutes")
+    try:
+        return loop.run()
+    except Interrupted as exc:
+        say(f"interrupted during {exc}; rerun the same command to resume")
+        return 130
+    except KeyboardInterrupt:
+        loop.stop_child()
+        say("interrupted; rerun the same command to resume")
+        return 130
+    except PhaseFailed as exc:
+        print(f"pipeline.loop: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
