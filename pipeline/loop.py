@@ -253,7 +253,14 @@ class Loop:
         return max(30.0, remaining / remaining_generations - overhead)
 
     def final_eval_seconds(self) -> float:
-        return 2.5 * self.phase_seconds["evaluate"] * self.config.final_eval_games / max(1, self.config.eval_games)
+        """Expected time of the closing matches (1.5 x final_eval_games games).
+
+        An evaluation costs a start-up (TensorFlow import, model load: about
+        10 s) plus a per-game share, both read off the last evaluation.
+        """
+        startup = 10.0
+        per_game = max(0.2, (self.phase_seconds["evaluate"] - startup) / self.config.eval_games)
+        return 2 * startup + 1.5 * self.config.final_eval_games * per_game
 
     def selfplay(self, generation: int) -> None:
         cfg = self.config
