@@ -266,12 +266,15 @@ class Loop:
         cfg = self.config
         seconds = self.selfplay_seconds(generation)
 
-        def on_line(line):
-            match = re.search(r"(\d+) games", line)
-            if match:
-                self.status.games = self.games_before + int(match.group(1))
+        games_before, positions_before = self.status.games, self.status.positions
 
-        self.games_before = self.status.games
+        def on_line(line):  # the worker's progress line: "... games 1086 (36.2/s) positions 131747 ..."
+            games = re.search(r"games (\d+)", line)
+            positions = re.search(r"positions (\d+)", line)
+            if games and positions:
+                self.status.games = games_before + int(games.group(1))
+                self.status.positions = positions_before + int(positions.group(1))
+
         self.run_child("selfplay", [
             "selfplay.worker", "--root", cfg.root, "--board-size", str(cfg.board_size), "--komi", str(cfg.komi),
             "--games", str(cfg.games_at_once), "--visits", str(cfg.visits), "--fast-visits", str(cfg.fast_visits),
