@@ -86,7 +86,15 @@ class TrainConfig:
     checkpoint_every: int = field(default=500, metadata=_help("steps between checkpoints"))
     keep_checkpoints: int = field(default=3, metadata=_help("checkpoints kept under ROOT/checkpoints"))
     log_every: int = field(default=100, metadata=_help("steps between progress lines and TensorBoard points"))
-    log_dir: str = field(default="", metadata=_help("TensorBoard directory; default ROOT/logs"))
+    log_dir: str = field(default="", metadata=_help(
+        "TensorBoard directory; default ROOT/logs, or STAGE_DIR/logs in stage mode"))
+    stage_dir: str = field(default="", metadata=_help(
+        "stage mode: copy the window's shards into this local directory and read them there, "
+        "write checkpoints here and upload each one to ROOT/checkpoints through the storage layer "
+        "(downloading ROOT's checkpoint first when it is newer, e.g. on a fresh disk), and write "
+        "summaries to STAGE_DIR/logs; TensorFlow then touches only local files. Empty = TensorFlow "
+        "reads and writes ROOT directly, except for a gs:// root while $STORAGE_EMULATOR_HOST is "
+        "set (TensorFlow cannot reach an emulator): then a directory under the system temp folder"))
     windows: int = field(default=1, metadata=_help("windows to train and publish before exiting"))
     follow: bool = field(default=False, metadata=_help("keep waiting for new windows instead of exiting"))
     poll_seconds: float = field(default=30.0, metadata=_help("how often --follow looks for a new window"))
@@ -127,6 +135,8 @@ class TrainConfig:
         need(0 < self.lr_final_fraction <= 1, "lr-final-fraction", f"must be in (0, 1], got {self.lr_final_fraction}")
         need(0 <= self.swa_decay < 1, "swa-decay", f"must be in [0, 1), got {self.swa_decay}")
         need(self.poll_seconds > 0, "poll-seconds", f"must be > 0, got {self.poll_seconds}")
+        need("://" not in self.stage_dir and not self.stage_dir.startswith("gs:"), "stage-dir",
+             f"{self.stage_dir!r} must be a local directory, not a URL")
         need(self.strategy != "tpu" or self.logical_cpus == 0, "logical-cpus", "cannot be used with --strategy tpu")
         try:
             boundaries = self.lr_boundary_steps()

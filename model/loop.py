@@ -15,6 +15,18 @@ steps are done.  Rerunning the same command restores it, rebuilds the same
 data stream and skips the batches already trained (format.tfdata), so the
 run continues from the last checkpoint.  A window whose model is already
 published is never trained or published again.
+
+I/O modes (printed at start):
+
+* direct: TensorFlow reads the shards from ROOT/windows and writes
+  ROOT/checkpoints and ROOT/logs itself (local roots, and gs:// on real GCS);
+* stage (``--stage-dir``, see model.staging): shards are copied to the stage
+  directory through the storage layer and read there; checkpoints are
+  written there and each is uploaded to ROOT/checkpoints before its
+  progress line is printed; summaries stay local.  On start the newer of the
+  stage directory's and ROOT's checkpoints is used, so resuming works on a
+  fresh disk too.  A gs:// root is staged by default while
+  $STORAGE_EMULATOR_HOST is set, because TensorFlow cannot reach an emulator.
 """
 from __future__ import annotations
 
@@ -33,6 +45,7 @@ from format import schema
 from format.tfdata import training_dataset
 from model.config import TrainConfig
 from model.export import export_inference_model
+from model.staging import Stage, resolve_stage_dir
 from model.trainer import METRIC_NAMES, ResolvedStrategy, Trainer, network_config, summarize
 from model.windows import Window, complete_windows, newest_untrained
 
@@ -69,20 +82,39 @@ class TrainingRun:
         self.resolved = resolved
         self.net_config = network_config(config, board_size)
         self.trainer = Trainer(config, self.net_config, resolved)
-        self.manager = tf.train.CheckpointManager(
-            self.trainer.checkpoint, storage.url(schema.CHECKPOINTS_DIR),
-            max_to_keep=config.keep_checkpoints)
-        log_dir = config.log_dir or storage.url("logs")
+        self.stage = self._open_stage()
+        checkpoint_dir = self.stage.checkpoint_dir if self.stage else storage.url(schema.CHECKPOINTS_DIR)
+        # The manager reads its directory's state file now, so a stage directory
+        # must already hold the newest checkpoint (Stage.sync_on_start).
+        self.manager = tf.train.CheckpointManager(self.trainer.checkpoint, checkpoint_dir,
+                                                  max_to_keep=config.keep_checkpoints)
+        log_dir = config.log_dir or (self.stage.log_dir if self.stage else storage.url("logs"))
         self.writer = tf.summary.create_file_writer(log_dir)
         _say(f"{resolved.description}; global batch {self.trainer.global_batch} "
              f"({config.batch_size} x {resolved.replicas}); {self.trainer.dtype_policy}; "
              f"{config.blocks} blocks x {config.filters} filters on {board_size}x{board_size}")
 
+    def _open_stage(self) -> Stage | None:
+        """The stage directory for this run (claimed and synced), or None for direct I/O."""
+        directory, why = resolve_stage_dir(self.config.stage_dir, self.storage.url(""), os.environ)
+        if not directory:
+            _say(f"I/O: direct: TensorFlow reads and writes {self.storage.url('')} itself ({why})")
+            return None
+        _say(f"I/O: staged through {directory} ({why}); checkpoints are uploaded to "
+             f"{self.storage.url(schema.CHECKPOINTS_DIR)}")
+        stage = Stage(self.storage, directory)
+        stage.claim()
+        _say(f"checkpoints: {stage.sync_on_start()}")
+        return stage
+
     # --- checkpoint ------------------------------------------------------------
     def restore(self) -> None:
         latest = self.manager.latest_checkpoint
         if latest is None:
-            _say(f"no checkpoint under {self.storage.url(schema.CHECKPOINTS_DIR)}: starting fresh")
+            where = self.storage.url(schema.CHECKPOINTS_DIR)
+            if self.stage:
+                where = f"{self.stage.checkpoint_dir} or {where}"
+            _say(f"no checkpoint under {where}: starting fresh")
             return
         try:
             self.trainer.checkpoint.restore(latest).assert_existing_objects_matched()
@@ -94,8 +126,14 @@ class TrainingRun:
              f"{int(self.trainer.window_step.numpy())}/{int(self.trainer.window_steps_total.numpy())}")
 
     def save(self) -> str:
+        """Write a checkpoint (and in stage mode upload it) before saying so."""
         path = self.manager.save(checkpoint_number=self.trainer.global_step)
-        _say(f"checkpoint {path} at window step {int(self.trainer.window_step.numpy())}")
+        uploaded = ""
+        if self.stage:
+            pushed = self.stage.push()
+            uploaded = (f" (uploaded {pushed.uploaded} file(s) to {self.stage.remote_checkpoints}"
+                        + (f", deleted {pushed.deleted} old" if pushed.deleted else "") + ")")
+        _say(f"checkpoint {path} at window step {int(self.trainer.window_step.numpy())}{uploaded}")
         return path
 
     # --- choosing work ---------------------------------------------------------
@@ -121,9 +159,19 @@ class TrainingRun:
         return window
 
     # --- training --------------------------------------------------------------
+    def _shard_files(self, window: Window) -> list[str]:
+        """What tf.data reads: local copies in stage mode, else the shards' URLs."""
+        if not self.stage:
+            return [self.storage.url(path) for path in window.shards]
+        staged = self.stage.stage_window(window.target_generation, window.shards)
+        _say(f"staged window {schema.generation_dir(window.target_generation)} in "
+             f"{os.path.dirname(staged.paths[0])}: {staged.copied} shard(s) copied "
+             f"({staged.bytes_copied / 1e6:.1f} MB), {staged.already_present} already there")
+        return list(staged.paths)
+
     def _dataset_iterator(self, window: Window):
         dataset = training_dataset(
-            [self.storage.url(path) for path in window.shards], board_size=self.board_size,
+            self._shard_files(window), board_size=self.board_size,
             batch_size=self.trainer.global_batch,
             seed=window_seed(self.config.seed, window.target_generation),
             skip_batches=int(self.trainer.window_step.numpy()),

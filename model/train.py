@@ -10,6 +10,7 @@ Examples::
     python -m model.train --root lake                       # one window, then exit
     python -m model.train --root lake --follow              # keep training new windows
     python -m model.train --root gs://bucket/run1 --strategy tpu --tpu my-tpu --batch-size 512
+    python -m model.train --root gs://bucket/run1 --stage-dir /mnt/ssd/stage   # via local disk
 """
 from __future__ import annotations
 
@@ -44,15 +45,16 @@ def preflight(config: TrainConfig, storage) -> int:
 def main(argv=None) -> int:
     config = config_from_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from cloud.storage import open_storage
+    from cloud.storage import StorageError, open_storage
 
     try:
         storage = open_storage(config.root)
         board_size = preflight(config, storage)
-    except (LakeError, ValueError) as exc:
+    except (LakeError, ValueError, StorageError) as exc:
         return _fail(str(exc))
 
     from model.loop import CheckpointMismatch, TrainingRun  # TensorFlow from here on
+    from model.staging import StagingError
     from model.trainer import StrategyUnavailable, resolve_strategy
 
     try:
@@ -61,7 +63,7 @@ def main(argv=None) -> int:
         return _fail(str(exc))
     try:
         return TrainingRun(config, storage, board_size, resolved).run()
-    except (LakeError, CheckpointMismatch) as exc:
+    except (LakeError, CheckpointMismatch, StagingError, StorageError) as exc:
         return _fail(str(exc))
 
 

@@ -1,0 +1,413 @@
+"""Stage mode (``--stage-dir DIR``): TensorFlow reads and writes only local files.
+
+Why: TensorFlow's own gs:// filesystem has hard-coded endpoints, so it cannot
+be pointed at a GCS emulator (DESIGN.md, "Facts measured"); and on a cluster
+with local SSDs, reading a window from local disk and checkpointing locally
+is faster than doing either against the bucket.  In stage mode every byte
+that crosses between the lake and the machine goes through
+:class:`cloud.base.Storage`, and TensorFlow sees only ``DIR``.
+
+Terms
+-----
+* ``ROOT``: the lake root (``--root``); ``DIR``: the stage directory.
+* *checkpoint*: the files ``ckpt-N.index`` and ``ckpt-N.data-XXXXX-of-YYYYY``
+  that ``tf.train.CheckpointManager`` writes; ``ckpt-N`` is its *prefix* and
+  ``N`` (the global step, see model.loop) its *step*.
+* *state file*: ``checkpoint``, the manager's small text file naming the
+  latest prefix and the prefixes it keeps.  A checkpoint directory "points
+  at" what its state file names.
+
+Layout of ``DIR``::
+
+    DIR/STAGE_ROOT                 the root URL this directory stages (one root per DIR)
+    DIR/windows/<gen>/<shard>      copies of the window being trained (older ones removed)
+    DIR/checkpoints/               CheckpointManager's directory
+    DIR/logs/                      TensorBoard summaries (unless --log-dir)
+
+Data flow::
+
+    start   ROOT/checkpoints --pull--> DIR/checkpoints  if ROOT's step is higher, or DIR has none
+            DIR/checkpoints  --push--> ROOT/checkpoints if DIR's step is higher
+            (the higher step wins; on a tie DIR is kept and nothing moves)
+    window  ROOT/windows/<gen>/shards --> DIR/windows/<gen>/  (same name and size = already there)
+    save    CheckpointManager writes DIR/checkpoints; then push:
+              1. every kept checkpoint's files, create-only (write_new; an identical
+                 object already there counts as done)
+              2. the state file, replaced (write_replace) LAST, so ROOT never points
+                 at a checkpoint whose files are not all there
+              3. files of checkpoints the manager dropped, deleted from ROOT (best effort)
+
+A pull downloads only the latest checkpoint into ``DIR/checkpoints.incoming``
+and swaps it in whole, so a pull killed half-way leaves ``DIR`` without a
+checkpoint (the next start pulls again), never with a mixed one.  A
+checkpoint file that exists in ROOT with other bytes is replaced only when
+ROOT's state file does not name its checkpoint: it is then the leftover of
+an upload that was killed before its state file went up.  One trainer per
+root is assumed, as everywhere in the lake.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+from cloud.base import AlreadyExists, NotFound, StorageError
+from cloud.storage import is_remote
+from format import schema
+
+log = logging.getLogger(__name__)
+
+STAGE_MARKER = "STAGE_ROOT"
+STATE_FILE = "checkpoint"
+EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"
+
+_PREFIX = re.compile(r"^[A-Za-z0-9_.]+-\d+$")
+_CHECKPOINT_FILE = re.compile(r"^(?P<prefix>[A-Za-z0-9_.]+-\d+)\.(?:index|data-\d{5}-of-\d{5})$")
+_STATE_LINE = re.compile(r'^(model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"([^"\\]*)"$')
+
+
+class StagingError(RuntimeError):
+    """The stage directory or ROOT/checkpoints cannot be used as asked; the message says why."""
+
+
+# --- choosing the mode ------------------------------------------------------------
+
+def default_stage_dir(root_url: str) -> str:
+    """``<temp>/zerolake-stage/<hash of the root>``: the same root always gets the same DIR."""
+    tag = hashlib.sha256(root_url.encode()).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(), "zerolake-stage", tag)
+
+
+def resolve_stage_dir(stage_dir: str, root_url: str, environ) -> tuple[str, str]:
+    """``(DIR, why)`` for stage mode, or ``("", why)`` for direct TensorFlow I/O on ROOT.
+
+    ``--stage-dir`` wins.  Without it, a gs:// root is staged under the
+    system temp folder only when $STORAGE_EMULATOR_HOST is set, because an
+    emulator cannot be reached any other way; real GCS is read directly.
+    """
+    if stage_dir:
+        return os.path.abspath(os.path.expanduser(stage_dir)), "--stage-dir"
+    if is_remote(root_url) and environ.get(EMULATOR_VARIABLE):
+        return default_stage_dir(root_url), (f"${EMULATOR_VARIABLE} is set and TensorFlow's gs:// "
+                                             "filesystem cannot reach an emulator")
+    return "", "no --stage-dir"
+
+
+# --- checkpoint state files -------------------------------------------------------
+
+def checkpoint_step(prefix: str) -> int:
+    """N of ``ckpt-N``."""
+    return int(prefix.rsplit("-", 1)[1])
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """What a state file says: the latest prefix and every kept prefix (oldest first)."""
+
+    latest: str
+    kept: tuple[str, ...]
+
+    @property
+    def step(self) -> int:
+        return checkpoint_step(self.latest)
+
+
+def parse_checkpoint_state(text: str, where: str) -> CheckpointState | None:
+    """The state in a ``checkpoint`` file's text (None if it names no checkpoint).
+
+    Only the two path fields matter here; timestamps are dropped.  Paths are
+    reduced to their base names (TensorFlow writes relative ones, but an old
+    file may hold absolute ones).
+    """
+    latest, kept = None, []
+    for line in text.splitlines():
+        match = _STATE_LINE.match(line.strip())
+        if not match:
+            continue
+        prefix = match.group(2).replace("\\", "/").rsplit("/", 1)[-1]
+        if not _PREFIX.match(prefix):
+            raise StagingError(f"{where}: {match.group(1)} {match.group(2)!r} is not a checkpoint "
+                               "prefix like ckpt-123")
+        if match.group(1) == "model_checkpoint_path":
+            latest = prefix
+        else:
+            kept.append(prefix)
+    if latest is None:
+        return None
+    if latest not in kept:
+        kept.append(latest)
+    return CheckpointState(latest, tuple(kept))
+
+
+def format_checkpoint_state(state: CheckpointState) -> str:
+    """A state file TensorFlow's CheckpointManager reads (relative paths, no timestamps)."""
+    lines = [f'model_checkpoint_path: "{state.latest}"']
+    lines += [f'all_model_checkpoint_paths: "{prefix}"' for prefix in state.kept]
+    return "\n".join(lines) + "\n"
+
+
+def checkpoint_prefix_of(name: str) -> str | None:
+    """``ckpt-N`` for ``ckpt-N.index`` / ``ckpt-N.data-...``; None for any other name."""
+    match = _CHECKPOINT_FILE.match(name)
+    return match.group("prefix") if match else None
+
+
+# --- results ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StagedWindow:
+    """Local shard files of a window, and what staging it cost."""
+
+    paths: tuple[str, ...]
+    copied: int
+    already_present: int
+    bytes_copied: int
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What one push did: files uploaded, files already in ROOT, old files deleted."""
+
+    latest: str
+    uploaded: int
+    already_there: int
+    deleted: int
+
+
+class Stage:
+    """One stage directory serving one lake root (see the module docstring)."""
+
+    def __init__(self, storage, directory: str):
+        self.storage = storage
+        self.directory = os.path.abspath(directory)
+        self.windows_dir = os.path.join(self.directory, schema.WINDOWS_DIR)
+        self.checkpoint_dir = os.path.join(self.directory, schema.CHECKPOINTS_DIR)
+        self.log_dir = os.path.join(self.directory, "logs")
+
+    @property
+    def remote_checkpoints(self) -> str:
+        return self.storage.url(schema.CHECKPOINTS_DIR)
+
+    def claim(self) -> None:
+        """Create DIR and bind it to ROOT; refuse a DIR that stages another root.
+
+        Without this a reused DIR could hand another run's checkpoint to this one.
+        """
+        marker = os.path.join(self.directory, STAGE_MARKER)
+        root = self.storage.url("")
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            if os.path.exists(marker):
+                with open(marker, encoding="utf-8") as handle:
+                    owner = handle.read().strip()
+                if owner != root:
+                    raise StagingError(f"--stage-dir {self.directory} stages {owner}, not {root}; "
+                                       "give each root its own stage directory")
+                return
+            _write_local_atomically(marker, (root + "\n").encode())
+        except OSError as exc:
+            raise StagingError(f"--stage-dir {self.directory}: cannot use it ({exc})") from None
+
+    # --- windows ----------------------------------------------------------------
+    def stage_window(self, generation: int, shards: tuple[str, ...]) -> StagedWindow:
+        """Copy a window's shards (storage paths) to ``DIR/windows/<gen>/``.
+
+        A local file with the shard's name and size is taken as already
+        copied (shards are create-only, never rewritten).  Staged windows of
+        other generations are removed, so DIR holds one window at a time.
+        """
+        target_dir = os.path.join(self.windows_dir, schema.generation_dir(generation))
+        self._remove_other_windows(schema.generation_dir(generation))
+        sizes = {info.path: info.size for info in self.storage.list(f"{schema.WINDOWS_DIR}/"
+                                                                     f"{schema.generation_dir(generation)}/")}
+        paths, copied, present, copied_bytes = [], 0, 0, 0
+        for shard in shards:
+            local = os.path.join(target_dir, shard.rsplit("/", 1)[-1])
+            paths.append(local)
+            if shard not in sizes:
+                raise StagingError(f"{self.storage.url(shard)} is listed in its window's manifest "
+                                   "but does not exist")
+            if os.path.isfile(local) and os.path.getsize(local) == sizes[shard]:
+                present += 1
+                continue
+            data = self.storage.read(shard)
+            _write_local_atomically(local, data)
+            copied += 1
+            copied_bytes += len(data)
+        return StagedWindow(tuple(paths), copied, present, copied_bytes)
+
+    def _remove_other_windows(self, keep: str) -> None:
+        if not os.path.isdir(self.windows_dir):
+            return
+        for name in os.listdir(self.windows_dir):
+            if name != keep:
+                shutil.rmtree(os.path.join(self.windows_dir, name), ignore_errors=True)
+
+    # --- checkpoint states --------------------------------------------------------
+    def local_state(self) -> CheckpointState | None:
+        """DIR's state, or None when DIR has no usable checkpoint (no state, or its
+        latest checkpoint's index file is missing)."""
+        path = os.path.join(self.checkpoint_dir, STATE_FILE)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                state = parse_checkpoint_state(handle.read(), path)
+        except FileNotFoundError:
+            return None
+        if state is None or not os.path.isfile(os.path.join(self.checkpoint_dir, state.latest + ".index")):
+            return None
+        return state
+
+    def remote_state(self) -> CheckpointState | None:
+        path = f"{schema.CHECKPOINTS_DIR}/{STATE_FILE}"
+        try:
+            data = self.storage.read(path)
+        except NotFound:
+            return None
+        return parse_checkpoint_state(data.decode("utf-8", errors="replace"), self.storage.url(path))
+
+    def _remote_files(self) -> dict[str, int]:
+        """Checkpoint file name -> size, for the files directly under ROOT/checkpoints."""
+        prefix = f"{schema.CHECKPOINTS_DIR}/"
+        found = {}
+        for info in self.storage.list(prefix):
+            name = info.path[len(prefix):]
+            if "/" not in name and checkpoint_prefix_of(name):
+                found[name] = info.size
+        return found
+
+    def _local_files(self, prefix: str) -> dict[str, int]:
+        if not os.path.isdir(self.checkpoint_dir):
+            return {}
+        return {name: os.path.getsize(os.path.join(self.checkpoint_dir, name))
+                for name in sorted(os.listdir(self.checkpoint_dir)) if checkpoint_prefix_of(name) == prefix}
+
+    # --- start: the higher step wins -------------------------------------------------
+    def sync_on_start(self) -> str:
+        """Make DIR/checkpoints hold the newest checkpoint of DIR and ROOT; say what was done."""
+        local, remote = self.local_state(), self.remote_state()
+        where = self.remote_checkpoints
+        if remote is not None and (local is None or remote.step > local.step):
+            self.pull(remote)
+            beaten = "none" if local is None else local.latest
+            return f"downloaded {remote.latest} from {where} (the stage directory had {beaten})"
+        if local is not None and (remote is None or local.step > remote.step):
+            pushed = self.push()
+            older = "none" if remote is None else remote.latest
+            return (f"kept {local.latest} from {self.checkpoint_dir} and uploaded it to {where} "
+                    f"(which had {older}): {pushed.uploaded} file(s) uploaded")
+        if local is not None:
+            return f"{self.checkpoint_dir} and {where} agree on {local.latest}"
+        return f"no checkpoint in {self.checkpoint_dir} or {where}"
+
+    def pull(self, remote: CheckpointState) -> None:
+        """Replace DIR/checkpoints by ROOT's latest checkpoint (and ROOT's kept list)."""
+        files = {name: size for name, size in self._remote_files().items()
+                 if checkpoint_prefix_of(name) == remote.latest}
+        where = self.storage.url(f"{schema.CHECKPOINTS_DIR}/{remote.latest}")
+        if f"{remote.latest}.index" not in files or not any(".data-" in name for name in files):
+            raise StagingError(f"{self.storage.url(schema.CHECKPOINTS_DIR + '/' + STATE_FILE)} names "
+                               f"{remote.latest}, but {where}.index or its data files are missing")
+        incoming = self.checkpoint_dir + ".incoming"
+        shutil.rmtree(incoming, ignore_errors=True)
+        os.makedirs(incoming)
+        for name in sorted(files):
+            data = self.storage.read(f"{schema.CHECKPOINTS_DIR}/{name}")
+            with open(os.path.join(incoming, name), "wb") as out:
+                out.write(data)
+        # The older kept prefixes stay listed although only ROOT has them: the
+        # manager then keeps counting them, and push keeps ROOT's retention right.
+        with open(os.path.join(incoming, STATE_FILE), "w", encoding="utf-8") as out:
+            out.write(format_checkpoint_state(remote))
+        shutil.rmtree(self.checkpoint_dir, ignore_errors=True)
+        os.rename(incoming, self.checkpoint_dir)
+
+    # --- after every save -------------------------------------------------------------
+    def push(self) -> PushResult:
+        """Upload DIR's kept checkpoints, then the state file, then delete dropped ones."""
+        local = self.local_state()
+        if local is None:
+            raise StagingError(f"{self.checkpoint_dir} has no complete checkpoint to upload")
+        remote = self.remote_state()
+        referenced = set(remote.kept) if remote is not None else set()
+        remote_files = self._remote_files()
+        uploaded = already = 0
+        in_root = []
+        for prefix in local.kept:
+            files = self._local_files(prefix)
+            if not files:  # pulled from ROOT without its files: ROOT still holds them
+                if f"{prefix}.index" in remote_files:
+                    in_root.append(prefix)
+                continue
+            if prefix in referenced and all(remote_files.get(name) == size for name, size in files.items()):
+                already += len(files)
+                in_root.append(prefix)
+                continue
+            for name in files:
+                if self._upload(name, prefix in referenced):
+                    uploaded += 1
+                else:
+                    already += 1
+            in_root.append(prefix)
+        if local.latest not in in_root:
+            raise StagingError(f"{self.checkpoint_dir} names {local.latest} but holds none of its files")
+        state = CheckpointState(local.latest, tuple(in_root))
+        self.storage.write_replace(f"{schema.CHECKPOINTS_DIR}/{STATE_FILE}",
+                                   format_checkpoint_state(state).encode())
+        deleted = self._delete_dropped(state, remote_files)
+        return PushResult(local.latest, uploaded, already, deleted)
+
+    def _upload(self, name: str, referenced: bool) -> bool:
+        """Create ROOT/checkpoints/<name> from DIR; False if an identical object was there."""
+        path = f"{schema.CHECKPOINTS_DIR}/{name}"
+        with open(os.path.join(self.checkpoint_dir, name), "rb") as handle:
+            data = handle.read()
+        try:
+            self.storage.write_new(path, data)
+            return True
+        except AlreadyExists:
+            pass
+        if self.storage.read(path) == data:
+            return False
+        if referenced:
+            raise StagingError(f"{self.storage.url(path)} differs from {self.checkpoint_dir}/{name}, and "
+                               f"{self.remote_checkpoints}/{STATE_FILE} names it: another trainer is "
+                               "writing checkpoints to this root")
+        # Not named by ROOT's state file: a leftover of an upload killed before
+        # its state file went up.  Nothing can be restoring from it.
+        log.info("replacing %s, left over from an interrupted upload", self.storage.url(path))
+        self.storage.write_replace(path, data)
+        return True
+
+    def _delete_dropped(self, state: CheckpointState, remote_files: dict[str, int]) -> int:
+        """Best effort: remove ROOT's files of checkpoints older than ``state.latest`` that it no
+        longer keeps.  Newer ones are never touched (they cannot be ours to drop)."""
+        deleted = 0
+        for name in sorted(remote_files):
+            prefix = checkpoint_prefix_of(name)
+            if prefix in state.kept or checkpoint_step(prefix) >= state.step:
+                continue
+            try:
+                self.storage.delete(f"{schema.CHECKPOINTS_DIR}/{name}", missing_ok=True)
+                deleted += 1
+            except StorageError as exc:
+                log.warning("could not delete old checkpoint file %s: %s", name, exc)
+        return deleted
+
+
+def _write_local_atomically(target: str, data: bytes) -> None:
+    """Write a local file under a temp name and rename it, so no partial file has its name."""
+    directory = os.path.dirname(target)
+    os.makedirs(directory, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=".partial-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(temp, target)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
