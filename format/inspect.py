@@ -44,12 +44,22 @@ def locate(target: str):
     """(storage, [relative paths of record files]) for a file or a folder/prefix."""
     from cloud.storage import open_storage
 
-    target = target.rstrip("/")
+    if not target.endswith("://"):
+        target = target.rstrip("/")
+    if "://" not in target and not target.startswith("file:"):
+        import os
+
+        if not os.path.exists(target):
+            raise InspectError(f"{target}: no such file or folder")
     if _is_record_file(target):
         parent, name = posixpath.split(target) if target.startswith("gs://") else _split_local(target)
         return open_storage(parent or "."), [name]
     storage = open_storage(target)
     return storage, [info.path for info in storage.list("") if _is_record_file(info.path)]
+
+
+class InspectError(Exception):
+    """Bad command-line input: printed as one line, exit status 2."""
 
 
 def _split_local(path: str):
@@ -342,7 +352,7 @@ def main(argv=None) -> int:
 
     try:
         return args.run(args)
-    except StorageError as exc:
+    except (StorageError, InspectError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
