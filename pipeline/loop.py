@@ -410,7 +410,7 @@ def _eval_text(result: dict) -> str:
 
 def summary_table(rows: list[GenerationRecord], final: int, final_results: dict) -> str:
     header = f"{'gen':>4} {'games':>6} {'positions':>9} {'policy':>7} {'value':>6} {'own':>6} {'score':>6}  " \
-             f"{'vs random (trained models)':<34} {'time':>6}"
+             f"{'vs random (trained models)':<40} {'time':>6}"
     lines = ["", "summary", header, "-" * len(header)]
     for row in rows:
         losses = row.losses
@@ -418,7 +418,7 @@ def summary_table(rows: list[GenerationRecord], final: int, final_results: dict)
         evaluation = _eval_text(row.eval_vs_random) if row.eval_vs_random else "-"
         seconds = f"{row.seconds:.0f}s" if row.seconds else "-"
         lines.append(f"{row.generation:>4} {row.games:>6} {row.positions:>9} {cells[0]:>7} {cells[1]:>6} "
-                     f"{cells[2]:>6} {cells[3]:>6}  {evaluation:<34} {seconds:>6}")
+                     f"{cells[2]:>6} {cells[3]:>6}  {evaluation:<40} {seconds:>6}")
     lines.append("(losses: the training of the next generation on this generation's window)")
     if final_results:
         lines.append("")
