@@ -23,6 +23,7 @@ import struct
 from typing import Iterator
 
 import google_crc32c
+import numpy as np
 import zstandard
 
 _MASK_DELTA = 0xA282EAD8
@@ -45,13 +46,42 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
+def frame_header(length: int) -> bytes:
+    """The 12 bytes in front of a record of ``length`` bytes: length, masked CRC of it."""
+    packed = _LENGTH.pack(length)
+    return packed + _CRC.pack(masked_crc32c(packed))
+
+
 def frame_records(records) -> bytes:
     """Frame serialized records as an uncompressed TFRecord file."""
+    headers: dict = {}  # records of one kind share a few lengths: one CRC each
     parts = []
     for record in records:
-        length = _LENGTH.pack(len(record))
-        parts += [length, _CRC.pack(masked_crc32c(length)), record, _CRC.pack(masked_crc32c(record))]
+        header = headers.get(len(record))
+        if header is None:
+            header = headers[len(record)] = frame_header(len(record))
+        parts += [header, record, _CRC.pack(masked_crc32c(record))]
     return b"".join(parts)
+
+
+def fill_data_crcs(frames: np.ndarray, offsets: np.ndarray) -> None:
+    """Write the data CRC of every frame of a batch, in place.
+
+    ``frames`` (uint8) holds frames end to end, frame i at
+    ``offsets[i]:offsets[i+1]``, each with its header written and 4 bytes
+    left for the CRC at its end.  One crc32c call per record is unavoidable;
+    the masking and the writing are whole-array operations.
+    """
+    if len(offsets) < 2:
+        return
+    blob = frames.tobytes()
+    bounds = offsets.tolist()
+    crc = np.fromiter((google_crc32c.value(blob[a + 12:b - 4]) for a, b in zip(bounds[:-1], bounds[1:])),
+                      np.uint64, len(bounds) - 1)
+    masked = (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+    at = np.asarray(offsets[1:], np.int64) - 4
+    for k in range(4):  # little-endian uint32
+        frames[at + k] = (masked >> (8 * k)) & 0xFF
 
 
 def iter_framed_records(data: bytes, source: str) -> Iterator[bytes]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
+import json
 import math
 
 import numpy as np
@@ -34,7 +34,6 @@ import numpy as np
 from format import codec
 from format import schema as S
 from format.codec import GameRecord
-from format.tfrecord import frame_records
 from pipeline.labels import EndstateLabel
 
 INSTANCE_SHIFT = 20
@@ -103,24 +102,62 @@ class PositionBatch:
 
     def encode(self) -> list[bytes]:
         """Serialized position records, one per row (codec.encode_positions)."""
-        return codec.encode_positions(
+        return codec.encode_positions(**self._record_fields())
+
+    def encode_framed(self) -> tuple[bytes, np.ndarray]:
+        """(TFRecord frames end to end, int64[P+1] offsets) (codec.encode_positions_framed)."""
+        return codec.encode_positions_framed(**self._record_fields())
+
+    def _record_fields(self) -> dict:
+        return dict(
             board_size=self.board_size, planes_packed=self.planes, to_play=self.to_play,
             policy_offsets=self.policy_offsets, policy_index=self.policy_index, policy_prob=self.policy_prob,
             value=self.value, score=self.score, ownership=self.ownership, policy_weight=self.policy_weight,
             value_weight=self.value_weight, ownership_weight=self.ownership_weight,
-            score_weight=self.score_weight, game_id=[g.decode() for g in self.game_id.tolist()],
+            score_weight=self.score_weight, game_id=self.game_id,
             move_number=self.move_number, generation=self.generation)
 
     def to_bytes(self) -> bytes:
-        """An .npz image (no pickles) for temporary files."""
-        out = io.BytesIO()
-        np.savez(out, board_size=np.int64(self.board_size), **{n: getattr(self, n) for n in _ARRAY_FIELDS})
-        return out.getvalue()
+        """A temporary-file image (no pickles; see `pack_arrays`)."""
+        return pack_arrays({"board_size": np.int64(self.board_size), **{n: getattr(self, n) for n in _ARRAY_FIELDS}})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "PositionBatch":
-        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
-            return cls(board_size=int(arrays["board_size"]), **{n: arrays[n] for n in _ARRAY_FIELDS})
+        arrays = unpack_arrays(data)
+        return cls(board_size=int(arrays["board_size"]), **{n: arrays[n] for n in _ARRAY_FIELDS})
+
+
+_PACK_MAGIC = b"ZLARRAYS1\n"
+
+
+def pack_arrays(arrays: dict) -> bytes:
+    """Named numpy arrays as one byte string: magic, JSON header line, raw data.
+
+    The temporary pieces are written and read once each; np.savez's zip
+    container (a CRC and a header per member) cost ~2 us a position here.
+    Only plain dtypes are allowed (no object arrays, nothing unpickled).
+    """
+    header, blobs = [], []
+    for name, value in arrays.items():
+        value = np.asarray(value)  # tobytes() below is C order whatever the layout
+        if value.dtype.hasobject:
+            raise ValueError(f"array {name!r} has an object dtype")
+        header.append([name, value.dtype.str, list(value.shape), value.nbytes])
+        blobs.append(value.tobytes())
+    return b"".join([_PACK_MAGIC, json.dumps(header).encode(), b"\n", *blobs])
+
+
+def unpack_arrays(data: bytes) -> dict:
+    """Inverse of `pack_arrays` (writable copies)."""
+    if not data.startswith(_PACK_MAGIC):
+        raise ValueError("not a pack_arrays image")
+    end = data.index(b"\n", len(_PACK_MAGIC))
+    offset, arrays = end + 1, {}
+    for name, dtype, shape, nbytes in json.loads(data[len(_PACK_MAGIC):end]):
+        arrays[name] = np.frombuffer(data, np.dtype(dtype), count=nbytes // max(1, np.dtype(dtype).itemsize),
+                                     offset=offset).reshape(tuple(shape)).copy()
+        offset += nbytes
+    return arrays
 
 
 def concat(batches) -> PositionBatch | None:
@@ -321,40 +358,55 @@ def assign_copies(instance: np.ndarray, reuse: float, num_shards: int,
 
 @dataclasses.dataclass
 class ShardPiece:
-    """Serialized records bound for one shard, with what phase 2 needs to filter."""
+    """Framed records bound for one shard, with what phase 2 needs to filter."""
 
-    records: list
-    """One TFRecord *frame* (length, CRCs, data) per record: framing happens
-    once per position in phase 1, not once per copy in phase 2."""
+    frames: bytes
+    """TFRecord frames (length, CRCs, data) end to end: framing happens once
+    per position in phase 1, not once per copy in phase 2."""
+    offsets: np.ndarray
+    """int64[R+1]: frame i is ``frames[offsets[i]:offsets[i+1]]``."""
     instance: np.ndarray
     """int64[R] game instance of each record (to drop duplicate games)."""
     generation: np.ndarray
     """int32[R]"""
 
+    def __len__(self) -> int:
+        return len(self.instance)
+
     def to_bytes(self) -> bytes:
-        lengths = np.fromiter((len(r) for r in self.records), np.int64, len(self.records))
-        out = io.BytesIO()
-        np.savez(out, data=np.frombuffer(b"".join(self.records), np.uint8), lengths=lengths,
-                 instance=self.instance, generation=self.generation)
-        return out.getvalue()
+        return pack_arrays({"frames": np.frombuffer(self.frames, np.uint8), "offsets": self.offsets,
+                            "instance": self.instance, "generation": self.generation})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "ShardPiece":
-        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
-            blob = arrays["data"].tobytes()
-            ends = np.cumsum(arrays["lengths"]).tolist()
-            starts = [0] + ends[:-1]
-            records = [blob[s:e] for s, e in zip(starts, ends)]
-            return cls(records, arrays["instance"], arrays["generation"])
+        arrays = unpack_arrays(data)
+        return cls(arrays["frames"].tobytes(), arrays["offsets"], arrays["instance"], arrays["generation"])
+
+
+def join_frames(pieces, order: np.ndarray) -> bytes:
+    """The frames of ``pieces`` (read as one list of records) in ``order``."""
+    blob = b"".join(p.frames for p in pieces)
+    starts, ends = [], []
+    base = 0
+    for p in pieces:
+        starts.append(p.offsets[:-1] + base)
+        ends.append(p.offsets[1:] + base)
+        base += len(p.frames)
+    if not starts:
+        return b""
+    lo = np.concatenate(starts)[order].tolist()
+    hi = np.concatenate(ends)[order].tolist()
+    return b"".join([blob[a:b] for a, b in zip(lo, hi)])
 
 
 def split_for_shards(batch: PositionBatch, reuse: float, num_shards: int,
                      rng: np.random.Generator) -> dict:
     """{shard: ShardPiece} for every copy of every position in ``batch``.
 
-    Each position is serialized and framed once; its copies share the bytes.
+    Each position is serialized and framed once (one batched call); its
+    copies share the bytes.
     """
-    records = [frame_records((r,)) for r in batch.encode()]
+    frames, offsets = batch.encode_framed()
     rows, shards = assign_copies(batch.instance, reuse, num_shards, rng)
     pieces = {}
     order = np.argsort(shards, kind="stable")
@@ -362,6 +414,14 @@ def split_for_shards(batch: PositionBatch, reuse: float, num_shards: int,
     bounds = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True])
     for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         picked = rows[lo:hi]
-        pieces[int(shards[lo])] = ShardPiece([records[r] for r in picked.tolist()], batch.instance[picked],
+        pieces[int(shards[lo])] = ShardPiece(*_pick_frames(frames, offsets, picked), batch.instance[picked],
                                              batch.generation[picked])
     return pieces
+
+
+def _pick_frames(frames: bytes, offsets: np.ndarray, rows: np.ndarray) -> tuple[bytes, np.ndarray]:
+    lo, hi = offsets[rows], offsets[rows + 1]
+    picked = b"".join([frames[a:b] for a, b in zip(lo.tolist(), hi.tolist())])
+    new_offsets = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(hi - lo, out=new_offsets[1:])
+    return picked, new_offsets

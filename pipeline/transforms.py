@@ -353,21 +353,16 @@ class WriteShardFn(beam.DoFn):
             count, gens = count_records(self.storage.read(path), self.storage.url(path))
             yield {"name": name, "positions": count, "generations": gens, "duplicate_game_records_removed": 0}
             return
-        records, instance, generation = [], [], []
-        for p in paths:
-            piece = P.ShardPiece.from_bytes(self.storage.read(p))
-            records.extend(piece.records)
-            instance.append(piece.instance)
-            generation.append(piece.generation)
-        instance = np.concatenate(instance)
-        generation = np.concatenate(generation)
+        pieces = [P.ShardPiece.from_bytes(self.storage.read(p)) for p in paths]
+        instance = np.concatenate([piece.instance for piece in pieces])
+        generation = np.concatenate([piece.generation for piece in pieces])
         keep = np.flatnonzero(~_drop_mask(instance, dropped))
         order = keep[ctx.rng(3, shard).permutation(len(keep))]
-        self.storage.write_new(path, gzip_shard([records[i] for i in order.tolist()], ctx.config.shard_gzip_level))
+        self.storage.write_new(path, gzip_shard([P.join_frames(pieces, order)], ctx.config.shard_gzip_level))
         gens, counts = np.unique(generation[order], return_counts=True)
         yield {"name": name, "positions": int(len(order)),
                "generations": {int(g): int(c) for g, c in zip(gens, counts)},
-               "duplicate_game_records_removed": int(len(records) - len(keep))}
+               "duplicate_game_records_removed": int(len(instance) - len(keep))}
         for p in paths:
             self.storage.delete(p)
         log.info("shard %s: %d records", name, len(order))
