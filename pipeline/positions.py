@@ -180,19 +180,20 @@ def concat(batches) -> PositionBatch | None:
 def history_planes(fresh: np.ndarray) -> np.ndarray:
     """uint8[M, packed 16 planes] from a game's fresh planes uint8[M, 2, N, N].
 
-    Position i has Black to move for even i (no handicap).  One gather
-    builds all M x 8 history slots: slot k of position i is fresh[i - k],
-    or zeros for i - k < 0.
+    Position i has Black to move for even i (no handicap).  Two gathers
+    build all M x 8 history slots: slot k of position i is colour c of
+    fresh[i - k] (c = the side to move at i for planes 0-7, the other
+    colour for 8-15), or zeros for i - k < 0.
     """
     m, _, n, _ = fresh.shape
-    padded = np.concatenate([np.zeros((S.HISTORY_LENGTH - 1, 2, n, n), np.uint8), fresh])
+    padded = np.zeros((m + S.HISTORY_LENGTH - 1, 2, n * n), np.uint8)
+    padded[S.HISTORY_LENGTH - 1:] = fresh.reshape(m, 2, n * n)
     slots = np.arange(m)[:, None] + (S.HISTORY_LENGTH - 1) - np.arange(S.HISTORY_LENGTH)[None, :]
-    history = padded[slots]  # [M, 8, 2(black, white), N, N]
-    white_to_move = (np.arange(m) % 2 == 1)
-    mover = np.where(white_to_move[:, None, None, None], history[:, :, 1], history[:, :, 0])
-    opponent = np.where(white_to_move[:, None, None, None], history[:, :, 0], history[:, :, 1])
-    planes = np.concatenate([mover, opponent], axis=1).reshape(m, S.PACKED_PLANES * n * n)
-    return np.packbits(planes, axis=1, bitorder="big")
+    mover = (np.arange(m) % 2)[:, None]  # plane index of the side to move: 0 Black, 1 White
+    planes = np.empty((m, S.PACKED_PLANES, n * n), np.uint8)
+    planes[:, :S.HISTORY_LENGTH] = padded[slots, mover]
+    planes[:, S.HISTORY_LENGTH:] = padded[slots, 1 - mover]
+    return np.packbits(planes.reshape(m, S.PACKED_PLANES * n * n), axis=1, bitorder="big")
 
 
 def position_keys(planes: np.ndarray, to_play: np.ndarray, move_number: np.ndarray, max_move: int) -> np.ndarray:
