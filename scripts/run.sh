@@ -4,8 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-if [[ -f pipeline/loop.py ]]; then
-    exec .venv/bin/python -m pipeline.loop --root ./lake "$@"
-fi
-# Until the loop lands: write a demo lake and inspect it.
-exec .venv/bin/python -m format.demo --root ./lake "$@"
+exec .venv/bin/python -m pipeline.loop --root ./lake "$@"
