@@ -27,8 +27,8 @@ interrupted; finished chunks, shards and checkpoints are never rewritten
 (each role writes create-only, and the trainer resumes its checkpoint).
 The time budget counts from the start of each invocation.
 
-On Ctrl-C the loop sends SIGTERM to the phase in flight (the worker then
-writes every finished game) and exits 130.
+On Ctrl-C or SIGTERM the loop sends SIGTERM to the phase in flight (the
+worker then writes every finished game) and exits 130.
 """
 from __future__ import annotations
 
@@ -431,6 +431,10 @@ def summary_table(rows: list[GenerationRecord], final: int, final_results: dict)
 # --------------------------------------------------------------------------
 
 
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pipeline.loop",
@@ -458,6 +462,11 @@ def main(argv=None) -> int:
     except (RunConfigMismatch, StorageError, ValueError) as exc:
         print(f"pipeline.loop: error: {exc}", file=sys.stderr)
         return 2
+    # Ctrl-C and SIGTERM (e.g. a preempted VM) both stop the phase in flight
+    # cleanly.  Installed explicitly: a shell that starts the loop in the
+    # background hands it SIGINT ignored, which would make Ctrl-C do nothing.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     loop = Loop(config, storage)
     say(f"zerolake loop on {storage.url()}: {config.board_size}x{config.board_size}, "
         f"{config.generations} generations within {config.minutes:g} minutes")
