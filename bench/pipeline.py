@@ -122,6 +122,7 @@ def main(argv=None) -> int:
     parser.add_argument("--positions_9", type=int, default=200_000, help="9x9 window (doubled once)")
     parser.add_argument("--positions_19", type=int, default=150_000, help="19x19 window")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--job_args", default="", help="extra flags for pipeline.shuffle, e.g. '--bundle_positions 60000'")
     args = parser.parse_args(argv)
     work = tempfile.mkdtemp(prefix="zerolake-bench-pipeline-")
     results = {}
@@ -132,7 +133,7 @@ def main(argv=None) -> int:
             t = time.monotonic()
             total = build_lake(root, size, positions, seed=size)
             print(f"{size}x{size}: lake of {total} positions built in {time.monotonic() - t:.1f}s; shuffling")
-            wall, peak, manifest = run_job(root, ["--workers", str(args.workers)])
+            wall, peak, manifest = run_job(root, ["--workers", str(args.workers), *args.job_args.split()])
             read = manifest["input"]["positions_read"]
             results[name] = {"positions": read, "wall_s": wall, "positions_per_s": read / wall,
                              "peak_rss_mb": peak / 2 ** 20, "records": manifest["positions"],
