@@ -177,6 +177,17 @@ class LocalStorage(Storage):
         return removed
 
 
+def write_local_file(target: str, data: bytes) -> None:
+    """Atomically create or replace one local file (temp file, fsync, rename).
+
+    For caches and stage directories outside any lake root: the same
+    machinery as LocalStorage.write_replace, so no reader ever sees a partial
+    file under ``target``'s name.
+    """
+    directory, name = os.path.split(os.path.abspath(target))
+    LocalStorage(directory).write_replace(name, data)
+
+
 def _may_hold(relative_dir: str, prefix: str) -> bool:
     """Whether the directory ``relative_dir`` can contain paths starting with ``prefix``."""
     with_slash = relative_dir + "/"

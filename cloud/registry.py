@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cloud.base import AlreadyExists, NotFound
+from cloud.local import write_local_file
 from format import schema
 
 MANIFEST_VERSION = 1
@@ -193,26 +194,13 @@ def fetch_model_files(storage, generation: int, cache_dir: str | None = None) ->
                 f"{storage.url(remote)}: sha256 {_sha256(data)[:16]}... does not match the "
                 f"manifest's {entry['sha256'][:16]}... (file corrupted or replaced); refusing to load",
                 remote)
-        _write_atomically(target, data)
+        write_local_file(target, data)
     return local, manifest
 
 
 def _file_sha256(path: str) -> str:
     with open(path, "rb") as handle:
         return _sha256(handle.read())
-
-
-def _write_atomically(target: str, data: bytes) -> None:
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".partial-")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(temp, target)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
 
 
 @dataclass

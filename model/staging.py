@@ -56,6 +56,7 @@ import tempfile
 from dataclasses import dataclass
 
 from cloud.base import AlreadyExists, NotFound, StorageError
+from cloud.local import write_local_file
 from cloud.storage import is_remote
 from format import schema
 
@@ -208,8 +209,8 @@ class Stage:
                     raise StagingError(f"--stage-dir {self.directory} stages {owner}, not {root}; "
                                        "give each root its own stage directory")
                 return
-            _write_local_atomically(marker, (root + "\n").encode())
-        except OSError as exc:
+            write_local_file(marker, (root + "\n").encode())
+        except (OSError, StorageError) as exc:
             raise StagingError(f"--stage-dir {self.directory}: cannot use it ({exc})") from None
 
     # --- windows ----------------------------------------------------------------
@@ -235,7 +236,7 @@ class Stage:
                 present += 1
                 continue
             data = self.storage.read(shard)
-            _write_local_atomically(local, data)
+            write_local_file(local, data)
             copied += 1
             copied_bytes += len(data)
         return StagedWindow(tuple(paths), copied, present, copied_bytes)
@@ -398,16 +399,3 @@ class Stage:
         return deleted
 
 
-def _write_local_atomically(target: str, data: bytes) -> None:
-    """Write a local file under a temp name and rename it, so no partial file has its name."""
-    directory = os.path.dirname(target)
-    os.makedirs(directory, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=directory, prefix=".partial-")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(temp, target)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
