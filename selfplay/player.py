@@ -40,6 +40,7 @@ import numpy as np
 from format import schema as S
 from selfplay.board import Board
 from selfplay.coords import gtp_to_move, move_to_gtp
+from selfplay.search import STATE_EXPANDED
 
 RESIGN = -1
 """What `select_move` returns to resign (never a board action)."""
@@ -50,8 +51,6 @@ TIME_ONLY_VISIT_CAP = 1_000_000
 """Visit budget of a search limited by time only (the tree preallocates a
 table of this many int32 for Gumbel schedules, so it must stay finite)."""
 
-EXPANDED_STATE = 2
-"""`selfplay.search.NodeState.EXPANDED`, as `Tree.node(i)["state"]` reports it."""
 
 
 @runtime_checkable
@@ -221,7 +220,6 @@ class MctsPlayer(BasePlayer):
         self._batch = None
         self._buffer = None
         self._live_slots: set[int] = set()   # slots whose tree matches their root
-        self._rng = np.random.default_rng(config.seed)
         self.last_root_values: list[float] = []
         self.last_visits: list[int] = []
         self.evaluator_calls = 0
@@ -303,7 +301,7 @@ class MctsPlayer(BasePlayer):
         self.last_visits = []
         for slot, board in zip(slots, boards):
             opening = board.move_number < self.config.opening_moves
-            move = self._choose(batch.tree(slot), 1.0 if opening else self.config.temperature)
+            move = int(batch.choose_move(slot, 1.0 if opening else self.config.temperature))
             value = float(batch.root_value(slot))
             self.last_root_values.append(value)
             self.last_visits.append(int(batch.tree(slot).root_visits))
@@ -336,27 +334,12 @@ class MctsPlayer(BasePlayer):
 
     @staticmethod
     def _all_roots_expanded(batch, slots) -> bool:
-        return all(batch.tree(slot).node(0)["state"] == EXPANDED_STATE for slot in slots)
+        return all(batch.tree(slot).node(0)["state"] == STATE_EXPANDED for slot in slots)
 
     @staticmethod
     def _can_progress(batch, slot) -> bool:
         tree = batch.tree(slot)
-        return tree.sims_started < tree.sims_budget or tree.node(0)["state"] != EXPANDED_STATE
-
-    def _choose(self, tree, temperature: float) -> int:
-        """Most visited root child (ties: higher prior, then a seeded random
-        pick), or a sample proportional to N^(1/temperature)."""
-        children = tree.children(0)
-        visits = children["N"].astype(np.float64)
-        if len(visits) == 0:
-            raise RuntimeError("search ended with an unexpanded root")
-        if temperature > 0 and visits.sum() > 0:
-            weights = visits ** (1.0 / temperature)
-            return int(self._rng.choice(children["move"], p=weights / weights.sum()))
-        best = visits == visits.max()
-        priors = np.where(best, children["P"], -1.0)
-        tied = np.flatnonzero(best & (priors == priors.max()))
-        return int(children["move"][tied[self._rng.integers(len(tied))]])
+        return tree.sims_started < tree.sims_budget or tree.node(0)["state"] != STATE_EXPANDED
 
     def observe(self, move: int, color: int) -> None:
         pass  # positions are matched by hash in _load_position

@@ -107,6 +107,13 @@ cdef inline float safe_log(float p) noexcept nogil:
     return <float>log(p) if p > 0.0 else LOG_PRIOR_FLOOR
 
 
+# Node states for Python callers (Tree.node(i)["state"]); see NodeState in search.pxd.
+STATE_UNEXPANDED = UNEXPANDED
+STATE_PENDING = PENDING
+STATE_EXPANDED = EXPANDED
+STATE_TERMINAL = TERMINAL
+
+
 def gumbel_visit_sequence(int32_t num_considered, int32_t num_simulations):
     """mctx's `get_sequence_of_considered_visits`, for tests and docs.
 
@@ -625,11 +632,13 @@ cdef class Tree:
         """Move to play after a PUCT search.
 
         temperature > 0: sample with probability proportional to N^(1/T);
-        otherwise the most visited move (ties: higher prior).
+        otherwise the most visited move (ties: higher prior, then uniformly
+        at random, so that equal children, e.g. under a uniform prior, do not
+        always resolve to the lowest move index).
         """
         cdef int32_t first = self.first_child[ROOT_INDEX]
         cdef int32_t count = self.num_children[ROOT_INDEX]
-        cdef int32_t k, c, best = first
+        cdef int32_t k, c, best = first, tied = 1
         cdef double total = 0.0, r, w
         if count == 0:
             return -1
@@ -651,6 +660,12 @@ cdef class Tree:
             if (self.N[c] > self.N[best]
                     or (self.N[c] == self.N[best] and self.P[c] > self.P[best])):
                 best = c
+                tied = 1
+            elif self.N[c] == self.N[best] and self.P[c] == self.P[best]:
+                # Reservoir sampling over the exact ties seen so far.
+                tied += 1
+                if rand_uniform(rng) * tied < 1.0:
+                    best = c
         return self.move[best]
 
     cdef int32_t pick_move_gumbel(self, const GumbelParams* params) noexcept nogil:

@@ -223,7 +223,7 @@ def test_pick_move_by_visits_temperature():
 from selfplay.board import Board, board_from_ascii  # noqa: E402
 from selfplay.driver import GameBatch  # noqa: E402
 
-TERMINAL = 3
+from selfplay.search import STATE_TERMINAL as TERMINAL  # noqa: E402
 
 
 def material_evaluator(planes):
