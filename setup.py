@@ -69,6 +69,7 @@ def _extensions():
 INSTALL_REQUIRES = [
     "numpy>=1.26",
     "zstandard>=0.22",
+    "isal>=1.6",
     "google-cloud-storage>=2.14",
     "google-crc32c>=1.5",
     "apache-beam[gcp]>=2.60",

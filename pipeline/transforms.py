@@ -44,7 +44,6 @@ rewritten.
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import logging
 import time
@@ -54,6 +53,7 @@ import numpy as np
 
 from format import codec
 from format import schema as S
+from format.tfrecord import compress_gzip
 from pipeline import labels as L
 from pipeline import positions as P
 from pipeline.config import ShuffleConfig
@@ -313,18 +313,6 @@ class CapOpenings(beam.PTransform):
 # ---------------------------------------------------------------------------
 
 
-def gzip_shard(framed_records, level: int) -> bytes:
-    """A shard file from already framed records: GZIP TFRecord like codec.encode_shard.
-
-    Same bytes before compression as ``codec.encode_shard`` (frames are
-    ``format.tfrecord.frame_records``); only the gzip level is ours.  Level 6
-    (encode_shard's) cost 47 us per 650-byte 9x9 record here, level 1 15 us
-    for 9% more bytes, and phase 2 compresses every copy, so the level is the
-    --shard_gzip_level flag (default 1).
-    """
-    return gzip.compress(b"".join(framed_records), compresslevel=level, mtime=0)
-
-
 def count_records(data: bytes, source: str) -> tuple[int, dict]:
     """(records, {generation: count}) of a written shard (retry path)."""
     shard = codec.read_shard(data, source)
@@ -358,7 +346,7 @@ class WriteShardFn(beam.DoFn):
         generation = np.concatenate([piece.generation for piece in pieces])
         keep = np.flatnonzero(~_drop_mask(instance, dropped))
         order = keep[ctx.rng(3, shard).permutation(len(keep))]
-        self.storage.write_new(path, gzip_shard([P.join_frames(pieces, order)], ctx.config.shard_gzip_level))
+        self.storage.write_new(path, compress_gzip(P.join_frames(pieces, order), ctx.config.shard_gzip_level))
         gens, counts = np.unique(generation[order], return_counts=True)
         yield {"name": name, "positions": int(len(order)),
                "generations": {int(g): int(c) for g, c in zip(gens, counts)},
