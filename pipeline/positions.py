@@ -11,8 +11,8 @@ Terms
   board (uint8[M, 2, N, N], Black plane then White plane).
 * *history planes*: the 16 packed planes of a position record (schema):
   planes 0-7 the side to move's stones at t..t-7, 8-15 the opponent's, zero
-  before the game's start.  `game_positions` builds them for a whole game
-  with one fancy-indexing gather.
+  before the game's start.  `games_positions` builds them for a whole
+  bundle of games with one fancy-indexing gather.
 * *instance*: a game's number within this run (bundle chunk index << 20 |
   game index); exact duplicate games are dropped by instance.
 * *key*: 64-bit hash of (history planes, side to move) for positions early
@@ -28,6 +28,7 @@ import dataclasses
 import hashlib
 import json
 import math
+from typing import Sequence
 
 import numpy as np
 
@@ -177,67 +178,139 @@ def concat(batches) -> PositionBatch | None:
     return PositionBatch(board_size=batches[0].board_size, **fields)
 
 
-def history_planes(fresh: np.ndarray) -> np.ndarray:
-    """uint8[M, packed 16 planes] from a game's fresh planes uint8[M, 2, N, N].
+def history_planes(fresh: np.ndarray, move_number: np.ndarray) -> np.ndarray:
+    """uint8[P, packed 16 planes] from fresh planes uint8[P, 2, NN] of whole games.
 
-    Position i has Black to move for even i (no handicap).  Two gathers
-    build all M x 8 history slots: slot k of position i is colour c of
-    fresh[i - k] (c = the side to move at i for planes 0-7, the other
-    colour for 8-15), or zeros for i - k < 0.
+    ``fresh`` holds the positions of one or more games back to back and
+    ``move_number`` each position's index within its game, so position p's
+    game started at row p - move_number[p].  Position p has Black to move
+    for even move numbers (no handicap).  Slot k of position p is colour c
+    of row p - k (c = the side to move at p for planes 0-7, the other colour
+    for 8-15), or zeros when move_number[p] < k: one gather with a zero row
+    appended builds all P x 8 slots of every game at once.
     """
-    m, _, n, _ = fresh.shape
-    padded = np.zeros((m + S.HISTORY_LENGTH - 1, 2, n * n), np.uint8)
-    padded[S.HISTORY_LENGTH - 1:] = fresh.reshape(m, 2, n * n)
-    slots = np.arange(m)[:, None] + (S.HISTORY_LENGTH - 1) - np.arange(S.HISTORY_LENGTH)[None, :]
-    mover = (np.arange(m) % 2)[:, None]  # plane index of the side to move: 0 Black, 1 White
-    planes = np.empty((m, S.PACKED_PLANES, n * n), np.uint8)
-    planes[:, :S.HISTORY_LENGTH] = padded[slots, mover]
-    planes[:, S.HISTORY_LENGTH:] = padded[slots, 1 - mover]
-    return np.packbits(planes.reshape(m, S.PACKED_PLANES * n * n), axis=1, bitorder="big")
+    p = len(fresh)
+    flat = np.concatenate([fresh.reshape(p, 2, -1), np.zeros((1, 2, fresh[0].size // 2 if p else 0), np.uint8)])
+    back = np.arange(S.HISTORY_LENGTH)
+    rows = np.arange(p)[:, None] - back[None, :]
+    rows = np.where(move_number[:, None] >= back[None, :], rows, p)  # row p is the zero row
+    mover = (move_number % 2)[:, None]  # plane index of the side to move: 0 Black, 1 White
+    planes = np.empty((p, S.PACKED_PLANES, flat.shape[2]), np.uint8)
+    planes[:, :S.HISTORY_LENGTH] = flat[rows, mover]
+    planes[:, S.HISTORY_LENGTH:] = flat[rows, 1 - mover]
+    return np.packbits(planes.reshape(p, -1), axis=1, bitorder="big")
+
+
+_KEY_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(h: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer: every input bit reaches every output bit."""
+    h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return h ^ (h >> np.uint64(31))
 
 
 def position_keys(planes: np.ndarray, to_play: np.ndarray, move_number: np.ndarray, max_move: int) -> np.ndarray:
-    """uint64 dedup keys of the positions before ``max_move``; 0 for the rest."""
+    """uint64 dedup keys of the positions before ``max_move``; 0 for the rest.
+
+    A 64-bit hash of (history planes, side to move), vectorized over the
+    positions: the packed planes are read as little-endian 64-bit words and
+    folded in one column at a time (h = mix(h ^ word) per column), so the
+    cost is a few array operations per word of a position, not a hash call
+    per position.  Keys only need to be equal for equal positions and
+    distinct otherwise: a chance collision of two 63-bit keys in a window of
+    millions of early positions is ~1e-7 and would merge two targets.
+    """
     keys = np.zeros(len(planes), dtype=np.uint64)
-    for i in np.flatnonzero(move_number < max_move).tolist():
-        digest = hashlib.blake2b(planes[i].tobytes() + bytes([int(to_play[i]) & 0xFF]), digest_size=8).digest()
-        keys[i] = int.from_bytes(digest, "little") | 1  # never 0, which means "not keyed"
+    rows = np.flatnonzero(move_number < max_move)
+    if not len(rows):
+        return keys
+    data = planes[rows]
+    pad = -data.shape[1] % 8
+    if pad:
+        data = np.concatenate([data, np.zeros((len(rows), pad), np.uint8)], axis=1)
+    words = np.ascontiguousarray(data).view("<u8")
+    h = _mix64(to_play[rows].astype(np.int64).astype(np.uint64) + np.uint64(words.shape[1]))
+    for column in range(words.shape[1]):
+        h = _mix64((h ^ words[:, column]) * _KEY_MULTIPLIER)
+    keys[rows] = h | np.uint64(1)  # never 0, which means "not keyed"
     return keys
 
 
-def game_positions(game: GameRecord, label: EndstateLabel, instance: int, dedup_max_move: int) -> PositionBatch:
-    """Every position of one game with its targets and weights."""
-    n, m = game.board_size, game.num_positions
-    move_number = np.arange(m, dtype=np.int32)
-    to_play = np.where(move_number % 2 == 0, S.BLACK, S.WHITE).astype(np.int8)
-    planes = history_planes(np.asarray(game.planes, dtype=np.uint8))
+def dedup_partition(keys: np.ndarray, num_partitions: int) -> np.ndarray:
+    """int64 dedup partition of each (nonzero) key.
 
-    counts = np.array([len(v) for v in game.policy_values], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    The low bit of every key is forced to 1 (`position_keys`), so the
+    partition comes from the other 63 bits: ``key % 2`` would send every key
+    to partition 1 of 2.
+    """
+    return ((keys >> np.uint64(1)) % np.uint64(num_partitions)).astype(np.int64)
+
+
+def games_positions(games: Sequence[GameRecord], labels: Sequence[EndstateLabel], instances: Sequence[int],
+                    dedup_max_move: int) -> PositionBatch | None:
+    """Every position of ``games`` (one board size) with its targets and weights.
+
+    Built for all the games at once: per-game values (result, label, ids)
+    are repeated over each game's positions and every per-position step is
+    one array operation over the whole batch, so the cost per game is a few
+    list appends, not dozens of small numpy calls.  None if there are no
+    positions.
+    """
+    games = [g for g in games]
+    lengths = np.array([g.num_positions for g in games], dtype=np.int64)
+    total = int(lengths.sum()) if len(lengths) else 0
+    if total == 0:
+        return None
+    n = games[0].board_size
+    per_game = lambda values, dtype: np.repeat(np.asarray(values, dtype=dtype), lengths)  # noqa: E731
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    move_number = (np.arange(total) - np.repeat(starts, lengths)).astype(np.int32)
+    black_to_move = move_number % 2 == 0
+    to_play = np.where(black_to_move, S.BLACK, S.WHITE).astype(np.int8)
+    fresh = np.concatenate([np.asarray(g.planes, dtype=np.uint8).reshape(-1, 2, n * n) for g in games])
+    planes = history_planes(fresh, move_number)
+
+    # Policy: visit counts (or quantized probabilities) -> probabilities.
+    counts = np.fromiter((len(v) for g in games for v in g.policy_values), dtype=np.int64, count=total)
+    offsets = np.zeros(total + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
     if offsets[-1]:
-        index = np.concatenate(game.policy_indices).astype(np.int64)
-        visits = np.concatenate(game.policy_values).astype(np.float64)
-        totals = np.add.reduceat(visits, offsets[:-1][counts > 0])
-        prob = (visits / np.repeat(totals, counts[counts > 0])).astype(np.float32)
+        index = np.concatenate([i for g in games for i in g.policy_indices]).astype(np.int64)
+        visits = np.concatenate([v for g in games for v in g.policy_values]).astype(np.float64)
+        nonempty = counts > 0
+        totals = np.add.reduceat(visits, offsets[:-1][nonempty])
+        prob = (visits / np.repeat(totals, counts[nonempty])).astype(np.float32)
     else:
         index, prob = np.zeros(0, np.int64), np.zeros(0, np.float32)
-    policy_weight = ((counts > 0) & np.asarray(game.full_search, bool)).astype(np.float32)
+    full_search = np.concatenate([np.asarray(g.full_search, bool) for g in games])
+    policy_weight = ((counts > 0) & full_search).astype(np.float32)
 
-    value_known = game.winner != 0 or game.end_reason == S.END_TWO_PASSES
-    value = (game.winner * to_play).astype(np.float32)
-    score_black = game.score if game.end_reason == S.END_TWO_PASSES and math.isfinite(game.score) else label.score
-    score_known = math.isfinite(score_black) and label.source != S.OWNERSHIP_NONE
-    score = (np.float32(score_black if score_known else 0.0) * to_play).astype(np.float32)
-    own = np.clip(np.round(label.ownership[None, :] * to_play[:, None] * S.OWNERSHIP_SCALE), -127, 127)
+    # Value and score: the recorded result; the score of a two-pass game as
+    # recorded, else the label's; both from the side to move.
+    winner = per_game([g.winner for g in games], np.float32)
+    value_known = [g.winner != 0 or g.end_reason == S.END_TWO_PASSES for g in games]
+    score_black = [g.score if g.end_reason == S.END_TWO_PASSES and math.isfinite(g.score) else lab.score
+                   for g, lab in zip(games, labels)]
+    score_known = [math.isfinite(sc) and lab.source != S.OWNERSHIP_NONE for sc, lab in zip(score_black, labels)]
+    side = to_play.astype(np.float32)
+    score = per_game([sc if known else 0.0 for sc, known in zip(score_black, score_known)], np.float32) * side
+    label_weight = [lab.weight for lab in labels]
+    ownership_black = np.stack([np.asarray(lab.ownership, np.float32) for lab in labels])
+    own = np.repeat(ownership_black * np.float32(S.OWNERSHIP_SCALE), lengths, axis=0)
+    own[~black_to_move] *= -1
+    ids = [g.game_id.encode() for g in games]
     return PositionBatch(
         board_size=n, planes=planes, to_play=to_play, policy_offsets=offsets, policy_index=index,
-        policy_prob=prob, value=value, score=score, ownership=own.astype(np.int8),
-        policy_weight=policy_weight, value_weight=np.full(m, 1.0 if value_known else 0.0, np.float32),
-        ownership_weight=np.full(m, label.weight, np.float32),
-        score_weight=np.full(m, label.weight if score_known else 0.0, np.float32),
-        game_id=np.full(m, game.game_id.encode(), dtype=f"S{max(1, len(game.game_id.encode()))}"),
-        move_number=move_number, generation=np.full(m, game.generation, np.int32),
-        instance=np.full(m, instance, np.int64), key=position_keys(planes, to_play, move_number, dedup_max_move))
+        policy_prob=prob, value=winner * side, score=score,
+        ownership=np.clip(np.round(own), -127, 127).astype(np.int8),
+        policy_weight=policy_weight, value_weight=per_game([1.0 if k else 0.0 for k in value_known], np.float32),
+        ownership_weight=per_game(label_weight, np.float32),
+        score_weight=per_game([w if k else 0.0 for w, k in zip(label_weight, score_known)], np.float32),
+        game_id=per_game(ids, f"S{max(1, max(len(i) for i in ids))}"),
+        move_number=move_number, generation=per_game([g.generation for g in games], np.int32),
+        instance=per_game(instances, np.int64), key=position_keys(planes, to_play, move_number, dedup_max_move))
 
 
 def game_digest(game: GameRecord) -> bytes:

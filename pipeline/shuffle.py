@@ -51,6 +51,11 @@ def _latest_model(storage):
     return latest_generation(storage)
 
 
+def _round_up(count: int, multiple: int) -> int:
+    """The least positive multiple of ``multiple`` that is at least ``count``."""
+    return max(1, -(-count // multiple)) * multiple
+
+
 def new_attempt_id() -> str:
     """Unique per run: shard names never collide with a killed attempt's leftovers."""
     return f"{int(time.time()):x}{uuid.uuid4().hex[:6]}"
@@ -101,9 +106,10 @@ def prepare(config: ShuffleConfig, storage) -> tuple[JobContext, list] | dict:
     context = JobContext(
         root_url=config.root, config=config, board_size=run.board_size, komi=run.komi,
         target_generation=target, attempt=attempt, seed=seed,
-        num_shards=max(config.workers, W.num_shards(window_estimate, config.reuse, config.shard_positions)),
-        # At least one dedup partition per local worker, so the cap step runs in parallel.
-        num_partitions=max(config.workers, int(-(-early_estimate // config.partition_positions))),
+        # Shards and dedup partitions are whole multiples of the local workers, so
+        # that no worker idles through the last round of either step.
+        num_shards=_round_up(W.num_shards(window_estimate, config.reuse, config.shard_positions), config.workers),
+        num_partitions=_round_up(int(-(-early_estimate // config.partition_positions)), config.workers),
         model_generation=model_generation, plan_summary=summary)
     _progress(f"lake: {plan.lake_chunks} chunks, ~{plan.lake_positions_estimate} positions; window: "
               f"{len(plan.chunks)} chunks of generations {generations[0]}..{generations[-1]}, "

@@ -174,16 +174,18 @@ class LabelBundleFn(beam.DoFn):
             games, policy_fn=self.policy_fn, random_playouts=cfg.random_playouts,
             model_playout_moves=cfg.model_playout_moves, temperature=cfg.model_temperature,
             playout_weight=cfg.playout_ownership_weight, rng=rng, stats=stats)
-        batch = P.concat(P.game_positions(game, label, inst, cfg.dedup_max_move)
-                         for game, label, inst in zip(games, endstates, instances))
+        batch = P.games_positions(games, endstates, instances, cfg.dedup_max_move)
         stats["games_read"] += len(games)
-        stats["positions_read"] += len(batch)
+        stats["positions_read"] += len(batch) if batch is not None else 0
         yield beam.pvalue.TaggedOutput(GAMES, (np.asarray(instances, np.int64),
                                                np.array([P.game_digest(g) for g in games], dtype="S16")))
+        if batch is None:  # only games without positions
+            yield beam.pvalue.TaggedOutput(STATS, stats)
+            return
         early = batch.key != 0
         if early.any():
             early_batch = batch.take(np.flatnonzero(early))
-            parts = (early_batch.key % np.uint64(ctx.num_partitions)).astype(np.int64)
+            parts = P.dedup_partition(early_batch.key, ctx.num_partitions)
             for part in np.unique(parts).tolist():
                 path = f"{ctx.tmp_dir}/parts/{part:05d}/b{bundle:06d}.npz"
                 self.storage.write_replace(path, early_batch.take(np.flatnonzero(parts == part)).to_bytes())

@@ -72,7 +72,7 @@ def _label(game):
 def test_history_planes_and_targets_round_trip_through_position_records(size):
     rng = np.random.default_rng(size)
     game = synthetic_game(rng, size, visits=40, full_search_fraction=0.5, generation=3)
-    batch = P.game_positions(game, _label(game), instance=7, dedup_max_move=10)
+    batch = P.games_positions([game], [_label(game)], [7], dedup_max_move=10)
     records = batch.encode()
     assert len(records) == game.num_positions
     for i in (0, 1, 5, game.num_positions - 1):
@@ -105,8 +105,23 @@ def _opening_batch(num_games, cap_moves=4):
     for g in range(num_games):
         game = synthetic_game(rng, 9, visits=30, max_moves=20)
         game.planes[:cap_moves] = base.planes[:cap_moves]
-        batches.append(P.game_positions(game, _label(game), instance=g, dedup_max_move=cap_moves))
+        batches.append(P.games_positions([game], [_label(game)], [g], dedup_max_move=cap_moves))
     return P.concat(batches)
+
+
+def test_keys_are_distinct_for_distinct_positions_and_spread_over_partitions():
+    batch = _opening_batch(40, cap_moves=0)
+    rows = np.flatnonzero(batch.move_number < 12)
+    keys = P.position_keys(batch.planes, batch.to_play, batch.move_number, max_move=12)
+    assert (keys[rows] != 0).all() and (keys[batch.move_number >= 12] == 0).all()
+    distinct = {(batch.planes[r].tobytes(), int(batch.to_play[r])) for r in rows.tolist()}
+    assert len(set(keys[rows].tolist())) == len(distinct)
+    # The same planes with the other side to move are another position.
+    flipped = P.position_keys(batch.planes[rows], -batch.to_play[rows], batch.move_number[rows], max_move=12)
+    assert not set(flipped.tolist()) & set(keys[rows].tolist())
+    for partitions in (2, 3, 8):
+        counts = np.bincount(P.dedup_partition(keys[rows], partitions), minlength=partitions)
+        assert len(counts) == partitions and counts.min() > 0.5 * len(rows) / partitions, counts
 
 
 def test_cap_keeps_an_opening_cap_times_with_the_mean_of_all_targets():
@@ -214,7 +229,7 @@ def test_a_disagreeing_recorded_result_is_counted_not_changed():
     L.label_games([game], policy_fn=None, random_playouts=8, model_playout_moves=0, temperature=1.0,
                   playout_weight=0.5, rng=rng, stats=stats)
     assert stats["final_board_result_disagreements"] == 1
-    batch = P.game_positions(game, L.final_board_label(game, L.replay(game), L.empty_stats()), 0, 0)
+    batch = P.games_positions([game], [L.final_board_label(game, L.replay(game), L.empty_stats())], [0], 0)
     assert batch.value[0] == game.winner  # the value target stays the recorded result
 
 
