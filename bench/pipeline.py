@@ -1,7 +1,7 @@
 """Benchmark of the whole shuffle job, run locally as a user would run it.
 
-Builds lakes of synthetic chunks (format.synthetic) in a temp folder: a 9x9
-window, the same doubled, and a 19x19 window.  Each job runs as
+Builds lakes of legal random games (selfplay.random_games) in a temp folder:
+a 9x9 window, the same doubled, and a 19x19 window.  Each job runs as
 ``python -m pipeline.shuffle`` in a subprocess (default local runner:
 FnApiRunner with 2 worker processes) while a thread samples the summed RSS of
 that process and all its children every 0.1 s.
@@ -12,14 +12,34 @@ tree, and how much the peak grows when the 9x9 window doubles (a bounded
 design grows by the few bytes per game of the duplicate check, not by the
 window's size).
 
-Synthetic games are made once per board size (a pool) and written with fresh
-game ids, so the lakes build in seconds.  Timings are noisy: other work
-shares this machine's 2 cores.  Ends with one JSON line.
+The data decides which code paths get measured, so it is made to look like
+self-play's.  A pool of distinct games is played once per board size on the
+engine (legal, so the job's label step replays every game as it would a
+real one, instead of falling back to scoring unreplayable records in pure
+Python), with search-shaped policy targets and playout-cap randomization
+(100 visits, a quarter of positions fully searched).  Each game written to
+the lake is a random pool game under a random board symmetry with a fresh
+game id, so copies rarely coincide (8x the pool's distinct games) and the
+opening cap (each early position kept a bounded number of times) trims
+about as much as it would in real self-play.
+
+Assumption: a third of the written games are resignations (a pool game cut
+at a uniform 50-90% of its length), the rest end by two passes.  Self-play
+keeps a share of its games to the end (resignation disabled, to check false
+resignations) and resigns the rest; the real share depends on the run's
+resignation settings.  It matters for the measurement: a resigned game has
+no final board, so the job labels it by random playouts, its costliest
+label path, while a finished game's label is one replay.
+
+The pools build in seconds and are reused by the two 9x9 lakes.  Timings
+are noisy: other work shares this machine's 2 cores.  Ends with one JSON
+line.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -37,32 +57,58 @@ sys.path.insert(0, REPO)
 
 from format import codec  # noqa: E402
 from format.run_config import RunConfig  # noqa: E402
-from format.synthetic import synthetic_game  # noqa: E402
 from format import schema as S  # noqa: E402
+from format.symmetry import NUM_SYMMETRIES  # noqa: E402
+from selfplay.random_games import engine_game, resigned_copy, symmetric_copy  # noqa: E402
 
 GAMES_PER_CHUNK = 64
+POOL_GAMES = {9: 400, 19: 150}
+"""Distinct engine games per board size (about 5 s of play for 9x9, 8 s for 19x19)."""
+RESIGNED_SHARE = 1 / 3
+"""Share of written games recorded as resignations (an assumption, see above)."""
+RESIGN_AT = (0.5, 0.9)
+"""A resigned game keeps a uniform fraction in this range of its pool game."""
 
 
-def build_lake(root: str, board_size: int, positions: int, seed: int) -> int:
-    """A lake of about ``positions`` positions in 4 generations; returns the exact count."""
+@functools.lru_cache(maxsize=None)
+def game_pool(board_size: int, seed: int) -> tuple:
+    """Distinct legal games of ``board_size``, played on the engine (cached: both 9x9 lakes share one)."""
+    rng = np.random.default_rng([seed, 0])
+    return tuple(engine_game(rng, board_size, visits=100, full_search_fraction=0.25, worker_id="bench")
+                 for _ in range(POOL_GAMES[board_size]))
+
+
+def build_lake(root: str, board_size: int, positions: int, seed: int) -> tuple[int, int, int]:
+    """A lake of about ``positions`` positions in 4 generations.
+
+    Returns (exact positions, games, resigned games).
+    """
     os.makedirs(root)
     with open(os.path.join(root, S.RUN_CONFIG), "wb") as f:
         f.write(RunConfig(board_size=board_size).to_json())
-    rng = np.random.default_rng(seed)
-    pool = [synthetic_game(rng, board_size, visits=100, full_search_fraction=0.25) for _ in range(48)]
-    per_game = np.mean([g.num_positions for g in pool])
+    pool = game_pool(board_size, seed)
+    rng = np.random.default_rng([seed, 1])  # apart from the pool's, so a cached pool changes nothing
+    mean_length = np.mean([g.num_positions for g in pool])
+    per_game = mean_length * (1 - RESIGNED_SHARE + RESIGNED_SHARE * np.mean(RESIGN_AT))
     chunks = max(4, int(round(positions / per_game / GAMES_PER_CHUNK)))
-    total = 0
+    total = games_written = resigned = 0
     for seq in range(chunks):
         gen = seq * 4 // chunks
-        games = [dataclasses.replace(pool[int(rng.integers(len(pool)))], game_id=uuid.uuid4().hex, generation=gen)
-                 for _ in range(GAMES_PER_CHUNK)]
+        games = []
+        for _ in range(GAMES_PER_CHUNK):
+            game_id = uuid.UUID(bytes=rng.bytes(16)).hex
+            game = symmetric_copy(pool[int(rng.integers(len(pool)))], int(rng.integers(NUM_SYMMETRIES)), game_id)
+            if rng.random() < RESIGNED_SHARE:
+                game = resigned_copy(game, float(rng.uniform(*RESIGN_AT)))
+                resigned += 1
+            games.append(dataclasses.replace(game, game_id=game_id, generation=gen))
         total += sum(g.num_positions for g in games)
+        games_written += len(games)
         path = os.path.join(root, codec.chunk_path(gen, "bench", seq, 1_700_000_000_000 + seq))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(codec.encode_chunk(games))
-    return total
+    return total, games_written, resigned
 
 
 def _tree_rss_bytes(pid: int) -> int:
@@ -131,13 +177,14 @@ def main(argv=None) -> int:
                                       ("19", 19, args.positions_19)):
             root = os.path.join(work, f"lake{name}")
             t = time.monotonic()
-            total = build_lake(root, size, positions, seed=size)
+            total, games, resigned = build_lake(root, size, positions, seed=size)
             print(f"{size}x{size}: lake of {total} positions built in {time.monotonic() - t:.1f}s; shuffling")
             wall, peak, manifest = run_job(root, ["--workers", str(args.workers), *args.job_args.split()])
             read = manifest["input"]["positions_read"]
             results[name] = {"positions": read, "wall_s": wall, "positions_per_s": read / wall,
                              "peak_rss_mb": peak / 2 ** 20, "records": manifest["positions"],
-                             "shards": len(manifest["shards"])}
+                             "shards": len(manifest["shards"]), "resigned_share": resigned / games,
+                             "replay_failed": manifest.get("labels", {}).get("replay_failed")}
             print(f"  {read} positions -> {manifest['positions']} records in {len(manifest['shards'])} shards: "
                   f"{wall:.1f}s, {read / wall:.0f} positions/s, peak RSS (process tree) {peak / 2 ** 20:.0f} MB")
             shutil.rmtree(root)
@@ -155,6 +202,9 @@ def main(argv=None) -> int:
         "window_positions_9": results["9x2"]["positions"],
         "window_positions_19": results["19"]["positions"],
         "workers": args.workers,
+        "resigned_share": round(results["9x2"]["resigned_share"], 3),
+        # Games whose moves did not replay (0 for legal games; the job then scores recorded planes).
+        "replay_failed": {name: r["replay_failed"] for name, r in results.items()},
     }))
     return 0
 
