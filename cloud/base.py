@@ -152,8 +152,12 @@ class Storage(abc.ABC):
         :class:`AlreadyExists` if it exists; the existing object is unchanged."""
 
     @abc.abstractmethod
-    def write_replace(self, path: str, data: bytes) -> None:
-        """Atomically create or replace the object ``path`` with ``data``."""
+    def write_replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        """Atomically create or replace the object ``path`` with ``data``.
+
+        ``durable=False`` is for scratch objects that a crash may lose (a
+        rerun recreates them): a local write then skips its fsyncs.  Object
+        stores are always durable."""
 
     @abc.abstractmethod
     def read(self, path: str) -> bytes:

@@ -281,7 +281,7 @@ class GcsStorage(Storage):
             return blob.crc32c == crc32c_base64(data)
         return blob.download_as_bytes(retry=None, timeout=timeout) == data
 
-    def write_replace(self, path: str, data: bytes) -> None:
+    def write_replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
         url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
         validate_data(data, url)
         data = bytes(data)

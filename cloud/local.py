@@ -73,20 +73,21 @@ class LocalStorage(Storage):
         finally:
             _unlink_if_present(temp)
 
-    def write_replace(self, path: str, data: bytes) -> None:
+    def write_replace(self, path: str, data: bytes, *, durable: bool = True) -> None:
         target = self._file(path)
         directory = os.path.dirname(target)
-        temp = self._write_temp(directory, target, data)
+        temp = self._write_temp(directory, target, data, durable)
         try:
             os.replace(temp, target)
         except OSError as exc:
             _unlink_if_present(temp)
             raise StorageError(f"cannot replace {target}: {exc.strerror}", url=target) from None
-        _fsync_directory(directory)
+        if durable:
+            _fsync_directory(directory)
 
     @staticmethod
-    def _write_temp(directory: str, target: str, data: bytes) -> str:
-        """Write ``data`` to a fresh, fsync'ed temp file beside ``target``; return its path."""
+    def _write_temp(directory: str, target: str, data: bytes, durable: bool = True) -> str:
+        """Write ``data`` to a fresh temp file beside ``target`` (fsync'ed if durable); return its path."""
         validate_data(data, target)
         temp = os.path.join(directory, f"{TEMP_MARKER}{os.path.basename(target)}."
                                        f"{os.getpid()}.{uuid.uuid4().hex[:12]}")
@@ -100,7 +101,8 @@ class LocalStorage(Storage):
             with open(fd, "wb") as out:
                 out.write(data)
                 out.flush()
-                os.fsync(out.fileno())
+                if durable:
+                    os.fsync(out.fileno())
         except OSError as exc:
             _unlink_if_present(temp)
             raise StorageError(f"cannot write {target}: {exc.strerror}", url=target) from None
