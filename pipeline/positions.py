@@ -35,6 +35,7 @@ import numpy as np
 from format import codec
 from format import schema as S
 from format.codec import GameRecord
+from format.tfrecord import select_frames
 from pipeline.labels import EndstateLabel
 
 INSTANCE_SHIFT = 20
@@ -105,8 +106,8 @@ class PositionBatch:
         """Serialized position records, one per row (codec.encode_positions)."""
         return codec.encode_positions(**self._record_fields())
 
-    def encode_framed(self) -> tuple[bytes, np.ndarray]:
-        """(TFRecord frames end to end, int64[P+1] offsets) (codec.encode_positions_framed)."""
+    def encode_framed(self) -> tuple[np.ndarray, np.ndarray]:
+        """(TFRecord frames end to end uint8[total], int64[P+1] offsets) (codec.encode_positions_framed)."""
         return codec.encode_positions_framed(**self._record_fields())
 
     def _record_fields(self) -> dict:
@@ -140,23 +141,29 @@ def pack_arrays(arrays: dict) -> bytes:
     """
     header, blobs = [], []
     for name, value in arrays.items():
-        value = np.asarray(value)  # tobytes() below is C order whatever the layout
+        value = np.asarray(value)
+        if not value.flags.c_contiguous:  # the buffer must hold the data in C order
+            value = np.ascontiguousarray(value)
         if value.dtype.hasobject:
             raise ValueError(f"array {name!r} has an object dtype")
         header.append([name, value.dtype.str, list(value.shape), value.nbytes])
-        blobs.append(value.tobytes())
+        blobs.append(memoryview(value.reshape(-1)).cast("B"))  # no copy before the join
     return b"".join([_PACK_MAGIC, json.dumps(header).encode(), b"\n", *blobs])
 
 
 def unpack_arrays(data: bytes) -> dict:
-    """Inverse of `pack_arrays` (writable copies)."""
+    """Inverse of `pack_arrays`: read-only views of ``data`` (no copy).
+
+    Every consumer builds new arrays from these (take, concat, select), so
+    copying each piece once more on read would only cost memory bandwidth.
+    """
     if not data.startswith(_PACK_MAGIC):
         raise ValueError("not a pack_arrays image")
     end = data.index(b"\n", len(_PACK_MAGIC))
     offset, arrays = end + 1, {}
     for name, dtype, shape, nbytes in json.loads(data[len(_PACK_MAGIC):end]):
         arrays[name] = np.frombuffer(data, np.dtype(dtype), count=nbytes // max(1, np.dtype(dtype).itemsize),
-                                     offset=offset).reshape(tuple(shape)).copy()
+                                     offset=offset).reshape(tuple(shape))
         offset += nbytes
     return arrays
 
@@ -385,23 +392,44 @@ def _merged_target(batch: PositionBatch, rows: np.ndarray) -> dict:
 
 
 def _apply_merged(out: PositionBatch, source: PositionBatch, source_rows: np.ndarray, merged: dict) -> PositionBatch:
-    """Replace the targets of the rows of ``out`` that came from merged keys."""
-    indices, probs = [], []
-    for i, r in enumerate(source_rows.tolist()):
-        target = merged.get(r)
-        if target is None:
-            index, prob = out.policy(i)
-        else:
-            index, prob = target["policy_index"], target["policy_prob"]
-            for name in ("value", "score", "policy_weight", "value_weight", "ownership_weight", "score_weight"):
-                getattr(out, name)[i] = target[name]
-            out.ownership[i] = target["ownership"]
-        indices.append(np.asarray(index, np.int64))
-        probs.append(np.asarray(prob, np.float32))
-    out.policy_offsets = np.concatenate([[0], np.cumsum([len(x) for x in indices])]).astype(np.int64)
-    out.policy_index = np.concatenate(indices) if indices else np.zeros(0, np.int64)
-    out.policy_prob = np.concatenate(probs) if probs else np.zeros(0, np.float32)
+    """Replace the targets of the rows of ``out`` that came from merged keys.
+
+    Only the merged rows (a few per capped key) are visited in Python; the
+    policy arrays of all the others are moved by one vectorized gather.
+    """
+    position_of = {r: i for i, r in enumerate(source_rows.tolist()) if r in merged}
+    rows = np.array(sorted(position_of.values()), np.int64)
+    targets = [merged[r] for r in sorted(position_of, key=position_of.get)]
+    for name in ("value", "score", "policy_weight", "value_weight", "ownership_weight", "score_weight"):
+        getattr(out, name)[rows] = [t[name] for t in targets]
+    if len(rows):
+        out.ownership[rows] = np.stack([t["ownership"] for t in targets])
+    old_offsets = out.policy_offsets
+    counts = np.diff(old_offsets)
+    counts[rows] = [len(t["policy_index"]) for t in targets]
+    offsets = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    index = np.empty(offsets[-1], np.int64)
+    prob = np.empty(offsets[-1], np.float32)
+    kept = np.ones(len(counts), bool)
+    kept[rows] = False
+    kept_counts = counts[kept]
+    # Destination and source positions of every kept entry, as in take().
+    to = np.repeat(offsets[:-1][kept], kept_counts) + _ranks_within(kept_counts)
+    frm = np.repeat(old_offsets[:-1][kept], kept_counts) + _ranks_within(kept_counts)
+    index[to], prob[to] = out.policy_index[frm], out.policy_prob[frm]
+    for i, target in zip(rows.tolist(), targets):
+        index[offsets[i]:offsets[i + 1]] = target["policy_index"]
+        prob[offsets[i]:offsets[i + 1]] = target["policy_prob"]
+    out.policy_offsets, out.policy_index, out.policy_prob = offsets, index, prob
     return out
+
+
+def _ranks_within(counts: np.ndarray) -> np.ndarray:
+    """0..c-1 for each count c, end to end."""
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts
+    return np.arange(total) - np.repeat(starts, counts)
 
 
 def assign_copies(instance: np.ndarray, reuse: float, num_shards: int,
@@ -434,9 +462,9 @@ def assign_copies(instance: np.ndarray, reuse: float, num_shards: int,
 class ShardPiece:
     """Framed records bound for one shard, with what phase 2 needs to filter."""
 
-    frames: bytes
-    """TFRecord frames (length, CRCs, data) end to end: framing happens once
-    per position in phase 1, not once per copy in phase 2."""
+    frames: np.ndarray
+    """uint8: TFRecord frames (length, CRCs, data) end to end: framing happens
+    once per position in phase 1, not once per copy in phase 2."""
     offsets: np.ndarray
     """int64[R+1]: frame i is ``frames[offsets[i]:offsets[i+1]]``."""
     instance: np.ndarray
@@ -448,29 +476,23 @@ class ShardPiece:
         return len(self.instance)
 
     def to_bytes(self) -> bytes:
-        return pack_arrays({"frames": np.frombuffer(self.frames, np.uint8), "offsets": self.offsets,
+        return pack_arrays({"frames": self.frames, "offsets": self.offsets,
                             "instance": self.instance, "generation": self.generation})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "ShardPiece":
         arrays = unpack_arrays(data)
-        return cls(arrays["frames"].tobytes(), arrays["offsets"], arrays["instance"], arrays["generation"])
+        return cls(arrays["frames"], arrays["offsets"], arrays["instance"], arrays["generation"])
 
 
-def join_frames(pieces, order: np.ndarray) -> bytes:
-    """The frames of ``pieces`` (read as one list of records) in ``order``."""
-    blob = b"".join(p.frames for p in pieces)
-    starts, ends = [], []
-    base = 0
-    for p in pieces:
-        starts.append(p.offsets[:-1] + base)
-        ends.append(p.offsets[1:] + base)
-        base += len(p.frames)
-    if not starts:
-        return b""
-    lo = np.concatenate(starts)[order].tolist()
-    hi = np.concatenate(ends)[order].tolist()
-    return b"".join([blob[a:b] for a, b in zip(lo, hi)])
+def join_frames(pieces, order: np.ndarray) -> np.ndarray:
+    """The frames of ``pieces`` (read as one list of records) in ``order``, end to end (uint8)."""
+    if not pieces:
+        return np.zeros(0, np.uint8)
+    frames = np.concatenate([p.frames for p in pieces])
+    bases = np.cumsum([0] + [len(p.frames) for p in pieces[:-1]])
+    offsets = np.concatenate([p.offsets[:-1] + base for p, base in zip(pieces, bases)] + [[len(frames)]])
+    return select_frames(frames, offsets, order)[0]
 
 
 def split_for_shards(batch: PositionBatch, reuse: float, num_shards: int,
@@ -488,14 +510,6 @@ def split_for_shards(batch: PositionBatch, reuse: float, num_shards: int,
     bounds = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True])
     for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         picked = rows[lo:hi]
-        pieces[int(shards[lo])] = ShardPiece(*_pick_frames(frames, offsets, picked), batch.instance[picked],
+        pieces[int(shards[lo])] = ShardPiece(*select_frames(frames, offsets, picked), batch.instance[picked],
                                              batch.generation[picked])
     return pieces
-
-
-def _pick_frames(frames: bytes, offsets: np.ndarray, rows: np.ndarray) -> tuple[bytes, np.ndarray]:
-    lo, hi = offsets[rows], offsets[rows + 1]
-    picked = b"".join([frames[a:b] for a, b in zip(lo.tolist(), hi.tolist())])
-    new_offsets = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum(hi - lo, out=new_offsets[1:])
-    return picked, new_offsets

@@ -39,7 +39,9 @@ one dedup partition or one shard (each bounded by a flag).
 Retries: every random choice is seeded by (seed, stage, element), so a
 retried bundle rewrites identical pieces (replace-writes under this attempt's
 temp folder), and a retried shard that already exists is recounted, not
-rewritten.
+rewritten.  Pieces are scratch (``durable=False``: no fsync on a local
+disk): a crash loses the attempt, never the lake, and a rerun is a new
+attempt.  Shards and the manifest are durable, create-only writes.
 """
 from __future__ import annotations
 
@@ -188,12 +190,13 @@ class LabelBundleFn(beam.DoFn):
             parts = P.dedup_partition(early_batch.key, ctx.num_partitions)
             for part in np.unique(parts).tolist():
                 path = f"{ctx.tmp_dir}/parts/{part:05d}/b{bundle:06d}.npz"
-                self.storage.write_replace(path, early_batch.take(np.flatnonzero(parts == part)).to_bytes())
+                self.storage.write_replace(path, early_batch.take(np.flatnonzero(parts == part)).to_bytes(),
+                                           durable=False)
                 yield beam.pvalue.TaggedOutput(PARTS, (part, path))
         late = batch.take(np.flatnonzero(~early))
         for shard, piece in P.split_for_shards(late, cfg.reuse, ctx.num_shards, rng).items():
             path = f"{ctx.tmp_dir}/shards/{shard:05d}/b{bundle:06d}.npz"
-            self.storage.write_replace(path, piece.to_bytes())
+            self.storage.write_replace(path, piece.to_bytes(), durable=False)
             yield beam.pvalue.TaggedOutput(PIECES, (shard, path))
         yield beam.pvalue.TaggedOutput(STATS, stats)
         log.info("bundle %d: %d chunks, %d games, %d positions in %.1fs", bundle, len(chunks), len(games),
@@ -208,8 +211,9 @@ class LabelAndScatter(beam.PTransform):
         self.context = context
 
     def expand(self, bundles):
+        # No Reshuffle here: beam.Create already redistributes its elements,
+        # and each extra one is a stage boundary (a barrier) on every runner.
         return (bundles
-                | "Spread bundles" >> beam.Reshuffle()
                 | "Label and scatter" >> beam.ParDo(LabelBundleFn(self.context)).with_outputs(
                     SKIPPED, GAMES, PARTS, PIECES, STATS))
 
@@ -288,7 +292,7 @@ class CapPartitionFn(beam.DoFn):
             rng = ctx.rng(2, part)
             for shard, piece in P.split_for_shards(capped, cfg.reuse, ctx.num_shards, rng).items():
                 path = f"{ctx.tmp_dir}/shards/{shard:05d}/c{part:05d}.npz"
-                self.storage.write_replace(path, piece.to_bytes())
+                self.storage.write_replace(path, piece.to_bytes(), durable=False)
                 yield beam.pvalue.TaggedOutput(PIECES, (shard, path))
         yield beam.pvalue.TaggedOutput(STATS, stats)
         for p in paths:

@@ -9,7 +9,7 @@ from format import codec
 from format import schema as S
 from format.example_proto import Example
 from format.synthetic import synthetic_game
-from format.tfrecord import compress_zstd, frame_records
+from format.tfrecord import compress_zstd, frame_records, iter_framed_records, select_frames
 
 
 def assert_games_equal(a: codec.GameRecord, b: codec.GameRecord):
@@ -229,6 +229,31 @@ def test_batched_position_encoder_matches_single(n):
         record = codec.decode_position(data, "shard#%d" % i)
         assert record.to_play == batch["to_play"][i]
         np.testing.assert_array_equal(record.policy_index, batch["policy_index"][o[i]:o[i + 1]])
+
+
+def test_framed_encoder_writes_exactly_the_frames_of_frame_records():
+    rng = np.random.default_rng(4)
+    batch = _position_batch(rng, 9, 50)
+    records = codec.encode_positions(**batch)
+    frames, offsets = codec.encode_positions_framed(**batch)
+    assert frames.tobytes() == frame_records(records)
+    assert offsets[-1] == len(frames) and len(offsets) == 51
+    assert list(iter_framed_records(frames.tobytes(), "x")) == records  # both CRCs check
+    rows = np.array([7, 0, 49, 7])
+    picked, picked_offsets = select_frames(frames, offsets, rows)
+    assert picked.tobytes() == frame_records([records[r] for r in rows])
+    assert np.array_equal(np.diff(picked_offsets), np.diff(offsets)[rows])
+    with pytest.raises(ValueError, match="row"):
+        select_frames(frames, offsets, np.array([50]))
+
+
+def test_compiled_crc32c_matches_google_crc32c():
+    import google_crc32c
+    from format import _gather
+    rng = np.random.default_rng(0)
+    for length in (0, 1, 7, 8, 9, 63, 64, 65, 1000, 4099):
+        data = rng.integers(0, 256, length, dtype=np.uint8)
+        assert _gather.crc32c(data) == google_crc32c.value(data.tobytes())
 
 
 def test_shard_round_trip_and_tensorflow_reads_gzip():
