@@ -11,7 +11,9 @@ shards and dedup partitions, pick the attempt id; pipeline.transforms does
 the work.  Stages, elements and the memory bound are described there.
 
 Local run (Beam's in-process FnApiRunner, chosen explicitly so nothing is
-downloaded at run time; ``--workers`` SDK worker processes)::
+downloaded at run time; ``--workers`` SDK worker processes, each Beam's
+harness started through `pipeline.beam_worker`, which skips a slow
+interpreter teardown at the end)::
 
     python -m pipeline.shuffle --root /data/lake
 
@@ -26,7 +28,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import os
+import shlex
 import sys
 import time
 import uuid
@@ -122,22 +126,43 @@ def prepare(config: ShuffleConfig, storage) -> tuple[JobContext, list] | dict:
 
 
 def pipeline_options(config: ShuffleConfig, beam_args: list[str]):
-    """PipelineOptions from the unknown flags; the local runner when none is named."""
+    """PipelineOptions from the unknown flags, and the runner they name (None: local)."""
     from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
     options = PipelineOptions(beam_args)
     runner = options.view_as(StandardOptions).runner
     if runner is None:
         direct = options.view_as(DirectOptions)
         direct.direct_num_workers = config.workers
-        direct.direct_running_mode = "multi_processing" if config.workers > 1 else "in_memory"
+        # "in_memory" keeps the environment given to local_runner(); with more
+        # than one worker that environment is a subprocess per worker.
+        direct.direct_running_mode = "in_memory"
     return options, runner
+
+
+class _DropWorkerModeWarning(logging.Filter):
+    """FnApiRunner warns that in_memory mode cannot run several workers, which
+    is true of its embedded environment but not of the subprocess one
+    local_runner() gives it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("If direct_num_workers is not equal to 1")
+
+
+def local_runner(config: ShuffleConfig):
+    """Beam's in-process FnApiRunner; with several workers, one process each (pipeline.beam_worker)."""
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.transforms import environments
+    if config.workers == 1:
+        return FnApiRunner()
+    logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner").addFilter(_DropWorkerModeWarning())
+    command = f"{shlex.quote(sys.executable)} -m pipeline.beam_worker"
+    return FnApiRunner(default_environment=environments.SubprocessSDKEnvironment.from_command_string(command))
 
 
 def run(config: ShuffleConfig, beam_args: list[str] = ()) -> dict:
     """Run the job; returns the window's manifest (the existing one if already done)."""
     import apache_beam as beam
     from cloud.storage import open_storage
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
     storage = open_storage(config.root)
     prepared = prepare(config, storage)
@@ -149,7 +174,7 @@ def run(config: ShuffleConfig, beam_args: list[str] = ()) -> dict:
     started = time.monotonic()
     _progress("running the Beam pipeline" + (f" on {runner}" if runner else
                                              f" locally (FnApiRunner, {config.workers} workers)"))
-    pipeline = beam.Pipeline(runner=None if runner else FnApiRunner(), options=options)
+    pipeline = beam.Pipeline(runner=None if runner else local_runner(config), options=options)
     _ = (pipeline
          | "Window bundles" >> beam.Create(bundles)
          | "Shuffle window" >> ShuffleWindow(context))
