@@ -265,7 +265,7 @@ def games_positions(games: Sequence[GameRecord], labels: Sequence[EndstateLabel]
     list appends, not dozens of small numpy calls.  None if there are no
     positions.
     """
-    games = [g for g in games]
+    games = list(games)
     lengths = np.array([g.num_positions for g in games], dtype=np.int64)
     total = int(lengths.sum()) if len(lengths) else 0
     if total == 0:
