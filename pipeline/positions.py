@@ -193,19 +193,17 @@ def history_planes(fresh: np.ndarray, move_number: np.ndarray) -> np.ndarray:
     game started at row p - move_number[p].  Position p has Black to move
     for even move numbers (no handicap).  Slot k of position p is colour c
     of row p - k (c = the side to move at p for planes 0-7, the other colour
-    for 8-15), or zeros when move_number[p] < k: one gather with a zero row
-    appended builds all P x 8 slots of every game at once.
+    for 8-15), or zeros when move_number[p] < k.  The compiled kernel
+    (pipeline/_history.pyx) packs the bits directly: planes are N*N bits, not
+    whole bytes, so numpy had to unpack and repack ~1.3 KB per position.
     """
+    from pipeline import _history  # compiled; imported late like the engine (labels._engine)
+
     p = len(fresh)
-    flat = np.concatenate([fresh.reshape(p, 2, -1), np.zeros((1, 2, fresh[0].size // 2 if p else 0), np.uint8)])
-    back = np.arange(S.HISTORY_LENGTH)
-    rows = np.arange(p)[:, None] - back[None, :]
-    rows = np.where(move_number[:, None] >= back[None, :], rows, p)  # row p is the zero row
-    mover = (move_number % 2)[:, None]  # plane index of the side to move: 0 Black, 1 White
-    planes = np.empty((p, S.PACKED_PLANES, flat.shape[2]), np.uint8)
-    planes[:, :S.HISTORY_LENGTH] = flat[rows, mover]
-    planes[:, S.HISTORY_LENGTH:] = flat[rows, 1 - mover]
-    return np.packbits(planes.reshape(p, -1), axis=1, bitorder="big")
+    fresh = np.ascontiguousarray(fresh, dtype=np.uint8).reshape(p, 2, -1)
+    out = np.empty((p, (S.PACKED_PLANES * fresh.shape[2] + 7) // 8), np.uint8)  # packed_plane_bytes(N, 16)
+    _history.pack_history(fresh, np.ascontiguousarray(move_number, dtype=np.int32), out)
+    return out
 
 
 _KEY_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)

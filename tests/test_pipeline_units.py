@@ -97,6 +97,25 @@ def test_history_planes_and_targets_round_trip_through_position_records(size):
     assert P.PositionBatch.from_bytes(batch.to_bytes()).encode() == records
 
 
+@pytest.mark.parametrize("size", [9, 13, 19])
+def test_history_planes_of_games_laid_end_to_end(size):
+    """Each position's 16 planes come from its own game only (compiled kernel vs the definition)."""
+    rng = np.random.default_rng(size)
+    move_number = np.concatenate([np.arange(k) for k in (1, 12, 3, 9)]).astype(np.int32)
+    fresh = (rng.random((len(move_number), 2, size * size)) < 0.3).astype(np.uint8)
+    packed = P.history_planes(fresh, move_number)
+    planes = np.unpackbits(packed, axis=1, count=16 * size * size, bitorder="big").reshape(-1, 16, size * size)
+    for p, t in enumerate(move_number.tolist()):
+        mover = t % 2
+        for k in range(S.HISTORY_LENGTH):
+            own = fresh[p - k, mover] if k <= t else 0
+            opp = fresh[p - k, 1 - mover] if k <= t else 0
+            assert np.array_equal(planes[p, k], np.broadcast_to(own, size * size))
+            assert np.array_equal(planes[p, 8 + k], np.broadcast_to(opp, size * size))
+    with pytest.raises(ValueError, match="before the first row"):
+        P.history_planes(fresh[:3], np.array([0, 2, 1], np.int32))
+
+
 def _opening_batch(num_games, cap_moves=4):
     """Games that share their first moves exactly (same planes, same history)."""
     rng = np.random.default_rng(5)
