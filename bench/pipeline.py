@@ -179,6 +179,9 @@ def main(argv=None) -> int:
             t = time.monotonic()
             total, games, resigned = build_lake(root, size, positions, seed=size)
             print(f"{size}x{size}: lake of {total} positions built in {time.monotonic() - t:.1f}s; shuffling")
+            # A real lake was written by workers long before the job runs; without
+            # this the kernel is still writing the fresh lake back while the job is timed.
+            os.sync()
             wall, peak, manifest = run_job(root, ["--workers", str(args.workers), *args.job_args.split()])
             read = manifest["input"]["positions_read"]
             results[name] = {"positions": read, "wall_s": wall, "positions_per_s": read / wall,
