@@ -19,6 +19,7 @@ or evaluated.
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import math
 from typing import Iterable, Iterator, Sequence
@@ -42,6 +43,8 @@ from format.tfrecord import (
 __all__ = [
     "FormatError",
     "GameRecord",
+    "Segments",
+    "flat_segments",
     "PositionRecord",
     "encode_game",
     "decode_game",
@@ -79,6 +82,55 @@ class FormatError(ValueError):
 # --------------------------------------------------------------------------
 
 
+class Segments(collections.abc.Sequence):
+    """A list of 1-d arrays kept as one flat array plus offsets.
+
+    `decode_game` returns each game's per-position policy indices and values
+    this way: item i is ``flat[offsets[i]:offsets[i+1]]`` (a view), so
+    decoding does not cut a game into one small array per position, and the
+    shuffle job reads ``flat``/``offsets`` for whole bundles at once.  It
+    behaves as the list it stands for (len, indexing, slicing, iteration).
+    """
+
+    __slots__ = ("flat", "offsets")
+
+    def __init__(self, flat: np.ndarray, offsets: np.ndarray):
+        self.flat, self.offsets = flat, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return [self[k] for k in range(start, stop, step)]
+            stop = max(start, stop)
+            base = self.offsets[start]
+            return Segments(self.flat[base:self.offsets[stop]], self.offsets[start:stop + 1] - base)
+        if isinstance(i, (np.ndarray, list)):
+            return [self[int(k)] for k in np.arange(len(self))[i]]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"segment {i} out of range for {len(self)}")
+        return self.flat[self.offsets[i]:self.offsets[i + 1]]
+
+    def __repr__(self) -> str:
+        return f"Segments({len(self)} items, {len(self.flat)} values)"
+
+
+def flat_segments(items) -> tuple[np.ndarray, np.ndarray]:
+    """(flat values, int64 offsets) of a list of arrays or of `Segments` (no copy then)."""
+    if isinstance(items, Segments):
+        return items.flat, np.asarray(items.offsets, np.int64)
+    counts = np.fromiter((len(x) for x in items), np.int64, len(items))
+    offsets = np.zeros(len(items) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    flat = np.concatenate([np.asarray(x) for x in items]) if offsets[-1] else np.zeros(0, np.int64)
+    return flat, offsets
+
+
 @dataclasses.dataclass
 class GameRecord:
     """One self-play game.  ``M`` = number of moves = number of positions.
@@ -96,9 +148,10 @@ class GameRecord:
     """int16[M] flat point indices, ``N*N`` = pass."""
     planes: np.ndarray
     """uint8[M, 2, N, N] 0/1: plane 0 Black stones, plane 1 White stones."""
-    policy_indices: list
-    """M int arrays: sorted action indices with a nonzero target (empty = none)."""
-    policy_values: list
+    policy_indices: Sequence
+    """M int arrays: sorted action indices with a nonzero target (empty = none).
+    A list, or `Segments` when decoded."""
+    policy_values: Sequence
     """M int arrays, same lengths: visit counts or quantized probabilities."""
     root_values: np.ndarray
     """float32[M] root value in [-1, 1] from the side to move (int8 at rest)."""
@@ -320,7 +373,7 @@ def _parse_example(data: bytes, source: str):
 
 
 def _decode_policies(r, counts, denominators, deltas, values, actions):
-    """Split the gap-coded policy arrays into per-position (indices, values).
+    """The gap-coded policy arrays as per-position (indices, values) `Segments`.
 
     Vectorized over the whole game (a Python loop per position cost ~5 us):
     ``starts`` marks the first entry of every non-empty position; indices
@@ -355,9 +408,7 @@ def _decode_policies(r, counts, denominators, deltas, values, actions):
                                                   f"{int(dens[k])}, far from 1")
     else:
         indices = deltas
-    bounds = offsets.tolist()  # plain slicing: np.split costs ~1.5 us a piece
-    pairs = list(zip(bounds[:-1], bounds[1:]))
-    return [indices[a:b] for a, b in pairs], [values[a:b] for a, b in pairs]
+    return Segments(indices, offsets), Segments(values, offsets)
 
 
 def decode_game(data: bytes, source: str = "<bytes>") -> GameRecord:

@@ -278,12 +278,15 @@ def games_positions(games: Sequence[GameRecord], labels: Sequence[EndstateLabel]
     planes = history_planes(fresh, move_number)
 
     # Policy: visit counts (or quantized probabilities) -> probabilities.
-    counts = np.fromiter((len(v) for g in games for v in g.policy_values), dtype=np.int64, count=total)
+    # Decoded games keep them flat (codec.Segments): no per-position arrays.
+    flat_index = [codec.flat_segments(g.policy_indices) for g in games]
+    flat_visits = [codec.flat_segments(g.policy_values)[0] for g in games]
+    counts = np.concatenate([np.diff(o) for _, o in flat_index])
     offsets = np.zeros(total + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     if offsets[-1]:
-        index = np.concatenate([i for g in games for i in g.policy_indices]).astype(np.int64)
-        visits = np.concatenate([v for g in games for v in g.policy_values]).astype(np.float64)
+        index = np.concatenate([i for i, _ in flat_index]).astype(np.int64)
+        visits = np.concatenate(flat_visits).astype(np.float64)
         nonempty = counts > 0
         totals = np.add.reduceat(visits, offsets[:-1][nonempty])
         prob = (visits / np.repeat(totals, counts[nonempty])).astype(np.float32)

@@ -256,6 +256,27 @@ def test_compiled_crc32c_matches_google_crc32c():
         assert _gather.crc32c(data) == google_crc32c.value(data.tobytes())
 
 
+def test_decoded_policies_behave_as_lists_of_arrays():
+    game = synthetic_game(np.random.default_rng(8), 9, visits=30, full_search_fraction=0.5)
+    decoded = codec.decode_game(codec.encode_game(game))
+    segments = decoded.policy_indices
+    assert isinstance(segments, codec.Segments) and len(segments) == game.num_positions
+    as_list = [np.asarray(x) for x in game.policy_indices]
+    for got, want in zip(segments, as_list):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(segments[-1], as_list[-1])
+    assert len(segments[3:9]) == 6 and len(segments[5:2]) == 0 and len(segments[::2]) == len(as_list[::2])
+    for got, want in zip(segments[3:9], as_list[3:9]):
+        np.testing.assert_array_equal(got, want)
+    flat, offsets = codec.flat_segments(segments[3:9])
+    assert offsets[0] == 0 and len(offsets) == 7
+    np.testing.assert_array_equal(flat, np.concatenate(as_list[3:9]))
+    with pytest.raises(IndexError):
+        segments[len(segments)]
+    # A re-encoded decoded game is byte-identical.
+    assert codec.encode_game(decoded) == codec.encode_game(game)
+
+
 def test_shard_round_trip_and_tensorflow_reads_gzip():
     tf = pytest.importorskip("tensorflow")
     rng = np.random.default_rng(11)
