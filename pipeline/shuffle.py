@@ -157,7 +157,9 @@ def local_runner(config: ShuffleConfig):
     from apache_beam.transforms import environments
     if config.workers == 1:
         return FnApiRunner()
-    logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner").addFilter(_DropWorkerModeWarning())
+    runner_log = logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner")
+    if not any(isinstance(f, _DropWorkerModeWarning) for f in runner_log.filters):
+        runner_log.addFilter(_DropWorkerModeWarning())
     command = f"{shlex.quote(sys.executable)} -m pipeline.beam_worker"
     return FnApiRunner(default_environment=environments.SubprocessSDKEnvironment.from_command_string(command))
 
