@@ -142,24 +142,37 @@ def pipeline_options(config: ShuffleConfig, beam_args: list[str]):
     return options, runner
 
 
-class _DropWorkerModeWarning(logging.Filter):
-    """FnApiRunner warns that in_memory mode cannot run several workers, which
-    is true of its embedded environment but not of the subprocess one
-    local_runner() gives it."""
+class _DropHarmlessBeamWarnings(logging.Filter):
+    """Two warnings every local run printed that do not apply to it.
+
+    * FnApiRunner: in_memory mode cannot run several workers.  True of its
+      embedded environment, not of the subprocess one local_runner() gives it.
+    * Each SDK worker, forwarded by the runner: no semi_persistent_directory
+      for a pickled main session.  The job pickles no main session.
+    """
+
+    HARMLESS = ("If direct_num_workers is not equal to 1", "No semi_persistent_directory found")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("If direct_num_workers is not equal to 1")
+        message = record.getMessage()
+        return not any(text in message for text in self.HARMLESS)
+
+
+def _quiet_harmless_beam_warnings() -> None:
+    for name in ("apache_beam.runners.portability.fn_api_runner.fn_runner",
+                 "apache_beam.runners.portability.local_job_service"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropHarmlessBeamWarnings) for f in logger.filters):
+            logger.addFilter(_DropHarmlessBeamWarnings())
 
 
 def local_runner(config: ShuffleConfig):
     """Beam's in-process FnApiRunner; with several workers, one process each (pipeline.beam_worker)."""
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.transforms import environments
+    _quiet_harmless_beam_warnings()
     if config.workers == 1:
         return FnApiRunner()
-    runner_log = logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner")
-    if not any(isinstance(f, _DropWorkerModeWarning) for f in runner_log.filters):
-        runner_log.addFilter(_DropWorkerModeWarning())
     command = f"{shlex.quote(sys.executable)} -m pipeline.beam_worker"
     return FnApiRunner(default_environment=environments.SubprocessSDKEnvironment.from_command_string(command))
 

@@ -207,3 +207,18 @@ def test_help_lists_every_setting(capsys):
     out = capsys.readouterr().out
     for flag in ("--window_exponent", "--position_cap", "--reuse", "--shard_gzip_level", "--playout_labels"):
         assert flag in out
+
+
+def test_only_the_two_known_beam_warnings_are_silenced():
+    import logging
+    from pipeline.shuffle import _DropHarmlessBeamWarnings
+
+    keep = _DropHarmlessBeamWarnings().filter
+
+    def record(message, *args):
+        return logging.LogRecord("beam", logging.WARNING, __file__, 1, message, args, None)
+
+    # The runner forwards worker logs as 'Worker: %s' with the entry as an argument.
+    assert not keep(record("Worker: %s", 'severity: WARN message: "No semi_persistent_directory found: ..."'))
+    assert not keep(record("If direct_num_workers is not equal to 1, direct_running_mode should be ..."))
+    assert keep(record("Worker: severity: ERROR message: \"Error processing instruction bundle_3\""))
