@@ -98,9 +98,15 @@ class JobContext:
         return np.random.default_rng([self.seed, stage, element])
 
 
-def _open_storage(root_url: str):
-    from cloud.storage import open_storage
-    return open_storage(root_url)
+class _LakeDoFn(beam.DoFn):
+    """A DoFn of this job: holds the JobContext and opens the lake once per worker (setup)."""
+
+    def __init__(self, context: JobContext):
+        self.context = context
+
+    def setup(self):
+        from cloud.storage import open_storage
+        self.storage = open_storage(self.context.root_url)
 
 
 def _sum_counters(dicts) -> dict:
@@ -130,18 +136,15 @@ def chunk_problem(items, board_size: int, komi: float) -> str | None:
     return None
 
 
-class LabelBundleFn(beam.DoFn):
+class LabelBundleFn(_LakeDoFn):
     """One bundle of chunks -> temp pieces plus small reports (tagged outputs).
 
     Input: ``(bundle index, [(chunk index, ChunkRef), ...])``.  Main output:
     none; see the module docstring for the tags.
     """
 
-    def __init__(self, context: JobContext):
-        self.context = context
-
     def setup(self):
-        self.storage = _open_storage(self.context.root_url)
+        super().setup()
         self.policy_fn = None
         if self.context.model_generation is not None:
             from cloud.registry import load_model
@@ -268,14 +271,8 @@ def _drop_mask(instance: np.ndarray, dropped: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 
-class CapPartitionFn(beam.DoFn):
+class CapPartitionFn(_LakeDoFn):
     """(partition, [piece paths]) -> shard pieces of the capped positions."""
-
-    def __init__(self, context: JobContext):
-        self.context = context
-
-    def setup(self):
-        self.storage = _open_storage(self.context.root_url)
 
     def process(self, element, dropped):
         part, paths = element
@@ -328,14 +325,8 @@ def count_records(data: bytes, source: str) -> tuple[int, dict]:
     return len(shard), gens
 
 
-class WriteShardFn(beam.DoFn):
+class WriteShardFn(_LakeDoFn):
     """(shard, [piece paths]) -> the shard file; outputs its manifest entry."""
-
-    def __init__(self, context: JobContext):
-        self.context = context
-
-    def setup(self):
-        self.storage = _open_storage(self.context.root_url)
 
     def process(self, element, dropped):
         shard, paths = element
@@ -451,15 +442,12 @@ def build_manifest(context: JobContext, summary: dict) -> dict:
     }
 
 
-class WriteManifestFn(beam.DoFn):
+class WriteManifestFn(_LakeDoFn):
     """The single combined summary -> MANIFEST.json, create-only, written last."""
-
-    def __init__(self, context: JobContext):
-        self.context = context
 
     def process(self, summary):
         from cloud.storage import AlreadyExists
-        storage = _open_storage(self.context.root_url)
+        storage = self.storage
         manifest = build_manifest(self.context, summary)
         path = f"{self.context.window_dir}/{S.MANIFEST}"
         try:
