@@ -14,7 +14,6 @@ a third run has nothing to do.
 import os
 import pathlib
 import re
-import signal
 import subprocess
 import sys
 
@@ -26,6 +25,7 @@ from cloud.storage import open_storage
 from format import schema
 from model import synthetic
 from model.config import ConfigError, TrainConfig
+from tests.train_support import run_until_killed
 from model.staging import (STATE_FILE, Stage, StagingError, default_stage_dir, format_checkpoint_state,
                            CheckpointState, parse_checkpoint_state, resolve_stage_dir)
 
@@ -217,24 +217,6 @@ def train_command(root, *extra):
             "--warmup-steps", "10", "--keep-checkpoints", "2", *extra]
 
 
-def run_until_killed(command, env, kill_after_step):
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
-    lines = []
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            if f"at window step {kill_after_step} (uploaded" in line:
-                os.kill(process.pid, signal.SIGKILL)
-                break
-        lines.extend(process.stdout.read().splitlines(keepends=True))
-    finally:
-        process.kill()
-        process.wait(timeout=30)
-    assert process.returncode == -signal.SIGKILL, "".join(lines)
-    return "".join(lines)
-
-
 def test_trainer_on_an_emulated_bucket_resumes_on_a_fresh_stage_dir_and_publishes_once(
         gcs_emulator, tmp_path):
     root = gcs_emulator.root_url("train")
@@ -244,7 +226,8 @@ def test_trainer_on_an_emulated_bucket_resumes_on_a_fresh_stage_dir_and_publishe
                                      shards=2, seed=4)
     env = {**os.environ, **gcs_emulator.env}
 
-    killed = run_until_killed(train_command(root, "--stage-dir", str(tmp_path / "stage-1")), env, 20)
+    killed = run_until_killed(train_command(root, "--stage-dir", str(tmp_path / "stage-1")),
+                              "at window step 20 (uploaded", env)
     assert "I/O: staged through" in killed and "2 shard(s) copied" in killed
     last = int(re.findall(r"at window step (\d+) \(uploaded", killed)[-1])
     assert latest_generation(lake) is None

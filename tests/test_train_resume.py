@@ -4,10 +4,8 @@ The restarted run must restore the last checkpoint, continue the window from
 that checkpoint's step (not from 0), publish the generation once, and a
 third run must find nothing to do and leave the published model untouched.
 """
-import os
 import pathlib
 import re
-import signal
 import subprocess
 import sys
 
@@ -17,6 +15,7 @@ from cloud.registry import latest_generation, load_model
 from cloud.storage import open_storage
 from format import schema
 from model import synthetic
+from tests.train_support import run_until_killed
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 STEPS = 160
@@ -27,25 +26,6 @@ def command(root):
             "--filters", "16", "--value-hidden", "16", "--batch-size", "32",
             "--steps-per-window", str(STEPS), "--checkpoint-every", "40", "--log-every", "20",
             "--steps-per-call", "10", "--warmup-steps", "10"]
-
-
-def run_until_killed(root, kill_after_checkpoint_step):
-    """Start training, SIGKILL it right after the given checkpoint; return its output."""
-    process = subprocess.Popen(command(root), cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
-    lines = []
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            if f"at window step {kill_after_checkpoint_step}" in line:
-                os.kill(process.pid, signal.SIGKILL)
-                break
-        lines.extend(process.stdout.read().splitlines(keepends=True))
-    finally:
-        process.kill()
-        process.wait(timeout=30)
-    assert process.returncode == -signal.SIGKILL, "".join(lines)
-    return "".join(lines)
 
 
 def checkpoint_steps(output):
@@ -59,7 +39,7 @@ def test_sigkill_mid_window_then_rerun_resumes_and_never_republishes(tmp_path):
     synthetic.write_synthetic_window(storage, target_generation=1, board_size=9,
                                      positions=1500, shards=2, seed=4)
 
-    killed = run_until_killed(root, 80)
+    killed = run_until_killed(command(root), "at window step 80")
     last_checkpoint = checkpoint_steps(killed)[-1]
     assert 80 <= last_checkpoint < STEPS
     assert not storage.exists("models/000001/MANIFEST.json")
