@@ -18,7 +18,7 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
 
-ROLE_PACKAGES = ["selfplay", "pipeline", "format", "model", "cloud"]
+ROLE_PACKAGES = ["selfplay", "pipeline", "format", "model", "cloud", "testdata"]
 BOUNDSCHECK = os.environ.get("ZEROLAKE_BOUNDSCHECK", "0") == "1"
 
 COMPILER_DIRECTIVES = {

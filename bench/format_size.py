@@ -1,6 +1,6 @@
 """Bytes per position at rest, for 9x9 and 19x19 chunks.
 
-Games come from ``format.synthetic``: random play with policy targets shaped
+Games come from ``testdata.synthetic_games``: random play with policy targets shaped
 like search output (200 visits on 9x9, 800 on 19x19, most on a few moves with
 a tail of exploration visits).  Two figures per size:
 
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from format import codec  # noqa: E402
 from format.example_proto import Example  # noqa: E402
-from format.synthetic import synthetic_game  # noqa: E402
+from testdata.synthetic_games import synthetic_game  # noqa: E402
 from format.tfrecord import frame_records  # noqa: E402
 
 GAMES_PER_CHUNK = 64

@@ -1,6 +1,6 @@
 """Benchmark of the whole shuffle job, run locally as a user would run it.
 
-Builds lakes of legal random games (selfplay.random_games) in a temp folder:
+Builds lakes of legal random games (testdata.random_games) in a temp folder:
 a 9x9 window, the same doubled, and a 19x19 window.  Each job runs as
 ``python -m pipeline.shuffle`` in a subprocess (default local runner:
 FnApiRunner with 2 worker processes) while a thread samples the summed RSS of
@@ -59,7 +59,7 @@ from format import codec  # noqa: E402
 from format.run_config import RunConfig  # noqa: E402
 from format import schema as S  # noqa: E402
 from format.symmetry import NUM_SYMMETRIES  # noqa: E402
-from selfplay.random_games import engine_game, resigned_copy, symmetric_copy  # noqa: E402
+from testdata.random_games import engine_game, resigned_copy, symmetric_copy  # noqa: E402
 
 GAMES_PER_CHUNK = 64
 POOL_GAMES = {9: 400, 19: 150}

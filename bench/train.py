@@ -9,7 +9,7 @@
 3. The ratio: examples/s the pipeline can supply over examples/s training
    consumes (above 1 means the input is not the bottleneck).
 
-Shards are synthetic (model.synthetic) in a temporary lake.  Timings on a
+Shards are synthetic (testdata.synthetic_windows) in a temporary lake.  Timings on a
 shared 2-core machine are noisy, so the pipeline is also measured per CPU
 second of this process (all its threads), which other load disturbs much
 less; on two idle cores the wall rate approaches twice that figure.  Ends
@@ -29,7 +29,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cloud.storage import open_storage  # noqa: E402
-from model import synthetic  # noqa: E402
+from testdata import synthetic_windows  # noqa: E402
 
 PIPELINE_BATCH = 1024
 

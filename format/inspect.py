@@ -230,7 +230,7 @@ def _load_game(target: str, index: int) -> codec.GameRecord:
 
 
 def _top_moves(game: codec.GameRecord, move: int, k: int = 5) -> list[tuple[str, float]]:
-    from selfplay.coords import move_to_gtp as to_gtp
+    from format.coords import move_to_gtp as to_gtp
 
     indices, probs = game.policy_probs(move)
     order = np.argsort(-probs, kind="stable")[:k]
@@ -249,7 +249,7 @@ def _result_string(game: codec.GameRecord) -> str | None:
 
 
 def cmd_game(args) -> int:
-    from selfplay.sgf import game_to_sgf
+    from format.sgf import game_to_sgf
 
     game = _load_game(args.target, args.index)
     comments = []
@@ -282,7 +282,7 @@ def _heat(value: float) -> str:
 
 
 def render_position(game: codec.GameRecord, move: int) -> str:
-    from selfplay.coords import move_to_gtp as to_gtp
+    from format.coords import move_to_gtp as to_gtp
 
     n = game.board_size
     letters = [c for c in "ABCDEFGHJKLMNOPQRST"][:n]

@@ -8,6 +8,6 @@ Modules, in the order data flows through them:
 * ``trainer``  strategy resolution, losses, the multi-step tf.function, checkpoint state.
 * ``staging``  --stage-dir: shards and checkpoints through local disk and the storage layer.
 * ``loop``     one run: choose a window, train it resumably, publish it.
-* ``export``   the float32 inference SavedModel that cloud.registry publishes.
+* ``export``   the float32 inference SavedModel that format.registry publishes.
 * ``synthetic`` learnable synthetic windows for tests and benchmarks.
 """

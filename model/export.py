@@ -9,7 +9,7 @@ is on.  Its one signature, ``serving_default``, is::
                                           ownership     [B, N*N] in [-1, 1], side to move
                                           score         [B]   points, side to move
 
-``cloud.registry`` publishes the directory and loads it back.
+``format.registry`` publishes the directory and loads it back.
 """
 from __future__ import annotations
 

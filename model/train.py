@@ -2,7 +2,7 @@
 
 Wiring only: flags -> TrainConfig (model.config) -> checks that need no
 TensorFlow (run.json's board size, a complete window to train) -> strategy
--> model.loop.TrainingRun.  Every refusal is one clear line on stderr and
+-> model.training_run.TrainingRun.  Every refusal is one clear line on stderr and
 exit status 2, before TensorFlow is imported where possible.
 
 Examples::
@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from cloud.registry import latest_generation
+from format.registry import latest_generation
 from model.config import TrainConfig, config_from_args
 from model.windows import LakeError, complete_windows, lake_board_size, newest_untrained
 
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     except (LakeError, ValueError, StorageError) as exc:
         return _fail(str(exc))
 
-    from model.loop import CheckpointMismatch, TrainingRun  # TensorFlow from here on
+    from model.training_run import CheckpointMismatch, TrainingRun  # TensorFlow from here on
     from model.staging import StagingError
     from model.trainer import StrategyUnavailable, resolve_strategy
 

@@ -6,7 +6,7 @@ evaluator before any model exists) runs four phases against one root::
     selfplay   python -m selfplay.worker   games/<g>/ chunks, for a planned time
     shuffle    python -m pipeline.shuffle  windows/<g+1>/ shards + MANIFEST (in-process Beam)
     train      python -m model.train       models/<g+1>/ + models/LATEST
-    evaluate   python -m selfplay.evaluate the new model against uniform random moves
+    evaluate   python -m selfplay.match    the new model against uniform random moves
 
 Every phase is a child process, so each role runs exactly as a user would
 run it, and a crash or a Ctrl-C costs only the phase in flight.
@@ -173,7 +173,7 @@ class Loop:
 
     # --- lake state -----------------------------------------------------------
     def current_generation(self) -> int:
-        from cloud.registry import latest_generation
+        from format.registry import latest_generation
 
         return latest_generation(self.storage) or 0
 
@@ -306,7 +306,7 @@ class Loop:
 
     def evaluate(self, player_a: str, player_b: str, games: int, seed: int) -> dict:
         lines = self.run_child("evaluate", [
-            "selfplay.evaluate", player_a, player_b, "--games", str(games), "--visits", str(self.config.eval_visits),
+            "selfplay.match", player_a, player_b, "--games", str(games), "--visits", str(self.config.eval_visits),
             "--board-size", str(self.config.board_size), "--komi", str(self.config.komi), "--seed", str(seed),
             "--json"])
         for line in reversed(lines):

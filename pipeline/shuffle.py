@@ -6,7 +6,7 @@ Reads ``ROOT/games/<gen>/*.tfrecord.zst``, writes
 (1 before any model).  A window that already has a manifest is not redone.
 
 The driver (this module) does the cheap, global decisions: check run.json,
-choose the window's chunks by the power-law rule (pipeline.window), size the
+choose the window's chunks by the power-law rule (pipeline.window_plan), size the
 shards and dedup partitions, pick the attempt id; pipeline.transforms does
 the work.  Stages, elements and the memory bound are described there.
 
@@ -37,7 +37,7 @@ import uuid
 
 from format import schema as S
 from format.run_config import RunConfigMismatch, read_run_config
-from pipeline import window as W
+from pipeline import window_plan as W
 from pipeline.config import LABEL_AUTO, LABEL_MODEL, LABEL_RANDOM, ShuffleConfig, add_flags, from_args
 from pipeline.transforms import JobContext, ShuffleWindow
 
@@ -51,7 +51,7 @@ def _progress(message: str) -> None:
 
 
 def _latest_model(storage):
-    from cloud.registry import latest_generation
+    from format.registry import latest_generation
     return latest_generation(storage)
 
 

@@ -147,7 +147,7 @@ class LabelBundleFn(_LakeDoFn):
         super().setup()
         self.policy_fn = None
         if self.context.model_generation is not None:
-            from cloud.registry import load_model
+            from format.registry import load_model
             self.policy_fn = load_model(self.storage, self.context.model_generation)
 
     def process(self, element):

@@ -16,7 +16,7 @@ SUDO=""
 if [[ "$(id -u)" != "0" ]] && command -v sudo >/dev/null; then SUDO="sudo"; fi
 
 # GNU Go is the rules referee for the engine's cross-check tests and the
-# opponent for `selfplay.evaluate`.  Debian installs it under /usr/games.
+# opponent for `selfplay.match`.  Debian installs it under /usr/games.
 if [[ $WANT_TEST == 1 ]] && ! command -v gnugo >/dev/null && [[ ! -x /usr/games/gnugo ]]; then
     echo "[setup] installing gnugo from Debian"
     $SUDO apt-get update -qq

@@ -65,7 +65,7 @@ def use_every_cpu_core() -> None:
 
 
 class ModelEvaluator:
-    """A published model (``cloud.registry.LoadedModel``) as an evaluator.
+    """A published model (``format.registry.LoadedModel``) as an evaluator.
 
     The model's call is a compiled TensorFlow function.  With several
     accelerators the batch is split evenly across them and the parts run in

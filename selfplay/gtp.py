@@ -40,7 +40,7 @@ from typing import Callable
 
 from format import schema as S
 from selfplay.board import Board, IllegalMove
-from selfplay.coords import GTP_COLUMNS, gtp_to_move, move_to_gtp
+from format.coords import GTP_COLUMNS, gtp_to_move, move_to_gtp
 from selfplay.player import (
     RESIGN, EvaluatorSource, MctsConfig, MctsPlayer, SearchBudget, load_evaluator,
 )
@@ -491,7 +491,7 @@ def serve(engine: GtpEngine, stdin, stdout) -> None:
 
 
 def main(argv=None) -> int:
-    from cloud.registry import RegistryError
+    from format.registry import RegistryError
 
     parser = build_arg_parser()
     args = parser.parse_args(argv)

@@ -5,7 +5,7 @@ A *player* answers ``select_move(board) -> move`` for the side to move on a
 (row 0 = top edge) or ``PASS = N * N`` (format/schema.py), or `RESIGN`.
 Players that keep their own copy of the game (an external GTP engine) learn
 every move through `observe`; the others ignore it.  The game loop
-(`selfplay.evaluate.play_games`, the GTP engine `selfplay.gtp`) calls::
+(`selfplay.match.play_games`, the GTP engine `selfplay.gtp`) calls::
 
     player.start_game(board_size, komi)          # once per game
     move = player.select_move(board)             # the side to move's player
@@ -39,7 +39,7 @@ import numpy as np
 
 from format import schema as S
 from selfplay.board import Board
-from selfplay.coords import gtp_to_move, move_to_gtp
+from format.coords import gtp_to_move, move_to_gtp
 from selfplay.search import STATE_EXPANDED
 
 RESIGN = -1
@@ -182,7 +182,7 @@ def call_evaluator(evaluator, features: np.ndarray) -> tuple[np.ndarray, np.ndar
     """Run `evaluator` on float32 [B, N, N, 17]; return (logits [B, N*N+1], values [B]).
 
     Accepts what the project's evaluators return: a (logits, values) pair or
-    a mapping with ``policy_logits`` and ``value`` (`cloud.registry`'s
+    a mapping with ``policy_logits`` and ``value`` (`format.registry`'s
     LoadedModel).  Checks the shapes, naming the evaluator on a mismatch."""
     out = evaluator(features)
     if isinstance(out, dict) or hasattr(out, "keys"):
@@ -515,13 +515,13 @@ def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None) -> Loa
 
     A model's board size is the one in its manifest; its komi is the run's
     (run.json), or None when the root has no run.json.  Raises LookupError
-    when the root has no published model yet, and `cloud.registry`'s
+    when the root has no published model yet, and `format.registry`'s
     RegistryError for a generation that is not published or is corrupt."""
     from selfplay.evaluator import UniformEvaluator
 
     if source.model_root is None:
         return LoadedEvaluator(UniformEvaluator(9), "uniform", 0)
-    from cloud import registry
+    from format import registry
     from cloud.storage import open_storage
     from format.run_config import read_run_config
     from selfplay.evaluator import ModelEvaluator

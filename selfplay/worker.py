@@ -180,7 +180,7 @@ class ModelWatcher:
 
     def poll_once(self):
         """Load the newest model if it is newer than the last one; returns it or None."""
-        from cloud import registry
+        from format import registry
 
         generation = registry.latest_generation(self.storage)
         if generation is None or (self.known is not None and generation <= self.known):

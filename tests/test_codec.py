@@ -8,7 +8,7 @@ import pytest
 from format import codec
 from format import schema as S
 from format.example_proto import Example
-from format.synthetic import synthetic_game
+from testdata.synthetic_games import synthetic_game
 from format.tfrecord import compress_zstd, frame_records, iter_framed_records, select_frames
 
 

@@ -3,8 +3,8 @@ import pytest
 from sgfmill import sgf
 
 from selfplay.board import Board
-from selfplay.coords import gtp_to_move, move_to_gtp
-from selfplay.sgf import game_from_sgf, game_to_sgf
+from format.coords import gtp_to_move, move_to_gtp
+from format.sgf import game_from_sgf, game_to_sgf
 
 
 @pytest.mark.parametrize("size, text, move", [

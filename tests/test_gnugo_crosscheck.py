@@ -37,7 +37,7 @@ import numpy as np
 import pytest
 
 from selfplay.board import Board
-from selfplay.coords import gtp_to_move, move_to_gtp
+from format.coords import gtp_to_move, move_to_gtp
 from selfplay.gtp_client import GnuGo, GnuGoNotFound
 
 pytestmark = pytest.mark.gnugo

@@ -16,7 +16,7 @@ import pytest
 
 from format import schema as S
 from selfplay.board import Board, board_from_ascii
-from selfplay.coords import gtp_to_move, move_to_gtp
+from format.coords import gtp_to_move, move_to_gtp
 from selfplay.gtp import GtpEngine, TimeControl, format_score, move_time_allotment
 from selfplay.gtp_client import GnuGo, GnuGoNotFound, find_gnugo
 

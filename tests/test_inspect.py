@@ -10,7 +10,7 @@ import sgfmill.sgf
 from format import codec
 from format import schema as S
 from format.inspect import main as inspect_main
-from format.synthetic import synthetic_game
+from testdata.synthetic_games import synthetic_game
 from format.tfrecord import compress_zstd, frame_records
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]

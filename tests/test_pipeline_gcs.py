@@ -13,7 +13,7 @@ import numpy as np
 from format import codec
 from format import schema as S
 from format.run_config import RunConfig
-from format.synthetic import synthetic_game
+from testdata.synthetic_games import synthetic_game
 from pipeline.shuffle import main
 
 

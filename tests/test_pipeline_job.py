@@ -19,7 +19,7 @@ import pytest
 
 from format import codec
 from format import schema as S
-from format.synthetic import synthetic_game
+from testdata.synthetic_games import synthetic_game
 from pipeline import labels as L
 from pipeline.shuffle import main
 from tests.test_pipeline_support import (

@@ -2,7 +2,7 @@
 
 (No tests here; the name keeps it among the files the pipeline owns.)
 
-`engine_game` and `resigned_copy` live in `selfplay.random_games` (one
+`engine_game` and `resigned_copy` live in `testdata.random_games` (one
 implementation, shared with bench/pipeline.py) and are re-exported here for
 the pipeline tests.  `engine_game` plays a legal game with the Cython engine:
 uniformly random moves that never fill the mover's own single-point eye,
@@ -20,7 +20,7 @@ import os
 from format import codec
 from format import schema as S
 from format.run_config import RunConfig
-from selfplay.random_games import engine_game, resigned_copy  # noqa: F401 (re-exported)
+from testdata.random_games import engine_game, resigned_copy  # noqa: F401 (re-exported)
 
 
 def write_run_json(root: str, board_size: int, komi: float = 7.5) -> None:

@@ -9,8 +9,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from format import codec
 from format import schema as S
-from format.synthetic import synthetic_game
-from pipeline import window as W
+from testdata.synthetic_games import synthetic_game
+from pipeline import window_plan as W
 from pipeline.config import ShuffleConfig
 from pipeline.transforms import FindDuplicateGames, JobContext, ShuffleWindow
 from tests.test_pipeline_support import read_window, write_chunk, write_run_json

@@ -6,10 +6,10 @@ import pytest
 
 from format import codec
 from format import schema as S
-from format.synthetic import synthetic_game
+from testdata.synthetic_games import synthetic_game
 from pipeline import labels as L
 from pipeline import positions as P
-from pipeline import window as W
+from pipeline import window_plan as W
 from pipeline.config import ShuffleConfig
 from pipeline.transforms import chunk_problem, duplicate_instances
 from tests.test_pipeline_support import engine_game, resigned_copy

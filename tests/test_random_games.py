@@ -1,4 +1,4 @@
-"""Tests of selfplay.random_games: the legal random games tests and benchmarks build lakes from.
+"""Tests of testdata.random_games: the legal random games tests and benchmarks build lakes from.
 
 Each game is checked against an independent replay on a fresh engine board:
 the recorded planes must be the board before every move, the recorded result
@@ -16,7 +16,7 @@ from format import codec
 from format import schema as S
 from format.symmetry import NUM_SYMMETRIES, symmetry_permutations
 from selfplay.board import Board
-from selfplay.random_games import engine_game, resigned_copy, symmetric_copy
+from testdata.random_games import engine_game, resigned_copy, symmetric_copy
 
 
 def _enclosed_by_own(stones: np.ndarray, point: int, colour: int) -> bool:

@@ -1,4 +1,4 @@
-"""cloud.registry: publish a model, load it back verified, refuse tampering.
+"""format.registry: publish a model, load it back verified, refuse tampering.
 
 A tiny network is exported with model.export into a local lake; the loaded
 model must compute what the Keras model computes, a corrupted file must be
@@ -11,7 +11,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from cloud.registry import (  # noqa: E402
+from format.registry import (  # noqa: E402
     AlreadyPublished, ModelIntegrityError, is_published, latest_generation, load_model,
     publish_model)
 from cloud.storage import open_storage  # noqa: E402

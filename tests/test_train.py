@@ -4,7 +4,7 @@
 tests/test_train_resume.py; Mirrored against default in
 tests/test_train_mirrored.py.)
 
-Training runs on a synthetic 9x9 window (model.synthetic), whose targets are
+Training runs on a synthetic 9x9 window (testdata.synthetic_windows), whose targets are
 simple functions of the board, with a tiny network so the whole file takes
 well under a minute.
 """
@@ -21,7 +21,7 @@ tf = pytest.importorskip("tensorflow")
 from cloud.storage import open_storage  # noqa: E402
 from format import schema  # noqa: E402
 from format.tfdata import training_dataset  # noqa: E402
-from model import synthetic  # noqa: E402
+from testdata import synthetic_windows  # noqa: E402
 from model.config import ConfigError, TrainConfig  # noqa: E402
 from model.network import NetworkConfig, build_network  # noqa: E402
 from model.trainer import Trainer, network_config, resolve_strategy, summarize  # noqa: E402

@@ -20,10 +20,10 @@ import sys
 import numpy as np
 import pytest
 
-from cloud.registry import latest_generation, load_model
+from format.registry import latest_generation, load_model
 from cloud.storage import open_storage
 from format import schema
-from model import synthetic
+from testdata import synthetic_windows
 from model.config import ConfigError, TrainConfig
 from tests.train_support import run_until_killed
 from model.staging import (STATE_FILE, Stage, StagingError, default_stage_dir, format_checkpoint_state,

@@ -11,10 +11,10 @@ import sys
 
 import numpy as np
 
-from cloud.registry import latest_generation, load_model
+from format.registry import latest_generation, load_model
 from cloud.storage import open_storage
 from format import schema
-from model import synthetic
+from testdata import synthetic_windows
 from tests.train_support import run_until_killed
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -194,7 +194,7 @@ def make_tiny_saved_model(directory, board_size):
 
 
 def test_a_model_published_mid_run_is_picked_up_by_games_in_progress(tmp_path):
-    from cloud.registry import publish_model
+    from format.registry import publish_model
 
     lake = tmp_path / "lake"
     proc = start_worker(lake, "--seed", "2", "--chunk-games", "2")

@@ -1,7 +1,7 @@
-"""``python -m format.demo``: write a small synthetic lake and inspect it.
+"""``python -m testdata.demo``: write a small synthetic lake and inspect it.
 
 Shows the storage layer and the inspect tools end to end without a Go engine
-or a network: synthetic games (``format.synthetic``) are written as chunks
+or a network: synthetic games (``testdata.synthetic_games``) are written as chunks
 create-only under ``ROOT/games/000000/``, then summarized and verified.
 """
 from __future__ import annotations
@@ -15,11 +15,11 @@ import numpy as np
 from format import codec
 from format.inspect import main as inspect_main
 from format.run_config import RunConfig, ensure_run_config
-from format.synthetic import synthetic_game
+from testdata.synthetic_games import synthetic_game
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m format.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m testdata.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--root", default="./lake", help="lake root, local folder or gs:// (default ./lake)")
     parser.add_argument("--board", type=int, default=9, help="board size (default 9)")
     parser.add_argument("--chunks", type=int, default=4, help="chunks to write (default 4)")

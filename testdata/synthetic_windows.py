@@ -137,7 +137,7 @@ def write_synthetic_window(storage, *, target_generation: int, board_size: int,
         storage.write_new(f"{window}/{name}", encode_shard(records))
     manifest = {"version": 1, "target_generation": target_generation,
                 "board_size": board_size, "shards": names, "positions": positions,
-                "source": "model.synthetic"}
+                "source": "testdata.synthetic_windows"}
     storage.write_new(f"{window}/{schema.MANIFEST}", json.dumps(manifest).encode())
     return manifest
 

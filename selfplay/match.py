@@ -1,8 +1,8 @@
 """Match play: player A against player B, with a win rate and its confidence.
 
-    python -m selfplay.evaluate model:ROOT random --games 100 --visits 16
-    python -m selfplay.evaluate model:ROOT@12 model:ROOT@10 --games 200 --json
-    python -m selfplay.evaluate uniform gnugo:1 --games 10 --sgf-dir /tmp/games
+    python -m selfplay.match model:ROOT random --games 100 --visits 16
+    python -m selfplay.match model:ROOT@12 model:ROOT@10 --games 200 --json
+    python -m selfplay.match uniform gnugo:1 --games 10 --sgf-dir /tmp/games
 
 A *player spec* is one of:
 
@@ -269,7 +269,7 @@ def write_sgf(result: GameResult, board_size: int, komi: float, folder: str) -> 
     """Write one game as SGF (player names in PB/PW) and return its path."""
     from sgfmill import sgf
 
-    from selfplay.sgf import game_to_sgf
+    from format.sgf import game_to_sgf
 
     data = game_to_sgf(board_size, komi, list(result.moves), result=result.result_text)
     game = sgf.Sgf_game.from_bytes(data)
@@ -342,7 +342,7 @@ class PlayerSpec:
 
 @dataclasses.dataclass(frozen=True)
 class EvaluateConfig:
-    """Settings of `python -m selfplay.evaluate` (see --help)."""
+    """Settings of `python -m selfplay.match` (see --help)."""
 
     player_a: PlayerSpec
     player_b: PlayerSpec
@@ -393,7 +393,7 @@ def build_player(spec: PlayerSpec, board_size: int, komi: float, mcts: MctsConfi
 
 def build_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m selfplay.evaluate",
+        prog="python -m selfplay.match",
         description="Play player A against player B (alternating colours, Tromp-Taylor scoring) "
                     "and report A's win rate with a 95%% Wilson interval. Players: model:ROOT[@GEN], "
                     "uniform, random, playouts[:K], gnugo[:LEVEL].")
@@ -462,7 +462,7 @@ def run(config: EvaluateConfig, log: Callable[[str], None] = lambda text: None) 
 
 
 def main(argv=None) -> int:
-    from cloud.registry import RegistryError
+    from format.registry import RegistryError
 
     parser = build_arg_parser()
     args = parser.parse_args(argv)
@@ -474,7 +474,7 @@ def main(argv=None) -> int:
     try:
         result = run(config, log)
     except (OSError, ValueError, LookupError, RegistryError) as exc:
-        print(f"selfplay.evaluate: {exc}", file=sys.stderr)
+        print(f"selfplay.match: {exc}", file=sys.stderr)
         return 2
     if config.json:
         print(json.dumps(result.to_json_dict(), sort_keys=True))

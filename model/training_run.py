@@ -7,7 +7,7 @@ Per window::
     train    slices of steps_per_call steps; a progress line and TensorBoard
              points every log_every window steps; a checkpoint every
              checkpoint_every window steps and at the end of the window
-    publish  export a float32 SavedModel, then cloud.registry.publish_model
+    publish  export a float32 SavedModel, then format.registry.publish_model
              (files, MANIFEST.json create-only, LATEST last)
 
 Resume: the checkpoint holds the window generation and how many of its
@@ -40,7 +40,7 @@ import time
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from cloud.registry import AlreadyPublished, is_published, latest_generation, publish_model
+from format.registry import AlreadyPublished, is_published, latest_generation, publish_model
 from format import schema
 from format.tfdata import training_dataset
 from model.config import TrainConfig

@@ -1,4 +1,4 @@
-"""Tests of match evaluation (`selfplay.evaluate`) and the players it runs.
+"""Tests of match evaluation (`selfplay.match`) and the players it runs.
 
 Covers the Wilson interval against published values, the counting of a
 match from A's side, that search makes a player stronger (MCTS with
@@ -15,7 +15,7 @@ from sgfmill import sgf
 
 from format import schema as S
 from selfplay.board import Board
-from selfplay.evaluate import (
+from selfplay.match import (
     END_ILLEGAL, END_RESIGN, END_TWO_PASSES, GameResult, PlayerSpec, evaluate, main, play_games,
     summarize, wilson_interval,
 )
@@ -223,7 +223,7 @@ def test_gnugo_player_plays_a_game():
 
 def publish_tiny_model(root, generation=1, board_size=9):
     """Export and publish an untrained 1-block network into the lake at `root`."""
-    from cloud.registry import publish_model
+    from format.registry import publish_model
     from cloud.storage import open_storage
     from model.export import export_inference_model
     from model.network import NetworkConfig, build_network
@@ -237,7 +237,7 @@ def publish_tiny_model(root, generation=1, board_size=9):
 
 
 def test_model_spec_plays_a_published_generation(tmp_path):
-    from selfplay.evaluate import EvaluateConfig, run
+    from selfplay.match import EvaluateConfig, run
 
     root = str(tmp_path / "lake")
     publish_tiny_model(root, generation=3)

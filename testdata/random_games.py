@@ -1,6 +1,6 @@
 """Legal random Go games recorded the way self-play records them, for tests and benchmarks.
 
-`format.synthetic` makes game records without a Go engine: its stone
+`testdata.synthetic_games` makes game records without a Go engine: its stone
 placements are not legal games, so they exercise the format but not what
 consumes real games (the shuffle job replays every game on the engine to
 label it, and plays resigned games out).  This module plays real games on
@@ -17,7 +17,7 @@ whose four neighbours are all the mover's own stones (or the edge); a player
 passes when nothing else is left, so games end by two passes with live
 groups on the board.  Policy targets are either a tiny fixed target
 (``visits == 0``, what the pipeline tests check against) or visit counts
-shaped like a real search's (``visits > 0``, `format.synthetic`'s
+shaped like a real search's (``visits > 0``, `testdata.synthetic_games`'s
 `synthetic_visit_counts`, with playout-cap randomization).
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 from format import schema as S
 from format import symmetry
 from format.codec import GameRecord
-from format.synthetic import synthetic_visit_counts
+from testdata.synthetic_games import synthetic_visit_counts
 
 
 def _points_enclosed_by(stones: np.ndarray, colour: int) -> np.ndarray:
@@ -52,7 +52,7 @@ def engine_game(rng: np.random.Generator, board_size: int, *, generation: int = 
     ``visits == 0``: every position is fully searched with the target
     {played move: 3, one random action: 1} and root values are 0 (the
     pipeline tests rely on this exact shape and on the draws from ``rng``).
-    ``visits > 0``: like `format.synthetic.synthetic_game`, a position is
+    ``visits > 0``: like `testdata.synthetic_games.synthetic_game`, a position is
     fully searched with probability ``full_search_fraction`` and then gets
     ``visits`` search-shaped visit counts over the legal actions plus one on
     the played move; other positions get no policy target.  Root values are
