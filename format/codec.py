@@ -171,6 +171,8 @@ class GameRecord:
     """Colour that would have resigned while resignation was disabled, else 0."""
     accelerated_from: int = -1
     """Move index where acceleration mode began, -1 if never."""
+    seed: int = -1
+    """Seed of the game's random stream (0 <= seed < 2**63), -1 if not recorded."""
     rules: str = S.RULES_TROMP_TAYLOR
     version: int = S.FORMAT_VERSION
 
@@ -279,6 +281,8 @@ def encode_game(game: GameRecord) -> bytes:
     _set_int64(ex, S.G_RESIGN_ENABLED, [int(game.resign_enabled)])
     _set_int64(ex, S.G_WOULD_RESIGN, [game.would_resign])
     _set_int64(ex, S.G_ACCELERATED_FROM, [game.accelerated_from])
+    if game.seed >= 0:
+        _set_int64(ex, S.G_SEED, [game.seed])
     return ex.SerializeToString(deterministic=True)
 
 
@@ -479,6 +483,9 @@ def decode_game(data: bytes, source: str = "<bytes>") -> GameRecord:
     accelerated_from = r.int(S.G_ACCELERATED_FROM)
     if not -1 <= accelerated_from <= m:
         raise r.error(S.G_ACCELERATED_FROM, f"{accelerated_from} outside -1..{m}")
+    seed = r.int(S.G_SEED) if S.G_SEED in r.features else -1   # optional: absent in older chunks
+    if seed < -1:
+        raise r.error(S.G_SEED, f"{seed} is negative")
     would_resign = r.int(S.G_WOULD_RESIGN)
     if would_resign not in (S.BLACK, S.WHITE, 0):
         raise r.error(S.G_WOULD_RESIGN, f"impossible colour {would_resign}")
@@ -490,7 +497,7 @@ def decode_game(data: bytes, source: str = "<bytes>") -> GameRecord:
         full_search=full_raw.astype(bool), winner=winner, score=r.float(S.G_SCORE),
         end_reason=end_reason, ownership=ownership, ownership_source=source_code,
         resign_enabled=bool(r.int(S.G_RESIGN_ENABLED)), would_resign=would_resign,
-        accelerated_from=accelerated_from, rules=rules, version=version,
+        accelerated_from=accelerated_from, seed=seed, rules=rules, version=version,
     )
 
 

@@ -27,10 +27,12 @@ cheap.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 
@@ -159,26 +161,135 @@ def read_manifest(storage, generation: int) -> dict:
     return manifest
 
 
-def _default_cache_dir(storage) -> str:
-    tag = hashlib.sha256(storage.url("").encode()).hexdigest()[:12]
-    return os.path.join(tempfile.gettempdir(), "zerolake-models", tag)
+class ModelCacheError(RegistryError):
+    """The local model cache cannot be used safely; the message names the folder."""
 
 
-def fetch_model_files(storage, generation: int, cache_dir: str | None = None) -> tuple[str, dict]:
+CACHE_MARKER = ".zerolake-model-cache"
+"""File written into every generation folder the cache creates.  The cache
+only ever reuses or deletes folders holding it, so pointing ``--model-cache``
+at the wrong folder (a lake's ``games/``, say) refuses instead of deleting."""
+
+
+class ModelCache:
+    """A private local folder of verified model files, one sub-folder a generation.
+
+    * ``ModelCache()`` makes a fresh folder with ``tempfile.mkdtemp`` (mode
+      0700, an unpredictable name, so no other user can plant files or
+      symlinks in it) and removes it when the process exits or on
+      :meth:`close`.
+    * ``ModelCache(path)`` uses a folder the user chose (``--model-cache``),
+      created with mode 0700 when missing.  It must be a real directory (not a
+      symlink), owned by this user and not writable by group or others.
+
+    Either way the cache creates ``<gen:06d>/`` folders marked with
+    :data:`CACHE_MARKER`, refuses a generation folder it did not create,
+    refuses symlinks anywhere below it, and deletes only marked folders.
+    """
+
+    def __init__(self, directory: str | None = None):
+        if directory is None:
+            self.directory = tempfile.mkdtemp(prefix="zerolake-models-")
+            self.temporary = True
+            atexit.register(self.close)
+        else:
+            self.directory = os.path.abspath(directory)
+            self.temporary = False
+            _make_private_dir(self.directory)
+
+    def __repr__(self) -> str:
+        return f"ModelCache({self.directory!r})"
+
+    def generation_dir(self, generation: int) -> str:
+        """The generation's folder, created and marked if new; refuses a foreign one."""
+        path = os.path.join(self.directory, schema.generation_dir(generation))
+        if os.path.lexists(path):
+            if os.path.islink(path) or not os.path.isdir(path):
+                raise ModelCacheError(f"{path} is a symlink or not a folder; the model cache refuses it")
+            if not os.path.isfile(os.path.join(path, CACHE_MARKER)):
+                raise ModelCacheError(f"{path} exists and was not created by the model cache; refusing to "
+                                      "use or delete it (give --model-cache a folder of its own)")
+            return path
+        os.mkdir(path, 0o700)
+        with open(os.path.join(path, CACHE_MARKER), "x") as handle:
+            handle.write("zerolake model cache: this folder may be deleted\n")
+        return path
+
+    def file_path(self, generation_dir: str, relative: str) -> str:
+        """Where a manifest entry lives locally; no component may be a symlink."""
+        parts = relative.split("/")
+        current = generation_dir
+        for part in parts:
+            current = os.path.join(current, part)
+            if os.path.islink(current):
+                raise ModelCacheError(f"{current} is a symlink; the model cache refuses to follow it")
+        return current
+
+    def clear(self, keep_generations: set[int]) -> None:
+        """Remove this cache's generation folders except ``keep_generations``."""
+        for name in os.listdir(self.directory):
+            path = os.path.join(self.directory, name)
+            if (name.isdigit() and int(name) not in keep_generations and not os.path.islink(path)
+                    and os.path.isdir(path) and os.path.isfile(os.path.join(path, CACHE_MARKER))):
+                shutil.rmtree(path, ignore_errors=True)
+
+    def close(self) -> None:
+        """Remove a temporary cache (a user-chosen folder stays)."""
+        if self.temporary:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _make_private_dir(path: str) -> None:
+    if os.path.islink(path):
+        raise ModelCacheError(f"model cache {path} is a symlink; give a real folder")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise ModelCacheError(f"model cache {path}: cannot create it ({exc.strerror})") from None
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        raise ModelCacheError(f"model cache {path} is not a folder")
+    if info.st_uid != os.getuid():
+        raise ModelCacheError(f"model cache {path} belongs to another user (uid {info.st_uid})")
+    if info.st_mode & 0o022:
+        raise ModelCacheError(f"model cache {path} is writable by group or others "
+                              f"(mode {stat.S_IMODE(info.st_mode):o}); use a private folder (chmod 700)")
+
+
+def _as_cache(cache) -> ModelCache:
+    if isinstance(cache, ModelCache):
+        return cache
+    return ModelCache(cache)
+
+
+def _check_entry(storage, generation: int, relative, entry) -> None:
+    """One ``files`` entry of a model manifest: a safe relative name -> {sha256, size}."""
+    where = storage.url(manifest_path(generation))
+    if (not isinstance(relative, str) or not relative or relative.startswith("/")
+            or any(part in ("", ".", "..") for part in relative.split("/"))):
+        raise ModelIntegrityError(f"{where}: bad file name {relative!r}", str(relative))
+    if (not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str)
+            or len(entry["sha256"]) != 64 or not isinstance(entry.get("size"), int)):
+        raise ModelIntegrityError(f"{where}: entry for {relative!r} must be "
+                                  '{"sha256": 64 hex digits, "size": int}', relative)
+
+
+def fetch_model_files(storage, generation: int, cache_dir: "ModelCache | str | None" = None) -> tuple[str, dict]:
     """Local directory holding the verified files of ``generation``, and its manifest.
 
-    Files already in the cache are re-hashed and reused when they match;
-    anything else is downloaded.  A download whose sha256 differs from the
-    manifest raises ModelIntegrityError naming the file, and the cached
-    copy is removed.
+    ``cache_dir`` is a :class:`ModelCache`, a folder for one, or None for a
+    private temporary cache.  Files already in the cache are re-hashed and
+    reused when they match; anything else is downloaded.  A download whose
+    sha256 differs from the manifest raises ModelIntegrityError naming the
+    file, and the cached copy is removed.
     """
     manifest = read_manifest(storage, generation)
-    local = os.path.join(cache_dir or _default_cache_dir(storage), schema.generation_dir(generation))
+    for relative, entry in manifest["files"].items():
+        _check_entry(storage, generation, relative, entry)
+    cache = _as_cache(cache_dir)
+    local = cache.generation_dir(generation)
     for relative, entry in sorted(manifest["files"].items()):
-        if ".." in relative.split("/") or relative.startswith("/"):
-            raise ModelIntegrityError(f"{storage.url(manifest_path(generation))}: bad file name "
-                                      f"{relative!r}", relative)
-        target = os.path.join(local, *relative.split("/"))
+        target = cache.file_path(local, relative)
         if os.path.exists(target) and _file_sha256(target) == entry["sha256"]:
             continue
         remote = f"{model_dir(generation)}/{relative}"
@@ -194,6 +305,8 @@ def fetch_model_files(storage, generation: int, cache_dir: str | None = None) ->
                 f"{storage.url(remote)}: sha256 {_sha256(data)[:16]}... does not match the "
                 f"manifest's {entry['sha256'][:16]}... (file corrupted or replaced); refusing to load",
                 remote)
+        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+        cache.file_path(local, relative)   # re-check: nothing may have become a symlink meanwhile
         write_local_file(target, data)
     return local, manifest
 
@@ -228,7 +341,7 @@ class LoadedModel:
         return {name: outputs[name].numpy() for name in OUTPUTS}
 
 
-def load_model(storage, generation: int, cache_dir: str | None = None) -> LoadedModel:
+def load_model(storage, generation: int, cache_dir: "ModelCache | str | None" = None) -> LoadedModel:
     """Download (or reuse from cache), verify and load a published generation."""
     import tensorflow as tf  # deferred: polling LATEST must not pay for TensorFlow
 
@@ -242,10 +355,11 @@ def load_model(storage, generation: int, cache_dir: str | None = None) -> Loaded
                        _signature=saved.signatures[SIGNATURE], _saved=saved)
 
 
-def clear_cache(cache_dir: str, keep_generations: set[int]) -> None:
-    """Remove cached generations not in ``keep_generations`` (workers call it after a switch)."""
-    if not os.path.isdir(cache_dir):
+def clear_cache(cache: "ModelCache | str", keep_generations: set[int]) -> None:
+    """Remove cached generations not in ``keep_generations`` (workers call it after a switch).
+
+    Only folders the cache created (marked with CACHE_MARKER) are removed.
+    """
+    if isinstance(cache, str) and not os.path.isdir(cache):
         return
-    for name in os.listdir(cache_dir):
-        if name.isdigit() and int(name) not in keep_generations:
-            shutil.rmtree(os.path.join(cache_dir, name), ignore_errors=True)
+    _as_cache(cache).clear(keep_generations)

@@ -16,7 +16,9 @@ Conventions used throughout the project
   neutral (dame, seki).
 * Network input is NHWC ``[B, N, N, 17]``: channels 0-7 are the stones of the
   side to move at t, t-1, ..., t-7; channels 8-15 the opponent's at the same
-  times; channel 16 is 1 when Black is to move.
+  times; channel 16 is 1 when Black is to move.  `format.planes` owns that
+  layout (channel indices, colour convention, the reference builder); the
+  plane counts below are its numbers.
 """
 
 FORMAT_VERSION = 1
@@ -34,6 +36,8 @@ EMPTY = 0
 RULES_TROMP_TAYLOR = "tromp-taylor"
 """Area scoring, positional superko, suicide illegal: the only rules used."""
 
+# The network input's plane counts; the layout is format/planes.py's, and
+# compiled code gets the same numbers from format/planes.pxd (tested equal).
 HISTORY_LENGTH = 8
 """Board positions of history in the network input."""
 INPUT_PLANES = 2 * HISTORY_LENGTH + 1
@@ -105,6 +109,7 @@ G_OWNERSHIP_SOURCE = "ownership_source"
 G_RESIGN_ENABLED = "resign_enabled"
 G_WOULD_RESIGN = "would_resign"
 G_ACCELERATED_FROM = "accelerated_from"
+G_SEED = "seed"
 
 # --- position records (training shards) -----------------------------------
 

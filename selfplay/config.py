@@ -14,9 +14,20 @@ import dataclasses
 import math
 import os
 import re
+import secrets
 import socket
 
 from format import schema as S
+from selfplay.evaluator import parse_device
+
+
+def _inside_local_root(folder: str, root: str) -> bool:
+    """Whether a local ``folder`` is the lake root or below it (never for gs:// roots)."""
+    if root.startswith("gs://"):
+        return False
+    root = root[len("file://"):] if root.startswith("file://") else root
+    folder, root = os.path.realpath(folder), os.path.realpath(root)
+    return folder == root or folder.startswith(root + os.sep)
 
 
 def default_worker_id() -> str:
@@ -78,15 +89,25 @@ class WorkerConfig:
     poll_seconds: float = 5.0
     """How often models/LATEST is read."""
     progress_seconds: float = 10.0
-    seed: int = 0
+    seed: int = -1
+    """Seed of the worker's random streams; -1 = fresh from the OS's entropy, so no two workers share games."""
     worker_id: str = dataclasses.field(default_factory=default_worker_id)
     model_cache: str = ""
     """Local folder for downloaded models ('' = a temporary folder)."""
+    device: str = ""
+    """Where the network runs: '' (TensorFlow's choice), cpu, gpu, gpu:K (one GPU per process) or tpu."""
 
     def __post_init__(self):
         def need(ok, flag, message):
             if not ok:
                 raise ValueError(f"--{flag.replace('_', '-')}: {message}")
+
+        need(-1 <= self.seed < 2 ** 63, "seed", f"{self.seed} is outside -1..2**63-1")
+        if self.seed == -1:
+            # Resolved once here, so the config (and the worker's log) names the seed in use.
+            object.__setattr__(self, "seed", secrets.randbits(63))
+        need(not self.model_cache or not _inside_local_root(self.model_cache, self.root), "model_cache",
+             f"{self.model_cache} is inside the lake root {self.root}; give the cache a folder of its own")
 
         need(bool(self.root), "root", "a storage root is required")
         need(S.MIN_BOARD_SIZE <= self.board_size <= S.MAX_BOARD_SIZE, "board_size",
@@ -116,6 +137,10 @@ class WorkerConfig:
         need(self.progress_seconds > 0, "progress_seconds", "must be > 0")
         need(bool(re.fullmatch(r"[A-Za-z0-9_.]+", self.worker_id)), "worker_id",
              f"{self.worker_id!r} may hold only letters, digits, '_' and '.'")
+        try:
+            parse_device(self.device)
+        except ValueError as exc:
+            need(False, "device", str(exc))
 
     @property
     def sampled_moves(self) -> int:

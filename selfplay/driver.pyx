@@ -441,9 +441,18 @@ cdef class GameBatch:
         tree.promote(move)
         self.searching[game] = 0
 
-    def new_game(self, int game):
-        """Start `game` over on an empty board with an empty tree."""
+    def new_game(self, int game, seed=None):
+        """Start `game` over on an empty board with an empty tree.
+
+        With ``seed`` (an int below 2**64) the game's random stream (noise,
+        move sampling, Gumbel draws) restarts from it, so the same seed and
+        the same network replay the same game whatever slot it is played in.
+        """
         self._check_game(game)
+        if seed is not None:
+            if not 0 <= seed < 2 ** 64:
+                raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+            self.rng[game] = rng_seed(<uint64_t>seed)
         cdef Board old = self.roots_list[game]
         board = PyBoard(self.board_size, old.komi_, old.max_moves_)
         self.roots_list[game] = board

@@ -42,7 +42,6 @@ import logging
 import math
 import signal
 import sys
-import tempfile
 import threading
 import time
 
@@ -66,6 +65,10 @@ class GameInProgress:
     """What is recorded of one game while it is played (lists grow per move)."""
 
     game_id: str
+    seed: int
+    """Seed of this game's random streams (the engine's and ``rng``)."""
+    rng: np.random.Generator
+    """This game's own Python-side draws: resignation on/off, full or fast search."""
     resign_enabled: bool
     moves: list = dataclasses.field(default_factory=list)
     planes: list = dataclasses.field(default_factory=list)
@@ -83,6 +86,17 @@ class GameInProgress:
     @property
     def accelerating(self) -> bool:
         return self.resigned_by != 0
+
+
+def game_seed(worker_seed: int, serial: int) -> int:
+    """The seed of a worker's ``serial``-th game: distinct per game and per worker seed.
+
+    numpy's SeedSequence hashes (worker seed, serial) into well-spread
+    state, so neighbouring serials or seeds share no stream.  63 bits, so it
+    fits the record's int64 field.
+    """
+    sequence = np.random.SeedSequence(entropy=worker_seed, spawn_key=(serial,))
+    return int(sequence.generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 @dataclasses.dataclass
@@ -209,7 +223,6 @@ class SelfPlayWorker:
     def __init__(self, config: WorkerConfig, storage, evaluator=None):
         self.config = config
         self.storage = storage
-        self.rng = np.random.default_rng(config.seed)
         self.evaluator = evaluator or UniformEvaluator(config.board_size)
         self.batch = GameBatch(
             config.board_size, config.games, komi=config.komi, max_moves=config.max_moves,
@@ -230,9 +243,11 @@ class SelfPlayWorker:
     # ---- games ------------------------------------------------------------
 
     def _new_game(self, g: int) -> None:
-        self.batch.new_game(g)
-        resign_enabled = bool(self.rng.random() >= self.config.resign_disabled_fraction)
-        self.games[g] = GameInProgress(game_id=f"{self._run_tag}.{self._game_serial}",
+        seed = game_seed(self.config.seed, self._game_serial)
+        self.batch.new_game(g, seed=seed)
+        rng = np.random.default_rng(seed)
+        resign_enabled = bool(rng.random() >= self.config.resign_disabled_fraction)
+        self.games[g] = GameInProgress(game_id=f"{self._run_tag}.{self._game_serial}", seed=seed, rng=rng,
                                        resign_enabled=resign_enabled)
         self._game_serial += 1
         self._start_search(g)
@@ -244,7 +259,7 @@ class SelfPlayWorker:
             game.this_search_full = False
             self.batch.start_search(g, cfg.accelerated_visits, gumbel=cfg.gumbel, noise=False)
             return
-        game.this_search_full = bool(self.rng.random() < cfg.full_search_fraction)
+        game.this_search_full = bool(game.rng.random() < cfg.full_search_fraction)
         budget = cfg.visits if game.this_search_full else cfg.fast_visits
         self.batch.start_search(g, budget, gumbel=cfg.gumbel, noise=game.this_search_full)
 
@@ -336,7 +351,7 @@ class SelfPlayWorker:
             full_search=np.asarray(game.full_search, bool), winner=int(winner), score=score,
             end_reason=end_reason, ownership=ownership, ownership_source=source,
             resign_enabled=game.resign_enabled, would_resign=game.would_resign,
-            accelerated_from=game.accelerated_from)
+            accelerated_from=game.accelerated_from, seed=game.seed)
 
     # ---- the loop ---------------------------------------------------------
 
@@ -425,7 +440,13 @@ def main(argv=None) -> int:
     except RunConfigMismatch as exc:
         print(f"selfplay.worker: refusing to run: {exc}", file=sys.stderr)
         return 2
-    cache = config.model_cache or tempfile.mkdtemp(prefix="zerolake-models-")
+    from format import registry
+
+    try:
+        cache = registry.ModelCache(config.model_cache or None)
+    except registry.ModelCacheError as exc:
+        print(f"selfplay.worker: --model-cache: {exc}", file=sys.stderr)
+        return 2
     watcher = ModelWatcher(storage, config.poll_seconds, cache, current_generation=None)
     evaluator = None
     try:
@@ -434,6 +455,7 @@ def main(argv=None) -> int:
     except Exception as exc:  # noqa: BLE001 - play with the uniform evaluator until a model loads
         log.warning("could not load the latest model yet: %s", exc)
 
+    print(f"[selfplay] worker {config.worker_id} seed {config.seed}", flush=True)
     worker = SelfPlayWorker(config, storage, evaluator)
     signal.signal(signal.SIGTERM, lambda signum, frame: worker.stop_requested.set())
     watcher.start()
