@@ -1,0 +1,188 @@
+"""Structured progress: one JSON event per line, beside each role's human status line.
+
+Every long-running role (``selfplay.worker``, ``pipeline.shuffle``,
+``model.train``, ``pipeline.loop``, ``pipeline.cluster``) takes ``--events
+PATH``.  It then appends one JSON object per line to PATH ('-' = stdout),
+flushed as it is written, so a reader (the loop, the cluster launcher, a
+person with ``tail -f | jq``) learns what the role is doing without parsing
+its human log lines, and a line survives the writer being SIGKILLed the
+moment after.  The schema is versioned; format/SPEC.md ("Events") lists
+every event and its fields.
+
+Every event carries::
+
+    {"schema": "zerolake.event", "version": 1, "time": <unix seconds>,
+     "role": "worker" | "shuffle" | "train" | "loop" | "cluster",
+     "pid": <int>, "event": <name>, ...fields}
+
+Readers call :func:`parse_event` on each line (None for a line that is not
+an event, EventError for an event of an unknown version) or
+:class:`EventTail` to follow a file as it grows.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+SCHEMA = "zerolake.event"
+EVENTS_VERSION = 1
+ROLES = ("worker", "shuffle", "train", "loop", "cluster")
+
+# Each event and the fields it must carry beyond the common ones.  The
+# writer checks them, so a typo fails in the role's own tests, not in a reader.
+REQUIRED = {
+    "worker": {
+        "started": ("worker_id", "seed", "generation"),
+        "progress": ("games", "positions", "generation", "chunks", "spooled"),
+        "game_finished": ("game_id", "generation", "moves", "spool_entry"),
+        "chunk_uploaded": ("path", "games", "generation"),
+        "model_loaded": ("generation",),
+        "model_rejected": ("generation", "error"),
+        "stopped": ("reason", "games"),
+    },
+    "shuffle": {
+        "started": ("follow",),
+        "waiting": ("new_positions", "needed"),
+        "claim_lost": ("generation",),
+        "window_published": ("generation", "positions", "shards"),
+        "stopped": ("reason",),
+    },
+    "train": {
+        "started": ("strategy",),
+        "lease_acquired": ("holder", "expires"),
+        "window_started": ("generation", "steps"),
+        "window_skipped": ("generation", "reason"),
+        "progress": ("generation", "step", "steps", "loss", "policy_loss", "value_loss", "accuracy",
+                     "examples_per_s"),
+        "published": ("generation", "step"),
+        "stopped": ("reason",),
+    },
+    "loop": {
+        "phase": ("generation", "phase"),
+        "stopped": ("reason",),
+    },
+    "cluster": {
+        "role_started": ("name", "pid"),
+        "role_exited": ("name", "returncode"),
+        "role_killed": ("name", "pid"),
+        "status": ("generation", "games", "positions", "roles"),
+        "stopped": ("reason",),
+    },
+}
+
+
+class EventError(ValueError):
+    """An event line that cannot be trusted (unknown version, missing fields)."""
+
+
+class EventLog:
+    """Appends events for one role; ``EventLog(None, role)`` emits nothing.
+
+    Thread-safe: the worker emits from its play loop and its model watcher.
+    """
+
+    def __init__(self, path: str | None, role: str):
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}")
+        self.role = role
+        self._lock = threading.Lock()
+        if path is None or path == "":
+            self._stream = None
+        elif path == "-":
+            self._stream = sys.stdout
+        else:
+            directory = os.path.dirname(os.path.abspath(path))
+            os.makedirs(directory, exist_ok=True)
+            self._stream = open(path, "a", encoding="utf-8", buffering=1)
+
+    @property
+    def enabled(self) -> bool:
+        return self._stream is not None
+
+    def emit(self, event: str, **fields) -> None:
+        """Write one event line and flush it."""
+        missing = [name for name in REQUIRED[self.role].get(event, ()) if name not in fields]
+        if event not in REQUIRED[self.role]:
+            raise ValueError(f"{self.role} has no event {event!r}")
+        if missing:
+            raise ValueError(f"{self.role} event {event!r} lacks {missing}")
+        if self._stream is None:
+            return
+        record = {"schema": SCHEMA, "version": EVENTS_VERSION, "time": round(time.time(), 3),
+                  "role": self.role, "pid": os.getpid(), "event": event, **fields}
+        line = json.dumps(record, separators=(",", ":"), allow_nan=False, default=_plain) + "\n"
+        with self._lock:
+            self._stream.write(line)
+            self._stream.flush()
+
+    def close(self) -> None:
+        if self._stream is not None and self._stream is not sys.stdout:
+            self._stream.close()
+        self._stream = None
+
+
+def _plain(value):
+    """numpy scalars and the like as plain JSON numbers."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def parse_event(line: str) -> dict | None:
+    """The event on ``line``, or None when the line is not an event at all."""
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        return None
+    if record.get("version") != EVENTS_VERSION:
+        raise EventError(f"event version {record.get('version')!r}; this reader knows {EVENTS_VERSION}")
+    role, event = record.get("role"), record.get("event")
+    if role not in REQUIRED or event not in REQUIRED[role]:
+        raise EventError(f"unknown event {role!r}/{event!r}")
+    missing = [name for name in REQUIRED[role][event] if name not in record]
+    if missing:
+        raise EventError(f"{role} event {event!r} lacks {missing}")
+    return record
+
+
+class EventTail:
+    """Follows an events file as it grows: ``poll()`` returns the new events.
+
+    A partial last line (the writer is mid-write) is kept until it ends.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._offset = 0
+        self._partial = ""
+
+    def poll(self) -> list[dict]:
+        try:
+            with open(self.path, encoding="utf-8") as handle:
+                handle.seek(self._offset)
+                text = handle.read()
+                self._offset = handle.tell()
+        except FileNotFoundError:
+            return []
+        text = self._partial + text
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        events = []
+        for line in lines:
+            event = parse_event(line)
+            if event is not None:
+                events.append(event)
+        return events
+
+
+def read_events(path: str) -> list[dict]:
+    """Every complete event in a file (a missing file has none)."""
+    return EventTail(path).poll()

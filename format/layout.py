@@ -1,0 +1,305 @@
+"""Where everything lives in a lake: the one owner of every path, and of each manifest.
+
+Every role meets the others only through one storage root (a local folder or
+``gs://bucket/prefix``).  This module is the only place that spells a path in
+it; every other module asks it (a test scans the code for stray literals).
+Paths are relative to the root, '/'-separated, as `cloud.base` defines them::
+
+    run.json                                        the run's fixed settings (create-only)
+    games/<gen>/<worker>-<ms:013d>-<seq:06d>.tfrecord.zst   self-play chunks
+    windows/<gen>/shard-*.tfrecord.gz               training shards for model <gen>
+    windows/<gen>/MANIFEST.json                     written last: the window is complete
+    models/<gen>/...  + models/<gen>/MANIFEST.json   published inference models
+    models/LATEST                                   newest published generation
+    checkpoints/...                                 the trainer's state
+    loop/<marker>                                   the one-machine loop's phase markers
+    tmp/<job>-<gen>-<attempt>/...                   a job's temporary pieces
+    cluster/trainer-lease.json                      which trainer owns the root, until when
+    cluster/claims/window-<gen>.json                which shuffle follower makes window <gen>
+    report/...                                      derived views (plots, tables); replaceable
+
+``<gen>`` is a generation number, zero-padded to six digits.
+
+Manifests
+---------
+Each manifest kind has one version constant here and one validating reader,
+which every role uses, so that a damaged or foreign manifest is refused the
+same way everywhere, with a :class:`ManifestError` that names the object and
+the field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+from format import schema as S
+
+RUN_CONFIG = "run.json"
+GAMES_DIR = "games"
+WINDOWS_DIR = "windows"
+MODELS_DIR = "models"
+CHECKPOINTS_DIR = "checkpoints"
+LOOP_DIR = "loop"
+TMP_DIR = "tmp"
+CLUSTER_DIR = "cluster"
+REPORT_DIR = "report"
+MANIFEST = "MANIFEST.json"
+LATEST = f"{MODELS_DIR}/LATEST"
+TRAINER_LEASE = f"{CLUSTER_DIR}/trainer-lease.json"
+
+WINDOW_MANIFEST_VERSION = 1
+MODEL_MANIFEST_VERSION = 1
+
+_CHUNK_NAME = re.compile(r"(?P<worker>[A-Za-z0-9_.]+)-(?P<ms>\d{13})-(?P<seq>\d{6,})" + re.escape(S.CHUNK_SUFFIX))
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")
+
+
+class ManifestError(ValueError):
+    """A manifest is missing, unreadable or not what its reader expects.
+
+    ``url`` names the object, ``field`` the offending field ('' for the file
+    as a whole); the message says both.
+    """
+
+    def __init__(self, url: str, field: str, problem: str):
+        where = f"{url}: field '{field}'" if field else url
+        super().__init__(f"{where}: {problem}")
+        self.url = url
+        self.field = field
+
+
+def generation_dir(generation: int) -> str:
+    """Zero-padded folder name of a generation: 7 -> '000007'."""
+    if isinstance(generation, bool) or int(generation) != generation or generation < 0:
+        raise ValueError(f"generation must be a non-negative int, got {generation!r}")
+    return f"{int(generation):06d}"
+
+
+def parse_generation(name: str) -> int | None:
+    """The generation of a folder name ('000007' -> 7), None for anything else."""
+    return int(name) if len(name) == 6 and name.isdigit() else None
+
+
+# ---- games ---------------------------------------------------------------
+
+def games_prefix(generation: int | None = None) -> str:
+    """Listing prefix of every chunk, or of one generation's chunks."""
+    if generation is None:
+        return f"{GAMES_DIR}/"
+    return f"{GAMES_DIR}/{generation_dir(generation)}/"
+
+
+def chunk_path(generation: int, worker_id: str, time_ms: int, seq: int) -> str:
+    """``games/<gen>/<worker>-<ms>-<seq>.tfrecord.zst``; ms and seq make names sort by time."""
+    if not worker_id or not re.fullmatch(r"[A-Za-z0-9_.]+", worker_id):
+        raise ValueError(f"worker id {worker_id!r} may hold only letters, digits, '_' and '.'")
+    return f"{games_prefix(generation)}{worker_id}-{int(time_ms):013d}-{int(seq):06d}{S.CHUNK_SUFFIX}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkName:
+    """What a chunk's path says about it."""
+
+    generation: int
+    worker_id: str
+    time_ms: int
+    seq: int
+
+
+def parse_chunk_path(path: str) -> ChunkName | None:
+    """The parts of a chunk path, or None if ``path`` is not a chunk of this layout."""
+    parts = path.split("/")
+    if len(parts) != 3 or parts[0] != GAMES_DIR:
+        return None
+    generation = parse_generation(parts[1])
+    match = _CHUNK_NAME.fullmatch(parts[2])
+    if generation is None or not match:
+        return None
+    return ChunkName(generation, match["worker"], int(match["ms"]), int(match["seq"]))
+
+
+# ---- windows -------------------------------------------------------------
+
+def windows_prefix() -> str:
+    return f"{WINDOWS_DIR}/"
+
+
+def window_dir(generation: int) -> str:
+    return f"{WINDOWS_DIR}/{generation_dir(generation)}"
+
+
+def window_manifest(generation: int) -> str:
+    return f"{window_dir(generation)}/{MANIFEST}"
+
+
+def shard_path(generation: int, name: str) -> str:
+    return f"{window_dir(generation)}/{name}"
+
+
+def window_generation(path: str) -> int | None:
+    """The generation of any path under ``windows/<gen>/``, else None."""
+    parts = path.split("/")
+    if len(parts) >= 3 and parts[0] == WINDOWS_DIR:
+        return parse_generation(parts[1])
+    return None
+
+
+def is_window_manifest(path: str) -> bool:
+    parts = path.split("/")
+    return len(parts) == 3 and parts[0] == WINDOWS_DIR and parse_generation(parts[1]) is not None \
+        and parts[2] == MANIFEST
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowManifest:
+    """A complete window, as its manifest describes it.
+
+    ``shards`` are paths relative to the root; ``document`` is the whole
+    manifest (statistics included) as read.
+    """
+
+    target_generation: int
+    board_size: int
+    shards: tuple[str, ...]
+    positions: int
+    path: str
+    document: dict = dataclasses.field(repr=False, compare=False, default_factory=dict)
+
+
+def window_manifest_bytes(document: dict) -> bytes:
+    """Serialize a window manifest (the writer's half of the contract)."""
+    if document.get("version") != WINDOW_MANIFEST_VERSION:
+        raise ValueError(f"a window manifest must carry version {WINDOW_MANIFEST_VERSION}")
+    parse_window_manifest(json.dumps(document).encode(), window_manifest(document["target_generation"]))
+    return (json.dumps(document, indent=1) + "\n").encode()
+
+
+def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> WindowManifest:
+    """Validate a window manifest's bytes; ManifestError names the object and field.
+
+    ``path`` is the manifest's path in the lake (it must be the manifest of
+    the window its ``target_generation`` names); ``url`` is how to name it
+    in errors (default: ``path``).
+    """
+    url = url or path
+    document = _json_object(data, url)
+
+    def need(name, kind):
+        value = document.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ManifestError(url, name, f"is missing or not {kind.__name__}")
+        return value
+
+    version = need("version", int)
+    if version != WINDOW_MANIFEST_VERSION:
+        raise ManifestError(url, "version", f"is {version}; this reader knows version {WINDOW_MANIFEST_VERSION}")
+    generation = need("target_generation", int)
+    if generation < 0 or window_manifest(generation) != path:
+        raise ManifestError(url, "target_generation", f"{generation} does not match the manifest's folder")
+    board_size = need("board_size", int)
+    if not S.MIN_BOARD_SIZE <= board_size <= S.MAX_BOARD_SIZE:
+        raise ManifestError(url, "board_size", f"{board_size} is outside {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
+    shards = need("shards", list)
+    if not shards or not all(isinstance(s, str) and _SAFE_NAME.fullmatch(s) and ".." not in s for s in shards):
+        raise ManifestError(url, "shards", "must list the window's shard file names")
+    positions = need("positions", int)
+    if positions <= 0:
+        raise ManifestError(url, "positions", f"is {positions}, expected > 0")
+    return WindowManifest(target_generation=generation, board_size=board_size,
+                          shards=tuple(shard_path(generation, s) for s in shards), positions=positions,
+                          path=path, document=document)
+
+
+def read_window_manifest(storage, generation: int, *, check_shards: bool = False) -> WindowManifest:
+    """Read and validate ``windows/<gen>/MANIFEST.json``.
+
+    With ``check_shards`` every shard it names must exist, or ManifestError
+    names the first missing one.  A missing manifest raises the storage
+    layer's NotFound (the window is not complete yet).
+    """
+    path = window_manifest(generation)
+    window = parse_window_manifest(storage.read(path), path, storage.url(path))
+    if check_shards:
+        present = {info.path for info in storage.list(window_dir(generation) + "/")}
+        for shard in window.shards:
+            if shard not in present:
+                raise ManifestError(storage.url(path), "shards", f"names {storage.url(shard)}, which is missing")
+    return window
+
+
+# ---- models --------------------------------------------------------------
+
+def models_prefix() -> str:
+    return f"{MODELS_DIR}/"
+
+
+def model_dir(generation: int) -> str:
+    return f"{MODELS_DIR}/{generation_dir(generation)}"
+
+
+def model_manifest(generation: int) -> str:
+    return f"{model_dir(generation)}/{MANIFEST}"
+
+
+def model_file(generation: int, relative: str) -> str:
+    return f"{model_dir(generation)}/{relative}"
+
+
+def parse_model_manifest(data: bytes, generation: int, url: str) -> dict:
+    """Validate a model manifest (``{"version", "generation", "files", "metadata"}``)."""
+    document = _json_object(data, url)
+    if document.get("version") != MODEL_MANIFEST_VERSION:
+        raise ManifestError(url, "version", f"is {document.get('version')!r}; this reader knows "
+                                            f"version {MODEL_MANIFEST_VERSION}")
+    if document.get("generation") != generation:
+        raise ManifestError(url, "generation", f"is {document.get('generation')!r}, expected {generation}")
+    if not isinstance(document.get("files"), dict) or not document["files"]:
+        raise ManifestError(url, "files", "must map file names to {sha256, size}")
+    metadata = document.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("board_size"), int):
+        raise ManifestError(url, "metadata", "must be an object with an int board_size")
+    return document
+
+
+# ---- the trainer's checkpoints, the loop, jobs, the cluster, reports -----
+
+def checkpoints_prefix() -> str:
+    return f"{CHECKPOINTS_DIR}/"
+
+
+def checkpoint_file(name: str) -> str:
+    return f"{CHECKPOINTS_DIR}/{name}"
+
+
+def loop_marker(name: str) -> str:
+    """A create-only marker of the one-machine loop (``loop/selfplay-3.done``...)."""
+    return f"{LOOP_DIR}/{name}"
+
+
+def tmp_prefix() -> str:
+    return f"{TMP_DIR}/"
+
+
+def job_tmp_dir(job: str, generation: int, attempt: str) -> str:
+    """Temporary pieces of one attempt of a job (``tmp/shuffle-000003-<attempt>``)."""
+    return f"{TMP_DIR}/{job}-{generation_dir(generation)}-{attempt}"
+
+
+def window_claim(generation: int) -> str:
+    """Create-only claim: the shuffle follower that wrote it makes window <gen>."""
+    return f"{CLUSTER_DIR}/claims/window-{generation_dir(generation)}.json"
+
+
+def report_path(name: str) -> str:
+    return f"{REPORT_DIR}/{name}"
+
+
+def _json_object(data: bytes, url: str) -> dict:
+    try:
+        document = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ManifestError(url, "", f"not valid JSON ({exc})") from None
+    if not isinstance(document, dict):
+        raise ManifestError(url, "", "is not a JSON object")
+    return document
