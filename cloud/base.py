@@ -17,8 +17,17 @@ Write semantics (the lake's central promise)
 --------------------------------------------
 * ``write_new`` creates an object and refuses to overwrite one
   (:class:`AlreadyExists`).  Self-play chunks, shards and model files use it.
-* ``write_replace`` atomically replaces a small pointer object such as
-  ``models/LATEST``; readers see the old bytes or the new bytes.
+* ``write_replace`` atomically replaces a small scratch object; readers see
+  the old bytes or the new bytes.
+* ``read_versioned`` + ``write_if_generation`` are compare-and-swap on one
+  small object (``models/LATEST``, the trainer's lease, a window claim):
+  the write succeeds only if the object is still at the *generation* the
+  caller read (0 = it must not exist), so of two racing writers exactly one
+  wins and the other gets :class:`PreconditionFailed`.  A generation is an
+  int that grows with every write of that object (GCS's object generation;
+  locally the file's nanosecond mtime, forced to grow).  Nothing relies on a
+  conditional *delete*: fake-gcs-server does not enforce preconditions on
+  deletes.
 
 Errors name the object's URL and, for GCS, the HTTP status; they never carry
 credentials, tokens or request headers.
@@ -52,6 +61,11 @@ class AlreadyExists(StorageError):
 
 class NotFound(StorageError):
     """No object at the path."""
+
+
+class PreconditionFailed(StorageError):
+    """``write_if_generation`` found the object at another generation than the
+    caller read (someone else wrote it since); the object is unchanged."""
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -162,6 +176,18 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def read(self, path: str) -> bytes:
         """Every byte of the object ``path``; :class:`NotFound` if absent."""
+
+    @abc.abstractmethod
+    def read_versioned(self, path: str) -> tuple[bytes, int]:
+        """``(bytes, generation)`` of the object ``path``, read consistently
+        (the bytes are those of that generation); :class:`NotFound` if absent."""
+
+    @abc.abstractmethod
+    def write_if_generation(self, path: str, data: bytes, generation: int) -> int:
+        """Replace the object ``path`` with ``data`` only if it is still at
+        ``generation`` (0: only if it does not exist).  Returns the new
+        generation; raises :class:`PreconditionFailed` otherwise, leaving the
+        object unchanged."""
 
     @abc.abstractmethod
     def exists(self, path: str) -> bool:

@@ -55,6 +55,7 @@ from cloud.base import (
     TEMP_MARKER,
     AlreadyExists,
     NotFound,
+    PreconditionFailed,
     ObjectInfo,
     RetryPolicy,
     Storage,
@@ -288,6 +289,43 @@ class GcsStorage(Storage):
         # Repeating a whole-object overwrite is harmless, so retries need no care.
         self._with_retries("write_replace", url, lambda _: blob.upload_from_string(
             data, content_type="application/octet-stream", retry=None, timeout=timeout))
+
+    def read_versioned(self, path: str) -> tuple[bytes, int]:
+        url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
+
+        def attempt(_: bool) -> tuple[bytes, int]:
+            while True:
+                _, status = _call_allowing(lambda: blob.reload(retry=None, timeout=timeout), 404)
+                if status == 404:
+                    raise NotFound(f"no object at {url}", url=url, status=404)
+                generation = int(blob.generation)
+                # Download exactly that generation; 412/404 = it changed in between: look again.
+                data, status = _call_allowing(lambda: blob.download_as_bytes(
+                    if_generation_match=generation, retry=None, timeout=timeout), 404, 412)
+                if status is None:
+                    return data, generation
+
+        return self._with_retries("read_versioned", url, attempt)
+
+    def write_if_generation(self, path: str, data: bytes, generation: int) -> int:
+        url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
+        validate_data(data, url)
+        data = bytes(data)
+
+        def attempt(is_retry: bool) -> int:
+            _, status = _call_allowing(lambda: blob.upload_from_string(
+                data, content_type="application/octet-stream", if_generation_match=int(generation),
+                retry=None, timeout=timeout), 412)
+            if status is None:
+                return int(blob.generation)
+            # As in write_new: after a retry, our own earlier attempt may be
+            # what moved the generation on.
+            if is_retry and self._stored_object_equals(blob, data, timeout):
+                return int(blob.generation)
+            raise PreconditionFailed(f"{url} is no longer at generation {generation}; another writer "
+                                     "changed it", url=url, status=412)
+
+        return self._with_retries("write_if_generation", url, attempt)
 
     def read(self, path: str) -> bytes:
         url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s

@@ -19,6 +19,7 @@ listed, never readable as an object, and removable with
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 import uuid
@@ -27,6 +28,7 @@ from cloud.base import (
     TEMP_MARKER,
     AlreadyExists,
     NotFound,
+    PreconditionFailed,
     ObjectInfo,
     Storage,
     StorageError,
@@ -122,6 +124,51 @@ class LocalStorage(Storage):
             raise NotFound(f"no object at {target}", url=target) from None
         except OSError as exc:
             raise StorageError(f"cannot read {target}: {exc.strerror}", url=target) from None
+
+    def read_versioned(self, path: str) -> tuple[bytes, int]:
+        target = self._file(path)
+        try:
+            with open(target, "rb") as f:
+                # fstat of the open file: the generation of the very bytes read,
+                # even if a writer renames a new version over the name meanwhile.
+                return f.read(), os.fstat(f.fileno()).st_mtime_ns
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise NotFound(f"no object at {target}", url=target) from None
+        except OSError as exc:
+            raise StorageError(f"cannot read {target}: {exc.strerror}", url=target) from None
+
+    def write_if_generation(self, path: str, data: bytes, generation: int) -> int:
+        """Compare-and-swap under an flock on a lock file beside the object.
+
+        The generation is the file's st_mtime_ns.  Each conditional write
+        sets it explicitly to max(now, previous + 1), so it grows with every
+        write even when two land within the clock's resolution.  Writers on
+        other machines sharing the folder over a network filesystem are only
+        as safe as its flock.
+        """
+        target = self._file(path)
+        directory = os.path.dirname(target)
+        os.makedirs(directory, exist_ok=True)
+        lock_path = os.path.join(directory, f"{TEMP_MARKER}lock-{os.path.basename(target)}")
+        with open(lock_path, "a") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                current = os.stat(target).st_mtime_ns
+            except FileNotFoundError:
+                current = 0
+            if current != generation:
+                raise PreconditionFailed(f"{target} is at generation {current}, not {generation}; "
+                                         "another writer changed it", url=target)
+            new_generation = max(time.time_ns(), current + 1)
+            temp = self._write_temp(directory, target, data)
+            try:
+                os.utime(temp, ns=(new_generation, new_generation))
+                os.replace(temp, target)
+            except OSError as exc:
+                _unlink_if_present(temp)
+                raise StorageError(f"cannot replace {target}: {exc.strerror}", url=target) from None
+            _fsync_directory(directory)
+            return new_generation
 
     def exists(self, path: str) -> bool:
         return os.path.isfile(self._file(path))

@@ -22,6 +22,7 @@ import urllib.parse
 from cloud.base import (
     AlreadyExists,
     NotFound,
+    PreconditionFailed,
     ObjectInfo,
     RetryPolicy,
     Storage,
@@ -32,6 +33,7 @@ __all__ = [
     "AlreadyExists",
     "NotFound",
     "ObjectInfo",
+    "PreconditionFailed",
     "RetryPolicy",
     "Storage",
     "StorageError",
