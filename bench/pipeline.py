@@ -57,6 +57,7 @@ sys.path.insert(0, REPO)
 
 from format import codec  # noqa: E402
 from format.run_config import RunConfig  # noqa: E402
+from format import layout  # noqa: E402
 from format import schema as S  # noqa: E402
 from format.symmetry import NUM_SYMMETRIES  # noqa: E402
 from testdata.random_games import engine_game, resigned_copy, symmetric_copy  # noqa: E402
@@ -84,7 +85,7 @@ def build_lake(root: str, board_size: int, positions: int, seed: int) -> tuple[i
     Returns (exact positions, games, resigned games).
     """
     os.makedirs(root)
-    with open(os.path.join(root, S.RUN_CONFIG), "wb") as f:
+    with open(os.path.join(root, layout.RUN_CONFIG), "wb") as f:
         f.write(RunConfig(board_size=board_size).to_json())
     pool = game_pool(board_size, seed)
     rng = np.random.default_rng([seed, 1])  # apart from the pool's, so a cached pool changes nothing
@@ -158,7 +159,7 @@ def run_job(root: str, extra: list[str]) -> tuple[float, int, dict]:
     for line in output.splitlines():
         if line.startswith("[shuffle"):
             print("   ", line)
-    with open(os.path.join(root, S.WINDOWS_DIR, S.generation_dir(1), S.MANIFEST)) as f:
+    with open(os.path.join(root, *layout.window_manifest(1).split("/"))) as f:
         manifest = json.load(f)
     return wall, peak[0], manifest
 

@@ -29,7 +29,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cloud.storage import open_storage  # noqa: E402
-from testdata import synthetic_windows  # noqa: E402
+from format import layout  # noqa: E402
+from testdata import synthetic_windows as synthetic  # noqa: E402
 
 PIPELINE_BATCH = 1024
 
@@ -38,7 +39,7 @@ def write_window(root: str, board_size: int, positions: int) -> list[str]:
     storage = open_storage(root)
     manifest = synthetic.write_synthetic_window(storage, target_generation=1, board_size=board_size,
                                                 positions=positions, shards=4, seed=board_size)
-    return [storage.url(f"windows/000001/{name}") for name in manifest["shards"]]
+    return [storage.url(layout.shard_path(1, name)) for name in manifest["shards"]]
 
 
 def pipeline_rate(shards: list[str], board_size: int, seconds: float) -> tuple[float, float]:

@@ -538,7 +538,9 @@ def chunk_path(generation: int, worker_id: str, seq: int, time_ms: int) -> str:
     """Lake path of a new chunk: games/<gen>/<worker>-<time_ms>-<seq>.tfrecord.zst."""
     if not worker_id or "/" in worker_id or "-" in worker_id:
         raise ValueError(f"worker id {worker_id!r} must be non-empty and contain no '/' or '-'")
-    return f"{S.GAMES_DIR}/{S.generation_dir(generation)}/{worker_id}-{time_ms:013d}-{seq:06d}{S.CHUNK_SUFFIX}"
+    from format import layout  # the layout owns chunk names (layout imports schema, not codec)
+
+    return layout.chunk_path(generation, worker_id, time_ms, seq)
 
 
 def quantize_policy(probs: np.ndarray, denominator: int = 1023) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 
+from format import layout
 from format import schema as S
 
 FEATURE_SET = "agz17-v1"
@@ -42,7 +43,7 @@ class RunConfig:
         return (json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n").encode()
 
     @classmethod
-    def from_json(cls, data: bytes, source: str = S.RUN_CONFIG) -> "RunConfig":
+    def from_json(cls, data: bytes, source: str = layout.RUN_CONFIG) -> "RunConfig":
         try:
             fields = json.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -58,9 +59,9 @@ class RunConfig:
 
 def read_run_config(storage) -> RunConfig | None:
     """The root's run.json, or None when the root has none yet."""
-    if not storage.exists(S.RUN_CONFIG):
+    if not storage.exists(layout.RUN_CONFIG):
         return None
-    return RunConfig.from_json(storage.read(S.RUN_CONFIG), storage.url(S.RUN_CONFIG))
+    return RunConfig.from_json(storage.read(layout.RUN_CONFIG), storage.url(layout.RUN_CONFIG))
 
 
 def ensure_run_config(storage, config: RunConfig) -> RunConfig:
@@ -75,7 +76,7 @@ def ensure_run_config(storage, config: RunConfig) -> RunConfig:
     existing = read_run_config(storage)
     if existing is None:
         try:
-            storage.write_new(S.RUN_CONFIG, config.to_json())
+            storage.write_new(layout.RUN_CONFIG, config.to_json())
             return config
         except AlreadyExists:
             existing = read_run_config(storage)
@@ -86,7 +87,7 @@ def ensure_run_config(storage, config: RunConfig) -> RunConfig:
     ]
     if differences:
         raise RunConfigMismatch(
-            f"{storage.url(S.RUN_CONFIG)} disagrees with this process's settings:\n  "
+            f"{storage.url(layout.RUN_CONFIG)} disagrees with this process's settings:\n  "
             + "\n  ".join(differences)
             + "\nUse a fresh --root, or pass the run's settings."
         )

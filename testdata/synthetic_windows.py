@@ -21,12 +21,11 @@ so they look like a board that filled up over time.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
 
-from format import schema
+from format import layout, schema
 from format.codec import encode_position, encode_shard
 from format.run_config import RunConfig, ensure_run_config
 
@@ -124,7 +123,6 @@ def write_synthetic_window(storage, *, target_generation: int, board_size: int,
                            positions: int, shards: int = 2, seed: int = 0) -> dict:
     """Write ``windows/<target_generation>/`` (shards, then MANIFEST.json); return the manifest."""
     rng = np.random.default_rng(seed)
-    window = f"{schema.WINDOWS_DIR}/{schema.generation_dir(target_generation)}"
     names = [shard_name(i, shards) for i in range(shards)]
     per_shard = [len(part) for part in np.array_split(np.arange(positions), shards)]
     for shard_index, (name, count) in enumerate(zip(names, per_shard)):
@@ -134,11 +132,11 @@ def write_synthetic_window(storage, *, target_generation: int, board_size: int,
                              game_id=f"synthetic-{seed}-{shard_index}-{i}", move_number=i)
             for i in range(count)
         ]
-        storage.write_new(f"{window}/{name}", encode_shard(records))
+        storage.write_new(layout.shard_path(target_generation, name), encode_shard(records))
     manifest = {"version": 1, "target_generation": target_generation,
                 "board_size": board_size, "shards": names, "positions": positions,
                 "source": "testdata.synthetic_windows"}
-    storage.write_new(f"{window}/{schema.MANIFEST}", json.dumps(manifest).encode())
+    storage.write_new(layout.window_manifest(target_generation), layout.window_manifest_bytes(manifest))
     return manifest
 
 

@@ -21,7 +21,7 @@ tf = pytest.importorskip("tensorflow")
 from cloud.storage import open_storage  # noqa: E402
 from format import schema  # noqa: E402
 from format.tfdata import training_dataset  # noqa: E402
-from testdata import synthetic_windows  # noqa: E402
+from testdata import synthetic_windows as synthetic  # noqa: E402
 from model.config import ConfigError, TrainConfig  # noqa: E402
 from model.network import NetworkConfig, build_network  # noqa: E402
 from model.trainer import Trainer, network_config, resolve_strategy, summarize  # noqa: E402

@@ -23,7 +23,7 @@ import pytest
 from format.registry import latest_generation, load_model
 from cloud.storage import open_storage
 from format import schema
-from testdata import synthetic_windows
+from testdata import synthetic_windows as synthetic
 from model.config import ConfigError, TrainConfig
 from tests.train_support import run_until_killed
 from model.staging import (STATE_FILE, Stage, StagingError, default_stage_dir, format_checkpoint_state,

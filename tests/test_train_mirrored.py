@@ -24,7 +24,7 @@ SCRIPT = textwrap.dedent("""
     import tensorflow as tf
     from cloud.storage import open_storage
     from format.tfdata import training_dataset
-    from testdata import synthetic_windows
+    from testdata import synthetic_windows as synthetic
     from model.config import TrainConfig
     from model.trainer import Trainer, network_config, resolve_strategy, summarize
 

@@ -14,7 +14,7 @@ import numpy as np
 from format.registry import latest_generation, load_model
 from cloud.storage import open_storage
 from format import schema
-from testdata import synthetic_windows
+from testdata import synthetic_windows as synthetic
 from tests.train_support import run_until_killed
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

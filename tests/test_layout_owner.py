@@ -1,0 +1,87 @@
+"""format.layout is the only module that spells a lake path.
+
+Every other module in the project (the five roles, testdata/ and bench/)
+asks format.layout for paths.  This test reads their source and fails on
+any string that spells a lake path: ``games/``, ``windows/``, ``models/``,
+``checkpoints/``, ``LATEST``, ``MANIFEST.json`` or ``run.json``.  Prose is
+not a path: docstrings, and strings with spaces in them (help texts,
+messages), are allowed to mention the layout.  Tests are not scanned: they
+tamper with lakes on purpose, naming objects through format.layout where
+they build paths.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+
+from format import layout
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SCANNED = ("cloud", "format", "selfplay", "pipeline", "model", "testdata", "bench")
+OWNER = REPO / "format" / "layout.py"
+PATH_LITERAL = re.compile(r"(^|[/{}])(games|windows|models|checkpoints)/|(^|/)(LATEST|MANIFEST\.json|run\.json)($|[/{])")
+
+
+def docstring_nodes(tree) -> set[int]:
+    """ids of the Constant nodes that are docstrings or bare string statements."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            found.add(id(node.value))
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.JoinedStr):
+            found.update(id(part) for part in node.value.values)
+    return found
+
+
+def path_literals(path: pathlib.Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    prose = docstring_nodes(tree)
+    hits = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in prose:
+            continue
+        text = node.value
+        if any(c.isspace() for c in text):
+            continue
+        if PATH_LITERAL.search(text):
+            hits.append(f"{path.relative_to(REPO)}:{node.lineno}: {text!r}")
+    return hits
+
+
+def scanned_files():
+    for package in SCANNED:
+        for path in sorted((REPO / package).rglob("*.py")):
+            if path != OWNER:
+                yield path
+
+
+def test_no_module_but_the_layout_spells_a_lake_path():
+    hits = [hit for path in scanned_files() for hit in path_literals(path)]
+    assert not hits, "lake paths spelled outside format/layout.py:\n" + "\n".join(hits)
+
+
+def test_the_scanner_finds_a_spelled_path(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text('"""Docs may say ROOT/games/ and models/LATEST."""\n'
+                     'A = f"windows/{g:06d}/MANIFEST.json"\nB = "models/LATEST"\nC = "see games/ there"\n')
+    hits = _scan_outside_repo(probe)
+    # The f-string's pieces ('windows/', '/MANIFEST.json') and "models/LATEST"; not the prose.
+    assert sorted(hits) == ["/MANIFEST.json", "models/LATEST", "windows/"], hits
+
+
+def _scan_outside_repo(path: pathlib.Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    prose = docstring_nodes(tree)
+    return [node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
+            and not any(c.isspace() for c in node.value) and PATH_LITERAL.search(node.value)]
+
+
+def test_layout_paths_are_what_the_spec_says():
+    assert layout.chunk_path(3, "w1", 1234, 5) == "games/000003/w1-0000000001234-000005.tfrecord.zst"
+    assert layout.window_manifest(12) == "windows/000012/MANIFEST.json"
+    assert layout.model_manifest(1) == "models/000001/MANIFEST.json"
+    assert layout.LATEST == "models/LATEST" and layout.RUN_CONFIG == "run.json"
+    assert layout.parse_chunk_path(layout.chunk_path(3, "w1", 1234, 5)).seq == 5
+    assert layout.parse_chunk_path("games/3/x.tfrecord.zst") is None
