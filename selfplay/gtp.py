@@ -38,9 +38,11 @@ import sys
 import time
 from typing import Callable
 
+from format.cli import add_config_flags, config_from_namespace, setting
 from format import schema as S
 from selfplay.board import Board, IllegalMove
 from format.coords import GTP_COLUMNS, gtp_to_move, move_to_gtp
+from selfplay.move_policy import MovePolicy
 from selfplay.player import (
     RESIGN, EvaluatorSource, MctsConfig, MctsPlayer, SearchBudget, load_evaluator,
 )
@@ -402,18 +404,26 @@ class GtpEngine:
 class GtpConfig:
     """Settings of `python -m selfplay.gtp` (see --help)."""
 
-    root: str | None = None
-    model: str | None = None
-    generation: int | None = None
-    visits: int | None = 200
-    seconds_per_move: float | None = None
-    board_size: int = 9
-    komi: float = 7.5
-    resign_threshold: float | None = None
-    seed: int = 0
-    quiet: bool = False
+    root: str | None = setting(None, "storage root (local folder or gs://bucket/prefix) of a run: plays its "
+                                      "latest published model, or --generation (neither --root nor --model: "
+                                      "the uniform evaluator)")
+    model: str | None = setting(None, "folder of one published model (ROOT/models/<generation>)")
+    generation: int | None = setting(None, "with --root: this generation instead of the latest")
+    visits: int | None = setting(200, "search simulations per move (0 = no visit limit, needs --seconds-per-move)")
+    seconds_per_move: float | None = setting(None, "wall-clock limit per move; with --visits, whichever ends "
+                                                   "first. time_settings/time_left can only shorten it")
+    board_size: int = setting(9, "board size before the controller's boardsize")
+    komi: float = setting(7.5, "komi before the controller's komi")
+    resign_threshold: float | None = setting(None, "answer genmove with 'resign' when the root value for us is "
+                                                   "below this (e.g. -0.95; default: never resign)")
+    resign_consecutive: int = setting(1, "...for this many of our consecutive moves (self-play's rule, "
+                                         "selfplay.move_policy)")
+    seed: int = setting(0, "seed of the search's random draws")
+    quiet: bool = setting(False, "no per-move search line on stderr")
 
     def __post_init__(self):
+        if self.visits == 0:
+            object.__setattr__(self, "visits", None)      # 0 on the command line = no visit limit
         if self.root and self.model:
             raise ValueError("give --root or --model, not both")
         if self.generation is not None and not self.root:
@@ -422,8 +432,10 @@ class GtpConfig:
             EvaluatorSource.from_model_dir(self.model)             # validates the path's shape
         if not S.MIN_BOARD_SIZE <= self.board_size <= S.MAX_BOARD_SIZE:
             raise ValueError(f"--board-size must be in {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
+        if not math.isfinite(self.komi) or abs(self.komi) > S.MAX_BOARD_SIZE ** 2:
+            raise ValueError(f"--komi must be a finite number within +-{S.MAX_BOARD_SIZE ** 2}, got {self.komi}")
         SearchBudget(self.visits, self.seconds_per_move)      # validates both
-        MctsConfig(resign_threshold=self.resign_threshold)
+        MovePolicy(resign_threshold=self.resign_threshold, resign_consecutive=self.resign_consecutive)
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -431,33 +443,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
         prog="python -m selfplay.gtp",
         description="zerolake as a GTP v2 engine on stdin/stdout (Sabaki, GoGui, gogui-twogtp). "
                     "Without --root or --model the search uses the uniform evaluator.")
-    source = parser.add_argument_group("model (at most one; neither = uniform evaluator)")
-    source.add_argument("--root", help="storage root (local folder or gs://bucket/prefix) of a run: "
-                                       "plays its latest published model, or --generation")
-    source.add_argument("--generation", type=int, help="with --root: this generation instead of the latest")
-    source.add_argument("--model", help="folder of one published model (ROOT/models/<generation>)")
-    parser.add_argument("--visits", type=int, default=GtpConfig.visits,
-                        help="search simulations per move (default %(default)s; 0 = no visit limit, "
-                             "needs --seconds-per-move)")
-    parser.add_argument("--seconds-per-move", type=float, default=None,
-                        help="wall-clock limit per move; with --visits, whichever ends first. "
-                             "time_settings/time_left can only shorten it")
-    parser.add_argument("--board-size", type=int, default=GtpConfig.board_size,
-                        help="board size before the controller's boardsize (default %(default)s)")
-    parser.add_argument("--komi", type=float, default=GtpConfig.komi, help="komi before the controller's komi")
-    parser.add_argument("--resign-threshold", type=float, default=None,
-                        help="answer genmove with 'resign' when the root value for us is below this "
-                             "(e.g. -0.95; default: never resign)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the search's random draws")
-    parser.add_argument("--quiet", action="store_true", help="no per-move search line on stderr")
+    add_config_flags(parser, GtpConfig)
     return parser
-
-
-def config_from_args(args: argparse.Namespace) -> GtpConfig:
-    return GtpConfig(root=args.root, model=args.model, generation=args.generation,
-                     visits=args.visits or None, seconds_per_move=args.seconds_per_move,
-                     board_size=args.board_size, komi=args.komi,
-                     resign_threshold=args.resign_threshold, seed=args.seed, quiet=args.quiet)
 
 
 def evaluator_source(config: GtpConfig) -> EvaluatorSource:
@@ -470,7 +457,8 @@ def build_engine(config: GtpConfig, log: Callable[[str], None] | None = None) ->
     """The engine for `config`: loads the model (or the uniform evaluator) once."""
     loaded = load_evaluator(evaluator_source(config))
     mcts = MctsConfig(budget=SearchBudget(config.visits, config.seconds_per_move),
-                      resign_threshold=config.resign_threshold, seed=config.seed)
+                      moves=MovePolicy(resign_threshold=config.resign_threshold,
+                                       resign_consecutive=config.resign_consecutive), seed=config.seed)
 
     def player_for(board_size: int) -> MctsPlayer:
         return MctsPlayer(loaded.for_board_size(board_size), mcts, name=loaded.name)
@@ -494,11 +482,7 @@ def main(argv=None) -> int:
     from format.registry import RegistryError
 
     parser = build_arg_parser()
-    args = parser.parse_args(argv)
-    try:
-        config = config_from_args(args)
-    except ValueError as exc:
-        parser.error(str(exc))
+    config = config_from_namespace(GtpConfig, parser.parse_args(argv), parser)
     log = None if config.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     try:
         engine = build_engine(config, log)

@@ -43,8 +43,10 @@ import sys
 import time
 from typing import Callable, Sequence
 
+from format.cli import add_config_flags, config_from_namespace, setting
 from format import schema as S
 from selfplay.board import Board, IllegalMove
+from selfplay.move_policy import MovePolicy
 from selfplay.player import (
     RESIGN, EvaluatorSource, MctsConfig, MctsPlayer, PlayoutEvaluator, RandomPlayer, SearchBudget,
     gnugo_player, load_evaluator,
@@ -344,21 +346,24 @@ class PlayerSpec:
 class EvaluateConfig:
     """Settings of `python -m selfplay.match` (see --help)."""
 
-    player_a: PlayerSpec
-    player_b: PlayerSpec
-    games: int = 20
-    board_size: int | None = None       # None: the model's run size, else 9
-    komi: float | None = None           # None: the model's run komi, else 7.5
-    max_moves: int = 0
-    visits: int | None = 32
-    seconds_per_move: float | None = None
-    opening_moves: int = 4
-    parallel_games: int = 32
-    sgf_dir: str | None = None
-    seed: int = 0
-    json: bool = False
+    player_a: PlayerSpec = setting(hidden=True)      # positional: see build_arg_parser
+    player_b: PlayerSpec = setting(hidden=True)
+    games: int = setting(20, "games to play")
+    board_size: int | None = setting(None, "board size (default: the model's run.json, else 9)")
+    komi: float | None = setting(None, "komi (default: the model's run.json, else 7.5)")
+    max_moves: int = setting(0, "move cap per game, passes included (0 = 3 x N x N)")
+    visits: int | None = setting(32, "MCTS simulations per move (0 = none, needs --seconds-per-move)")
+    seconds_per_move: float | None = setting(None, "MCTS wall-clock limit per move")
+    opening_moves: int = setting(4, "MCTS players sample their moves by visit count for the game's first "
+                                    "this many moves, so games differ")
+    parallel_games: int = setting(32, "games played at once (1 when GNU Go plays)")
+    sgf_dir: str | None = setting(None, "write every game there as SGF")
+    seed: int = setting(0, "seed of the players' random choices")
+    json: bool = setting(False, "print the result as one JSON object")
 
     def __post_init__(self):
+        if self.visits == 0:
+            object.__setattr__(self, "visits", None)      # 0 on the command line = no visit limit
         if self.games < 1:
             raise ValueError(f"--games must be >= 1, got {self.games}")
         if self.board_size is not None and not S.MIN_BOARD_SIZE <= self.board_size <= S.MAX_BOARD_SIZE:
@@ -370,7 +375,7 @@ class EvaluateConfig:
         if self.parallel_games < 1:
             raise ValueError("--parallel-games must be >= 1")
         SearchBudget(self.visits, self.seconds_per_move)
-        MctsConfig(opening_moves=self.opening_moves)
+        MovePolicy(sampled_moves=self.opening_moves)
 
 
 def build_player(spec: PlayerSpec, board_size: int, komi: float, mcts: MctsConfig, seed: int,
@@ -399,32 +404,16 @@ def build_arg_parser() -> argparse.ArgumentParser:
                     "uniform, random, playouts[:K], gnugo[:LEVEL].")
     parser.add_argument("player_a", help="player A spec, e.g. model:/data/run or model:gs://b/run@12")
     parser.add_argument("player_b", help="player B spec, e.g. random, uniform, gnugo:1")
-    parser.add_argument("--games", type=int, default=EvaluateConfig.games, help="games to play (default %(default)s)")
-    parser.add_argument("--board-size", type=int, default=None,
-                        help="board size (default: the model's run.json, else 9)")
-    parser.add_argument("--komi", type=float, default=None, help="komi (default: the model's run.json, else 7.5)")
-    parser.add_argument("--max-moves", type=int, default=0, help="move cap per game, passes included (0 = 3 x N x N)")
-    parser.add_argument("--visits", type=int, default=EvaluateConfig.visits,
-                        help="MCTS simulations per move (default %(default)s; 0 = none, needs --seconds-per-move)")
-    parser.add_argument("--seconds-per-move", type=float, default=None, help="MCTS wall-clock limit per move")
-    parser.add_argument("--opening-moves", type=int, default=EvaluateConfig.opening_moves,
-                        help="MCTS players sample their moves by visit count for the game's first this many "
-                             "moves, so games differ (default %(default)s)")
-    parser.add_argument("--parallel-games", type=int, default=EvaluateConfig.parallel_games,
-                        help="games played at once (1 when GNU Go plays; default %(default)s)")
-    parser.add_argument("--sgf-dir", help="write every game there as SGF")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the players' random choices")
-    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    add_config_flags(parser, EvaluateConfig)
     return parser
 
 
-def config_from_args(args: argparse.Namespace) -> EvaluateConfig:
-    return EvaluateConfig(
-        player_a=PlayerSpec.parse(args.player_a), player_b=PlayerSpec.parse(args.player_b),
-        games=args.games, board_size=args.board_size, komi=args.komi, max_moves=args.max_moves,
-        visits=args.visits or None, seconds_per_move=args.seconds_per_move,
-        opening_moves=args.opening_moves, parallel_games=args.parallel_games, sgf_dir=args.sgf_dir,
-        seed=args.seed, json=args.json)
+def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> EvaluateConfig:
+    try:
+        players = {"player_a": PlayerSpec.parse(args.player_a), "player_b": PlayerSpec.parse(args.player_b)}
+    except ValueError as exc:
+        parser.error(str(exc))
+    return config_from_namespace(EvaluateConfig, args, parser, **players)
 
 
 def run(config: EvaluateConfig, log: Callable[[str], None] = lambda text: None) -> EvalResult:
@@ -440,7 +429,7 @@ def run(config: EvaluateConfig, log: Callable[[str], None] = lambda text: None) 
     board_size = config.board_size or (model_sizes.pop() if model_sizes else 9)
     komi = config.komi if config.komi is not None else (model_komis.pop() if len(model_komis) == 1 else 7.5)
     mcts = MctsConfig(budget=SearchBudget(config.visits, config.seconds_per_move),
-                      opening_moves=config.opening_moves)
+                      moves=MovePolicy(sampled_moves=config.opening_moves))
     players = []
     try:
         for side, spec in enumerate((config.player_a, config.player_b)):
@@ -465,11 +454,7 @@ def main(argv=None) -> int:
     from format.registry import RegistryError
 
     parser = build_arg_parser()
-    args = parser.parse_args(argv)
-    try:
-        config = config_from_args(args)
-    except ValueError as exc:
-        parser.error(str(exc))
+    config = config_from_args(parser.parse_args(argv), parser)
     log = (lambda text: print(text, file=sys.stderr, flush=True))
     try:
         result = run(config, log)

@@ -37,9 +37,12 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from format import layout
 from format import schema as S
-from selfplay.board import Board
 from format.coords import gtp_to_move, move_to_gtp
+from format.planes import position_from_planes
+from selfplay.board import Board
+from selfplay.move_policy import MovePolicy, ResignationCounter
 from selfplay.search import STATE_EXPANDED
 
 RESIGN = -1
@@ -145,13 +148,11 @@ class MctsConfig:
         spreads them); more means bigger, fewer evaluator calls.
     c_puct_init, c_puct_base, fpu_reduction: PUCT (AlphaZero's c(s); first-
         play urgency Q(parent) - fpu_reduction for unvisited interior children).
-    temperature: 0 plays the most visited move (ties: higher prior, then a
-        seeded random choice); > 0 samples proportionally to N^(1/T).
-    opening_moves: the game's first `opening_moves` moves (by move number)
-        are sampled at temperature 1 whatever `temperature` says, so that
-        evaluation games between deterministic players differ.
-    resign_threshold: resign when the root value for the mover is below
-        this (None = never resign).
+    moves: how a finished search becomes a move and when to resign
+        (`selfplay.move_policy`, the rule self-play uses too): the first
+        ``moves.sampled_moves`` moves by visit count, then the most visited;
+        resign after ``moves.resign_consecutive`` own moves valued below
+        ``moves.resign_threshold`` (None = never).
     tree_reuse: keep the subtree of the moves played between two searches.
     seed: seeds the search's random draws and the tie-breaks.
     """
@@ -161,21 +162,13 @@ class MctsConfig:
     c_puct_init: float = 1.25
     c_puct_base: float = 19652.0
     fpu_reduction: float = 0.25
-    temperature: float = 0.0
-    opening_moves: int = 0
-    resign_threshold: float | None = None
+    moves: MovePolicy = MovePolicy()
     tree_reuse: bool = True
     seed: int = 0
 
     def __post_init__(self):
         if not 1 <= self.leaves_per_game <= 256:
             raise ValueError(f"leaves_per_game must be in 1..256, got {self.leaves_per_game}")
-        if self.temperature < 0 or not math.isfinite(self.temperature):
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.opening_moves < 0:
-            raise ValueError(f"opening_moves must be >= 0, got {self.opening_moves}")
-        if self.resign_threshold is not None and not -1.0 <= self.resign_threshold <= 1.0:
-            raise ValueError(f"resign_threshold must be in [-1, 1], got {self.resign_threshold}")
 
 
 def call_evaluator(evaluator, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -220,6 +213,7 @@ class MctsPlayer(BasePlayer):
         self._batch = None
         self._buffer = None
         self._live_slots: set[int] = set()   # slots whose tree matches their root
+        self._resignation: dict[int, ResignationCounter] = {}   # per slot (one game each)
         self.last_root_values: list[float] = []
         self.last_visits: list[int] = []
         self.evaluator_calls = 0
@@ -299,14 +293,14 @@ class MctsPlayer(BasePlayer):
         moves = []
         self.last_root_values = []
         self.last_visits = []
+        policy = self.config.moves
         for slot, board in zip(slots, boards):
-            opening = board.move_number < self.config.opening_moves
-            move = int(batch.choose_move(slot, 1.0 if opening else self.config.temperature))
+            move = int(batch.choose_move(slot, policy.temperature(board.move_number)))
             value = float(batch.root_value(slot))
             self.last_root_values.append(value)
             self.last_visits.append(int(batch.tree(slot).root_visits))
-            threshold = self.config.resign_threshold
-            if threshold is not None and value < threshold:
+            counter = self._resignation.setdefault(slot, ResignationCounter(policy))
+            if counter.observe(board.to_play, value):
                 moves.append(RESIGN)
                 continue
             batch.play(slot, move)        # our move's subtree becomes the root
@@ -346,6 +340,7 @@ class MctsPlayer(BasePlayer):
 
     def start_game(self, board_size: int, komi: float) -> None:
         self._live_slots.clear()
+        self._resignation.clear()
 
 
 # --------------------------------------------------------------------------
@@ -418,9 +413,10 @@ class PlayoutEvaluator:
     random moves), it beats `RandomPlayer` with a few dozen visits, so it
     is a yardstick that a young network must pass.
 
-    The leaf position is rebuilt from its input planes (channel 0: the
-    mover's stones, 8: the opponent's, 16: 1 when Black moves) on a fresh
-    Board, so superko history before the leaf is not seen by the playouts.
+    The leaf position is rebuilt from its input planes (the stones at t and
+    the colour plane, read with `format.planes.position_from_planes`) on a
+    fresh Board, so superko history before the leaf is not seen by the
+    playouts.
     A playout's result is +1/-1/0 for the side to move at the leaf.
     """
 
@@ -442,10 +438,9 @@ class PlayoutEvaluator:
         values = np.zeros(rows, np.float32)
         seeds = self._rng.integers(0, 2**63, size=(rows, self.playouts))
         for row in range(rows):
-            to_play = S.BLACK if planes[row, 0, 0, 2 * S.HISTORY_LENGTH] > 0.5 else S.WHITE
-            own_minus_other = planes[row, :, :, 0] - planes[row, :, :, S.HISTORY_LENGTH]
+            stones, to_play = position_from_planes(planes[row])
             leaf = Board(size, self.komi)
-            leaf.set_position((own_minus_other * to_play).astype(np.int8), to_play)
+            leaf.set_position(stones, to_play)
             total = 0.0
             for k in range(self.playouts):
                 board = leaf.copy()
@@ -481,8 +476,8 @@ class EvaluatorSource:
         trimmed = path.rstrip("/")
         parent, _, name = trimmed.rpartition("/")
         root, _, models = parent.rpartition("/")
-        if models != S.MODELS_DIR or not name.isdigit():
-            raise ValueError(f"--model {path!r}: want a published model folder ROOT/{S.MODELS_DIR}/<generation>")
+        if models != layout.MODELS_DIR or not name.isdigit():
+            raise ValueError(f"--model {path!r}: want a published model folder ROOT/{layout.MODELS_DIR}/<generation>")
         return cls(model_root=root or ".", generation=int(name))
 
 
@@ -531,7 +526,7 @@ def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None) -> Loa
     if generation is None:
         generation = registry.latest_generation(storage)
         if generation is None:
-            raise LookupError(f"{storage.url(S.LATEST)} is missing: {source.model_root} has no published model yet")
+            raise LookupError(f"{storage.url(layout.LATEST)} is missing: {source.model_root} has no published model yet")
     model = registry.load_model(storage, generation, cache_dir=cache_dir)
     run = read_run_config(storage)
     return LoadedEvaluator(ModelEvaluator(model), f"model-g{generation}", generation,

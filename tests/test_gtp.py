@@ -320,7 +320,7 @@ def test_whole_game_against_gnugo():
 
 
 def test_engine_plays_a_published_model(tmp_path, capsys):
-    from tests.test_evaluate import publish_tiny_model
+    from tests.test_match import publish_tiny_model
 
     root = str(tmp_path / "lake")
     publish_tiny_model(root, generation=2)
@@ -342,6 +342,7 @@ def test_engine_plays_a_published_model(tmp_path, capsys):
 def test_genmove_resigns_a_hopeless_position_only_when_enabled():
     import numpy as np
 
+    from selfplay.move_policy import MovePolicy
     from selfplay.player import MctsConfig, MctsPlayer, SearchBudget
 
     def black_is_lost(planes):       # value for the side to move: -1 for Black, +1 for White
@@ -350,7 +351,7 @@ def test_genmove_resigns_a_hopeless_position_only_when_enabled():
                 np.where(black_to_move, -1.0, 1.0).astype(np.float32))
 
     for threshold, expected in ((-0.9, "= resign"), (None, None)):
-        config = MctsConfig(budget=SearchBudget(8), resign_threshold=threshold)
+        config = MctsConfig(budget=SearchBudget(8), moves=MovePolicy(resign_threshold=threshold))
         engine = GtpEngine(lambda size: MctsPlayer(black_is_lost, config), config.budget)
         reply = engine.handle("genmove b").strip()
         if expected:
