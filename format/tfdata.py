@@ -25,7 +25,7 @@ The decoded batch is a dict of float32 tensors (B = batch size):
 ==================  ==============  ==========================================
 key                 shape           meaning
 ==================  ==============  ==========================================
-``planes``          [B, N, N, 17]   network input, NHWC (schema's layout)
+``planes``          [B, N, N, 17]   network input, NHWC (format/planes.py)
 ``policy``          [B, A]          dense search policy, sums to 1 (or all 0)
 ``value``           [B]             outcome from the side to move, in {-1,0,1}
 ``score``           [B]             final area score from the side to move
@@ -51,6 +51,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from format import planes as plane_layout
 from format import schema
 from format.symmetry import inverse_permutations, symmetry_permutations
 
@@ -86,9 +87,9 @@ def plane_gather_table(inverse_points: np.ndarray) -> np.ndarray:
     plane-major input (point p = inverse_k(q), plane c).
     """
     points = inverse_points.shape[1]
-    channel = np.arange(schema.PACKED_PLANES, dtype=np.int32)
+    channel = np.arange(plane_layout.PACKED_PLANES, dtype=np.int32)
     table = channel[None, None, :] * points + inverse_points[:, :, None].astype(np.int32)
-    return table.reshape(NUM_SYMMETRIES, points * schema.PACKED_PLANES)
+    return table.reshape(NUM_SYMMETRIES, points * plane_layout.PACKED_PLANES)
 
 
 def position_feature_spec() -> dict:
@@ -128,7 +129,7 @@ class PositionDecoder:
         self.board_size = board_size
         self.points = board_size * board_size
         self.actions = schema.num_actions(board_size)
-        self.packed_bytes = schema.packed_plane_bytes(board_size, schema.PACKED_PLANES)
+        self.packed_bytes = schema.packed_plane_bytes(board_size, plane_layout.PACKED_PLANES)
         self._unpack = tf.constant(bit_unpack_table().astype(np.int32))
         forward = np.asarray(symmetry_permutations(board_size), dtype=np.int32)
         inverse = np.asarray(inverse_permutations(board_size), dtype=np.int32)
@@ -178,15 +179,17 @@ class PositionDecoder:
 
         The lookup table turns bytes into a plane-major bit vector; one
         gather per bit, with ``PLANE_GATHER[symmetry]`` as indices, applies
-        the symmetry and moves to channels-last at once.
+        the symmetry and moves to channels-last at once.  The record holds
+        input channels 0 .. PACKED_PLANES - 1 in order; the colour plane,
+        the last channel (format/planes.py), is rebuilt from ``to_play``.
         """
         n = self.board_size
         bits = tf.reshape(tf.gather(self._unpack, tf.cast(packed, tf.int32)),
-                          [-1, schema.PACKED_PLANES * self.points])  # plane-major
+                          [-1, plane_layout.PACKED_PLANES * self.points])  # plane-major
         stones = tf.gather(bits, tf.gather(self._plane_gather, symmetries), batch_dims=1)
-        stones = tf.reshape(tf.cast(stones, tf.float32), [-1, n, n, schema.PACKED_PLANES])
-        black_to_play = tf.cast(tf.equal(to_play, schema.BLACK), tf.float32)
-        colour = tf.broadcast_to(black_to_play[:, None, None, None], tf.shape(stones[..., :1]))
+        stones = tf.reshape(tf.cast(stones, tf.float32), [-1, n, n, plane_layout.PACKED_PLANES])
+        colour_on = tf.cast(tf.equal(to_play, plane_layout.COLOUR_PLANE_SIDE), tf.float32)
+        colour = tf.broadcast_to(colour_on[:, None, None, None], tf.shape(stones[..., :1]))
         moved = tf.gather(tf.cast(ownership, tf.float32), tf.gather(self._inverse_points, symmetries),
                           batch_dims=1)
         return tf.concat([stones, colour], axis=-1), moved / float(schema.OWNERSHIP_SCALE)

@@ -2,9 +2,10 @@
 """History planes of training positions, assembled bit-packed in one pass.
 
 A position record's planes (format/SPEC.md) are 16 board planes of N*N bits
-each, concatenated and packed most significant bit first: planes 0-7 hold
-the side to move's stones at t, t-1 .. t-7, planes 8-15 the opponent's,
-zeros before the game's start.  Planes are N*N bits long (81 on 9x9), not a
+each, concatenated and packed most significant bit first, in the layout of
+format/planes.py (constants from format/planes.pxd): planes 0-7 hold the
+side to move's stones at t, t-1 .. t-7, planes 8-15 the opponent's, zeros
+before the game's start.  Planes are N*N bits long (81 on 9x9), not a
 whole number of bytes, so plane k starts in the middle of a byte and numpy
 can only build the record by unpacking every plane to one byte a point and
 packing again (~1.3 KB of traffic per 9x9 position).
@@ -18,8 +19,7 @@ from libc.stdint cimport int32_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
-cdef enum:
-    HISTORY = 8  # format.schema.HISTORY_LENGTH
+from format.planes cimport HISTORY_LENGTH, OPPONENT_STONES, OWN_STONES, PACKED_PLANES
 
 
 cdef inline void _store_big_endian(uint64_t word, uint8_t* out, int count) noexcept nogil:
@@ -37,12 +37,12 @@ def pack_history(const uint8_t[:, :, ::1] fresh, const int32_t[::1] move_number,
     game, so rows p - k for k <= move_number[p] are the same game.  The side
     to move is Black on even move numbers.  ``out`` is uint8[P, ceil(16 NN / 8)].
     """
-    cdef Py_ssize_t p, i, w, slot, bit, at, shift, nbits, source
+    cdef Py_ssize_t p, i, w, slot, age, bit, at, shift, nbits, source
     cdef int colour, mover
     cdef uint64_t word
     cdef Py_ssize_t positions = fresh.shape[0], points = fresh.shape[2]
     cdef Py_ssize_t plane_words = (points + 63) // 64
-    cdef Py_ssize_t record_bits = 2 * HISTORY * points
+    cdef Py_ssize_t record_bits = PACKED_PLANES * points
     cdef Py_ssize_t record_words = (record_bits + 63) // 64
     cdef Py_ssize_t record_bytes = (record_bits + 7) // 8
     if move_number.shape[0] != positions or out.shape[0] != positions:
@@ -67,15 +67,20 @@ def pack_history(const uint8_t[:, :, ::1] fresh, const int32_t[::1] move_number,
                     for i in range(points):
                         if fresh[p, colour, i]:
                             packed[(p * 2 + colour) * plane_words + i // 64] |= (<uint64_t>1) << (63 - i % 64)
-            # 2. Each record: 16 planes appended at bit offsets 0, NN, 2 NN, ...
+            # 2. Each record: 16 planes appended at bit offsets 0, NN, 2 NN, ...;
+            #    plane `slot` is the mover's (OWN_STONES block) or the other
+            #    colour's (OPPONENT_STONES block) stones `age` moves ago.
             for p in range(positions):
                 memset(record, 0, (record_words + 1) * sizeof(uint64_t))
                 mover = move_number[p] % 2  # 0: Black to move
                 bit = 0
-                for slot in range(2 * HISTORY):
-                    if slot % HISTORY <= move_number[p]:
-                        source = p - slot % HISTORY
-                        colour = mover if slot < HISTORY else 1 - mover
+                for slot in range(PACKED_PLANES):
+                    if OWN_STONES <= slot < OWN_STONES + HISTORY_LENGTH:
+                        age, colour = slot - OWN_STONES, mover
+                    else:
+                        age, colour = slot - OPPONENT_STONES, 1 - mover
+                    if age <= move_number[p]:
+                        source = p - age
                         for w in range(plane_words):
                             word = packed[(source * 2 + colour) * plane_words + w]
                             nbits = min(64, points - 64 * w)

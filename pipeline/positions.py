@@ -9,10 +9,11 @@ Terms
 * ``N`` board size, ``NN = N*N`` points, ``A = NN + 1`` actions.
 * *fresh planes*: a game record keeps, for each position, only its own
   board (uint8[M, 2, N, N], Black plane then White plane).
-* *history planes*: the 16 packed planes of a position record (schema):
-  planes 0-7 the side to move's stones at t..t-7, 8-15 the opponent's, zero
-  before the game's start.  `games_positions` builds them for a whole
-  bundle of games with one fancy-indexing gather.
+* *history planes*: the 16 packed planes of a position record, input
+  channels 0-15 in format/planes.py's layout: planes 0-7 the side to move's
+  stones at t..t-7, 8-15 the opponent's, zero before the game's start.
+  `games_positions` builds them for a whole bundle of games at once
+  (`history_planes`).
 * *instance*: a game's number within this run (bundle chunk index << 20 |
   game index); exact duplicate games are dropped by instance.
 * *key*: 64-bit hash of (history planes, side to move) for positions early
@@ -191,11 +192,13 @@ def history_planes(fresh: np.ndarray, move_number: np.ndarray) -> np.ndarray:
     ``fresh`` holds the positions of one or more games back to back and
     ``move_number`` each position's index within its game, so position p's
     game started at row p - move_number[p].  Position p has Black to move
-    for even move numbers (no handicap).  Slot k of position p is colour c
-    of row p - k (c = the side to move at p for planes 0-7, the other colour
-    for 8-15), or zeros when move_number[p] < k.  The compiled kernel
-    (pipeline/_history.pyx) packs the bits directly: planes are N*N bits, not
-    whole bytes, so numpy had to unpack and repack ~1.3 KB per position.
+    for even move numbers (no handicap).  Plane ``OWN_STONES + k`` of
+    position p is row p - k's stones of the side to move at p, plane
+    ``OPPONENT_STONES + k`` the other colour's, zeros when move_number[p] < k
+    (format/planes.py, whose `record_planes` is the reference this is tested
+    against).  The compiled kernel (pipeline/_history.pyx) packs the bits
+    directly: planes are N*N bits, not whole bytes, so numpy had to unpack
+    and repack ~1.3 KB per position.
     """
     from pipeline import _history  # compiled; imported late like the engine (labels._engine)
 

@@ -19,6 +19,8 @@ because the superko history is shared read-only (see HashLog).
 """
 from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t, uint32_t, uint64_t
 
+from format.planes cimport HISTORY_LENGTH, INPUT_PLANES
+
 # ---- status codes of `play_move` / `check_move` (0 = legal / played) ----
 cdef enum:
     MOVE_OK = 0
@@ -32,8 +34,9 @@ cdef enum:
     BORDER = 2            # colour of the padding points around the board
     MAX_SIZE = 19
     MAX_PADDED = 441      # (MAX_SIZE + 2) ** 2
-    HISTORY = 8           # positions kept for the network input (t .. t-7)
-    NUM_PLANES = 17       # 2 * HISTORY + 1, see format/schema.py
+    # The input-plane layout is format/planes.py's (cimported from its .pxd):
+    HISTORY = HISTORY_LENGTH  # positions kept in the history ring (t .. t-7); a power of two
+    NUM_PLANES = INPUT_PLANES  # channels of `write_features_ptr`'s output
 
 
 cdef struct HashLog:
@@ -121,7 +124,8 @@ cdef class Board:
     # Make self an exact copy of `other` (same N and max_moves, else returns
     # -1 and does nothing).  O(board) memcpy; history is shared, not copied.
     cdef void write_features_ptr(self, float* out) noexcept nogil
-    # 17 input planes, NHWC [N, N, 17] float32, C-contiguous at `out`.
+    # The network input (format/planes.py), NHWC [N, N, INPUT_PLANES] float32,
+    # C-contiguous at `out`.
     cdef void write_legal_mask_ptr(self, uint8_t* out) noexcept nogil
     # [N*N + 1] uint8; out[PASS] = 1 unless the game is over.
     cdef void write_sensible_mask_ptr(self, uint8_t* out) noexcept nogil

@@ -9,8 +9,8 @@ Terms
 -----
 move / action
     Flat index ``p = row * N + col`` with row 0 the *top* edge, or
-    ``PASS = N * N``.  GTP/SGF text is handled by `selfplay.coords` and
-    `selfplay.sgf`, never here.
+    ``PASS = N * N``.  GTP/SGF text is handled by `format.coords` and
+    `format.sgf`, never here.
 chain
     A maximal set of connected stones of one colour.  Each chain has a root
     stone that stores its counters; every stone stores its root (`chain_id`)
@@ -56,11 +56,13 @@ game length is the superko history:
 History and features
 --------------------
 A ring of the last 8 colour arrays (slot ``m & 7`` holds the position after
-move ``m``; passes add a slot too) gives the 17 AlphaGo Zero planes, NHWC
-``[N, N, 17]``: channels 0-7 the side to move's stones at t..t-7, 8-15 the
-opponent's, 16 all ones when Black is to move.  Planes before the start of
-the game are zero.  Random playouts skip this upkeep (it is a third of their
-cost); after one only the final position is in the ring.
+move ``m``; passes add a slot too) gives the network input, NHWC
+``[N, N, 17]``, in the layout that format/planes.py defines (and whose
+constants come from format/planes.pxd): channels 0-7 the side to move's
+stones at t..t-7, 8-15 the opponent's, 16 all ones when Black is to move.
+Planes before the start of the game are zero.  Random playouts skip this
+upkeep (it is a third of their cost); after one only the final position is
+in the ring.
 
 Random playouts
 ---------------
@@ -80,6 +82,7 @@ cimport cython
 import numpy as np
 cimport numpy as cnp
 
+from format.planes cimport COLOUR_PLANE, COLOUR_PLANE_SIDE, OPPONENT_STONES, OWN_STONES
 from selfplay.rng cimport rng_below, rng_seed, splitmix64
 
 cnp.import_array()
@@ -611,6 +614,8 @@ cdef class Board:
         return 0
 
     cdef void write_features_ptr(self, float* out) noexcept nogil:
+        # The layout is format/planes.py's; tests/test_input_planes.py checks
+        # this against its reference builder.
         cdef int N2 = self.num_points
         cdef int me = self.st.to_play
         cdef int m = self.st.move_number
@@ -621,17 +626,17 @@ cdef class Board:
         memset(out, 0, N2 * NUM_PLANES * sizeof(float))
         if num_valid > m + 1:
             num_valid = m + 1
-        for k in range(num_valid):
+        for k in range(num_valid):  # k = age: the position after move m - k
             slot = self.hist + ((m - k) & (HISTORY - 1)) * self.num_padded
             for p in range(N2):
                 s = slot[to_padded[p]]
                 if s == me:
-                    out[p * NUM_PLANES + k] = 1.0
+                    out[p * NUM_PLANES + OWN_STONES + k] = 1.0
                 elif s == -me:
-                    out[p * NUM_PLANES + HISTORY + k] = 1.0
-        if me == 1:
+                    out[p * NUM_PLANES + OPPONENT_STONES + k] = 1.0
+        if me == COLOUR_PLANE_SIDE:
             for p in range(N2):
-                out[p * NUM_PLANES + 2 * HISTORY] = 1.0
+                out[p * NUM_PLANES + COLOUR_PLANE] = 1.0
 
     cdef void write_legal_mask_ptr(self, uint8_t* out) noexcept nogil:
         cdef int p
@@ -838,7 +843,7 @@ cdef class Board:
         return self.num_points
 
     def _describe(self, move):
-        from selfplay.coords import move_to_gtp
+        from format.coords import move_to_gtp
         try:
             return f"{move} ({move_to_gtp(move, self.N)})"
         except ValueError:
@@ -887,7 +892,7 @@ cdef class Board:
         return out
 
     def write_features(self, float[:, :, ::1] out not None):
-        """Write the 17 input planes into a caller's float32 [N, N, 17] buffer."""
+        """Write the input planes (format/planes.py) into a caller's float32 [N, N, 17] buffer."""
         if out.shape[0] != self.N or out.shape[1] != self.N or out.shape[2] != NUM_PLANES:
             raise ValueError(
                 f"features buffer must have shape ({self.N}, {self.N}, {NUM_PLANES}), "
@@ -896,7 +901,7 @@ cdef class Board:
             self.write_features_ptr(&out[0, 0, 0])
 
     def features(self):
-        """A new float32 [N, N, 17] array of the input planes."""
+        """A new float32 [N, N, 17] array of the input planes (layout: format/planes.py)."""
         out = np.empty((self.N, self.N, NUM_PLANES), dtype=np.float32)
         self.write_features(out)
         return out
