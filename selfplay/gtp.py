@@ -467,9 +467,35 @@ def build_engine(config: GtpConfig, log: Callable[[str], None] | None = None) ->
                      komi=config.komi if loaded.komi is None else loaded.komi, log=log)
 
 
+MAX_LINE_BYTES = 4096
+"""Longest command line answered; GTP commands are short, and reading an
+unbounded line let a controller that never sends a newline fill memory."""
+
+
+def read_command_line(stdin) -> bytes | None:
+    """The next line of at most MAX_LINE_BYTES, b"" for an over-long one (its
+    rest is read and dropped in bounded pieces), None at end of input."""
+    raw = stdin.readline(MAX_LINE_BYTES + 1)
+    if not raw:
+        return None
+    if len(raw) <= MAX_LINE_BYTES or raw.endswith(b"\n"):
+        return raw
+    while True:
+        rest = stdin.readline(MAX_LINE_BYTES)
+        if not rest or rest.endswith(b"\n"):
+            return b""
+
+
 def serve(engine: GtpEngine, stdin, stdout) -> None:
     """Answer commands from `stdin` (bytes) on `stdout` (text) until quit or EOF."""
-    for raw in stdin:
+    while True:
+        raw = read_command_line(stdin)
+        if raw is None:
+            return
+        if raw == b"":
+            stdout.write(f"? command longer than {MAX_LINE_BYTES} bytes\n\n")
+            stdout.flush()
+            continue
         reply = engine.handle(raw.decode("utf-8", errors="replace"))
         if reply:
             stdout.write(reply)

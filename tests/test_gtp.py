@@ -360,3 +360,36 @@ def test_genmove_resigns_a_hopeless_position_only_when_enabled():
         else:
             gtp_to_move(reply[2:], 9)
         assert engine.handle("genmove w").strip() != "= resign"
+
+
+class _EndlessLine:
+    """A controller that sends `size` bytes with no newline, then real commands."""
+
+    def __init__(self, size: int, then: bytes):
+        self.left, self.then = size, then
+
+    def readline(self, limit: int) -> bytes:
+        if self.left > 0:
+            piece = min(limit, self.left)
+            self.left -= piece
+            return b"x" * piece
+        line, _, self.then = self.then.partition(b"\n")
+        return line + b"\n" if line or self.then else b""
+
+
+def test_an_endless_line_is_refused_in_bounded_memory():
+    import io
+    import tracemalloc
+
+    from selfplay.gtp import MAX_LINE_BYTES, GtpConfig, build_engine, serve
+
+    engine = build_engine(GtpConfig(visits=2, quiet=True))
+    out = io.StringIO()
+    tracemalloc.start()
+    serve(engine, _EndlessLine(100 * 1024 * 1024, b"\nname\nquit\n"), out)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    replies = out.getvalue().split("\n\n")
+    assert replies[0] == f"? command longer than {MAX_LINE_BYTES} bytes"
+    assert replies[1] == "= zerolake"
+    assert peak < 5 * 1024 * 1024, f"peak {peak} bytes while reading a 100 MB line"
