@@ -105,7 +105,7 @@ def build_lake(root: str, board_size: int, positions: int, seed: int) -> tuple[i
             games.append(dataclasses.replace(game, game_id=game_id, generation=gen))
         total += sum(g.num_positions for g in games)
         games_written += len(games)
-        path = os.path.join(root, codec.chunk_path(gen, "bench", seq, 1_700_000_000_000 + seq))
+        path = os.path.join(root, layout.chunk_path(gen, "bench", 1_700_000_000_000 + seq, seq))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(codec.encode_chunk(games))

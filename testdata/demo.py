@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from format import layout
 from format import codec
 from format.inspect import main as inspect_main
 from format.run_config import RunConfig, ensure_run_config
@@ -33,7 +34,7 @@ def main(argv=None) -> int:
     for seq in range(args.chunks):
         games = [synthetic_game(rng, args.board, visits=200, full_search_fraction=0.25, worker_id="demo")
                  for _ in range(args.games_per_chunk)]
-        path = codec.chunk_path(0, "demo", seq, int(time.time() * 1000))
+        path = layout.chunk_path(0, "demo", int(time.time() * 1000), seq)
         storage.write_new(path, codec.encode_chunk(games))
         print(f"wrote {storage.url(path)}")
     inspect_main(["summary", args.root])

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from format import layout
 from format import codec
 from format import schema as S
 from format.example_proto import Example
@@ -297,6 +298,6 @@ def test_shard_round_trip_and_tensorflow_reads_gzip():
 
 
 def test_chunk_path_layout():
-    assert codec.chunk_path(12, "w3", 7, 1700000000000) == "games/000012/w3-1700000000000-000007.tfrecord.zst"
+    assert layout.chunk_path(12, "w3", 1700000000000, 7) == "games/000012/w3-1700000000000-000007.tfrecord.zst"
     with pytest.raises(ValueError):
-        codec.chunk_path(1, "a/b", 0, 0)
+        layout.chunk_path(1, "a/b", 0, 0)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import sgfmill.sgf
 
+from format import layout
 from format import codec
 from format import schema as S
 from format.inspect import main as inspect_main
@@ -27,7 +28,7 @@ def _write_lake(storage):
     written = []
     for seq, gen in enumerate([0, 0, 1]):
         games = _games(seq, generation=gen)
-        storage.write_new(codec.chunk_path(gen, "w1", seq, 1000 + seq), codec.encode_chunk(games))
+        storage.write_new(layout.chunk_path(gen, "w1", 1000 + seq, seq), codec.encode_chunk(games))
         written += games
     return written
 
@@ -99,7 +100,7 @@ def test_gcs_round_trip_every_field(gcs_emulator):
 
     storage = open_storage(gcs_emulator.root_url("roundtrip"))
     games = _games(5, n=19)
-    path = codec.chunk_path(2, "w9", 0, 5)
+    path = layout.chunk_path(2, "w9", 5, 0)
     storage.write_new(path, codec.encode_chunk(games))
     back = codec.read_chunk(storage.read(path), storage.url(path))
     for a, b in zip(games, back):
@@ -111,7 +112,7 @@ def test_game_exports_sgf_with_policy_comments(tmp_path):
 
     storage = open_storage(str(tmp_path))
     games = _games(11, count=2)
-    path = codec.chunk_path(0, "w1", 0, 1)
+    path = layout.chunk_path(0, "w1", 1, 0)
     storage.write_new(path, codec.encode_chunk(games))
     out = tmp_path / "g.sgf"
     assert inspect_main(["game", storage.url(path), "--index", "1", "--sgf", str(out)]) == 0
@@ -128,7 +129,7 @@ def test_position_shows_board_policy_and_ownership(tmp_path):
 
     storage = open_storage(str(tmp_path))
     games = _games(12, count=1)
-    path = codec.chunk_path(0, "w1", 0, 1)
+    path = layout.chunk_path(0, "w1", 1, 0)
     storage.write_new(path, codec.encode_chunk(games))
     move = 30
     result = subprocess.run(

@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 
+from format import layout
 from format import codec
 from format import schema as S
 from format.run_config import RunConfig
@@ -26,8 +27,8 @@ def test_job_runs_on_a_gs_root(gcs_emulator):
     for seq in range(4):
         games = [synthetic_game(rng, 9, visits=20, generation=seq // 2) for _ in range(8)]
         positions += sum(g.num_positions for g in games)
-        storage.write_new(codec.chunk_path(seq // 2, "w", seq, 1_700_000_000_000 + seq), codec.encode_chunk(games))
-    broken = codec.chunk_path(1, "w", 9, 1_600_000_000_000)
+        storage.write_new(layout.chunk_path(seq // 2, "w", 1_700_000_000_000 + seq, seq), codec.encode_chunk(games))
+    broken = layout.chunk_path(1, "w", 1_600_000_000_000, 9)
     storage.write_new(broken, b"\x28\xb5\x2f\xfd not really zstd")
 
     assert main(["--root", root, "--workers", "1", "--shard_positions", "300", "--reuse", "1.0",

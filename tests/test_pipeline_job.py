@@ -17,6 +17,7 @@ import shutil
 import numpy as np
 import pytest
 
+from format import layout
 from format import codec
 from format import schema as S
 from testdata.synthetic_games import synthetic_game
@@ -43,7 +44,7 @@ def lake(tmp_path_factory):
             last = write_chunk(root, gen, games, seq)
             seq += 1
     # The last chunk uploaded a second time under another name.
-    duplicate = codec.chunk_path(2, "w2", 0, 1_700_000_000_999)
+    duplicate = layout.chunk_path(2, "w2", 1_700_000_000_999, 0)
     os.makedirs(os.path.dirname(os.path.join(root, duplicate)), exist_ok=True)
     shutil.copy(os.path.join(root, last), os.path.join(root, duplicate))
     # Real games: finished ones and resigned copies of others.
@@ -62,7 +63,7 @@ def lake(tmp_path_factory):
     unknown_version = codec.encode_chunk([future])
     for kind, data in (("flipped", bytes(flipped)), ("truncated", truncated), ("foreign", foreign),
                        ("version", unknown_version)):
-        path = codec.chunk_path(1, "bad", seq, 1_600_000_000_000 + seq)
+        path = layout.chunk_path(1, "bad", 1_600_000_000_000 + seq, seq)
         seq += 1
         with open(os.path.join(root, path), "wb") as f:
             f.write(data)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 
+from format import layout
 from format import codec
 from format import schema as S
 from format.run_config import RunConfig
@@ -31,7 +32,7 @@ def write_run_json(root: str, board_size: int, komi: float = 7.5) -> None:
 
 def write_chunk(root: str, generation: int, games, seq: int, worker: str = "w1", time_ms: int = 0) -> str:
     """Write a chunk file into a local lake; returns its lake path."""
-    path = codec.chunk_path(generation, worker, seq, time_ms or 1_700_000_000_000 + seq)
+    path = layout.chunk_path(generation, worker, time_ms or 1_700_000_000_000 + seq, seq)
     full = os.path.join(root, path)
     os.makedirs(os.path.dirname(full), exist_ok=True)
     with open(full, "wb") as f:
