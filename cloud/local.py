@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import time
 import uuid
 
@@ -178,7 +179,14 @@ class LocalStorage(Storage):
         directory_part = prefix.rpartition("/")[0]
         start = self._file(directory_part) if directory_part else self._root
         found = []
-        for dirpath, dirnames, filenames in os.walk(start):
+
+        def unreadable(error: OSError) -> None:
+            # A folder deleted while we list it is simply gone; one we cannot
+            # read would hide objects, so it is an error, never a silent skip.
+            if not isinstance(error, FileNotFoundError):
+                raise StorageError(f"cannot list {error.filename}: {error.strerror}", url=error.filename or "")
+
+        for dirpath, dirnames, filenames in os.walk(start, onerror=unreadable):
             # Descend only into directories that can hold matching paths.
             dirnames[:] = sorted(d for d in dirnames if _may_hold(self._relative(os.path.join(dirpath, d)), prefix))
             for name in filenames:
@@ -189,10 +197,13 @@ class LocalStorage(Storage):
                 if not relative.startswith(prefix):
                     continue
                 try:
-                    size = os.stat(full).st_size
+                    info = os.stat(full)
                 except FileNotFoundError:  # deleted while we listed
                     continue
-                found.append(ObjectInfo(relative, size))
+                except OSError as exc:     # a symlink loop (ELOOP), a dangling or unreadable entry
+                    raise StorageError(f"cannot list {full}: {exc.strerror}", url=full) from None
+                if stat.S_ISREG(info.st_mode):
+                    found.append(ObjectInfo(relative, info.st_size))
         found.sort()
         return found
 

@@ -138,6 +138,11 @@ def scan(storage, paths, *, progress=True) -> Summary:
         except Exception as exc:  # a storage error costs only this file
             summary.bad_files[url] = f"unreadable: {exc}"
             continue
+        if not data:
+            # Writers never create an empty chunk or shard (each holds at least
+            # one record, in a compressed frame), so 0 bytes is damage.
+            summary.bad_files[url] = "empty file (0 bytes): a chunk or shard always holds at least one record"
+            continue
         if path.endswith(S.CHUNK_SUFFIX):
             good, problems = [], []
             for item in codec.iter_chunk(data, url):
@@ -262,8 +267,11 @@ def cmd_game(args) -> int:
         comments.append("; ".join(parts))
     data = game_to_sgf(game.board_size, game.komi, [int(m) for m in game.moves],
                        result=_result_string(game), comments=comments)
-    with open(args.sgf, "wb") as f:
-        f.write(data)
+    try:
+        with open(args.sgf, "wb") as f:
+            f.write(data)
+    except OSError as exc:
+        raise InspectError(f"--sgf {args.sgf}: cannot write it ({exc.strerror})") from None
     print(f"wrote {args.sgf}: {game.num_positions} moves, result {_result_string(game) or '?'}")
     return EXIT_OK
 

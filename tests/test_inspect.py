@@ -149,3 +149,47 @@ def test_bad_arguments_get_clear_errors(tmp_path):
     assert result.returncode != 0
     assert "x.tfrecord.zst" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_empty_record_files_are_bad(tmp_path, capsys):
+    from format.inspect import main as inspect_main
+
+    for name in ("000000/w-0000000000001-000000.tfrecord.zst", "shard-0.tfrecord.gz"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    assert inspect_main(["verify", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("empty file (0 bytes)") == 2 and "0 good, 2 bad" in out
+
+
+def test_unreadable_or_looping_entries_are_one_line_errors(tmp_path, capsys):
+    import os
+
+    from format.inspect import main as inspect_main
+
+    os.symlink("loop.tfrecord.zst", tmp_path / "loop.tfrecord.zst")          # ELOOP
+    assert inspect_main(["verify", str(tmp_path)]) == 2
+    assert "cannot list" in capsys.readouterr().err
+    os.unlink(tmp_path / "loop.tfrecord.zst")
+    if os.geteuid() != 0:          # root reads any folder, so the unreadable case needs a user
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        os.chmod(locked, 0)
+        try:
+            assert inspect_main(["verify", str(tmp_path)]) == 2
+            assert "cannot list" in capsys.readouterr().err
+        finally:
+            os.chmod(locked, 0o755)
+
+
+def test_sgf_into_a_folder_or_missing_parent_is_one_line(tmp_path, capsys):
+    from format.inspect import main as inspect_main
+
+    path = layout.chunk_path(0, "w1", 1, 0)
+    chunk = tmp_path / "lake" / path
+    chunk.parent.mkdir(parents=True)
+    chunk.write_bytes(codec.encode_chunk(_games(0, count=1)))
+    for target in (tmp_path, tmp_path / "missing" / "game.sgf"):
+        assert inspect_main(["game", str(chunk), "--sgf", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert "--sgf" in err and "Traceback" not in err
