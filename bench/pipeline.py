@@ -136,10 +136,22 @@ def _tree_rss_bytes(pid: int) -> int:
     return total
 
 
+# The job settings the figures depend on, pinned at the values they were first
+# measured with, so that changing the shuffle job's defaults moves no figure.
+# (--window_min_positions above makes the window the whole lake.)
+PINNED_JOB_FLAGS = [
+    "--window_exponent", "0.65", "--window_scale", "250000", "--sample_chunks", "3",
+    "--playout_labels", "auto", "--random_playouts", "64", "--model_playout_moves", "0",
+    "--playout_ownership_weight", "0.5", "--dedup_max_move", "20", "--position_cap", "8",
+    "--partition_positions", "200000", "--reuse", "1.5", "--shard_positions", "100000",
+    "--shard_gzip_level", "2", "--bundle_positions", "20000",
+]
+
+
 def run_job(root: str, extra: list[str]) -> tuple[float, int, dict]:
     """(wall seconds, peak tree RSS bytes, manifest) of one job."""
     cmd = [sys.executable, "-m", "pipeline.shuffle", "--root", root, "--window_min_positions", "100000000",
-           "--seed", "1", *extra]
+           "--seed", "1", *PINNED_JOB_FLAGS, *extra]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peak = [0]

@@ -50,7 +50,8 @@ SEARCH_BUDGET = 200
 
 def search_only(board_size: int, seconds: float, seed: int = 1) -> float:
     """Simulations per second of the Cython search with a constant evaluator."""
-    batch = GameBatch(board_size, SEARCH_GAMES, num_groups=1, leaves_per_game=8, seed=seed)
+    batch = GameBatch(board_size, SEARCH_GAMES, num_groups=1, leaves_per_game=8, seed=seed,
+                      c_puct_init=1.25, fpu_reduction=0.25, dirichlet_alpha_total=10.83, dirichlet_epsilon=0.25)
     buffer = np.zeros((batch.batch_rows, board_size, board_size, 17), np.float32)
     logits = np.zeros((batch.batch_rows, batch.num_actions), np.float32)
     values = np.zeros(batch.batch_rows, np.float32)
@@ -133,6 +134,17 @@ class CompiledModel:
         return self._infer(planes)
 
 
+# Every search setting the figures depend on, pinned here at the values they
+# were first measured with, so that changing a default of the worker (the
+# learning work tunes them) moves no bench figure.  Compare like with like.
+PINNED_WORKER_SETTINGS = dict(
+    komi=7.5, max_moves=0, visits=64, fast_visits=16, full_search_fraction=0.25, gumbel=False,
+    gumbel_considered=16, leaves_per_game=8, c_puct=1.25, fpu_reduction=0.25, dirichlet_alpha_total=10.83,
+    dirichlet_epsilon=0.25, temperature_moves=-1, resign_threshold=-0.9, resign_consecutive=3,
+    resign_disabled_fraction=0.1, accelerated_visits=2, chunk_games=16, chunk_seconds=600.0,
+)
+
+
 def end_to_end(board_size: int, seconds: float, blocks: int | None, channels: int | None,
                games: int, label: str) -> dict:
     from cloud.storage import open_storage
@@ -146,9 +158,9 @@ def end_to_end(board_size: int, seconds: float, blocks: int | None, channels: in
     evaluator = ModelEvaluator(CompiledModel(network, board_size), devices=[])
     evaluator(np.zeros((8, board_size, board_size, 17), np.float32))   # trace once
     with tempfile.TemporaryDirectory() as root:
-        config = WorkerConfig(root=root, board_size=board_size, games=games, visits=64, fast_visits=16,
-                              max_seconds=seconds, progress_seconds=max(seconds / 3, 5), chunk_games=16,
-                              worker_id="bench", seed=7)
+        config = WorkerConfig(root=root, board_size=board_size, games=games, max_seconds=seconds,
+                              progress_seconds=max(seconds / 3, 5), worker_id="bench", seed=7,
+                              **PINNED_WORKER_SETTINGS)
         storage = open_storage(root)
         ensure_run_config(storage, RunConfig(board_size=board_size, komi=config.komi))
         worker = SelfPlayWorker(config, storage, evaluator)

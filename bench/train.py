@@ -58,12 +58,23 @@ def pipeline_rate(shards: list[str], board_size: int, seconds: float) -> tuple[f
     return examples / wall, examples / cpu
 
 
+# The network and step settings the steps/s figure depends on, pinned at the
+# values it was first measured with: changing TrainConfig's defaults (the
+# learning work tunes them) moves no bench figure.
+PINNED_TRAIN_SETTINGS = dict(
+    strategy="auto", precision="auto", blocks=4, filters=32, global_pool_every=0, global_pool_channels=8,
+    value_head="tanh", value_hidden=64, policy_loss_weight=1.0, value_loss_weight=1.0,
+    ownership_loss_weight=0.5, score_loss_weight=0.2, batch_size=256, steps_per_call=20, learning_rate=0.02,
+    momentum=0.9, warmup_steps=200, lr_schedule="constant", swa_decay=0.0, shuffle_buffer=8192, seed=0,
+)
+
+
 def train_rate(shards: list[str], root: str, seconds: float) -> tuple[float, int]:
     from format.tfdata import training_dataset
     from model.config import TrainConfig
     from model.trainer import Trainer, network_config, resolve_strategy
 
-    config = TrainConfig(root=root)
+    config = TrainConfig(root=root, **PINNED_TRAIN_SETTINGS)
     resolved = resolve_strategy(config)
     trainer = Trainer(config, network_config(config, 9), resolved)
     dataset = training_dataset(shards, board_size=9, batch_size=trainer.global_batch, seed=2)
