@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import math
 import os
 import re
@@ -30,10 +31,41 @@ def _inside_local_root(folder: str, root: str) -> bool:
     return folder == root or folder.startswith(root + os.sep)
 
 
+def host_name() -> str:
+    """This machine's name, with only the characters a chunk name allows."""
+    return re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:40] or "host"
+
+
 def default_worker_id() -> str:
-    """host + pid, with only the characters a chunk name allows."""
-    host = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:40] or "host"
-    return f"{host}_{os.getpid()}"
+    """The default --worker-id prefix: the host name."""
+    return host_name()
+
+
+def unique_worker_name(prefix: str) -> str:
+    """``<prefix>_<host>_<pid>_<8 random hex>`` (``<host>_<pid>_<hex>`` when the prefix is the host).
+
+    Unique by construction: two processes given the same --worker-id differ in
+    pid or host, and the random part separates pid reuse, restarts and clones.
+    """
+    host = host_name()
+    head = prefix if prefix == host else f"{prefix}_{host}"
+    return f"{head}_{os.getpid()}_{secrets.token_hex(4)}"
+
+
+def state_dir() -> str:
+    """The user's state folder ($XDG_STATE_HOME, else ~/.local/state)."""
+    return os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+
+
+def default_spool_base(root: str, worker_id_prefix: str) -> str:
+    """``<state>/zerolake/spool/<12 hex of sha256(root)>-<prefix>``; the spool is its first free ``-<k>`` slot.
+
+    Stable across restarts: the same root and --worker-id give the same
+    folders, so a restarted worker finds (and uploads) what a killed one
+    spooled.
+    """
+    digest = hashlib.sha256(root.rstrip("/").encode()).hexdigest()[:12]
+    return os.path.join(state_dir(), "zerolake", "spool", f"{digest}-{worker_id_prefix}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,10 +110,14 @@ class WorkerConfig:
     """Simulations per move once a game is resigned and played out to two passes."""
 
     # --- output and lifetime ---
-    chunk_games: int = 64
-    """Games per chunk file..."""
+    chunk_games: int = 2000
+    """Games per chunk file (about what ChessCoach writes; few, large objects suit a shared bucket)..."""
     chunk_seconds: float = 600.0
-    """...or fewer, when the oldest finished game has waited this long."""
+    """...or fewer, when the oldest finished game has waited this long (it waits safely in the spool)."""
+    spool_dir: str = ""
+    """Local folder where finished games wait for their chunk ('' = a slot under ~/.local/state/zerolake/spool/)."""
+    events: str = ""
+    """Append JSON-lines events (format.events) to this file ('-' = stdout, '' = none)."""
     max_games: int = 0
     """Stop after this many finished games (0 = no limit)."""
     max_seconds: float = 0.0
@@ -92,10 +128,13 @@ class WorkerConfig:
     seed: int = -1
     """Seed of the worker's random streams; -1 = fresh from the OS's entropy, so no two workers share games."""
     worker_id: str = dataclasses.field(default_factory=default_worker_id)
+    """Prefix of this process's worker name (host, pid and random hex are added, so names never repeat)."""
     model_cache: str = ""
     """Local folder for downloaded models ('' = a temporary folder)."""
     device: str = ""
     """Where the network runs: '' (TensorFlow's choice), cpu, gpu, gpu:K (one GPU per process) or tpu."""
+    worker_name: str = dataclasses.field(init=False, default="")
+    """This process's unique worker name (chunk names, game ids), made from worker_id; not a flag."""
 
     def __post_init__(self):
         def need(ok, flag, message):
@@ -137,6 +176,11 @@ class WorkerConfig:
         need(self.progress_seconds > 0, "progress_seconds", "must be > 0")
         need(bool(re.fullmatch(r"[A-Za-z0-9_.]+", self.worker_id)), "worker_id",
              f"{self.worker_id!r} may hold only letters, digits, '_' and '.'")
+        need(len(self.worker_id) <= 80, "worker_id", "must be at most 80 characters")
+        # Resolved once here, like the seed, so the config names the worker in use.
+        object.__setattr__(self, "worker_name", unique_worker_name(self.worker_id))
+        need(not self.spool_dir or not _inside_local_root(self.spool_dir, self.root), "spool_dir",
+             f"{self.spool_dir} is inside the lake root {self.root}; give the spool a folder of its own")
         try:
             parse_device(self.device)
         except ValueError as exc:
@@ -177,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     docs = _field_docs()
     for field in dataclasses.fields(WorkerConfig):
+        if not field.init:
+            continue
         flag = "--" + field.name.replace("_", "-")
         default = field.default if field.default is not dataclasses.MISSING else None
         help_text = docs.get(field.name, "")
@@ -187,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
         if field.name == "root":
             parser.add_argument(flag, required=True, help=help_text)
         elif field.name == "worker_id":
-            parser.add_argument(flag, default=None, help=help_text + " (default: host_pid)")
+            parser.add_argument(flag, default=None, help=help_text + " (default: the host name)")
         else:
             parser.add_argument(flag, type=kind, default=default, help=f"{help_text} (default: {default})")
     return parser

@@ -22,16 +22,38 @@ Data flow
   winner is the resignation's.  A ``--resign-disabled-fraction`` of games
   never resigns and records ``would_resign`` instead, which measures how often
   resigning would have been wrong (printed as "false resign").
-* Finished games wait in memory, grouped by generation (the model generation
-  that played most of the game's moves), and are written
-  ``--chunk-games`` at a time (or after ``--chunk-seconds``) as one chunk,
-  create-only, to ``games/<generation>/``.  So every chunk holds the games of
-  one generation, and no partial chunk is ever visible.
+* play → spool → batch → chunk → delete from spool (`selfplay.spool`): a
+  finished game's record (`format.codec.encode_game`) is written to the local
+  spool (``--spool-dir``) as one checksummed, fsync'ed file, and only then is
+  the ``game_finished`` event emitted.  Once ``--chunk-games`` games of one
+  generation (the model generation that played most of a game's moves) are
+  spooled, or the oldest has waited ``--chunk-seconds``, they become a batch:
+  a file in the spool that fixes the list of games and the chunk name
+  (format.layout.chunk_path: worker name, batch time, batch seq).  The batch
+  is written create-only to ``games/<generation>/``; only then are its games
+  and the batch file deleted from the spool (``chunk_uploaded``).  So every
+  chunk holds the games of one generation, no partial chunk is ever visible,
+  and a finished game is never only in memory.
+* Worker name: ``--worker-id`` is a prefix; the name in chunk names and game
+  ids adds host, pid and random hex (`selfplay.config.unique_worker_name`),
+  so two workers never write the same chunk name.  One process per spool
+  (an flock on ``SPOOL/LOCK``).
+* Start-up: the root must be writable (a probe object under ``tmp/``), else
+  exit 2.  Then the spool's leftovers (a killed predecessor's) are uploaded:
+  complete batches first, then loose games in new batches.  A re-upload of a
+  batch whose chunk is already stored, with the same records, counts as done.
 * A watcher thread reads ``models/LATEST`` every ``--poll-seconds``; a newer
   model is loaded (the registry verifies its checksums) and the games in
-  progress continue on it from their next move.
-* SIGTERM: stop searching, write every finished game, exit 0.  SIGKILL loses
-  only unfinished games (and finished ones not yet written).
+  progress continue on it from their next move.  A broken LATEST or a model
+  that fails its checks is rejected (stderr line, ``model_rejected`` event)
+  and retried with backoff while play goes on with the current model; at
+  start-up the worker waits for a loadable model.  Only when LATEST does not
+  exist does it play with the uniform evaluator (generation 0).
+* A failing bucket: the upload fails, the games stay spooled, one stderr
+  line, and the upload is retried with backoff while play goes on.
+* SIGTERM (or --max-games/--max-seconds): stop searching, upload every
+  spooled game, exit 0.  SIGKILL loses only unfinished games; a worker
+  restarted on the same spool uploads the rest.
 """
 from __future__ import annotations
 
@@ -48,11 +70,14 @@ import time
 import numpy as np
 
 from format import schema as S
-from format.codec import GameRecord, chunk_path, encode_chunk, quantize_policy
+from format import layout
+from format.codec import GameRecord, encode_game, quantize_policy
+from format.events import EventLog
 from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
-from selfplay.config import WorkerConfig, from_argv
+from selfplay.config import WorkerConfig, default_spool_base, from_argv
 from selfplay.driver import GameBatch
-from selfplay.evaluator import ModelEvaluator, UniformEvaluator, use_every_cpu_core
+from selfplay.spool import Spool, SpoolError, open_spool
+from selfplay.evaluator import ModelEvaluator, UniformEvaluator, configure_accelerator, use_every_cpu_core
 
 log = logging.getLogger("selfplay.worker")
 
@@ -113,69 +138,31 @@ class Counters:
     chunks: int = 0
 
 
-class ChunkWriter:
-    """Finished games, grouped by generation, written as create-only chunks."""
-
-    def __init__(self, storage, worker_id: str, chunk_games: int, chunk_seconds: float):
-        self.storage = storage
-        self.worker_id = worker_id
-        self.chunk_games = chunk_games
-        self.chunk_seconds = chunk_seconds
-        self.pending: dict[int, list[GameRecord]] = collections.defaultdict(list)
-        self.oldest: dict[int, float] = {}
-        self.seq = 0
-        self.written: list[str] = []
-
-    def add(self, record: GameRecord) -> None:
-        if not self.pending[record.generation]:
-            self.oldest[record.generation] = time.monotonic()
-        self.pending[record.generation].append(record)
-
-    def flush_due(self) -> int:
-        """Write the chunks that are full or old enough; returns chunks written."""
-        now = time.monotonic()
-        due = [gen for gen, games in self.pending.items()
-               if games and (len(games) >= self.chunk_games or now - self.oldest[gen] >= self.chunk_seconds)]
-        return sum(self._flush(gen) for gen in due)
-
-    def flush_all(self) -> int:
-        return sum(self._flush(gen) for gen in list(self.pending) if self.pending[gen])
-
-    def _flush(self, generation: int) -> int:
-        from cloud.base import AlreadyExists
-
-        games = self.pending[generation]
-        written = 0
-        while games:
-            part, rest = games[:self.chunk_games], games[self.chunk_games:]
-            data = encode_chunk(part)
-            while True:
-                path = chunk_path(generation, self.worker_id, self.seq, int(time.time() * 1000))
-                self.seq += 1
-                try:
-                    self.storage.write_new(path, data)
-                    break
-                except AlreadyExists:
-                    continue   # a restarted worker with the same id in the same ms
-            self.written.append(path)
-            written += 1
-            games = rest
-        self.pending[generation] = []
-        return written
+def backoff_seconds(failures: int, base: float, cap: float = 300.0) -> float:
+    """Wait before retry number ``failures`` (1, 2, ...): base doubling, at most ``cap``."""
+    return min(cap, base * 2 ** max(0, failures - 1))
 
 
 class ModelWatcher:
     """Background thread: polls models/LATEST, loads newer models.
 
     `take()` hands the newest loaded evaluator to the play loop (or None).
-    A model that fails verification is logged and retried at the next poll.
+    A broken LATEST or a model that fails verification is rejected: one
+    stderr line and a ``model_rejected`` event each time, and the next try
+    waits longer (`backoff_seconds`); play goes on with the current model.
     """
 
-    def __init__(self, storage, poll_seconds: float, cache_dir: str, current_generation: int | None):
+    def __init__(self, storage, poll_seconds: float, cache_dir: str, current_generation: int | None,
+                 placement=None, events: EventLog | None = None):
         self.storage = storage
+        self.placement = placement   # selfplay.evaluator.Placement; None = set up at the first load
         self.poll_seconds = poll_seconds
         self.cache_dir = cache_dir
         self.known = current_generation
+        self.events = events or EventLog(None, "worker")
+        self.failures = 0
+        """Consecutive rejected polls (0 after a good one)."""
+        self._trying = None   # the generation being loaded, for the rejection message
         self._ready = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -193,37 +180,77 @@ class ModelWatcher:
         return ready
 
     def poll_once(self):
-        """Load the newest model if it is newer than the last one; returns it or None."""
+        """Load the newest model if it is newer than the last one; returns it or None.
+
+        Raises whatever the registry or TensorFlow raise (see `reject`).
+        """
         from format import registry
 
+        self._trying = None
         generation = registry.latest_generation(self.storage)
         if generation is None or (self.known is not None and generation <= self.known):
+            self.failures = 0
             return None
-        if self.known is None:
+        self._trying = generation
+        if self.placement is None:
             use_every_cpu_core()   # before TensorFlow builds its thread pools
-        model = registry.load_model(self.storage, generation, cache_dir=self.cache_dir)
-        evaluator = ModelEvaluator(model)
+            self.placement = configure_accelerator("")   # GPU memory growth before TF touches a GPU
+        with self.placement.scope():   # the model's variables live where it runs
+            model = registry.load_model(self.storage, generation, cache_dir=self.cache_dir)
+        evaluator = ModelEvaluator(model, placement=self.placement)
         self.known = generation
+        self.failures = 0
         registry.clear_cache(self.cache_dir, keep_generations={generation})
+        self.events.emit("model_loaded", generation=generation)
         with self._lock:
             self._ready = evaluator
         return evaluator
 
+    def reject(self, exc: BaseException, keeping: str) -> float:
+        """Report a failed poll; returns how long to wait before the next one."""
+        self.failures += 1
+        delay = backoff_seconds(self.failures, self.poll_seconds)
+        what = (f"model generation {self._trying}" if self._trying is not None
+                else f"{self.storage.url(layout.LATEST)}")
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"selfplay.worker: rejected {what}: {message}; {keeping}, retrying in {delay:.3g} s",
+              file=sys.stderr, flush=True)
+        self.events.emit("model_rejected", generation=self._trying, error=message[:500])
+        return delay
+
     def _run(self):
-        while not self._stop.wait(self.poll_seconds):
+        delay = self.poll_seconds
+        while not self._stop.wait(delay):
             try:
                 self.poll_once()
+                delay = self.poll_seconds
             except Exception as exc:  # noqa: BLE001 - a bad model must not stop play
-                log.warning("model poll failed (will retry): %s", exc)
+                keeping = (f"keeping generation {self.known}" if self.known is not None
+                           else "keeping the uniform evaluator (generation 0)")
+                delay = self.reject(exc, keeping)
 
 
 class SelfPlayWorker:
-    """The play loop (see the module docstring).  `run()` returns the Counters."""
+    """The play loop (see the module docstring).  `run()` returns the Counters.
 
-    def __init__(self, config: WorkerConfig, storage, evaluator=None):
+    ``spool``: an open `selfplay.spool.Spool` (the caller closes it); None
+    opens the one ``config`` names and closes it when `run()` ends.
+    """
+
+    def __init__(self, config: WorkerConfig, storage, evaluator=None, spool: Spool | None = None,
+                 events: EventLog | None = None):
         self.config = config
         self.storage = storage
         self.evaluator = evaluator or UniformEvaluator(config.board_size)
+        self.worker_name = config.worker_name
+        self.events = events or EventLog(None, "worker")
+        self._own_spool = spool is None
+        self.spool = spool or open_spool(config.spool_dir or None,
+                                         default_spool_base(config.root, config.worker_id))
+        self.upload_failures = 0
+        self._upload_retry_at = 0.0
+        self._leftovers_done = False
+        self.final_upload_ok = True
         self.batch = GameBatch(
             config.board_size, config.games, komi=config.komi, max_moves=config.max_moves,
             num_groups=2, leaves_per_game=config.leaves_per_game, c_puct_init=config.c_puct,
@@ -232,17 +259,18 @@ class SelfPlayWorker:
             dirichlet_epsilon=config.dirichlet_epsilon, seed=config.seed)
         n = config.board_size
         self.buffers = [np.zeros((self.batch.batch_rows, n, n, S.INPUT_PLANES), np.float32) for _ in range(2)]
-        self.writer = ChunkWriter(storage, config.worker_id, config.chunk_games, config.chunk_seconds)
         self.counters = Counters()
         self.games: list[GameInProgress] = [None] * config.games
         self.stop_requested = threading.Event()
         self.started = time.monotonic()
         self._game_serial = 0
-        self._run_tag = f"{config.worker_id}.{int(time.time() * 1000)}"
+        self._run_tag = f"{self.worker_name}.{int(time.time() * 1000)}"
 
     # ---- games ------------------------------------------------------------
 
     def _new_game(self, g: int) -> None:
+        # Serials are reserved in the spool, so a restart with the same --seed plays new games.
+        self._game_serial = self.spool.reserve_serial(self.config.seed, self._game_serial)
         seed = game_seed(self.config.seed, self._game_serial)
         self.batch.new_game(g, seed=seed)
         rng = np.random.default_rng(seed)
@@ -298,8 +326,7 @@ class SelfPlayWorker:
         self.batch.play(g, move)
         self.counters.positions += 1
         if board.is_over:
-            self.writer.add(self._game_record(g))
-            self.counters.games += 1
+            self._spool_game(self._game_record(g))
             self._new_game(g)
         else:
             self._start_search(g)
@@ -344,7 +371,7 @@ class SelfPlayWorker:
         m = len(game.moves)
         return GameRecord(
             board_size=n, komi=cfg.komi, game_id=game.game_id, generation=int(generation),
-            worker_id=cfg.worker_id, moves=np.asarray(game.moves, np.int16),
+            worker_id=self.worker_name, moves=np.asarray(game.moves, np.int16),
             planes=np.asarray(game.planes, np.uint8).reshape(m, 2, n, n),
             policy_indices=game.policy_indices, policy_values=game.policy_values,
             root_values=np.asarray(game.root_values, np.float32),
@@ -367,6 +394,26 @@ class SelfPlayWorker:
                 or (cfg.max_seconds and time.monotonic() - self.started >= cfg.max_seconds))
 
     def run(self, watcher: ModelWatcher | None = None) -> Counters:
+        """Play until stopped, upload every spooled game; `final_upload_ok` says whether that worked."""
+        try:
+            self.upload_leftovers()
+            self._play(watcher)
+            self.final_upload_ok = self.upload_everything()
+        finally:
+            if self._own_spool:
+                self.spool.close()
+        self.events.emit("stopped", reason=self.stop_reason(), games=self.counters.games)
+        return self.counters
+
+    def stop_reason(self) -> str:
+        cfg = self.config
+        if self.stop_requested.is_set():
+            return "signal"
+        if cfg.max_games and self.counters.games >= cfg.max_games:
+            return "max_games"
+        return "max_seconds"
+
+    def _play(self, watcher: ModelWatcher | None) -> None:
         for g in range(self.config.games):
             self._new_game(g)
         in_flight: dict[int, concurrent.futures.Future] = {}
@@ -392,15 +439,80 @@ class SelfPlayWorker:
                         # Every remaining simulation hit a game-over leaf.
                         for g in self.batch.done_games(group):
                             self._finish_move(g)
-                self.counters.chunks += self.writer.flush_due()
+                self._ship()
                 if time.monotonic() >= next_progress:
                     self._print_progress()
                     next_progress = time.monotonic() + self.config.progress_seconds
             for future in in_flight.values():
                 future.result()   # let the inference thread finish; results discarded
-        self.counters.chunks += self.writer.flush_all()
+
+    # ---- the spool and the lake ---------------------------------------------
+
+    def _spool_game(self, record: GameRecord) -> None:
+        """A finished game goes to disk first; only then does it count (and get its event)."""
+        entry = self.spool.add(record.generation, record.game_id, encode_game(record))
+        self.counters.games += 1
+        self.events.emit("game_finished", game_id=record.game_id, generation=record.generation,
+                         moves=len(record.moves), spool_entry=entry)
+
+    def _make_batches(self, everything: bool) -> None:
+        cfg, spool = self.config, self.spool
+        for generation in spool.due(cfg.chunk_games, cfg.chunk_seconds, everything):
+            timed_out = everything or time.monotonic() - spool.oldest[generation] >= cfg.chunk_seconds
+            while spool.loose[generation] and (timed_out or len(spool.loose[generation]) >= cfg.chunk_games):
+                spool.make_batch(generation, self.worker_name, cfg.chunk_games)
+
+    def _ship(self, everything: bool = False) -> bool:
+        """Batch what is due, upload every batch; False when an upload failed (retried later)."""
+        self._make_batches(everything)
+        if not self.spool.batches:
+            return True
+        if time.monotonic() < self._upload_retry_at:
+            return False
+        for batch in list(self.spool.batches):
+            try:
+                outcome, games = self.spool.upload(self.storage, batch, self.worker_name)
+            except Exception as exc:  # noqa: BLE001 - a failing bucket must not lose games or stop play
+                self.upload_failures += 1
+                delay = backoff_seconds(self.upload_failures, 2.0)
+                self._upload_retry_at = time.monotonic() + delay
+                message = " ".join(str(exc).split()) or type(exc).__name__
+                print(f"selfplay.worker: upload of {self.storage.url(batch.chunk)} failed ({message}); "
+                      f"{self.spool.spooled} games stay spooled in {self.spool.directory}, "
+                      f"retrying in {delay:.3g} s", file=sys.stderr, flush=True)
+                return False
+            if outcome != "rebatched":
+                self.counters.chunks += 1
+                self.events.emit("chunk_uploaded", path=batch.chunk, games=games, generation=batch.generation)
+        self.upload_failures = 0
+        for message in self.spool.corrupt:
+            print(f"selfplay.worker: {message}", file=sys.stderr, flush=True)
+        self.spool.corrupt.clear()
+        return not self.spool.batches or self._ship(everything)   # re-batched games go out now
+
+    def upload_leftovers(self) -> None:
+        """At start-up: upload what a killed predecessor left in the spool (once)."""
+        if self._leftovers_done:
+            return
+        self._leftovers_done = True
+        before = self.spool.spooled
+        if before or self.spool.corrupt:
+            print(f"[selfplay] spool {self.spool.directory}: uploading {before} games left by an earlier run",
+                  flush=True)
+        self._ship(everything=True)
+
+    def upload_everything(self, attempts: int = 5) -> bool:
+        """At exit: batch and upload every spooled game, retrying a failing bucket a few times."""
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(max(0.0, self._upload_retry_at - time.monotonic()))
+            if self._ship(everything=True) and not self.spool.spooled:
+                self._print_progress()
+                return True
+        print(f"selfplay.worker: {self.spool.spooled} games stay spooled in {self.spool.directory}; "
+              f"a worker started on that spool uploads them", file=sys.stderr, flush=True)
         self._print_progress()
-        return self.counters
+        return False
 
     def _maybe_switch_model(self, watcher: ModelWatcher) -> None:
         evaluator = watcher.take()
@@ -421,24 +533,73 @@ class SelfPlayWorker:
               f"evals {c.evaluations / elapsed:.0f}/s batch fill {fill:.1%} "
               f"network {c.network_seconds / elapsed:.0%} chunks {c.chunks} "
               f"generation {self.evaluator.generation} false resign {false_rate}", flush=True)
+        self.events.emit("progress", games=c.games, positions=c.positions, generation=self.evaluator.generation,
+                         chunks=c.chunks, spooled=self.spool.spooled)
+
+
+class StartupError(Exception):
+    """A reason to exit 2 before playing; the message is the one line printed."""
 
 
 def open_root(config: WorkerConfig):
-    """Open the storage root and check (or create) its run.json."""
+    """Open the storage root, prove it writable, and check (or create) its run.json."""
     from cloud.storage import open_storage
 
-    storage = open_storage(config.root)
-    ensure_run_config(storage, RunConfig(board_size=config.board_size, komi=config.komi))
+    try:
+        storage = open_storage(config.root)
+    except ValueError as exc:
+        raise StartupError(f"--root: {exc}") from None
+    probe = layout.probe_path(config.worker_name)
+    try:
+        storage.write_new(probe, b"zerolake worker write probe\n")
+        storage.delete(probe, missing_ok=True)
+    except Exception as exc:  # noqa: BLE001 - any failure means: cannot write chunks here
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        raise StartupError(f"the root {storage.url()} is not writable ({message})") from None
+    try:
+        ensure_run_config(storage, RunConfig(board_size=config.board_size, komi=config.komi))
+    except RunConfigMismatch as exc:
+        raise StartupError(f"refusing to run: {exc}") from None
+    except Exception as exc:  # noqa: BLE001
+        raise StartupError(f"cannot read or write {storage.url(layout.RUN_CONFIG)}: "
+                           f"{' '.join(str(exc).split())}") from None
     return storage
+
+
+def load_first_model(watcher: ModelWatcher, stop: threading.Event, max_seconds: float = 0.0):
+    """The model to start with, and whether to play: (None, True) only when models/LATEST does not exist.
+
+    While LATEST exists but cannot be loaded, wait and retry (never fall back
+    to generation 0 in a lake that has models).  (None, False): ``stop`` was
+    set, or ``max_seconds`` (the worker's --max-seconds, 0 = none) ran out,
+    while waiting.
+    """
+    deadline = time.monotonic() + max_seconds if max_seconds else math.inf
+    while not stop.is_set() and time.monotonic() < deadline:
+        try:
+            evaluator = watcher.poll_once()
+            watcher.take()
+            return evaluator, True
+        except Exception as exc:  # noqa: BLE001 - wait for a good model, do not play generation 0
+            delay = watcher.reject(exc, "not playing until a model loads")
+            stop.wait(min(delay, max(0.0, deadline - time.monotonic())))
+    return None, False
 
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     config = from_argv(argv)
     try:
+        events = EventLog(config.events or None, "worker")
+    except OSError as exc:
+        print(f"selfplay.worker: --events {config.events}: {exc.strerror}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    try:
         storage = open_root(config)
-    except RunConfigMismatch as exc:
-        print(f"selfplay.worker: refusing to run: {exc}", file=sys.stderr)
+    except StartupError as exc:
+        print(f"selfplay.worker: {exc}", file=sys.stderr)
         return 2
     from format import registry
 
@@ -447,23 +608,49 @@ def main(argv=None) -> int:
     except registry.ModelCacheError as exc:
         print(f"selfplay.worker: --model-cache: {exc}", file=sys.stderr)
         return 2
-    watcher = ModelWatcher(storage, config.poll_seconds, cache, current_generation=None)
-    evaluator = None
+    placement = None
+    if config.device:   # fail now on a missing device; '' leaves TensorFlow unloaded until a model exists
+        use_every_cpu_core()
+        try:
+            placement = configure_accelerator(config.device)
+        except ValueError as exc:
+            print(f"selfplay.worker: {exc}", file=sys.stderr)
+            return 2
     try:
-        evaluator = watcher.poll_once()
-        watcher.take()
-    except Exception as exc:  # noqa: BLE001 - play with the uniform evaluator until a model loads
-        log.warning("could not load the latest model yet: %s", exc)
+        spool = open_spool(config.spool_dir or None, default_spool_base(config.root, config.worker_id))
+    except SpoolError as exc:
+        print(f"selfplay.worker: --spool-dir: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _run_worker(config, storage, spool, cache, placement, events, stop)
+    finally:
+        spool.close()
+        events.close()
 
-    print(f"[selfplay] worker {config.worker_id} seed {config.seed}", flush=True)
-    worker = SelfPlayWorker(config, storage, evaluator)
-    signal.signal(signal.SIGTERM, lambda signum, frame: worker.stop_requested.set())
+
+def _run_worker(config, storage, spool, cache, placement, events, stop) -> int:
+    """Leftovers, first model, play, final upload (main's part after the checks)."""
+    worker = SelfPlayWorker(config, storage, None, spool=spool, events=events)
+    worker.stop_requested = stop
+    worker.upload_leftovers()
+    watcher = ModelWatcher(storage, config.poll_seconds, cache, current_generation=None, placement=placement,
+                           events=events)
+    evaluator, play = load_first_model(watcher, stop, config.max_seconds)
+    if not play:
+        reason = "signal" if stop.is_set() else "max_seconds"
+        print(f"[selfplay] stopped ({reason}) before any model could be loaded; no games played", flush=True)
+        events.emit("stopped", reason=reason, games=0)
+        return 0
+    if evaluator is not None:
+        worker.evaluator = evaluator
+    print(f"[selfplay] worker {worker.worker_name} seed {config.seed}", flush=True)
+    events.emit("started", worker_id=worker.worker_name, seed=config.seed, generation=worker.evaluator.generation)
     watcher.start()
     try:
         worker.run(watcher)
     finally:
         watcher.stop()
-    return 0
+    return 0 if worker.final_upload_ok else 1
 
 
 if __name__ == "__main__":

@@ -153,7 +153,8 @@ def test_a_malformed_manifest_entry_is_a_clear_integrity_error(tmp_path):
 
 def worker_config(root, **overrides):
     settings = dict(root=str(root), board_size=9, games=4, visits=4, fast_visits=2, leaves_per_game=2,
-                    full_search_fraction=0.5, max_games=4, chunk_games=100, progress_seconds=60.0)
+                    full_search_fraction=0.5, max_games=4, chunk_games=100, progress_seconds=60.0,
+                    spool_dir=str(root) + "-spool")   # beside the lake, not under ~/.local/state
     settings.update(overrides)
     return WorkerConfig(**settings)
 

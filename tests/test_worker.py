@@ -32,7 +32,9 @@ FAST_FLAGS = ["--board-size", "9", "--games", "8", "--visits", "4", "--fast-visi
 
 
 def start_worker(root, *flags):
-    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3")
+    # The default spool lives under the user's state folder: keep it beside the test's lake.
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3",
+               XDG_STATE_HOME=str(Path(root).parent / "state"))
     return subprocess.Popen([sys.executable, "-m", "selfplay.worker", "--root", str(root), *FAST_FLAGS, *flags],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -143,12 +145,14 @@ def replay(game):
 
 
 def test_resigned_games_are_accelerated_to_the_end_with_exact_ownership(tmp_path):
-    storage = LocalStorage(str(tmp_path))
-    config = WorkerConfig(root=str(tmp_path), games=8, visits=8, fast_visits=4, full_search_fraction=0.5,
+    lake = tmp_path / "lake"
+    storage = LocalStorage(str(lake))
+    config = WorkerConfig(root=str(lake), games=8, visits=8, fast_visits=4, full_search_fraction=0.5,
                           resign_threshold=-0.5, resign_consecutive=2, resign_disabled_fraction=0.3,
-                          accelerated_visits=1, max_games=16, chunk_games=4, worker_id="acc", seed=3)
+                          accelerated_visits=1, max_games=16, chunk_games=4, worker_id="acc", seed=3,
+                          spool_dir=str(tmp_path / "spool"))
     SelfPlayWorker(config, storage, material_evaluator).run()
-    games = [g for chunk in decode_all(tmp_path).values() for g in chunk]
+    games = [g for chunk in decode_all(lake).values() for g in chunk]
     assert len(games) >= 16
     resigned = [g for g in games if g.end_reason == S.END_RESIGN]
     assert resigned, "no game resigned"

@@ -1,0 +1,432 @@
+"""The worker's local spool: finished games live on local disk until their chunk is in the lake.
+
+A preemptible worker can be SIGKILLed at any moment.  Games used to wait in
+memory for their chunk (up to ``--chunk-seconds``), so a kill lost them.  Now
+a finished game is on local disk, checksummed and fsync'ed, before the worker
+says it exists (the ``game_finished`` event), and it leaves the disk only once
+the chunk that holds it is in the lake.
+
+Terms
+-----
+entry
+    One finished game: ``games/<gen:06d>-<game id>.game`` holding a header
+    (magic, generation, payload length, sha256 of the payload) and the payload,
+    the game's record as `format.codec.encode_game` serializes it.  Written to
+    ``tmp/``, fsync'ed, renamed into ``games/`` (then the folder is fsync'ed),
+    so an entry is either whole or absent.
+loose entry
+    An entry that no batch lists yet.
+batch
+    ``batches/batch-<seq:08d>.json``: a fixed list of entries (one generation)
+    and the chunk path they will be uploaded as.  The chunk's name (worker id,
+    the batch's creation time, its seq) is fixed when the batch is written,
+    before any upload, so re-uploading a batch after a kill aims at the same
+    object: the lake's create-only write then refuses it, and an identical
+    stored object (the same records) means the earlier upload succeeded.
+corrupt entry
+    An entry whose header or checksum is wrong (a torn disk, a truncated
+    copy).  It is moved to ``corrupt/`` and reported; it costs only itself.
+
+Data flow: a game ends → `Spool.add` (entry, fsync, rename) → ``game_finished``
+→ `Spool.make_batch` once ``--chunk-games`` entries of a generation are loose
+(or the oldest has waited ``--chunk-seconds``) → `Spool.upload` writes the
+chunk create-only → the entries are deleted, then the batch file.  A kill
+between any two steps leaves a state that `Spool.open` + `Spool.upload` finish
+without losing or duplicating a game: entries are deleted before their batch
+file, so a batch whose entries are partly gone has its chunk in the lake.
+
+Folder::
+
+    SPOOL/LOCK            fcntl.flock'ed by the one process using the spool; holds its pid
+    SPOOL/games/          entries
+    SPOOL/batches/        batch files
+    SPOOL/corrupt/        entries (and batch files) that failed their checks
+    SPOOL/tmp/            entries being written (emptied when the spool opens)
+    SPOOL/serials/<seed>  high-water mark of the game serials handed out for a worker seed,
+                          so a worker restarted with the same --seed never replays a game
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import struct
+import time
+
+from format import layout
+from format.tfrecord import RecordError, compress_zstd, decompress_zstd, frame_records, iter_framed_records
+
+log = logging.getLogger("selfplay.spool")
+
+MAGIC = b"ZLSPOOL1"
+_HEADER = struct.Struct(">8sIQ32s")   # magic, generation, payload bytes, sha256(payload)
+BATCH_VERSION = 1
+ENTRY_SUFFIX = ".game"
+SERIAL_BLOCK = 4096
+"""Game serials reserved per durable write of the high-water mark."""
+_ENTRY_NAME = re.compile(r"(?P<gen>\d{6})-(?P<game>[A-Za-z0-9_.]+)" + re.escape(ENTRY_SUFFIX))
+_BATCH_NAME = re.compile(r"batch-(?P<seq>\d{8})\.json")
+
+
+class SpoolError(RuntimeError):
+    """The spool folder cannot be used (the message names it)."""
+
+
+class SpoolLocked(SpoolError):
+    """Another live process holds the spool's lock."""
+
+    def __init__(self, directory: str, holder: str):
+        super().__init__(f"spool {directory} is in use by another worker (pid {holder}); "
+                         f"give this worker its own --spool-dir")
+        self.directory = directory
+        self.holder = holder
+
+
+class ChunkCollision(SpoolError):
+    """The lake holds a different object under a batch's chunk name."""
+
+
+class CorruptEntry(SpoolError):
+    """An entry's header or checksum is wrong."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """A batch file's contents (see the module docstring)."""
+
+    seq: int
+    created_ms: int
+    generation: int
+    worker_id: str
+    chunk: str
+    """Lake path the batch is uploaded as (from format.layout.chunk_path)."""
+    entries: tuple[str, ...]
+
+    @property
+    def file_name(self) -> str:
+        return f"batch-{self.seq:08d}.json"
+
+
+def encode_entry(generation: int, payload: bytes) -> bytes:
+    return _HEADER.pack(MAGIC, generation, len(payload), hashlib.sha256(payload).digest()) + payload
+
+
+def decode_entry(data: bytes, name: str) -> tuple[int, bytes]:
+    """(generation, payload) of an entry's bytes; CorruptEntry names what is wrong."""
+    if len(data) < _HEADER.size:
+        raise CorruptEntry(f"{name}: truncated header ({len(data)} bytes)")
+    magic, generation, length, digest = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise CorruptEntry(f"{name}: not a spool entry (magic {magic!r})")
+    payload = data[_HEADER.size:]
+    if len(payload) != length:
+        raise CorruptEntry(f"{name}: payload is {len(payload)} bytes, header says {length}")
+    if hashlib.sha256(payload).digest() != digest:
+        raise CorruptEntry(f"{name}: sha256 mismatch")
+    return generation, payload
+
+
+def chunk_bytes(payloads: list[bytes]) -> bytes:
+    """A chunk file of already-encoded game records (what encode_chunk writes)."""
+    return compress_zstd(frame_records(payloads))
+
+
+def chunk_records(data: bytes, source: str) -> list[bytes] | None:
+    """The raw records of a stored chunk, or None if it is not a readable chunk."""
+    try:
+        return list(iter_framed_records(decompress_zstd(data, source), source))
+    except RecordError:
+        return None
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_durably(directory: str, tmp_dir: str, name: str, data: bytes) -> None:
+    """Write ``directory/name`` whole: temp file, fsync, rename, fsync the folder."""
+    temp = os.path.join(tmp_dir, f"{name}.{os.getpid()}.tmp")
+    with open(temp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temp, os.path.join(directory, name))
+    _fsync_dir(directory)
+
+
+class Spool:
+    """One worker's spool folder, locked for the life of the object (`close()` unlocks)."""
+
+    def __init__(self, directory: str):
+        self.directory = os.path.abspath(os.path.expanduser(directory))
+        self.games_dir = os.path.join(self.directory, "games")
+        self.batches_dir = os.path.join(self.directory, "batches")
+        self.corrupt_dir = os.path.join(self.directory, "corrupt")
+        self.tmp_dir = os.path.join(self.directory, "tmp")
+        self.serials_dir = os.path.join(self.directory, "serials")
+        try:
+            for folder in (self.games_dir, self.batches_dir, self.corrupt_dir, self.tmp_dir, self.serials_dir):
+                os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            raise SpoolError(f"spool {self.directory}: cannot create it ({exc.strerror})") from None
+        self._lock_fd = self._lock()
+        for name in os.listdir(self.tmp_dir):   # a killed writer's half-written entries
+            os.unlink(os.path.join(self.tmp_dir, name))
+        self.corrupt: list[str] = []
+        """Messages about entries and batch files moved to corrupt/ since the spool opened."""
+        self.batches: list[Batch] = self._read_batches()
+        batched = {name for batch in self.batches for name in batch.entries}
+        self.loose: dict[int, list[str]] = {}
+        """Loose entries by generation, oldest first."""
+        self.oldest: dict[int, float] = {}
+        """time.monotonic() of each generation's oldest loose entry (-inf for leftovers: due now)."""
+        for name in sorted(os.listdir(self.games_dir)):
+            match = _ENTRY_NAME.fullmatch(name)
+            if not match:
+                self._move_aside(self.games_dir, name, "not an entry name")
+                continue
+            if name in batched:
+                continue
+            generation = int(match["gen"])
+            self.loose.setdefault(generation, []).append(name)
+            self.oldest[generation] = -float("inf")
+        self._next_seq = max((b.seq for b in self.batches), default=-1) + 1
+        self._serial_limit: dict[int, int] = {}
+
+    # ---- the lock -----------------------------------------------------------
+
+    def _lock(self) -> int:
+        path = os.path.join(self.directory, "LOCK")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise SpoolLocked(self.directory, holder) from None
+            raise SpoolError(f"spool {self.directory}: cannot lock {path} ({exc.strerror})") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)   # releases the flock
+            self._lock_fd = None
+
+    # ---- entries ------------------------------------------------------------
+
+    @property
+    def spooled(self) -> int:
+        """Games on disk: loose plus batched."""
+        return sum(len(v) for v in self.loose.values()) + sum(len(b.entries) for b in self.batches)
+
+    def add(self, generation: int, game_id: str, payload: bytes) -> str:
+        """Spool one finished game durably; returns the entry's name."""
+        name = f"{layout.generation_dir(generation)}-{game_id}{ENTRY_SUFFIX}"
+        if not _ENTRY_NAME.fullmatch(name):
+            raise ValueError(f"game id {game_id!r} may hold only letters, digits, '_' and '.'")
+        _write_durably(self.games_dir, self.tmp_dir, name, encode_entry(generation, payload))
+        if not self.loose.get(generation):
+            self.oldest[generation] = time.monotonic()
+        self.loose.setdefault(generation, []).append(name)
+        return name
+
+    def read_entry(self, name: str) -> bytes | None:
+        """An entry's payload; None if it is gone or corrupt (then moved aside and reported)."""
+        try:
+            with open(os.path.join(self.games_dir, name), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        try:
+            generation, payload = decode_entry(data, os.path.join(self.games_dir, name))
+            expected = int(_ENTRY_NAME.fullmatch(name)["gen"])
+            if generation != expected:
+                raise CorruptEntry(f"{name}: header says generation {generation}, the name {expected}")
+        except CorruptEntry as exc:
+            self._move_aside(self.games_dir, name, str(exc))
+            return None
+        return payload
+
+    def _move_aside(self, folder: str, name: str, why: str) -> None:
+        target = os.path.join(self.corrupt_dir, f"{name}.{int(time.time() * 1000)}")
+        os.replace(os.path.join(folder, name), target)
+        message = f"spool: moved {os.path.join(folder, name)} to {target}: {why}"
+        log.error(message)
+        self.corrupt.append(message)
+
+    # ---- batches ------------------------------------------------------------
+
+    def due(self, chunk_games: int, chunk_seconds: float, everything: bool = False) -> list[int]:
+        """Generations whose loose entries should become a batch now."""
+        now = time.monotonic()
+        return [gen for gen, names in self.loose.items() if names and (
+            everything or len(names) >= chunk_games or now - self.oldest[gen] >= chunk_seconds)]
+
+    def make_batch(self, generation: int, worker_id: str, chunk_games: int) -> Batch:
+        """Write a batch file for up to ``chunk_games`` loose entries of a generation (oldest first)."""
+        names = self.loose[generation][:chunk_games]
+        batch = self._write_batch(generation, worker_id, tuple(names))
+        self.loose[generation] = self.loose[generation][len(names):]
+        self.oldest[generation] = time.monotonic() if self.loose[generation] else 0.0
+        return batch
+
+    def _write_batch(self, generation: int, worker_id: str, names: tuple[str, ...]) -> Batch:
+        created_ms = int(time.time() * 1000)
+        seq = self._next_seq
+        self._next_seq += 1
+        batch = Batch(seq=seq, created_ms=created_ms, generation=generation, worker_id=worker_id,
+                      chunk=layout.chunk_path(generation, worker_id, created_ms, seq), entries=names)
+        document = {"version": BATCH_VERSION, **dataclasses.asdict(batch), "entries": list(names)}
+        _write_durably(self.batches_dir, self.tmp_dir, batch.file_name, json.dumps(document, indent=1).encode())
+        self.batches.append(batch)
+        return batch
+
+    def _read_batches(self) -> list[Batch]:
+        batches = []
+        for name in sorted(os.listdir(self.batches_dir)):
+            if not _BATCH_NAME.fullmatch(name):
+                self._move_aside(self.batches_dir, name, "not a batch file name")
+                continue
+            try:
+                with open(os.path.join(self.batches_dir, name), "rb") as f:
+                    document = json.loads(f.read())
+                if document.get("version") != BATCH_VERSION:
+                    raise ValueError(f"version {document.get('version')!r}, expected {BATCH_VERSION}")
+                batch = Batch(seq=int(document["seq"]), created_ms=int(document["created_ms"]),
+                              generation=int(document["generation"]), worker_id=str(document["worker_id"]),
+                              chunk=str(document["chunk"]), entries=tuple(document["entries"]))
+                if batch.file_name != name or layout.parse_chunk_path(batch.chunk) is None:
+                    raise ValueError("seq or chunk path does not match")
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                # Its entries become loose again and go out in a new batch.
+                self._move_aside(self.batches_dir, name, f"unreadable batch file ({exc})")
+                continue
+            batches.append(batch)
+        return batches
+
+    def _forget_batch(self, batch: Batch) -> None:
+        os.unlink(os.path.join(self.batches_dir, batch.file_name))
+        _fsync_dir(self.batches_dir)
+        self.batches.remove(batch)
+
+    def upload(self, storage, batch: Batch, worker_id: str) -> tuple[str, int]:
+        """Put a batch's chunk in the lake, then delete its entries and the batch file.
+
+        Returns (what happened, games in the chunk): 'uploaded', 'present'
+        (an earlier, killed attempt had stored it: same records), or
+        'rebatched' (entries went corrupt before any upload, or the chunk name
+        held another object: the games stay spooled under a new batch,
+        returned as games 0).  Storage errors propagate; the spool is then
+        unchanged, and a later call retries.
+        """
+        from cloud.base import AlreadyExists, NotFound
+
+        payloads = [self.read_entry(name) for name in batch.entries]
+        present = [(name, p) for name, p in zip(batch.entries, payloads) if p is not None]
+        url = storage.url(batch.chunk)
+        if len(present) < len(batch.entries):
+            # Entries are deleted only after the chunk is stored, so a batch
+            # missing some either was uploaded (finish the clean-up) or lost
+            # entries to corruption before its upload (re-batch the rest).
+            try:
+                stored = storage.read(batch.chunk)
+            except NotFound:
+                stored = None
+            if stored is not None and self._holds(stored, [p for _, p in present], url):
+                self._finish(batch)
+                return "present", len(batch.entries)
+            if stored is not None:
+                log.error("spool: %s holds other games than batch %s; keeping its games spooled",
+                          url, batch.file_name)
+            self._rebatch(batch, tuple(name for name, _ in present), worker_id)
+            return "rebatched", 0
+        data = chunk_bytes(payloads)
+        try:
+            storage.write_new(batch.chunk, data)
+            outcome = "uploaded"
+        except AlreadyExists:
+            stored = storage.read(batch.chunk)
+            if stored != data and not self._holds(stored, payloads, url, exact=True):
+                log.error("spool: CHUNK NAME COLLISION: %s already holds a different object; "
+                          "the %d games of %s stay spooled under a new batch", url, len(payloads), batch.file_name)
+                self._rebatch(batch, batch.entries, worker_id)
+                return "rebatched", 0
+            outcome = "present"
+        self._finish(batch)
+        return outcome, len(payloads)
+
+    @staticmethod
+    def _holds(stored: bytes, payloads: list[bytes], url: str, exact: bool = False) -> bool:
+        records = chunk_records(stored, url)
+        if records is None:
+            return False
+        return records == payloads if exact else set(payloads) <= set(records)
+
+    def _rebatch(self, batch: Batch, names: tuple[str, ...], worker_id: str) -> None:
+        if names:
+            self._write_batch(batch.generation, worker_id, names)
+        self._forget_batch(batch)
+
+    def _finish(self, batch: Batch) -> None:
+        # Entries first, the batch file last: see the module docstring.
+        for name in batch.entries:
+            try:
+                os.unlink(os.path.join(self.games_dir, name))
+            except FileNotFoundError:
+                pass
+        _fsync_dir(self.games_dir)
+        self._forget_batch(batch)
+
+    # ---- game serials ---------------------------------------------------------
+
+    def reserve_serial(self, seed: int, serial: int) -> int:
+        """The first serial >= ``serial`` never handed out for ``seed`` on this spool.
+
+        Called for every new game; writes the high-water mark durably once per
+        SERIAL_BLOCK games, so a worker restarted with the same --seed starts
+        past every game its predecessor may have played.
+        """
+        limit = self._serial_limit.get(seed)
+        if limit is None:
+            path = os.path.join(self.serials_dir, str(seed))
+            try:
+                with open(path) as f:
+                    start = int(f.read().strip() or 0)
+            except (FileNotFoundError, ValueError):
+                start = 0
+            serial = max(serial, start)
+            limit = serial
+        if serial >= limit:
+            limit = serial + SERIAL_BLOCK
+            _write_durably(self.serials_dir, self.tmp_dir, str(seed), f"{limit}\n".encode())
+        self._serial_limit[seed] = limit
+        return serial
+
+
+def open_spool(directory: str | None, default_base: str, max_slots: int = 64) -> Spool:
+    """The spool at ``directory``, or (None) the first unlocked slot ``<default_base>-<k>``.
+
+    Slots let several workers with the same root and --worker-id share a
+    machine without flags; a restarted worker adopts any slot left unlocked by
+    a dead one (and uploads what it left).
+    """
+    if directory:
+        return Spool(directory)
+    for k in range(max_slots):
+        try:
+            return Spool(f"{default_base}-{k}")
+        except SpoolLocked:
+            continue
+    raise SpoolError(f"all {max_slots} spool slots {default_base}-* are in use; give --spool-dir")
