@@ -76,8 +76,9 @@ from format.events import EventLog
 from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
 from selfplay.config import WorkerConfig, default_spool_base, from_argv
 from selfplay.driver import GameBatch
-from selfplay.spool import Spool, SpoolError, open_spool
 from selfplay.evaluator import ModelEvaluator, UniformEvaluator, configure_accelerator, use_every_cpu_core
+from selfplay.move_policy import MovePolicy, ResignationCounter
+from selfplay.spool import Spool, SpoolError, open_spool
 
 log = logging.getLogger("selfplay.worker")
 
@@ -102,7 +103,8 @@ class GameInProgress:
     root_values: list = dataclasses.field(default_factory=list)
     full_search: list = dataclasses.field(default_factory=list)
     generation_moves: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    low_value_moves: dict = dataclasses.field(default_factory=lambda: {S.BLACK: 0, S.WHITE: 0})
+    resignation: ResignationCounter | None = None
+    """Consecutive low root values per colour (selfplay.move_policy's rule)."""
     resigned_by: int = 0
     would_resign: int = 0
     accelerated_from: int = -1
@@ -260,6 +262,8 @@ class SelfPlayWorker:
         n = config.board_size
         self.buffers = [np.zeros((self.batch.batch_rows, n, n, S.INPUT_PLANES), np.float32) for _ in range(2)]
         self.counters = Counters()
+        self.move_policy = MovePolicy(sampled_moves=config.sampled_moves, resign_threshold=config.resign_threshold,
+                                      resign_consecutive=config.resign_consecutive)
         self.games: list[GameInProgress] = [None] * config.games
         self.stop_requested = threading.Event()
         self.started = time.monotonic()
@@ -317,8 +321,8 @@ class SelfPlayWorker:
         else:
             game.policy_indices.append(np.zeros(0, np.int64))
             game.policy_values.append(np.zeros(0, np.int64))
-        sampling = len(game.moves) < cfg.sampled_moves and not game.accelerating
-        move = int(self.batch.choose_move(g, 1.0 if sampling else 0.0))
+        temperature = 0.0 if game.accelerating else self.move_policy.temperature(len(game.moves))
+        move = int(self.batch.choose_move(g, temperature))
         game.moves.append(move)
         game.generation_moves[self.evaluator.generation] += 1
         if game.resigned_by and game.accelerated_from < 0:
@@ -332,11 +336,9 @@ class SelfPlayWorker:
             self._start_search(g)
 
     def _update_resignation(self, game: GameInProgress, to_play: int, value: float) -> None:
-        if value >= self.config.resign_threshold:
-            game.low_value_moves[to_play] = 0
-            return
-        game.low_value_moves[to_play] += 1
-        if game.low_value_moves[to_play] < self.config.resign_consecutive:
+        if game.resignation is None:
+            game.resignation = ResignationCounter(self.move_policy)
+        if not game.resignation.observe(to_play, value):
             return
         if game.resign_enabled:
             game.resigned_by = to_play
