@@ -94,7 +94,8 @@ def add_config_flags(parser: argparse.ArgumentParser, config_cls, *, exclude: ty
             target.add_argument(*names, dest=field.name, action=argparse.BooleanOptionalAction,
                                 default=default, help=text)
             continue
-        shown = "" if default is None or info.get("required") else f" (default: {default})"
+        shown = "" if default is None or info.get("required") else \
+            f" (default: {default!r})" if isinstance(default, str) else f" (default: {default})"
         target.add_argument(*names, dest=field.name, type=kind, default=default, choices=info.get("choices"),
                             required=bool(info.get("required")), metavar=info.get("metavar"),
                             help=(text + shown).strip() or None)

@@ -19,6 +19,7 @@ import secrets
 import socket
 
 from format import schema as S
+from format.cli import add_config_flags, add_storage_flags, config_from_namespace, setting, storage_retry
 from selfplay.evaluator import parse_device
 
 
@@ -70,69 +71,57 @@ def default_spool_base(root: str, worker_id_prefix: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class WorkerConfig:
-    root: str
-    """Storage root: a local folder or gs://bucket/prefix."""
-    board_size: int = 9
-    komi: float = 7.5
-    max_moves: int = 0
-    """Move cap per game (passes included); 0 = the engine's 3 * N * N."""
+    """Every setting of one worker process; each field is a flag (``--board-size``...)."""
+
+    root: str = setting(help="storage root: a local folder or gs://bucket/prefix", required=True)
+    board_size: int = setting(9, "board size (must match ROOT/run.json)")
+    komi: float = setting(7.5, "komi (must match ROOT/run.json)")
+    max_moves: int = setting(0, "move cap per game (passes included); 0 = the engine's 3 * N * N")
 
     # --- search ---
-    games: int = 256
-    """Games played at once (split in two halves that alternate with the network)."""
-    visits: int = 64
-    """Simulations of a full search (its policy is recorded as a training target)."""
-    fast_visits: int = 16
-    """Simulations of a fast search (playout-cap randomization; no policy target)."""
-    full_search_fraction: float = 0.25
-    """Share of moves that get the full search (KataGo's playout-cap randomization)."""
-    gumbel: bool = False
-    """Gumbel root (sequential halving, improved-policy target) instead of PUCT + noise."""
-    gumbel_considered: int = 16
-    leaves_per_game: int = 8
-    """Leaves one game may put in a batch per pass (virtual loss keeps them apart)."""
-    c_puct: float = 1.25
-    fpu_reduction: float = 0.25
-    dirichlet_alpha_total: float = 10.83
-    """Dirichlet alpha times the number of legal moves (0.03 on empty 19x19)."""
-    dirichlet_epsilon: float = 0.25
-    temperature_moves: int = -1
-    """Moves sampled in proportion to visits before playing the best; -1 = N*N // 12."""
+    games: int = setting(256, "games played at once (split in two halves that alternate with the network)")
+    visits: int = setting(64, "simulations of a full search (its policy is recorded as a training target)")
+    fast_visits: int = setting(16, "simulations of a fast search (playout-cap randomization; no policy target)")
+    full_search_fraction: float = setting(0.25, "share of moves that get the full search (KataGo's "
+                                                "playout-cap randomization)")
+    gumbel: bool = setting(False, "Gumbel root (sequential halving, improved-policy target) instead of PUCT + noise")
+    gumbel_considered: int = setting(16, "moves the Gumbel root considers (sequential halving)")
+    leaves_per_game: int = setting(8, "leaves one game may put in a batch per pass (virtual loss keeps them apart)")
+    c_puct: float = setting(1.25, "PUCT exploration constant")
+    fpu_reduction: float = setting(0.25, "first-play urgency: unvisited children get Q(parent) minus this")
+    dirichlet_alpha_total: float = setting(10.83, "Dirichlet alpha times the number of legal moves "
+                                                  "(0.03 on empty 19x19)")
+    dirichlet_epsilon: float = setting(0.25, "weight of the Dirichlet noise in the root priors")
+    temperature_moves: int = setting(-1, "moves sampled in proportion to visits before playing the best; "
+                                         "-1 = N*N // 12")
 
     # --- resignation and endstate ---
-    resign_threshold: float = -0.9
-    """Resign when the root value (side to move) stays below this..."""
-    resign_consecutive: int = 3
-    """...for this many consecutive own moves."""
-    resign_disabled_fraction: float = 0.1
-    """Share of games played to the end with resignation off, to measure false resignations."""
-    accelerated_visits: int = 2
-    """Simulations per move once a game is resigned and played out to two passes."""
+    resign_threshold: float = setting(-0.9, "resign when the root value (side to move) stays below this...")
+    resign_consecutive: int = setting(3, "...for this many consecutive own moves")
+    resign_disabled_fraction: float = setting(0.1, "share of games played to the end with resignation off, "
+                                                   "to measure false resignations")
+    accelerated_visits: int = setting(2, "simulations per move once a game is resigned and played out to two passes")
 
     # --- output and lifetime ---
-    chunk_games: int = 2000
-    """Games per chunk file (about what ChessCoach writes; few, large objects suit a shared bucket)..."""
-    chunk_seconds: float = 600.0
-    """...or fewer, when the oldest finished game has waited this long (it waits safely in the spool)."""
-    spool_dir: str = ""
-    """Local folder where finished games wait for their chunk ('' = a slot under ~/.local/state/zerolake/spool/)."""
-    events: str = ""
-    """Append JSON-lines events (format.events) to this file ('-' = stdout, '' = none)."""
-    max_games: int = 0
-    """Stop after this many finished games (0 = no limit)."""
-    max_seconds: float = 0.0
-    """Stop after this long (0 = no limit)."""
-    poll_seconds: float = 5.0
-    """How often models/LATEST is read."""
-    progress_seconds: float = 10.0
-    seed: int = -1
-    """Seed of the worker's random streams; -1 = fresh from the OS's entropy, so no two workers share games."""
-    worker_id: str = dataclasses.field(default_factory=default_worker_id)
-    """Prefix of this process's worker name (host, pid and random hex are added, so names never repeat)."""
-    model_cache: str = ""
-    """Local folder for downloaded models ('' = a temporary folder)."""
-    device: str = ""
-    """Where the network runs: '' (TensorFlow's choice), cpu, gpu, gpu:K (one GPU per process) or tpu."""
+    chunk_games: int = setting(2000, "games per chunk file (about what ChessCoach writes; few, large objects "
+                                     "suit a shared bucket)...")
+    chunk_seconds: float = setting(600.0, "...or fewer, when the oldest finished game has waited this long "
+                                          "(it waits safely in the spool)")
+    spool_dir: str = setting("", "local folder where finished games wait for their chunk "
+                                 "('' = a slot under ~/.local/state/zerolake/spool/)")
+    events: str = setting("", "append JSON-lines events (format.events) to this file ('-' = stdout, '' = none)")
+    max_games: int = setting(0, "stop after this many finished games (0 = no limit)")
+    max_seconds: float = setting(0.0, "stop after this long (0 = no limit)")
+    poll_seconds: float = setting(5.0, "how often models/LATEST is read")
+    progress_seconds: float = setting(10.0, "seconds between status lines (and progress events)")
+    seed: int = setting(-1, "seed of the worker's random streams; -1 = fresh from the OS's entropy, "
+                            "so no two workers share games")
+    worker_id: str = setting(default_factory=default_worker_id,
+                             help="prefix of this process's worker name (host, pid and random hex are added, "
+                                  "so names never repeat; default: the host name)")
+    model_cache: str = setting("", "local folder for downloaded models ('' = a private temporary folder)")
+    device: str = setting("", "where the network runs: '' (TensorFlow's choice), cpu, gpu, gpu:K "
+                              "(one GPU per process) or tpu")
     worker_name: str = dataclasses.field(init=False, default="")
     """This process's unique worker name (chunk names, game ids), made from worker_id; not a flag."""
 
@@ -194,58 +183,26 @@ class WorkerConfig:
         return self.board_size * self.board_size // 12
 
 
-def _field_docs() -> dict[str, str]:
-    """Each field's attribute docstring (the line after it above), as --help text."""
-    import inspect
-
-    docs, last = {}, None
-    for line in inspect.getsource(WorkerConfig).splitlines():
-        stripped = line.strip()
-        field = re.match(r"(\w+): \w[^=]*=", stripped)
-        if field:
-            last = field.group(1)
-        elif last and stripped.startswith('"""') and stripped.endswith('"""') and len(stripped) > 6:
-            docs[last] = stripped.strip('"').strip()
-            last = None
-        else:
-            last = None
-    return docs
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m selfplay.worker",
         description="Play self-play games with the newest published model and write them "
-                    "to ROOT/games/<generation>/ as chunk files.  Before any model is "
-                    "published it plays with a uniform policy (generation 0).",
+                    "to ROOT/games/<generation>/ as chunk files (through a local spool, so a "
+                    "killed worker loses no finished game).  Before any model is published it "
+                    "plays with a uniform policy (generation 0).",
     )
-    docs = _field_docs()
-    for field in dataclasses.fields(WorkerConfig):
-        if not field.init:
-            continue
-        flag = "--" + field.name.replace("_", "-")
-        default = field.default if field.default is not dataclasses.MISSING else None
-        help_text = docs.get(field.name, "")
-        if field.type in ("bool", bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
-            continue
-        kind = {"int": int, "float": float, "str": str}[str(field.type)]
-        if field.name == "root":
-            parser.add_argument(flag, required=True, help=help_text)
-        elif field.name == "worker_id":
-            parser.add_argument(flag, default=None, help=help_text + " (default: the host name)")
-        else:
-            parser.add_argument(flag, type=kind, default=default, help=f"{help_text} (default: {default})")
+    add_config_flags(parser, WorkerConfig)
+    add_storage_flags(parser)
     return parser
+
+
+def parse_args(argv=None):
+    """(WorkerConfig, storage RetryPolicy) from flags; bad values exit 2 naming the flag."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return config_from_namespace(WorkerConfig, args, parser), storage_retry(args, parser)
 
 
 def from_argv(argv=None) -> WorkerConfig:
     """Parse flags into a validated WorkerConfig; bad values exit with the flag named."""
-    parser = build_parser()
-    args = vars(parser.parse_args(argv))
-    if args.get("worker_id") is None:
-        args.pop("worker_id")
-    try:
-        return WorkerConfig(**args)
-    except ValueError as exc:
-        parser.error(str(exc))
+    return parse_args(argv)[0]

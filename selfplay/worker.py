@@ -74,7 +74,7 @@ from format import layout
 from format.codec import GameRecord, encode_game, quantize_policy
 from format.events import EventLog
 from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
-from selfplay.config import WorkerConfig, default_spool_base, from_argv
+from selfplay.config import WorkerConfig, default_spool_base, parse_args
 from selfplay.driver import GameBatch
 from selfplay.evaluator import ModelEvaluator, UniformEvaluator, configure_accelerator, use_every_cpu_core
 from selfplay.move_policy import MovePolicy, ResignationCounter
@@ -543,12 +543,12 @@ class StartupError(Exception):
     """A reason to exit 2 before playing; the message is the one line printed."""
 
 
-def open_root(config: WorkerConfig):
+def open_root(config: WorkerConfig, retry=None):
     """Open the storage root, prove it writable, and check (or create) its run.json."""
     from cloud.storage import open_storage
 
     try:
-        storage = open_storage(config.root)
+        storage = open_storage(config.root, retry=retry)
     except ValueError as exc:
         raise StartupError(f"--root: {exc}") from None
     probe = layout.probe_path(config.worker_name)
@@ -590,7 +590,7 @@ def load_first_model(watcher: ModelWatcher, stop: threading.Event, max_seconds: 
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    config = from_argv(argv)
+    config, retry = parse_args(argv)
     try:
         events = EventLog(config.events or None, "worker")
     except OSError as exc:
@@ -599,7 +599,7 @@ def main(argv=None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     try:
-        storage = open_root(config)
+        storage = open_root(config, retry)
     except StartupError as exc:
         print(f"selfplay.worker: {exc}", file=sys.stderr)
         return 2
