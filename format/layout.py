@@ -272,6 +272,11 @@ def checkpoint_file(name: str) -> str:
     return f"{CHECKPOINTS_DIR}/{name}"
 
 
+def trainer_logs_dir() -> str:
+    """Where the trainer writes TensorBoard summaries when it writes ROOT directly (``logs``)."""
+    return "logs"
+
+
 def loop_marker(name: str) -> str:
     """A create-only marker of the one-machine loop (``loop/selfplay-3.done``...)."""
     return f"{LOOP_DIR}/{name}"
@@ -284,6 +289,25 @@ def tmp_prefix() -> str:
 def job_tmp_dir(job: str, generation: int, attempt: str) -> str:
     """Temporary pieces of one attempt of a job (``tmp/shuffle-000003-<attempt>``)."""
     return f"{TMP_DIR}/{job}-{generation_dir(generation)}-{attempt}"
+
+
+def probe_path(worker_id: str) -> str:
+    """A small object a role writes and deletes at start-up to prove the root is writable
+    (``tmp/probe-<worker>``; one per worker id, so concurrent probes never meet)."""
+    if not worker_id or not re.fullmatch(r"[A-Za-z0-9_.]+", worker_id):
+        raise ValueError(f"worker id {worker_id!r} may hold only letters, digits, '_' and '.'")
+    return f"{TMP_DIR}/probe-{worker_id}"
+
+
+def parse_job_tmp_dir(path: str) -> tuple[str, int, str] | None:
+    """(job, generation, attempt) of any path under ``tmp/<job>-<gen>-<attempt>/``, else None."""
+    parts = path.split("/")
+    if len(parts) < 2 or parts[0] != TMP_DIR:
+        return None
+    match = re.fullmatch(r"(?P<job>[a-z]+)-(?P<gen>\d{6})-(?P<attempt>[A-Za-z0-9_.]+)", parts[1])
+    if not match:
+        return None
+    return match["job"], int(match["gen"]), match["attempt"]
 
 
 def window_claim(generation: int) -> str:

@@ -4,7 +4,7 @@ Layout (paths relative to the lake root)::
 
     models/<gen:06d>/<files of a SavedModel>   written first, any order
     models/<gen:06d>/MANIFEST.json            written next, create-only: the commit point
-    models/LATEST                             "<gen>\\n", replaced last
+    models/LATEST                             "<gen>\\n", replaced last, only forward
 
 ``MANIFEST.json`` is ``{"version": 1, "generation": g, "files": {relative
 path: {"sha256": hex, "size": bytes}}, "metadata": {...}}``; the metadata
@@ -12,7 +12,16 @@ carries at least ``board_size``.  A generation *exists* once its manifest
 does; files without a manifest are leftovers of an interrupted publish and
 are overwritten by the next attempt.  Because the manifest is create-only,
 two trainers can never both publish one generation, and a generation is
-never republished.  LATEST only moves forward.
+never republished.
+
+LATEST only moves forward, and never by a blind overwrite: publish_model
+reads it with its storage generation (``read_versioned``) and replaces it
+with ``write_if_generation`` on exactly that generation.  If another writer
+moved it in between, the write fails with PreconditionFailed and the loop
+reads again; if LATEST already names our generation or a newer one, it is
+left alone.  So two publishers racing (a trainer and the one that took over
+its lease, say) can never move LATEST backwards.  Every lake path here comes
+from :mod:`format.layout`.
 
 Readers (self-play workers) poll :func:`latest_generation`, then
 :func:`load_model`, which copies the files into a local cache, checks every
@@ -38,12 +47,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cloud.base import AlreadyExists, NotFound
+from cloud.base import AlreadyExists, NotFound, PreconditionFailed
 from cloud.local import write_local_file
-from format import schema
+from format import layout, schema
 
 MANIFEST_VERSION = 1
 SIGNATURE = "serving_default"
+LATEST_ATTEMPTS = 8
+"""Conditional writes publish_model tries on LATEST before giving up (each
+failed one means another writer moved LATEST between our read and write)."""
 OUTPUTS = ("policy_logits", "value", "ownership", "score")
 
 
@@ -64,11 +76,11 @@ class ModelIntegrityError(RegistryError):
 
 
 def model_dir(generation: int) -> str:
-    return f"{schema.MODELS_DIR}/{schema.generation_dir(generation)}"
+    return layout.model_dir(generation)
 
 
 def manifest_path(generation: int) -> str:
-    return f"{model_dir(generation)}/{schema.MANIFEST}"
+    return layout.model_manifest(generation)
 
 
 def _check_generation(generation) -> int:
@@ -77,15 +89,46 @@ def _check_generation(generation) -> int:
     return int(generation)
 
 
+def _parse_latest(storage, data: bytes) -> int:
+    text = data.decode("ascii", errors="replace").strip()
+    if not text.isdigit():
+        raise RegistryError(f"{storage.url(layout.LATEST)}: expected a generation number, got {text[:40]!r}")
+    return int(text)
+
+
 def latest_generation(storage) -> int | None:
     """The generation in ``models/LATEST``, or None before the first publish."""
     try:
-        text = storage.read(schema.LATEST).decode("ascii").strip()
+        return _parse_latest(storage, storage.read(layout.LATEST))
     except NotFound:
         return None
-    if not text.isdigit():
-        raise RegistryError(f"{storage.url(schema.LATEST)}: expected a generation number, got {text[:40]!r}")
-    return int(text)
+
+
+def advance_latest(storage, generation: int) -> int:
+    """Move LATEST forward to ``generation`` unless it already names it or a newer one.
+
+    Compare-and-swap: read LATEST with its storage generation, then write
+    only if it is still at that generation (0 = absent).  A PreconditionFailed
+    means someone else wrote LATEST in between; read again and decide again.
+    Returns the generation LATEST names afterwards.  A LATEST that is not a
+    number raises RegistryError naming it (nothing is overwritten).
+    """
+    generation = _check_generation(generation)
+    for _ in range(LATEST_ATTEMPTS):
+        try:
+            data, version = storage.read_versioned(layout.LATEST)
+            current = _parse_latest(storage, data)
+        except NotFound:
+            version, current = 0, None
+        if current is not None and current >= generation:
+            return current
+        try:
+            storage.write_if_generation(layout.LATEST, f"{generation}\n".encode(), version)
+            return generation
+        except PreconditionFailed:
+            continue
+    raise RegistryError(f"{storage.url(layout.LATEST)} changed under each of {LATEST_ATTEMPTS} conditional "
+                        f"writes; could not move it to generation {generation}")
 
 
 def is_published(storage, generation: int) -> bool:
@@ -111,7 +154,8 @@ def publish_model(storage, generation: int, local_dir: str, metadata: dict) -> d
 
     Raises AlreadyPublished if the generation's manifest exists (before
     uploading anything, and again if another publisher wins the race).
-    Returns the manifest.
+    LATEST moves only forward (:func:`advance_latest`): publishing 2 after 3
+    leaves it at 3.  Returns the manifest.
     """
     generation = _check_generation(generation)
     if "board_size" not in metadata:
@@ -128,7 +172,7 @@ def publish_model(storage, generation: int, local_dir: str, metadata: dict) -> d
             data = handle.read()
         # Unreferenced until the manifest exists, so replacing a leftover of
         # an interrupted publish is safe.
-        storage.write_replace(f"{model_dir(generation)}/{relative}", data)
+        storage.write_replace(layout.model_file(generation, relative), data)
         files[relative] = {"sha256": _sha256(data), "size": len(data)}
     manifest = {"version": MANIFEST_VERSION, "generation": generation, "files": files,
                 "metadata": metadata}
@@ -137,9 +181,7 @@ def publish_model(storage, generation: int, local_dir: str, metadata: dict) -> d
     except AlreadyExists:
         raise AlreadyPublished(f"{storage.url(manifest_path(generation))} was written by another "
                                "publisher first") from None
-    current = latest_generation(storage)
-    if current is None or current < generation:
-        storage.write_replace(schema.LATEST, f"{generation}\n".encode())
+    advance_latest(storage, generation)
     return manifest
 
 
@@ -202,7 +244,7 @@ class ModelCache:
 
     def generation_dir(self, generation: int) -> str:
         """The generation's folder, created and marked if new; refuses a foreign one."""
-        path = os.path.join(self.directory, schema.generation_dir(generation))
+        path = os.path.join(self.directory, layout.generation_dir(generation))
         if os.path.lexists(path):
             if os.path.islink(path) or not os.path.isdir(path):
                 raise ModelCacheError(f"{path} is a symlink or not a folder; the model cache refuses it")

@@ -98,6 +98,14 @@ class TrainConfig:
     windows: int = field(default=1, metadata=_help("windows to train and publish before exiting"))
     follow: bool = field(default=False, metadata=_help("keep waiting for new windows instead of exiting"))
     poll_seconds: float = field(default=30.0, metadata=_help("how often --follow looks for a new window"))
+    events: str = field(default="", metadata=_help(
+        "append one JSON event per line to this file ('-' = stdout; see format.events); empty = none"))
+    # --- one trainer per root (model.lease) ---------------------------------
+    lease_seconds: float = field(default=60.0, metadata=_help(
+        "lifetime of the trainer lease on ROOT (renewed every quarter of it); a second trainer "
+        "is refused until it expires"))
+    lease_wait: bool = field(default=False, metadata=_help(
+        "when another trainer holds the lease, wait for it to expire instead of exiting with status 2"))
 
     def __post_init__(self):
         problems = self.problems()
@@ -135,6 +143,7 @@ class TrainConfig:
         need(0 < self.lr_final_fraction <= 1, "lr-final-fraction", f"must be in (0, 1], got {self.lr_final_fraction}")
         need(0 <= self.swa_decay < 1, "swa-decay", f"must be in [0, 1), got {self.swa_decay}")
         need(self.poll_seconds > 0, "poll-seconds", f"must be > 0, got {self.poll_seconds}")
+        need(self.lease_seconds >= 1, "lease-seconds", f"must be >= 1, got {self.lease_seconds}")
         need("://" not in self.stage_dir and not self.stage_dir.startswith("gs:"), "stage-dir",
              f"{self.stage_dir!r} must be a local directory, not a URL")
         need(self.strategy != "tpu" or self.logical_cpus == 0, "logical-cpus", "cannot be used with --strategy tpu")

@@ -20,7 +20,7 @@ Terms
 Layout of ``DIR``::
 
     DIR/STAGE_ROOT                 the root URL this directory stages (one root per DIR)
-    DIR/windows/<gen>/<shard>      copies of the window being trained (older ones removed)
+    DIR/windows/<gen>/<shard>      local copies of the window being trained (other copies removed)
     DIR/checkpoints/               CheckpointManager's directory
     DIR/logs/                      TensorBoard summaries (unless --log-dir)
 
@@ -43,7 +43,13 @@ checkpoint (the next start pulls again), never with a mixed one.  A
 checkpoint file that exists in ROOT with other bytes is replaced only when
 ROOT's state file does not name its checkpoint: it is then the leftover of
 an upload that was killed before its state file went up.  One trainer per
-root is assumed, as everywhere in the lake.
+root is assumed, as everywhere in the lake (model.lease enforces it).
+
+Invariant: staging never deletes anything under ROOT/windows.  It removes
+only its own local copies in ``DIR/windows/`` of windows other than the one
+being staged; the remote window a checkpoint is reading from stays, so a
+resumed run (on this disk or a fresh one) can always stage it again.  Lake
+paths come from format.layout.
 """
 from __future__ import annotations
 
@@ -58,7 +64,7 @@ from dataclasses import dataclass
 from cloud.base import AlreadyExists, NotFound, StorageError
 from cloud.local import write_local_file
 from cloud.storage import is_remote
-from format import schema
+from format import layout
 
 log = logging.getLogger(__name__)
 
@@ -185,13 +191,13 @@ class Stage:
     def __init__(self, storage, directory: str):
         self.storage = storage
         self.directory = os.path.abspath(directory)
-        self.windows_dir = os.path.join(self.directory, schema.WINDOWS_DIR)
-        self.checkpoint_dir = os.path.join(self.directory, schema.CHECKPOINTS_DIR)
-        self.log_dir = os.path.join(self.directory, "logs")
+        self.windows_dir = os.path.join(self.directory, layout.WINDOWS_DIR)
+        self.checkpoint_dir = os.path.join(self.directory, layout.CHECKPOINTS_DIR)
+        self.log_dir = os.path.join(self.directory, layout.trainer_logs_dir())
 
     @property
     def remote_checkpoints(self) -> str:
-        return self.storage.url(schema.CHECKPOINTS_DIR)
+        return self.storage.url(layout.CHECKPOINTS_DIR)
 
     def claim(self) -> None:
         """Create DIR and bind it to ROOT; refuse a DIR that stages another root.
@@ -219,12 +225,12 @@ class Stage:
 
         A local file with the shard's name and size is taken as already
         copied (shards are create-only, never rewritten).  Staged windows of
-        other generations are removed, so DIR holds one window at a time.
+        other generations are removed from DIR (local copies only: nothing
+        under ROOT/windows is ever deleted), so DIR holds one window at a time.
         """
-        target_dir = os.path.join(self.windows_dir, schema.generation_dir(generation))
-        self._remove_other_windows(schema.generation_dir(generation))
-        sizes = {info.path: info.size for info in self.storage.list(f"{schema.WINDOWS_DIR}/"
-                                                                     f"{schema.generation_dir(generation)}/")}
+        target_dir = os.path.join(self.windows_dir, layout.generation_dir(generation))
+        self._remove_other_windows(layout.generation_dir(generation))
+        sizes = {info.path: info.size for info in self.storage.list(layout.window_dir(generation) + "/")}
         paths, copied, present, copied_bytes = [], 0, 0, 0
         for shard in shards:
             local = os.path.join(target_dir, shard.rsplit("/", 1)[-1])
@@ -242,6 +248,7 @@ class Stage:
         return StagedWindow(tuple(paths), copied, present, copied_bytes)
 
     def _remove_other_windows(self, keep: str) -> None:
+        """Delete local copies in DIR/windows except ``keep``; never touches the storage root."""
         if not os.path.isdir(self.windows_dir):
             return
         for name in os.listdir(self.windows_dir):
@@ -263,7 +270,7 @@ class Stage:
         return state
 
     def remote_state(self) -> CheckpointState | None:
-        path = f"{schema.CHECKPOINTS_DIR}/{STATE_FILE}"
+        path = layout.checkpoint_file(STATE_FILE)
         try:
             data = self.storage.read(path)
         except NotFound:
@@ -272,7 +279,7 @@ class Stage:
 
     def _remote_files(self) -> dict[str, int]:
         """Checkpoint file name -> size, for the files directly under ROOT/checkpoints."""
-        prefix = f"{schema.CHECKPOINTS_DIR}/"
+        prefix = layout.checkpoints_prefix()
         found = {}
         for info in self.storage.list(prefix):
             name = info.path[len(prefix):]
@@ -308,15 +315,15 @@ class Stage:
         """Replace DIR/checkpoints by ROOT's latest checkpoint (and ROOT's kept list)."""
         files = {name: size for name, size in self._remote_files().items()
                  if checkpoint_prefix_of(name) == remote.latest}
-        where = self.storage.url(f"{schema.CHECKPOINTS_DIR}/{remote.latest}")
+        where = self.storage.url(layout.checkpoint_file(remote.latest))
         if f"{remote.latest}.index" not in files or not any(".data-" in name for name in files):
-            raise StagingError(f"{self.storage.url(schema.CHECKPOINTS_DIR + '/' + STATE_FILE)} names "
+            raise StagingError(f"{self.storage.url(layout.checkpoint_file(STATE_FILE))} names "
                                f"{remote.latest}, but {where}.index or its data files are missing")
         incoming = self.checkpoint_dir + ".incoming"
         shutil.rmtree(incoming, ignore_errors=True)
         os.makedirs(incoming)
         for name in sorted(files):
-            data = self.storage.read(f"{schema.CHECKPOINTS_DIR}/{name}")
+            data = self.storage.read(layout.checkpoint_file(name))
             with open(os.path.join(incoming, name), "wb") as out:
                 out.write(data)
         # The older kept prefixes stay listed although only ROOT has them: the
@@ -356,14 +363,14 @@ class Stage:
         if local.latest not in in_root:
             raise StagingError(f"{self.checkpoint_dir} names {local.latest} but holds none of its files")
         state = CheckpointState(local.latest, tuple(in_root))
-        self.storage.write_replace(f"{schema.CHECKPOINTS_DIR}/{STATE_FILE}",
+        self.storage.write_replace(layout.checkpoint_file(STATE_FILE),
                                    format_checkpoint_state(state).encode())
         deleted = self._delete_dropped(state, remote_files)
         return PushResult(local.latest, uploaded, already, deleted)
 
     def _upload(self, name: str, referenced: bool) -> bool:
         """Create ROOT/checkpoints/<name> from DIR; False if an identical object was there."""
-        path = f"{schema.CHECKPOINTS_DIR}/{name}"
+        path = layout.checkpoint_file(name)
         with open(os.path.join(self.checkpoint_dir, name), "rb") as handle:
             data = handle.read()
         try:
@@ -392,7 +399,7 @@ class Stage:
             if prefix in state.kept or checkpoint_step(prefix) >= state.step:
                 continue
             try:
-                self.storage.delete(f"{schema.CHECKPOINTS_DIR}/{name}", missing_ok=True)
+                self.storage.delete(layout.checkpoint_file(name), missing_ok=True)
                 deleted += 1
             except StorageError as exc:
                 log.warning("could not delete old checkpoint file %s: %s", name, exc)

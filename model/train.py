@@ -1,45 +1,74 @@
 """``python -m model.train --root ROOT``: train on the newest window and publish.
 
 Wiring only: flags -> TrainConfig (model.config) -> checks that need no
-TensorFlow (run.json's board size, a complete window to train) -> strategy
--> model.training_run.TrainingRun.  Every refusal is one clear line on stderr and
-exit status 2, before TensorFlow is imported where possible.
+TensorFlow (run.json's board size, a complete window to train) -> the
+trainer lease (model.lease) -> strategy -> model.training_run.TrainingRun.
+
+Exit status:
+
+* 0: done (one-shot), or stopped by SIGTERM (after saving a checkpoint);
+* 2: refused, with one clear line on stderr (bad flag, nothing to train, a
+  bad window manifest in one-shot mode, a broken models/LATEST, another
+  trainer holding the lease...), before TensorFlow is imported where
+  possible;
+* 3: the lease was taken by another trainer (or lapsed) while training:
+  stopped at once, nothing published.
+
+After SIGKILL, rerunning the same command resumes from the checkpoint; on
+the same machine it takes the dead process's lease at once, elsewhere it
+waits for the lease to expire (``--lease-wait``) or is refused until then.
 
 Examples::
 
     python -m model.train --root lake                       # one window, then exit
-    python -m model.train --root lake --follow              # keep training new windows
+    python -m model.train --root lake --follow --events train.jsonl   # forever
     python -m model.train --root gs://bucket/run1 --strategy tpu --tpu my-tpu --batch-size 512
     python -m model.train --root gs://bucket/run1 --stage-dir /mnt/ssd/stage   # via local disk
 """
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
 
-from format.registry import latest_generation
+from format import layout
+from format.events import EventLog
+from format.registry import RegistryError, latest_generation
 from model.config import TrainConfig, config_from_args
-from model.windows import LakeError, complete_windows, lake_board_size, newest_untrained
+from model.lease import LeaseError, LeaseHeld, LeaseLost, TrainerLease
+from model.windows import LakeError, lake_board_size, plan_next, scan_windows
+
+EXIT_OK, EXIT_REFUSED, EXIT_LEASE_LOST = 0, 2, 3
 
 
 def _fail(message: str) -> int:
     print(f"model.train: error: {message}", file=sys.stderr, flush=True)
-    return 2
+    return EXIT_REFUSED
 
 
 def preflight(config: TrainConfig, storage) -> int:
-    """Board size of the run; LakeError if there is nothing this command could do."""
+    """Board size of the run; LakeError (or ManifestError) if there is nothing this command could do."""
     board_size = lake_board_size(storage, config.board_size)
     if not config.follow:
-        windows = complete_windows(storage, board_size)
         latest = latest_generation(storage)
-        if newest_untrained(windows, latest) is None:
-            where = storage.url("windows")
+        scan = scan_windows(storage, board_size, latest)
+        if scan.bad:
+            others = f" (and {len(scan.bad) - 1} more bad window(s))" if len(scan.bad) > 1 else ""
+            raise LakeError(scan.bad[-1].reason + others)
+        if plan_next(scan, latest).window is None:
+            where = storage.url(layout.WINDOWS_DIR)
             raise LakeError(
-                f"no window to train under {where}: none has a complete MANIFEST.json for "
-                f"{board_size}x{board_size} newer than published generation {latest}"
-                + (f" (found complete windows {[w.target_generation for w in windows]})" if windows else ""))
+                f"no window to train under {where}: none has a complete manifest for "
+                f"{board_size}x{board_size} newer than published generation {latest}")
     return board_size
+
+
+def _install_sigterm(stop: threading.Event) -> None:
+    """SIGTERM sets ``stop``: the run saves a checkpoint at the next step-call boundary and exits 0."""
+    def handler(signum, frame):
+        stop.set()
+    signal.signal(signal.SIGTERM, handler)
 
 
 def main(argv=None) -> int:
@@ -47,11 +76,36 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from cloud.storage import StorageError, open_storage
 
+    events = EventLog(config.events or None, "train")
+    stop = threading.Event()
+    _install_sigterm(stop)
+    events.emit("started", strategy=config.strategy, follow=config.follow, root=config.root)
+    lease = None
+
+    def refuse(message: str, reason: str) -> int:
+        if lease is not None:
+            lease.release()
+        events.emit("stopped", reason=reason, error=message)
+        return _fail(message)
+
     try:
         storage = open_storage(config.root)
         board_size = preflight(config, storage)
-    except (LakeError, ValueError, StorageError) as exc:
-        return _fail(str(exc))
+        lease = TrainerLease(storage, config.lease_seconds)
+        record = lease.acquire(wait=config.lease_wait, stop=stop)
+    except LeaseHeld as exc:
+        lease = None   # not ours: nothing to release
+        if stop.is_set():   # SIGTERM while --lease-wait waited
+            events.emit("stopped", reason="SIGTERM")
+            return EXIT_OK
+        return refuse(str(exc), "lease held")
+    except (LakeError, ValueError, StorageError, RegistryError, LeaseError) as exc:
+        lease = None
+        return refuse(str(exc), "refused")
+    print(f"[train] holding the trainer lease {lease.url} as {record.holder} (expires after "
+          f"{config.lease_seconds:.0f} s unless renewed every {lease.renew_every:.0f} s)", flush=True)
+    events.emit("lease_acquired", holder=record.holder, expires=record.expires)
+    lease.start_renewing()
 
     from model.training_run import CheckpointMismatch, TrainingRun  # TensorFlow from here on
     from model.staging import StagingError
@@ -59,12 +113,21 @@ def main(argv=None) -> int:
 
     try:
         resolved = resolve_strategy(config)
-    except StrategyUnavailable as exc:
-        return _fail(str(exc))
-    try:
-        return TrainingRun(config, storage, board_size, resolved).run()
-    except (LakeError, CheckpointMismatch, StagingError, StorageError) as exc:
-        return _fail(str(exc))
+        run = TrainingRun(config, storage, board_size, resolved, lease=lease, events=events, stop=stop)
+        status = run.run()
+    except LeaseLost as exc:
+        lease.stop_renewing()
+        events.emit("stopped", reason="lease lost", error=str(exc))
+        print(f"model.train: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_LEASE_LOST
+    except (LakeError, CheckpointMismatch, StagingError, StorageError, StrategyUnavailable,
+            RegistryError, LeaseError, layout.ManifestError) as exc:
+        return refuse(str(exc), "error")
+    lease.release()
+    events.emit("stopped", reason=run.stop_reason)
+    if run.stop_reason == "SIGTERM":
+        print("[train] stopped by SIGTERM", flush=True)
+    return status
 
 
 if __name__ == "__main__":

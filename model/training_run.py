@@ -2,13 +2,38 @@
 
 Per window::
 
-    choose   the checkpoint's unfinished, unpublished window if there is one,
-             else the newest complete window newer than models/LATEST
-    train    slices of steps_per_call steps; a progress line and TensorBoard
-             points every log_every window steps; a checkpoint every
-             checkpoint_every window steps and at the end of the window
-    publish  export a float32 SavedModel, then format.registry.publish_model
-             (files, MANIFEST.json create-only, LATEST last)
+    choose   model.windows.plan_next: the checkpoint's unfinished, unpublished
+             window if it is still newer than LATEST, else the newest complete
+             window newer than LATEST; every older candidate is skipped
+             (``window_skipped`` event + a log line, once each) and listed in
+             the published model's ``skipped_windows`` metadata
+    train    slices of steps_per_call steps; a progress line, a ``progress``
+             event and TensorBoard points every log_every window steps; a
+             checkpoint every checkpoint_every window steps and at the end of
+             the window.  Between slices (the step-call boundary) the run
+             checks the trainer lease and SIGTERM
+    publish  renew the lease, check LATEST is still older, export a float32
+             SavedModel, then format.registry.publish_model (files, manifest
+             create-only, LATEST moved forward by compare-and-swap)
+
+Follow mode (``--follow``) repeats choose/train/publish forever, polling
+every ``--poll-seconds`` when there is nothing new.  A window that appears
+while another is being trained does not interrupt it: the current window is
+finished and published (so every published generation is a whole window),
+then the run jumps to the newest window, skipping the ones in between.  A
+stale window (older than LATEST) is never started.
+
+Stopping: SIGTERM ends the run at the next step-call boundary (or at once
+while it waits for a window) after saving a checkpoint of the steps done
+since the last one; exit 0.  A lost trainer lease (model.lease) stops it at
+the next boundary without saving or publishing (model.train exits 3).  Every
+checkpoint and every publish is preceded by a synchronous lease renewal, so
+no shared state is written by a trainer that no longer owns the root.
+
+Windows are never deleted: the trainer only reads ``windows/<gen>/`` (stage
+mode removes its own *local copies* of other windows, never the remote
+ones), so the window a checkpoint is reading from is always still there
+when the run resumes.
 
 Resume: the checkpoint holds the window generation and how many of its
 steps are done.  Rerunning the same command restores it, rebuilds the same
@@ -35,19 +60,22 @@ import logging
 import math
 import os
 import tempfile
+import threading
 import time
 
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from format.registry import AlreadyPublished, is_published, latest_generation, publish_model
-from format import schema
+from format import layout, schema
+from format.events import EventLog
+from format.registry import (AlreadyPublished, advance_latest, is_published, latest_generation, publish_model,
+                             read_manifest)
 from format.tfdata import training_dataset
 from model.config import TrainConfig
 from model.export import export_inference_model
 from model.staging import Stage, resolve_stage_dir
 from model.trainer import METRIC_NAMES, ResolvedStrategy, Trainer, network_config, summarize
-from model.windows import Window, complete_windows, newest_untrained
+from model.windows import LakeError, Skipped, Window, plan_next, scan_windows
 
 log = logging.getLogger(__name__)
 
@@ -67,28 +95,48 @@ def _say(message: str) -> None:
     print(f"[train] {message}", flush=True)
 
 
+def _finite(value):
+    """A metric for a JSON event: None instead of NaN/inf (events are strict JSON)."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
 def window_seed(seed: int, generation: int) -> int:
     """Data-order seed of one window: fixed by the run seed and the generation."""
     return (seed * 1_000_003 + generation) % (2**31 - 1)
 
 
 class TrainingRun:
-    """Owns the trainer, its checkpoint manager and the TensorBoard writer."""
+    """Owns the trainer, its checkpoint manager and the TensorBoard writer.
 
-    def __init__(self, config: TrainConfig, storage, board_size: int, resolved: ResolvedStrategy):
+    ``lease`` (a model.lease.TrainerLease, already acquired) is checked at
+    every step-call boundary and renewed before each checkpoint and publish;
+    ``events`` receives the ``train`` events; setting ``stop`` (SIGTERM)
+    ends the run at the next boundary.
+    """
+
+    def __init__(self, config: TrainConfig, storage, board_size: int, resolved: ResolvedStrategy, *,
+                 lease=None, events: EventLog | None = None, stop: threading.Event | None = None):
         self.config = config
         self.storage = storage
         self.board_size = board_size
         self.resolved = resolved
+        self.lease = lease
+        self.events = events or EventLog(None, "train")
+        self.stop = stop or threading.Event()
+        self.stop_reason = ""
+        self._reported_skips: set[int] = set()
+        self._skipped_below: list[Skipped] = []
+        self._saved_step = -1
         self.net_config = network_config(config, board_size)
         self.trainer = Trainer(config, self.net_config, resolved)
         self.stage = self._open_stage()
-        checkpoint_dir = self.stage.checkpoint_dir if self.stage else storage.url(schema.CHECKPOINTS_DIR)
+        checkpoint_dir = self.stage.checkpoint_dir if self.stage else storage.url(layout.CHECKPOINTS_DIR)
         # The manager reads its directory's state file now, so a stage directory
         # must already hold the newest checkpoint (Stage.sync_on_start).
         self.manager = tf.train.CheckpointManager(self.trainer.checkpoint, checkpoint_dir,
                                                   max_to_keep=config.keep_checkpoints)
-        log_dir = config.log_dir or (self.stage.log_dir if self.stage else storage.url("logs"))
+        log_dir = config.log_dir or (self.stage.log_dir if self.stage else storage.url(layout.trainer_logs_dir()))
         self.writer = tf.summary.create_file_writer(log_dir)
         _say(f"{resolved.description}; global batch {self.trainer.global_batch} "
              f"({config.batch_size} x {resolved.replicas}); {self.trainer.dtype_policy}; "
@@ -101,7 +149,7 @@ class TrainingRun:
             _say(f"I/O: direct: TensorFlow reads and writes {self.storage.url('')} itself ({why})")
             return None
         _say(f"I/O: staged through {directory} ({why}); checkpoints are uploaded to "
-             f"{self.storage.url(schema.CHECKPOINTS_DIR)}")
+             f"{self.storage.url(layout.CHECKPOINTS_DIR)}")
         stage = Stage(self.storage, directory)
         stage.claim()
         _say(f"checkpoints: {stage.sync_on_start()}")
@@ -111,7 +159,7 @@ class TrainingRun:
     def restore(self) -> None:
         latest = self.manager.latest_checkpoint
         if latest is None:
-            where = self.storage.url(schema.CHECKPOINTS_DIR)
+            where = self.storage.url(layout.CHECKPOINTS_DIR)
             if self.stage:
                 where = f"{self.stage.checkpoint_dir} or {where}"
             _say(f"no checkpoint under {where}: starting fresh")
@@ -121,13 +169,20 @@ class TrainingRun:
         except (AssertionError, ValueError, tf.errors.OpError) as exc:
             raise CheckpointMismatch(f"{latest} does not match this network (was it written with other "
                                f"--blocks/--filters/--value-head/--swa-decay flags?): {exc}") from None
+        self._saved_step = int(self.trainer.window_step.numpy())
         _say(f"restored {latest}: global step {self.trainer.global_step}, window "
              f"{int(self.trainer.window_generation.numpy())} at step "
              f"{int(self.trainer.window_step.numpy())}/{int(self.trainer.window_steps_total.numpy())}")
 
     def save(self) -> str:
-        """Write a checkpoint (and in stage mode upload it) before saying so."""
+        """Write a checkpoint (and in stage mode upload it) before saying so.
+
+        The lease is renewed first: LeaseLost means another trainer owns the
+        checkpoints now, and nothing is written."""
+        if self.lease is not None:
+            self.lease.renew()
         path = self.manager.save(checkpoint_number=self.trainer.global_step)
+        self._saved_step = int(self.trainer.window_step.numpy())
         uploaded = ""
         if self.stage:
             pushed = self.stage.push()
@@ -138,25 +193,79 @@ class TrainingRun:
 
     # --- choosing work ---------------------------------------------------------
     def choose_window(self) -> Window | None:
-        """The window to train now (its state set in the trainer), or None."""
-        windows = complete_windows(self.storage, self.board_size)
+        """The window to train now (its state set in the trainer), or None.
+
+        One-shot mode: a bad manifest among the candidates raises LakeError
+        (one line naming the object and field).  Follow mode: it is skipped.
+        """
+        latest = latest_generation(self.storage)
         current = int(self.trainer.window_generation.numpy())
-        if current >= 0 and not is_published(self.storage, current):
-            resumed = [w for w in windows if w.target_generation == current]
-            if resumed:
-                _say(f"resuming window {schema.generation_dir(current)} at step "
-                     f"{int(self.trainer.window_step.numpy())}/{int(self.trainer.window_steps_total.numpy())}")
-                return resumed[0]
-            log.warning("the checkpoint's window %d has no manifest any more; moving on", current)
-        window = newest_untrained(windows, latest_generation(self.storage))
-        if window is None or is_published(self.storage, window.target_generation):
+        current_published = current >= 0 and is_published(self.storage, current)
+        scan = scan_windows(self.storage, self.board_size, latest, also=current)
+        latest = self._finish_interrupted_publish(scan, latest)
+        if scan.bad and not self.config.follow:
+            others = f" (and {len(scan.bad) - 1} more bad window(s))" if len(scan.bad) > 1 else ""
+            raise LakeError(scan.bad[-1].reason + others)
+        plan = plan_next(scan, latest, current, current_published)
+        self._report_skipped(plan.skipped)
+        window = plan.window
+        if window is None:
             return None
-        steps = self.config.steps_per_window or window.steps(self.trainer.global_batch,
-                                                             self.config.epochs_per_window)
-        self.trainer.start_window(window.target_generation, steps)
-        _say(f"training window {schema.generation_dir(window.target_generation)}: "
-             f"{window.positions} positions in {len(window.shards)} shards, {steps} steps")
+        self._skipped_below = plan.skipped_below()
+        generation = window.target_generation
+        if plan.resume:
+            _say(f"resuming window {layout.generation_dir(generation)} at step "
+                 f"{int(self.trainer.window_step.numpy())}/{int(self.trainer.window_steps_total.numpy())}")
+        else:
+            steps = self.config.steps_per_window or window.steps(self.trainer.global_batch,
+                                                                 self.config.epochs_per_window)
+            self.trainer.start_window(generation, steps)
+            self._saved_step = 0
+            _say(f"training window {layout.generation_dir(generation)}: "
+                 f"{window.positions} positions in {len(window.shards)} shards, {steps} steps")
+        self.events.emit("window_started", generation=generation,
+                         steps=int(self.trainer.window_steps_total.numpy()),
+                         start_step=int(self.trainer.window_step.numpy()), resumed=plan.resume)
         return window
+
+    def _finish_interrupted_publish(self, scan, latest: int | None) -> int | None:
+        """Move LATEST to a candidate whose model is already published, and return LATEST.
+
+        A publisher killed between the model's manifest (create-only) and
+        LATEST leaves a generation that exists but is not announced; without
+        this the window would look untrained forever.  Its ``published``
+        event is emitted now, so each generation still gets exactly one.
+        """
+        floor = -1 if latest is None else latest
+        done = [w.target_generation for w in scan.good
+                if w.target_generation > floor and is_published(self.storage, w.target_generation)]
+        if not done:
+            return latest
+        generation = max(done)
+        moved = advance_latest(self.storage, generation)
+        step = read_manifest(self.storage, generation)["metadata"].get("global_step", -1)
+        _say(f"generation {generation} was published but {self.storage.url(layout.LATEST)} still named "
+             f"{latest} (its publisher was stopped in between); moved LATEST to {moved}")
+        self.events.emit("published", generation=generation, step=step, completed_after_restart=True)
+        return moved
+
+    def _report_skipped(self, skipped) -> None:
+        """A log line and a ``window_skipped`` event for each window, once per process."""
+        for item in skipped:
+            if item.generation in self._reported_skips:
+                continue
+            self._reported_skips.add(item.generation)
+            _say(f"skipping window {layout.generation_dir(item.generation)}: {item.reason}")
+            self.events.emit("window_skipped", generation=item.generation, reason=item.reason)
+
+    def _should_stop(self) -> bool:
+        """At a step-call boundary: LeaseLost if the lease is gone; True once SIGTERM arrived."""
+        if self.lease is not None:
+            self.lease.check()
+        if self.stop.is_set():
+            self.stop_reason = self.stop_reason or "SIGTERM"
+            return True
+        return False
 
     # --- training --------------------------------------------------------------
     def _shard_files(self, window: Window) -> list[str]:
@@ -164,7 +273,7 @@ class TrainingRun:
         if not self.stage:
             return [self.storage.url(path) for path in window.shards]
         staged = self.stage.stage_window(window.target_generation, window.shards)
-        _say(f"staged window {schema.generation_dir(window.target_generation)} in "
+        _say(f"staged window {layout.generation_dir(window.target_generation)} in "
              f"{os.path.dirname(staged.paths[0])}: {staged.copied} shard(s) copied "
              f"({staged.bytes_copied / 1e6:.1f} MB), {staged.already_present} already there")
         return list(staged.paths)
@@ -185,16 +294,22 @@ class TrainingRun:
         to_checkpoint = cfg.checkpoint_every - done % cfg.checkpoint_every
         return min(cfg.steps_per_call, total - done, to_log, to_checkpoint)
 
-    def train_window(self, window: Window) -> None:
+    def train_window(self, window: Window) -> bool:
+        """Train the window to its end (True), or until a stop was asked for (False,
+        after saving a checkpoint of any steps done since the last one)."""
         total = int(self.trainer.window_steps_total.numpy())
         if int(self.trainer.window_step.numpy()) >= total:
-            return
+            return True
         iterator = self._dataset_iterator(window)
         sums = dict.fromkeys(METRIC_NAMES, 0.0)
         # Examples/s is timed from the end of the first call, so that tracing
         # and filling the input pipeline do not count.
         timed_from, untimed = None, 0.0
         while (done := int(self.trainer.window_step.numpy())) < total:
+            if self._should_stop():
+                if done > self._saved_step:
+                    self.save()
+                return False
             steps = self._next_slice(done, total)
             for name, value in self.trainer.train_steps(iterator, steps).items():
                 sums[name] += value
@@ -210,6 +325,7 @@ class TrainingRun:
                 timed_from, untimed = time.monotonic(), 0.0
             if done % self.config.checkpoint_every == 0 or done == total:
                 self.save()
+        return True
 
     def _report(self, window, done, total, sums, rate) -> None:
         means = summarize(sums)
@@ -223,7 +339,12 @@ class TrainingRun:
                 tf.summary.write(f"train/{name}", tf.constant(value, tf.float32),
                                  metadata=_SCALAR_METADATA)
         self.writer.flush()
-        _say(f"window {schema.generation_dir(window.target_generation)} step {done}/{total} "
+        self.events.emit("progress", generation=window.target_generation, step=done, steps=total,
+                         global_step=step, loss=_finite(means["loss"]),
+                         policy_loss=_finite(means["policy_loss"]), value_loss=_finite(means["value_loss"]),
+                         accuracy=_finite(means["policy_accuracy"]),
+                         examples_per_s=_finite(rate), learning_rate=_finite(lr))
+        _say(f"window {layout.generation_dir(window.target_generation)} step {done}/{total} "
              f"(global {step}) loss {means['loss']:.4f} policy {means['policy_loss']:.4f} "
              f"acc {means['policy_accuracy']:.3f} value {means['value_loss']:.4f} "
              f"ownership {means['ownership_loss']:.4f} score {means['score_loss']:.4f} "
@@ -231,10 +352,17 @@ class TrainingRun:
 
     # --- publishing ------------------------------------------------------------
     def publish(self, window: Window) -> bool:
-        """Export and publish the window's model; False if it already existed."""
+        """Export and publish the window's model; False if it already existed or went stale."""
         generation = window.target_generation
+        if self.lease is not None:
+            self.lease.renew()   # LeaseLost: another trainer owns the root; publish nothing
         if is_published(self.storage, generation):
             _say(f"generation {generation} is already published; not republishing")
+            return False
+        latest = latest_generation(self.storage)
+        if latest is not None and latest > generation:
+            self._report_skipped([Skipped(generation, f"stale: {self.storage.url(layout.LATEST)} moved to "
+                                                      f"{latest} while it was being trained")])
             return False
         metadata = {
             "board_size": self.board_size, "generation": generation,
@@ -242,6 +370,7 @@ class TrainingRun:
             "global_step": self.trainer.global_step,
             "window": window.manifest_path, "window_positions": window.positions,
             "window_steps": int(self.trainer.window_steps_total.numpy()),
+            "skipped_windows": [item.as_metadata() for item in self._skipped_below],
             "swa_decay": self.config.swa_decay, "feature_set_planes": schema.INPUT_PLANES,
             "created_unix": int(time.time()),
         }
@@ -253,24 +382,35 @@ class TrainingRun:
             except AlreadyPublished as exc:
                 _say(f"not republishing: {exc}")
                 return False
-        _say(f"published generation {generation} to {self.storage.url(f'{schema.MODELS_DIR}/{schema.generation_dir(generation)}')}")
+        self.events.emit("published", generation=generation, step=self.trainer.global_step,
+                         skipped_windows=[item.generation for item in self._skipped_below])
+        _say(f"published generation {generation} to {self.storage.url(layout.model_dir(generation))}")
         return True
 
     # --- the whole run -----------------------------------------------------------
     def run(self) -> int:
-        """Train and publish up to --windows windows (forever with --follow); exit status."""
+        """Train and publish up to --windows windows (forever with --follow); exit status.
+
+        ``stop_reason`` says afterwards why it ended ("SIGTERM", "done",
+        "nothing to train").  LeaseLost propagates (the caller exits 3).
+        """
         self.restore()
         trained = 0
         while self.config.follow or trained < self.config.windows:
+            if self._should_stop():
+                break
             window = self.choose_window()
             if window is None:
                 if not self.config.follow:
                     break
-                time.sleep(self.config.poll_seconds)
+                self.stop.wait(self.config.poll_seconds)
                 continue
-            self.train_window(window)
+            if not self.train_window(window):
+                break
             self.publish(window)
             trained += 1
-        if trained == 0:
+        if trained == 0 and not self.stop_reason:
             _say("nothing to train: no complete window is newer than the published models")
+            self.stop_reason = "nothing to train"
+        self.stop_reason = self.stop_reason or "done"
         return 0

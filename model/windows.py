@@ -1,19 +1,44 @@
-"""Finding work in the lake: run.json's board size and complete training windows.
+"""Finding work in the lake: run.json's board size and which window to train.
 
-A *window* is ``ROOT/windows/<gen:06d>/``: shards written by the Beam job,
-then ``MANIFEST.json`` written last.  Its ``target_generation`` is the model
-generation trained from it.  A window directory without a manifest is still
-being written and is ignored.  Nothing here imports TensorFlow, so the
-trainer's CLI can refuse bad input before paying for it.
+A *window* is ``windows/<gen>/`` (paths from format.layout): shards written
+by the Beam job, then its manifest written last.  Its ``target_generation``
+is the model generation trained from it.  A window folder without a
+manifest is still being written and is ignored.  Nothing here imports
+TensorFlow, so the trainer's CLI can refuse bad input before paying for it.
+
+Terms
+-----
+* *LATEST*: the newest published generation (format.registry).
+* *candidate*: a window with a manifest whose generation is newer than
+  LATEST.  Its manifest is read with format.layout.read_window_manifest
+  (every shard it names must exist) and must be for the run's board size;
+  a candidate that fails is *bad*, with the ManifestError's message (object
+  and field) as its reason.
+* *current*: the window the checkpoint was training (-1 for none).
+
+The choice (:func:`plan_next`), the same in one-shot and follow mode:
+
+1. the current window, if it is still a good candidate: finish it (training
+   a window is never abandoned for a newer one; the trainer jumps to the
+   newest window only at a window boundary);
+2. else the newest good candidate.
+
+Every other candidate older than the chosen window is *skipped* and never
+trained: superseded, bad, or (the current window once LATEST passed it)
+stale.  Bad candidates newer than the choice are skipped too (a manifest is
+create-only, so it never becomes good).  The trainer reports each skipped
+window once (a ``window_skipped`` event and a log line) and lists those
+below the window it publishes in that model's ``skipped_windows`` metadata.
+In one-shot mode a bad candidate is an error instead (exit 2).
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import dataclass
 
-from format import schema
+from cloud.base import NotFound
+from format import layout
 from format.run_config import RunConfigMismatch, read_run_config
 
 log = logging.getLogger(__name__)
@@ -39,17 +64,13 @@ class Window:
         return max(1, math.ceil(self.positions * epochs / global_batch))
 
 
-def window_dir(generation: int) -> str:
-    return f"{schema.WINDOWS_DIR}/{schema.generation_dir(generation)}"
-
-
 def lake_board_size(storage, flag_board_size: int) -> int:
     """The run's board size; refuses a missing run.json or a disagreeing flag."""
     try:
         run = read_run_config(storage)
     except RunConfigMismatch as exc:
         raise LakeError(str(exc)) from None
-    where = storage.url(schema.RUN_CONFIG)
+    where = storage.url(layout.RUN_CONFIG)
     if run is None:
         raise LakeError(f"{where} does not exist: this root has no run yet "
                         "(self-play or the pipeline creates it)")
@@ -59,61 +80,103 @@ def lake_board_size(storage, flag_board_size: int) -> int:
     return run.board_size
 
 
-def parse_manifest(data: bytes, manifest_path: str) -> Window:
-    """A window from its manifest's bytes; LakeError names the file and field."""
-    try:
-        fields = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise LakeError(f"{manifest_path}: not valid JSON ({exc})") from None
-    directory = manifest_path.rsplit("/", 1)[0]
+@dataclass(frozen=True)
+class Skipped:
+    """A window the trainer will not train, and why (``reason`` names object and field for a bad one)."""
 
-    def need(name, kind):
-        value = fields.get(name) if isinstance(fields, dict) else None
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise LakeError(f"{manifest_path}: field '{name}' is missing or not {kind.__name__}")
-        return value
+    generation: int
+    reason: str
 
-    if need("version", int) != 1:
-        raise LakeError(f"{manifest_path}: field 'version' is {fields['version']}, expected 1")
-    shards = need("shards", list)
-    if not shards or not all(isinstance(s, str) and s and "/" not in s and ".." not in s for s in shards):
-        raise LakeError(f"{manifest_path}: field 'shards' must list shard file names in the window")
-    positions = need("positions", int)
-    if positions <= 0:
-        raise LakeError(f"{manifest_path}: field 'positions' is {positions}")
-    return Window(target_generation=need("target_generation", int), board_size=need("board_size", int),
-                  shards=tuple(f"{directory}/{s}" for s in shards), positions=positions,
-                  manifest_path=manifest_path)
+    def as_metadata(self) -> dict:
+        return {"generation": self.generation, "reason": self.reason}
 
 
-def complete_windows(storage, board_size: int) -> list[Window]:
-    """Every window with a readable manifest for this board size, oldest first.
+@dataclass(frozen=True)
+class WindowScan:
+    """The candidates found by one look at the lake, oldest first."""
 
-    A malformed or foreign manifest costs only its window: it is logged and
-    skipped.
+    good: tuple[Window, ...]
+    bad: tuple[Skipped, ...]
+
+
+def window_from_manifest(manifest: layout.WindowManifest) -> Window:
+    return Window(target_generation=manifest.target_generation, board_size=manifest.board_size,
+                  shards=manifest.shards, positions=manifest.positions, manifest_path=manifest.path)
+
+
+def manifest_generations(storage) -> list[int]:
+    """Generations whose window manifest exists (complete or not valid), ascending."""
+    return sorted(layout.window_generation(info.path) for info in storage.list(layout.windows_prefix())
+                  if layout.is_window_manifest(info.path))
+
+
+def read_window(storage, generation: int, board_size: int) -> Window:
+    """One window from its manifest; ManifestError (object and field) if it is unusable.
+
+    Every shard the manifest names must exist, and the board size must be
+    the run's.  A manifest that vanished raises the storage layer's NotFound.
     """
-    windows = []
-    for info in storage.list(f"{schema.WINDOWS_DIR}/"):
-        if not info.path.endswith("/" + schema.MANIFEST):
+    manifest = layout.read_window_manifest(storage, generation, check_shards=True)
+    if manifest.board_size != board_size:
+        raise layout.ManifestError(storage.url(manifest.path), "board_size",
+                                   f"is {manifest.board_size}; this run (run.json) is {board_size}x{board_size}")
+    return window_from_manifest(manifest)
+
+
+def scan_windows(storage, board_size: int, newer_than: int | None, also: int = -1) -> WindowScan:
+    """Read every candidate (generation > ``newer_than``, plus generation ``also``)."""
+    floor = -1 if newer_than is None else newer_than
+    good, bad = [], []
+    for generation in manifest_generations(storage):
+        if generation <= floor and generation != also:
             continue
         try:
-            window = parse_manifest(storage.read(info.path), info.path)
-        except LakeError as exc:
-            log.warning("skipping window: %s", exc)
+            good.append(read_window(storage, generation, board_size))
+        except layout.ManifestError as exc:
+            bad.append(Skipped(generation, str(exc)))
+        except NotFound:
             continue
-        if window.board_size != board_size:
-            log.warning("skipping %s: board_size %d, the run is %d", info.path, window.board_size, board_size)
-            continue
-        if info.path != f"{window_dir(window.target_generation)}/{schema.MANIFEST}":
-            log.warning("skipping %s: its target_generation %d does not match its directory",
-                        info.path, window.target_generation)
-            continue
-        windows.append(window)
-    return sorted(windows, key=lambda w: w.target_generation)
+    return WindowScan(tuple(good), tuple(bad))
 
 
-def newest_untrained(windows: list[Window], latest_published: int | None) -> Window | None:
-    """The newest window whose generation is newer than every published model."""
-    floor = -1 if latest_published is None else latest_published
-    fresh = [w for w in windows if w.target_generation > floor]
-    return fresh[-1] if fresh else None
+@dataclass(frozen=True)
+class Plan:
+    """What to train next: ``window`` (None = nothing yet), whether it resumes the
+    checkpoint's window, and every candidate skipped for good (oldest first)."""
+
+    window: Window | None
+    resume: bool
+    skipped: tuple[Skipped, ...]
+
+    def skipped_below(self) -> list[Skipped]:
+        """The skipped windows older than the chosen one (recorded in its model's metadata)."""
+        if self.window is None:
+            return []
+        return [s for s in self.skipped if s.generation < self.window.target_generation]
+
+
+def plan_next(scan: WindowScan, latest: int | None, current: int = -1,
+              current_published: bool = False) -> Plan:
+    """Choose the window to train (see the module docstring).  Pure: no I/O."""
+    floor = -1 if latest is None else latest
+    good = {w.target_generation: w for w in scan.good}
+    skipped = [s for s in scan.bad if s.generation > floor]
+    chosen, resume = None, False
+    if current >= 0 and not current_published:
+        if current in good and current > floor:
+            chosen, resume = good[current], True
+        elif current <= floor:
+            skipped.append(Skipped(current, f"stale: it was being trained when {layout.LATEST} moved to "
+                                            f"{floor}, so publishing it would move generations backwards"))
+    if chosen is None:
+        fresh = [g for g in good if g > floor]
+        if fresh:
+            chosen = good[max(fresh)]
+    if chosen is not None:
+        target = chosen.target_generation
+        for generation in sorted(good):
+            if floor < generation < target:
+                skipped.append(Skipped(generation, f"superseded: window {layout.generation_dir(target)} "
+                                                   "is newer, and the trainer trains only the newest"))
+    unique = {s.generation: s for s in sorted(skipped, key=lambda s: s.generation)}
+    return Plan(chosen, resume, tuple(unique[g] for g in sorted(unique)))
