@@ -4,7 +4,14 @@ The job (``python -m pipeline.shuffle``) is configured by one frozen
 dataclass.  Each field's metadata carries its help text; `add_flags` turns
 the fields into argparse flags (``--window_exponent`` for
 ``window_exponent``) and `from_args` builds the config back, so the CLI and
-the library cannot drift apart.  Units: positions are training examples (one
+the library cannot drift apart.  Newer flags are spelled with dashes
+(``--follow-new-positions``; the underscore spelling is accepted too), and a
+field may carry aliases (``--board-size`` for ``--board``).
+
+Follow-mode fields (``follow``, ``follow_new_positions``, ``poll_seconds``,
+``claim_seconds``, ``events``) steer the long-running follower in
+`pipeline.follow`; they do not change how one window is built, and
+`window_argv` leaves them out when the follower starts a one-window child.  Units: positions are training examples (one
 board position of one game); "reuse" is how many times a position appears in
 the window's shards in expectation.
 """
@@ -23,8 +30,15 @@ LABEL_RANDOM = "random"
 PLAYOUT_LABEL_MODES = (LABEL_AUTO, LABEL_MODEL, LABEL_RANDOM)
 
 
-def _field(default, help_text):
-    return dataclasses.field(default=default, metadata={"help": help_text})
+FOLLOW_WINDOW_FRACTION = 0.25
+"""Default follow cadence: a new window once new positions reach this fraction of the window."""
+
+
+def _field(default, help_text, *, aliases=(), dashed=False, follow=False):
+    """A config field; ``dashed``: the flag is ``--a-b`` (``--a_b`` accepted too);
+    ``follow``: a setting of the follower only, never passed to a window's child job."""
+    return dataclasses.field(default=default, metadata={"help": help_text, "aliases": tuple(aliases),
+                                                        "dashed": dashed, "follow": follow})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +46,8 @@ class ShuffleConfig:
     """Settings of one shuffle run.  ``root`` is a folder or gs://bucket/prefix."""
 
     root: str = _field("", "the lake: a local folder or gs://bucket/prefix (required)")
-    board: int = _field(0, "expected board size; refused if it differs from ROOT/run.json (0 = take run.json's)")
+    board: int = _field(0, "expected board size; refused if it differs from ROOT/run.json (0 = take run.json's)",
+                        aliases=("--board-size",))
     # --- window (power law in the manner of KataGo's shuffle.py) ---
     window_min_positions: int = _field(
         250_000, "below this many positions in the lake the window is the whole lake")
@@ -70,6 +85,20 @@ class ShuffleConfig:
     seed: int = _field(0, "seed of every random choice (0 = derive one from the attempt id)")
     # --- local runner ---
     workers: int = _field(2, "worker processes of the local in-process runner (FnApiRunner)")
+    # --- follow mode (pipeline.follow) ---
+    follow: bool = _field(
+        False, "run forever: wait for enough new positions, write the next window, wait again",
+        dashed=True, follow=True)
+    follow_new_positions: int = _field(
+        0, f"with --follow: new positions since the last window that trigger the next one (0 = "
+           f"{FOLLOW_WINDOW_FRACTION:g} of the window the rule would take now)", dashed=True, follow=True)
+    poll_seconds: float = _field(5.0, "with --follow: seconds between looks at the lake", dashed=True, follow=True)
+    claim_seconds: float = _field(
+        180.0, "with --follow: a window claim expires this long after its last renewal (renewed every "
+               "quarter of it while the window is built), so a killed follower blocks nobody for long",
+        dashed=True, follow=True)
+    events: str = _field("", "append JSON-lines events to this file ('-' = stdout; format/events.py)",
+                         dashed=True, follow=True)
 
     def __post_init__(self):
         errors = []
@@ -94,6 +123,12 @@ class ShuffleConfig:
             errors.append(f"--playout_labels must be one of {PLAYOUT_LABEL_MODES}, got {self.playout_labels!r}")
         if not (math.isfinite(self.model_temperature) and self.model_temperature > 0):
             errors.append(f"--model_temperature must be positive, got {self.model_temperature}")
+        if not (math.isfinite(self.poll_seconds) and self.poll_seconds > 0):
+            errors.append(f"--poll-seconds must be positive, got {self.poll_seconds}")
+        if not (math.isfinite(self.claim_seconds) and self.claim_seconds >= 1):
+            errors.append(f"--claim-seconds must be at least 1, got {self.claim_seconds}")
+        if self.follow_new_positions < 0:
+            errors.append(f"--follow-new-positions must not be negative, got {self.follow_new_positions}")
         if not 0 <= self.playout_ownership_weight <= 1:
             errors.append(f"--playout_ownership_weight must be in [0, 1], got {self.playout_ownership_weight}")
         if not (math.isfinite(self.reuse) and 0 < self.reuse <= 16):
@@ -102,12 +137,34 @@ class ShuffleConfig:
             raise ValueError("invalid shuffle settings:\n  " + "\n  ".join(errors))
 
 
+def flag_names(f: dataclasses.Field) -> list[str]:
+    """The flag spellings of a field, the preferred one first."""
+    underscored = "--" + f.name
+    if f.metadata["dashed"] and "_" in f.name:
+        return ["--" + f.name.replace("_", "-"), underscored, *f.metadata["aliases"]]
+    return [underscored, *f.metadata["aliases"]]
+
+
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """One ``--name`` flag per ShuffleConfig field, with its default and help."""
+    """One flag per ShuffleConfig field (with its aliases), with its default and help."""
     for f in dataclasses.fields(ShuffleConfig):
-        kind = type(f.default)
-        parser.add_argument(f"--{f.name}", type=kind, default=f.default,
-                            help=f"{f.metadata['help']} (default: {f.default!r})".replace("%", "%%"))
+        help_text = f"{f.metadata['help']} (default: {f.default!r})".replace("%", "%%")
+        if isinstance(f.default, bool):
+            parser.add_argument(*flag_names(f), dest=f.name, action="store_true", help=help_text)
+        else:
+            parser.add_argument(*flag_names(f), dest=f.name, type=type(f.default), default=f.default,
+                                help=help_text)
+
+
+def window_argv(config: ShuffleConfig) -> list[str]:
+    """Flags that rebuild ``config`` without its follow-mode settings (a one-window child job)."""
+    argv = []
+    for f in dataclasses.fields(ShuffleConfig):
+        value = getattr(config, f.name)
+        if f.metadata["follow"] or (value == f.default and f.name != "root"):
+            continue
+        argv += [flag_names(f)[0], str(value)]
+    return argv
 
 
 def from_args(args: argparse.Namespace) -> ShuffleConfig:

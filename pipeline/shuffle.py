@@ -3,7 +3,14 @@
 Reads ``ROOT/games/<gen>/*.tfrecord.zst``, writes
 ``ROOT/windows/<target_gen>/<attempt>-<i>-of-<S>.tfrecord.gz`` and, last,
 ``MANIFEST.json``.  target_gen = the latest published model generation + 1
-(1 before any model).  A window that already has a manifest is not redone.
+(1 before any model).  A window that already has a manifest is not redone;
+a manifest that does not validate (format.layout.read_window_manifest: bad
+JSON, unknown version, a shard it names is missing) is an error (exit 2),
+never trusted and never overwritten.
+
+``--follow`` runs forever instead (pipeline.follow): it waits for new games,
+claims the next window, builds it in a child process of this same command
+(hidden flags ``--window-generation G --attempt A``) and waits again.
 
 The driver (this module) does the cheap, global decisions: check run.json,
 choose the window's chunks by the power-law rule (pipeline.window_plan), size the
@@ -27,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import logging
 import os
 import shlex
@@ -35,11 +41,14 @@ import sys
 import time
 import uuid
 
-from format import schema as S
+from format import layout
+from format.events import EventLog
 from format.run_config import RunConfigMismatch, read_run_config
 from pipeline import window_plan as W
 from pipeline.config import LABEL_AUTO, LABEL_MODEL, LABEL_RANDOM, ShuffleConfig, add_flags, from_args
-from pipeline.transforms import JobContext, ShuffleWindow
+# pipeline.transforms (and with it Apache Beam, ~5 s to import on a busy
+# 2-core machine) is imported inside prepare() and run(): a follower that
+# only watches the lake never needs it; its child job does.
 
 
 class ShuffleError(Exception):
@@ -65,22 +74,54 @@ def new_attempt_id() -> str:
     return f"{int(time.time()):x}{uuid.uuid4().hex[:6]}"
 
 
-def prepare(config: ShuffleConfig, storage) -> tuple[JobContext, list] | dict:
-    """Driver decisions: (context, bundle elements), or the existing manifest if the window is done."""
+def check_run(config: ShuffleConfig, storage):
+    """ROOT/run.json, checked against --board; ShuffleError names the file and the flag."""
     try:
         run = read_run_config(storage)
     except RunConfigMismatch as exc:
         raise ShuffleError(str(exc)) from None
     if run is None:
-        raise ShuffleError(f"{storage.url(S.RUN_CONFIG)} does not exist: {config.root} is not a lake yet")
+        raise ShuffleError(f"{storage.url(layout.RUN_CONFIG)} does not exist: {config.root} is not a lake yet")
     if config.board and config.board != run.board_size:
-        raise ShuffleError(f"--board {config.board} disagrees with {storage.url(S.RUN_CONFIG)} "
+        raise ShuffleError(f"--board {config.board} disagrees with {storage.url(layout.RUN_CONFIG)} "
                            f"(board_size {run.board_size})")
+    return run
+
+
+def untrusted_window(exc: layout.ManifestError, generation: int) -> str:
+    """The operator's message for a window manifest that does not validate."""
+    return (f"{exc}\n  window {generation} cannot be trusted and is never overwritten (its manifest is "
+            f"create-only): move {layout.window_dir(generation)}/ aside or delete it, and the job rebuilds it")
+
+
+def existing_window(storage, generation: int) -> layout.WindowManifest | None:
+    """The validated window ``generation`` (every shard present), None if it has no manifest yet.
+
+    A manifest that exists but does not validate raises ShuffleError.
+    """
+    from cloud.storage import NotFound
+    try:
+        return layout.read_window_manifest(storage, generation, check_shards=True)
+    except NotFound:
+        return None
+    except layout.ManifestError as exc:
+        raise ShuffleError(untrusted_window(exc, generation)) from None
+
+
+def prepare(config: ShuffleConfig, storage, *, target: int | None = None,
+            attempt: str | None = None) -> tuple["JobContext", list] | layout.WindowManifest:
+    """Driver decisions: (context, bundle elements), or the existing window if it is done.
+
+    ``target``: the window to build (default: latest model + 1); ``attempt``:
+    its attempt id (default: a new one).  The follower passes both.
+    """
+    from pipeline.transforms import JobContext
+    run = check_run(config, storage)
     latest = _latest_model(storage)
-    target = (latest or 0) + 1
-    manifest_path = f"{S.WINDOWS_DIR}/{S.generation_dir(target)}/{S.MANIFEST}"
-    if storage.exists(manifest_path):
-        return json.loads(storage.read(manifest_path))
+    target = (latest or 0) + 1 if target is None else target
+    done = existing_window(storage, target)
+    if done is not None:
+        return done
     if config.playout_labels == LABEL_MODEL and latest is None:
         raise ShuffleError("--playout_labels model: the lake has no published model")
     model_generation = None if config.playout_labels == LABEL_RANDOM else latest
@@ -93,7 +134,7 @@ def prepare(config: ShuffleConfig, storage) -> tuple[JobContext, list] | dict:
     window_estimate = plan.window_positions_estimate
     early_estimate = (window_estimate / plan.positions_per_game) * min(plan.positions_per_game,
                                                                        config.dedup_max_move)
-    attempt = new_attempt_id()
+    attempt = attempt or new_attempt_id()
     seed = config.seed or int.from_bytes(hashlib.blake2b(attempt.encode(), digest_size=4).digest(), "little")
     generations = sorted({c.generation for c in plan.chunks})
     summary = (
@@ -101,6 +142,9 @@ def prepare(config: ShuffleConfig, storage) -> tuple[JobContext, list] | dict:
                  f"exponent {config.window_exponent}, max {config.window_max_positions or 'none'}"),
         ("lake_chunks", plan.lake_chunks),
         ("lake_positions_estimate", plan.lake_positions_estimate),
+        # The follower measures "new positions since this window" against these two.
+        ("lake_bytes", plan.lake_bytes),
+        ("positions_per_byte", plan.positions_per_byte),
         ("window_positions_target", plan.window_positions_target),
         ("window_positions_estimate", window_estimate),
         ("window_chunks", len(plan.chunks)),
@@ -177,16 +221,18 @@ def local_runner(config: ShuffleConfig):
     return FnApiRunner(default_environment=environments.SubprocessSDKEnvironment.from_command_string(command))
 
 
-def run(config: ShuffleConfig, beam_args: list[str] = ()) -> dict:
+def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None = None,
+        attempt: str | None = None) -> dict:
     """Run the job; returns the window's manifest (the existing one if already done)."""
     import apache_beam as beam
     from cloud.storage import open_storage
+    from pipeline.transforms import ShuffleWindow
 
     storage = open_storage(config.root)
-    prepared = prepare(config, storage)
-    if isinstance(prepared, dict):
-        _progress(f"window {prepared['target_generation']} already has a manifest; nothing to do")
-        return prepared
+    prepared = prepare(config, storage, target=target, attempt=attempt)
+    if isinstance(prepared, layout.WindowManifest):
+        _progress(f"window {prepared.target_generation} already has a manifest; nothing to do")
+        return prepared.document
     context, bundles = prepared
     options, runner = pipeline_options(config, list(beam_args))
     started = time.monotonic()
@@ -202,7 +248,11 @@ def run(config: ShuffleConfig, beam_args: list[str] = ()) -> dict:
         removed = cleanup_tmp(storage, context)
         if removed:
             _progress(f"removed {removed} temporary files under {storage.url(context.tmp_dir)}")
-    manifest = json.loads(storage.read(f"{context.window_dir}/{S.MANIFEST}"))
+    window = existing_window(storage, context.target_generation)
+    if window is None:
+        raise ShuffleError(f"the pipeline finished but "
+                           f"{storage.url(layout.window_manifest(context.target_generation))} is missing")
+    manifest = window.document
     elapsed = time.monotonic() - started
     _progress(f"wrote {len(manifest['shards'])} shards, {manifest['positions']} records from "
               f"{manifest['input']['positions_read']} positions "
@@ -213,11 +263,20 @@ def run(config: ShuffleConfig, beam_args: list[str] = ()) -> dict:
     return manifest
 
 
-def cleanup_tmp(storage, context: JobContext) -> int:
+def cleanup_tmp(storage, context) -> int:
     """Delete what is left of this attempt's temporary pieces."""
-    leftovers = storage.list(context.tmp_dir + "/")
+    return delete_tmp_dir(storage, context.tmp_dir)
+
+
+def delete_tmp_dir(storage, tmp_dir: str) -> int:
+    """Delete every object under one attempt's tmp folder; returns how many there were.
+
+    ``missing_ok``: a follower cleaning up after a dead attempt may race
+    the attempt's own cleanup; either delete is enough.
+    """
+    leftovers = storage.list(tmp_dir + "/")
     for info in leftovers:
-        storage.delete(info.path)
+        storage.delete(info.path, missing_ok=True)
     return len(leftovers)
 
 
@@ -229,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
                "--temp_location gs://B/tmp --setup_file ./setup.py).  Without --runner the job runs "
                "locally on Beam's in-process FnApiRunner.")
     add_flags(parser)
+    # Internal: how a follower starts the child job that builds one claimed window.
+    parser.add_argument("--window-generation", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--attempt", default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -239,11 +301,20 @@ def main(argv=None) -> int:
         config = from_args(args)
     except ValueError as exc:
         parser.error(str(exc))
+    if config.follow:
+        from pipeline.follow import follow
+        return follow(config, beam_args)
+    events = EventLog(config.events or None, "shuffle")
+    events.emit("started", follow=False)
     try:
-        run(config, beam_args)
+        manifest = run(config, beam_args, target=args.window_generation, attempt=args.attempt)
     except ShuffleError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        events.emit("stopped", reason="error")
         return 2
+    events.emit("window_published", generation=manifest["target_generation"], positions=manifest["positions"],
+                shards=len(manifest["shards"]))
+    events.emit("stopped", reason="done")
     return 0
 
 

@@ -46,7 +46,6 @@ attempt.  Shards and the manifest are durable, create-only writes.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 
@@ -54,6 +53,7 @@ import apache_beam as beam
 import numpy as np
 
 from format import codec
+from format import layout
 from format import schema as S
 from format.tfrecord import compress_gzip
 from pipeline import labels as L
@@ -85,11 +85,11 @@ class JobContext:
 
     @property
     def window_dir(self) -> str:
-        return f"{S.WINDOWS_DIR}/{S.generation_dir(self.target_generation)}"
+        return layout.window_dir(self.target_generation)
 
     @property
     def tmp_dir(self) -> str:
-        return f"tmp/shuffle-{S.generation_dir(self.target_generation)}-{self.attempt}"
+        return layout.job_tmp_dir("shuffle", self.target_generation, self.attempt)
 
     def shard_name(self, shard: int) -> str:
         return f"{self.attempt}-{shard:05d}-of-{self.num_shards:05d}{S.SHARD_SUFFIX}"
@@ -332,7 +332,7 @@ class WriteShardFn(_LakeDoFn):
         shard, paths = element
         ctx = self.context
         name = ctx.shard_name(shard)
-        path = f"{ctx.window_dir}/{name}"
+        path = layout.shard_path(ctx.target_generation, name)
         paths = sorted(set(paths))
         if self.storage.exists(path):  # a retry after the shard was written
             count, gens = count_records(self.storage.read(path), self.storage.url(path))
@@ -415,7 +415,7 @@ def build_manifest(context: JobContext, summary: dict) -> dict:
             generations[str(g)] = generations.get(str(g), 0) + c
     label_keys = set(L.LABEL_STATS)
     return {
-        "version": 1,
+        "version": layout.WINDOW_MANIFEST_VERSION,
         "target_generation": context.target_generation,
         "board_size": context.board_size,
         "komi": context.komi,
@@ -449,11 +449,13 @@ class WriteManifestFn(_LakeDoFn):
         from cloud.storage import AlreadyExists
         storage = self.storage
         manifest = build_manifest(self.context, summary)
-        path = f"{self.context.window_dir}/{S.MANIFEST}"
+        path = layout.window_manifest(self.context.target_generation)
         try:
-            storage.write_new(path, (json.dumps(manifest, indent=1) + "\n").encode())
+            storage.write_new(path, layout.window_manifest_bytes(manifest))
         except AlreadyExists:
-            existing = json.loads(storage.read(path))
+            # A retried bundle of this attempt wrote it already; anyone else's
+            # manifest (a racing follower that took over an expired claim) wins.
+            existing = layout.parse_window_manifest(storage.read(path), path, storage.url(path)).document
             if existing.get("attempt") != self.context.attempt:
                 raise RuntimeError(f"{storage.url(path)} was written by attempt {existing.get('attempt')} "
                                    f"while attempt {self.context.attempt} ran") from None

@@ -30,9 +30,11 @@ import re
 from typing import Sequence
 
 from format import codec
+from format import layout
 from format import schema as S
 
-_CHUNK_PATH = re.compile(r"^" + S.GAMES_DIR + r"/(\d{6})/([^/]+)" + re.escape(S.CHUNK_SUFFIX) + r"$")
+_CHUNK_PATH = re.compile(r"^" + re.escape(layout.games_prefix()) + r"(\d{6})/([^/]+)"
+                         + re.escape(S.CHUNK_SUFFIX) + r"$")
 _CHUNK_TIME = re.compile(r"^[^-]+-(\d+)-(\d+)$")
 
 
@@ -61,6 +63,9 @@ class WindowPlan:
     bundles: tuple
     """Tuples of chunk indices; each bundle is one Beam element."""
 
+    lake_bytes: int = 0
+    """Compressed bytes of every listed chunk (the follower's new-data yardstick)."""
+
     @property
     def window_positions_estimate(self) -> int:
         return int(round(sum(c.size for c in self.chunks) * self.positions_per_byte))
@@ -75,6 +80,11 @@ def window_positions(total: int, min_positions: int, scale: int, exponent: float
         desired = min_positions + scale * (x ** exponent - 1.0) / exponent
     desired = min(total, int(desired))
     return min(desired, max_positions) if max_positions else desired
+
+
+def list_chunks(storage) -> list[ChunkRef]:
+    """Every chunk under games/, newest first: one listing, nothing decoded."""
+    return parse_chunk_listing(storage.list(layout.games_prefix()))
 
 
 def parse_chunk_listing(objects) -> list[ChunkRef]:
@@ -129,9 +139,9 @@ def bundle_chunks(sizes: Sequence[int], positions_per_byte: float, bundle_positi
 def plan_window(storage, *, min_positions: int, scale: int, exponent: float, max_positions: int,
                 sample_chunks: int, bundle_positions: int) -> WindowPlan:
     """List games/, apply the window rule, and bundle the chosen chunks."""
-    listed = parse_chunk_listing(storage.list(S.GAMES_DIR + "/"))
+    listed = list_chunks(storage)
     if not listed:
-        raise ValueError(f"{storage.url(S.GAMES_DIR)} holds no chunk files (*{S.CHUNK_SUFFIX})")
+        raise ValueError(f"{storage.url(layout.GAMES_DIR)} holds no chunk files (*{S.CHUNK_SUFFIX})")
     per_byte, per_game = estimate_positions_per_byte(storage, listed, sample_chunks)
     total = int(round(sum(c.size for c in listed) * per_byte))
     target = window_positions(total, min_positions, scale, exponent, max_positions)
@@ -142,7 +152,8 @@ def plan_window(storage, *, min_positions: int, scale: int, exponent: float, max
         chosen.append(chunk)
         filled += chunk.size * per_byte
     bundles = bundle_chunks([c.size for c in chosen], per_byte, bundle_positions)
-    return WindowPlan(len(listed), total, target, per_byte, per_game, tuple(chosen), tuple(bundles))
+    return WindowPlan(len(listed), total, target, per_byte, per_game, tuple(chosen), tuple(bundles),
+                      lake_bytes=sum(c.size for c in listed))
 
 
 def num_shards(positions: int, reuse: float, shard_positions: int) -> int:

@@ -1,0 +1,524 @@
+"""``python -m pipeline.shuffle --root ROOT --follow``: a new window whenever enough new games arrived.
+
+Terms
+-----
+* *follower*: one process running `follow`.  Several may follow one lake
+  (on several machines); they meet only through the storage root.
+* *target*: the window a follower would build next: one past the newest
+  window that has a manifest, and never below the latest model + 1 (the
+  generation the one-shot job would pick).  A window with a manifest is
+  never redone; the manifest is the commit point.
+* *new positions*: positions in chunks that arrived since the newest
+  window was planned: (bytes listed under ``games/`` now - ``lake_bytes``
+  recorded in that window's manifest) x its ``positions_per_byte``.  One
+  listing, nothing decoded (before the first window, or for a manifest
+  without those fields, a few chunks are decoded once to learn positions
+  per byte, as pipeline.window_plan does).
+* *cadence rule*: the next window is due when new positions reach
+  ``--follow-new-positions``, by default FOLLOW_WINDOW_FRACTION (1/4) of the
+  window the power-law rule would take from the lake now, W(T).  So each
+  window shares about three quarters of its positions with the previous one,
+  and the cadence slows as the window grows, in the manner of KataGo's
+  shuffle loop, which reshuffles after a fixed amount of new data relative to
+  its window.  Before the first window every position is new, so the first
+  window is written as soon as the lake holds a chunk.
+* *claim*: ``cluster/claims/window-<gen>.json`` (format.layout.window_claim),
+  JSON ``{holder, attempt, pid, host, time, expires, released}``.  Created
+  with a generation-0 conditional write (create-only).  Its holder renews it
+  every quarter of ``--claim-seconds`` while the window is built; a holder
+  that was SIGKILLed stops renewing, and once ``expires`` has passed another
+  follower replaces it with a conditional write on the generation it read
+  (cloud.base ``read_versioned``/``write_if_generation``), so that of two
+  followers taking over at once exactly one wins.  Claims are never deleted
+  (the emulator does not enforce preconditions on deletes); a holder that
+  stops early marks its claim released, again conditionally.
+* *attempt*: one try at one window: the id in its shard names and its
+  temporary folder ``tmp/shuffle-<gen>-<attempt>/`` (format.layout.job_tmp_dir).
+
+Data flow of one cycle::
+
+    look:   models/LATEST, windows/<g>/MANIFEST.json (validated), games/ listing
+            -> target, new positions, needed       (wait while new < needed)
+    clean:  delete tmp pieces of attempts that are not live
+    claim:  cluster/claims/window-<target>.json     (lost: wait for the winner)
+    build:  child process ``python -m pipeline.shuffle ... --window-generation
+            <target> --attempt <id>`` (the one-shot job), claim renewed meanwhile
+    done:   window_published event; delete own tmp pieces; release the claim
+
+Why a child process: Beam's runner cannot be interrupted cleanly from a
+signal handler, and a process that runs for days should not accumulate the
+runner's state.  A SIGTERM reaches the follower alone (the child has its
+own session); the follower stops the child's process group, deletes the
+attempt's pieces, releases the claim and exits 0.  The window stays
+unpublished and the next follower redoes it.  The child dies with the
+follower (PR_SET_PDEATHSIG) if the follower is SIGKILLed; what a killed
+attempt leaves in tmp/ is deleted by the next follower that looks.
+
+A window manifest that does not validate is never trusted or overwritten:
+the follower logs it once, names the object, field and the fix, and waits
+until an operator moves the window aside.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+from cloud.base import AlreadyExists, NotFound, ObjectInfo, PreconditionFailed, StorageError
+from format import layout
+from format.events import EventLog
+from format.registry import RegistryError
+from pipeline import window_plan as W
+from pipeline.config import FOLLOW_WINDOW_FRACTION, ShuffleConfig, window_argv
+from pipeline.shuffle import (ShuffleError, _latest_model, _progress, check_run, delete_tmp_dir,
+                              existing_window, new_attempt_id)
+
+WAIT_REPORT_SECONDS = 30.0
+"""At most one human 'waiting' line and one 'waiting' event per this many seconds."""
+CHILD_STOP_SECONDS = 10.0
+"""How long a stopped child gets after SIGTERM before SIGKILL."""
+RETRY_SECONDS = 30.0
+"""Pause after a child job failed before the window is tried again."""
+JOB = "shuffle"
+
+
+# ---------------------------------------------------------------------------
+# Claims
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """The JSON document of a window claim (times are unix seconds)."""
+
+    holder: str
+    attempt: str
+    pid: int
+    host: str
+    time: float
+    expires: float
+    released: bool = False
+
+    def to_bytes(self) -> bytes:
+        return (json.dumps(dataclasses.asdict(self), indent=1) + "\n").encode()
+
+    def live(self, now: float) -> bool:
+        return not self.released and self.expires > now
+
+    @classmethod
+    def parse(cls, data: bytes) -> "Claim | None":
+        """The claim in ``data``; None for a damaged claim, which then counts as expired."""
+        try:
+            document = json.loads(data)
+            return cls(holder=str(document["holder"]), attempt=str(document["attempt"]),
+                       pid=int(document["pid"]), host=str(document["host"]), time=float(document["time"]),
+                       expires=float(document["expires"]), released=bool(document.get("released", False)))
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+            return None
+
+
+@dataclasses.dataclass
+class HeldClaim:
+    """A claim this follower holds: its document and the storage generation it wrote."""
+
+    generation: int
+    claim: Claim
+    version: int
+    took_over: Claim | None = None
+    """The expired claim this one replaced, if any."""
+
+
+def _claim_doc(holder: str, attempt: str, ttl: float, released: bool = False) -> Claim:
+    now = time.time()
+    return Claim(holder=holder, attempt=attempt, pid=os.getpid(), host=socket.gethostname(), time=round(now, 3),
+                 expires=round(now + (0 if released else ttl), 3), released=released)
+
+
+def try_claim(storage, generation: int, holder: str, attempt: str, ttl: float) -> HeldClaim | Claim | None:
+    """Claim window ``generation``: a HeldClaim, or the live Claim of whoever holds it.
+
+    None when a race was lost without learning the winner (try again later).
+    """
+    path = layout.window_claim(generation)
+    mine = _claim_doc(holder, attempt, ttl)
+    try:
+        return HeldClaim(generation, mine, storage.write_if_generation(path, mine.to_bytes(), 0))
+    except (PreconditionFailed, AlreadyExists):
+        pass
+    try:
+        data, version = storage.read_versioned(path)
+    except NotFound:
+        return None
+    current = Claim.parse(data)
+    if current is not None and current.live(time.time()):
+        return current
+    try:
+        mine = _claim_doc(holder, attempt, ttl)
+        return HeldClaim(generation, mine, storage.write_if_generation(path, mine.to_bytes(), version),
+                         took_over=current)
+    except PreconditionFailed:
+        return None
+
+
+def renew_claim(storage, held: HeldClaim, ttl: float) -> bool:
+    """Push the claim's expiry forward; False when someone replaced it (the claim is lost)."""
+    renewed = dataclasses.replace(held.claim, time=round(time.time(), 3), expires=round(time.time() + ttl, 3))
+    try:
+        held.version = storage.write_if_generation(layout.window_claim(held.generation), renewed.to_bytes(),
+                                                   held.version)
+    except PreconditionFailed:
+        return False
+    held.claim = renewed
+    return True
+
+
+def release_claim(storage, held: HeldClaim) -> None:
+    """Mark the claim released (conditionally: never touch a claim someone else took over)."""
+    released = dataclasses.replace(held.claim, expires=round(time.time(), 3), released=True)
+    try:
+        storage.write_if_generation(layout.window_claim(held.generation), released.to_bytes(), held.version)
+    except (PreconditionFailed, StorageError):
+        pass  # taken over, or unreachable: it expires on its own
+
+
+def live_claim(storage, generation: int) -> Claim | None:
+    """The unexpired, unreleased claim of window ``generation``, else None."""
+    try:
+        claim = Claim.parse(storage.read(layout.window_claim(generation)))
+    except NotFound:
+        return None
+    return claim if claim is not None and claim.live(time.time()) else None
+
+
+# ---------------------------------------------------------------------------
+# Temporary pieces
+# ---------------------------------------------------------------------------
+
+def remove_dead_tmp(storage, keep_attempt: str = "") -> list[str]:
+    """Delete the tmp folders of shuffle attempts that are not live; returns the folders.
+
+    Live = the attempt holds the unexpired claim of its window and the window
+    has no manifest yet.  ``keep_attempt`` (this follower's own) is kept.
+    A one-shot job (no claim) running beside followers is not live: do not
+    mix the two on one lake.
+    """
+    folders: dict[str, tuple[int, str]] = {}
+    for info in storage.list(layout.tmp_prefix()):
+        parsed = layout.parse_job_tmp_dir(info.path)
+        if parsed and parsed[0] == JOB:
+            folders[layout.job_tmp_dir(JOB, parsed[1], parsed[2])] = (parsed[1], parsed[2])
+    removed = []
+    for folder, (generation, attempt) in sorted(folders.items()):
+        if attempt == keep_attempt:
+            continue
+        if not storage.exists(layout.window_manifest(generation)):
+            claim = live_claim(storage, generation)
+            if claim is not None and claim.attempt == attempt:
+                continue
+        delete_tmp_dir(storage, folder)
+        removed.append(folder)
+    return removed
+
+
+def remove_stray_shards(storage, window: layout.WindowManifest) -> int:
+    """Delete objects in a published window's folder that its manifest does not name.
+
+    They are shards of attempts that were stopped, killed or lost a race.
+    Only safe after publication: before it, a slow attempt whose claim was
+    taken over may still publish a manifest naming its own shards.
+    """
+    keep = set(window.shards) | {window.path}
+    stray = [info.path for info in storage.list(layout.window_dir(window.target_generation) + "/")
+             if info.path not in keep]
+    for path in stray:
+        storage.delete(path, missing_ok=True)
+    return len(stray)
+
+
+# ---------------------------------------------------------------------------
+# Looking at the lake
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Outlook:
+    """What one look at the lake found."""
+
+    target: int
+    new_positions: int
+    needed: int
+    refusal: str = ""
+    """Non-empty: why no window may be built now (an untrusted manifest, no run.json)."""
+
+
+class Follower:
+    """The follow loop's state; `run` is the loop.  ``stop_reason`` is set by a signal."""
+
+    def __init__(self, config: ShuffleConfig, beam_args, storage, events: EventLog):
+        self.config = config
+        self.beam_args = list(beam_args)
+        self.storage = storage
+        self.events = events
+        self.holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.stop_reason = ""
+        self._windows: dict[int, layout.WindowManifest] = {}
+        self._sampled_per_byte: float | None = None
+        self._last_report = -math.inf
+        self._reported: set = set()
+
+    # ---- stopping ----
+
+    def request_stop(self, signum, _frame=None) -> None:
+        self.stop_reason = signal.Signals(signum).name
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep in short slices, so that a signal ends the sleep at once."""
+        deadline = time.monotonic() + seconds
+        while not self.stop_reason and time.monotonic() < deadline:
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    def say_once(self, key, message: str) -> None:
+        if key not in self._reported:
+            self._reported.add(key)
+            print(message, file=sys.stderr, flush=True)
+
+    # ---- the loop ----
+
+    def run(self) -> int:
+        try:
+            check_run(self.config, self.storage)
+        except ShuffleError as exc:
+            if "does not exist" not in str(exc):
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+        self.events.emit("started", follow=True, holder=self.holder)
+        _progress(f"following {self.config.root} as {self.holder}")
+        self.clean()
+        while not self.stop_reason:
+            try:
+                self.cycle()
+            except StorageError as exc:
+                # The store's own retries are spent.  A follower outlives outages:
+                # an unreleased claim expires, dead tmp pieces are cleaned later.
+                self.say_once(("storage", str(exc)), f"warning: {exc}; retrying every {self.config.poll_seconds:g} s")
+                self.sleep(self.config.poll_seconds)
+        self.events.emit("stopped", reason=self.stop_reason)
+        _progress(f"stopped ({self.stop_reason})")
+        return 0
+
+    def cycle(self) -> None:
+        """One look at the lake, then wait, or build the next window."""
+        outlook = self.look()
+        if outlook.refusal:
+            self.say_once(outlook.refusal, f"error: {outlook.refusal}")
+            self.sleep(self.config.poll_seconds)
+        elif outlook.new_positions < outlook.needed:
+            self.report_waiting(outlook)
+            self.sleep(self.config.poll_seconds)
+        else:
+            self.build(outlook)
+
+    def clean(self, keep_attempt: str = "") -> None:
+        for folder in remove_dead_tmp(self.storage, keep_attempt):
+            _progress(f"removed the temporary pieces of a dead attempt: {self.storage.url(folder)}")
+
+    def window(self, generation: int) -> layout.WindowManifest | None:
+        """A validated window (cached: a window is immutable once valid); ShuffleError if untrusted."""
+        if generation not in self._windows:
+            window = existing_window(self.storage, generation)
+            if window is None:
+                return None
+            self._windows[generation] = window
+        return self._windows[generation]
+
+    def look(self) -> Outlook:
+        try:
+            check_run(self.config, self.storage)
+        except ShuffleError as exc:
+            return Outlook(0, 0, 1, refusal=f"{exc}; waiting for it")
+        try:
+            target = (_latest_model(self.storage) or 0) + 1
+        except RegistryError as exc:
+            return Outlook(0, 0, 1, refusal=f"{exc}; waiting for it to be fixed")
+        while self.storage.exists(layout.window_manifest(target)):
+            target += 1
+        try:
+            last = self.window(target - 1) if target > 1 else None
+        except ShuffleError as exc:
+            return Outlook(target, 0, 1, refusal=str(exc))
+        chunks = W.list_chunks(self.storage)
+        if not chunks:
+            return Outlook(target, 0, max(1, self.config.follow_new_positions))
+        per_byte, new_bytes = self.measure(last, chunks)
+        lake_bytes = sum(c.size for c in chunks)
+        needed = self.config.follow_new_positions or max(1, math.ceil(FOLLOW_WINDOW_FRACTION * W.window_positions(
+            int(lake_bytes * per_byte), self.config.window_min_positions, self.config.window_scale,
+            self.config.window_exponent, self.config.window_max_positions)))
+        return Outlook(target, max(0, int(new_bytes * per_byte)), needed)
+
+    def measure(self, last: layout.WindowManifest | None, chunks) -> tuple[float, int]:
+        """(positions per byte, bytes that arrived since ``last`` was planned)."""
+        plan = last.document.get("window", {}) if last else {}
+        per_byte = plan.get("positions_per_byte")
+        if not isinstance(per_byte, (int, float)) or per_byte <= 0:
+            if self._sampled_per_byte is None:
+                try:
+                    self._sampled_per_byte = W.estimate_positions_per_byte(
+                        self.storage, chunks, self.config.sample_chunks)[0]
+                except ValueError:
+                    return 0.0, 0  # nothing decodable yet
+            per_byte = self._sampled_per_byte
+        lake_bytes = sum(c.size for c in chunks)
+        if last is None:
+            return per_byte, lake_bytes
+        if isinstance(plan.get("lake_bytes"), int):
+            return per_byte, lake_bytes - plan["lake_bytes"]
+        # An older manifest: count the chunks newer than the newest one it took.
+        taken = W.parse_chunk_listing([ObjectInfo(str(p), 0) for p in plan.get("chunks", [])])
+        if not taken:
+            return per_byte, lake_bytes
+        newest = (taken[0].generation, taken[0].time_ms, taken[0].path)
+        return per_byte, sum(c.size for c in chunks if (c.generation, c.time_ms, c.path) > newest)
+
+    def report_waiting(self, outlook: Outlook) -> None:
+        now = time.monotonic()
+        if now - self._last_report < WAIT_REPORT_SECONDS:
+            return
+        self._last_report = now
+        self.events.emit("waiting", new_positions=outlook.new_positions, needed=outlook.needed,
+                         generation=outlook.target)
+        _progress(f"window {outlook.target}: waiting for new games, ~{outlook.new_positions} of "
+                  f"{outlook.needed} new positions")
+
+    # ---- one window ----
+
+    def build(self, outlook: Outlook) -> None:
+        """Claim, build (child job) and publish window ``outlook.target``, or give way."""
+        generation = outlook.target
+        attempt = new_attempt_id()
+        self.clean(keep_attempt=attempt)
+        held = try_claim(self.storage, generation, self.holder, attempt, self.config.claim_seconds)
+        if not isinstance(held, HeldClaim):
+            self.lose(generation, held)
+            self.sleep(self.config.poll_seconds)
+            return
+        if held.took_over is not None:
+            _progress(f"window {generation}: took over the expired claim of {held.took_over.holder} "
+                      f"(attempt {held.took_over.attempt})")
+            self.clean(keep_attempt=attempt)  # that attempt's pieces are dead now
+        if self.storage.exists(layout.window_manifest(generation)):
+            release_claim(self.storage, held)  # published between the look and the claim
+            return
+        _progress(f"window {generation}: ~{outlook.new_positions} new positions (needed {outlook.needed}); "
+                  f"building it as attempt {attempt}")
+        outcome = self.run_child(held)
+        removed = delete_tmp_dir(self.storage, layout.job_tmp_dir(JOB, generation, attempt))
+        if removed:
+            _progress(f"removed {removed} temporary pieces of attempt {attempt}")
+        if outcome == "lost":
+            self.lose(generation, None)
+            return
+        release_claim(self.storage, held)
+        if outcome == "stopped":
+            _progress(f"window {generation} left unpublished (attempt {attempt} stopped)")
+            return
+        try:
+            window = existing_window(self.storage, generation)
+        except ShuffleError as exc:
+            self.say_once(str(exc), f"error: {exc}")
+            return
+        if window is None:
+            print(f"error: window {generation}: the job (attempt {attempt}) failed ({outcome}); "
+                  f"trying again in {RETRY_SECONDS:g} s", file=sys.stderr, flush=True)
+            self.sleep(RETRY_SECONDS)
+            return
+        remove_stray_shards(self.storage, window)
+        if window.document.get("attempt") != attempt:
+            self.lose(generation, None)  # a racing attempt's manifest got there first
+            return
+        self._last_report = -math.inf
+        self.events.emit("window_published", generation=generation, positions=window.positions,
+                         shards=len(window.shards), attempt=attempt)
+        _progress(f"window {generation} published: {window.positions} positions in {len(window.shards)} shards")
+
+    def lose(self, generation: int, winner: Claim | None) -> None:
+        """Another follower makes window ``generation`` (reported once per window)."""
+        if ("lost", generation) in self._reported:
+            return
+        self._reported.add(("lost", generation))
+        self.events.emit("claim_lost", generation=generation, holder=winner.holder if winner else "")
+        _progress(f"window {generation} is claimed by {winner.holder if winner else 'another follower'}; "
+                  f"waiting for it")
+
+    def run_child(self, held: HeldClaim) -> str:
+        """Build the window in a child job, renewing the claim: 'done', 'lost', 'stopped' or 'exit N'."""
+        argv = [sys.executable, "-m", "pipeline.shuffle", *window_argv(self.config),
+                "--window-generation", str(held.generation), "--attempt", held.claim.attempt, *self.beam_args]
+        child = subprocess.Popen(argv, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
+        renew_every = self.config.claim_seconds / 4
+        next_renewal = time.monotonic() + renew_every
+        while True:
+            try:
+                code = child.wait(timeout=0.2)
+                return "done" if code == 0 else f"exit {code}"
+            except subprocess.TimeoutExpired:
+                pass
+            if self.stop_reason:
+                _stop_group(child)
+                return "stopped"
+            if time.monotonic() >= next_renewal:
+                try:
+                    if not renew_claim(self.storage, held, self.config.claim_seconds):
+                        _stop_group(child)
+                        return "lost"
+                except StorageError as exc:  # transient: try again soon; expiry leaves slack
+                    print(f"warning: renewing the claim of window {held.generation}: {exc}", file=sys.stderr)
+                next_renewal = time.monotonic() + renew_every
+
+
+def _die_with_parent(parent_pid: int):
+    """preexec_fn: the child gets SIGKILL when the follower dies (Linux), so no orphan builds on."""
+    def setup():
+        try:
+            import ctypes
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent_pid:
+            os._exit(1)  # the follower died before prctl took effect
+    return setup
+
+
+def _stop_group(child: subprocess.Popen) -> None:
+    """SIGTERM the child's process group (it and its Beam workers), SIGKILL after a grace period."""
+    try:
+        os.killpg(child.pid, signal.SIGTERM)
+        child.wait(timeout=CHILD_STOP_SECONDS)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    except ProcessLookupError:
+        child.wait()
+    try:
+        os.killpg(child.pid, signal.SIGKILL)  # Beam workers the child left behind
+    except ProcessLookupError:
+        pass
+
+
+def follow(config: ShuffleConfig, beam_args=()) -> int:
+    """Run the follower until SIGTERM or Ctrl-C (exit 0); 2 for a lake it must not touch."""
+    from cloud.storage import open_storage
+    storage = open_storage(config.root)
+    events = EventLog(config.events or None, "shuffle")
+    follower = Follower(config, beam_args, storage, events)
+    signal.signal(signal.SIGTERM, follower.request_stop)
+    signal.signal(signal.SIGINT, follower.request_stop)
+    try:
+        return follower.run()
+    finally:
+        events.close()

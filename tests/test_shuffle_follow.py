@@ -1,0 +1,300 @@
+"""``python -m pipeline.shuffle --follow``: claims, cadence, dead attempts, untrusted manifests.
+
+The followers run as real subprocesses (signals, SIGKILL and the child job
+are what is tested); the claim and tmp-cleanup rules are also tested
+in-process against a local storage root.  Lakes are tiny (a few chunks of
+synthetic 9x9 games), so each window costs a few seconds of Beam.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from cloud.storage import open_storage
+from format import layout
+from format.events import read_events
+from pipeline import follow as F
+from pipeline.config import ShuffleConfig, window_argv
+from pipeline.shuffle import build_parser, main
+from testdata.synthetic_games import synthetic_game
+from tests.test_pipeline_support import write_chunk, write_run_json
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GAMES_PER_CHUNK = 6
+
+
+def make_lake(root: str, chunks: int, seed: int = 1, first_seq: int = 0) -> None:
+    if not os.path.exists(os.path.join(root, layout.RUN_CONFIG)):
+        write_run_json(root, 9)
+    add_chunks(root, chunks, seed, first_seq)
+
+
+def add_chunks(root: str, chunks: int, seed: int, first_seq: int) -> None:
+    rng = np.random.default_rng(seed)
+    for seq in range(first_seq, first_seq + chunks):
+        games = [synthetic_game(rng, 9, visits=8, generation=0) for _ in range(GAMES_PER_CHUNK)]
+        write_chunk(root, 0, games, seq)
+
+
+def start_follower(root: str, events: str, *extra: str) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "pipeline.shuffle", "--root", root, "--follow", "--events", events,
+            "--poll-seconds", "0.3", "--workers", "1", "--random_playouts", "4", *extra]
+    return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def stop(process: subprocess.Popen) -> tuple[int, str, str]:
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    return process.returncode, out, err
+
+
+def wait_for(condition, what: str, timeout: float = 60.0, processes=()):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        for p in processes:
+            assert p.poll() is None, f"a follower exited early ({p.returncode}) while waiting for {what}"
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def published(*event_files) -> list[int]:
+    return [e["generation"] for path in event_files for e in read_events(path) if e["event"] == "window_published"]
+
+
+def tmp_files(root: str) -> list[str]:
+    return [f for _, _, files in os.walk(os.path.join(root, layout.TMP_DIR)) for f in files]
+
+
+def window_files(root: str, generation: int) -> list[str]:
+    return sorted(os.listdir(os.path.join(root, layout.window_dir(generation))))
+
+
+# ---------------------------------------------------------------------------
+# Followers as processes
+# ---------------------------------------------------------------------------
+
+def test_two_followers_publish_each_window_once_and_wait_for_new_games(tmp_path):
+    root = str(tmp_path / "lake")
+    make_lake(root, 2)
+    events = [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    # A chunk of these games holds ~360 positions: 2 chunks are enough for a first window.
+    followers = [start_follower(root, path, "--follow-new-positions", "500") for path in events]
+    try:
+        # Both see a lake without windows: every position is new, so both race for window 1.
+        wait_for(lambda: published(*events) == [1], "window 1", processes=followers)
+        waiting = wait_for(lambda: [e for path in events for e in read_events(path)
+                                    if e["event"] == "waiting" and e["generation"] == 2], "a waiting event")
+        assert all(e["new_positions"] < e["needed"] == 500 for e in waiting)
+        time.sleep(1.0)
+        assert published(*events) == [1]  # nothing new: no second window
+        add_chunks(root, 3, seed=2, first_seq=100)
+        wait_for(lambda: sorted(published(*events)) == [1, 2], "window 2", processes=followers)
+        time.sleep(1.0)
+    finally:
+        results = [stop(p) for p in followers]
+    for code, _, err in results:
+        assert code == 0, err
+        assert "Traceback" not in err, err
+    assert sorted(published(*events)) == [1, 2]
+    for generation in (1, 2):
+        manifest = json.loads(open(os.path.join(root, layout.window_manifest(generation))).read())
+        # Only the winner's shards: a loser that built anyway would leave its own attempt's shards.
+        assert window_files(root, generation) == sorted(manifest["shards"] + [layout.MANIFEST])
+    assert not os.path.exists(os.path.join(root, layout.window_dir(3)))
+    assert tmp_files(root) == []
+    for path in events:
+        names = [e["event"] for e in read_events(path)]
+        assert names[0] == "started" and names[-1] == "stopped"
+
+
+def test_an_expired_claim_of_a_killed_follower_is_taken_over(tmp_path):
+    root = str(tmp_path / "lake")
+    make_lake(root, 3)
+    storage = open_storage(root)
+    # Pieces of an attempt killed long ago (no claim): deleted on start.
+    storage.write_new(layout.job_tmp_dir("shuffle", 1, "old0") + "/parts/00000/b000000.npz", b"x")
+    first = start_follower(root, str(tmp_path / "a.jsonl"), "--claim-seconds", "3")
+    try:
+        claim = wait_for(lambda: F.live_claim(storage, 1), "the first follower's claim", processes=[first])
+    finally:
+        first.kill()
+        first.communicate(timeout=30)
+    # Its child job dies with it (PR_SET_PDEATHSIG): nothing may publish window 1 now.
+    # Plant pieces under the killed attempt's name too, as if it had got that far.
+    storage.write_replace(layout.job_tmp_dir("shuffle", 1, claim.attempt) + "/parts/00000/b000000.npz", b"x")
+    stray = layout.shard_path(1, f"{claim.attempt}-00000-of-00001.tfrecord.gz")
+    storage.write_replace(stray, b"x")
+    time.sleep(1.0)
+    assert not storage.exists(layout.window_manifest(1))
+    events = str(tmp_path / "b.jsonl")
+    second = start_follower(root, events, "--claim-seconds", "3")
+    try:
+        wait_for(lambda: published(events) == [1], "window 1 by the second follower", processes=[second])
+    finally:
+        code, out, err = stop(second)
+    assert code == 0, err
+    names = [e["event"] for e in read_events(events)]
+    # The dead claim was still live when the second follower started (unless it started late).
+    assert names.index("window_published") > names.index("started")
+    manifest = layout.read_window_manifest(storage, 1, check_shards=True)
+    assert manifest.document["attempt"] != claim.attempt
+    assert "took over the expired claim" in out
+    assert tmp_files(root) == []
+    # The killed attempt's shard is not part of the published window: removed.
+    assert window_files(root, 1) == sorted(manifest.document["shards"] + [layout.MANIFEST])
+
+
+def test_sigterm_in_the_middle_of_a_window_leaves_it_unpublished(tmp_path):
+    root = str(tmp_path / "lake")
+    make_lake(root, 2)
+    storage = open_storage(root)
+    events = str(tmp_path / "events.jsonl")
+    follower = start_follower(root, events)
+    claim = wait_for(lambda: F.live_claim(storage, 1), "the claim of window 1", processes=[follower])
+    code, _, err = stop(follower)
+    assert code == 0, err
+    assert not storage.exists(layout.window_manifest(1))
+    assert F.live_claim(storage, 1) is None            # released: the next follower need not wait
+    assert tmp_files(root) == []
+    assert F.Claim.parse(storage.read(layout.window_claim(1))).attempt == claim.attempt
+    assert [e["event"] for e in read_events(events)][-1] == "stopped"
+
+
+def test_follower_refuses_to_build_past_an_untrusted_window(tmp_path):
+    root = str(tmp_path / "lake")
+    make_lake(root, 2)
+    storage = open_storage(root)
+    storage.write_new(layout.window_manifest(1), b"{not json")
+    events = str(tmp_path / "events.jsonl")
+    follower = start_follower(root, events)
+    try:
+        wait_for(lambda: read_events(events), "the started event", processes=[follower])
+        time.sleep(2.5)  # several polls
+    finally:
+        code, out, err = stop(follower)
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert err.count(storage.url(layout.window_manifest(1))) == 1, err  # logged once, not every poll
+    assert "not valid JSON" in err and "move" in err
+    assert storage.read(layout.window_manifest(1)) == b"{not json"  # never overwritten
+    assert not storage.exists(layout.window_dir(2)) and not os.path.exists(os.path.join(root, layout.window_dir(2)))
+    assert published(events) == []
+
+
+def test_sigterm_while_waiting_exits_zero_with_a_stopped_event(tmp_path):
+    root = str(tmp_path / "lake")
+    write_run_json(root, 9)  # no games at all: the follower waits
+    events = str(tmp_path / "events.jsonl")
+    follower = start_follower(root, events)
+    wait_for(lambda: any(e["event"] == "waiting" for e in read_events(events)), "waiting", processes=[follower])
+    code, _, err = stop(follower)
+    assert code == 0, err
+    last = read_events(events)[-1]
+    assert last["event"] == "stopped" and last["reason"] == "SIGTERM"
+
+
+# ---------------------------------------------------------------------------
+# Untrusted manifests, one-shot
+# ---------------------------------------------------------------------------
+
+def _bad_manifest(kind: str) -> tuple[bytes, str]:
+    good = {"version": layout.WINDOW_MANIFEST_VERSION, "target_generation": 1, "board_size": 9,
+            "shards": ["a-00000-of-00001.tfrecord.gz"], "positions": 10}
+    if kind == "json":
+        return b'{"version": 1, "shards": [', "not valid JSON"
+    if kind == "version":
+        return json.dumps({**good, "version": 99}).encode(), "field 'version'"
+    return json.dumps(good).encode(), "field 'shards'"  # the shard file is missing
+
+
+@pytest.mark.parametrize("kind", ["json", "version", "missing_shard"])
+def test_one_shot_job_refuses_an_untrusted_manifest(tmp_path, kind, capsys):
+    root = str(tmp_path / "lake")
+    make_lake(root, 1)
+    data, field = _bad_manifest(kind)
+    storage = open_storage(root)
+    storage.write_new(layout.window_manifest(1), data)
+    # In-process (Beam is imported once per test session): any exception but
+    # the job's own clear error would escape main() and fail the test.
+    assert main(["--root", root, "--workers", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert "nothing to do" not in out
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and storage.url(layout.window_manifest(1)) in errors[0] and field in errors[0], err
+    assert storage.read(layout.window_manifest(1)) == data
+
+
+# ---------------------------------------------------------------------------
+# Claims and tmp cleanup, in-process
+# ---------------------------------------------------------------------------
+
+def test_claims_are_exclusive_until_they_expire(tmp_path):
+    storage = open_storage(str(tmp_path))
+    held = F.try_claim(storage, 4, "a", "att1", ttl=60)
+    assert isinstance(held, F.HeldClaim) and held.took_over is None
+    other = F.try_claim(storage, 4, "b", "att2", ttl=60)
+    assert isinstance(other, F.Claim) and other.holder == "a"          # lost: told who holds it
+    assert F.renew_claim(storage, held, ttl=0.01)
+    time.sleep(0.05)
+    taken = F.try_claim(storage, 4, "b", "att2", ttl=60)                # expired: taken over
+    assert isinstance(taken, F.HeldClaim) and taken.took_over.attempt == "att1"
+    assert not F.renew_claim(storage, held, ttl=60)                     # the old holder learns it lost
+    F.release_claim(storage, held)                                      # and cannot release the new one
+    assert F.live_claim(storage, 4).attempt == "att2"
+    F.release_claim(storage, taken)
+    assert F.live_claim(storage, 4) is None
+
+
+def test_only_tmp_pieces_of_dead_attempts_are_removed(tmp_path):
+    root = str(tmp_path)
+    storage = open_storage(root)
+    piece = "/parts/00000/b000000.npz"
+    live = F.try_claim(storage, 2, "a", "live1", ttl=60)
+    assert isinstance(live, F.HeldClaim)
+    for generation, attempt in ((2, "live1"), (2, "dead1"), (3, "mine1"), (5, "noclaim1")):
+        storage.write_new(layout.job_tmp_dir("shuffle", generation, attempt) + piece, b"x")
+    removed = F.remove_dead_tmp(storage, keep_attempt="mine1")
+    assert removed == [layout.job_tmp_dir("shuffle", 2, "dead1"), layout.job_tmp_dir("shuffle", 5, "noclaim1")]
+    # Once its window is published, even the claim holder's pieces are dead.
+    storage.write_new(layout.window_manifest(2), b"{}")
+    assert F.remove_dead_tmp(storage, keep_attempt="mine1") == [layout.job_tmp_dir("shuffle", 2, "live1")]
+    assert [i.path for i in storage.list(layout.tmp_prefix())] == [layout.job_tmp_dir("shuffle", 3, "mine1") + piece]
+
+
+# ---------------------------------------------------------------------------
+# Flags
+# ---------------------------------------------------------------------------
+
+def test_flags_dashed_underscored_and_board_size_alias():
+    parser = build_parser()
+    args, _ = parser.parse_known_args(["--root", "r", "--board-size", "9", "--follow", "--follow-new-positions",
+                                       "7", "--poll_seconds", "2", "--events", "e.jsonl"])
+    assert (args.board, args.follow, args.follow_new_positions, args.poll_seconds, args.events) == \
+        (9, True, 7, 2.0, "e.jsonl")
+    args, _ = parser.parse_known_args(["--root", "r", "--board", "19"])
+    assert args.board == 19 and args.follow is False
+
+
+def test_the_child_job_gets_every_setting_but_the_follow_ones():
+    config = ShuffleConfig(root="r", board=9, reuse=2.5, window_exponent=0.7, follow=True, poll_seconds=1,
+                           events="e", follow_new_positions=5)
+    args, _ = build_parser().parse_known_args(window_argv(config))
+    from pipeline.config import from_args
+    child = from_args(args)
+    assert child == ShuffleConfig(root="r", board=9, reuse=2.5, window_exponent=0.7)
+
+
+def test_follow_flags_are_validated(capsys):
+    with pytest.raises(SystemExit):
+        main(["--root", "r", "--follow", "--poll-seconds", "0"])
+    assert "--poll-seconds must be positive" in capsys.readouterr().err
