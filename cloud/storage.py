@@ -40,6 +40,7 @@ __all__ = [
     "add_retry_flags",
     "is_remote",
     "open_storage",
+    "retry_flags_argv",
     "retry_policy_from_args",
 ]
 
@@ -96,6 +97,14 @@ def add_retry_flags(parser: argparse.ArgumentParser) -> None:
     for field, (flag, kind, help_text) in _RETRY_FLAGS.items():
         default = getattr(defaults, field)
         group.add_argument(flag, type=kind, default=default, help=f"{help_text} (default: {default})")
+
+
+def retry_flags_argv(policy: RetryPolicy) -> list[str]:
+    """The --storage-* flags that rebuild ``policy`` (for a parent starting a child role)."""
+    argv = []
+    for field, (flag, _, _) in _RETRY_FLAGS.items():
+        argv += [flag, str(getattr(policy, field))]
+    return argv
 
 
 def retry_policy_from_args(args: argparse.Namespace) -> RetryPolicy:

@@ -2,7 +2,7 @@
 
 The job (``python -m pipeline.shuffle``) is configured by one frozen
 dataclass.  Each field's metadata carries its help text; `add_flags` turns
-the fields into argparse flags (``--window_exponent`` for
+the fields into argparse flags (``--window-exponent`` for
 ``window_exponent``) and `from_args` builds the config back, so the CLI and
 the library cannot drift apart.  Newer flags are spelled with dashes
 (``--follow-new-positions``; the underscore spelling is accepted too), and a
@@ -21,7 +21,10 @@ import argparse
 import dataclasses
 import math
 
+from cloud.base import RetryPolicy
+from cloud.storage import retry_flags_argv
 from format import schema as S
+from format.cli import add_config_flags, add_storage_flags, config_from_namespace, flag_name, setting, storage_retry
 from format.tfrecord import GZIP_LEVELS, SHARD_GZIP_LEVEL
 
 LABEL_AUTO = "auto"
@@ -34,20 +37,19 @@ FOLLOW_WINDOW_FRACTION = 0.25
 """Default follow cadence: a new window once new positions reach this fraction of the window."""
 
 
-def _field(default, help_text, *, aliases=(), dashed=False, follow=False):
-    """A config field; ``dashed``: the flag is ``--a-b`` (``--a_b`` accepted too);
-    ``follow``: a setting of the follower only, never passed to a window's child job."""
-    return dataclasses.field(default=default, metadata={"help": help_text, "aliases": tuple(aliases),
-                                                        "dashed": dashed, "follow": follow})
+def _field(default, help_text, *, aliases=(), follow=False):
+    """A config field (format.cli.setting); ``follow``: a setting of the follower
+    only, never passed to a window's child job."""
+    return setting(default, help_text, aliases=tuple(aliases), follow=follow)
 
 
 @dataclasses.dataclass(frozen=True)
 class ShuffleConfig:
     """Settings of one shuffle run.  ``root`` is a folder or gs://bucket/prefix."""
 
-    root: str = _field("", "the lake: a local folder or gs://bucket/prefix (required)")
-    board: int = _field(0, "expected board size; refused if it differs from ROOT/run.json (0 = take run.json's)",
-                        aliases=("--board-size",))
+    root: str = setting("", "the lake: a local folder or gs://bucket/prefix", required=True)
+    board_size: int = _field(0, "expected board size; refused if it differs from ROOT/run.json "
+                                "(0 = take run.json's)", aliases=("--board",))
     # --- window (power law in the manner of KataGo's shuffle.py) ---
     window_min_positions: int = _field(
         250_000, "below this many positions in the lake the window is the whole lake")
@@ -87,42 +89,41 @@ class ShuffleConfig:
     workers: int = _field(2, "worker processes of the local in-process runner (FnApiRunner)")
     # --- follow mode (pipeline.follow) ---
     follow: bool = _field(
-        False, "run forever: wait for enough new positions, write the next window, wait again",
-        dashed=True, follow=True)
+        False, "run forever: wait for enough new positions, write the next window, wait again", follow=True)
     follow_new_positions: int = _field(
         0, f"with --follow: new positions since the last window that trigger the next one (0 = "
-           f"{FOLLOW_WINDOW_FRACTION:g} of the window the rule would take now)", dashed=True, follow=True)
-    poll_seconds: float = _field(5.0, "with --follow: seconds between looks at the lake", dashed=True, follow=True)
+           f"{FOLLOW_WINDOW_FRACTION:g} of the window the rule would take now)", follow=True)
+    poll_seconds: float = _field(5.0, "with --follow: seconds between looks at the lake", follow=True)
     claim_seconds: float = _field(
         180.0, "with --follow: a window claim expires this long after its last renewal (renewed every "
-               "quarter of it while the window is built), so a killed follower blocks nobody for long",
-        dashed=True, follow=True)
-    events: str = _field("", "append JSON-lines events to this file ('-' = stdout; format/events.py)",
-                         dashed=True, follow=True)
+               "quarter of it while the window is built), so a killed follower blocks nobody for long", follow=True)
+    events: str = _field("", "append JSON-lines events to this file ('-' = stdout; format/events.py)", follow=True)
+    storage_retry: RetryPolicy = setting(default_factory=RetryPolicy, hidden=True)
+    """How hard gs:// requests retry (the --storage-* flags; the DoFns open the lake with it too)."""
 
     def __post_init__(self):
         errors = []
         if not self.root:
             errors.append("--root is required")
-        if self.board and not S.MIN_BOARD_SIZE <= self.board <= S.MAX_BOARD_SIZE:
-            errors.append(f"--board {self.board} is outside {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
+        if self.board_size and not S.MIN_BOARD_SIZE <= self.board_size <= S.MAX_BOARD_SIZE:
+            errors.append(f"--board-size {self.board_size} is outside {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
         for name in ("window_min_positions", "window_scale", "sample_chunks", "random_playouts",
                      "partition_positions", "shard_positions", "bundle_positions", "workers", "position_cap"):
             if getattr(self, name) < 1:
-                errors.append(f"--{name} must be at least 1, got {getattr(self, name)}")
+                errors.append(f"{flag_name(name)} must be at least 1, got {getattr(self, name)}")
         for name in ("window_max_positions", "dedup_max_move", "model_playout_moves", "seed"):
             if getattr(self, name) < 0:
-                errors.append(f"--{name} must not be negative, got {getattr(self, name)}")
+                errors.append(f"{flag_name(name)} must not be negative, got {getattr(self, name)}")
         if not 0 < self.window_exponent <= 1:
-            errors.append(f"--window_exponent must be in (0, 1], got {self.window_exponent}")
+            errors.append(f"--window-exponent must be in (0, 1], got {self.window_exponent}")
         if self.window_max_positions and self.window_max_positions < self.window_min_positions:
-            errors.append("--window_max_positions must be 0 or at least --window_min_positions")
+            errors.append("--window-max-positions must be 0 or at least --window-min-positions")
         if self.shard_gzip_level not in GZIP_LEVELS:
-            errors.append(f"--shard_gzip_level must be in 0..3 (ISA-L levels), got {self.shard_gzip_level}")
+            errors.append(f"--shard-gzip-level must be in 0..3 (ISA-L levels), got {self.shard_gzip_level}")
         if self.playout_labels not in PLAYOUT_LABEL_MODES:
-            errors.append(f"--playout_labels must be one of {PLAYOUT_LABEL_MODES}, got {self.playout_labels!r}")
+            errors.append(f"--playout-labels must be one of {PLAYOUT_LABEL_MODES}, got {self.playout_labels!r}")
         if not (math.isfinite(self.model_temperature) and self.model_temperature > 0):
-            errors.append(f"--model_temperature must be positive, got {self.model_temperature}")
+            errors.append(f"--model-temperature must be positive, got {self.model_temperature}")
         if not (math.isfinite(self.poll_seconds) and self.poll_seconds > 0):
             errors.append(f"--poll-seconds must be positive, got {self.poll_seconds}")
         if not (math.isfinite(self.claim_seconds) and self.claim_seconds >= 1):
@@ -130,30 +131,18 @@ class ShuffleConfig:
         if self.follow_new_positions < 0:
             errors.append(f"--follow-new-positions must not be negative, got {self.follow_new_positions}")
         if not 0 <= self.playout_ownership_weight <= 1:
-            errors.append(f"--playout_ownership_weight must be in [0, 1], got {self.playout_ownership_weight}")
+            errors.append(f"--playout-ownership-weight must be in [0, 1], got {self.playout_ownership_weight}")
         if not (math.isfinite(self.reuse) and 0 < self.reuse <= 16):
             errors.append(f"--reuse must be in (0, 16], got {self.reuse}")
         if errors:
             raise ValueError("invalid shuffle settings:\n  " + "\n  ".join(errors))
 
 
-def flag_names(f: dataclasses.Field) -> list[str]:
-    """The flag spellings of a field, the preferred one first."""
-    underscored = "--" + f.name
-    if f.metadata["dashed"] and "_" in f.name:
-        return ["--" + f.name.replace("_", "-"), underscored, *f.metadata["aliases"]]
-    return [underscored, *f.metadata["aliases"]]
-
-
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per ShuffleConfig field (with its aliases), with its default and help."""
-    for f in dataclasses.fields(ShuffleConfig):
-        help_text = f"{f.metadata['help']} (default: {f.default!r})".replace("%", "%%")
-        if isinstance(f.default, bool):
-            parser.add_argument(*flag_names(f), dest=f.name, action="store_true", help=help_text)
-        else:
-            parser.add_argument(*flag_names(f), dest=f.name, type=type(f.default), default=f.default,
-                                help=help_text)
+    """The job's flags: one per ShuffleConfig field, dashed, with the old underscore spellings
+    accepted (format.cli), plus the storage retry flags."""
+    add_config_flags(parser, ShuffleConfig, underscore_aliases=True)
+    add_storage_flags(parser)
 
 
 def window_argv(config: ShuffleConfig) -> list[str]:
@@ -161,12 +150,12 @@ def window_argv(config: ShuffleConfig) -> list[str]:
     argv = []
     for f in dataclasses.fields(ShuffleConfig):
         value = getattr(config, f.name)
-        if f.metadata["follow"] or (value == f.default and f.name != "root"):
+        if f.metadata.get("follow") or f.metadata.get("hidden") or (value == f.default and f.name != "root"):
             continue
-        argv += [flag_names(f)[0], str(value)]
-    return argv
+        argv += [flag_name(f.name), str(value)]
+    return argv + retry_flags_argv(config.storage_retry)
 
 
-def from_args(args: argparse.Namespace) -> ShuffleConfig:
-    """The config named by parsed flags; raises ValueError listing every bad flag."""
-    return ShuffleConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ShuffleConfig)})
+def from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ShuffleConfig:
+    """The config named by parsed flags; a bad value exits 2 naming the flag."""
+    return config_from_namespace(ShuffleConfig, args, parser, storage_retry=storage_retry(args, parser))

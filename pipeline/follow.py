@@ -513,7 +513,7 @@ def _stop_group(child: subprocess.Popen) -> None:
 def follow(config: ShuffleConfig, beam_args=()) -> int:
     """Run the follower until SIGTERM or Ctrl-C (exit 0); 2 for a lake it must not touch."""
     from cloud.storage import open_storage
-    storage = open_storage(config.root)
+    storage = open_storage(config.root, retry=config.storage_retry)
     events = EventLog(config.events or None, "shuffle")
     follower = Follower(config, beam_args, storage, events)
     signal.signal(signal.SIGTERM, follower.request_stop)

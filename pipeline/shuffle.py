@@ -75,15 +75,15 @@ def new_attempt_id() -> str:
 
 
 def check_run(config: ShuffleConfig, storage):
-    """ROOT/run.json, checked against --board; ShuffleError names the file and the flag."""
+    """ROOT/run.json, checked against --board-size; ShuffleError names the file and the flag."""
     try:
         run = read_run_config(storage)
     except RunConfigMismatch as exc:
         raise ShuffleError(str(exc)) from None
     if run is None:
         raise ShuffleError(f"{storage.url(layout.RUN_CONFIG)} does not exist: {config.root} is not a lake yet")
-    if config.board and config.board != run.board_size:
-        raise ShuffleError(f"--board {config.board} disagrees with {storage.url(layout.RUN_CONFIG)} "
+    if config.board_size and config.board_size != run.board_size:
+        raise ShuffleError(f"--board-size {config.board_size} disagrees with {storage.url(layout.RUN_CONFIG)} "
                            f"(board_size {run.board_size})")
     return run
 
@@ -228,7 +228,7 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
     from cloud.storage import open_storage
     from pipeline.transforms import ShuffleWindow
 
-    storage = open_storage(config.root)
+    storage = open_storage(config.root, retry=config.storage_retry)
     prepared = prepare(config, storage, target=target, attempt=attempt)
     if isinstance(prepared, layout.WindowManifest):
         _progress(f"window {prepared.target_generation} already has a manifest; nothing to do")
@@ -297,10 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args, beam_args = parser.parse_known_args(argv)
-    try:
-        config = from_args(args)
-    except ValueError as exc:
-        parser.error(str(exc))
+    config = from_args(args, parser)
     if config.follow:
         from pipeline.follow import follow
         return follow(config, beam_args)

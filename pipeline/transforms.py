@@ -106,7 +106,7 @@ class _LakeDoFn(beam.DoFn):
 
     def setup(self):
         from cloud.storage import open_storage
-        self.storage = open_storage(self.context.root_url)
+        self.storage = open_storage(self.context.root_url, retry=self.context.config.storage_retry)
 
 
 def _sum_counters(dicts) -> dict:

@@ -193,7 +193,7 @@ def test_a_finished_window_is_not_redone(lake, capsys):
 def test_a_mismatching_board_flag_is_refused(lake, capsys):
     assert main(["--root", lake["root"], "--board", "19"]) == 2
     err = capsys.readouterr().err
-    assert "--board 19" in err and "run.json" in err
+    assert "--board-size 19" in err and "run.json" in err
 
 
 def test_a_root_without_run_json_is_refused(tmp_path, capsys):

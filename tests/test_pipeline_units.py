@@ -56,7 +56,7 @@ def test_config_names_every_bad_flag():
     with pytest.raises(ValueError) as err:
         ShuffleConfig(root="x", reuse=0, window_exponent=2, playout_labels="magic")
     text = str(err.value)
-    assert "--reuse" in text and "--window_exponent" in text and "--playout_labels" in text
+    assert "--reuse" in text and "--window-exponent" in text and "--playout-labels" in text
     with pytest.raises(ValueError, match="--root"):
         ShuffleConfig()
 

@@ -279,19 +279,23 @@ def test_flags_dashed_underscored_and_board_size_alias():
     parser = build_parser()
     args, _ = parser.parse_known_args(["--root", "r", "--board-size", "9", "--follow", "--follow-new-positions",
                                        "7", "--poll_seconds", "2", "--events", "e.jsonl"])
-    assert (args.board, args.follow, args.follow_new_positions, args.poll_seconds, args.events) == \
+    assert (args.board_size, args.follow, args.follow_new_positions, args.poll_seconds, args.events) == \
         (9, True, 7, 2.0, "e.jsonl")
-    args, _ = parser.parse_known_args(["--root", "r", "--board", "19"])
-    assert args.board == 19 and args.follow is False
+    args, _ = parser.parse_known_args(["--root", "r", "--board", "19", "--window_exponent", "0.5"])
+    assert args.board_size == 19 and args.follow is False and args.window_exponent == 0.5
 
 
 def test_the_child_job_gets_every_setting_but_the_follow_ones():
-    config = ShuffleConfig(root="r", board=9, reuse=2.5, window_exponent=0.7, follow=True, poll_seconds=1,
-                           events="e", follow_new_positions=5)
-    args, _ = build_parser().parse_known_args(window_argv(config))
+    from cloud.base import RetryPolicy
+
+    retry = RetryPolicy(max_attempts=3, deadline_s=20.0)
+    config = ShuffleConfig(root="r", board_size=9, reuse=2.5, window_exponent=0.7, follow=True, poll_seconds=1,
+                           events="e", follow_new_positions=5, storage_retry=retry)
+    parser = build_parser()
+    args, _ = parser.parse_known_args(window_argv(config))
     from pipeline.config import from_args
-    child = from_args(args)
-    assert child == ShuffleConfig(root="r", board=9, reuse=2.5, window_exponent=0.7)
+    child = from_args(args, parser)
+    assert child == ShuffleConfig(root="r", board_size=9, reuse=2.5, window_exponent=0.7, storage_retry=retry)
 
 
 def test_follow_flags_are_validated(capsys):
