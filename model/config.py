@@ -1,8 +1,8 @@
 """TrainConfig: every setting of ``python -m model.train``, validated once.
 
-The dataclass is the single source of defaults; ``build_parser`` turns each
-field into a ``--flag`` (underscores become dashes) with its help text, and
-``config_from_args`` validates.  Nothing here imports TensorFlow, so a bad
+The dataclass is the single source of defaults; format.cli turns each field
+into a ``--flag`` (underscores become dashes) with its help text, and the
+dataclass validates.  Nothing here imports TensorFlow, so a bad
 flag fails in well under a second.
 
 Steps and batches: ``batch_size`` is per replica; the *global* batch is
@@ -14,10 +14,10 @@ counting across windows (see ``model.trainer.LearningRateSchedule``).
 from __future__ import annotations
 
 import argparse
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from format import schema
+from format.cli import add_config_flags, add_storage_flags, config_from_namespace, setting, storage_retry
 
 STRATEGIES = ("auto", "tpu", "mirrored", "default")
 PRECISIONS = ("auto", "float32", "bfloat16")
@@ -29,83 +29,79 @@ class ConfigError(ValueError):
     """A flag (or a combination of flags) is invalid; the message names it."""
 
 
-def _help(text: str) -> dict:
-    return {"help": text}
-
-
 @dataclass(frozen=True)
 class TrainConfig:
-    root: str = field(default="", metadata=_help("lake root: a local folder or gs://bucket/prefix (required)"))
-    board_size: int = field(default=0, metadata=_help(
-        "board size; 0 = take it from ROOT/run.json (a different value is refused)"))
+    root: str = setting("", "lake root: a local folder or gs://bucket/prefix", required=True)
+    board_size: int = setting(0, 
+        "board size; 0 = take it from ROOT/run.json (a different value is refused)")
     # --- devices -----------------------------------------------------------
-    strategy: str = field(default="auto", metadata=_help(
-        "auto = TPU if one resolves, Mirrored if >1 GPU, else the default strategy"))
-    tpu: str = field(default="", metadata=_help("TPU name or grpc:// address for --strategy tpu/auto"))
-    logical_cpus: int = field(default=0, metadata=_help(
-        "split the CPU into this many logical devices (Mirrored on CPU, for tests); 0 = off"))
-    precision: str = field(default="auto", metadata=_help(
-        "compute precision; auto = bfloat16 on TPU/GPU, float32 on CPU"))
+    strategy: str = setting("auto", 
+        "auto = TPU if one resolves, Mirrored if >1 GPU, else the default strategy", choices=STRATEGIES)
+    tpu: str = setting("", "TPU name or grpc:// address for --strategy tpu/auto")
+    logical_cpus: int = setting(0, 
+        "split the CPU into this many logical devices (Mirrored on CPU, for tests); 0 = off")
+    precision: str = setting("auto", 
+        "compute precision; auto = bfloat16 on TPU/GPU, float32 on CPU", choices=PRECISIONS)
     # --- network -----------------------------------------------------------
-    blocks: int = field(default=4, metadata=_help("residual blocks"))
-    filters: int = field(default=32, metadata=_help("channels of the residual tower"))
-    global_pool_every: int = field(default=0, metadata=_help(
-        "every k-th block gets a KataGo global-pooling bias; 0 = none"))
-    global_pool_channels: int = field(default=8, metadata=_help("channels pooled by those blocks"))
-    value_head: str = field(default="tanh", metadata=_help("tanh (win/loss) or wdl (win/draw/loss softmax)"))
-    value_hidden: int = field(default=64, metadata=_help("hidden units of the value/score head"))
-    sync_batchnorm: bool = field(default=True, metadata=_help(
-        "batch-norm statistics over the global batch (identical results on any replica count)"))
+    blocks: int = setting(4, "residual blocks")
+    filters: int = setting(32, "channels of the residual tower")
+    global_pool_every: int = setting(0, 
+        "every k-th block gets a KataGo global-pooling bias; 0 = none")
+    global_pool_channels: int = setting(8, "channels pooled by those blocks")
+    value_head: str = setting("tanh", "tanh (win/loss) or wdl (win/draw/loss softmax)", choices=VALUE_HEADS)
+    value_hidden: int = setting(64, "hidden units of the value/score head")
+    sync_batchnorm: bool = setting(True, 
+        "batch-norm statistics over the global batch (identical results on any replica count)")
     # --- losses ------------------------------------------------------------
-    policy_loss_weight: float = field(default=1.0, metadata=_help("weight of the policy cross-entropy"))
-    value_loss_weight: float = field(default=1.0, metadata=_help("weight of the value loss"))
-    ownership_loss_weight: float = field(default=0.5, metadata=_help("weight of the ownership loss"))
-    score_loss_weight: float = field(default=0.2, metadata=_help("weight of the score loss"))
-    l2: float = field(default=1e-4, metadata=_help("L2 penalty on convolution and dense kernels"))
+    policy_loss_weight: float = setting(1.0, "weight of the policy cross-entropy")
+    value_loss_weight: float = setting(1.0, "weight of the value loss")
+    ownership_loss_weight: float = setting(0.5, "weight of the ownership loss")
+    score_loss_weight: float = setting(0.2, "weight of the score loss")
+    l2: float = setting(1e-4, "L2 penalty on convolution and dense kernels")
     # --- optimisation ------------------------------------------------------
-    batch_size: int = field(default=256, metadata=_help("examples per replica per step"))
-    steps_per_window: int = field(default=0, metadata=_help(
-        "steps per window; 0 = positions x epochs-per-window / global batch"))
-    epochs_per_window: float = field(default=1.0, metadata=_help("passes over a window when steps are automatic"))
-    steps_per_call: int = field(default=20, metadata=_help("training steps per tf.function call"))
-    learning_rate: float = field(default=0.02, metadata=_help("peak learning rate"))
-    momentum: float = field(default=0.9, metadata=_help("SGD momentum (Nesterov)"))
-    warmup_steps: int = field(default=200, metadata=_help("linear warm-up from 0 to the peak rate"))
-    lr_schedule: str = field(default="constant", metadata=_help(
+    batch_size: int = setting(256, "examples per replica per step")
+    steps_per_window: int = setting(0, 
+        "steps per window; 0 = positions x epochs-per-window / global batch")
+    epochs_per_window: float = setting(1.0, "passes over a window when steps are automatic")
+    steps_per_call: int = setting(20, "training steps per tf.function call")
+    learning_rate: float = setting(0.02, "peak learning rate")
+    momentum: float = setting(0.9, "SGD momentum (Nesterov)")
+    warmup_steps: int = setting(200, "linear warm-up from 0 to the peak rate")
+    lr_schedule: str = setting("constant", 
         "after warm-up: constant, cosine (to lr x lr-final-fraction at lr-decay-steps) "
-        "or step (x0.1 at each of lr-boundaries)"))
-    lr_decay_steps: int = field(default=100_000, metadata=_help("global step where the cosine ends"))
-    lr_final_fraction: float = field(default=0.05, metadata=_help("cosine floor, as a fraction of the peak"))
-    lr_boundaries: str = field(default="", metadata=_help("comma-separated global steps for --lr-schedule step"))
-    swa_decay: float = field(default=0.0, metadata=_help(
-        "publish an exponential average of the weights with this decay per call (e.g. 0.9); 0 = off"))
+        "or step (x0.1 at each of lr-boundaries)", choices=LR_SCHEDULES)
+    lr_decay_steps: int = setting(100_000, "global step where the cosine ends")
+    lr_final_fraction: float = setting(0.05, "cosine floor, as a fraction of the peak")
+    lr_boundaries: str = setting("", "comma-separated global steps for --lr-schedule step")
+    swa_decay: float = setting(0.0, 
+        "publish an exponential average of the weights with this decay per call (e.g. 0.9); 0 = off")
     # --- data --------------------------------------------------------------
-    shuffle_buffer: int = field(default=8192, metadata=_help("records in the tf.data shuffle buffer"))
-    seed: int = field(default=0, metadata=_help("seed for the data order, symmetries and initial weights"))
+    shuffle_buffer: int = setting(8192, "records in the tf.data shuffle buffer")
+    seed: int = setting(0, "seed for the data order, symmetries and initial weights")
     # --- bookkeeping -------------------------------------------------------
-    checkpoint_every: int = field(default=500, metadata=_help("steps between checkpoints"))
-    keep_checkpoints: int = field(default=3, metadata=_help("checkpoints kept under ROOT/checkpoints"))
-    log_every: int = field(default=100, metadata=_help("steps between progress lines and TensorBoard points"))
-    log_dir: str = field(default="", metadata=_help(
-        "TensorBoard directory; default ROOT/logs, or STAGE_DIR/logs in stage mode"))
-    stage_dir: str = field(default="", metadata=_help(
+    checkpoint_every: int = setting(500, "steps between checkpoints")
+    keep_checkpoints: int = setting(3, "checkpoints kept under ROOT/checkpoints")
+    log_every: int = setting(100, "steps between progress lines and TensorBoard points")
+    log_dir: str = setting("", 
+        "TensorBoard directory; default ROOT/logs, or STAGE_DIR/logs in stage mode")
+    stage_dir: str = setting("", 
         "stage mode: copy the window's shards into this local directory and read them there, "
         "write checkpoints here and upload each one to ROOT/checkpoints through the storage layer "
         "(downloading ROOT's checkpoint first when it is newer, e.g. on a fresh disk), and write "
         "summaries to STAGE_DIR/logs; TensorFlow then touches only local files. Empty = TensorFlow "
         "reads and writes ROOT directly, except for a gs:// root while $STORAGE_EMULATOR_HOST is "
-        "set (TensorFlow cannot reach an emulator): then a directory under the system temp folder"))
-    windows: int = field(default=1, metadata=_help("windows to train and publish before exiting"))
-    follow: bool = field(default=False, metadata=_help("keep waiting for new windows instead of exiting"))
-    poll_seconds: float = field(default=30.0, metadata=_help("how often --follow looks for a new window"))
-    events: str = field(default="", metadata=_help(
-        "append one JSON event per line to this file ('-' = stdout; see format.events); empty = none"))
+        "set (TensorFlow cannot reach an emulator): then a directory under the system temp folder")
+    windows: int = setting(1, "windows to train and publish before exiting")
+    follow: bool = setting(False, "keep waiting for new windows instead of exiting")
+    poll_seconds: float = setting(30.0, "how often --follow looks for a new window")
+    events: str = setting("", 
+        "append one JSON event per line to this file ('-' = stdout; see format.events); empty = none")
     # --- one trainer per root (model.lease) ---------------------------------
-    lease_seconds: float = field(default=60.0, metadata=_help(
+    lease_seconds: float = setting(60.0, 
         "lifetime of the trainer lease on ROOT (renewed every quarter of it); a second trainer "
-        "is refused until it expires"))
-    lease_wait: bool = field(default=False, metadata=_help(
-        "when another trainer holds the lease, wait for it to expire instead of exiting with status 2"))
+        "is refused until it expires")
+    lease_wait: bool = setting(False, 
+        "when another trainer holds the lease, wait for it to expire instead of exiting with status 2")
 
     def __post_init__(self):
         problems = self.problems()
@@ -170,28 +166,19 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m model.train",
         description="Train the zerolake network on the newest complete training window "
                     "under ROOT/windows, publish it to ROOT/models, and exit (or --follow). "
-                    "Rerunning the same command resumes a killed run from its last checkpoint.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    for spec in dataclasses.fields(TrainConfig):
-        flag = "--" + spec.name.replace("_", "-")
-        text = spec.metadata.get("help", "")
-        if spec.type in ("bool", bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default, help=text)
-        else:
-            kind = {"int": int, "float": float, "str": str}[str(spec.type)]
-            choices = {"strategy": STRATEGIES, "precision": PRECISIONS, "lr_schedule": LR_SCHEDULES,
-                       "value_head": VALUE_HEADS}.get(spec.name)
-            parser.add_argument(flag, type=kind, default=spec.default, choices=choices, help=text,
-                                required=spec.name == "root")
+                    "Rerunning the same command resumes a killed run from its last checkpoint.")
+    add_config_flags(parser, TrainConfig)
+    add_storage_flags(parser)
     return parser
+
+
+def parse_args(argv=None):
+    """(TrainConfig, storage RetryPolicy) from flags; bad values exit 2 naming the flag."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return config_from_namespace(TrainConfig, args, parser), storage_retry(args, parser)
 
 
 def config_from_args(argv=None) -> TrainConfig:
     """Parse and validate flags; exits with a usage error (status 2) on bad ones."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return TrainConfig(**vars(args))
-    except ConfigError as exc:
-        parser.error(str(exc))
+    return parse_args(argv)[0]

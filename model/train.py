@@ -35,7 +35,7 @@ import threading
 from format import layout
 from format.events import EventLog
 from format.registry import RegistryError, latest_generation
-from model.config import TrainConfig, config_from_args
+from model.config import TrainConfig, parse_args
 from model.lease import LeaseError, LeaseHeld, LeaseLost, TrainerLease
 from model.windows import LakeError, lake_board_size, plan_next, scan_windows
 
@@ -72,7 +72,7 @@ def _install_sigterm(stop: threading.Event) -> None:
 
 
 def main(argv=None) -> int:
-    config = config_from_args(argv)
+    config, retry = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from cloud.storage import StorageError, open_storage
 
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
         return _fail(message)
 
     try:
-        storage = open_storage(config.root)
+        storage = open_storage(config.root, retry=retry)
         board_size = preflight(config, storage)
         lease = TrainerLease(storage, config.lease_seconds)
         record = lease.acquire(wait=config.lease_wait, stop=stop)
