@@ -121,6 +121,26 @@ def config_from_namespace(config_cls, namespace: argparse.Namespace, parser: arg
         parser.error(str(exc))
 
 
+def role_parser(config_cls, *, prog: str, description: str, epilog: str | None = None, storage: bool = True,
+                underscore_aliases: bool = False) -> argparse.ArgumentParser:
+    """An entry point's parser: one flag per config field, plus the storage retry
+    flags for a role that writes to a bucket (``storage``)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog)
+    add_config_flags(parser, config_cls, underscore_aliases=underscore_aliases)
+    if storage:
+        add_storage_flags(parser)
+    return parser
+
+
+def parse_config(config_cls, parser: argparse.ArgumentParser, argv=None, **extra):
+    """``(config, retry)`` from the command line: the validated config and the
+    storage RetryPolicy (None when the parser has no storage flags).  Bad
+    values exit 2 with one line naming the flag."""
+    args = parser.parse_args(argv)
+    retry = storage_retry(args, parser) if hasattr(args, "storage_max_attempts") else None
+    return config_from_namespace(config_cls, args, parser, **extra), retry
+
+
 def add_storage_flags(parser: argparse.ArgumentParser) -> None:
     """The storage layer's retry flags, for every role that writes to a bucket."""
     from cloud.storage import add_retry_flags

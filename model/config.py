@@ -17,7 +17,7 @@ import argparse
 from dataclasses import dataclass
 
 from format import schema
-from format.cli import add_config_flags, add_storage_flags, config_from_namespace, setting, storage_retry
+from format.cli import parse_config, role_parser, setting
 
 STRATEGIES = ("auto", "tpu", "mirrored", "default")
 PRECISIONS = ("auto", "float32", "bfloat16")
@@ -32,25 +32,25 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class TrainConfig:
     root: str = setting("", "lake root: a local folder or gs://bucket/prefix", required=True)
-    board_size: int = setting(0, 
+    board_size: int = setting(0,
         "board size; 0 = take it from ROOT/run.json (a different value is refused)")
     # --- devices -----------------------------------------------------------
-    strategy: str = setting("auto", 
+    strategy: str = setting("auto",
         "auto = TPU if one resolves, Mirrored if >1 GPU, else the default strategy", choices=STRATEGIES)
     tpu: str = setting("", "TPU name or grpc:// address for --strategy tpu/auto")
-    logical_cpus: int = setting(0, 
+    logical_cpus: int = setting(0,
         "split the CPU into this many logical devices (Mirrored on CPU, for tests); 0 = off")
-    precision: str = setting("auto", 
+    precision: str = setting("auto",
         "compute precision; auto = bfloat16 on TPU/GPU, float32 on CPU", choices=PRECISIONS)
     # --- network -----------------------------------------------------------
     blocks: int = setting(4, "residual blocks")
     filters: int = setting(32, "channels of the residual tower")
-    global_pool_every: int = setting(0, 
+    global_pool_every: int = setting(0,
         "every k-th block gets a KataGo global-pooling bias; 0 = none")
     global_pool_channels: int = setting(8, "channels pooled by those blocks")
     value_head: str = setting("tanh", "tanh (win/loss) or wdl (win/draw/loss softmax)", choices=VALUE_HEADS)
     value_hidden: int = setting(64, "hidden units of the value/score head")
-    sync_batchnorm: bool = setting(True, 
+    sync_batchnorm: bool = setting(True,
         "batch-norm statistics over the global batch (identical results on any replica count)")
     # --- losses ------------------------------------------------------------
     policy_loss_weight: float = setting(1.0, "weight of the policy cross-entropy")
@@ -60,20 +60,20 @@ class TrainConfig:
     l2: float = setting(1e-4, "L2 penalty on convolution and dense kernels")
     # --- optimisation ------------------------------------------------------
     batch_size: int = setting(256, "examples per replica per step")
-    steps_per_window: int = setting(0, 
+    steps_per_window: int = setting(0,
         "steps per window; 0 = positions x epochs-per-window / global batch")
     epochs_per_window: float = setting(1.0, "passes over a window when steps are automatic")
     steps_per_call: int = setting(20, "training steps per tf.function call")
     learning_rate: float = setting(0.02, "peak learning rate")
     momentum: float = setting(0.9, "SGD momentum (Nesterov)")
     warmup_steps: int = setting(200, "linear warm-up from 0 to the peak rate")
-    lr_schedule: str = setting("constant", 
+    lr_schedule: str = setting("constant",
         "after warm-up: constant, cosine (to lr x lr-final-fraction at lr-decay-steps) "
         "or step (x0.1 at each of lr-boundaries)", choices=LR_SCHEDULES)
     lr_decay_steps: int = setting(100_000, "global step where the cosine ends")
     lr_final_fraction: float = setting(0.05, "cosine floor, as a fraction of the peak")
     lr_boundaries: str = setting("", "comma-separated global steps for --lr-schedule step")
-    swa_decay: float = setting(0.0, 
+    swa_decay: float = setting(0.0,
         "publish an exponential average of the weights with this decay per call (e.g. 0.9); 0 = off")
     # --- data --------------------------------------------------------------
     shuffle_buffer: int = setting(8192, "records in the tf.data shuffle buffer")
@@ -82,9 +82,9 @@ class TrainConfig:
     checkpoint_every: int = setting(500, "steps between checkpoints")
     keep_checkpoints: int = setting(3, "checkpoints kept under ROOT/checkpoints")
     log_every: int = setting(100, "steps between progress lines and TensorBoard points")
-    log_dir: str = setting("", 
+    log_dir: str = setting("",
         "TensorBoard directory; default ROOT/logs, or STAGE_DIR/logs in stage mode")
-    stage_dir: str = setting("", 
+    stage_dir: str = setting("",
         "stage mode: copy the window's shards into this local directory and read them there, "
         "write checkpoints here and upload each one to ROOT/checkpoints through the storage layer "
         "(downloading ROOT's checkpoint first when it is newer, e.g. on a fresh disk), and write "
@@ -94,13 +94,13 @@ class TrainConfig:
     windows: int = setting(1, "windows to train and publish before exiting")
     follow: bool = setting(False, "keep waiting for new windows instead of exiting")
     poll_seconds: float = setting(30.0, "how often --follow looks for a new window")
-    events: str = setting("", 
+    events: str = setting("",
         "append one JSON event per line to this file ('-' = stdout; see format.events); empty = none")
     # --- one trainer per root (model.lease) ---------------------------------
-    lease_seconds: float = setting(60.0, 
+    lease_seconds: float = setting(60.0,
         "lifetime of the trainer lease on ROOT (renewed every quarter of it); a second trainer "
         "is refused until it expires")
-    lease_wait: bool = setting(False, 
+    lease_wait: bool = setting(False,
         "when another trainer holds the lease, wait for it to expire instead of exiting with status 2")
 
     def __post_init__(self):
@@ -162,21 +162,16 @@ class TrainConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m model.train",
+    return role_parser(
+        TrainConfig, prog="python -m model.train",
         description="Train the zerolake network on the newest complete training window "
                     "under ROOT/windows, publish it to ROOT/models, and exit (or --follow). "
                     "Rerunning the same command resumes a killed run from its last checkpoint.")
-    add_config_flags(parser, TrainConfig)
-    add_storage_flags(parser)
-    return parser
 
 
 def parse_args(argv=None):
     """(TrainConfig, storage RetryPolicy) from flags; bad values exit 2 naming the flag."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    return config_from_namespace(TrainConfig, args, parser), storage_retry(args, parser)
+    return parse_config(TrainConfig, build_parser(), argv)
 
 
 def config_from_args(argv=None) -> TrainConfig:

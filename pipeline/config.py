@@ -1,19 +1,20 @@
 """ShuffleConfig: every setting of the shuffle job, validated once, exposed as flags.
 
 The job (``python -m pipeline.shuffle``) is configured by one frozen
-dataclass.  Each field's metadata carries its help text; `add_flags` turns
-the fields into argparse flags (``--window-exponent`` for
-``window_exponent``) and `from_args` builds the config back, so the CLI and
-the library cannot drift apart.  Newer flags are spelled with dashes
-(``--follow-new-positions``; the underscore spelling is accepted too), and a
-field may carry aliases (``--board-size`` for ``--board``).
+dataclass.  Each field's metadata carries its help text; format.cli turns the
+fields into dashed flags (``--window-exponent`` for ``window_exponent``; the
+old underscore spellings such as ``--window_exponent`` and ``--board`` stay
+accepted) and builds the config back, so the CLI and the library cannot drift
+apart.
 
 Follow-mode fields (``follow``, ``follow_new_positions``, ``poll_seconds``,
 ``claim_seconds``, ``events``) steer the long-running follower in
 `pipeline.follow`; they do not change how one window is built, and
-`window_argv` leaves them out when the follower starts a one-window child.  Units: positions are training examples (one
-board position of one game); "reuse" is how many times a position appears in
-the window's shards in expectation.
+`window_argv` leaves them out when the follower starts a one-window child.
+
+Units: positions are training examples (one board position of one game);
+"reuse" is how many times a position appears in the window's shards in
+expectation.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import math
 from cloud.base import RetryPolicy
 from cloud.storage import retry_flags_argv
 from format import schema as S
-from format.cli import add_config_flags, add_storage_flags, config_from_namespace, flag_name, setting, storage_retry
+from format.cli import config_from_namespace, flag_name, setting, storage_retry
 from format.tfrecord import GZIP_LEVELS, SHARD_GZIP_LEVEL
 
 LABEL_AUTO = "auto"
@@ -136,13 +137,6 @@ class ShuffleConfig:
             errors.append(f"--reuse must be in (0, 16], got {self.reuse}")
         if errors:
             raise ValueError("invalid shuffle settings:\n  " + "\n  ".join(errors))
-
-
-def add_flags(parser: argparse.ArgumentParser) -> None:
-    """The job's flags: one per ShuffleConfig field, dashed, with the old underscore spellings
-    accepted (format.cli), plus the storage retry flags."""
-    add_config_flags(parser, ShuffleConfig, underscore_aliases=True)
-    add_storage_flags(parser)
 
 
 def window_argv(config: ShuffleConfig) -> list[str]:

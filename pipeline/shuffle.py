@@ -42,10 +42,11 @@ import time
 import uuid
 
 from format import layout
+from format.cli import role_parser
 from format.events import EventLog
 from format.run_config import RunConfigMismatch, read_run_config
 from pipeline import window_plan as W
-from pipeline.config import LABEL_AUTO, LABEL_MODEL, LABEL_RANDOM, ShuffleConfig, add_flags, from_args
+from pipeline.config import LABEL_AUTO, LABEL_MODEL, LABEL_RANDOM, ShuffleConfig, from_args
 # pipeline.transforms (and with it Apache Beam, ~5 s to import on a busy
 # 2-core machine) is imported inside prepare() and run(): a follower that
 # only watches the lake never needs it; its child job does.
@@ -281,13 +282,12 @@ def delete_tmp_dir(storage, tmp_dir: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline.shuffle",
+    parser = role_parser(
+        ShuffleConfig, prog="python -m pipeline.shuffle", underscore_aliases=True,
         description="Label, deduplicate and shuffle the lake's newest games into ROOT/windows/<gen>/.",
         epilog="Unknown flags go to Apache Beam (e.g. --runner DataflowRunner --project P --region R "
                "--temp_location gs://B/tmp --setup_file ./setup.py).  Without --runner the job runs "
                "locally on Beam's in-process FnApiRunner.")
-    add_flags(parser)
     # Internal: how a follower starts the child job that builds one claimed window.
     parser.add_argument("--window-generation", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--attempt", default=None, help=argparse.SUPPRESS)

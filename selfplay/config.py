@@ -19,7 +19,7 @@ import secrets
 import socket
 
 from format import schema as S
-from format.cli import add_config_flags, add_storage_flags, config_from_namespace, setting, storage_retry
+from format.cli import parse_config, role_parser, setting
 from selfplay.evaluator import parse_device
 
 
@@ -184,23 +184,17 @@ class WorkerConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m selfplay.worker",
+    return role_parser(
+        WorkerConfig, prog="python -m selfplay.worker",
         description="Play self-play games with the newest published model and write them "
                     "to ROOT/games/<generation>/ as chunk files (through a local spool, so a "
                     "killed worker loses no finished game).  Before any model is published it "
-                    "plays with a uniform policy (generation 0).",
-    )
-    add_config_flags(parser, WorkerConfig)
-    add_storage_flags(parser)
-    return parser
+                    "plays with a uniform policy (generation 0).")
 
 
 def parse_args(argv=None):
     """(WorkerConfig, storage RetryPolicy) from flags; bad values exit 2 naming the flag."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    return config_from_namespace(WorkerConfig, args, parser), storage_retry(args, parser)
+    return parse_config(WorkerConfig, build_parser(), argv)
 
 
 def from_argv(argv=None) -> WorkerConfig:

@@ -38,7 +38,7 @@ import sys
 import time
 from typing import Callable
 
-from format.cli import add_config_flags, config_from_namespace, setting
+from format.cli import parse_config, role_parser, setting
 from format import schema as S
 from selfplay.board import Board, IllegalMove
 from format.coords import GTP_COLUMNS, gtp_to_move, move_to_gtp
@@ -439,12 +439,10 @@ class GtpConfig:
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m selfplay.gtp",
+    return role_parser(
+        GtpConfig, prog="python -m selfplay.gtp", storage=False,
         description="zerolake as a GTP v2 engine on stdin/stdout (Sabaki, GoGui, gogui-twogtp). "
                     "Without --root or --model the search uses the uniform evaluator.")
-    add_config_flags(parser, GtpConfig)
-    return parser
 
 
 def evaluator_source(config: GtpConfig) -> EvaluatorSource:
@@ -507,8 +505,7 @@ def serve(engine: GtpEngine, stdin, stdout) -> None:
 def main(argv=None) -> int:
     from format.registry import RegistryError
 
-    parser = build_arg_parser()
-    config = config_from_namespace(GtpConfig, parser.parse_args(argv), parser)
+    config, _ = parse_config(GtpConfig, build_arg_parser(), argv)
     log = None if config.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     try:
         engine = build_engine(config, log)

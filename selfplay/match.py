@@ -43,7 +43,7 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from format.cli import add_config_flags, config_from_namespace, setting
+from format.cli import config_from_namespace, role_parser, setting
 from format import schema as S
 from selfplay.board import Board, IllegalMove
 from selfplay.move_policy import MovePolicy
@@ -343,7 +343,7 @@ class PlayerSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class EvaluateConfig:
+class MatchConfig:
     """Settings of `python -m selfplay.match` (see --help)."""
 
     player_a: PlayerSpec = setting(hidden=True)      # positional: see build_arg_parser
@@ -397,26 +397,25 @@ def build_player(spec: PlayerSpec, board_size: int, komi: float, mcts: MctsConfi
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m selfplay.match",
+    parser = role_parser(
+        MatchConfig, prog="python -m selfplay.match", storage=False,
         description="Play player A against player B (alternating colours, Tromp-Taylor scoring) "
                     "and report A's win rate with a 95%% Wilson interval. Players: model:ROOT[@GEN], "
                     "uniform, random, playouts[:K], gnugo[:LEVEL].")
     parser.add_argument("player_a", help="player A spec, e.g. model:/data/run or model:gs://b/run@12")
     parser.add_argument("player_b", help="player B spec, e.g. random, uniform, gnugo:1")
-    add_config_flags(parser, EvaluateConfig)
     return parser
 
 
-def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> EvaluateConfig:
+def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> MatchConfig:
     try:
         players = {"player_a": PlayerSpec.parse(args.player_a), "player_b": PlayerSpec.parse(args.player_b)}
     except ValueError as exc:
         parser.error(str(exc))
-    return config_from_namespace(EvaluateConfig, args, parser, **players)
+    return config_from_namespace(MatchConfig, args, parser, **players)
 
 
-def run(config: EvaluateConfig, log: Callable[[str], None] = lambda text: None) -> EvalResult:
+def run(config: MatchConfig, log: Callable[[str], None] = lambda text: None) -> EvalResult:
     """Load the players of `config`, play the match, close the players."""
     loaded = {}
     for spec in (config.player_a, config.player_b):

@@ -237,11 +237,11 @@ def publish_tiny_model(root, generation=1, board_size=9):
 
 
 def test_model_spec_plays_a_published_generation(tmp_path):
-    from selfplay.match import EvaluateConfig, run
+    from selfplay.match import MatchConfig, run
 
     root = str(tmp_path / "lake")
     publish_tiny_model(root, generation=3)
-    config = EvaluateConfig(PlayerSpec.parse(f"model:{root}"), PlayerSpec.parse("random"),
+    config = MatchConfig(PlayerSpec.parse(f"model:{root}"), PlayerSpec.parse("random"),
                             games=4, visits=8, parallel_games=4, sgf_dir=str(tmp_path / "sgf"))
     result = run(config)
     assert (result.player_a, result.player_b, result.board_size) == ("model-g3", "random", 9)
