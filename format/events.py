@@ -70,6 +70,8 @@ REQUIRED = {
         "role_killed": ("name", "pid"),
         "status": ("generation", "games", "positions", "roles"),
         "stopped": ("reason",),
+        "checked": ("kills", "games_finished", "games_lost", "games_duplicated", "generations",
+                    "latest_regressions", "chunk_verify_failures", "positions_per_s"),
     },
 }
 

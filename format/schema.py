@@ -133,22 +133,6 @@ P_GENERATION = "generation"
 OWNERSHIP_SCALE = 127
 """Shard ownership is int8 ``round(o * 127)`` with o in [-1, 1]."""
 
-# --- lake layout -----------------------------------------------------------
-
-RUN_CONFIG = "run.json"
-GAMES_DIR = "games"
-WINDOWS_DIR = "windows"
-MODELS_DIR = "models"
-CHECKPOINTS_DIR = "checkpoints"
-LATEST = "models/LATEST"
-MANIFEST = "MANIFEST.json"
-
-
-def generation_dir(generation: int) -> str:
-    """Zero-padded directory name for a generation: 7 -> '000007'."""
-    return f"{generation:06d}"
-
-
 def num_actions(board_size: int) -> int:
     """Size of the action space: every point plus pass."""
     return board_size * board_size + 1

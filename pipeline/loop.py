@@ -29,6 +29,16 @@ The time budget counts from the start of each invocation.
 
 On Ctrl-C or SIGTERM the loop sends SIGTERM to the phase in flight (the
 worker then writes every finished game) and exits 130.
+
+How the loop knows what a phase is doing
+----------------------------------------
+Each child gets ``--events PATH`` (format.events): a fresh JSON-lines file
+per phase in a local folder of this invocation.  The loop follows it with an
+EventTail while the child runs: the worker's ``progress`` events give games
+and positions, the trainer's ``progress`` events the losses.  The children's
+human lines are only echoed, never parsed; an evaluation's result is the
+JSON object ``selfplay.match --json`` prints.  Lake paths come from
+format.layout (markers: ``layout.loop_marker``).
 """
 from __future__ import annotations
 
@@ -36,17 +46,21 @@ import argparse
 import dataclasses
 import json
 import os
-import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
-from format import schema as S
+from format import layout
+from format.events import EventTail
 from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
 
-LOOP_DIR = "loop"
+# The trainer's progress event fields shown as losses, and their short names.
+LOSS_FIELDS = {"loss": "loss", "policy_loss": "policy", "value_loss": "value", "accuracy": "acc",
+               "ownership_loss": "ownership", "score_loss": "score"}
 
 
 @dataclass(frozen=True)
@@ -110,10 +124,6 @@ HELP = {
 # Live status
 # --------------------------------------------------------------------------
 
-LOSS_LINE = re.compile(r"loss (?P<loss>[\d.]+) policy (?P<policy>[\d.]+) acc (?P<acc>[\d.]+) "
-                       r"value (?P<value>[\d.]+) ownership (?P<ownership>[\d.]+) score (?P<score>[\d.]+)")
-
-
 @dataclass
 class GenerationRecord:
     """One row of the summary table."""
@@ -170,6 +180,9 @@ class Loop:
         self.rows: dict[int, GenerationRecord] = {}
         self.phase_seconds = {"shuffle": 45.0, "train": 120.0, "evaluate": 40.0}
         self.child: subprocess.Popen | None = None
+        # Local, per invocation: the children's --events files (one per phase run).
+        self.events_dir = tempfile.mkdtemp(prefix="zerolake-loop-events-")
+        self.phase_runs = 0
 
     # --- lake state -----------------------------------------------------------
     def current_generation(self) -> int:
@@ -178,16 +191,15 @@ class Loop:
         return latest_generation(self.storage) or 0
 
     def marker(self, name: str) -> str:
-        return f"{LOOP_DIR}/{name}"
+        return layout.loop_marker(name)
 
     def count_games(self, generation: int) -> tuple[int, int]:
         """(games, positions) in games/<generation>/, read from the chunks."""
         from format.codec import FormatError, iter_chunk
 
         games = positions = 0
-        prefix = f"{S.GAMES_DIR}/{S.generation_dir(generation)}/"
-        for info in self.storage.list(prefix):
-            if not info.path.endswith(S.CHUNK_SUFFIX):
+        for info in self.storage.list(layout.games_prefix(generation)):
+            if layout.parse_chunk_path(info.path) is None:
                 continue
             for item in iter_chunk(self.storage.read(info.path), self.storage.url(info.path)):
                 if not isinstance(item, FormatError):
@@ -196,12 +208,28 @@ class Loop:
         return games, positions
 
     # --- child processes --------------------------------------------------------
-    def run_child(self, phase: str, argv: list[str], on_line=None) -> list[str]:
-        """Run one phase's process, echoing its output under the status line."""
+    def events_path(self, phase: str) -> str:
+        """A fresh events file for one run of a phase."""
+        self.phase_runs += 1
+        return os.path.join(self.events_dir, f"{self.phase_runs:03d}-{phase}.jsonl")
+
+    def run_child(self, phase: str, argv: list[str], events: str | None = None, on_event=None) -> list[str]:
+        """Run one phase's process, echoing its output under the status line.
+
+        With ``events`` (the path passed as the child's ``--events``), each new
+        event goes to ``on_event`` as the child runs and once more at its end.
+        """
         self.status.phase = phase
         say(self.status.line())
         started = time.monotonic()
         lines: list[str] = []
+        tail = EventTail(events) if events else None
+
+        def deliver():
+            if tail is not None and on_event is not None:
+                for event in tail.poll():
+                    on_event(event)
+
         # A session of its own: Ctrl-C reaches only the loop, which then
         # stops the child with SIGTERM (the worker's graceful path).
         self.child = subprocess.Popen(
@@ -212,14 +240,14 @@ class Loop:
             for raw in self.child.stdout:
                 line = raw.rstrip()
                 lines.append(line)
-                if on_line:
-                    on_line(line)
+                deliver()
                 if _worth_echoing(line):
                     say(f"    {phase}: {line}")
                 if time.monotonic() >= next_status:
                     say(self.status.line())
                     next_status = time.monotonic() + 20
             code = self.child.wait()
+            deliver()
         except KeyboardInterrupt:
             self.stop_child()
             raise Interrupted(phase) from None
@@ -268,40 +296,41 @@ class Loop:
 
         games_before, positions_before = self.status.games, self.status.positions
 
-        def on_line(line):  # the worker's progress line: "... games 1086 (36.2/s) positions 131747 ..."
-            games = re.search(r"games (\d+)", line)
-            positions = re.search(r"positions (\d+)", line)
-            if games and positions:
-                self.status.games = games_before + int(games.group(1))
-                self.status.positions = positions_before + int(positions.group(1))
+        def on_event(event):  # the worker's counts since it started
+            if event["event"] == "progress":
+                self.status.games = games_before + int(event["games"])
+                self.status.positions = positions_before + int(event["positions"])
 
+        events = self.events_path("selfplay")
         self.run_child("selfplay", [
             "selfplay.worker", "--root", cfg.root, "--board-size", str(cfg.board_size), "--komi", str(cfg.komi),
             "--games", str(cfg.games_at_once), "--visits", str(cfg.visits), "--fast-visits", str(cfg.fast_visits),
             "--max-seconds", f"{seconds:.0f}", "--seed", str(cfg.seed * 1000 + generation),
-            "--worker-id", f"loop{generation}", "--progress-seconds", "15"], on_line)
-        self.storage.write_new(self.marker(f"selfplay-{S.generation_dir(generation)}.done"),
+            "--worker-id", f"loop{generation}", "--progress-seconds", "15", "--events", events], events, on_event)
+        self.storage.write_new(self.marker(f"selfplay-{layout.generation_dir(generation)}.done"),
                                json.dumps({"seconds": round(seconds)}).encode())
 
     def shuffle(self, generation: int) -> None:
         self.run_child("shuffle", ["pipeline.shuffle", "--root", self.config.root,
-                                   "--board", str(self.config.board_size), "--seed", str(self.config.seed + generation)])
+                                   "--board-size", str(self.config.board_size), "--seed", str(self.config.seed + generation)])
 
     def train(self, generation: int) -> dict:
         cfg = self.config
         losses: dict = {}
 
-        def on_line(line):
-            match = LOSS_LINE.search(line)
-            if match:
+        def on_event(event):
+            if event["event"] == "progress":
                 losses.clear()
-                losses.update({k: float(v) for k, v in match.groupdict().items()})
+                losses.update({short: float(event[name]) for name, short in LOSS_FIELDS.items()
+                               if event.get(name) is not None})
                 self.status.losses = dict(losses)
 
+        events = self.events_path("train")
         self.run_child("train", [
             "model.train", "--root", cfg.root, "--board-size", str(cfg.board_size),
             "--blocks", str(cfg.blocks), "--filters", str(cfg.filters), "--batch-size", str(cfg.batch_size),
-            "--steps-per-window", str(cfg.train_steps), "--warmup-steps", "50", "--log-every", "50"], on_line)
+            "--steps-per-window", str(cfg.train_steps), "--warmup-steps", "50", "--log-every", "50",
+            "--events", events], events, on_event)
         return losses
 
     def evaluate(self, player_a: str, player_b: str, games: int, seed: int) -> dict:
@@ -317,7 +346,7 @@ class Loop:
         raise PhaseFailed(f"evaluate printed no JSON result; last lines: {lines[-5:]}")
 
     def evaluate_generation(self, generation: int) -> dict:
-        name = self.marker(f"eval-{S.generation_dir(generation)}.json")
+        name = self.marker(f"eval-{layout.generation_dir(generation)}.json")
         if self.storage.exists(name):
             return json.loads(self.storage.read(name))
         result = self.evaluate(f"model:{self.config.root}@{generation}", "random", self.config.eval_games,
@@ -339,11 +368,11 @@ class Loop:
                 break
             started = time.monotonic()
             row = self.rows.setdefault(generation, GenerationRecord(generation))
-            if not self.storage.exists(self.marker(f"selfplay-{S.generation_dir(generation)}.done")):
+            if not self.storage.exists(self.marker(f"selfplay-{layout.generation_dir(generation)}.done")):
                 self.selfplay(generation)
             row.games, row.positions = self.count_games(generation)
             self.status.games, self.status.positions = self._totals()
-            if not self.storage.exists(f"{S.WINDOWS_DIR}/{S.generation_dir(generation + 1)}/{S.MANIFEST}"):
+            if not self.storage.exists(layout.window_manifest(generation + 1)):
                 self.shuffle(generation)
             row.losses = self.train(generation)
             if self.current_generation() != generation + 1:
@@ -364,7 +393,7 @@ class Loop:
         final = self.current_generation()
         final_results = {}
         if final >= 1:
-            name = self.marker(f"final-{S.generation_dir(final)}.json")
+            name = self.marker(f"final-{layout.generation_dir(final)}.json")
             if self.storage.exists(name):
                 final_results = json.loads(self.storage.read(name))
             else:
@@ -387,7 +416,7 @@ class Loop:
             if not row.games:
                 row.games, row.positions = self.count_games(g)
             if g >= 1 and row.eval_vs_random is None:
-                name = self.marker(f"eval-{S.generation_dir(g)}.json")
+                name = self.marker(f"eval-{layout.generation_dir(g)}.json")
                 if self.storage.exists(name):
                     row.eval_vs_random = json.loads(self.storage.read(name))
             rows.append(row)
@@ -409,17 +438,17 @@ def _eval_text(result: dict) -> str:
 
 
 def summary_table(rows: list[GenerationRecord], final: int, final_results: dict) -> str:
-    header = f"{'gen':>4} {'games':>6} {'positions':>9} {'policy':>7} {'value':>6} {'own':>6} {'score':>6}  " \
+    header = f"{'gen':>4} {'games':>6} {'positions':>9} {'policy':>7} {'value':>6} {'acc':>6} {'loss':>6}  " \
              f"{'vs random (trained models)':<40} {'time':>6}"
     lines = ["", "summary", header, "-" * len(header)]
     for row in rows:
         losses = row.losses
-        cells = [f"{losses[k]:.3f}" if k in losses else "-" for k in ("policy", "value", "ownership", "score")]
+        cells = [f"{losses[k]:.3f}" if k in losses else "-" for k in ("policy", "value", "acc", "loss")]
         evaluation = _eval_text(row.eval_vs_random) if row.eval_vs_random else "-"
         seconds = f"{row.seconds:.0f}s" if row.seconds else "-"
         lines.append(f"{row.generation:>4} {row.games:>6} {row.positions:>9} {cells[0]:>7} {cells[1]:>6} "
                      f"{cells[2]:>6} {cells[3]:>6}  {evaluation:<40} {seconds:>6}")
-    lines.append("(losses: the training of the next generation on this generation's window)")
+    lines.append("(losses: the training of the next generation on this generation's window; loss = total)")
     if final_results:
         lines.append("")
         lines.append(f"final generation {final}:")
@@ -482,6 +511,8 @@ def main(argv=None) -> int:
     except PhaseFailed as exc:
         print(f"pipeline.loop: error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        shutil.rmtree(loop.events_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

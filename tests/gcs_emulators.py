@@ -31,6 +31,11 @@ fixtures yield a :class:`GcsEmulator` handle:
   set up last; use each handle's ``.open()`` for the other.
 * ``.endpoint``, ``.bucket``, ``.client()``.
 
+Outside pytest (bench/cluster.py), ``with running_emulator("fake-gcs-server",
+folder) as server:`` starts the same server with its fake token endpoint and
+yields the EmulatorServer (``server.env`` for child processes); the module
+still imports pytest, which comes with the same test tools as the emulators.
+
 Beam 2.77 + emulator recipe (proved by tests/test_beam_gcs.py)
 --------------------------------------------------------------
 Beam's GCS filesystem builds ``google.cloud.storage.Client(credentials=...)``
@@ -63,11 +68,13 @@ credentials; offline it only logs a urllib3 warning and changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import http.client
 import http.server
 import itertools
 import json
+import pathlib
 import socket
 import subprocess
 import sys
@@ -174,21 +181,28 @@ def _service_account_info(token_uri: str) -> dict:
     }
 
 
-@pytest.fixture(scope="session")
-def fake_google_auth(tmp_path_factory):
-    """Credentials that ``google.auth.default()`` finds at once and that only
-    ever talk to 127.0.0.1 (see the module docstring for why Beam needs them)."""
+@contextlib.contextmanager
+def serving_fake_google_auth(directory: pathlib.Path):
+    """The fake token endpoint and a key file in ``directory``, while the block runs."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TokenHandler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="fake-oauth", daemon=True)
     thread.start()
     token_uri = f"http://127.0.0.1:{server.server_port}/token"
-    path = tmp_path_factory.mktemp("fake_google_auth") / "service_account.json"
+    path = pathlib.Path(directory) / "service_account.json"
     path.write_text(json.dumps(_service_account_info(token_uri)))
     try:
         yield FakeGoogleAuth(str(path), token_uri, FAKE_ACCESS_TOKEN)
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(scope="session")
+def fake_google_auth(tmp_path_factory):
+    """Credentials that ``google.auth.default()`` finds at once and that only
+    ever talk to 127.0.0.1 (see the module docstring for why Beam needs them)."""
+    with serving_fake_google_auth(tmp_path_factory.mktemp("fake_google_auth")) as auth:
+        yield auth
 
 
 # --- emulator servers and handles -------------------------------------------
@@ -296,6 +310,27 @@ def _serve(name: str, start, ready_path: str, auth: FakeGoogleAuth, log_dir) -> 
         server.client().create_bucket(BUCKET)
         return server
     raise RuntimeError(f"{name} did not start; log: {_tail(log_path)}")
+
+
+@contextlib.contextmanager
+def running_emulator(kind: str, directory):
+    """An emulator server (with its fake token endpoint) outside pytest, e.g. for
+    bench/cluster.py: ``kind`` is "fake-gcs-server" or "gcp-storage-emulator";
+    logs and the key file go to ``directory``.  Yields the EmulatorServer
+    (``.env`` for child processes, ``.client()``); stops it on exit."""
+    starters = {"fake-gcs-server": (_start_fake_gcs_server, "/storage/v1/b"),
+                "gcp-storage-emulator": (_start_gcp_storage_emulator, "/")}
+    if kind not in starters:
+        raise ValueError(f"unknown emulator {kind!r}; expected one of {sorted(starters)}")
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with serving_fake_google_auth(directory) as auth:
+        start, ready = starters[kind]
+        server = _serve(kind, start, ready, auth, directory)
+        try:
+            yield server
+        finally:
+            _stop(server.process)
 
 
 @pytest.fixture(scope="session")

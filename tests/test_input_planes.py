@@ -32,6 +32,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from format import layout
 from format import codec
 from format import planes
 from format import schema as S
@@ -319,7 +320,7 @@ def test_the_shuffle_job_and_training_dataset_deliver_the_reference_planes(tmp_p
     expected = {(g.game_id, i): ref[i] for g, ref in zip(games[n], references[n]) for i in range(len(ref))}
     expected_records = {(g.game_id, i): planes_i for g in games[n]
                         for i, planes_i in enumerate(reference_record_planes(g))}
-    windows = os.path.join(root, S.WINDOWS_DIR)
+    windows = os.path.join(root, layout.WINDOWS_DIR)
     (window,) = os.listdir(windows)
     shard_paths = sorted(os.path.join(windows, window, name) for name in os.listdir(os.path.join(windows, window))
                          if name.endswith(S.SHARD_SUFFIX))

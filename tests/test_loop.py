@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from cloud.storage import open_storage
-from format import schema as S
+from format import layout
+from pipeline.loop import Loop, LoopConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,9 +35,28 @@ def assert_completed(result, storage):
     assert "summary" in result.stdout
     assert re.search(r"vs uniform random moves: \d+/6", result.stdout), result.stdout[-2000:]
     assert re.search(r"vs generation 0 .*: \d+/3", result.stdout)
-    assert storage.exists(f"{S.MODELS_DIR}/000001/{S.MANIFEST}")
-    assert storage.exists(f"{S.WINDOWS_DIR}/000001/{S.MANIFEST}")
-    assert int(storage.read(S.LATEST)) == 1
+    assert storage.exists(layout.model_manifest(1))
+    assert storage.exists(layout.window_manifest(1))
+    assert int(storage.read(layout.LATEST)) == 1
+
+
+def test_the_loop_reads_progress_from_events_not_from_human_lines(tmp_path, monkeypatch):
+    """A stand-in child prints a misleading human line and emits one train progress event."""
+    (tmp_path / "fake_trainer.py").write_text(
+        "import sys\n"
+        "from format.events import EventLog\n"
+        "log = EventLog(sys.argv[sys.argv.index('--events') + 1], 'train')\n"
+        "print('loss 9.000 policy 9.000 acc 0.900 value 9.000 ownership 9.000 score 9.000', flush=True)\n"
+        "log.emit('progress', generation=1, step=20, steps=20, loss=2.5, policy_loss=2.0, value_loss=0.4,\n"
+        "         accuracy=0.25, examples_per_s=100.0)\n"
+        "print('done', flush=True)\n")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{REPO}")
+    loop = Loop(LoopConfig(root=str(tmp_path / "lake")), open_storage(str(tmp_path / "lake")))
+    events = loop.events_path("train")
+    seen = []
+    loop.run_child("train", ["fake_trainer", "--events", events], events, seen.append)
+    assert [e["event"] for e in seen] == ["progress"] and seen[0]["loss"] == 2.5
+    assert "import re" not in (REPO / "pipeline" / "loop.py").read_text()
 
 
 def test_loop_runs_a_generation_and_resumes_as_done(tmp_path):
@@ -71,17 +91,17 @@ def test_ctrl_c_mid_phase_loses_nothing_and_rerun_resumes(tmp_path):
     assert "rerun the same command to resume" in rest
 
     storage = open_storage(str(root))
-    chunks = lake_objects(storage, f"{S.GAMES_DIR}/")
-    window = lake_objects(storage, f"{S.WINDOWS_DIR}/")
+    chunks = lake_objects(storage, layout.games_prefix())
+    window = lake_objects(storage, layout.windows_prefix())
     assert chunks and window
     result = run_loop(root)
     assert_completed(result, storage)
     # Every chunk and shard written before the interrupt is still there, unchanged.
-    assert chunks <= lake_objects(storage, f"{S.GAMES_DIR}/")
-    assert window <= lake_objects(storage, f"{S.WINDOWS_DIR}/")
+    assert chunks <= lake_objects(storage, layout.games_prefix())
+    assert window <= lake_objects(storage, layout.windows_prefix())
     # Self-play was not repeated: generation 0 has no chunk from after the interrupt.
-    gen0 = {p for p, _ in lake_objects(storage, f"{S.GAMES_DIR}/000000/")}
-    assert gen0 == {p for p, _ in chunks if p.startswith(f"{S.GAMES_DIR}/000000/")}
+    gen0 = {p for p, _ in lake_objects(storage, layout.games_prefix(0))}
+    assert gen0 == {p for p, _ in chunks if p.startswith(layout.games_prefix(0))}
 
 
 def test_loop_on_a_gcs_root(gcs_emulator, tmp_path):

@@ -21,7 +21,7 @@ from pipeline.shuffle import main
 def test_job_runs_on_a_gs_root(gcs_emulator):
     root = gcs_emulator.root_url("shuffle")
     storage = gcs_emulator.open(root)
-    storage.write_new(S.RUN_CONFIG, RunConfig(board_size=9).to_json())
+    storage.write_new(layout.RUN_CONFIG, RunConfig(board_size=9).to_json())
     rng = np.random.default_rng(3)
     positions = 0
     for seq in range(4):
@@ -34,8 +34,8 @@ def test_job_runs_on_a_gs_root(gcs_emulator):
     assert main(["--root", root, "--workers", "1", "--shard_positions", "300", "--reuse", "1.0",
                  "--dedup_max_move", "0", "--seed", "5"]) == 0
 
-    window = f"{S.WINDOWS_DIR}/{S.generation_dir(1)}"
-    manifest = json.loads(storage.read(f"{window}/{S.MANIFEST}"))
+    window = f"{layout.WINDOWS_DIR}/{layout.generation_dir(1)}"
+    manifest = json.loads(storage.read(f"{window}/{layout.MANIFEST}"))
     assert manifest["input"]["positions_read"] == positions
     assert [s["chunk"] for s in manifest["chunks_skipped"]] == [broken]
     records = 0

@@ -183,7 +183,7 @@ def test_manifest_is_complete_and_temporaries_are_gone(lake):
 
 
 def test_a_finished_window_is_not_redone(lake, capsys):
-    folder = os.path.join(lake["root"], S.WINDOWS_DIR, S.generation_dir(1))
+    folder = os.path.join(lake["root"], layout.WINDOWS_DIR, layout.generation_dir(1))
     before = sorted(os.listdir(folder))
     assert main(["--root", lake["root"], "--workers", "1"]) == 0
     assert sorted(os.listdir(folder)) == before

@@ -26,7 +26,7 @@ from testdata.random_games import engine_game, resigned_copy  # noqa: F401 (re-e
 
 def write_run_json(root: str, board_size: int, komi: float = 7.5) -> None:
     os.makedirs(root, exist_ok=True)
-    with open(os.path.join(root, S.RUN_CONFIG), "wb") as f:
+    with open(os.path.join(root, layout.RUN_CONFIG), "wb") as f:
         f.write(RunConfig(board_size=board_size, komi=komi).to_json())
 
 
@@ -42,8 +42,8 @@ def write_chunk(root: str, generation: int, games, seq: int, worker: str = "w1",
 
 def read_window(root: str, target_generation: int):
     """(manifest, {shard name: [PositionRecord]}) of a finished local window."""
-    folder = os.path.join(root, S.WINDOWS_DIR, S.generation_dir(target_generation))
-    with open(os.path.join(folder, S.MANIFEST)) as f:
+    folder = os.path.join(root, layout.WINDOWS_DIR, layout.generation_dir(target_generation))
+    with open(os.path.join(folder, layout.MANIFEST)) as f:
         manifest = json.load(f)
     shards = {}
     for name in manifest["shards"]:

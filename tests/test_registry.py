@@ -11,6 +11,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from format import layout
 from format.registry import (  # noqa: E402
     AlreadyPublished, ModelIntegrityError, is_published, latest_generation, load_model,
     publish_model)
@@ -100,4 +101,4 @@ def test_a_generation_is_never_republished_and_latest_only_moves_forward(tmp_pat
     assert json.loads(storage.read("models/000005/MANIFEST.json")) == first
     publish_model(storage, 4, local, {"board_size": 9})
     assert latest_generation(storage) == 5
-    assert storage.read(schema.LATEST).strip() == b"5"
+    assert storage.read(layout.LATEST).strip() == b"5"

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from cloud.storage import open_storage
+from format import layout
 from format import registry
 from format import schema as S
 from format.codec import read_chunk
@@ -43,7 +44,7 @@ def make_lake_folders(root: Path) -> list[Path]:
     """Numbered folders of 'chunks', as games/ of a real lake holds."""
     made = []
     for generation in range(3):
-        folder = root / S.GAMES_DIR / S.generation_dir(generation)
+        folder = root / layout.GAMES_DIR / layout.generation_dir(generation)
         folder.mkdir(parents=True)
         chunk = folder / f"w0-0000000000001-00000{generation}{S.CHUNK_SUFFIX}"
         chunk.write_bytes(b"a week of self-play")
@@ -56,9 +57,9 @@ def make_lake_folders(root: Path) -> list[Path]:
 def test_a_cache_pointed_at_lake_folders_deletes_nothing(tmp_path):
     other_lake = tmp_path / "other"
     chunks = make_lake_folders(other_lake)
-    cache = registry.ModelCache(str(other_lake / S.GAMES_DIR))
+    cache = registry.ModelCache(str(other_lake / layout.GAMES_DIR))
     registry.clear_cache(cache, keep_generations={7})          # the call that used to delete them
-    registry.clear_cache(str(other_lake / S.GAMES_DIR), keep_generations={7})
+    registry.clear_cache(str(other_lake / layout.GAMES_DIR), keep_generations={7})
     assert all(chunk.read_bytes() == b"a week of self-play" for chunk in chunks)
     with pytest.raises(registry.ModelCacheError, match="not created by the model cache"):
         cache.generation_dir(1)                                  # nor does it write into them
@@ -84,7 +85,7 @@ def test_the_cache_removes_only_generations_it_created(tmp_path):
 def test_the_worker_refuses_a_model_cache_inside_its_root(tmp_path):
     chunks = make_lake_folders(tmp_path)
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3")
-    for cache in (tmp_path / S.GAMES_DIR, tmp_path / S.MODELS_DIR):
+    for cache in (tmp_path / layout.GAMES_DIR, tmp_path / layout.MODELS_DIR):
         proc = subprocess.run(
             [sys.executable, "-m", "selfplay.worker", "--root", str(tmp_path), "--games", "2", "--visits", "4",
              "--fast-visits", "2", "--max-games", "2", "--max-seconds", "10", "--model-cache", str(cache)],
@@ -117,10 +118,10 @@ def test_the_cache_refuses_symlinks(tmp_path):
     with pytest.raises(registry.ModelCacheError, match="symlink"):
         registry.ModelCache(str(tmp_path / "linked-cache"))
     cache = registry.ModelCache(str(tmp_path / "cache"))
-    os.symlink(outside, tmp_path / "cache" / S.generation_dir(1))
+    os.symlink(outside, tmp_path / "cache" / layout.generation_dir(1))
     with pytest.raises(registry.ModelCacheError, match="symlink"):
         registry.fetch_model_files(storage, 1, cache)
-    os.unlink(tmp_path / "cache" / S.generation_dir(1))
+    os.unlink(tmp_path / "cache" / layout.generation_dir(1))
     generation_dir = cache.generation_dir(1)
     os.symlink(outside, os.path.join(generation_dir, "variables"))
     with pytest.raises(registry.ModelCacheError, match="symlink"):
@@ -163,7 +164,7 @@ def play(config):
     storage = open_storage(config.root)
     worker = SelfPlayWorker(config, storage)
     worker.run(None)
-    return [game for info in storage.list(S.GAMES_DIR + "/") for game in read_chunk(storage.read(info.path), info.path)]
+    return [game for info in storage.list(layout.GAMES_DIR + "/") for game in read_chunk(storage.read(info.path), info.path)]
 
 
 def test_default_seeds_differ_and_two_workers_play_different_games(tmp_path):

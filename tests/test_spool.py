@@ -266,7 +266,7 @@ def test_a_failing_bucket_keeps_games_spooled_and_retries(tmp_path):
         failures = 2
 
         def write_new(self, path, data):
-            if path.startswith(S.GAMES_DIR) and Flaky.failures:
+            if path.startswith(layout.GAMES_DIR) and Flaky.failures:
                 Flaky.failures -= 1
                 raise StorageError("503 Service Unavailable", url=path)
             super().write_new(path, data)

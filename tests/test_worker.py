@@ -18,6 +18,7 @@ import pytest
 
 from cloud.local import LocalStorage
 from cloud.storage import open_storage
+from format import layout
 from format import schema as S
 from format.codec import read_chunk
 from format.run_config import RunConfig, ensure_run_config
@@ -41,12 +42,12 @@ def start_worker(root, *flags):
 
 def chunk_files(root):
     """Every file under games/ on disk (temp files included, if any were visible)."""
-    games = Path(root) / S.GAMES_DIR
+    games = Path(root) / layout.GAMES_DIR
     return sorted(p for p in games.rglob("*") if p.is_file()) if games.exists() else []
 
 
 def listed_chunks(root):
-    return [info.path if hasattr(info, "path") else info for info in open_storage(str(root)).list(S.GAMES_DIR + "/")]
+    return [info.path if hasattr(info, "path") else info for info in open_storage(str(root)).list(layout.GAMES_DIR + "/")]
 
 
 def decode_all(root):

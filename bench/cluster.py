@@ -1,0 +1,106 @@
+"""Benchmark: the whole system as a cluster under chaos, on a GCS emulator.
+
+Starts fake-gcs-server on 127.0.0.1 (the emulator that enforces create-only
+writes; tests/gcs_emulators.py's starter), then ``python -m pipeline.cluster``
+against a fresh ``gs://`` root on it, for about 8 minutes in all: 3 self-play
+workers, the shuffle follower and the trainer, tiny 9x9 settings, and a
+SIGKILL of a random role about every 20 s (each restarted by the launcher).
+The launcher's own status lines are echoed as progress.  At the end the
+launcher stops every role cleanly and checks the lake against the roles'
+events (pipeline.cluster.check_run).
+
+Acceptance: kills >= 10, games_lost = 0, games_duplicated = 0,
+latest_regressions = 0, chunk_verify_failures = 0, generations >= 3.
+
+The emulator comes with the test tools (``scripts/setup.sh --test``).
+Without them the bench says so and runs on a local folder root instead
+(same roles, same checks, no emulator).  Ends with one JSON line: the
+launcher's report plus ``acceptance`` (true/false per criterion), ``root``
+and ``bench_wall_s``.
+
+    python bench/cluster.py [--minutes 8] [--workers 3] [--kill-every 20] [-- extra pipeline.cluster flags]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+# Tiny roles: 2 cores carry 5 of them, the launcher and the emulator.
+SETTINGS = ["--board-size", "9", "--games-at-once", "8", "--visits", "8", "--fast-visits", "4",
+            "--chunk-games", "16", "--chunk-seconds", "5", "--blocks", "1", "--filters", "16", "--batch-size", "64",
+            "--train-steps", "60", "--checkpoint-every", "20", "--follow-new-positions", "4000",
+            "--claim-seconds", "10", "--poll-seconds", "2", "--status-seconds", "10", "--child-threads", "1",
+            "--worker-nice", "10", "--restart-backoff", "1", "--stop-grace", "20",
+            "--role-args", "shuffle=--random_playouts 8 --shard_positions 10000 --window_min_positions 6000 "
+                           "--window_max_positions 12000"]
+
+ACCEPTANCE = {"kills": lambda v: v >= 10, "games_lost": lambda v: v == 0, "games_duplicated": lambda v: v == 0,
+              "latest_regressions": lambda v: v == 0, "chunk_verify_failures": lambda v: v == 0,
+              "generations": lambda v: v >= 3}
+
+
+@contextlib.contextmanager
+def emulator_root(work: str):
+    """(root, env) on fake-gcs-server, or on a local folder when the test tools are absent."""
+    try:
+        from tests.gcs_emulators import running_emulator
+    except ImportError as exc:
+        print(f"[bench] fake-gcs-server unavailable ({exc}); install the test tools with "
+              f"scripts/setup.sh --test. Running on a local folder root instead.", flush=True)
+        yield os.path.join(work, "lake"), {}
+        return
+    with running_emulator("fake-gcs-server", os.path.join(work, "emulator")) as server:
+        server_root = f"gs://{server.bucket}/bench-cluster"
+        print(f"[bench] fake-gcs-server at {server.endpoint}; root {server_root}", flush=True)
+        yield server_root, server.env
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=8.0, help="whole bench, stop and check included")
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--kill-every", type=float, default=20.0, help="seconds between chaos kills (about)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("extra", nargs="*", help="after --: more pipeline.cluster flags")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    # Running time of the cluster itself: leave room for the drain (<= 40 s),
+    # the clean stop (<= 20 s) and the check.
+    run_minutes = max(1.0, args.minutes - 1.5)
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as work, emulator_root(work) as (root, env):
+        report_path = os.path.join(work, "report.json")
+        command = [sys.executable, "-m", "pipeline.cluster", "--root", root, "--state-dir",
+                   os.path.join(work, "state"), "--workers", str(args.workers), *SETTINGS,
+                   "--minutes", f"{run_minutes:g}", "--drain-seconds", "40",
+                   "--chaos-kill-every", str(args.kill_every), "--chaos-seed", str(args.seed),
+                   "--report", report_path, *args.extra]
+        print(f"[bench] {' '.join(command[1:])}", flush=True)
+        process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, env={**os.environ, **env, "TMPDIR": work})
+        for line in process.stdout:  # the launcher's status lines are the progress
+            if not line.startswith("{"):
+                print(line.rstrip(), flush=True)
+        code = process.wait()
+        if not os.path.exists(report_path):
+            print(f"[bench] the launcher exited with {code} and wrote no report", flush=True)
+            return 1
+        with open(report_path) as handle:
+            report = json.load(handle)
+    report["acceptance"] = {key: bool(check(report[key])) for key, check in ACCEPTANCE.items()}
+    report["root"] = "fake-gcs-server" if root.startswith("gs://") else "local"
+    report["bench_wall_s"] = round(time.monotonic() - started, 1)
+    print(json.dumps(report), flush=True)
+    return 0 if all(report["acceptance"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,897 @@
+"""``python -m pipeline.cluster``: every role at once, as separate processes, on one root.
+
+This is the asynchronous counterpart of :mod:`pipeline.loop`, and a small
+model of a cloud deployment.  The loop runs the roles one after another;
+here they all run at the same time and meet only through the storage root,
+exactly as they would on many machines (K self-play VMs, a Dataflow job, a
+TPU trainer)::
+
+    worker0..K-1   python -m selfplay.worker --spool-dir ... --events ...   games/<gen>/ chunks
+    shuffle        python -m pipeline.shuffle --follow --events ...        windows/<gen>/
+    trainer        python -m model.train --follow --stage-dir ... --events ... models/<gen>/ + LATEST
+
+Terms
+-----
+*role*: one supervised child process with a fixed name (``worker0``,
+``shuffle``, ``trainer``) and *kind* (``worker``, ``shuffle``, ``train``).
+A role that exits, for whatever reason, is started again after a short
+backoff (doubling while it keeps dying young), with the same arguments, so
+it resumes from its spool, its checkpoint or the lake.
+
+*state dir* (``--state-dir``, default ``./cluster-state/<hash of root>``):
+what a machine would keep on its local disk.  Per role: ``spool/`` (worker),
+``stage/`` (trainer), ``models/`` (worker's model cache); and
+``events/<role>.jsonl`` (the role's ``--events`` file) and
+``logs/<role>.log`` (its human output, never parsed).  The same command with
+the same root reuses it, so a stopped cluster resumes where it was.
+
+Data flow of what the launcher itself knows: it reads ONLY the roles'
+structured events (:class:`format.events.EventTail`) and the lake (paths from
+:mod:`format.layout`, through :mod:`cloud.storage`).  Every few seconds it
+prints one status line (generation = LATEST, games, positions, chunks, each
+role's state and restarts, the last loss) and emits a ``status`` event.
+
+Chaos
+-----
+With ``--chaos-kill-every S`` a seeded random role gets SIGKILL every ~S
+seconds (uniform in [S/2, 3S/2]); the kind (worker, shuffle, train) is drawn
+among the kinds killed least so far, so a short run still kills each kind.
+At the end the launcher stops killing, restarts whatever is down, lets the
+workers come up (a restarted worker uploads its spool first), stops every
+role cleanly, and :func:`check_run` verifies the lake against the events:
+every chunk decodes, every game a worker reported finished is in exactly
+one chunk, generations were published in order and once each, LATEST never
+moved backwards, live workers play the newest model, no two games are
+identical move for move, no temporary pieces are left.  It prints one JSON
+line (and writes it to ``--report``).
+
+Stopping: Ctrl-C or SIGTERM sends SIGTERM to every child, waits
+``--stop-grace`` seconds, SIGKILLs stragglers, and exits 130.
+
+Example (a local lake, 3 workers, tiny 9x9 settings)::
+
+    python -m pipeline.cluster --root ./lake --workers 3 --visits 8 --train-steps 50
+    python -m pipeline.cluster --root gs://bucket/run --workers 3 --chaos-kill-every 20 --minutes 8
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from format import layout
+from format.events import EventError, EventLog, EventTail
+from format.registry import latest_generation
+
+KINDS = ("worker", "shuffle", "train")
+MODULES = {"worker": "selfplay.worker", "shuffle": "pipeline.shuffle", "train": "model.train"}
+ROLE_ARG_ALIASES = {"worker": "worker", "workers": "worker", "shuffle": "shuffle", "train": "train",
+                    "trainer": "train"}
+# A worker must play the newest model within this long of its publication.
+FRESH_MODEL_SECONDS = 60.0
+# A role that dies younger than this counts as failing; its backoff doubles.
+YOUNG_DEATH_SECONDS = 15.0
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Settings of the launcher (each is a flag; see HELP)."""
+
+    root: str = "./lake"
+    workers: int = 2
+    state_dir: str = ""
+    events: str = ""
+    board_size: int = 9
+    komi: float = 7.5
+    games_at_once: int = 32
+    visits: int = 32
+    fast_visits: int = 8
+    chunk_games: int = 16
+    chunk_seconds: float = 30.0
+    blocks: int = 2
+    filters: int = 16
+    batch_size: int = 128
+    train_steps: int = 200
+    checkpoint_every: int = 50
+    follow_new_positions: int = 5000
+    claim_seconds: float = 0.0
+    poll_seconds: float = 5.0
+    status_seconds: float = 5.0
+    child_threads: int = 0
+    worker_nice: int = 0
+    minutes: float = 0.0
+    until_generations: int = 0
+    chaos_kill_every: float = 0.0
+    chaos_seed: int = 1
+    chaos_min_kills_per_kind: int = 0
+    chaos_max_kills: int = 0
+    chaos_min_uptime: float = 0.0
+    restart_backoff: float = 1.0
+    stop_grace: float = 30.0
+    drain_seconds: float = 60.0
+    check: bool = False
+    report: str = ""
+    role_args: tuple = ()
+
+    def __post_init__(self):
+        if self.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {self.workers}")
+        for name in ("games_at_once", "visits", "fast_visits", "chunk_games", "blocks", "filters", "batch_size",
+                     "train_steps", "checkpoint_every", "follow_new_positions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{_flag(name)} must be >= 1, got {getattr(self, name)}")
+        for name in ("chunk_seconds", "poll_seconds", "status_seconds", "restart_backoff", "stop_grace"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{_flag(name)} must be > 0, got {getattr(self, name)}")
+        for name in ("minutes", "until_generations", "claim_seconds", "chaos_kill_every", "child_threads", "drain_seconds",
+                     "chaos_min_kills_per_kind", "worker_nice", "chaos_max_kills", "chaos_min_uptime"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{_flag(name)} must be >= 0, got {getattr(self, name)}")
+        for kind, _ in self.role_args:
+            if kind not in KINDS:
+                raise ValueError(f"--role-args: unknown role {kind!r}; use worker, shuffle or train")
+
+    @property
+    def chaos(self) -> bool:
+        return self.chaos_kill_every > 0
+
+    def extra_args(self, kind: str) -> list[str]:
+        return [arg for k, args in self.role_args if k == kind for arg in args]
+
+
+HELP = {
+    "root": "lake root: a local folder or gs://bucket/prefix",
+    "workers": "self-play worker processes",
+    "state_dir": "local state (spools, stage dir, events, logs); default ./cluster-state/<hash of root>",
+    "events": "the launcher's own JSON-lines events; default STATE_DIR/events/cluster.jsonl",
+    "board_size": "board size (written to run.json on an empty root)",
+    "komi": "komi",
+    "games_at_once": "games each worker plays at once (worker --games)",
+    "visits": "simulations of a full search (worker --visits)",
+    "fast_visits": "simulations of a fast search (worker --fast-visits)",
+    "chunk_games": "games per chunk file (worker --chunk-games)",
+    "chunk_seconds": "a chunk is written once its oldest game waited this long (worker --chunk-seconds)",
+    "blocks": "residual blocks of the network (trainer --blocks)",
+    "filters": "channels of the network (trainer --filters)",
+    "batch_size": "training batch size (trainer --batch-size)",
+    "train_steps": "training steps per window (trainer --steps-per-window)",
+    "checkpoint_every": "steps between the trainer's checkpoints (trainer --checkpoint-every)",
+    "follow_new_positions": "new positions the shuffle follower waits for before the next window",
+    "claim_seconds": "lifetime of the shuffle follower's window claim (0 = its default); a SIGKILLed "
+                     "follower's claim blocks that window this long",
+    "poll_seconds": "how often followers and workers look at the lake (their --poll-seconds)",
+    "status_seconds": "seconds between status lines",
+    "child_threads": "TensorFlow/OpenMP threads per child (0 = their own choice); 1 suits a small machine",
+    "worker_nice": "niceness added to worker processes (e.g. 10 on a small machine, so that self-play, "
+                   "which takes all the CPU it gets, yields to the shuffle follower and the trainer)",
+    "minutes": "stop after this long (0 = no limit)",
+    "until_generations": "stop once this many model generations are published (seen in the trainer's events "
+                         "in the state dir, or as moves of LATEST; 0 = no limit)",
+    "chaos_kill_every": "chaos mode: SIGKILL a random role about every this many seconds (0 = off)",
+    "chaos_seed": "seed of the chaos mode's choices",
+    "chaos_min_kills_per_kind": "with --until-generations: also wait until each kind was killed this often",
+    "chaos_max_kills": "stop killing after this many kills (0 = no limit); the run then shows it recovers",
+    "chaos_min_uptime": "spare a role until it has run this long since its (re)start, so that a role that "
+                        "needs a while to get anything done (the trainer) still does",
+    "restart_backoff": "seconds before restarting a role that exited (doubles while it keeps dying young)",
+    "stop_grace": "seconds a child has to exit after SIGTERM before SIGKILL",
+    "drain_seconds": "at a planned end: at most this long to let every role come back up before stopping",
+    "check": "at the end, verify the lake against the events and print one JSON line (implied by chaos)",
+    "report": "also write the final check's JSON to this file",
+    "role_args": "ROLE=ARGS: extra arguments for every process of ROLE (worker, shuffle, train); repeatable",
+}
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def default_state_dir(root: str) -> str:
+    """``./cluster-state/<12 hex of sha256(root)>``: one state folder per root."""
+    return os.path.join("cluster-state", hashlib.sha256(root.encode()).hexdigest()[:12])
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+# --------------------------------------------------------------------------
+# Roles: which flags each has, and the command of each
+# --------------------------------------------------------------------------
+
+
+def probe_flags(module: str) -> set[str]:
+    """The ``--flags`` a role's ``--help`` lists (its command-line contract).
+
+    The launcher passes a role only the optional flags it has, so that it runs
+    against roles that have not grown them yet; what is missing is reported.
+    """
+    result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "COLUMNS": "200"})
+    flags = set()
+    for token in result.stdout.replace("[", " ").replace("]", " ").replace(",", " ").split():
+        if token.startswith("--") and len(token) > 2:
+            flags.add(token.split("=")[0])
+    return flags
+
+
+def probe_all() -> dict[str, set[str]]:
+    """Flags of every kind, probed in parallel (the trainer's --help imports little, the shuffle's Beam)."""
+    found: dict[str, set[str]] = {}
+    threads = [threading.Thread(target=lambda k=k: found.__setitem__(k, probe_flags(MODULES[k])))
+               for k in KINDS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return found
+
+
+@dataclass
+class RoleSpec:
+    """What it takes to (re)start one role: the same command every time."""
+
+    name: str
+    kind: str
+    argv: list[str]
+    events_path: str
+    log_path: str
+    spool_dir: str = ""
+
+
+class Commands:
+    """Builds each role's command from the config and the flags the role has.
+
+    ``missing`` collects (kind, flag) pairs the launcher wanted but the role
+    lacks; they are printed once and go into the final report.
+    """
+
+    def __init__(self, config: ClusterConfig, state_dir: str, flags: dict[str, set[str]]):
+        self.config = config
+        self.state_dir = state_dir
+        self.flags = flags
+        self.missing: list[str] = []
+
+    def _optional(self, kind: str, argv: list[str], flag: str, *values: str) -> None:
+        if flag in self.flags.get(kind, set()):
+            argv += [flag, *values]
+        elif f"{kind} {flag}" not in self.missing:
+            self.missing.append(f"{kind} {flag}")
+
+    def path(self, *parts: str) -> str:
+        return os.path.abspath(os.path.join(self.state_dir, *parts))
+
+    def worker(self, index: int) -> RoleSpec:
+        cfg = self.config
+        name = f"worker{index}"
+        events = self.path("events", f"{name}.jsonl")
+        spool = self.path(name, "spool")
+        argv = [MODULES["worker"], "--root", cfg.root, "--board-size", str(cfg.board_size), "--komi", str(cfg.komi),
+                "--games", str(cfg.games_at_once), "--visits", str(cfg.visits), "--fast-visits", str(cfg.fast_visits),
+                "--chunk-games", str(cfg.chunk_games), "--chunk-seconds", str(cfg.chunk_seconds),
+                "--poll-seconds", str(cfg.poll_seconds), "--progress-seconds", str(cfg.status_seconds),
+                # No '-' in a worker id (chunk names use it as the separator); the
+                # worker adds its own suffix to the prefix where it supports one.
+                "--worker-id", f"w{index}", "--model-cache", self.path(name, "models")]
+        self._optional("worker", argv, "--spool-dir", spool)
+        self._optional("worker", argv, "--events", events)
+        return RoleSpec(name, "worker", argv + cfg.extra_args("worker"), events, self.path("logs", f"{name}.log"),
+                        spool_dir=spool)
+
+    def shuffle(self) -> RoleSpec:
+        cfg = self.config
+        events = self.path("events", "shuffle.jsonl")
+        argv = [MODULES["shuffle"], "--root", cfg.root, "--board-size", str(cfg.board_size), "--workers", "1"]
+        self._optional("shuffle", argv, "--follow")
+        self._optional("shuffle", argv, "--follow-new-positions", str(cfg.follow_new_positions))
+        self._optional("shuffle", argv, "--poll-seconds", str(cfg.poll_seconds))
+        if cfg.claim_seconds:
+            self._optional("shuffle", argv, "--claim-seconds", str(cfg.claim_seconds))
+        self._optional("shuffle", argv, "--events", events)
+        return RoleSpec("shuffle", "shuffle", argv + cfg.extra_args("shuffle"), events,
+                        self.path("logs", "shuffle.log"))
+
+    def trainer(self) -> RoleSpec:
+        cfg = self.config
+        events = self.path("events", "trainer.jsonl")
+        argv = [MODULES["train"], "--root", cfg.root, "--board-size", str(cfg.board_size),
+                "--blocks", str(cfg.blocks), "--filters", str(cfg.filters), "--batch-size", str(cfg.batch_size),
+                "--steps-per-window", str(cfg.train_steps), "--warmup-steps", str(min(50, cfg.train_steps)),
+                "--log-every", str(max(1, min(50, cfg.train_steps // 4))),
+                "--checkpoint-every", str(cfg.checkpoint_every),
+                "--stage-dir", self.path("trainer", "stage")]
+        self._optional("train", argv, "--follow")
+        self._optional("train", argv, "--poll-seconds", str(cfg.poll_seconds))
+        self._optional("train", argv, "--events", events)
+        return RoleSpec("trainer", "train", argv + cfg.extra_args("train"), events, self.path("logs", "trainer.log"))
+
+    def all(self) -> list[RoleSpec]:
+        return [self.worker(i) for i in range(self.config.workers)] + [self.shuffle(), self.trainer()]
+
+
+# --------------------------------------------------------------------------
+# Supervision
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Role:
+    """One supervised role and its process history."""
+
+    spec: RoleSpec
+    process: subprocess.Popen | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    kills: int = 0
+    young_deaths: int = 0
+    next_start: float = 0.0
+    pids: list = field(default_factory=list)
+    last_returncode: int | None = None
+    stopped: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def state(self) -> str:
+        if self.running:
+            return "up"
+        if self.stopped:
+            return "stopped"
+        return "down" if self.process is None and not self.pids else "restarting"
+
+
+def child_env(threads: int) -> dict[str, str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    if threads:
+        for name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
+            env[name] = str(threads)
+    return env
+
+
+@dataclass
+class ChaosMonkey:
+    """Chooses whom to SIGKILL, and when (seeded)."""
+
+    every: float
+    rng: random.Random
+    min_uptime: float = 0.0
+    next_kill: float = 0.0
+    kills_by_kind: dict = field(default_factory=lambda: {k: 0 for k in KINDS})
+
+    def schedule(self, now: float) -> None:
+        self.next_kill = now + self.every * self.rng.uniform(0.5, 1.5)
+
+    def choose(self, roles: list[Role]) -> Role | None:
+        """A running role (up at least min_uptime) of a least-killed kind; None when there is none."""
+        now = time.monotonic()
+        running = [r for r in roles if r.running and now - r.started_at >= self.min_uptime]
+        if not running:
+            return None
+        fewest = min(self.kills_by_kind[r.kind] for r in running)
+        kinds = sorted({r.kind for r in running if self.kills_by_kind[r.kind] == fewest})
+        kind = self.rng.choice(kinds)
+        return self.rng.choice([r for r in running if r.kind == kind])
+
+
+class Observer:
+    """What the roles' events and the lake say, accumulated over the run.
+
+    Reads each role's events file with an EventTail, and LATEST from the
+    lake.  Everything the status line and the checker need is kept here.
+    """
+
+    def __init__(self, storage, roles: list[Role]):
+        self.storage = storage
+        self.tails = {r.name: EventTail(r.spec.events_path) for r in roles}
+        self.events: dict[str, list[dict]] = {r.name: [] for r in roles}
+        self.bad_events = 0
+        self.latest: int | None = None
+        self.latest_samples = 0
+        self.latest_regressions = 0
+        self.latest_changes: list[tuple[float, int]] = []  # (time seen, generation)
+        self.chunks = 0
+
+    def poll_events(self) -> None:
+        for name, tail in self.tails.items():
+            try:
+                self.events[name].extend(tail.poll())
+            except EventError:
+                self.bad_events += 1
+
+    def sample_latest(self) -> None:
+        try:
+            latest = latest_generation(self.storage)
+        except Exception:  # noqa: BLE001 - a storage hiccup costs one sample
+            return
+        self.latest_samples += 1
+        if self.latest is not None and (latest is None or latest < self.latest):  # gone, or moved back
+            self.latest_regressions += 1
+        if latest is not None and latest != self.latest:
+            self.latest_changes.append((time.time(), latest))
+        self.latest = latest
+
+    def count_chunks(self) -> None:
+        try:
+            self.chunks = sum(1 for i in self.storage.list(layout.games_prefix())
+                              if layout.parse_chunk_path(i.path) is not None)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def published(self) -> set[int]:
+        """Generations seen published in this run: the trainer's events and LATEST's moves."""
+        seen = {g for _, g in self.latest_changes if g > 0}
+        seen.update(int(e["generation"]) for e in self.events.get("trainer", []) if e["event"] == "published")
+        return seen
+
+    def of(self, name: str, event: str) -> list[dict]:
+        return [e for e in self.events.get(name, []) if e["event"] == event]
+
+    def totals(self) -> dict:
+        """games, positions (reported finished by workers), last loss, per worker generation."""
+        games = positions = 0
+        progress_games = 0
+        for name, events in self.events.items():
+            finished = [e for e in events if e["role"] == "worker" and e["event"] == "game_finished"]
+            games += len(finished)
+            positions += sum(int(e["moves"]) for e in finished)
+            # Without game_finished events, fall back to the newest progress of each process.
+            last_by_pid: dict[int, dict] = {}
+            for e in events:
+                if e["role"] == "worker" and e["event"] == "progress":
+                    last_by_pid[e["pid"]] = e
+            progress_games += sum(int(e["games"]) for e in last_by_pid.values())
+        loss = None
+        for e in self.events.get("trainer", []):
+            if e["event"] == "progress":
+                loss = e["loss"]
+        return {"games": games or progress_games, "positions": positions, "loss": loss}
+
+
+class Cluster:
+    def __init__(self, config: ClusterConfig, storage, state_dir: str, specs: list[RoleSpec],
+                 missing: list[str]):
+        self.config = config
+        self.storage = storage
+        self.state_dir = state_dir
+        self.roles = [Role(spec) for spec in specs]
+        self.missing = missing
+        self.observer = Observer(storage, self.roles)
+        self.events = EventLog(config.events or os.path.join(state_dir, "events", "cluster.jsonl"), "cluster")
+        self.chaos = (ChaosMonkey(config.chaos_kill_every, random.Random(config.chaos_seed), config.chaos_min_uptime)
+                      if config.chaos else None)
+        self.started = time.monotonic()
+        self.started_wall = time.time()
+        self.stopped_wall = 0.0
+        self.env = child_env(config.child_threads)
+
+    # --- processes ------------------------------------------------------------
+    def start(self, role: Role) -> None:
+        os.makedirs(os.path.dirname(role.spec.log_path), exist_ok=True)
+        if role.spec.spool_dir:
+            os.makedirs(role.spec.spool_dir, exist_ok=True)
+        with open(role.spec.log_path, "ab") as log:
+            log.write(f"\n==== {time.strftime('%H:%M:%S')} start: {shlex.join(role.spec.argv)}\n".encode())
+            log.flush()
+            # A session of its own: a Ctrl-C at the terminal reaches only the
+            # launcher, which then stops each child with SIGTERM.
+            nice = self.config.worker_nice if role.kind == "worker" else 0
+            role.process = subprocess.Popen([sys.executable, "-m", *role.spec.argv], stdin=subprocess.DEVNULL,
+                                            stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                            start_new_session=True,
+                                            preexec_fn=(lambda: os.nice(nice)) if nice else None)
+        if role.pids:
+            role.restarts += 1
+        role.pids.append(role.process.pid)
+        role.started_at = time.monotonic()
+        self.events.emit("role_started", name=role.name, pid=role.process.pid, kind=role.kind,
+                         restarts=role.restarts)
+
+    def reap(self, role: Role, now: float) -> None:
+        """Notice an exit and plan the restart."""
+        code = role.process.poll()
+        if code is None:
+            return
+        uptime = now - role.started_at
+        role.last_returncode = code
+        self.events.emit("role_exited", name=role.name, returncode=code, pid=role.process.pid,
+                         uptime_s=round(uptime, 1))
+        role.process = None
+        role.young_deaths = role.young_deaths + 1 if uptime < YOUNG_DEATH_SECONDS and code != -signal.SIGKILL else 0
+        role.next_start = now + min(30.0, self.config.restart_backoff * 2 ** min(role.young_deaths, 5))
+        if code not in (0, -signal.SIGKILL):
+            say(f"    {role.name} exited with status {code} after {uptime:.0f}s; see {role.spec.log_path}")
+
+    def supervise(self, now: float) -> None:
+        for role in self.roles:
+            if role.process is not None:
+                self.reap(role, now)
+            if role.process is None and now >= role.next_start:
+                self.start(role)
+
+    def kill(self, role: Role) -> None:
+        pid = role.process.pid
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the role and anything it started (Beam's workers)
+        except ProcessLookupError:
+            return
+        role.kills += 1
+        self.chaos.kills_by_kind[role.kind] += 1
+        self.events.emit("role_killed", name=role.name, pid=pid, kind=role.kind, by="chaos")
+        say(f"    chaos: SIGKILL {role.name} (pid {pid})")
+
+    def stop_all(self) -> None:
+        """SIGTERM every child, wait up to --stop-grace, then SIGKILL stragglers."""
+        live = [r for r in self.roles if r.running]
+        for role in live:
+            try:
+                os.killpg(role.process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + self.config.stop_grace
+        for role in live:
+            try:
+                role.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                say(f"    {role.name} did not stop within {self.config.stop_grace:g}s: SIGKILL")
+                try:
+                    os.killpg(role.process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                role.process.wait()
+                self.events.emit("role_killed", name=role.name, pid=role.process.pid, kind=role.kind, by="stop")
+            self.events.emit("role_exited", name=role.name, returncode=role.process.returncode,
+                             pid=role.process.pid, uptime_s=round(time.monotonic() - role.started_at, 1))
+        for role in self.roles:
+            role.process = None
+            role.stopped = True
+
+    # --- status -----------------------------------------------------------------
+    def status(self) -> dict:
+        totals = self.observer.totals()
+        roles = {r.name: {"state": r.state, "restarts": r.restarts, "kills": r.kills} for r in self.roles}
+        return {"generation": self.observer.latest or 0, "games": totals["games"],
+                "positions": totals["positions"], "chunks": self.observer.chunks, "loss": totals["loss"],
+                "roles": roles, "kills": sum(r.kills for r in self.roles)}
+
+    def status_line(self, status: dict) -> str:
+        elapsed = int(time.monotonic() - self.started)
+        roles = " ".join(f"{name} {r['state']}/{r['restarts']}" for name, r in status["roles"].items())
+        loss = f"{status['loss']:.3f}" if status["loss"] is not None else "-"
+        chaos = f" | kills {status['kills']}" if self.chaos else ""
+        return (f"[cluster {elapsed // 60:02d}:{elapsed % 60:02d}] generation {status['generation']} | "
+                f"games {status['games']} positions {status['positions']} chunks {status['chunks']} | "
+                f"{roles} | loss {loss}{chaos}")
+
+    # --- the run ------------------------------------------------------------------
+    def goal_reached(self) -> bool:
+        cfg = self.config
+        if cfg.minutes and time.monotonic() - self.started >= cfg.minutes * 60:
+            return True
+        if cfg.until_generations and len(self.observer.published()) >= cfg.until_generations:
+            if not self.chaos or min(self.chaos.kills_by_kind.values()) >= cfg.chaos_min_kills_per_kind:
+                return True
+        return False
+
+    def tick(self, now: float, next_status: float) -> float:
+        self.supervise(now)
+        self.observer.poll_events()
+        self.observer.sample_latest()
+        if now >= next_status:
+            self.observer.count_chunks()
+            status = self.status()
+            self.events.emit("status", **status)
+            say(self.status_line(status))
+            next_status = now + self.config.status_seconds
+        return next_status
+
+    def run(self) -> str:
+        """Supervise until the goal or an interrupt; returns the stop reason."""
+        next_status = time.monotonic()
+        if self.chaos:
+            self.chaos.schedule(time.monotonic())
+        while not self.goal_reached():
+            now = time.monotonic()
+            next_status = self.tick(now, next_status)
+            if self.chaos and now >= self.chaos.next_kill and not self.chaos_done():
+                victim = self.chaos.choose(self.roles)
+                if victim is not None:
+                    self.kill(victim)
+                self.chaos.schedule(now)
+            time.sleep(0.5)
+        self.drain()
+        return "goal"
+
+    def chaos_done(self) -> bool:
+        limit = self.config.chaos_max_kills
+        return bool(limit) and sum(self.chaos.kills_by_kind.values()) >= limit
+
+    def drain(self) -> None:
+        """Before a planned stop: no more kills; let every role come back up.
+
+        A restarted worker uploads its spool when it starts, so the check at
+        the end sees every finished game in the lake.  Bounded by --drain-seconds.
+        """
+        deadline = time.monotonic() + self.config.drain_seconds
+        for role in self.roles:
+            if role.process is None:
+                role.next_start = 0.0
+        next_status = time.monotonic()
+        while time.monotonic() < deadline:
+            next_status = self.tick(time.monotonic(), next_status)
+            if all(self.settled(r) for r in self.roles):
+                break
+            time.sleep(0.5)
+
+    def settled(self, role: Role) -> bool:
+        """Up, and (for a worker) past its start: it has reported progress since it started."""
+        if not role.running:
+            return False
+        if role.kind != "worker":
+            return True
+        pid = role.process.pid
+        if role.spec.events_path and os.path.exists(role.spec.events_path):
+            return any(e["pid"] == pid and e["event"] in ("progress", "chunk_uploaded", "game_finished")
+                       for e in self.observer.events[role.name])
+        return time.monotonic() - role.started_at > 20
+
+    def stop(self, reason: str) -> None:
+        self.stop_all()
+        self.stopped_wall = time.time()
+        self.observer.poll_events()
+        self.observer.sample_latest()
+        self.observer.count_chunks()
+        status = self.status()
+        say(self.status_line(status))
+        self.events.emit("stopped", reason=reason, generation=status["generation"], kills=status["kills"])
+
+
+# --------------------------------------------------------------------------
+# The checker
+# --------------------------------------------------------------------------
+
+
+def scan_chunks(storage) -> dict:
+    """Decode every chunk (format.codec.iter_chunk, as ``format.inspect verify`` does).
+
+    Returns the bad chunks, where each game id lives, each game's move
+    sequence digest, and the totals.
+    """
+    from format.codec import FormatError, iter_chunk
+
+    bad: dict[str, str] = {}
+    where: dict[str, list[str]] = {}
+    by_moves: dict[bytes, list[str]] = {}
+    games = positions = 0
+    paths = [i.path for i in storage.list(layout.games_prefix()) if layout.parse_chunk_path(i.path) is not None]
+    for path in sorted(paths):
+        url = storage.url(path)
+        try:
+            data = storage.read(path)
+        except Exception as exc:  # noqa: BLE001 - an unreadable chunk is a verify failure
+            bad[url] = f"unreadable: {exc}"
+            continue
+        for item in iter_chunk(data, url):
+            if isinstance(item, FormatError):
+                bad[url] = str(item)
+                continue
+            games += 1
+            positions += item.num_positions
+            where.setdefault(item.game_id, []).append(path)
+            digest = hashlib.sha256(item.moves.astype("<i2").tobytes()).digest()
+            by_moves.setdefault(digest, []).append(item.game_id)
+    return {"chunks": len(paths), "bad": bad, "where": where, "by_moves": by_moves, "games": games,
+            "positions": positions}
+
+
+def _in_spool(event: dict, spool_dir: str) -> bool:
+    entry = str(event.get("spool_entry") or "")
+    if not entry:
+        return False
+    return os.path.exists(entry if os.path.isabs(entry) else os.path.join(spool_dir, entry))
+
+
+def check_run(storage, observer: Observer, roles: list[Role], *, wall_seconds: float, stopped_wall: float,
+              kills_by_kind: dict, missing: list[str]) -> dict:
+    """Verify the lake against what the roles reported; the final JSON report.
+
+    Zero-loss keys (all must be 0): games_lost (finished games in no chunk and
+    in no spool), games_duplicated (extra copies of a game id across chunks),
+    chunk_verify_failures, latest_regressions.
+    """
+    scan = scan_chunks(storage)
+    spool_of = {r.name: r.spec.spool_dir for r in roles}
+    finished: dict[str, dict] = {}
+    finished_by: dict[str, str] = {}
+    for name, events in observer.events.items():
+        for e in events:
+            if e["role"] == "worker" and e["event"] == "game_finished":
+                finished[e["game_id"]] = e
+                finished_by[e["game_id"]] = name
+    lost = [g for g in finished if g not in scan["where"] and not _in_spool(finished[g], spool_of[finished_by[g]])]
+    in_spool_only = [g for g in finished if g not in scan["where"] and g not in lost]
+    duplicated = sum(len(paths) - 1 for paths in scan["where"].values() if len(paths) > 1)
+    identical = sum(len(set(ids)) - 1 for ids in scan["by_moves"].values() if len(set(ids)) > 1)
+
+    # Generations: the trainer's published events (in order, once each) and the lake.
+    published = [int(e["generation"]) for e in observer.events.get("trainer", []) if e["event"] == "published"]
+    in_order = all(a < b for a, b in zip(published, published[1:]))
+    lake_generations = sorted({g for g in (layout.parse_generation(i.path.split("/")[1])
+                                           for i in storage.list(layout.models_prefix())
+                                           if i.path.endswith("/" + layout.MANIFEST)) if g is not None})
+    latest = latest_generation(storage) or 0
+
+    # Freshness: each worker alive at the end must have played the newest model
+    # within FRESH_MODEL_SECONDS of its publication.
+    published_at = [e["time"] for e in observer.events.get("trainer", [])
+                    if e["event"] == "published" and int(e["generation"]) == latest]
+    published_at += [t for t, g in observer.latest_changes if g == latest]
+    fresh = {}
+    if latest and published_at:
+        t0 = min(published_at)
+        for role in roles:
+            if role.kind != "worker":
+                continue
+            times = [e["time"] for e in observer.events[role.name]
+                     if e["event"] in ("model_loaded", "progress", "started") and int(e.get("generation", -1)) >= latest
+                     and e["time"] >= t0 - 1]
+            if times:
+                fresh[role.name] = round(max(0.0, min(times) - t0), 1)
+            elif stopped_wall - t0 >= FRESH_MODEL_SECONDS:
+                fresh[role.name] = None  # never picked it up in time
+            else:
+                fresh[role.name] = "pending"  # the run ended before the 60 s were up
+    stale = sum(1 for v in fresh.values() if v is None or (isinstance(v, float) and v > FRESH_MODEL_SECONDS))
+
+    tmp = sorted({"/".join(i.path.split("/")[:2]) for i in storage.list(layout.tmp_prefix())})
+    return {
+        "kills": sum(kills_by_kind.values()),
+        "kills_by_role": dict(kills_by_kind),
+        "restarts": {r.name: r.restarts for r in roles},
+        "games_finished": len(finished),
+        "games_lost": len(lost),
+        "games_lost_ids": lost[:10],
+        "games_in_spool_only": len(in_spool_only),
+        "games_duplicated": duplicated,
+        "games_identical_moves": identical,
+        "games_in_lake": scan["games"],
+        "positions_in_lake": scan["positions"],
+        "chunks": scan["chunks"],
+        "chunk_verify_failures": len(scan["bad"]),
+        "bad_chunks": dict(list(scan["bad"].items())[:5]),
+        # The trainer trains only the newest window, so generation numbers may
+        # skip (windows 1-3 superseded by 4): count what was published.
+        "generations": len(lake_generations),
+        "latest": latest,
+        "generations_in_lake": lake_generations,
+        "published_events": published,
+        "published_in_order_once": in_order and sorted(set(published)) == published
+                                   and set(published) <= set(lake_generations),
+        "latest_regressions": observer.latest_regressions,
+        "latest_samples": observer.latest_samples,
+        "worker_model_lag_s": fresh,
+        "stale_workers": stale,
+        "tmp_leftovers": tmp,
+        "bad_event_lines": observer.bad_events,
+        "positions_per_s": round(scan["positions"] / max(wall_seconds, 1e-9), 2),
+        "wall_s": round(wall_seconds, 1),
+        "missing_role_flags": missing,
+    }
+
+
+ZERO_LOSS_KEYS = ("games_lost", "games_duplicated", "chunk_verify_failures", "latest_regressions")
+
+
+# --------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------
+
+
+def parse_role_args(values: list[str]) -> tuple:
+    """``["worker=--leaves-per-game 4", ...]`` -> ``(("worker", ("--leaves-per-game", "4")), ...)``."""
+    parsed = []
+    for value in values:
+        kind, sep, args = value.partition("=")
+        if not sep or kind.strip() not in ROLE_ARG_ALIASES:
+            raise ValueError(f"--role-args expects ROLE=ARGS with ROLE worker, shuffle or train; got {value!r}")
+        parsed.append((ROLE_ARG_ALIASES[kind.strip()], tuple(shlex.split(args))))
+    return tuple(parsed)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.cluster",
+        description="Run every role at once as its own process against one lake root (K self-play workers, "
+                    "the shuffle follower, the trainer), restart any that dies, and print one status line for "
+                    "the whole cluster. Ctrl-C stops every role cleanly; the same command resumes.")
+    for f in dataclasses.fields(ClusterConfig):
+        flag = "--" + _flag(f.name)
+        if f.name == "role_args":
+            parser.add_argument(flag, action="append", default=[], metavar="ROLE=ARGS", help=HELP[f.name])
+        elif isinstance(f.default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=HELP[f.name])
+        else:
+            parser.add_argument(flag, type=type(f.default), default=f.default,
+                                help=f"{HELP[f.name]} (default: %(default)s)")
+    return parser
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        values = vars(args)
+        values["role_args"] = parse_role_args(values["role_args"])
+        config = ClusterConfig(**values)
+    except ValueError as exc:
+        print(f"pipeline.cluster: error: {exc}", file=sys.stderr)
+        return 2
+    from cloud.storage import StorageError, open_storage
+    from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
+
+    try:
+        storage = open_storage(config.root)
+        ensure_run_config(storage, RunConfig(board_size=config.board_size, komi=config.komi))
+    except (RunConfigMismatch, StorageError, ValueError) as exc:
+        print(f"pipeline.cluster: error: {exc}", file=sys.stderr)
+        return 2
+    state_dir = os.path.abspath(config.state_dir or default_state_dir(config.root))
+    commands = Commands(config, state_dir, probe_all())
+    specs = commands.all()
+    say(f"zerolake cluster on {storage.url()}: {config.workers} workers, shuffle follower, trainer; "
+        f"state in {state_dir}")
+    if commands.missing:
+        say(f"    roles lack these flags (run without them): {', '.join(commands.missing)}")
+    cluster = Cluster(config, storage, state_dir, specs, commands.missing)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    code = 0
+    try:
+        reason = cluster.run()
+    except KeyboardInterrupt:
+        reason, code = "interrupted", 130
+        say("interrupt: stopping every role (SIGTERM); rerun the same command to resume")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the stop itself is not interrupted
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    cluster.stop(reason)
+    if (config.check or config.chaos) and code == 0:
+        report = check_run(storage, cluster.observer, cluster.roles,
+                           wall_seconds=cluster.stopped_wall - cluster.started_wall,
+                           stopped_wall=cluster.stopped_wall,
+                           kills_by_kind=cluster.chaos.kills_by_kind if cluster.chaos else {},
+                           missing=commands.missing)
+        cluster.events.emit("checked", **report)
+        line = json.dumps(report, sort_keys=False)
+        if config.report:
+            with open(config.report, "w") as out:
+                out.write(line + "\n")
+        say(line)
+        if any(report[k] for k in ZERO_LOSS_KEYS):
+            code = 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
