@@ -56,7 +56,6 @@ Example (a local lake, 3 workers, tiny 9x9 settings)::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import json
 import os
@@ -70,6 +69,7 @@ import time
 from dataclasses import dataclass, field
 
 from format import layout
+from format.cli import config_from_namespace, role_parser, setting, storage_retry
 from format.events import EventError, EventLog, EventTail
 from format.registry import latest_generation
 
@@ -85,43 +85,58 @@ YOUNG_DEATH_SECONDS = 15.0
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """Settings of the launcher (each is a flag; see HELP)."""
+    """Settings of the launcher (each is a flag, see --help; role_args comes from --role-args)."""
 
-    root: str = "./lake"
-    workers: int = 2
-    state_dir: str = ""
-    events: str = ""
-    board_size: int = 9
-    komi: float = 7.5
-    games_at_once: int = 32
-    visits: int = 32
-    fast_visits: int = 8
-    chunk_games: int = 16
-    chunk_seconds: float = 30.0
-    blocks: int = 2
-    filters: int = 16
-    batch_size: int = 128
-    train_steps: int = 200
-    checkpoint_every: int = 50
-    follow_new_positions: int = 5000
-    claim_seconds: float = 0.0
-    poll_seconds: float = 5.0
-    status_seconds: float = 5.0
-    child_threads: int = 0
-    worker_nice: int = 0
-    minutes: float = 0.0
-    until_generations: int = 0
-    chaos_kill_every: float = 0.0
-    chaos_seed: int = 1
-    chaos_min_kills_per_kind: int = 0
-    chaos_max_kills: int = 0
-    chaos_min_uptime: float = 0.0
-    restart_backoff: float = 1.0
-    stop_grace: float = 30.0
-    drain_seconds: float = 60.0
-    check: bool = False
-    report: str = ""
-    role_args: tuple = ()
+    root: str = setting("./lake", "lake root: a local folder or gs://bucket/prefix")
+    workers: int = setting(2, "self-play worker processes")
+    state_dir: str = setting("", "local state (spools, stage dir, events, logs); default ./cluster-state/<hash of "
+                                 "root>")
+    events: str = setting("", "the launcher's own JSON-lines events; default STATE_DIR/events/cluster.jsonl")
+    board_size: int = setting(9, "board size (written to run.json on an empty root)")
+    komi: float = setting(7.5, "komi")
+    games_at_once: int = setting(32, "games each worker plays at once (worker --games)")
+    visits: int = setting(32, "simulations of a full search (worker --visits)")
+    fast_visits: int = setting(8, "simulations of a fast search (worker --fast-visits)")
+    chunk_games: int = setting(16, "games per chunk file (worker --chunk-games)")
+    chunk_seconds: float = setting(30.0, "a chunk is written once its oldest game waited this long (worker "
+                                         "--chunk-seconds)")
+    blocks: int = setting(2, "residual blocks of the network (trainer --blocks)")
+    filters: int = setting(16, "channels of the network (trainer --filters)")
+    batch_size: int = setting(128, "training batch size (trainer --batch-size)")
+    train_steps: int = setting(200, "training steps per window (trainer --steps-per-window)")
+    checkpoint_every: int = setting(50, "steps between the trainer's checkpoints (trainer --checkpoint-every)")
+    follow_new_positions: int = setting(5000, "new positions the shuffle follower waits for before the next window")
+    claim_seconds: float = setting(0.0, "lifetime of the shuffle follower's window claim (0 = its default); a "
+                                        "SIGKILLed follower's claim blocks that window this long")
+    poll_seconds: float = setting(5.0, "how often followers and workers look at the lake (their --poll-seconds)")
+    status_seconds: float = setting(5.0, "seconds between status lines")
+    child_threads: int = setting(0, "TensorFlow/OpenMP threads per child (0 = their own choice); 1 suits a small "
+                                    "machine")
+    worker_nice: int = setting(0, "niceness added to worker processes (e.g. 10 on a small machine, so that "
+                                  "self-play, which takes all the CPU it gets, yields to the shuffle follower and "
+                                  "the trainer)")
+    minutes: float = setting(0.0, "stop after this long (0 = no limit)")
+    until_generations: int = setting(0, "stop once this many model generations are published (seen in the "
+                                        "trainer's events in the state dir, or as moves of LATEST; 0 = no limit)")
+    chaos_kill_every: float = setting(0.0, "chaos mode: SIGKILL a random role about every this many seconds (0 = "
+                                           "off)")
+    chaos_seed: int = setting(1, "seed of the chaos mode's choices")
+    chaos_min_kills_per_kind: int = setting(0, "with --until-generations: also wait until each kind was killed "
+                                               "this often")
+    chaos_max_kills: int = setting(0, "stop killing after this many kills (0 = no limit); the run then shows it "
+                                      "recovers")
+    chaos_min_uptime: float = setting(0.0, "spare a role until it has run this long since its (re)start, so that a "
+                                           "role that needs a while to get anything done (the trainer) still does")
+    restart_backoff: float = setting(1.0, "seconds before restarting a role that exited (doubles while it keeps "
+                                          "dying young)")
+    stop_grace: float = setting(30.0, "seconds a child has to exit after SIGTERM before SIGKILL")
+    drain_seconds: float = setting(60.0, "at a planned end: at most this long to let every role come back up "
+                                         "before stopping")
+    check: bool = setting(False, "at the end, verify the lake against the events and print one JSON line (implied "
+                                 "by chaos)")
+    report: str = setting("", "also write the final check's JSON to this file")
+    role_args: tuple = setting((), hidden=True)
+    """ROLE=ARGS: extra arguments for every process of ROLE (worker, shuffle, train); repeatable (parsed from repeated --role-args ROLE=ARGS)"""
 
     def __post_init__(self):
         if self.workers < 1:
@@ -149,47 +164,6 @@ class ClusterConfig:
         return [arg for k, args in self.role_args if k == kind for arg in args]
 
 
-HELP = {
-    "root": "lake root: a local folder or gs://bucket/prefix",
-    "workers": "self-play worker processes",
-    "state_dir": "local state (spools, stage dir, events, logs); default ./cluster-state/<hash of root>",
-    "events": "the launcher's own JSON-lines events; default STATE_DIR/events/cluster.jsonl",
-    "board_size": "board size (written to run.json on an empty root)",
-    "komi": "komi",
-    "games_at_once": "games each worker plays at once (worker --games)",
-    "visits": "simulations of a full search (worker --visits)",
-    "fast_visits": "simulations of a fast search (worker --fast-visits)",
-    "chunk_games": "games per chunk file (worker --chunk-games)",
-    "chunk_seconds": "a chunk is written once its oldest game waited this long (worker --chunk-seconds)",
-    "blocks": "residual blocks of the network (trainer --blocks)",
-    "filters": "channels of the network (trainer --filters)",
-    "batch_size": "training batch size (trainer --batch-size)",
-    "train_steps": "training steps per window (trainer --steps-per-window)",
-    "checkpoint_every": "steps between the trainer's checkpoints (trainer --checkpoint-every)",
-    "follow_new_positions": "new positions the shuffle follower waits for before the next window",
-    "claim_seconds": "lifetime of the shuffle follower's window claim (0 = its default); a SIGKILLed "
-                     "follower's claim blocks that window this long",
-    "poll_seconds": "how often followers and workers look at the lake (their --poll-seconds)",
-    "status_seconds": "seconds between status lines",
-    "child_threads": "TensorFlow/OpenMP threads per child (0 = their own choice); 1 suits a small machine",
-    "worker_nice": "niceness added to worker processes (e.g. 10 on a small machine, so that self-play, "
-                   "which takes all the CPU it gets, yields to the shuffle follower and the trainer)",
-    "minutes": "stop after this long (0 = no limit)",
-    "until_generations": "stop once this many model generations are published (seen in the trainer's events "
-                         "in the state dir, or as moves of LATEST; 0 = no limit)",
-    "chaos_kill_every": "chaos mode: SIGKILL a random role about every this many seconds (0 = off)",
-    "chaos_seed": "seed of the chaos mode's choices",
-    "chaos_min_kills_per_kind": "with --until-generations: also wait until each kind was killed this often",
-    "chaos_max_kills": "stop killing after this many kills (0 = no limit); the run then shows it recovers",
-    "chaos_min_uptime": "spare a role until it has run this long since its (re)start, so that a role that "
-                        "needs a while to get anything done (the trainer) still does",
-    "restart_backoff": "seconds before restarting a role that exited (doubles while it keeps dying young)",
-    "stop_grace": "seconds a child has to exit after SIGTERM before SIGKILL",
-    "drain_seconds": "at a planned end: at most this long to let every role come back up before stopping",
-    "check": "at the end, verify the lake against the events and print one JSON line (implied by chaos)",
-    "report": "also write the final check's JSON to this file",
-    "role_args": "ROLE=ARGS: extra arguments for every process of ROLE (worker, shuffle, train); repeatable",
-}
 
 
 def _flag(name: str) -> str:
@@ -818,20 +792,13 @@ def parse_role_args(values: list[str]) -> tuple:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline.cluster",
+    parser = role_parser(
+        ClusterConfig, prog="python -m pipeline.cluster",
         description="Run every role at once as its own process against one lake root (K self-play workers, "
                     "the shuffle follower, the trainer), restart any that dies, and print one status line for "
                     "the whole cluster. Ctrl-C stops every role cleanly; the same command resumes.")
-    for f in dataclasses.fields(ClusterConfig):
-        flag = "--" + _flag(f.name)
-        if f.name == "role_args":
-            parser.add_argument(flag, action="append", default=[], metavar="ROLE=ARGS", help=HELP[f.name])
-        elif isinstance(f.default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=HELP[f.name])
-        else:
-            parser.add_argument(flag, type=type(f.default), default=f.default,
-                                help=f"{HELP[f.name]} (default: %(default)s)")
+    parser.add_argument("--role-args", action="append", default=[], metavar="ROLE=ARGS",
+                        help="extra arguments for every process of ROLE (worker, shuffle, train); repeatable")
     return parser
 
 
@@ -840,19 +807,19 @@ def _raise_keyboard_interrupt(signum, frame):
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
-        values = vars(args)
-        values["role_args"] = parse_role_args(values["role_args"])
-        config = ClusterConfig(**values)
+        role_args = parse_role_args(args.role_args)
     except ValueError as exc:
-        print(f"pipeline.cluster: error: {exc}", file=sys.stderr)
-        return 2
+        parser.error(str(exc))
+    config = config_from_namespace(ClusterConfig, args, parser, role_args=role_args)
+    retry = storage_retry(args, parser)
     from cloud.storage import StorageError, open_storage
     from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
 
     try:
-        storage = open_storage(config.root)
+        storage = open_storage(config.root, retry=retry)
         ensure_run_config(storage, RunConfig(board_size=config.board_size, komi=config.komi))
     except (RunConfigMismatch, StorageError, ValueError) as exc:
         print(f"pipeline.cluster: error: {exc}", file=sys.stderr)

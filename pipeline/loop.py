@@ -43,7 +43,6 @@ format.layout (markers: ``layout.loop_marker``).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shutil
@@ -55,7 +54,8 @@ import time
 from dataclasses import dataclass, field
 
 from format import layout
-from format.events import EventTail
+from format.cli import parse_config, role_parser, setting
+from format.events import EventLog, EventTail
 from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
 
 # The trainer's progress event fields shown as losses, and their short names.
@@ -67,23 +67,26 @@ LOSS_FIELDS = {"loss": "loss", "policy_loss": "policy", "value_loss": "value", "
 class LoopConfig:
     """Settings of the one-machine loop (each is a flag; see --help)."""
 
-    root: str = "./lake"
-    board_size: int = 9
-    komi: float = 7.5
-    minutes: float = 15.0
-    generations: int = 3
-    selfplay_seconds: float = 0.0
-    games_at_once: int = 64
-    visits: int = 64
-    fast_visits: int = 16
-    train_steps: int = 500
-    batch_size: int = 256
-    blocks: int = 4
-    filters: int = 32
-    eval_games: int = 20
-    final_eval_games: int = 100
-    eval_visits: int = 32
-    seed: int = 1
+    root: str = setting("./lake", "lake root: a local folder or gs://bucket/prefix")
+    board_size: int = setting(9, "board size")
+    komi: float = setting(7.5, "komi")
+    minutes: float = setting(15.0, "wall-clock budget of this invocation; phases are planned to fit it")
+    generations: int = setting(3, "stop once this many model generations are published")
+    selfplay_seconds: float = setting(0.0, "self-play time per generation; 0 = plan it from --minutes")
+    games_at_once: int = setting(64, "games each self-play wave plays at once (smaller waves finish sooner)")
+    visits: int = setting(64, "simulations of a full search in self-play")
+    fast_visits: int = setting(16, "simulations of a fast search in self-play (playout-cap randomization)")
+    train_steps: int = setting(500, "training steps per generation (each a batch of --batch-size positions)")
+    batch_size: int = setting(256, "training batch size")
+    blocks: int = setting(4, "residual blocks of the network")
+    filters: int = setting(32, "channels of the network")
+    eval_games: int = setting(20, "games against random moves after each generation")
+    final_eval_games: int = setting(100, "games of the last generation against random moves, and against "
+                                         "generation 0")
+    eval_visits: int = setting(32, "simulations per move in evaluation games")
+    seed: int = setting(1, "seed of self-play and evaluation")
+    events: str = setting("", "append the loop's JSON-lines events (format.events: each phase, the stop) "
+                              "to this file ('-' = stdout)")
 
     def __post_init__(self):
         if self.minutes <= 0:
@@ -99,25 +102,6 @@ class LoopConfig:
         RunConfig(board_size=self.board_size, komi=self.komi)  # validates size and komi
 
 
-HELP = {
-    "root": "lake root: a local folder or gs://bucket/prefix",
-    "board_size": "board size",
-    "komi": "komi",
-    "minutes": "wall-clock budget of this invocation; phases are planned to fit it",
-    "generations": "stop once this many model generations are published",
-    "selfplay_seconds": "self-play time per generation; 0 = plan it from --minutes",
-    "games_at_once": "games each self-play wave plays at once (smaller waves finish sooner)",
-    "visits": "simulations of a full search in self-play",
-    "fast_visits": "simulations of a fast search in self-play (playout-cap randomization)",
-    "train_steps": "training steps per generation (each a batch of --batch-size positions)",
-    "batch_size": "training batch size",
-    "blocks": "residual blocks of the network",
-    "filters": "channels of the network",
-    "eval_games": "games against random moves after each generation",
-    "final_eval_games": "games of the last generation against random moves, and against generation 0",
-    "eval_visits": "simulations per move in evaluation games",
-    "seed": "seed of self-play and evaluation",
-}
 
 
 # --------------------------------------------------------------------------
@@ -183,6 +167,7 @@ class Loop:
         # Local, per invocation: the children's --events files (one per phase run).
         self.events_dir = tempfile.mkdtemp(prefix="zerolake-loop-events-")
         self.phase_runs = 0
+        self.events = EventLog(config.events or None, "loop")
 
     # --- lake state -----------------------------------------------------------
     def current_generation(self) -> int:
@@ -221,6 +206,7 @@ class Loop:
         """
         self.status.phase = phase
         say(self.status.line())
+        self.events.emit("phase", generation=self.status.generation, phase=phase)
         started = time.monotonic()
         lines: list[str] = []
         tail = EventTail(events) if events else None
@@ -465,28 +451,18 @@ def _raise_keyboard_interrupt(signum, frame):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline.loop",
+    return role_parser(
+        LoopConfig, prog="python -m pipeline.loop",
         description="Run self-play, the shuffle job and the trainer in cycles on one machine against one lake "
                     "root, evaluate each new model, and print a summary. Rerun the same command to resume.")
-    for f in dataclasses.fields(LoopConfig):
-        flag = "--" + f.name.replace("_", "-")
-        kwargs = {"type": type(f.default), "default": f.default, "help": f"{HELP[f.name]} (default: %(default)s)"}
-        parser.add_argument(flag, **kwargs)
-    return parser
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        config = LoopConfig(**vars(args))
-    except ValueError as exc:
-        print(f"pipeline.loop: error: {exc}", file=sys.stderr)
-        return 2
+    config, retry = parse_config(LoopConfig, build_parser(), argv)
     from cloud.storage import StorageError, open_storage
 
     try:
-        storage = open_storage(config.root)
+        storage = open_storage(config.root, retry=retry)
         ensure_run_config(storage, RunConfig(board_size=config.board_size, komi=config.komi))
     except (RunConfigMismatch, StorageError, ValueError) as exc:
         print(f"pipeline.loop: error: {exc}", file=sys.stderr)
@@ -499,19 +475,26 @@ def main(argv=None) -> int:
     loop = Loop(config, storage)
     say(f"zerolake loop on {storage.url()}: {config.board_size}x{config.board_size}, "
         f"{config.generations} generations within {config.minutes:g} minutes")
+    reason = "error"
     try:
-        return loop.run()
+        code = loop.run()
+        reason = "done"
+        return code
     except Interrupted as exc:
         say(f"interrupted during {exc}; rerun the same command to resume")
+        reason = "interrupted"
         return 130
     except KeyboardInterrupt:
         loop.stop_child()
         say("interrupted; rerun the same command to resume")
+        reason = "interrupted"
         return 130
     except PhaseFailed as exc:
         print(f"pipeline.loop: error: {exc}", file=sys.stderr)
         return 1
     finally:
+        loop.events.emit("stopped", reason=reason, generation=loop.status.generation)
+        loop.events.close()
         shutil.rmtree(loop.events_dir, ignore_errors=True)
 
 
