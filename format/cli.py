@@ -121,6 +121,27 @@ def config_from_namespace(config_cls, namespace: argparse.Namespace, parser: arg
         parser.error(str(exc))
 
 
+@dataclasses.dataclass(frozen=True)
+class RoleCli:
+    """An entry point's command line: its config class, name and description.
+
+    ``parser()`` builds the argparse parser; ``parse(argv)`` returns
+    ``(config, retry)`` as :func:`parse_config` does.
+    """
+
+    config_cls: type
+    prog: str
+    description: str
+    storage: bool = True
+    """Whether the role writes to a bucket (then it takes the --storage-* retry flags)."""
+
+    def parser(self) -> argparse.ArgumentParser:
+        return role_parser(self.config_cls, prog=self.prog, description=self.description, storage=self.storage)
+
+    def parse(self, argv=None, **extra):
+        return parse_config(self.config_cls, self.parser(), argv, **extra)
+
+
 def role_parser(config_cls, *, prog: str, description: str, epilog: str | None = None, storage: bool = True,
                 underscore_aliases: bool = False) -> argparse.ArgumentParser:
     """An entry point's parser: one flag per config field, plus the storage retry

@@ -13,11 +13,10 @@ counting across windows (see ``model.trainer.LearningRateSchedule``).
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 from format import schema
-from format.cli import parse_config, role_parser, setting
+from format.cli import RoleCli, setting
 
 STRATEGIES = ("auto", "tpu", "mirrored", "default")
 PRECISIONS = ("auto", "float32", "bfloat16")
@@ -161,19 +160,9 @@ class TrainConfig:
         return steps
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return role_parser(
-        TrainConfig, prog="python -m model.train",
-        description="Train the zerolake network on the newest complete training window "
-                    "under ROOT/windows, publish it to ROOT/models, and exit (or --follow). "
-                    "Rerunning the same command resumes a killed run from its last checkpoint.")
-
-
-def parse_args(argv=None):
-    """(TrainConfig, storage RetryPolicy) from flags; bad values exit 2 naming the flag."""
-    return parse_config(TrainConfig, build_parser(), argv)
-
-
-def config_from_args(argv=None) -> TrainConfig:
-    """Parse and validate flags; exits with a usage error (status 2) on bad ones."""
-    return parse_args(argv)[0]
+CLI = RoleCli(
+    TrainConfig, prog="python -m model.train",
+    description="Train the zerolake network on the newest complete training window "
+                "under ROOT/windows, publish it to ROOT/models, and exit (or --follow). "
+                "Rerunning the same command resumes a killed run from its last checkpoint.")
+"""The trainer's command line: ``CLI.parse(argv)`` -> (TrainConfig, storage RetryPolicy)."""

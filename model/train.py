@@ -35,7 +35,7 @@ import threading
 from format import layout
 from format.events import EventLog
 from format.registry import RegistryError, latest_generation
-from model.config import TrainConfig, parse_args
+from model.config import CLI, TrainConfig
 from model.lease import LeaseError, LeaseHeld, LeaseLost, TrainerLease
 from model.windows import LakeError, lake_board_size, plan_next, scan_windows
 
@@ -72,7 +72,7 @@ def _install_sigterm(stop: threading.Event) -> None:
 
 
 def main(argv=None) -> int:
-    config, retry = parse_args(argv)
+    config, retry = CLI.parse(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from cloud.storage import StorageError, open_storage
 

@@ -42,7 +42,6 @@ format.layout (markers: ``layout.loop_marker``).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -54,7 +53,7 @@ import time
 from dataclasses import dataclass, field
 
 from format import layout
-from format.cli import parse_config, role_parser, setting
+from format.cli import RoleCli, setting
 from format.events import EventLog, EventTail
 from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
 
@@ -450,15 +449,14 @@ def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return role_parser(
-        LoopConfig, prog="python -m pipeline.loop",
-        description="Run self-play, the shuffle job and the trainer in cycles on one machine against one lake "
-                    "root, evaluate each new model, and print a summary. Rerun the same command to resume.")
+CLI = RoleCli(
+    LoopConfig, prog="python -m pipeline.loop",
+    description="Run self-play, the shuffle job and the trainer in cycles on one machine against one lake "
+                "root, evaluate each new model, and print a summary. Rerun the same command to resume.")
 
 
 def main(argv=None) -> int:
-    config, retry = parse_config(LoopConfig, build_parser(), argv)
+    config, retry = CLI.parse(argv)
     from cloud.storage import StorageError, open_storage
 
     try:

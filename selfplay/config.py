@@ -1,6 +1,6 @@
 """Settings of a self-play worker: one frozen dataclass, exposed as CLI flags.
 
-`WorkerConfig` is built once (from flags by `from_argv`, or directly by tests
+`WorkerConfig` is built once (from flags by `CLI.parse`, or directly by tests
 and benchmarks), validated in `__post_init__`, and passed explicitly to the
 library code; nothing reads flags or the environment elsewhere.
 
@@ -9,7 +9,6 @@ subtree's), seconds are wall-clock, fractions are in [0, 1].
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import math
@@ -19,7 +18,7 @@ import secrets
 import socket
 
 from format import schema as S
-from format.cli import parse_config, role_parser, setting
+from format.cli import RoleCli, setting
 from selfplay.evaluator import parse_device
 
 
@@ -183,20 +182,10 @@ class WorkerConfig:
         return self.board_size * self.board_size // 12
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return role_parser(
-        WorkerConfig, prog="python -m selfplay.worker",
-        description="Play self-play games with the newest published model and write them "
-                    "to ROOT/games/<generation>/ as chunk files (through a local spool, so a "
-                    "killed worker loses no finished game).  Before any model is published it "
-                    "plays with a uniform policy (generation 0).")
-
-
-def parse_args(argv=None):
-    """(WorkerConfig, storage RetryPolicy) from flags; bad values exit 2 naming the flag."""
-    return parse_config(WorkerConfig, build_parser(), argv)
-
-
-def from_argv(argv=None) -> WorkerConfig:
-    """Parse flags into a validated WorkerConfig; bad values exit with the flag named."""
-    return parse_args(argv)[0]
+CLI = RoleCli(
+    WorkerConfig, prog="python -m selfplay.worker",
+    description="Play self-play games with the newest published model and write them "
+                "to ROOT/games/<generation>/ as chunk files (through a local spool, so a "
+                "killed worker loses no finished game).  Before any model is published it "
+                "plays with a uniform policy (generation 0).")
+"""The worker's command line: ``CLI.parse(argv)`` -> (WorkerConfig, storage RetryPolicy)."""

@@ -31,14 +31,13 @@ forgotten; the move list is kept, so ``undo`` still works.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import sys
 import time
 from typing import Callable
 
-from format.cli import parse_config, role_parser, setting
+from format.cli import RoleCli, setting
 from format import schema as S
 from selfplay.board import Board, IllegalMove
 from format.coords import GTP_COLUMNS, gtp_to_move, move_to_gtp
@@ -438,11 +437,10 @@ class GtpConfig:
         MovePolicy(resign_threshold=self.resign_threshold, resign_consecutive=self.resign_consecutive)
 
 
-def build_arg_parser() -> argparse.ArgumentParser:
-    return role_parser(
-        GtpConfig, prog="python -m selfplay.gtp", storage=False,
-        description="zerolake as a GTP v2 engine on stdin/stdout (Sabaki, GoGui, gogui-twogtp). "
-                    "Without --root or --model the search uses the uniform evaluator.")
+CLI = RoleCli(
+    GtpConfig, prog="python -m selfplay.gtp", storage=False,
+    description="zerolake as a GTP v2 engine on stdin/stdout (Sabaki, GoGui, gogui-twogtp). "
+                "Without --root or --model the search uses the uniform evaluator.")
 
 
 def evaluator_source(config: GtpConfig) -> EvaluatorSource:
@@ -505,7 +503,7 @@ def serve(engine: GtpEngine, stdin, stdout) -> None:
 def main(argv=None) -> int:
     from format.registry import RegistryError
 
-    config, _ = parse_config(GtpConfig, build_arg_parser(), argv)
+    config, _ = CLI.parse(argv)
     log = None if config.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     try:
         engine = build_engine(config, log)

@@ -74,7 +74,7 @@ from format import layout
 from format.codec import GameRecord, encode_game, quantize_policy
 from format.events import EventLog
 from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
-from selfplay.config import WorkerConfig, default_spool_base, parse_args
+from selfplay.config import CLI, WorkerConfig, default_spool_base
 from selfplay.driver import GameBatch
 from selfplay.evaluator import ModelEvaluator, UniformEvaluator, configure_accelerator, use_every_cpu_core
 from selfplay.move_policy import MovePolicy, ResignationCounter
@@ -590,7 +590,7 @@ def load_first_model(watcher: ModelWatcher, stop: threading.Event, max_seconds: 
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    config, retry = parse_args(argv)
+    config, retry = CLI.parse(argv)
     try:
         events = EventLog(config.events or None, "worker")
     except OSError as exc:
