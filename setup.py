@@ -10,6 +10,9 @@ engine with its indexing checked, while ordinary installs (and the benchmarks)
 get the fast build.  Each extension learns which build it is through the
 compile-time constant ``ZEROLAKE_BOUNDSCHECK`` (exposed as
 ``selfplay.board.BOUNDSCHECK``, which the benchmarks check).
+
+``ZEROLAKE_ACCELERATOR=cpu|gpu|tpu`` (default cpu) picks the TensorFlow
+distribution the package requires; see TENSORFLOW_BY_ACCELERATOR below.
 """
 import os
 from pathlib import Path
@@ -65,6 +68,35 @@ def _extensions():
     )
 
 
+# TensorFlow comes as one distribution per accelerator, and every one of them
+# installs the same `tensorflow` import package, so exactly one may be
+# installed.  A pip extra cannot choose between them: extras only add to
+# install_requires, so `.[gpu]` would install tensorflow next to a default
+# tensorflow-cpu, each overwriting the other's files.  So the flavour is chosen
+# when pip builds this package, from ZEROLAKE_ACCELERATOR (cpu by default; set
+# by `scripts/setup.sh --accelerator`).  That works because pip runs this file
+# afresh, with the caller's environment, for every install from the source
+# folder (editable or not); a wheel built from it keeps the flavour it was
+# built with.  setup.sh also removes another flavour before switching, which
+# pip does not know to do.
+TENSORFLOW_BY_ACCELERATOR = {
+    "cpu": ["tensorflow-cpu>=2.18"],
+    "gpu": ["tensorflow[and-cuda]>=2.18"],   # pulls the CUDA and cuDNN libraries as pip packages
+    # tensorflow-tpu wheels stop at 2.20, so the TPU build stays on 2.20 and
+    # keeps Keras to the releases of its time (TF 2.21 asks for keras>=3.12).
+    # libtpu, the TPU runtime, comes from PyPI: tensorflow-tpu 2.20 asks for
+    # libtpu~=0.0.14, which pip would satisfy with the newest 0.0.x, built for
+    # later JAX releases; newer libtpu builds are reported to leave TensorFlow
+    # with "No TPU platform found", so pin the one 2.20 names.  (Before 2.19,
+    # tensorflow-tpu took libtpu from Google's index,
+    # https://storage.googleapis.com/libtpu-tf-releases/index.html.)
+    "tpu": ["tensorflow-tpu>=2.20,<2.21", "libtpu==0.0.14", "keras>=3.10,<3.12"],
+}
+ACCELERATOR = os.environ.get("ZEROLAKE_ACCELERATOR", "") or "cpu"
+if ACCELERATOR not in TENSORFLOW_BY_ACCELERATOR:
+    raise SystemExit(f"ZEROLAKE_ACCELERATOR={ACCELERATOR!r}: use one of "
+                     f"{', '.join(TENSORFLOW_BY_ACCELERATOR)} (scripts/setup.sh --accelerator)")
+
 # Why each dependency is here is written up in README.md ("Dependencies").
 INSTALL_REQUIRES = [
     "numpy>=1.26",
@@ -73,7 +105,7 @@ INSTALL_REQUIRES = [
     "google-cloud-storage>=2.14",
     "google-crc32c>=1.5",
     "apache-beam[gcp]>=2.60",
-    "tensorflow-cpu>=2.18",
+    *TENSORFLOW_BY_ACCELERATOR[ACCELERATOR],
     "sgfmill>=1.1",
 ]
 TEST_REQUIRES = [

@@ -374,6 +374,12 @@ class LoadedModel:
     _signature: object = field(repr=False, default=None)
     _saved: object = field(repr=False, default=None)  # keeps the SavedModel's variables alive
 
+    @property
+    def signature(self):
+        """The SavedModel's serving function (``planes=`` float32 tensor -> dict of tensors),
+        for callers that run it inside their own tf.function (fixed-shape inference)."""
+        return self._signature
+
     def __call__(self, planes) -> dict:
         planes = np.asarray(planes, dtype=np.float32)
         n = self.board_size

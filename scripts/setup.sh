@@ -4,13 +4,36 @@
 #
 #   scripts/setup.sh          # what running the system needs
 #   scripts/setup.sh --test   # plus the test tools (pytest, GCS emulators, GNU Go)
+#   scripts/setup.sh --accelerator gpu   # TensorFlow for NVIDIA GPUs (CUDA from pip)
+#   scripts/setup.sh --accelerator tpu   # TensorFlow 2.20 for a Cloud TPU VM
+#
+# --accelerator cpu|gpu|tpu (or ZEROLAKE_ACCELERATOR; default cpu) picks the
+# TensorFlow distribution: tensorflow-cpu, tensorflow[and-cuda] or
+# tensorflow-tpu.  setup.py reads the same variable (why: see there).
 #
 # Safe to rerun: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 WANT_TEST=0
-[[ "${1:-}" == "--test" ]] && WANT_TEST=1
+ACCELERATOR="${ZEROLAKE_ACCELERATOR:-cpu}"
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --test) WANT_TEST=1 ;;
+        --accelerator) ACCELERATOR="${2:-}"; shift ;;
+        --accelerator=*) ACCELERATOR="${1#*=}" ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        *) echo "scripts/setup.sh: unknown argument $1 (use --test, --accelerator cpu|gpu|tpu)" >&2; exit 2 ;;
+    esac
+    shift
+done
+case "$ACCELERATOR" in
+    cpu) TF_DIST=tensorflow-cpu ;;
+    gpu) TF_DIST=tensorflow ;;
+    tpu) TF_DIST=tensorflow-tpu ;;
+    *) echo "scripts/setup.sh: --accelerator must be cpu, gpu or tpu, not '$ACCELERATOR'" >&2; exit 2 ;;
+esac
+export ZEROLAKE_ACCELERATOR="$ACCELERATOR"
 
 SUDO=""
 if [[ "$(id -u)" != "0" ]] && command -v sudo >/dev/null; then SUDO="sudo"; fi
@@ -34,9 +57,28 @@ if ! $VPY -c "import Cython, numpy, setuptools" 2>/dev/null; then
     $VPY -m pip install -q "setuptools>=68" wheel "Cython>=3.0" "numpy>=1.26"
 fi
 
+# The TensorFlow distributions all install the `tensorflow` package, and pip
+# does not know they conflict: when switching accelerator, remove the others
+# first, or the new one would be installed over the old one's files.
+OTHER_TF=$($VPY - "$TF_DIST" <<'EOF'
+import importlib.metadata as metadata, sys
+for name in ("tensorflow", "tensorflow-cpu", "tensorflow-tpu"):
+    try:
+        metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        continue
+    if name != sys.argv[1]:
+        print(name)
+EOF
+)
+if [[ -n "$OTHER_TF" ]]; then
+    echo "[setup] removing $(echo $OTHER_TF) to install $TF_DIST (--accelerator $ACCELERATOR)"
+    $VPY -m pip uninstall -y -q $OTHER_TF
+fi
+
 EXTRAS=""
 [[ $WANT_TEST == 1 ]] && EXTRAS="[test]"
-echo "[setup] installing zerolake${EXTRAS} (compiles the Cython extensions)"
+echo "[setup] installing zerolake${EXTRAS} for $ACCELERATOR (compiles the Cython extensions)"
 # --no-build-isolation: build against the venv's own Cython and numpy rather
 # than downloading a second copy into a throwaway build environment.
 $VPY -m pip install -q --no-build-isolation -e ".${EXTRAS}"
