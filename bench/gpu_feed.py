@@ -1,0 +1,176 @@
+"""How many self-play worker processes keep one GPU busy: the two sides measured apart.
+
+A worker alternates two half-batches: while the network evaluates one half,
+one search thread (Cython, GIL released) backs up the other half's results
+and gathers its next leaves.  So a process can never feed the accelerator
+faster than its one search thread gathers leaves, and a fast GPU needs
+several processes (README, "Accelerators").  This script measures both sides
+on the machine it runs on:
+
+* **search side** (any machine with the compiled extensions): simulations
+  per second of the Cython search with a constant evaluator (the same
+  measurement as ``search_only`` in bench/selfplay.py, 64 games, 200-visit
+  searches), in 1, 2, 4 ... P processes at once, so it shows how the search
+  side scales with cores;
+* **network side** (needs PyTorch and CUDA): positions per second that the
+  GPU evaluates for a network of the worker's 6-block 96-filter shape at
+  batch sizes 256 to 4096, float32 and bfloat16.  **This network is a
+  stand-in:** the same tower and heads rebuilt in PyTorch, because
+  TensorFlow (the project's runtime) cannot be installed on the lent GPU
+  machine, which has no network access and takes at most 64 MiB of files.
+  Its arithmetic per position is the same; TensorFlow's own speed on a GPU
+  was not measured.
+
+The ratio (GPU positions/s ÷ one search process's leaves/s) is the number of
+worker processes one GPU can serve before the GPU becomes the bottleneck.
+
+    python bench/gpu_feed.py [--processes 16] [--seconds 10] [--skip-network]
+
+Ends with one JSON line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SEARCH_GAMES = 64
+SEARCH_BUDGET = 200
+
+
+def search_rate(board_size: int, seconds: float, seed: int) -> float:
+    """Simulations per second of one search thread with a constant (all-zero) evaluator."""
+    import numpy as np
+
+    from selfplay.driver import GameBatch
+
+    batch = GameBatch(board_size, SEARCH_GAMES, num_groups=1, leaves_per_game=8, seed=seed,
+                      c_puct_init=1.25, fpu_reduction=0.25, dirichlet_alpha_total=10.83, dirichlet_epsilon=0.25)
+    buffer = np.zeros((batch.batch_rows, board_size, board_size, 17), np.float32)
+    logits = np.zeros((batch.batch_rows, batch.num_actions), np.float32)
+    values = np.zeros(batch.batch_rows, np.float32)
+    for game in range(SEARCH_GAMES):
+        batch.start_search(game, SEARCH_BUDGET)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        batch.gather(0, buffer)
+        batch.apply(0, logits, values)
+        for game in batch.done_games(0):
+            batch.play(game, batch.choose_move(game, 1.0 if batch.board(game).move_number < 8 else 0.0))
+            if batch.board(game).is_over:
+                batch.new_game(game)
+            batch.start_search(game, SEARCH_BUDGET)
+    stats = batch.stats()
+    return (stats["leaves_evaluated"] + stats["terminal_visits"]) / (time.perf_counter() - start)
+
+
+def _search_worker(args):
+    board_size, seconds, seed = args
+    return search_rate(board_size, seconds, seed)
+
+
+def search_scaling(board_size: int, seconds: float, max_processes: int) -> dict:
+    """{processes: total simulations/s} for 1, 2, 4, ... max_processes at once."""
+    counts, k = [], 1
+    while k < max_processes:
+        counts.append(k)
+        k *= 2
+    counts.append(max_processes)
+    out = {}
+    context = multiprocessing.get_context("spawn")
+    for count in counts:
+        with context.Pool(count) as pool:
+            rates = pool.map(_search_worker, [(board_size, seconds, 100 + i) for i in range(count)])
+        out[count] = round(sum(rates))
+        print(f"search {board_size}x{board_size}: {count:2d} processes -> {out[count]:,} simulations/s "
+              f"({out[count] / count:,.0f} each)", flush=True)
+    return out
+
+
+def network_rate(board_size: int, blocks: int, filters: int, batch: int, dtype: str, seconds: float) -> float:
+    """Positions/s of the PyTorch stand-in network on the GPU (see the module docstring)."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(filters, filters, 3, padding=1, bias=False), nn.BatchNorm2d(filters)
+            self.conv2, self.bn2 = nn.Conv2d(filters, filters, 3, padding=1, bias=False), nn.BatchNorm2d(filters)
+
+        def forward(self, x):
+            y = torch.relu(self.bn1(self.conv1(x)))
+            return torch.relu(x + self.bn2(self.conv2(y)))
+
+    class Network(nn.Module):
+        """model.network's shape: 3x3 stem, residual blocks, policy/value/ownership/score heads."""
+
+        def __init__(self):
+            super().__init__()
+            points = board_size * board_size
+            self.stem = nn.Sequential(nn.Conv2d(17, filters, 3, padding=1, bias=False), nn.BatchNorm2d(filters),
+                                      nn.ReLU())
+            self.tower = nn.Sequential(*[Block() for _ in range(blocks)])
+            self.policy = nn.Sequential(nn.Conv2d(filters, 2, 1, bias=False), nn.BatchNorm2d(2), nn.ReLU(),
+                                        nn.Flatten(), nn.Linear(2 * points, points + 1))
+            self.value = nn.Sequential(nn.Conv2d(filters, 2, 1, bias=False), nn.BatchNorm2d(2), nn.ReLU(),
+                                       nn.Flatten(), nn.Linear(2 * points, 64), nn.ReLU(), nn.Linear(64, 2))
+            self.ownership = nn.Conv2d(filters, 1, 1)
+
+        def forward(self, x):
+            x = self.tower(self.stem(x))
+            return self.policy(x), self.value(x), self.ownership(x)
+
+    kind = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    model = Network().cuda().eval().to(kind).to(memory_format=torch.channels_last)
+    planes = (torch.rand(batch, 17, board_size, board_size, device="cuda") < 0.3).to(kind)
+    planes = planes.contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        for _ in range(5):
+            model(planes)
+        torch.cuda.synchronize()
+        calls, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            model(planes)
+            calls += 1
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+    return calls * batch / elapsed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--processes", type=int, default=multiprocessing.cpu_count(),
+                        help="most search processes at once (default: every core)")
+    parser.add_argument("--seconds", type=float, default=8.0, help="timed seconds per measurement")
+    parser.add_argument("--skip-network", action="store_true", help="search side only (no PyTorch/CUDA)")
+    args = parser.parse_args(argv)
+    result = {"bench": "gpu_feed", "search_games": SEARCH_GAMES, "search_visits": SEARCH_BUDGET}
+    for n in (9, 19):
+        result[f"search_sims_per_s_{n}"] = search_scaling(n, args.seconds, args.processes)
+    if not args.skip_network:
+        import torch
+
+        result["gpu"] = torch.cuda.get_device_name(0)
+        result["network"] = "PyTorch stand-in of model.network 6x96 (not TensorFlow)"
+        for n in (9, 19):
+            for dtype in ("float32", "bfloat16"):
+                rates = {}
+                for batch in (256, 1024, 4096):
+                    rates[batch] = round(network_rate(n, 6, 96, batch, dtype, args.seconds / 2))
+                    print(f"network {n}x{n} 6x96 {dtype} batch {batch}: {rates[batch]:,} positions/s", flush=True)
+                result[f"gpu_positions_per_s_{n}_{dtype}"] = rates
+            one_process = result[f"search_sims_per_s_{n}"][1]
+            best_gpu = max(max(result[f"gpu_positions_per_s_{n}_{d}"].values()) for d in ("float32", "bfloat16"))
+            result[f"processes_to_fill_gpu_{n}"] = round(best_gpu / one_process, 1)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
