@@ -20,7 +20,7 @@ every role has the same conventions:
 Beam's own pipeline options keep Beam's spelling (``--temp_location``); the
 shuffle job passes what it does not know on to Beam.  The storage layer's
 retry flags (``--storage-max-attempts``...) are added by
-:func:`add_storage_flags` for every role that writes to a bucket.
+:func:`add_storage_flags` for every role that reads or writes a bucket.
 """
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ class RoleCli:
     prog: str
     description: str
     storage: bool = True
-    """Whether the role writes to a bucket (then it takes the --storage-* retry flags)."""
+    """Whether the role reads or writes a bucket (then it takes the --storage-* retry flags)."""
 
     def parser(self) -> argparse.ArgumentParser:
         return role_parser(self.config_cls, prog=self.prog, description=self.description, storage=self.storage)
@@ -145,7 +145,7 @@ class RoleCli:
 def role_parser(config_cls, *, prog: str, description: str, epilog: str | None = None, storage: bool = True,
                 underscore_aliases: bool = False) -> argparse.ArgumentParser:
     """An entry point's parser: one flag per config field, plus the storage retry
-    flags for a role that writes to a bucket (``storage``)."""
+    flags for a role that reads or writes a bucket (``storage``)."""
     parser = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog)
     add_config_flags(parser, config_cls, underscore_aliases=underscore_aliases)
     if storage:
@@ -163,7 +163,7 @@ def parse_config(config_cls, parser: argparse.ArgumentParser, argv=None, **extra
 
 
 def add_storage_flags(parser: argparse.ArgumentParser) -> None:
-    """The storage layer's retry flags, for every role that writes to a bucket."""
+    """The storage layer's retry flags, for every role that reads or writes a bucket."""
     from cloud.storage import add_retry_flags
 
     add_retry_flags(parser)

@@ -90,7 +90,13 @@ def _check_generation(generation) -> int:
 
 
 def _parse_latest(storage, data: bytes) -> int:
-    text = data.decode("ascii", errors="replace").strip()
+    """LATEST's generation; RegistryError naming the file for anything but ASCII digits."""
+    try:
+        text = data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        # Show the bytes themselves: decoding with replacement hid what was there.
+        raise RegistryError(f"{storage.url(layout.LATEST)}: expected a generation number, got non-ASCII "
+                            f"bytes {data[:40]!r}") from None
     if not text.isdigit():
         raise RegistryError(f"{storage.url(layout.LATEST)}: expected a generation number, got {text[:40]!r}")
     return int(text)

@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     events.emit("lease_acquired", holder=record.holder, expires=record.expires)
     lease.start_renewing()
 
-    from model.training_run import CheckpointMismatch, TrainingRun  # TensorFlow from here on
+    from model.training_run import CheckpointMismatch, CheckpointStateError, TrainingRun  # TensorFlow from here on
     from model.staging import StagingError
     from model.trainer import StrategyUnavailable, resolve_strategy
 
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
         events.emit("stopped", reason="lease lost", error=str(exc))
         print(f"model.train: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_LEASE_LOST
-    except (LakeError, CheckpointMismatch, StagingError, StorageError, StrategyUnavailable,
+    except (LakeError, CheckpointMismatch, CheckpointStateError, StagingError, StorageError, StrategyUnavailable,
             RegistryError, LeaseError, layout.ManifestError) as exc:
         return refuse(str(exc), "error")
     lease.release()

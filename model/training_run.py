@@ -64,6 +64,7 @@ import threading
 import time
 
 import tensorflow as tf
+from google.protobuf import text_format
 from tensorflow.core.framework import summary_pb2
 
 from format import layout, schema
@@ -73,7 +74,7 @@ from format.registry import (AlreadyPublished, advance_latest, is_published, lat
 from format.tfdata import training_dataset
 from model.config import TrainConfig
 from model.export import export_inference_model
-from model.staging import Stage, resolve_stage_dir
+from model.staging import STATE_FILE, Stage, resolve_stage_dir
 from model.trainer import METRIC_NAMES, ResolvedStrategy, Trainer, network_config, summarize
 from model.windows import LakeError, Skipped, Window, plan_next, scan_windows
 
@@ -89,6 +90,11 @@ _SCALAR_METADATA = summary_pb2.SummaryMetadata(
 
 class CheckpointMismatch(RuntimeError):
     """ROOT/checkpoints was written by a differently shaped network."""
+
+
+class CheckpointStateError(RuntimeError):
+    """The checkpoint state file (``checkpoints/checkpoint``) is unreadable, or
+    names a checkpoint whose files are missing; the message names the file."""
 
 
 def _say(message: str) -> None:
@@ -134,8 +140,13 @@ class TrainingRun:
         checkpoint_dir = self.stage.checkpoint_dir if self.stage else storage.url(layout.CHECKPOINTS_DIR)
         # The manager reads its directory's state file now, so a stage directory
         # must already hold the newest checkpoint (Stage.sync_on_start).
-        self.manager = tf.train.CheckpointManager(self.trainer.checkpoint, checkpoint_dir,
-                                                  max_to_keep=config.keep_checkpoints)
+        self.state_file = f"{checkpoint_dir}/{STATE_FILE}"
+        try:
+            self.manager = tf.train.CheckpointManager(self.trainer.checkpoint, checkpoint_dir,
+                                                      max_to_keep=config.keep_checkpoints)
+        except (UnicodeDecodeError, text_format.ParseError, tf.errors.OpError) as exc:
+            raise CheckpointStateError(f"{self.state_file}: not a checkpoint state file ({exc}); move it "
+                                       "aside to start fresh, or restore it from a backup") from None
         log_dir = config.log_dir or (self.stage.log_dir if self.stage else storage.url(layout.trainer_logs_dir()))
         self.writer = tf.summary.create_file_writer(log_dir)
         _say(f"{resolved.description}; global batch {self.trainer.global_batch} "
@@ -164,6 +175,9 @@ class TrainingRun:
                 where = f"{self.stage.checkpoint_dir} or {where}"
             _say(f"no checkpoint under {where}: starting fresh")
             return
+        if not tf.io.gfile.exists(f"{latest}.index"):
+            # Else TensorFlow's error blames the network's shape.
+            raise CheckpointStateError(f"{self.state_file} names {latest}, whose files are missing")
         try:
             self.trainer.checkpoint.restore(latest).assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.OpError) as exc:

@@ -296,6 +296,11 @@ class Follower:
             if "does not exist" not in str(exc):
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
+        except StorageError as exc:
+            # Unreachable at start-up is most often a wrong root or missing
+            # credentials: say so and stop, rather than wait on it forever.
+            print(f"error: cannot reach the root {self.config.root}: {exc}", file=sys.stderr)
+            return 2
         self.events.emit("started", follow=True, holder=self.holder)
         _progress(f"following {self.config.root} as {self.holder}")
         self.clean()
@@ -513,7 +518,11 @@ def _stop_group(child: subprocess.Popen) -> None:
 def follow(config: ShuffleConfig, beam_args=()) -> int:
     """Run the follower until SIGTERM or Ctrl-C (exit 0); 2 for a lake it must not touch."""
     from cloud.storage import open_storage
-    storage = open_storage(config.root, retry=config.storage_retry)
+    try:
+        storage = open_storage(config.root, retry=config.storage_retry)
+    except ValueError as exc:
+        print(f"error: --root: {exc}", file=sys.stderr)
+        return 2
     events = EventLog(config.events or None, "shuffle")
     follower = Follower(config, beam_args, storage, events)
     signal.signal(signal.SIGTERM, follower.request_stop)

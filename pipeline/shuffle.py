@@ -41,9 +41,11 @@ import sys
 import time
 import uuid
 
+from cloud.base import StorageError
 from format import layout
 from format.cli import role_parser
 from format.events import EventLog
+from format.registry import RegistryError
 from format.run_config import RunConfigMismatch, read_run_config
 from pipeline import window_plan as W
 from pipeline.config import LABEL_AUTO, LABEL_MODEL, LABEL_RANDOM, ShuffleConfig, from_args
@@ -58,6 +60,10 @@ class ShuffleError(Exception):
 
 def _progress(message: str) -> None:
     print(f"[shuffle {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+SKIPPED_CHUNKS_SHOWN = 10
+"""Skipped chunks named on the console; the window's manifest names them all."""
 
 
 def _latest_model(storage):
@@ -229,7 +235,10 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
     from cloud.storage import open_storage
     from pipeline.transforms import ShuffleWindow
 
-    storage = open_storage(config.root, retry=config.storage_retry)
+    try:
+        storage = open_storage(config.root, retry=config.storage_retry)
+    except ValueError as exc:
+        raise ShuffleError(f"--root: {exc}") from None
     prepared = prepare(config, storage, target=target, attempt=attempt)
     if isinstance(prepared, layout.WindowManifest):
         _progress(f"window {prepared.target_generation} already has a manifest; nothing to do")
@@ -251,8 +260,9 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
             _progress(f"removed {removed} temporary files under {storage.url(context.tmp_dir)}")
     window = existing_window(storage, context.target_generation)
     if window is None:
-        raise ShuffleError(f"the pipeline finished but "
-                           f"{storage.url(layout.window_manifest(context.target_generation))} is missing")
+        raise ShuffleError(f"window {context.target_generation} would hold no positions: every chunk in it was "
+                           f"skipped or empty, so no manifest was written (`python -m format.inspect verify "
+                           f"{storage.url()}` names the bad chunks)")
     manifest = window.document
     elapsed = time.monotonic() - started
     _progress(f"wrote {len(manifest['shards'])} shards, {manifest['positions']} records from "
@@ -261,6 +271,11 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
               f"skipped {len(manifest['chunks_skipped'])} chunks, dropped "
               f"{manifest['dedup']['duplicate_games']} duplicate games, capped "
               f"{manifest['dedup']['capped_positions_removed']} positions")
+    for skipped in manifest["chunks_skipped"][:SKIPPED_CHUNKS_SHOWN]:
+        _progress(f"skipped {storage.url(skipped['chunk'])}: {skipped['reason']}")
+    if len(manifest["chunks_skipped"]) > SKIPPED_CHUNKS_SHOWN:
+        _progress(f"... and {len(manifest['chunks_skipped']) - SKIPPED_CHUNKS_SHOWN} more skipped chunks, "
+                  f"named in {storage.url(layout.window_manifest(context.target_generation))}")
     return manifest
 
 
@@ -305,7 +320,9 @@ def main(argv=None) -> int:
     events.emit("started", follow=False)
     try:
         manifest = run(config, beam_args, target=args.window_generation, attempt=args.attempt)
-    except ShuffleError as exc:
+    except (ShuffleError, StorageError, RegistryError) as exc:
+        # The lake's own errors name the object (an unreachable bucket, a
+        # broken LATEST): one line, not a traceback.
         print(f"error: {exc}", file=sys.stderr)
         events.emit("stopped", reason="error")
         return 2

@@ -449,6 +449,11 @@ class WriteManifestFn(_LakeDoFn):
         from cloud.storage import AlreadyExists
         storage = self.storage
         manifest = build_manifest(self.context, summary)
+        if manifest["positions"] == 0:
+            # Every chunk was skipped or empty: a window without positions is no
+            # window.  No manifest; the driver reports it in one line.
+            yield manifest
+            return
         path = layout.window_manifest(self.context.target_generation)
         try:
             storage.write_new(path, layout.window_manifest_bytes(manifest))

@@ -438,7 +438,7 @@ class GtpConfig:
 
 
 CLI = RoleCli(
-    GtpConfig, prog="python -m selfplay.gtp", storage=False,
+    GtpConfig, prog="python -m selfplay.gtp",
     description="zerolake as a GTP v2 engine on stdin/stdout (Sabaki, GoGui, gogui-twogtp). "
                 "Without --root or --model the search uses the uniform evaluator.")
 
@@ -449,9 +449,10 @@ def evaluator_source(config: GtpConfig) -> EvaluatorSource:
     return EvaluatorSource(model_root=config.root, generation=config.generation)
 
 
-def build_engine(config: GtpConfig, log: Callable[[str], None] | None = None) -> GtpEngine:
-    """The engine for `config`: loads the model (or the uniform evaluator) once."""
-    loaded = load_evaluator(evaluator_source(config))
+def build_engine(config: GtpConfig, log: Callable[[str], None] | None = None, retry=None) -> GtpEngine:
+    """The engine for `config`: loads the model (or the uniform evaluator) once;
+    ``retry`` is the storage RetryPolicy for a gs:// root."""
+    loaded = load_evaluator(evaluator_source(config), retry=retry)
     mcts = MctsConfig(budget=SearchBudget(config.visits, config.seconds_per_move),
                       moves=MovePolicy(resign_threshold=config.resign_threshold,
                                        resign_consecutive=config.resign_consecutive), seed=config.seed)
@@ -501,13 +502,14 @@ def serve(engine: GtpEngine, stdin, stdout) -> None:
 
 
 def main(argv=None) -> int:
+    from cloud.base import StorageError
     from format.registry import RegistryError
 
-    config, _ = CLI.parse(argv)
+    config, retry = CLI.parse(argv)
     log = None if config.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     try:
-        engine = build_engine(config, log)
-    except (OSError, ValueError, LookupError, RegistryError) as exc:
+        engine = build_engine(config, log, retry)
+    except (OSError, ValueError, LookupError, RegistryError, StorageError) as exc:
         print(f"selfplay.gtp: cannot load the model: {exc}", file=sys.stderr)
         return 2
     try:

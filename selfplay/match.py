@@ -43,7 +43,7 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from format.cli import config_from_namespace, role_parser, setting
+from format.cli import config_from_namespace, role_parser, setting, storage_retry
 from format import schema as S
 from selfplay.board import Board, IllegalMove
 from selfplay.move_policy import MovePolicy
@@ -398,7 +398,7 @@ def build_player(spec: PlayerSpec, board_size: int, komi: float, mcts: MctsConfi
 
 def build_arg_parser() -> argparse.ArgumentParser:
     parser = role_parser(
-        MatchConfig, prog="python -m selfplay.match", storage=False,
+        MatchConfig, prog="python -m selfplay.match",
         description="Play player A against player B (alternating colours, Tromp-Taylor scoring) "
                     "and report A's win rate with a 95%% Wilson interval. Players: model:ROOT[@GEN], "
                     "uniform, random, playouts[:K], gnugo[:LEVEL].")
@@ -415,12 +415,13 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     return config_from_namespace(MatchConfig, args, parser, **players)
 
 
-def run(config: MatchConfig, log: Callable[[str], None] = lambda text: None) -> EvalResult:
-    """Load the players of `config`, play the match, close the players."""
+def run(config: MatchConfig, log: Callable[[str], None] = lambda text: None, retry=None) -> EvalResult:
+    """Load the players of `config`, play the match, close the players; ``retry``
+    is the storage RetryPolicy for gs:// model roots."""
     loaded = {}
     for spec in (config.player_a, config.player_b):
         if spec.kind == "model" and spec not in loaded:
-            loaded[spec] = load_evaluator(EvaluatorSource(spec.root, spec.generation))
+            loaded[spec] = load_evaluator(EvaluatorSource(spec.root, spec.generation), retry=retry)
     model_sizes = {item.board_size for item in loaded.values()}
     model_komis = {item.komi for item in loaded.values() if item.komi is not None}
     if len(model_sizes) > 1 and config.board_size is None:
@@ -450,14 +451,16 @@ def run(config: MatchConfig, log: Callable[[str], None] = lambda text: None) -> 
 
 
 def main(argv=None) -> int:
+    from cloud.base import StorageError
     from format.registry import RegistryError
 
     parser = build_arg_parser()
-    config = config_from_args(parser.parse_args(argv), parser)
+    args = parser.parse_args(argv)
+    config = config_from_args(args, parser)
     log = (lambda text: print(text, file=sys.stderr, flush=True))
     try:
-        result = run(config, log)
-    except (OSError, ValueError, LookupError, RegistryError) as exc:
+        result = run(config, log, storage_retry(args, parser))
+    except (OSError, ValueError, LookupError, RegistryError, StorageError) as exc:
         print(f"selfplay.match: {exc}", file=sys.stderr)
         return 2
     if config.json:

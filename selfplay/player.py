@@ -505,13 +505,15 @@ class LoadedEvaluator:
         return self.evaluate
 
 
-def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None) -> LoadedEvaluator:
+def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None, retry=None) -> LoadedEvaluator:
     """Load `source` once: the uniform evaluator, or a model from the registry.
 
     A model's board size is the one in its manifest; its komi is the run's
     (run.json), or None when the root has no run.json.  Raises LookupError
     when the root has no published model yet, and `format.registry`'s
-    RegistryError for a generation that is not published or is corrupt."""
+    RegistryError for a generation that is not published or is corrupt.
+    ``retry`` is the storage RetryPolicy for a gs:// root (None: the default);
+    an unreachable bucket raises `cloud.base.StorageError` naming the object."""
     from selfplay.evaluator import UniformEvaluator
 
     if source.model_root is None:
@@ -521,7 +523,7 @@ def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None) -> Loa
     from format.run_config import read_run_config
     from selfplay.evaluator import ModelEvaluator
 
-    storage = open_storage(source.model_root)
+    storage = open_storage(source.model_root, retry=retry)
     generation = source.generation
     if generation is None:
         generation = registry.latest_generation(storage)

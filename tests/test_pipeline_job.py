@@ -223,3 +223,17 @@ def test_only_the_two_known_beam_warnings_are_silenced():
     assert not keep(record("Worker: %s", 'severity: WARN message: "No semi_persistent_directory found: ..."'))
     assert not keep(record("If direct_num_workers is not equal to 1, direct_running_mode should be ..."))
     assert keep(record("Worker: severity: ERROR message: \"Error processing instruction bundle_3\""))
+
+
+def test_a_lake_of_only_skipped_chunks_is_one_line_and_no_manifest(tmp_path, capsys):
+    root = str(tmp_path)
+    write_run_json(root, 9)
+    # Chunks that decode but belong to another run (19x19 games in a 9x9 lake):
+    # the job skips every one of them, so the window would be empty.
+    rng = np.random.default_rng(1)
+    for seq in range(2):
+        write_chunk(root, 0, [synthetic_game(rng, 19, visits=10, generation=0)], seq)
+    assert main(["--root", root, "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "would hold no positions" in err and "Traceback" not in err
+    assert not os.path.exists(os.path.join(root, layout.window_manifest(1)))
