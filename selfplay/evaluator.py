@@ -54,7 +54,7 @@ import logging
 import os
 import re
 import threading
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -63,6 +63,23 @@ from format import schema as S
 log = logging.getLogger("selfplay.evaluator")
 
 UNIFORM_GENERATION = 0
+
+
+@runtime_checkable
+class Evaluator(Protocol):
+    """The one evaluator interface (see the module docstring): what the search calls.
+
+    ``evaluator(planes)`` with float32 planes [B, N, N, 17] returns
+    ``(logits, values)``: float32 [B, N*N + 1] policy logits and float32 [B]
+    values in [-1, 1] for the side to move.  ``generation`` names the model
+    generation that plays (0 = the uniform evaluator).  `ModelEvaluator`
+    wraps a published model (whose own call returns every head as a dict)
+    into this shape.
+    """
+
+    generation: int
+
+    def __call__(self, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class UniformEvaluator:

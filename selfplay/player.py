@@ -172,16 +172,15 @@ class MctsConfig:
 
 
 def call_evaluator(evaluator, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Run `evaluator` on float32 [B, N, N, 17]; return (logits [B, N*N+1], values [B]).
-
-    Accepts what the project's evaluators return: a (logits, values) pair or
-    a mapping with ``policy_logits`` and ``value`` (`format.registry`'s
-    LoadedModel).  Checks the shapes, naming the evaluator on a mismatch."""
+    """Run `evaluator` (a `selfplay.evaluator.Evaluator`) on float32 [B, N, N, 17];
+    return (logits [B, N*N+1], values [B]).  Checks the one return shape,
+    naming the evaluator on a mismatch (a published model must be wrapped in
+    `ModelEvaluator` first)."""
     out = evaluator(features)
-    if isinstance(out, dict) or hasattr(out, "keys"):
-        logits, values = out["policy_logits"], out["value"]
-    else:
-        logits, values = out
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise TypeError(f"evaluator {getattr(evaluator, 'name', evaluator)!r} returned {type(out).__name__}; "
+                        "an Evaluator returns (logits, values) (wrap a published model in ModelEvaluator)")
+    logits, values = out
     logits = np.asarray(logits, dtype=np.float32)
     values = np.asarray(values, dtype=np.float32).reshape(-1)
     rows, size = features.shape[0], features.shape[1]
