@@ -684,6 +684,29 @@ def _in_spool(event: dict, spool_dir: str) -> bool:
     return os.path.exists(entry if os.path.isabs(entry) else os.path.join(spool_dir, entry))
 
 
+def _temporary_pieces(storage) -> tuple[list[str], list[str]]:
+    """(the in-flight attempt's tmp folders, every other tmp folder) under tmp/.
+
+    A window being built when the run stopped (or whose builder was just
+    killed, its claim not yet expired) keeps its pieces until a follower
+    finishes or takes over that window; those belong to the attempt named by
+    the window's claim.  Anything else is a leftover.
+    """
+    from pipeline.follow import Claim
+
+    current, leftovers = [], []
+    for folder in sorted({"/".join(i.path.split("/")[:2]) for i in storage.list(layout.tmp_prefix())}):
+        parsed = layout.parse_job_tmp_dir(folder)
+        claim = None
+        if parsed is not None and not storage.exists(layout.window_manifest(parsed[1])):
+            try:
+                claim = Claim.parse(storage.read(layout.window_claim(parsed[1])))
+            except Exception:  # noqa: BLE001 - no readable claim: the pieces are a leftover
+                claim = None
+        (current if claim is not None and claim.attempt == parsed[2] else leftovers).append(folder)
+    return current, leftovers
+
+
 def check_run(storage, observer: Observer, roles: list[Role], *, wall_seconds: float, stopped_wall: float,
               kills_by_kind: dict, missing: list[str]) -> dict:
     """Verify the lake against what the roles reported; the final JSON report.
@@ -736,7 +759,7 @@ def check_run(storage, observer: Observer, roles: list[Role], *, wall_seconds: f
                 fresh[role.name] = "pending"  # the run ended before the 60 s were up
     stale = sum(1 for v in fresh.values() if v is None or (isinstance(v, float) and v > FRESH_MODEL_SECONDS))
 
-    tmp = sorted({"/".join(i.path.split("/")[:2]) for i in storage.list(layout.tmp_prefix())})
+    tmp_current, tmp = _temporary_pieces(storage)
     return {
         "kills": sum(kills_by_kind.values()),
         "kills_by_role": dict(kills_by_kind),
@@ -765,6 +788,7 @@ def check_run(storage, observer: Observer, roles: list[Role], *, wall_seconds: f
         "worker_model_lag_s": fresh,
         "stale_workers": stale,
         "tmp_leftovers": tmp,
+        "tmp_current_attempt": tmp_current,
         "bad_event_lines": observer.bad_events,
         "positions_per_s": round(scan["positions"] / max(wall_seconds, 1e-9), 2),
         "wall_s": round(wall_seconds, 1),

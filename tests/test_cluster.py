@@ -92,4 +92,5 @@ def test_chaos_cluster_on_fake_gcs_loses_nothing(fake_gcs, tmp_path):
     assert report["published_in_order_once"], context
     assert all(report["kills_by_role"][kind] >= 1 for kind in C.KINDS), context
     assert report["games_finished"] > 0 and report["games_in_lake"] >= report["games_finished"], context
+    assert report["tmp_leftovers"] == [], context          # only the in-flight attempt may keep pieces
     assert result.returncode == 0, context
