@@ -9,7 +9,7 @@ on the machine it runs on:
 
 * **search side** (any machine with the compiled extensions): simulations
   per second of the Cython search with a constant evaluator (the same
-  measurement as ``search_only`` in bench/selfplay.py, 64 games, 200-visit
+  measurement: ``search_only`` of bench/selfplay.py, 64 games, 200-visit
   searches), in 1, 2, 4 ... P processes at once, so it shows how the search
   side scales with cores;
 * **network side** (needs PyTorch and CUDA): positions per second that the
@@ -39,34 +39,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-SEARCH_GAMES = 64
-SEARCH_BUDGET = 200
+def _selfplay_bench():
+    """bench/selfplay.py as a module (it shares the name of the selfplay package, so by path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_selfplay", Path(__file__).with_name("selfplay.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def search_rate(board_size: int, seconds: float, seed: int) -> float:
-    """Simulations per second of one search thread with a constant (all-zero) evaluator."""
-    import numpy as np
-
-    from selfplay.driver import GameBatch
-
-    batch = GameBatch(board_size, SEARCH_GAMES, num_groups=1, leaves_per_game=8, seed=seed,
-                      c_puct_init=1.25, fpu_reduction=0.25, dirichlet_alpha_total=10.83, dirichlet_epsilon=0.25)
-    buffer = np.zeros((batch.batch_rows, board_size, board_size, 17), np.float32)
-    logits = np.zeros((batch.batch_rows, batch.num_actions), np.float32)
-    values = np.zeros(batch.batch_rows, np.float32)
-    for game in range(SEARCH_GAMES):
-        batch.start_search(game, SEARCH_BUDGET)
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        batch.gather(0, buffer)
-        batch.apply(0, logits, values)
-        for game in batch.done_games(0):
-            batch.play(game, batch.choose_move(game, 1.0 if batch.board(game).move_number < 8 else 0.0))
-            if batch.board(game).is_over:
-                batch.new_game(game)
-            batch.start_search(game, SEARCH_BUDGET)
-    stats = batch.stats()
-    return (stats["leaves_evaluated"] + stats["terminal_visits"]) / (time.perf_counter() - start)
+    """Simulations per wall second of one search thread: bench/selfplay.py's search_only."""
+    return _selfplay_bench().search_only(board_size, seconds, seed)[1]
 
 
 def _search_worker(args):
@@ -150,7 +135,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="timed seconds per measurement")
     parser.add_argument("--skip-network", action="store_true", help="search side only (no PyTorch/CUDA)")
     args = parser.parse_args(argv)
-    result = {"bench": "gpu_feed", "search_games": SEARCH_GAMES, "search_visits": SEARCH_BUDGET}
+    bench = _selfplay_bench()
+    result = {"bench": "gpu_feed", "search_games": bench.SEARCH_GAMES, "search_visits": bench.SEARCH_BUDGET}
     for n in (9, 19):
         result[f"search_sims_per_s_{n}"] = search_scaling(n, args.seconds, args.processes)
     if not args.skip_network:
