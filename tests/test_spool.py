@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from format.events import read_events
 from selfplay.config import WorkerConfig
 from selfplay.spool import Spool, SpoolLocked, chunk_bytes, chunk_records
 from selfplay.worker import main
+from tests.test_worker import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 FAST_FLAGS = ["--board-size", "9", "--games", "4", "--visits", "2", "--fast-visits", "2",
@@ -52,15 +52,6 @@ def lake_games(root):
 
 def finished_ids(events_path):
     return [e["game_id"] for e in read_events(str(events_path)) if e["event"] == "game_finished"]
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # ---- kills ------------------------------------------------------------------
