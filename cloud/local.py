@@ -72,7 +72,7 @@ class LocalStorage(Storage):
                                     url=target) from None
             except OSError as exc:
                 raise StorageError(f"cannot create {target}: {exc.strerror}", url=target) from None
-            _fsync_directory(directory)
+            fsync_directory(directory)
         finally:
             _unlink_if_present(temp)
 
@@ -86,7 +86,7 @@ class LocalStorage(Storage):
             _unlink_if_present(temp)
             raise StorageError(f"cannot replace {target}: {exc.strerror}", url=target) from None
         if durable:
-            _fsync_directory(directory)
+            fsync_directory(directory)
 
     @staticmethod
     def _write_temp(directory: str, target: str, data: bytes, durable: bool = True) -> str:
@@ -168,7 +168,7 @@ class LocalStorage(Storage):
             except OSError as exc:
                 _unlink_if_present(temp)
                 raise StorageError(f"cannot replace {target}: {exc.strerror}", url=target) from None
-            _fsync_directory(directory)
+            fsync_directory(directory)
             return new_generation
 
     def exists(self, path: str) -> bool:
@@ -254,7 +254,7 @@ def _may_hold(relative_dir: str, prefix: str) -> bool:
     return with_slash.startswith(prefix) or prefix.startswith(with_slash)
 
 
-def _fsync_directory(directory: str) -> None:
+def fsync_directory(directory: str) -> None:
     """Make a directory entry change durable (POSIX needs an fsync of the directory)."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -11,9 +11,9 @@ Terms
 entry
     One finished game: ``games/<gen:06d>-<game id>.game`` holding a header
     (magic, generation, payload length, sha256 of the payload) and the payload,
-    the game's record as `format.codec.encode_game` serializes it.  Written to
-    ``tmp/``, fsync'ed, renamed into ``games/`` (then the folder is fsync'ed),
-    so an entry is either whole or absent.
+    the game's record as `format.codec.encode_game` serializes it.  Written by
+    `cloud.local.write_local_file` (a temp file beside it, fsync, rename, fsync
+    of the folder), so an entry is either whole or absent.
 loose entry
     An entry that no batch lists yet.
 batch
@@ -41,7 +41,7 @@ Folder::
     SPOOL/games/          entries
     SPOOL/batches/        batch files
     SPOOL/corrupt/        entries (and batch files) that failed their checks
-    SPOOL/tmp/            entries being written (emptied when the spool opens)
+    SPOOL/*/.zl-tmp-*     files being written (cloud.base.TEMP_MARKER; removed when the spool opens)
     SPOOL/serials/<seed>  high-water mark of the game serials handed out for a worker seed,
                           so a worker restarted with the same --seed never replays a game
 """
@@ -58,6 +58,8 @@ import re
 import struct
 import time
 
+from cloud.base import TEMP_MARKER, AlreadyExists, NotFound
+from cloud.local import fsync_directory, write_local_file
 from format import layout
 from format.tfrecord import RecordError, compress_zstd, decompress_zstd, frame_records, iter_framed_records
 
@@ -144,25 +146,6 @@ def chunk_records(data: bytes, source: str) -> list[bytes] | None:
         return None
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durably(directory: str, tmp_dir: str, name: str, data: bytes) -> None:
-    """Write ``directory/name`` whole: temp file, fsync, rename, fsync the folder."""
-    temp = os.path.join(tmp_dir, f"{name}.{os.getpid()}.tmp")
-    with open(temp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temp, os.path.join(directory, name))
-    _fsync_dir(directory)
-
-
 class Spool:
     """One worker's spool folder, locked for the life of the object (`close()` unlocks)."""
 
@@ -171,16 +154,17 @@ class Spool:
         self.games_dir = os.path.join(self.directory, "games")
         self.batches_dir = os.path.join(self.directory, "batches")
         self.corrupt_dir = os.path.join(self.directory, "corrupt")
-        self.tmp_dir = os.path.join(self.directory, "tmp")
         self.serials_dir = os.path.join(self.directory, "serials")
         try:
-            for folder in (self.games_dir, self.batches_dir, self.corrupt_dir, self.tmp_dir, self.serials_dir):
+            for folder in (self.games_dir, self.batches_dir, self.corrupt_dir, self.serials_dir):
                 os.makedirs(folder, exist_ok=True)
         except OSError as exc:
             raise SpoolError(f"spool {self.directory}: cannot create it ({exc.strerror})") from None
         self._lock_fd = self._lock()
-        for name in os.listdir(self.tmp_dir):   # a killed writer's half-written entries
-            os.unlink(os.path.join(self.tmp_dir, name))
+        for folder in (self.games_dir, self.batches_dir, self.serials_dir):   # a killed writer's temp files
+            for name in os.listdir(folder):
+                if name.startswith(TEMP_MARKER):
+                    os.unlink(os.path.join(folder, name))
         self.corrupt: list[str] = []
         """Messages about entries and batch files moved to corrupt/ since the spool opened."""
         self.batches: list[Batch] = self._read_batches()
@@ -236,7 +220,7 @@ class Spool:
         name = f"{layout.generation_dir(generation)}-{game_id}{ENTRY_SUFFIX}"
         if not _ENTRY_NAME.fullmatch(name):
             raise ValueError(f"game id {game_id!r} may hold only letters, digits, '_' and '.'")
-        _write_durably(self.games_dir, self.tmp_dir, name, encode_entry(generation, payload))
+        write_local_file(os.path.join(self.games_dir, name), encode_entry(generation, payload))
         if not self.loose.get(generation):
             self.oldest[generation] = time.monotonic()
         self.loose.setdefault(generation, []).append(name)
@@ -289,7 +273,7 @@ class Spool:
         batch = Batch(seq=seq, created_ms=created_ms, generation=generation, worker_id=worker_id,
                       chunk=layout.chunk_path(generation, worker_id, created_ms, seq), entries=names)
         document = {"version": BATCH_VERSION, **dataclasses.asdict(batch), "entries": list(names)}
-        _write_durably(self.batches_dir, self.tmp_dir, batch.file_name, json.dumps(document, indent=1).encode())
+        write_local_file(os.path.join(self.batches_dir, batch.file_name), json.dumps(document, indent=1).encode())
         self.batches.append(batch)
         return batch
 
@@ -318,7 +302,7 @@ class Spool:
 
     def _forget_batch(self, batch: Batch) -> None:
         os.unlink(os.path.join(self.batches_dir, batch.file_name))
-        _fsync_dir(self.batches_dir)
+        fsync_directory(self.batches_dir)
         self.batches.remove(batch)
 
     def upload(self, storage, batch: Batch, worker_id: str) -> tuple[str, int]:
@@ -331,8 +315,6 @@ class Spool:
         returned as games 0).  Storage errors propagate; the spool is then
         unchanged, and a later call retries.
         """
-        from cloud.base import AlreadyExists, NotFound
-
         payloads = [self.read_entry(name) for name in batch.entries]
         present = [(name, p) for name, p in zip(batch.entries, payloads) if p is not None]
         url = storage.url(batch.chunk)
@@ -386,7 +368,7 @@ class Spool:
                 os.unlink(os.path.join(self.games_dir, name))
             except FileNotFoundError:
                 pass
-        _fsync_dir(self.games_dir)
+        fsync_directory(self.games_dir)
         self._forget_batch(batch)
 
     # ---- game serials ---------------------------------------------------------
@@ -410,7 +392,7 @@ class Spool:
             limit = serial
         if serial >= limit:
             limit = serial + SERIAL_BLOCK
-            _write_durably(self.serials_dir, self.tmp_dir, str(seed), f"{limit}\n".encode())
+            write_local_file(os.path.join(self.serials_dir, str(seed)), f"{limit}\n".encode())
         self._serial_limit[seed] = limit
         return serial
 
