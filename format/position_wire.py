@@ -16,7 +16,6 @@ from format.tfrecord import (
     gather_segments,
     fill_data_crcs,
     frame_header,
-    frame_records,
 )
 
 # --------------------------------------------------------------------------

@@ -297,7 +297,6 @@ class SelfPlayWorker:
 
     def _finish_move(self, g: int) -> None:
         """Record the position, decide resignation, play the move."""
-        cfg = self.config
         game = self.games[g]
         board = self.batch.board(g)
         to_play = board.to_play
