@@ -67,11 +67,9 @@ def _field_type(config_cls, field: dataclasses.Field) -> tuple[type, bool]:
 
 
 def _default(field: dataclasses.Field):
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return None          # filled in by the dataclass when the flag is not given
-    return None
+    """The flag's default: the field's, or None (required, or filled in by the
+    field's default_factory when the flag is not given)."""
+    return None if field.default is dataclasses.MISSING else field.default
 
 
 def add_config_flags(parser: argparse.ArgumentParser, config_cls, *, exclude: typing.Iterable[str] = (),
