@@ -134,10 +134,10 @@ class HeldClaim:
     """The expired claim this one replaced, if any."""
 
 
-def _claim_doc(holder: str, attempt: str, ttl: float, released: bool = False) -> Claim:
+def _claim_doc(holder: str, attempt: str, ttl: float) -> Claim:
     now = time.time()
     return Claim(holder=holder, attempt=attempt, pid=os.getpid(), host=socket.gethostname(), time=round(now, 3),
-                 expires=round(now + (0 if released else ttl), 3), released=released)
+                 expires=round(now + ttl, 3))
 
 
 def try_claim(storage, generation: int, holder: str, attempt: str, ttl: float) -> HeldClaim | Claim | None:
@@ -168,7 +168,8 @@ def try_claim(storage, generation: int, holder: str, attempt: str, ttl: float) -
 
 def renew_claim(storage, held: HeldClaim, ttl: float) -> bool:
     """Push the claim's expiry forward; False when someone replaced it (the claim is lost)."""
-    renewed = dataclasses.replace(held.claim, time=round(time.time(), 3), expires=round(time.time() + ttl, 3))
+    now = time.time()
+    renewed = dataclasses.replace(held.claim, time=round(now, 3), expires=round(now + ttl, 3))
     try:
         held.version = storage.write_if_generation(layout.window_claim(held.generation), renewed.to_bytes(),
                                                    held.version)
@@ -359,15 +360,18 @@ class Follower:
         chunks = W.list_chunks(self.storage)
         if not chunks:
             return Outlook(target, 0, max(1, self.config.follow_new_positions))
-        per_byte, new_bytes = self.measure(last, chunks)
         lake_bytes = sum(c.size for c in chunks)
+        per_byte, new_bytes = self.measure(last, chunks, lake_bytes)
         needed = self.config.follow_new_positions or max(1, math.ceil(FOLLOW_WINDOW_FRACTION * W.window_positions(
             int(lake_bytes * per_byte), self.config.window_min_positions, self.config.window_scale,
             self.config.window_exponent, self.config.window_max_positions)))
         return Outlook(target, max(0, int(new_bytes * per_byte)), needed)
 
-    def measure(self, last: layout.WindowManifest | None, chunks) -> tuple[float, int]:
-        """(positions per byte, bytes that arrived since ``last`` was planned)."""
+    def measure(self, last: layout.WindowManifest | None, chunks, lake_bytes: int) -> tuple[float, int]:
+        """(positions per byte, bytes that arrived since ``last`` was planned).
+
+        ``lake_bytes``: the summed size of ``chunks``.
+        """
         plan = last.document.get("window", {}) if last else {}
         per_byte = plan.get("positions_per_byte")
         if not isinstance(per_byte, (int, float)) or per_byte <= 0:
@@ -378,7 +382,6 @@ class Follower:
                 except ValueError:
                     return 0.0, 0  # nothing decodable yet
             per_byte = self._sampled_per_byte
-        lake_bytes = sum(c.size for c in chunks)
         if last is None:
             return per_byte, lake_bytes
         if isinstance(plan.get("lake_bytes"), int):
