@@ -72,6 +72,7 @@ from format import layout
 from format.cli import config_from_namespace, role_parser, setting, storage_retry
 from format.events import EventError, EventLog, EventTail
 from format.registry import latest_generation
+from pipeline.follow import Claim
 
 KINDS = ("worker", "shuffle", "train")
 MODULES = {"worker": "selfplay.worker", "shuffle": "pipeline.shuffle", "train": "model.train"}
@@ -162,8 +163,6 @@ class ClusterConfig:
 
     def extra_args(self, kind: str) -> list[str]:
         return [arg for k, args in self.role_args if k == kind for arg in args]
-
-
 
 
 def _flag(name: str) -> str:
@@ -692,8 +691,6 @@ def _temporary_pieces(storage) -> tuple[list[str], list[str]]:
     finishes or takes over that window; those belong to the attempt named by
     the window's claim.  Anything else is a leftover.
     """
-    from pipeline.follow import Claim
-
     current, leftovers = [], []
     for folder in sorted({"/".join(i.path.split("/")[:2]) for i in storage.list(layout.tmp_prefix())}):
         parsed = layout.parse_job_tmp_dir(folder)
