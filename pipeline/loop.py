@@ -101,8 +101,6 @@ class LoopConfig:
         RunConfig(board_size=self.board_size, komi=self.komi)  # validates size and komi
 
 
-
-
 # --------------------------------------------------------------------------
 # Live status
 # --------------------------------------------------------------------------
