@@ -107,6 +107,7 @@ INSTALL_REQUIRES = [
     "apache-beam[gcp]>=2.60",
     *TENSORFLOW_BY_ACCELERATOR[ACCELERATOR],
     "sgfmill>=1.1",
+    "matplotlib>=3.8",   # the rating ladder's report plots (selfplay.ladder)
 ]
 TEST_REQUIRES = [
     "pytest>=8",
