@@ -8,7 +8,8 @@ below, never one above)::
     2  selfplay.*                          the engine, search, worker, GTP, matches
     3  pipeline.* (the Beam job), model.*  the roles that build on the engine (endstate labels)
     4  pipeline.loop, pipeline.cluster     orchestration: run the roles as processes
-    5  testdata.*                          generators of test and benchmark data
+    5  testdata.*, cloud.deploy            generators of test and benchmark data; the deployment
+                                           tool (its `status` reads the lake and the trainer's lease)
 
 Every import counts, including the lazy ones inside functions: a lazy import
 that points up is still a cycle, only hidden.  ``pipeline`` and ``model`` do
@@ -22,11 +23,14 @@ import pathlib
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("cloud", "format", "selfplay", "pipeline", "model", "testdata")
 ORCHESTRATION = ("pipeline.loop", "pipeline.cluster")
+TOP = ("cloud.deploy",)
 
 
 def layer(module: str) -> int:
     if module in ORCHESTRATION:
         return 4
+    if any(module == top or module.startswith(top + ".") for top in TOP):
+        return 5
     top = module.split(".")[0]
     return {"cloud": 0, "format": 1, "selfplay": 2, "pipeline": 3, "model": 3, "testdata": 5}[top]
 

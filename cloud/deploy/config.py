@@ -1,0 +1,243 @@
+"""What a deployment is made of: one frozen dataclass, its flags, and the machine tables.
+
+`DeployConfig` holds every choice a person makes when putting zerolake on
+Google Cloud: the project and zone, the lake root ``gs://BUCKET/RUN``, and the
+count, machine and accelerator of each role.  ``python -m cloud.deploy`` turns
+its fields into flags (format.cli) and validates them once, in
+``__post_init__``; `cloud.deploy.plan` turns a validated config into the shell
+plan.  Nothing here touches the network or the environment.
+
+Terms
+-----
+* *deployment name* (``--name``): the prefix of every VM and TPU name and the
+  value of the ``zerolake-deployment`` label that ``down`` and scaling select on.
+* *role*: ``worker`` (self-play), ``shuffle`` (the shuffle follower),
+  ``trainer``.
+* *accelerator kind* of a role: ``cpu``, ``gpu`` (NVIDIA, through
+  ``--*-gpu``), ``tpu`` (trainer only, a Cloud TPU VM through ``--trainer-tpu``).
+* *deploy area*: ``gs://BUCKET/zerolake-deploy/<name>/``, outside the lake
+  root, where the plan puts the package (sdist) the VMs install and
+  Dataflow's staging and temporary files.  It holds nothing secret.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from format.cli import flag_name, setting
+
+ROLES = ("worker", "shuffle", "trainer")
+
+SECTIONS = ("services", "bucket", "account", "package", "workers", "shuffle", "trainer")
+"""Plan sections in the order they run; ``--only`` picks some of them."""
+
+SHUFFLE_RUNNERS = ("auto", "local", "dataflow")
+
+AUTO_DATAFLOW_WORKERS = 16
+"""``--shuffle-runner auto`` builds windows on Dataflow from this many worker
+VMs up: the in-process runner does about 10k elements/s on 2 cores
+(DESIGN.md), so a shuffle VM of 8 cores keeps up with a handful of worker VMs,
+not with tens of them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuKind:
+    """How Compute Engine attaches one NVIDIA GPU model.
+
+    ``machines``: GPU count -> machine type.  ``bundled``: the machine type
+    comes with its GPUs (A2, A3, G2), so ``--accelerator`` must not be given;
+    otherwise (N1) the GPUs are attached with ``--accelerator``.
+    """
+
+    machines: dict
+    bundled: bool
+
+
+GPU_KINDS = {
+    "nvidia-l4": GpuKind({1: "g2-standard-8", 2: "g2-standard-24", 4: "g2-standard-48", 8: "g2-standard-96"}, True),
+    "nvidia-tesla-t4": GpuKind({1: "n1-standard-8", 2: "n1-standard-16", 4: "n1-standard-32"}, False),
+    "nvidia-tesla-v100": GpuKind({1: "n1-standard-8", 2: "n1-standard-16", 4: "n1-standard-32",
+                                  8: "n1-standard-64"}, False),
+    "nvidia-tesla-a100": GpuKind({1: "a2-highgpu-1g", 2: "a2-highgpu-2g", 4: "a2-highgpu-4g",
+                                  8: "a2-highgpu-8g"}, True),
+    "nvidia-a100-80gb": GpuKind({1: "a2-ultragpu-1g", 2: "a2-ultragpu-2g", 4: "a2-ultragpu-4g",
+                                 8: "a2-ultragpu-8g"}, True),
+    "nvidia-h100-80gb": GpuKind({1: "a3-highgpu-1g", 2: "a3-highgpu-2g", 4: "a3-highgpu-4g",
+                                 8: "a3-highgpu-8g"}, True),
+}
+
+# Images.  GPU VMs use Google's Deep Learning VM image with the NVIDIA driver
+# built in (TensorFlow then brings CUDA and cuDNN as pip packages); CPU VMs use
+# plain Debian 12, the system the chroot check (scripts/check_vm_startup.sh)
+# runs the start-up script on.  Image families change over time: the defaults
+# are flags.  Not checked here (no cloud account is reachable from this machine).
+CPU_IMAGE = ("debian-cloud", "debian-12")
+GPU_IMAGE = ("deeplearning-platform-release", "common-cu128-ubuntu-2204-nvidia-570")
+TPU_RUNTIME = "tpu-ubuntu2204-base"
+
+LABEL_VALUE = re.compile(r"[a-z][a-z0-9-]{0,20}")
+PROJECT_ID = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
+ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
+MACHINE_TYPE = re.compile(r"[a-z0-9]+-[a-z0-9-]+")
+TPU_TYPE = re.compile(r"v[0-9][a-z0-9]*-[0-9]+")
+ARGS_TEXT = re.compile(r"[A-Za-z0-9_./:= -]*")
+"""Extra role flags travel in instance metadata, where ',' separates entries:
+letters, digits and ``_./:=-`` and spaces only."""
+
+
+def _field(default, help_text, **options):
+    return setting(default, help_text, **options)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeployConfig:
+    """Every choice of one deployment (see the module docstring for the terms)."""
+
+    project: str = _field("", "Google Cloud project id", required=True)
+    root: str = _field("", "the lake root, gs://BUCKET/RUN (the bucket is created if missing)", required=True)
+    zone: str = _field("us-central1-a", "zone of every VM and TPU (the bucket and Dataflow use its region)")
+    name: str = _field("zerolake", "deployment name: prefix of VM names, label value, service account name")
+    # --- workers ---
+    workers: int = _field(0, "self-play worker VMs")
+    worker_gpu: str = _field("", f"NVIDIA GPU of each worker VM ({', '.join(GPU_KINDS)}); '' = CPU VMs")
+    worker_gpu_count: int = _field(1, "GPUs per worker VM")
+    worker_machine: str = _field("", "machine type of a worker VM ('' = the GPU's default, or c2d-standard-16)")
+    worker_processes: int = _field(0, "worker processes per VM (0 = 4 per GPU, or 8 on a CPU VM); "
+                                      "see README 'How many workers per GPU'")
+    worker_args: str = _field("", "extra flags for every selfplay.worker, e.g. '--visits 128 --board-size 19'")
+    spot: bool = _field(True, "worker VMs are spot VMs (stopped on preemption, their spool kept on the boot "
+                              "disk); --no-spot for standard VMs")
+    # --- shuffle follower ---
+    shuffle: bool = _field(True, "run the shuffle follower VM (--no-shuffle: none)")
+    shuffle_machine: str = _field("n2-standard-8", "machine type of the shuffle follower VM")
+    shuffle_runner: str = _field("auto", "where windows are built: local (on the follower VM), dataflow, or "
+                                         f"auto (dataflow from {AUTO_DATAFLOW_WORKERS} worker VMs up)",
+                                 choices=SHUFFLE_RUNNERS)
+    dataflow_max_workers: int = _field(20, "--max_num_workers of each Dataflow job")
+    dataflow_machine: str = _field("n2-standard-4", "machine type of the Dataflow workers")
+    shuffle_args: str = _field("", "extra flags for pipeline.shuffle --follow")
+    # --- trainer ---
+    trainer_tpu: str = _field("", "train on a Cloud TPU VM of this type, e.g. v5litepod-8, v4-8")
+    trainer_tpu_runtime: str = _field(TPU_RUNTIME, "TPU VM software version (gcloud --version)")
+    trainer_gpu: str = _field("", f"or train on a GPU VM with this NVIDIA GPU ({', '.join(GPU_KINDS)})")
+    trainer_gpu_count: int = _field(1, "GPUs of the trainer VM (more than one: MirroredStrategy)")
+    trainer_machine: str = _field("", "machine type of a GPU or CPU trainer VM ('' = the GPU's default, "
+                                      "or n2-standard-16)")
+    trainer_cpu: bool = _field(False, "train on a CPU VM (small boards, trials)")
+    trainer_spot: bool = _field(False, "the trainer VM (or TPU) is spot; it resumes from ROOT/checkpoints")
+    trainer_args: str = _field("", "extra flags for model.train --follow")
+    # --- images ---
+    cpu_image: str = _field("/".join(CPU_IMAGE), "image project/family of CPU VMs")
+    gpu_image: str = _field("/".join(GPU_IMAGE), "image project/family of GPU VMs (NVIDIA driver included)")
+    # --- plan ---
+    only: str = _field("", f"comma-separated plan sections to print ({', '.join(SECTIONS)}); '' = all")
+    python: str = _field("", "the local Python that builds the sdist (needs Cython and numpy; '' = the one "
+                             "running this command)")
+
+    def __post_init__(self):
+        errors = []
+
+        def need(ok: bool, field: str, problem: str) -> None:
+            if not ok:
+                errors.append(f"{flag_name(field)}: {problem}")
+
+        need(bool(PROJECT_ID.fullmatch(self.project)), "project",
+             f"{self.project!r} is not a project id (6-30 of a-z, 0-9, '-', starting with a letter)")
+        need(bool(ZONE.fullmatch(self.zone)), "zone", f"{self.zone!r} is not a zone such as us-central1-a")
+        need(bool(LABEL_VALUE.fullmatch(self.name)), "name",
+             f"{self.name!r}: 1-21 of a-z, 0-9 and '-', starting with a letter (it prefixes VM names)")
+        bucket, _ = split_root(self.root) if self.root.startswith("gs://") else ("", "")
+        need(bool(bucket) and bool(BUCKET_NAME.fullmatch(bucket)), "root",
+             f"{self.root!r} is not gs://BUCKET/RUN with a valid bucket name")
+        need(self.workers >= 0, "workers", "must not be negative")
+        need(self.worker_processes >= 0, "worker_processes", "must not be negative")
+        need(self.dataflow_max_workers >= 1, "dataflow_max_workers", "must be at least 1")
+        for field in ("worker_gpu", "trainer_gpu"):
+            value = getattr(self, field)
+            need(not value or value in GPU_KINDS, field, f"{value!r} is not one of {', '.join(GPU_KINDS)}")
+        for field, gpu in (("worker_gpu_count", self.worker_gpu), ("trainer_gpu_count", self.trainer_gpu)):
+            count = getattr(self, field)
+            allowed = sorted(GPU_KINDS[gpu].machines) if gpu in GPU_KINDS else [1, 2, 4, 8]
+            need(count in allowed, field, f"{count}: {gpu or 'the GPU'} comes {allowed} to a VM")
+        for field in ("worker_machine", "trainer_machine", "shuffle_machine", "dataflow_machine"):
+            value = getattr(self, field)
+            need(not value or bool(MACHINE_TYPE.fullmatch(value)), field, f"{value!r} is not a machine type")
+        need(not self.trainer_tpu or bool(TPU_TYPE.fullmatch(self.trainer_tpu)), "trainer_tpu",
+             f"{self.trainer_tpu!r} is not a TPU type such as v5litepod-8 or v4-8")
+        trainers = [flag for flag, on in (("--trainer-tpu", self.trainer_tpu), ("--trainer-gpu", self.trainer_gpu),
+                                          ("--trainer-cpu", self.trainer_cpu)) if on]
+        need(len(trainers) <= 1, "trainer_tpu", f"give at most one of {', '.join(trainers)}")
+        for field in ("worker_args", "shuffle_args", "trainer_args"):
+            need(bool(ARGS_TEXT.fullmatch(getattr(self, field))), field,
+                 "may hold only letters, digits, spaces and _./:=- (it travels in instance metadata)")
+        for field in ("cpu_image", "gpu_image"):
+            need(getattr(self, field).count("/") == 1, field, "must be PROJECT/FAMILY")
+        unknown = sorted(set(self.sections) - set(SECTIONS))
+        need(not unknown, "only", f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
+        if errors:
+            raise ValueError("invalid deployment:\n  " + "\n  ".join(errors))
+
+    # --- derived values (one place each) ------------------------------------------
+    @property
+    def sections(self) -> tuple[str, ...]:
+        return tuple(s.strip() for s in self.only.split(",") if s.strip()) or SECTIONS
+
+    @property
+    def region(self) -> str:
+        return self.zone.rsplit("-", 1)[0]
+
+    @property
+    def bucket(self) -> str:
+        return split_root(self.root)[0]
+
+    @property
+    def service_account_id(self) -> str:
+        return f"{self.name}-runner"
+
+    @property
+    def service_account(self) -> str:
+        return f"{self.service_account_id}@{self.project}.iam.gserviceaccount.com"
+
+    @property
+    def deploy_area(self) -> str:
+        """``gs://BUCKET/zerolake-deploy/<name>``: the package and Dataflow's files, outside the lake."""
+        return f"gs://{self.bucket}/zerolake-deploy/{self.name}"
+
+    @property
+    def trainer_kind(self) -> str:
+        """'tpu', 'gpu', 'cpu', or '' when the plan has no trainer."""
+        return "tpu" if self.trainer_tpu else "gpu" if self.trainer_gpu else "cpu" if self.trainer_cpu else ""
+
+    @property
+    def worker_kind(self) -> str:
+        return "gpu" if self.worker_gpu else "cpu"
+
+    @property
+    def uses_dataflow(self) -> bool:
+        if not self.shuffle or self.shuffle_runner == "local":
+            return False
+        return self.shuffle_runner == "dataflow" or self.workers >= AUTO_DATAFLOW_WORKERS
+
+    @property
+    def processes_per_worker(self) -> int:
+        if self.worker_processes:
+            return self.worker_processes
+        return 4 * self.worker_gpu_count if self.worker_gpu else 8
+
+    def worker_machine_type(self) -> str:
+        if self.worker_machine:
+            return self.worker_machine
+        return GPU_KINDS[self.worker_gpu].machines[self.worker_gpu_count] if self.worker_gpu else "c2d-standard-16"
+
+    def trainer_machine_type(self) -> str:
+        if self.trainer_machine:
+            return self.trainer_machine
+        return GPU_KINDS[self.trainer_gpu].machines[self.trainer_gpu_count] if self.trainer_gpu \
+            else "n2-standard-16"
+
+
+def split_root(root: str) -> tuple[str, str]:
+    """``gs://bucket/run/x`` -> ('bucket', 'run/x')."""
+    bucket, _, prefix = root.removeprefix("gs://").partition("/")
+    return bucket, prefix.strip("/")

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Install zerolake into a virtual environment: the one install script, called by
+# the VMs' start-up script (cloud/vm/startup.sh) and by the Dockerfile.
+#
+#   install.sh --accelerator cpu|gpu|tpu --package SDIST_OR_SOURCE_DIR [--prefix /opt/zerolake]
+#
+# Steps: Debian/Ubuntu build packages (python3-venv, python3-dev, a C
+# compiler: the Cython extensions are compiled here) -> PREFIX/venv ->
+# the build tools -> the package, with the TensorFlow of the accelerator
+# (setup.py reads ZEROLAKE_ACCELERATOR: tensorflow-cpu, tensorflow[and-cuda],
+# or tensorflow-tpu 2.20) and every version pinned by cloud/vm/constraints.txt.
+# ZEROLAKE_SKIP_APT=1 skips the apt step (an image that has the packages).
+# Safe to rerun.
+set -euo pipefail
+
+ACCELERATOR=cpu
+PACKAGE=""
+PREFIX=/opt/zerolake
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --accelerator) ACCELERATOR="${2:-}"; shift ;;
+        --package) PACKAGE="${2:-}"; shift ;;
+        --prefix) PREFIX="${2:-}"; shift ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        *) echo "install.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+case "$ACCELERATOR" in
+    cpu|gpu|tpu) ;;
+    *) echo "install.sh: --accelerator must be cpu, gpu or tpu, not '$ACCELERATOR'" >&2; exit 2 ;;
+esac
+if [[ -z "$PACKAGE" || ! -e "$PACKAGE" ]]; then
+    echo "install.sh: --package '$PACKAGE' is not a file or folder (the zerolake sdist or source tree)" >&2
+    exit 2
+fi
+HERE="$(cd "$(dirname "$0")" && pwd)"
+CONSTRAINTS="$HERE/constraints.txt"
+
+log() { echo "[install $(date +%H:%M:%S)] $*"; }
+
+if [[ "${ZEROLAKE_SKIP_APT:-0}" != 1 ]] && command -v apt-get >/dev/null; then
+    log "Debian packages: python3-venv python3-dev build-essential"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends python3 python3-venv python3-dev build-essential \
+        ca-certificates >/dev/null
+fi
+
+PYTHON="${PYTHON:-python3}"
+if [[ ! -x "$PREFIX/venv/bin/python" ]]; then
+    log "virtual environment $PREFIX/venv ($($PYTHON --version))"
+    mkdir -p "$PREFIX"
+    "$PYTHON" -m venv "$PREFIX/venv"
+fi
+PIP=("$PREFIX/venv/bin/python" -m pip --disable-pip-version-check)
+"${PIP[@]}" install -q -c "$CONSTRAINTS" --upgrade pip setuptools wheel Cython numpy
+
+# Another accelerator's TensorFlow installs the same `tensorflow` package
+# (see setup.py): remove it before switching.
+case "$ACCELERATOR" in cpu) want=tensorflow-cpu ;; gpu) want=tensorflow ;; tpu) want=tensorflow-tpu ;; esac
+for other in tensorflow tensorflow-cpu tensorflow-tpu; do
+    if [[ $other != "$want" ]] && "${PIP[@]}" show -q "$other" >/dev/null 2>&1; then
+        "${PIP[@]}" uninstall -y -q "$other"
+    fi
+done
+
+log "zerolake for $ACCELERATOR from $PACKAGE (compiles the Cython extensions)"
+# --no-build-isolation: build against the venv's pinned Cython and numpy.
+ZEROLAKE_ACCELERATOR="$ACCELERATOR" "${PIP[@]}" install -q --no-build-isolation -c "$CONSTRAINTS" "$PACKAGE"
+"$PREFIX/venv/bin/python" -c "import selfplay.board, pipeline.shuffle, model.train" \
+    || { echo "install.sh: the installed package does not import" >&2; exit 1; }
+log "done: $("$PREFIX/venv/bin/python" -c 'import tensorflow as tf; print("tensorflow", tf.__version__)' 2>/dev/null)"

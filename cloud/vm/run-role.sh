@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Run one zerolake role process: what the systemd units (cloud/vm/systemd/),
+# startup.sh's foreground mode and the Docker image start.
+#
+#   run-role.sh worker INDEX | shuffle | trainer
+#
+# From the environment (systemd: /etc/zerolake/zerolake.env): ZEROLAKE_ROOT,
+# ZEROLAKE_ACCELERATOR (cpu|gpu|tpu), ZEROLAKE_ARGS (extra flags, split on
+# spaces), ZEROLAKE_PREFIX (default /opt/zerolake), ZEROLAKE_STATE (default
+# /var/lib/zerolake: spools, model caches, the trainer's stage folder).
+# The role replaces this shell (exec), so systemd's SIGTERM reaches it: the
+# worker uploads its spool, the follower releases its claim, the trainer
+# checkpoints and releases its lease.  Events go to stdout (the journal).
+set -euo pipefail
+ROLE="${1:-}"
+INDEX="${2:-0}"
+PREFIX="${ZEROLAKE_PREFIX:-/opt/zerolake}"
+STATE="${ZEROLAKE_STATE:-/var/lib/zerolake}"
+PY="$PREFIX/venv/bin/python"
+: "${ZEROLAKE_ROOT:?run-role.sh: ZEROLAKE_ROOT is not set (/etc/zerolake/zerolake.env)}"
+read -r -a EXTRA <<< "${ZEROLAKE_ARGS:-}"
+mkdir -p "$STATE"
+
+case "$ROLE" in
+    worker)
+        case "${ZEROLAKE_ACCELERATOR:-cpu}" in
+            gpu) gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+                 device="gpu:$((INDEX % (gpus > 0 ? gpus : 1)))" ;;   # processes spread over the GPUs
+            tpu) device=tpu ;;
+            *) device=cpu ;;
+        esac
+        exec "$PY" -m selfplay.worker --root "$ZEROLAKE_ROOT" --device "$device" \
+            --spool-dir "$STATE/spool-$INDEX" --model-cache "$STATE/models-$INDEX" --events - "${EXTRA[@]}" ;;
+    shuffle)
+        exec "$PY" -m pipeline.shuffle --root "$ZEROLAKE_ROOT" --follow --workers "$(nproc)" --events - "${EXTRA[@]}" ;;
+    trainer)
+        exec "$PY" -m model.train --root "$ZEROLAKE_ROOT" --follow --stage-dir "$STATE/stage" --events - "${EXTRA[@]}" ;;
+    *)
+        echo "run-role.sh: role '$ROLE' is not worker, shuffle or trainer" >&2; exit 2 ;;
+esac
