@@ -37,11 +37,11 @@ sys.path.insert(0, REPO)
 # Tiny roles: 2 cores carry 5 of them, the launcher and the emulator.
 SETTINGS = ["--board-size", "9", "--games-at-once", "8", "--visits", "8", "--fast-visits", "4",
             "--chunk-games", "16", "--chunk-seconds", "5", "--blocks", "1", "--filters", "16", "--batch-size", "64",
-            "--train-steps", "60", "--checkpoint-every", "20", "--follow-new-positions", "4000",
+            "--train-steps", "60", "--train-log-every", "15", "--checkpoint-every", "20", "--follow-new-positions", "4000",
             "--claim-seconds", "10", "--poll-seconds", "2", "--status-seconds", "10", "--child-threads", "1",
             "--worker-nice", "10", "--restart-backoff", "1", "--stop-grace", "20",
-            "--role-args", "shuffle=--random_playouts 8 --shard_positions 10000 --window_min_positions 6000 "
-                           "--window_max_positions 12000"]
+            "--shuffle-random-playouts", "8", "--shuffle-shard-positions", "10000",
+            "--shuffle-window-min-positions", "6000", "--shuffle-window-max-positions", "12000"]
 
 ACCEPTANCE = {"kills": lambda v: v >= 10, "games_lost": lambda v: v == 0, "games_duplicated": lambda v: v == 0,
               "latest_regressions": lambda v: v == 0, "chunk_verify_failures": lambda v: v == 0,

@@ -13,9 +13,11 @@ Paths are relative to the root, '/'-separated, as `cloud.base` defines them::
     models/LATEST                                   newest published generation
     checkpoints/...                                 the trainer's state
     loop/<marker>                                   the one-machine loop's phase markers
+    loop/settings/<run>.json                        each loop invocation's full settings (create-only)
     tmp/<job>-<gen>-<attempt>/...                   a job's temporary pieces
     cluster/trainer-lease.json                      which trainer owns the root, until when
     cluster/claims/window-<gen>.json                which shuffle follower makes window <gen>
+    cluster/settings/<run>.json                     each launcher invocation's full settings (create-only)
     report/...                                      derived views (plots, tables); replaceable
 
 ``<gen>`` is a generation number, zero-padded to six digits.
@@ -282,6 +284,41 @@ def loop_marker(name: str) -> str:
     return f"{LOOP_DIR}/{name}"
 
 
+SETTINGS_RECORD_VERSION = 1
+_LAUNCHER_DIRS = {"loop": LOOP_DIR, "cluster": CLUSTER_DIR}
+
+
+def settings_record(launcher: str, run_id: str) -> str:
+    """Create-only record of one launcher invocation's full settings
+    (``loop/settings/<run_id>.json``, ``cluster/settings/<run_id>.json``).
+
+    ``run_id`` is unique per invocation (format.cli.record_settings makes it),
+    so a resumed or a second run adds its own record and never overwrites one.
+    """
+    if launcher not in _LAUNCHER_DIRS:
+        raise ValueError(f"launcher {launcher!r} is not one of {sorted(_LAUNCHER_DIRS)}")
+    if not _SAFE_NAME.fullmatch(run_id):
+        raise ValueError(f"run id {run_id!r} may hold only letters, digits, '_', '.' and '-'")
+    return f"{_LAUNCHER_DIRS[launcher]}/settings/{run_id}.json"
+
+
+def settings_records_prefix(launcher: str) -> str:
+    """Listing prefix of one launcher's settings records."""
+    return settings_record(launcher, "x").rsplit("/", 1)[0] + "/"
+
+
+def parse_settings_record(data: bytes, url: str) -> dict:
+    """Validate a settings record (``{"version", "launcher", "run_id", "started", "argv", "settings"}``)."""
+    document = _json_object(data, url)
+    if document.get("version") != SETTINGS_RECORD_VERSION:
+        raise ManifestError(url, "version", f"is {document.get('version')!r}; this reader knows "
+                                            f"version {SETTINGS_RECORD_VERSION}")
+    for name, kind in (("launcher", str), ("run_id", str), ("started", str), ("argv", list), ("settings", dict)):
+        if not isinstance(document.get(name), kind):
+            raise ManifestError(url, name, f"is missing or not {kind.__name__}")
+    return document
+
+
 def tmp_prefix() -> str:
     return f"{TMP_DIR}/"
 
@@ -317,6 +354,32 @@ def window_claim(generation: int) -> str:
 
 def report_path(name: str) -> str:
     return f"{REPORT_DIR}/{name}"
+
+
+# The rating ladder (selfplay.ladder).  Its results file is the one piece of
+# the report that is not re-derived: it accumulates games, so that a rerun adds
+# to it instead of replaying them; it is still replaced whole (atomic replace)
+# and may be deleted to start the ladder afresh.
+LADDER_DIR = f"{REPORT_DIR}/ladder"
+
+
+def ladder_results() -> str:
+    """The ladder's game results, one JSON object per line (``report/ladder/results.jsonl``)."""
+    return f"{LADDER_DIR}/results.jsonl"
+
+
+def ladder_chunk_counts() -> str:
+    """Games and positions per chunk, cached by the ladder (chunks never change)."""
+    return f"{LADDER_DIR}/chunk-counts.json"
+
+
+def ladder_game_sgf(pairing: str, index: int) -> str:
+    """SGF of game ``index`` of one ladder pairing (``report/ladder/games/<pairing>/<index:05d>.sgf``)."""
+    if not _SAFE_NAME.fullmatch(pairing):
+        raise ValueError(f"pairing {pairing!r} may hold only letters, digits, '_', '.' and '-'")
+    if isinstance(index, bool) or int(index) != index or index < 0:
+        raise ValueError(f"game index must be a non-negative int, got {index!r}")
+    return f"{LADDER_DIR}/games/{pairing}/{int(index):05d}.sgf"
 
 
 def _json_object(data: bytes, url: str) -> dict:

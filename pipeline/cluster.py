@@ -25,6 +25,12 @@ what a machine would keep on its local disk.  Per role: ``spool/`` (worker),
 ``logs/<role>.log`` (its human output, never parsed).  The same command with
 the same root reuses it, so a stopped cluster resumes where it was.
 
+Each role's settings are the role's own config (``--worker-*``,
+``--shuffle-*``, ``--train-*``; format.cli.role_setting), turned into its
+command by format.cli.role_argv; ``--role-args ROLE=ARGS`` appends anything
+else (Beam's options, say).  Each invocation writes its full settings once to
+``cluster/settings/<run id>.json`` (``layout.settings_record``).
+
 Data flow of what the launcher itself knows: it reads ONLY the roles'
 structured events (:class:`format.events.EventTail`) and the lake (paths from
 :mod:`format.layout`, through :mod:`cloud.storage`).  Every few seconds it
@@ -50,7 +56,7 @@ Stopping: Ctrl-C or SIGTERM sends SIGTERM to every child, waits
 
 Example (a local lake, 3 workers, tiny 9x9 settings)::
 
-    python -m pipeline.cluster --root ./lake --workers 3 --visits 8 --train-steps 50
+    python -m pipeline.cluster --root ./lake --workers 3 --worker-visits 8 --train-steps-per-window 50
     python -m pipeline.cluster --root gs://bucket/run --workers 3 --chaos-kill-every 20 --minutes 8
 """
 from __future__ import annotations
@@ -64,15 +70,18 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 
 from format import layout
-from format.cli import config_from_namespace, role_parser, setting, storage_retry
+from format.cli import (complete_roles, config_from_namespace, open_launch, role_argv, role_parser, role_setting,
+                        setting, storage_retry)
 from format.events import EventError, EventLog, EventTail
 from format.registry import latest_generation
+from model.config import TrainConfig
+from pipeline.config import ShuffleConfig
 from pipeline.follow import Claim
+from selfplay.config import WorkerConfig
 
 KINDS = ("worker", "shuffle", "train")
 MODULES = {"worker": "selfplay.worker", "shuffle": "pipeline.shuffle", "train": "model.train"}
@@ -84,9 +93,25 @@ FRESH_MODEL_SECONDS = 60.0
 YOUNG_DEATH_SECONDS = 15.0
 
 
+# The launcher's flags of before the roles' configs were composed in, kept as aliases.
+WORKER_ALIASES = {"games": ("--games-at-once",), "visits": ("--visits",), "fast_visits": ("--fast-visits",),
+                  "chunk_games": ("--chunk-games",), "chunk_seconds": ("--chunk-seconds",)}
+SHUFFLE_ALIASES = {"follow_new_positions": ("--follow-new-positions",), "claim_seconds": ("--claim-seconds",)}
+TRAIN_ALIASES = {"steps_per_window": ("--train-steps",), "batch_size": ("--batch-size",), "blocks": ("--blocks",),
+                 "filters": ("--filters",), "checkpoint_every": ("--checkpoint-every",)}
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
-    """Settings of the launcher (each is a flag, see --help; role_args comes from --role-args)."""
+    """Settings of the launcher (each is a flag, see --help; role_args comes from --role-args).
+
+    The roles' settings are the roles' own configs (format.cli.role_setting):
+    ``--worker-*`` is WorkerConfig, ``--shuffle-*`` ShuffleConfig,
+    ``--train-*`` TrainConfig, passed to every process of the role.  The
+    launcher sets per process what must differ between processes or follow
+    its state dir (worker ids, spools, events files, the stage dir) and the
+    shared cadence (--poll-seconds, --status-seconds).
+    """
 
     root: str = setting("./lake", "lake root: a local folder or gs://bucket/prefix")
     workers: int = setting(2, "self-play worker processes")
@@ -95,22 +120,8 @@ class ClusterConfig:
     events: str = setting("", "the launcher's own JSON-lines events; default STATE_DIR/events/cluster.jsonl")
     board_size: int = setting(9, "board size (written to run.json on an empty root)")
     komi: float = setting(7.5, "komi")
-    games_at_once: int = setting(32, "games each worker plays at once (worker --games)")
-    visits: int = setting(32, "simulations of a full search (worker --visits)")
-    fast_visits: int = setting(8, "simulations of a fast search (worker --fast-visits)")
-    chunk_games: int = setting(16, "games per chunk file (worker --chunk-games)")
-    chunk_seconds: float = setting(30.0, "a chunk is written once its oldest game waited this long (worker "
-                                         "--chunk-seconds)")
-    blocks: int = setting(2, "residual blocks of the network (trainer --blocks)")
-    filters: int = setting(16, "channels of the network (trainer --filters)")
-    batch_size: int = setting(128, "training batch size (trainer --batch-size)")
-    train_steps: int = setting(200, "training steps per window (trainer --steps-per-window)")
-    checkpoint_every: int = setting(50, "steps between the trainer's checkpoints (trainer --checkpoint-every)")
-    follow_new_positions: int = setting(5000, "new positions the shuffle follower waits for before the next window")
-    claim_seconds: float = setting(0.0, "lifetime of the shuffle follower's window claim (0 = its default); a "
-                                        "SIGKILLed follower's claim blocks that window this long")
     poll_seconds: float = setting(5.0, "how often followers and workers look at the lake (their --poll-seconds)")
-    status_seconds: float = setting(5.0, "seconds between status lines")
+    status_seconds: float = setting(5.0, "seconds between status lines (and the workers' --progress-seconds)")
     child_threads: int = setting(0, "TensorFlow/OpenMP threads per child (0 = their own choice); 1 suits a small "
                                     "machine")
     worker_nice: int = setting(0, "niceness added to worker processes (e.g. 10 on a small machine, so that "
@@ -138,24 +149,39 @@ class ClusterConfig:
     report: str = setting("", "also write the final check's JSON to this file")
     role_args: tuple = setting((), hidden=True)
     """ROLE=ARGS: extra arguments for every process of ROLE (worker, shuffle, train); repeatable (parsed from repeated --role-args ROLE=ARGS)"""
+    worker: WorkerConfig = role_setting(
+        WorkerConfig, "every self-play worker (python -m selfplay.worker's flags); the launcher sets each one's "
+                      "worker id, spool, model cache, events, --poll-seconds and --progress-seconds; each draws its "
+                      "own seed",
+        shared=("root", "board_size", "komi"),
+        managed=("seed", "worker_id", "spool_dir", "model_cache", "events", "poll_seconds", "progress_seconds"),
+        aliases=WORKER_ALIASES, games=32, visits=32, fast_visits=8, chunk_games=16, chunk_seconds=30.0)
+    shuffle: ShuffleConfig = role_setting(
+        ShuffleConfig, "the shuffle follower (python -m pipeline.shuffle --follow's flags); the launcher sets "
+                       "its events and --poll-seconds",
+        shared=("root", "board_size"), managed=("follow", "poll_seconds", "events"),
+        aliases=SHUFFLE_ALIASES, workers=1, follow_new_positions=5000)
+    train: TrainConfig = role_setting(
+        TrainConfig, "the trainer (python -m model.train --follow's flags); the launcher sets its stage dir, "
+                     "events and --poll-seconds",
+        shared=("root", "board_size"), managed=("follow", "poll_seconds", "events", "stage_dir"),
+        aliases=TRAIN_ALIASES, blocks=2, filters=16, batch_size=128, steps_per_window=200, checkpoint_every=50,
+        warmup_steps=50, log_every=50)
 
     def __post_init__(self):
         if self.workers < 1:
             raise ValueError(f"--workers must be >= 1, got {self.workers}")
-        for name in ("games_at_once", "visits", "fast_visits", "chunk_games", "blocks", "filters", "batch_size",
-                     "train_steps", "checkpoint_every", "follow_new_positions"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{_flag(name)} must be >= 1, got {getattr(self, name)}")
-        for name in ("chunk_seconds", "poll_seconds", "status_seconds", "restart_backoff", "stop_grace"):
+        for name in ("poll_seconds", "status_seconds", "restart_backoff", "stop_grace"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{_flag(name)} must be > 0, got {getattr(self, name)}")
-        for name in ("minutes", "until_generations", "claim_seconds", "chaos_kill_every", "child_threads", "drain_seconds",
+        for name in ("minutes", "until_generations", "chaos_kill_every", "child_threads", "drain_seconds",
                      "chaos_min_kills_per_kind", "worker_nice", "chaos_max_kills", "chaos_min_uptime"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{_flag(name)} must be >= 0, got {getattr(self, name)}")
         for kind, _ in self.role_args:
             if kind not in KINDS:
                 raise ValueError(f"--role-args: unknown role {kind!r}; use worker, shuffle or train")
+        complete_roles(self)
 
     @property
     def chaos(self) -> bool:
@@ -183,33 +209,6 @@ def say(message: str) -> None:
 # --------------------------------------------------------------------------
 
 
-def probe_flags(module: str) -> set[str]:
-    """The ``--flags`` a role's ``--help`` lists (its command-line contract).
-
-    The launcher passes a role only the optional flags it has, so that it runs
-    against roles that have not grown them yet; what is missing is reported.
-    """
-    result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "COLUMNS": "200"})
-    flags = set()
-    for token in result.stdout.replace("[", " ").replace("]", " ").replace(",", " ").split():
-        if token.startswith("--") and len(token) > 2:
-            flags.add(token.split("=")[0])
-    return flags
-
-
-def probe_all() -> dict[str, set[str]]:
-    """Flags of every kind, probed in parallel (the trainer's --help imports little, the shuffle's Beam)."""
-    found: dict[str, set[str]] = {}
-    threads = [threading.Thread(target=lambda k=k: found.__setitem__(k, probe_flags(MODULES[k])))
-               for k in KINDS]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return found
-
-
 @dataclass
 class RoleSpec:
     """What it takes to (re)start one role: the same command every time."""
@@ -223,23 +222,14 @@ class RoleSpec:
 
 
 class Commands:
-    """Builds each role's command from the config and the flags the role has.
+    """Builds each role's command: the role's config from ClusterConfig
+    (format.cli.role_argv), the settings this launcher manages, then the
+    role's --role-args; the same command at every (re)start."""
 
-    ``missing`` collects (kind, flag) pairs the launcher wanted but the role
-    lacks; they are printed once and go into the final report.
-    """
-
-    def __init__(self, config: ClusterConfig, state_dir: str, flags: dict[str, set[str]]):
+    def __init__(self, config: ClusterConfig, state_dir: str, retry=None):
         self.config = config
         self.state_dir = state_dir
-        self.flags = flags
-        self.missing: list[str] = []
-
-    def _optional(self, kind: str, argv: list[str], flag: str, *values: str) -> None:
-        if flag in self.flags.get(kind, set()):
-            argv += [flag, *values]
-        elif f"{kind} {flag}" not in self.missing:
-            self.missing.append(f"{kind} {flag}")
+        self.retry = retry  # the --storage-* policy, passed on to every role
 
     def path(self, *parts: str) -> str:
         return os.path.abspath(os.path.join(self.state_dir, *parts))
@@ -249,44 +239,28 @@ class Commands:
         name = f"worker{index}"
         events = self.path("events", f"{name}.jsonl")
         spool = self.path(name, "spool")
-        argv = [MODULES["worker"], "--root", cfg.root, "--board-size", str(cfg.board_size), "--komi", str(cfg.komi),
-                "--games", str(cfg.games_at_once), "--visits", str(cfg.visits), "--fast-visits", str(cfg.fast_visits),
-                "--chunk-games", str(cfg.chunk_games), "--chunk-seconds", str(cfg.chunk_seconds),
-                "--poll-seconds", str(cfg.poll_seconds), "--progress-seconds", str(cfg.status_seconds),
-                # No '-' in a worker id (chunk names use it as the separator); the
-                # worker adds its own suffix to the prefix where it supports one.
-                "--worker-id", f"w{index}", "--model-cache", self.path(name, "models")]
-        self._optional("worker", argv, "--spool-dir", spool)
-        self._optional("worker", argv, "--events", events)
-        return RoleSpec(name, "worker", argv + cfg.extra_args("worker"), events, self.path("logs", f"{name}.log"),
-                        spool_dir=spool)
+        # No '-' in a worker id (chunk names use it as the separator); the
+        # worker adds its host, pid and random hex to this prefix.
+        argv = role_argv(cfg, "worker", retry=self.retry, worker_id=f"w{index}", spool_dir=spool,
+                         model_cache=self.path(name, "models"), events=events, poll_seconds=cfg.poll_seconds,
+                         progress_seconds=cfg.status_seconds)
+        return RoleSpec(name, "worker", [MODULES["worker"], *argv, *cfg.extra_args("worker")], events,
+                        self.path("logs", f"{name}.log"), spool_dir=spool)
 
     def shuffle(self) -> RoleSpec:
         cfg = self.config
         events = self.path("events", "shuffle.jsonl")
-        argv = [MODULES["shuffle"], "--root", cfg.root, "--board-size", str(cfg.board_size), "--workers", "1"]
-        self._optional("shuffle", argv, "--follow")
-        self._optional("shuffle", argv, "--follow-new-positions", str(cfg.follow_new_positions))
-        self._optional("shuffle", argv, "--poll-seconds", str(cfg.poll_seconds))
-        if cfg.claim_seconds:
-            self._optional("shuffle", argv, "--claim-seconds", str(cfg.claim_seconds))
-        self._optional("shuffle", argv, "--events", events)
-        return RoleSpec("shuffle", "shuffle", argv + cfg.extra_args("shuffle"), events,
+        argv = role_argv(cfg, "shuffle", retry=self.retry, follow=True, poll_seconds=cfg.poll_seconds, events=events)
+        return RoleSpec("shuffle", "shuffle", [MODULES["shuffle"], *argv, *cfg.extra_args("shuffle")], events,
                         self.path("logs", "shuffle.log"))
 
     def trainer(self) -> RoleSpec:
         cfg = self.config
         events = self.path("events", "trainer.jsonl")
-        argv = [MODULES["train"], "--root", cfg.root, "--board-size", str(cfg.board_size),
-                "--blocks", str(cfg.blocks), "--filters", str(cfg.filters), "--batch-size", str(cfg.batch_size),
-                "--steps-per-window", str(cfg.train_steps), "--warmup-steps", str(min(50, cfg.train_steps)),
-                "--log-every", str(max(1, min(50, cfg.train_steps // 4))),
-                "--checkpoint-every", str(cfg.checkpoint_every),
-                "--stage-dir", self.path("trainer", "stage")]
-        self._optional("train", argv, "--follow")
-        self._optional("train", argv, "--poll-seconds", str(cfg.poll_seconds))
-        self._optional("train", argv, "--events", events)
-        return RoleSpec("trainer", "train", argv + cfg.extra_args("train"), events, self.path("logs", "trainer.log"))
+        argv = role_argv(cfg, "train", retry=self.retry, follow=True, poll_seconds=cfg.poll_seconds, events=events,
+                         stage_dir=self.path("trainer", "stage"))
+        return RoleSpec("trainer", "train", [MODULES["train"], *argv, *cfg.extra_args("train")], events,
+                        self.path("logs", "trainer.log"))
 
     def all(self) -> list[RoleSpec]:
         return [self.worker(i) for i in range(self.config.workers)] + [self.shuffle(), self.trainer()]
@@ -441,13 +415,11 @@ class Observer:
 
 
 class Cluster:
-    def __init__(self, config: ClusterConfig, storage, state_dir: str, specs: list[RoleSpec],
-                 missing: list[str]):
+    def __init__(self, config: ClusterConfig, storage, state_dir: str, specs: list[RoleSpec]):
         self.config = config
         self.storage = storage
         self.state_dir = state_dir
         self.roles = [Role(spec) for spec in specs]
-        self.missing = missing
         self.observer = Observer(storage, self.roles)
         self.events = EventLog(config.events or os.path.join(state_dir, "events", "cluster.jsonl"), "cluster")
         self.chaos = (ChaosMonkey(config.chaos_kill_every, random.Random(config.chaos_seed), config.chaos_min_uptime)
@@ -705,7 +677,7 @@ def _temporary_pieces(storage) -> tuple[list[str], list[str]]:
 
 
 def check_run(storage, observer: Observer, roles: list[Role], *, wall_seconds: float, stopped_wall: float,
-              kills_by_kind: dict, missing: list[str]) -> dict:
+              kills_by_kind: dict) -> dict:
     """Verify the lake against what the roles reported; the final JSON report.
 
     Zero-loss keys (all must be 0): games_lost (finished games in no chunk and
@@ -789,7 +761,6 @@ def check_run(storage, observer: Observer, roles: list[Role], *, wall_seconds: f
         "bad_event_lines": observer.bad_events,
         "positions_per_s": round(scan["positions"] / max(wall_seconds, 1e-9), 2),
         "wall_s": round(wall_seconds, 1),
-        "missing_role_flags": missing,
     }
 
 
@@ -828,6 +799,7 @@ def _raise_keyboard_interrupt(signum, frame):
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -836,23 +808,14 @@ def main(argv=None) -> int:
         parser.error(str(exc))
     config = config_from_namespace(ClusterConfig, args, parser, role_args=role_args)
     retry = storage_retry(args, parser)
-    from cloud.storage import StorageError, open_storage
-    from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
-
-    try:
-        storage = open_storage(config.root, retry=retry)
-        ensure_run_config(storage, RunConfig(board_size=config.board_size, komi=config.komi))
-    except (RunConfigMismatch, StorageError, ValueError) as exc:
-        print(f"pipeline.cluster: error: {exc}", file=sys.stderr)
-        return 2
+    storage, record = open_launch(parser.prog, "cluster", config, retry=retry, argv=argv)
     state_dir = os.path.abspath(config.state_dir or default_state_dir(config.root))
-    commands = Commands(config, state_dir, probe_all())
+    commands = Commands(config, state_dir, retry)
     specs = commands.all()
     say(f"zerolake cluster on {storage.url()}: {config.workers} workers, shuffle follower, trainer; "
         f"state in {state_dir}")
-    if commands.missing:
-        say(f"    roles lack these flags (run without them): {', '.join(commands.missing)}")
-    cluster = Cluster(config, storage, state_dir, specs, commands.missing)
+    say(f"    settings in {storage.url(record)}")
+    cluster = Cluster(config, storage, state_dir, specs)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     code = 0
@@ -868,8 +831,7 @@ def main(argv=None) -> int:
         report = check_run(storage, cluster.observer, cluster.roles,
                            wall_seconds=cluster.stopped_wall - cluster.started_wall,
                            stopped_wall=cluster.stopped_wall,
-                           kills_by_kind=cluster.chaos.kills_by_kind if cluster.chaos else {},
-                           missing=commands.missing)
+                           kills_by_kind=cluster.chaos.kills_by_kind if cluster.chaos else {})
         cluster.events.emit("checked", **report)
         line = json.dumps(report, sort_keys=False)
         if config.report:

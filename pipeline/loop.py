@@ -22,6 +22,10 @@ The loop keeps no state of its own beyond small create-only markers under
 * training is done when generation g+1 is published (LATEST moved);
 * an evaluation is done when ``loop/eval-<g+1>.json`` exists.
 
+Each invocation also writes its full settings (the loop's and each role's,
+see LoopConfig) once to ``loop/settings/<run id>.json`` (a new record per
+invocation; ``layout.settings_record``).
+
 Rerunning the same command therefore picks up at the phase that was
 interrupted; finished chunks, shards and checkpoints are never rewritten
 (each role writes create-only, and the trainer resumes its checkpoint).
@@ -52,19 +56,36 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from cloud.storage import retry_flags_argv
 from format import layout
-from format.cli import RoleCli, setting
+from format.cli import RoleCli, complete_roles, open_launch, role_argv, role_setting, setting
 from format.events import EventLog, EventTail
-from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
+from format.run_config import RunConfig
+from model.config import TrainConfig
+from pipeline.config import ShuffleConfig
+from selfplay.config import WorkerConfig
 
 # The trainer's progress event fields shown as losses, and their short names.
 LOSS_FIELDS = {"loss": "loss", "policy_loss": "policy", "value_loss": "value", "accuracy": "acc",
                "ownership_loss": "ownership", "score_loss": "score"}
 
 
+# The loop's flags of before the roles' configs were composed in, kept as aliases.
+WORKER_ALIASES = {"games": ("--games-at-once",), "visits": ("--visits",), "fast_visits": ("--fast-visits",)}
+TRAIN_ALIASES = {"steps_per_window": ("--train-steps",), "batch_size": ("--batch-size",), "blocks": ("--blocks",),
+                 "filters": ("--filters",)}
+
+
 @dataclass(frozen=True)
 class LoopConfig:
-    """Settings of the one-machine loop (each is a flag; see --help)."""
+    """Settings of the one-machine loop (each is a flag; see --help).
+
+    The roles' settings are the roles' own configs (format.cli.role_setting):
+    ``--worker-*`` is selfplay.worker's WorkerConfig, ``--train-*``
+    model.train's TrainConfig, ``--shuffle-*`` pipeline.shuffle's
+    ShuffleConfig.  The loop sets per phase what it plans itself (the worker's
+    seed, name, time and events; the shuffle's seed; the trainer's events).
+    """
 
     root: str = setting("./lake", "lake root: a local folder or gs://bucket/prefix")
     board_size: int = setting(9, "board size")
@@ -72,33 +93,43 @@ class LoopConfig:
     minutes: float = setting(15.0, "wall-clock budget of this invocation; phases are planned to fit it")
     generations: int = setting(3, "stop once this many model generations are published")
     selfplay_seconds: float = setting(0.0, "self-play time per generation; 0 = plan it from --minutes")
-    games_at_once: int = setting(64, "games each self-play wave plays at once (smaller waves finish sooner)")
-    visits: int = setting(64, "simulations of a full search in self-play")
-    fast_visits: int = setting(16, "simulations of a fast search in self-play (playout-cap randomization)")
-    train_steps: int = setting(500, "training steps per generation (each a batch of --batch-size positions)")
-    batch_size: int = setting(256, "training batch size")
-    blocks: int = setting(4, "residual blocks of the network")
-    filters: int = setting(32, "channels of the network")
     eval_games: int = setting(20, "games against random moves after each generation")
     final_eval_games: int = setting(100, "games of the last generation against random moves, and against "
                                          "generation 0")
     eval_visits: int = setting(32, "simulations per move in evaluation games")
-    seed: int = setting(1, "seed of self-play and evaluation")
+    seed: int = setting(1, "seed of self-play (1000 x seed + generation), the shuffle (seed + generation) and "
+                           "evaluation")
     events: str = setting("", "append the loop's JSON-lines events (format.events: each phase, the stop) "
                               "to this file ('-' = stdout)")
+    worker: WorkerConfig = role_setting(
+        WorkerConfig, "self-play (python -m selfplay.worker's flags); the loop sets the seed, worker id, "
+                      "time and events of each generation's worker",
+        shared=("root", "board_size", "komi"),
+        managed=("seed", "worker_id", "max_seconds", "events"),
+        aliases=WORKER_ALIASES, games=64, progress_seconds=15.0)
+    shuffle: ShuffleConfig = role_setting(
+        ShuffleConfig, "the shuffle job (python -m pipeline.shuffle's flags); the loop sets its seed and runs "
+                       "one window per generation (no follow mode)",
+        shared=("root", "board_size"),
+        managed=("seed", "follow", "follow_new_positions", "poll_seconds", "claim_seconds", "events"))
+    train: TrainConfig = role_setting(
+        TrainConfig, "the trainer (python -m model.train's flags); the loop trains one window per generation "
+                     "(no follow mode) and reads its events",
+        shared=("root", "board_size"), managed=("follow", "windows", "events"),
+        aliases=TRAIN_ALIASES, steps_per_window=500, warmup_steps=50, log_every=50)
 
     def __post_init__(self):
         if self.minutes <= 0:
             raise ValueError(f"--minutes must be > 0, got {self.minutes}")
         if self.generations < 1:
             raise ValueError(f"--generations must be >= 1, got {self.generations}")
-        for name in ("games_at_once", "visits", "train_steps", "fast_visits", "batch_size", "blocks", "filters",
-                     "eval_games", "final_eval_games", "eval_visits"):
+        for name in ("eval_games", "final_eval_games", "eval_visits"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.selfplay_seconds < 0:
             raise ValueError(f"--selfplay-seconds must be >= 0, got {self.selfplay_seconds}")
         RunConfig(board_size=self.board_size, komi=self.komi)  # validates size and komi
+        complete_roles(self)
 
 
 # --------------------------------------------------------------------------
@@ -153,9 +184,10 @@ class PhaseFailed(RuntimeError):
 
 
 class Loop:
-    def __init__(self, config: LoopConfig, storage):
+    def __init__(self, config: LoopConfig, storage, retry=None):
         self.config = config
         self.storage = storage
+        self.retry = retry  # the --storage-* policy, passed on to every child
         self.status = Status()
         self.deadline = self.status.started + config.minutes * 60
         self.rows: dict[int, GenerationRecord] = {}
@@ -285,17 +317,15 @@ class Loop:
                 self.status.positions = positions_before + int(event["positions"])
 
         events = self.events_path("selfplay")
-        self.run_child("selfplay", [
-            "selfplay.worker", "--root", cfg.root, "--board-size", str(cfg.board_size), "--komi", str(cfg.komi),
-            "--games", str(cfg.games_at_once), "--visits", str(cfg.visits), "--fast-visits", str(cfg.fast_visits),
-            "--max-seconds", f"{seconds:.0f}", "--seed", str(cfg.seed * 1000 + generation),
-            "--worker-id", f"loop{generation}", "--progress-seconds", "15", "--events", events], events, on_event)
+        self.run_child("selfplay", ["selfplay.worker", *role_argv(
+            cfg, "worker", retry=self.retry, max_seconds=f"{seconds:.0f}", seed=cfg.seed * 1000 + generation,
+            worker_id=f"loop{generation}", events=events)], events, on_event)
         self.storage.write_new(self.marker(f"selfplay-{layout.generation_dir(generation)}.done"),
                                json.dumps({"seconds": round(seconds)}).encode())
 
     def shuffle(self, generation: int) -> None:
-        self.run_child("shuffle", ["pipeline.shuffle", "--root", self.config.root,
-                                   "--board-size", str(self.config.board_size), "--seed", str(self.config.seed + generation)])
+        self.run_child("shuffle", ["pipeline.shuffle", *role_argv(self.config, "shuffle", retry=self.retry,
+                                                                  seed=self.config.seed + generation)])
 
     def train(self, generation: int) -> dict:
         cfg = self.config
@@ -309,18 +339,15 @@ class Loop:
                 self.status.losses = dict(losses)
 
         events = self.events_path("train")
-        self.run_child("train", [
-            "model.train", "--root", cfg.root, "--board-size", str(cfg.board_size),
-            "--blocks", str(cfg.blocks), "--filters", str(cfg.filters), "--batch-size", str(cfg.batch_size),
-            "--steps-per-window", str(cfg.train_steps), "--warmup-steps", "50", "--log-every", "50",
-            "--events", events], events, on_event)
+        self.run_child("train", ["model.train", *role_argv(cfg, "train", retry=self.retry, events=events)],
+                       events, on_event)
         return losses
 
     def evaluate(self, player_a: str, player_b: str, games: int, seed: int) -> dict:
         lines = self.run_child("evaluate", [
             "selfplay.match", player_a, player_b, "--games", str(games), "--visits", str(self.config.eval_visits),
             "--board-size", str(self.config.board_size), "--komi", str(self.config.komi), "--seed", str(seed),
-            "--json"])
+            "--json", *([] if self.retry is None else retry_flags_argv(self.retry))])
         for line in reversed(lines):
             if line.startswith("{"):
                 result = json.loads(line)
@@ -454,23 +481,18 @@ CLI = RoleCli(
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     config, retry = CLI.parse(argv)
-    from cloud.storage import StorageError, open_storage
-
-    try:
-        storage = open_storage(config.root, retry=retry)
-        ensure_run_config(storage, RunConfig(board_size=config.board_size, komi=config.komi))
-    except (RunConfigMismatch, StorageError, ValueError) as exc:
-        print(f"pipeline.loop: error: {exc}", file=sys.stderr)
-        return 2
+    storage, record = open_launch(CLI.prog, "loop", config, retry=retry, argv=argv)
     # Ctrl-C and SIGTERM (e.g. a preempted VM) both stop the phase in flight
     # cleanly.  Installed explicitly: a shell that starts the loop in the
     # background hands it SIGINT ignored, which would make Ctrl-C do nothing.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    loop = Loop(config, storage)
+    loop = Loop(config, storage, retry)
     say(f"zerolake loop on {storage.url()}: {config.board_size}x{config.board_size}, "
-        f"{config.generations} generations within {config.minutes:g} minutes")
+        f"{config.generations} generations within {config.minutes:g} minutes; settings in "
+        f"{storage.url(record)}")
     reason = "error"
     try:
         code = loop.run()

@@ -26,16 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from typing import Sequence
 
 from format import codec
 from format import layout
 from format import schema as S
-
-_CHUNK_PATH = re.compile(r"^" + re.escape(layout.games_prefix()) + r"(\d{6})/([^/]+)"
-                         + re.escape(S.CHUNK_SUFFIX) + r"$")
-_CHUNK_TIME = re.compile(r"^[^-]+-(\d+)-(\d+)$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +41,7 @@ class ChunkRef:
     generation: int
     size: int
     time_ms: int
-    """Creation time from the file name, 0 if the name does not carry one."""
+    """Creation time from the file name (layout.chunk_path)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,15 +86,14 @@ def parse_chunk_listing(objects) -> list[ChunkRef]:
     """ChunkRefs for the chunk files among listed objects, newest first.
 
     Newest = highest generation, then latest time in the name, then name.
-    Other files under games/ are ignored.
+    A chunk is what layout.parse_chunk_path accepts; other files under
+    games/ are ignored.
     """
     chunks = []
     for obj in objects:
-        match = _CHUNK_PATH.match(obj.path)
-        if not match:
-            continue
-        stamp = _CHUNK_TIME.match(match.group(2))
-        chunks.append(ChunkRef(obj.path, int(match.group(1)), int(obj.size), int(stamp.group(1)) if stamp else 0))
+        name = layout.parse_chunk_path(obj.path)
+        if name is not None:
+            chunks.append(ChunkRef(obj.path, name.generation, int(obj.size), name.time_ms))
     chunks.sort(key=lambda c: (c.generation, c.time_ms, c.path), reverse=True)
     return chunks
 

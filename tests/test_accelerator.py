@@ -10,16 +10,15 @@ CPU placement are checked too; GPU and TPU placements cannot run here.
 """
 import numpy as np
 import pytest
+import tensorflow as tf
 
-tf = pytest.importorskip("tensorflow")
-
-from cloud.storage import open_storage  # noqa: E402
-from format import schema  # noqa: E402
-from format.registry import load_model, publish_model  # noqa: E402
-from model.export import export_inference_model  # noqa: E402
-from model.network import NetworkConfig, build_network  # noqa: E402
-from selfplay.config import WorkerConfig  # noqa: E402
-from selfplay.evaluator import (  # noqa: E402
+from cloud.storage import open_storage
+from format import schema
+from format.registry import load_model, publish_model
+from model.export import export_inference_model
+from model.network import NetworkConfig, build_network
+from selfplay.config import WorkerConfig
+from selfplay.evaluator import (
     FixedShapeFunction, ModelEvaluator, Placement, bucket_sizes, configure_accelerator,
     padded_pieces, parse_device)
 

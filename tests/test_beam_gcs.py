@@ -51,22 +51,22 @@ def parse_tfrecords(data: bytes) -> list[bytes]:
 
 def _seed_chunks(lake) -> None:
     compress = zstandard.ZstdCompressor().compress
-    lake.write_new("games/000001/w1-0001.tfrecord.zst", compress(tfrecords([b"game-1", b"game-2"])))
-    lake.write_new("games/000001/w2-0001.tfrecord.zst", compress(tfrecords([b"game-3"])))
+    lake.write_new("data/000001/w1-0001.tfrecord.zst", compress(tfrecords([b"game-1", b"game-2"])))
+    lake.write_new("data/000001/w2-0001.tfrecord.zst", compress(tfrecords([b"game-3"])))
 
 
 def _shard_records(lake) -> tuple[list[str], list[bytes]]:
-    shards = [info.path for info in lake.list("windows/000001/")]
+    shards = [info.path for info in lake.list("out/000001/")]
     records = sorted(r for path in shards for r in parse_tfrecords(gzip.decompress(lake.read(path))))
     return shards, records
 
 
 def build(pipeline: beam.Pipeline, root_url: str) -> None:
-    """Chunks under games/000001 -> labelled records -> two GZIP shards."""
+    """Chunks under data/000001 -> labelled records -> two GZIP shards."""
     (pipeline
-     | "ReadChunks" >> ReadFromTFRecord(f"{root_url}/games/000001/*.tfrecord.zst")
+     | "ReadChunks" >> ReadFromTFRecord(f"{root_url}/data/000001/*.tfrecord.zst")
      | "Label" >> beam.Map(lambda record: record + b"/labelled")
-     | "WriteShards" >> WriteToTFRecord(f"{root_url}/windows/000001/shard", file_name_suffix=".tfrecord.gz",
+     | "WriteShards" >> WriteToTFRecord(f"{root_url}/out/000001/shard", file_name_suffix=".tfrecord.gz",
                                         num_shards=2))
 
 
@@ -78,13 +78,13 @@ def test_beam_pipeline_reads_and_writes_gs_in_process(gcs_emulator, caplog):
             build(pipeline, lake.root_url)
 
     shards, records = _shard_records(lake)
-    assert shards == ["windows/000001/shard-00000-of-00002.tfrecord.gz",
-                      "windows/000001/shard-00001-of-00002.tfrecord.gz"]
+    assert shards == ["out/000001/shard-00000-of-00002.tfrecord.gz",
+                      "out/000001/shard-00001-of-00002.tfrecord.gz"]
     assert records == [b"game-1/labelled", b"game-2/labelled", b"game-3/labelled"]
     assert NO_CREDENTIALS_WARNING not in caplog.text
     # Beam's temp files were finalised (batch copy + delete) and removed.
     assert [i.path for i in lake.list()] == sorted(
-        ["games/000001/w1-0001.tfrecord.zst", "games/000001/w2-0001.tfrecord.zst", *shards])
+        ["data/000001/w1-0001.tfrecord.zst", "data/000001/w2-0001.tfrecord.zst", *shards])
 
 
 _SUBPROCESS_JOB = """

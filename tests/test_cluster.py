@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 # Every role tiny: 2 cores carry 5 roles, the launcher and the emulator.
 TINY = ["--workers", "3", "--games-at-once", "8", "--visits", "4", "--fast-visits", "2",
         "--chunk-games", "8", "--chunk-seconds", "4", "--blocks", "1", "--filters", "8", "--batch-size", "32",
-        "--train-steps", "20", "--checkpoint-every", "10", "--follow-new-positions", "1500", "--claim-seconds", "8",
+        "--train-steps", "20", "--train-warmup-steps", "20", "--train-log-every", "5", "--checkpoint-every", "10",
+        "--follow-new-positions", "1500", "--claim-seconds", "8",
         "--poll-seconds", "1", "--status-seconds", "5", "--child-threads", "1", "--stop-grace", "20",
         "--restart-backoff", "0.5", "--drain-seconds", "25",
         "--role-args", "shuffle=--random_playouts 4 --shard_positions 4000 --window_min_positions 3000"]
@@ -41,16 +42,51 @@ def test_role_args_and_flags():
     assert C.default_state_dir("gs://b/run") == C.default_state_dir("gs://b/run") != C.default_state_dir("x")
 
 
-def test_commands_pass_only_flags_a_role_has(tmp_path):
-    config = C.ClusterConfig(root="gs://b/r", workers=2, role_args=(("worker", ("--seed", "-1")),))
-    flags = {"worker": {"--spool-dir"}, "shuffle": {"--follow", "--events"}, "train": set()}
-    commands = C.Commands(config, str(tmp_path), flags)
-    specs = commands.all()
+def parse_cluster(argv):
+    parser = C.build_parser()
+    args = parser.parse_args(argv)
+    return C.config_from_namespace(C.ClusterConfig, args, parser, role_args=C.parse_role_args(args.role_args))
+
+
+def test_every_role_setting_reaches_its_processes(tmp_path):
+    """--worker-*/--shuffle-*/--train-* (and the old spellings) end up in each child's argv, which the
+    role's own CLI parses back into the same settings; managed settings differ per process."""
+    from model.config import CLI as TRAIN
+    from pipeline.config import ShuffleConfig
+    from pipeline.config import from_args as shuffle_from_args
+    from pipeline.shuffle import build_parser as shuffle_parser
+    from selfplay.config import CLI as WORKER
+
+    config = parse_cluster(["--root", "gs://b/r", "--workers", "2", "--visits", "8", "--worker-c-puct", "2.5",
+                            "--worker-gumbel", "--shuffle-reuse", "2", "--train-steps", "60",
+                            "--train-learning-rate", "0.05", "--no-train-sync-batchnorm", "--poll-seconds", "2",
+                            "--role-args", "worker=--seed 7"])
+    specs = C.Commands(config, str(tmp_path)).all()
     assert [s.name for s in specs] == ["worker0", "worker1", "shuffle", "trainer"]
-    assert "--spool-dir" in specs[0].argv and "--events" not in specs[0].argv
-    assert specs[0].argv[-2:] == ["--seed", "-1"]
-    assert "worker --events" in commands.missing and "train --follow" in commands.missing
-    assert specs[0].spool_dir != specs[1].spool_dir
+    worker, other_worker, shuffle, trainer = specs
+    assert worker.argv[-2:] == ["--seed", "7"]                     # --role-args come last
+    assert worker.spool_dir != other_worker.spool_dir
+    parsed_worker, _ = WORKER.parse(worker.argv[1:])
+    assert (parsed_worker.visits, parsed_worker.c_puct, parsed_worker.gumbel, parsed_worker.games) == (8, 2.5, True, 32)
+    assert parsed_worker.spool_dir == worker.spool_dir and parsed_worker.poll_seconds == 2.0
+    assert parsed_worker.worker_id == "w0" and WORKER.parse(other_worker.argv[1:])[0].worker_id == "w1"
+    parser = shuffle_parser()
+    args, _ = parser.parse_known_args(shuffle.argv[1:])
+    parsed_shuffle = shuffle_from_args(args, parser)
+    assert isinstance(parsed_shuffle, ShuffleConfig) and parsed_shuffle.reuse == 2.0 and parsed_shuffle.follow
+    parsed_train, _ = TRAIN.parse(trainer.argv[1:])
+    assert (parsed_train.steps_per_window, parsed_train.learning_rate, parsed_train.sync_batchnorm,
+            parsed_train.follow, parsed_train.blocks) == (60, 0.05, False, True, 2)
+    assert parsed_train.events == trainer.events_path
+
+
+def test_a_bad_role_setting_names_the_launchers_flag(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_cluster(["--worker-visits", "0"])
+    assert exit_info.value.code == 2 and "--worker-visits" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_cluster(["--train-blocks", "0"])
+    assert "--train-blocks" in capsys.readouterr().err
 
 
 def test_chaos_kills_every_kind_before_any_twice():

@@ -33,14 +33,13 @@ from typing import Callable
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-tf = pytest.importorskip("tensorflow")
-
-from cloud.storage import open_storage  # noqa: E402
-from format import layout  # noqa: E402
-from format.registry import publish_model  # noqa: E402
-from model.staging import STATE_FILE  # noqa: E402
-from testdata import synthetic_windows as synthetic  # noqa: E402
+from cloud.storage import open_storage
+from format import layout
+from format.registry import publish_model
+from model.staging import STATE_FILE
+from testdata import synthetic_windows as synthetic
 
 BOARD = 9
 MODEL_GENERATION = 1          # published; LATEST names it

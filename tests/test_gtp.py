@@ -17,6 +17,7 @@ import pytest
 from format import schema as S
 from selfplay.board import Board, board_from_ascii
 from format.coords import gtp_to_move, move_to_gtp
+from format import layout
 from selfplay.gtp import GtpEngine, TimeControl, format_score, move_time_allotment
 from selfplay.gtp_client import GnuGo, GnuGoNotFound, find_gnugo
 
@@ -264,7 +265,7 @@ def test_preprocess_follows_the_spec():
 def test_bad_flags_give_a_clear_error():
     out = subprocess.run([sys.executable, "-m", "selfplay.gtp", "--model", "/tmp/not-a-model"],
                          cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "ROOT/models/<generation>" in out.stderr
+    assert out.returncode == 2 and f"ROOT/{layout.models_prefix()}<generation>" in out.stderr
     assert "Traceback" not in out.stderr
     out = subprocess.run([sys.executable, "-m", "selfplay.gtp", "--visits", "0"],
                          cwd=REPO, capture_output=True, text=True, timeout=60)

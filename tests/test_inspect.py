@@ -43,10 +43,10 @@ def _damage(storage, rng):
 
     record = _tamper(codec.encode_game(_games(98, 1)[0]), S.G_VERSION, _replace_ints([7]))
     bad = {
-        "games/000001/bad-1-truncated.tfrecord.zst": good[:cut],
-        "games/000001/bad-2-flipped.tfrecord.zst": flipped,
-        "games/000001/bad-3-notrecord.tfrecord.zst": compress_zstd(b"not a tfrecord " * 50),
-        "games/000001/bad-4-version.tfrecord.zst": compress_zstd(frame_records([record])),
+        layout.games_prefix(1) + "bad-1-truncated.tfrecord.zst": good[:cut],
+        layout.games_prefix(1) + "bad-2-flipped.tfrecord.zst": flipped,
+        layout.games_prefix(1) + "bad-3-notrecord.tfrecord.zst": compress_zstd(b"not a tfrecord " * 50),
+        layout.games_prefix(1) + "bad-4-version.tfrecord.zst": compress_zstd(frame_records([record])),
     }
     for path, data in bad.items():
         storage.write_new(path, data)

@@ -1,13 +1,15 @@
 """format.layout is the only module that spells a lake path.
 
-Every other module in the project (the five roles, testdata/ and bench/)
-asks format.layout for paths.  This test reads their source and fails on
-any string that spells a lake path: ``games/``, ``windows/``, ``models/``,
-``checkpoints/``, ``LATEST``, ``MANIFEST.json`` or ``run.json``.  Prose is
-not a path: docstrings, and strings with spaces in them (help texts,
-messages), are allowed to mention the layout.  Tests are not scanned: they
-tamper with lakes on purpose, naming objects through format.layout where
-they build paths.
+Every other module in the project (the five roles, testdata/, bench/ and
+the tests) asks format.layout for paths.  This test reads their source and
+fails on any string that spells a lake path: ``games/``, ``windows/``,
+``models/``, ``checkpoints/``, ``LATEST``, ``MANIFEST.json`` or
+``run.json``.  Prose is not a path: docstrings, and strings with spaces in
+them (help texts, messages), are allowed to mention the layout.  Tests that
+tamper with a lake name its objects through format.layout; the storage
+layer's tests use neutral object names (``data/000001/a.bin``), since they
+test the storage, not the lake.  Only this file, the test of the layout
+itself, spells lake paths (to check what the layout returns).
 """
 from __future__ import annotations
 
@@ -15,11 +17,14 @@ import ast
 import pathlib
 import re
 
+import pytest
+
 from format import layout
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SCANNED = ("cloud", "format", "selfplay", "pipeline", "model", "testdata", "bench")
+SCANNED = ("cloud", "format", "selfplay", "pipeline", "model", "testdata", "bench", "tests")
 OWNER = REPO / "format" / "layout.py"
+LAYOUT_TEST = pathlib.Path(__file__).resolve()
 PATH_LITERAL = re.compile(r"(^|[/{}])(games|windows|models|checkpoints)/|(^|/)(LATEST|MANIFEST\.json|run\.json)($|[/{])")
 
 
@@ -52,7 +57,7 @@ def path_literals(path: pathlib.Path) -> list[str]:
 def scanned_files():
     for package in SCANNED:
         for path in sorted((REPO / package).rglob("*.py")):
-            if path != OWNER:
+            if path not in (OWNER, LAYOUT_TEST):
                 yield path
 
 
@@ -84,4 +89,11 @@ def test_layout_paths_are_what_the_spec_says():
     assert layout.model_manifest(1) == "models/000001/MANIFEST.json"
     assert layout.LATEST == "models/LATEST" and layout.RUN_CONFIG == "run.json"
     assert layout.parse_chunk_path(layout.chunk_path(3, "w1", 1234, 5)).seq == 5
+    assert layout.chunk_path(12, "w3", 1700000000000, 7) == "games/000012/w3-1700000000000-000007.tfrecord.zst"
+    with pytest.raises(ValueError):
+        layout.chunk_path(1, "a/b", 0, 0)
+    assert layout.settings_record("loop", "20250101T000000Z-00ff") == "loop/settings/20250101T000000Z-00ff.json"
+    assert layout.settings_records_prefix("cluster") == "cluster/settings/"
+    with pytest.raises(ValueError):
+        layout.settings_record("loop", "../x")
     assert layout.parse_chunk_path("games/3/x.tfrecord.zst") is None

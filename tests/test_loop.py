@@ -1,4 +1,5 @@
 """The one-machine loop end to end, on a tiny budget: local, interrupted, gs://."""
+import ast
 import os
 import re
 import signal
@@ -48,7 +49,7 @@ def test_the_loop_reads_progress_from_events_not_from_human_lines(tmp_path, monk
         "log = EventLog(sys.argv[sys.argv.index('--events') + 1], 'train')\n"
         "print('loss 9.000 policy 9.000 acc 0.900 value 9.000 ownership 9.000 score 9.000', flush=True)\n"
         "log.emit('progress', generation=1, step=20, steps=20, loss=2.5, policy_loss=2.0, value_loss=0.4,\n"
-        "         accuracy=0.25, examples_per_s=100.0)\n"
+        "         accuracy=0.25, occupied_policy_mass=0.9, examples_per_s=100.0)\n"
         "print('done', flush=True)\n")
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{REPO}")
     loop = Loop(LoopConfig(root=str(tmp_path / "lake")), open_storage(str(tmp_path / "lake")))
@@ -56,7 +57,46 @@ def test_the_loop_reads_progress_from_events_not_from_human_lines(tmp_path, monk
     seen = []
     loop.run_child("train", ["fake_trainer", "--events", events], events, seen.append)
     assert [e["event"] for e in seen] == ["progress"] and seen[0]["loss"] == 2.5
-    assert "import re" not in (REPO / "pipeline" / "loop.py").read_text()
+    tree = ast.parse((REPO / "pipeline" / "loop.py").read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert "re" not in imported                               # no regex over the children's lines
+
+
+def test_role_settings_reach_each_phases_command_line(tmp_path, monkeypatch):
+    """--worker-*/--train-*/--shuffle-* (and the old spellings) reach the children's argv."""
+    from pipeline import loop as L
+
+    config, retry = L.CLI.parse(["--root", str(tmp_path / "lake"), "--visits", "8", "--worker-c-puct", "2.5",
+                                 "--train-learning-rate", "0.05", "--train-steps", "30", "--shuffle-reuse", "2",
+                                 "--storage-max-attempts", "3"])
+    loop = Loop(config, open_storage(config.root), retry)
+    commands = []
+    monkeypatch.setattr(loop, "run_child", lambda phase, argv, *rest: commands.append(argv) or [])
+    loop.selfplay(0)
+    loop.shuffle(0)
+    loop.train(0)
+    worker, shuffle, trainer = commands
+    assert worker[0] == "selfplay.worker" and worker[worker.index("--visits") + 1] == "8"
+    assert worker[worker.index("--c-puct") + 1] == "2.5" and worker[worker.index("--worker-id") + 1] == "loop0"
+    assert worker[worker.index("--storage-max-attempts") + 1] == "3"
+    assert shuffle[shuffle.index("--reuse") + 1] == "2.0" and shuffle[shuffle.index("--seed") + 1] == "1"
+    assert trainer[trainer.index("--learning-rate") + 1] == "0.05"
+    assert trainer[trainer.index("--steps-per-window") + 1] == "30" and "--events" in trainer
+
+
+def test_each_invocation_records_its_settings_in_the_lake(tmp_path, monkeypatch):
+    from pipeline import loop as L
+
+    monkeypatch.setattr(L.Loop, "run", lambda self: 0)
+    root = str(tmp_path / "lake")
+    for _ in range(2):
+        assert L.main(["--root", root, "--worker-visits", "9", "--generations", "2"]) == 0
+    storage = open_storage(root)
+    records = [i.path for i in storage.list(layout.settings_records_prefix("loop"))]
+    assert len(records) == 2                                  # a second run adds its own, overwriting none
+    document = layout.parse_settings_record(storage.read(records[0]), records[0])
+    assert document["launcher"] == "loop" and document["settings"]["worker"]["visits"] == 9
+    assert document["settings"]["generations"] == 2 and document["settings"]["train"]["steps_per_window"] == 500
 
 
 def test_loop_runs_a_generation_and_resumes_as_done(tmp_path):
@@ -66,11 +106,15 @@ def test_loop_runs_a_generation_and_resumes_as_done(tmp_path):
     assert_completed(result, storage)
     table = result.stdout[result.stdout.index("summary"):]
     assert re.search(r"^\s+0\s+\d+\s+\d+\s+[\d.]+", table, re.M), table  # generation 0 row with losses
-    # Rerunning a finished run changes nothing in the lake and prints the summary again.
+    # Rerunning a finished run changes nothing in the lake but for its own settings record,
+    # and prints the summary again.
+    records = layout.settings_records_prefix("loop")
     before = lake_objects(storage, "")
     again = run_loop(root)
     assert again.returncode == 0 and "summary" in again.stdout
-    assert lake_objects(storage, "") == before
+    after = lake_objects(storage, "")
+    assert {o for o in after if not o[0].startswith(records)} == {o for o in before if not o[0].startswith(records)}
+    assert len(lake_objects(storage, records)) == 2
 
 
 def test_ctrl_c_mid_phase_loses_nothing_and_rerun_resumes(tmp_path):

@@ -193,12 +193,12 @@ def test_a_finished_window_is_not_redone(lake, capsys):
 def test_a_mismatching_board_flag_is_refused(lake, capsys):
     assert main(["--root", lake["root"], "--board", "19"]) == 2
     err = capsys.readouterr().err
-    assert "--board-size 19" in err and "run.json" in err
+    assert "--board-size 19" in err and layout.RUN_CONFIG in err
 
 
 def test_a_root_without_run_json_is_refused(tmp_path, capsys):
     assert main(["--root", str(tmp_path)]) == 2
-    assert "run.json" in capsys.readouterr().err
+    assert layout.RUN_CONFIG in capsys.readouterr().err
 
 
 def test_help_lists_every_setting(capsys):

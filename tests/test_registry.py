@@ -8,17 +8,16 @@ import json
 
 import numpy as np
 import pytest
-
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf
 
 from format import layout
-from format.registry import (  # noqa: E402
+from format.registry import (
     AlreadyPublished, ModelIntegrityError, is_published, latest_generation, load_model,
     publish_model)
-from cloud.storage import open_storage  # noqa: E402
-from format import schema  # noqa: E402
-from model.export import export_inference_model  # noqa: E402
-from model.network import NetworkConfig, build_network  # noqa: E402
+from cloud.storage import open_storage
+from format import schema
+from model.export import export_inference_model
+from model.network import NetworkConfig, build_network
 
 VARIABLES_FILE = "variables/variables.data-00000-of-00001"
 
@@ -67,7 +66,7 @@ def test_corrupted_file_is_refused_naming_the_file(tmp_path, exported):
     _, _, local = exported
     storage = open_storage(str(tmp_path / "lake"))
     publish_model(storage, 2, local, {"board_size": 9})
-    remote = f"models/000002/{VARIABLES_FILE}"
+    remote = layout.model_file(2, VARIABLES_FILE)
     data = bytearray(storage.read(remote))
     data[len(data) // 2] ^= 0xFF
     storage.write_replace(remote, bytes(data))
@@ -85,7 +84,7 @@ def test_tampered_cache_is_detected_and_refetched(tmp_path, exported):
     cached = cache / "000003" / "saved_model.pb"
     cached.write_bytes(b"not a saved model")
     loaded = load_model(storage, 3, cache_dir=str(cache))  # re-downloads the bad copy
-    assert cached.read_bytes() == storage.read("models/000003/saved_model.pb")
+    assert cached.read_bytes() == storage.read(layout.model_file(3, "saved_model.pb"))
     assert loaded(np.zeros((1, 9, 9, 17), np.float32))["value"].shape == (1,)
 
 
@@ -93,12 +92,12 @@ def test_a_generation_is_never_republished_and_latest_only_moves_forward(tmp_pat
     _, _, local = exported
     storage = open_storage(str(tmp_path / "lake"))
     # Leftovers of an interrupted publish (no manifest) do not count as published.
-    storage.write_new("models/000005/saved_model.pb", b"partial")
+    storage.write_new(layout.model_file(5, "saved_model.pb"), b"partial")
     assert not is_published(storage, 5)
     first = publish_model(storage, 5, local, {"board_size": 9, "note": "first"})
     with pytest.raises(AlreadyPublished, match="000005"):
         publish_model(storage, 5, local, {"board_size": 9, "note": "second"})
-    assert json.loads(storage.read("models/000005/MANIFEST.json")) == first
+    assert json.loads(storage.read(layout.model_manifest(5))) == first
     publish_model(storage, 4, local, {"board_size": 9})
     assert latest_generation(storage) == 5
     assert storage.read(layout.LATEST).strip() == b"5"

@@ -27,61 +27,61 @@ def lake(tmp_path):
 
 
 def test_round_trip_list_and_delete(lake, tmp_path):
-    lake.write_new("games/000001/b.bin", b"bb")
-    lake.write_new("games/000001/a.bin", b"a")
-    lake.write_new("games/000002/c.bin", b"")
-    lake.write_new("run.json", b"{}")
+    lake.write_new("data/000001/b.bin", b"bb")
+    lake.write_new("data/000001/a.bin", b"a")
+    lake.write_new("data/000002/c.bin", b"")
+    lake.write_new("settings.json", b"{}")
 
-    assert lake.read("games/000001/b.bin") == b"bb"
-    assert lake.read("games/000002/c.bin") == b""
-    assert lake.exists("run.json") and not lake.exists("games/000001/zzz")
-    assert not lake.exists("games/000001")  # a directory is not an object
-    assert lake.list() == [ObjectInfo("games/000001/a.bin", 1), ObjectInfo("games/000001/b.bin", 2),
-                           ObjectInfo("games/000002/c.bin", 0), ObjectInfo("run.json", 2)]
-    assert lake.url("run.json") == str(tmp_path / "lake" / "run.json")
+    assert lake.read("data/000001/b.bin") == b"bb"
+    assert lake.read("data/000002/c.bin") == b""
+    assert lake.exists("settings.json") and not lake.exists("data/000001/zzz")
+    assert not lake.exists("data/000001")  # a directory is not an object
+    assert lake.list() == [ObjectInfo("data/000001/a.bin", 1), ObjectInfo("data/000001/b.bin", 2),
+                           ObjectInfo("data/000002/c.bin", 0), ObjectInfo("settings.json", 2)]
+    assert lake.url("settings.json") == str(tmp_path / "lake" / "settings.json")
     assert lake.url("") == str(tmp_path / "lake")
 
-    lake.delete("games/000001/a.bin")
-    assert [i.path for i in lake.list("games/")] == ["games/000001/b.bin", "games/000002/c.bin"]
-    with pytest.raises(NotFound, match="games/000001/a.bin"):
-        lake.read("games/000001/a.bin")
-    with pytest.raises(NotFound, match="games/000001/a.bin"):
-        lake.delete("games/000001/a.bin")
-    lake.delete("games/000001/a.bin", missing_ok=True)
+    lake.delete("data/000001/a.bin")
+    assert [i.path for i in lake.list("data/")] == ["data/000001/b.bin", "data/000002/c.bin"]
+    with pytest.raises(NotFound, match="data/000001/a.bin"):
+        lake.read("data/000001/a.bin")
+    with pytest.raises(NotFound, match="data/000001/a.bin"):
+        lake.delete("data/000001/a.bin")
+    lake.delete("data/000001/a.bin", missing_ok=True)
 
 
 def test_list_uses_string_prefixes_and_tolerates_a_missing_root(lake, tmp_path):
     assert open_storage(str(tmp_path / "nowhere")).list() == []
-    for path in ("games/000001/x", "games/000010/y", "games/000100/z", "gamesx/w", "models/LATEST"):
+    for path in ("data/000001/x", "data/000010/y", "data/000100/z", "datax/w", "meta/head"):
         lake.write_new(path, b"1")
-    assert [i.path for i in lake.list("games/0000")] == ["games/000001/x", "games/000010/y"]
-    assert [i.path for i in lake.list("games")] == ["games/000001/x", "games/000010/y",
-                                                    "games/000100/z", "gamesx/w"]
-    assert [i.path for i in lake.list("games/000100/")] == ["games/000100/z"]
-    assert lake.list("windows/") == []
+    assert [i.path for i in lake.list("data/0000")] == ["data/000001/x", "data/000010/y"]
+    assert [i.path for i in lake.list("data")] == ["data/000001/x", "data/000010/y",
+                                                   "data/000100/z", "datax/w"]
+    assert [i.path for i in lake.list("data/000100/")] == ["data/000100/z"]
+    assert lake.list("other/") == []
 
 
 def test_write_new_never_overwrites(lake):
-    lake.write_new("models/000001/MANIFEST.json", b"first")
+    lake.write_new("meta/000001/index.json", b"first")
     with pytest.raises(AlreadyExists) as caught:
-        lake.write_new("models/000001/MANIFEST.json", b"second")
-    assert caught.value.url == lake.url("models/000001/MANIFEST.json")
-    assert "models/000001/MANIFEST.json" in str(caught.value)
+        lake.write_new("meta/000001/index.json", b"second")
+    assert caught.value.url == lake.url("meta/000001/index.json")
+    assert "meta/000001/index.json" in str(caught.value)
     assert isinstance(caught.value, StorageError)
-    assert lake.read("models/000001/MANIFEST.json") == b"first"
+    assert lake.read("meta/000001/index.json") == b"first"
     assert not _temp_files(lake.url(""))
 
 
 def test_write_replace_creates_and_replaces(lake):
-    lake.write_replace("models/LATEST", b"1\n")
-    lake.write_replace("models/LATEST", b"2\n")
-    assert lake.read("models/LATEST") == b"2\n"
-    assert lake.list() == [ObjectInfo("models/LATEST", 2)]
+    lake.write_replace("meta/head", b"1\n")
+    lake.write_replace("meta/head", b"2\n")
+    assert lake.read("meta/head") == b"2\n"
+    assert lake.list() == [ObjectInfo("meta/head", 2)]
     assert not _temp_files(lake.url(""))
 
 
 @pytest.mark.parametrize("bad", ["", "/abs", "a/", "a//b", "../x", "a/../b", "./a", "a\\b",
-                                 f"games/{TEMP_MARKER}x", "a\nb"])
+                                 f"data/{TEMP_MARKER}x", "a\nb"])
 def test_bad_paths_are_refused_before_touching_disk(lake, bad):
     with pytest.raises(ValueError, match="storage path"):
         lake.write_new(bad, b"x")
@@ -94,7 +94,7 @@ def test_bad_prefixes_are_refused(lake):
     for bad in ("/x", "../", "a//"):
         with pytest.raises(ValueError):
             lake.list(bad)
-    assert validate_path("games/000001/x.tfrecord.zst") == "games/000001/x.tfrecord.zst"
+    assert validate_path("data/000001/x.tfrecord.zst") == "data/000001/x.tfrecord.zst"
 
 
 def test_open_storage_forms(tmp_path, monkeypatch):
@@ -105,8 +105,8 @@ def test_open_storage_forms(tmp_path, monkeypatch):
     gcs = open_storage("gs://my-bucket/runs/r1/")
     assert isinstance(gcs, GcsStorage)
     assert gcs.root_url == "gs://my-bucket/runs/r1"
-    assert gcs.url("models/LATEST") == "gs://my-bucket/runs/r1/models/LATEST"
-    assert open_storage("gs://my-bucket").url("run.json") == "gs://my-bucket/run.json"
+    assert gcs.url("meta/head") == "gs://my-bucket/runs/r1/meta/head"
+    assert open_storage("gs://my-bucket").url("settings.json") == "gs://my-bucket/settings.json"
     for bad, message in [("", "non-empty"), ("s3://b/x", "unsupported"), ("gs://B_ad/x", "bucket"),
                          ("gs://bucket/a/../b", "'..'"), ("file://otherhost/x", "remote host")]:
         with pytest.raises(ValueError, match=message):
@@ -117,7 +117,7 @@ def test_missing_google_credentials_give_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "no-such-key.json"))
     with pytest.raises(StorageError, match="no Google credentials found for gs://my-bucket/p"):
-        open_storage("gs://my-bucket/p").exists("run.json")
+        open_storage("gs://my-bucket/p").exists("settings.json")
 
 
 def test_storages_pickle_to_their_root(lake):
@@ -159,16 +159,16 @@ def test_data_must_be_bytes(lake):
 
 
 def test_local_copy_downloads_a_directory(lake, tmp_path):
-    lake.write_new("models/000003/saved_model.pb", b"graph")
-    lake.write_new("models/000003/variables/variables.index", b"index")
-    lake.write_new("models/000030/other", b"no")
-    written = lake.local_copy("models/000003/", str(tmp_path / "copy"))
+    lake.write_new("meta/000003/saved_model.pb", b"graph")
+    lake.write_new("meta/000003/variables/variables.index", b"index")
+    lake.write_new("meta/000030/other", b"no")
+    written = lake.local_copy("meta/000003/", str(tmp_path / "copy"))
     assert written == [str(tmp_path / "copy" / "saved_model.pb"),
                        str(tmp_path / "copy" / "variables" / "variables.index")]
     assert (tmp_path / "copy" / "variables" / "variables.index").read_bytes() == b"index"
     assert not _temp_files(str(tmp_path / "copy"))
-    with pytest.raises(NotFound, match="models/000009"):
-        lake.local_copy("models/000009/", str(tmp_path / "none"))
+    with pytest.raises(NotFound, match="meta/000009"):
+        lake.local_copy("meta/000009/", str(tmp_path / "none"))
 
 
 # --- temp files and crashes --------------------------------------------------
@@ -180,18 +180,18 @@ def _temp_files(root: str) -> list[str]:
 def test_a_crash_remnant_is_invisible_and_removable(lake):
     """What a writer killed between the temp write and the link leaves behind:
     a temp file beside the object's name.  It is no object."""
-    lake.write_new("games/000001/done", b"complete")
-    directory = os.path.dirname(lake.url("games/000001/done"))
+    lake.write_new("data/000001/done", b"complete")
+    directory = os.path.dirname(lake.url("data/000001/done"))
     remnant = os.path.join(directory, f"{TEMP_MARKER}chunk.1234.abcdef")
     with open(remnant, "wb") as f:
         f.write(b"half a chu")
 
-    assert lake.list() == [ObjectInfo("games/000001/done", 8)]
-    assert not lake.exists("games/000001/chunk")
+    assert lake.list() == [ObjectInfo("data/000001/done", 8)]
+    assert not lake.exists("data/000001/chunk")
     with pytest.raises(NotFound):
-        lake.read("games/000001/chunk")
-    lake.write_new("games/000001/chunk", b"the whole chunk")  # the name is still free
-    assert lake.read("games/000001/chunk") == b"the whole chunk"
+        lake.read("data/000001/chunk")
+    lake.write_new("data/000001/chunk", b"the whole chunk")  # the name is still free
+    assert lake.read("data/000001/chunk") == b"the whole chunk"
 
     assert lake.remove_stale_temp_files(older_than_s=3600) == 0  # young: may be a live writer's
     os.utime(remnant, (time.time() - 7200, time.time() - 7200))

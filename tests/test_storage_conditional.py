@@ -39,16 +39,16 @@ def test_create_only_then_compare_and_swap(lake):
 
 
 def test_of_racing_writers_exactly_one_wins(lake):
-    lake.write_if_generation("models/LATEST", b"0\n", 0)
+    lake.write_if_generation("meta/head", b"0\n", 0)
     rounds, writers = 5, 4
     for _ in range(rounds):
-        _, generation = lake.read_versioned("models/LATEST")
+        _, generation = lake.read_versioned("meta/head")
         wins, barrier = [], threading.Barrier(writers)
 
         def write(k):
             barrier.wait()
             try:
-                lake.write_if_generation("models/LATEST", f"{k}\n".encode(), generation)
+                lake.write_if_generation("meta/head", f"{k}\n".encode(), generation)
                 wins.append(k)
             except PreconditionFailed:
                 pass
@@ -59,7 +59,7 @@ def test_of_racing_writers_exactly_one_wins(lake):
         for thread in threads:
             thread.join()
         assert len(wins) == 1
-        assert lake.read("models/LATEST") == f"{wins[0]}\n".encode()
+        assert lake.read("meta/head") == f"{wins[0]}\n".encode()
 
 
 def test_plain_writes_move_the_generation_too(lake):

@@ -27,43 +27,43 @@ FAST = RetryPolicy(max_attempts=4, initial_delay_s=0.01, max_delay_s=0.05, deadl
 
 def test_round_trip_list_and_delete(gcs_emulator):
     lake = gcs_emulator.storage
-    lake.write_new("games/000001/b.bin", b"bb")
-    lake.write_new("games/000001/a.bin", b"a")
-    lake.write_new("games/000010/c.bin", b"")
-    lake.write_new("gamesx/d", b"dddd")
-    lake.write_replace("models/LATEST", b"1\n")
-    lake.write_replace("models/LATEST", b"2\n")
+    lake.write_new("data/000001/b.bin", b"bb")
+    lake.write_new("data/000001/a.bin", b"a")
+    lake.write_new("data/000010/c.bin", b"")
+    lake.write_new("datax/d", b"dddd")
+    lake.write_replace("meta/head", b"1\n")
+    lake.write_replace("meta/head", b"2\n")
 
-    assert lake.read("games/000001/b.bin") == b"bb"
-    assert lake.read("models/LATEST") == b"2\n"
-    assert lake.exists("gamesx/d") and not lake.exists("games/000001/zz")
-    assert lake.list() == [ObjectInfo("games/000001/a.bin", 1), ObjectInfo("games/000001/b.bin", 2),
-                           ObjectInfo("games/000010/c.bin", 0), ObjectInfo("gamesx/d", 4),
-                           ObjectInfo("models/LATEST", 2)]
-    assert [i.path for i in lake.list("games/00000")] == ["games/000001/a.bin", "games/000001/b.bin"]
-    assert [i.path for i in lake.list("games/")] == ["games/000001/a.bin", "games/000001/b.bin",
-                                                     "games/000010/c.bin"]
+    assert lake.read("data/000001/b.bin") == b"bb"
+    assert lake.read("meta/head") == b"2\n"
+    assert lake.exists("datax/d") and not lake.exists("data/000001/zz")
+    assert lake.list() == [ObjectInfo("data/000001/a.bin", 1), ObjectInfo("data/000001/b.bin", 2),
+                           ObjectInfo("data/000010/c.bin", 0), ObjectInfo("datax/d", 4),
+                           ObjectInfo("meta/head", 2)]
+    assert [i.path for i in lake.list("data/00000")] == ["data/000001/a.bin", "data/000001/b.bin"]
+    assert [i.path for i in lake.list("data/")] == ["data/000001/a.bin", "data/000001/b.bin",
+                                                    "data/000010/c.bin"]
     root = lake.root_url
     assert root.startswith(f"gs://{gcs_emulator.bucket}/t-")
-    assert lake.url("gamesx/d") == f"{root}/gamesx/d"
+    assert lake.url("datax/d") == f"{root}/datax/d"
 
-    lake.delete("games/000001/a.bin")
+    lake.delete("data/000001/a.bin")
     with pytest.raises(NotFound) as caught:
-        lake.read("games/000001/a.bin")
-    assert caught.value.url == f"{root}/games/000001/a.bin" and caught.value.url in str(caught.value)
-    with pytest.raises(NotFound, match="games/000001/a.bin"):
-        lake.delete("games/000001/a.bin")
-    lake.delete("games/000001/a.bin", missing_ok=True)
+        lake.read("data/000001/a.bin")
+    assert caught.value.url == f"{root}/data/000001/a.bin" and caught.value.url in str(caught.value)
+    with pytest.raises(NotFound, match="data/000001/a.bin"):
+        lake.delete("data/000001/a.bin")
+    lake.delete("data/000001/a.bin", missing_ok=True)
     # Another root in the same bucket sees none of it.
     assert gcs_emulator.open().list() == []
 
 
 def test_large_objects_use_resumable_uploads_and_survive(gcs_emulator, tmp_path):
     data = os.urandom(9 << 20)  # above the library's 8 MiB multipart limit
-    gcs_emulator.storage.write_new("models/000001/variables.data", data)
-    gcs_emulator.storage.write_new("models/000001/saved_model.pb", memoryview(b"pb"))
-    assert gcs_emulator.storage.read("models/000001/variables.data") == data
-    written = gcs_emulator.storage.local_copy("models/000001/", str(tmp_path))
+    gcs_emulator.storage.write_new("meta/000001/variables.data", data)
+    gcs_emulator.storage.write_new("meta/000001/saved_model.pb", memoryview(b"pb"))
+    assert gcs_emulator.storage.read("meta/000001/variables.data") == data
+    written = gcs_emulator.storage.local_copy("meta/000001/", str(tmp_path))
     assert [os.path.basename(p) for p in written] == ["saved_model.pb", "variables.data"]
     assert (tmp_path / "variables.data").read_bytes() == data
 
@@ -73,32 +73,32 @@ def test_environment_selects_the_emulator_at_call_time(gcs_emulator):
     use: STORAGE_EMULATOR_HOST (set by the fixture) routes it to the emulator."""
     root = gcs_emulator.root_url("env")
     lake = open_storage(root)
-    lake.write_new("run.json", b"{}")
-    assert gcs_emulator.open(root).read("run.json") == b"{}"
+    lake.write_new("settings.json", b"{}")
+    assert gcs_emulator.open(root).read("settings.json") == b"{}"
 
 
 def test_a_subprocess_reaches_the_emulator_through_env(gcs_emulator):
     root = gcs_emulator.root_url("sub")
     script = ("import sys; from cloud.storage import open_storage; "
-              "open_storage(sys.argv[1]).write_new('games/000001/w.bin', b'from a subprocess')")
+              "open_storage(sys.argv[1]).write_new('data/000001/w.bin', b'from a subprocess')")
     env = {k: v for k, v in os.environ.items() if k not in gcs_emulator.env}
     subprocess.run([sys.executable, "-c", script, root], cwd=REPO_ROOT, check=True,
                    env={**env, **gcs_emulator.env}, timeout=60)
-    assert gcs_emulator.open(root).read("games/000001/w.bin") == b"from a subprocess"
+    assert gcs_emulator.open(root).read("data/000001/w.bin") == b"from a subprocess"
 
 
 # --- create-only writes on fake-gcs-server ------------------------------------
 
 def test_write_new_refuses_to_overwrite(fake_gcs):
     lake = fake_gcs.storage
-    lake.write_new("games/000001/chunk", b"first")
+    lake.write_new("data/000001/chunk", b"first")
     for second in (b"second", b"first"):  # even identical bytes: the object was already there
         with pytest.raises(AlreadyExists) as caught:
-            lake.write_new("games/000001/chunk", second)
+            lake.write_new("data/000001/chunk", second)
         assert caught.value.status == 412
-        assert caught.value.url == lake.url("games/000001/chunk") and caught.value.url in str(caught.value)
-    assert lake.read("games/000001/chunk") == b"first"
-    assert lake.list() == [ObjectInfo("games/000001/chunk", 5)]
+        assert caught.value.url == lake.url("data/000001/chunk") and caught.value.url in str(caught.value)
+    assert lake.read("data/000001/chunk") == b"first"
+    assert lake.list() == [ObjectInfo("data/000001/chunk", 5)]
 
 
 def test_crc32c_matches_what_the_server_reports(fake_gcs):
@@ -155,9 +155,9 @@ def test_every_operation_recovers_from_transient_failures(proxy, fake_gcs):
 def test_a_lost_create_response_is_recognised_as_our_own_write(proxy, fake_gcs):
     lake = _through(proxy, fake_gcs)
     proxy.inject(Fault(503, forward=True, path_contains=UPLOAD))
-    lake.write_new("games/000001/chunk", b"the chunk")
+    lake.write_new("data/000001/chunk", b"the chunk")
     assert _outcomes(proxy, UPLOAD) == ["forwarded, then failed 503", "forwarded 412"]
-    assert lake.read("games/000001/chunk") == b"the chunk"
+    assert lake.read("data/000001/chunk") == b"the chunk"
 
 
 def test_a_retry_that_finds_someone_elses_object_fails(proxy, fake_gcs):
@@ -166,23 +166,23 @@ def test_a_retry_that_finds_someone_elses_object_fails(proxy, fake_gcs):
     other = fake_gcs.open()
 
     def sleep_while_another_writer_wins(_seconds):
-        other.write_new("games/000001/chunk", b"another writer's chunk")
+        other.write_new("data/000001/chunk", b"another writer's chunk")
 
     from cloud.gcs import GcsStorage
     lake = GcsStorage(other.root_url, client=proxy.client(), retry=FAST, sleep=sleep_while_another_writer_wins)
     proxy.inject(Fault(503, path_contains=UPLOAD))
-    with pytest.raises(AlreadyExists, match="games/000001/chunk"):
-        lake.write_new("games/000001/chunk", b"our chunk")
-    assert other.read("games/000001/chunk") == b"another writer's chunk"
+    with pytest.raises(AlreadyExists, match="data/000001/chunk"):
+        lake.write_new("data/000001/chunk", b"our chunk")
+    assert other.read("data/000001/chunk") == b"another writer's chunk"
 
 
 def test_gives_up_after_max_attempts_with_a_clear_error(proxy, fake_gcs):
     lake = _through(proxy, fake_gcs, retry=RetryPolicy(max_attempts=3, initial_delay_s=0.01, max_delay_s=0.02))
     proxy.fail_always(Fault(503))
     with pytest.raises(StorageError) as caught:
-        lake.read("games/000001/chunk")
+        lake.read("data/000001/chunk")
     message = str(caught.value)
-    assert lake.url("games/000001/chunk") in message
+    assert lake.url("data/000001/chunk") in message
     assert "gave up after 3 attempt(s)" in message and "HTTP 503" in message
     assert caught.value.status == 503
     assert _outcomes(proxy, DOWNLOAD) == ["failed 503"] * 3
@@ -203,7 +203,7 @@ def test_permanent_errors_are_not_retried(proxy, fake_gcs):
     lake = _through(proxy, fake_gcs)
     proxy.inject(Fault(403, path_contains=LISTING))
     with pytest.raises(StorageError) as caught:
-        lake.list("games/")
+        lake.list("data/")
     assert caught.value.status == 403 and "HTTP 403" in str(caught.value)
     assert "gave up" not in str(caught.value)
     assert _outcomes(proxy, LISTING) == ["failed 403"]

@@ -23,6 +23,7 @@ import pytest
 from format.registry import latest_generation, load_model
 from cloud.storage import open_storage
 from format import schema
+from format import layout
 from testdata import synthetic_windows as synthetic
 from model.config import ConfigError, TrainConfig
 from tests.train_support import run_until_killed
@@ -72,7 +73,7 @@ def fake_save(checkpoint_dir, step, kept_steps, payload=b""):
 
 
 def remote_names(storage):
-    return sorted(info.path.split("/", 1)[1] for info in storage.list("checkpoints/"))
+    return sorted(info.path.split("/", 1)[1] for info in storage.list(layout.checkpoints_prefix()))
 
 
 # --- mode and config --------------------------------------------------------------
@@ -109,11 +110,11 @@ def test_push_uploads_files_before_the_state_file_and_drops_what_the_manager_dro
     fake_save(stage.checkpoint_dir, 10, [10])
     fake_save(stage.checkpoint_dir, 20, [10, 20])
     first = stage.push()
-    state_write = root.ops.index(("write_replace", "checkpoints/checkpoint"))
+    state_write = root.ops.index(("write_replace", layout.checkpoint_file("checkpoint")))
     assert state_write == len(root.ops) - 1, root.ops  # LAST, after all four files
     assert sorted(path for op, path in root.ops[:state_write]) == [
-        "checkpoints/ckpt-10.data-00000-of-00001", "checkpoints/ckpt-10.index",
-        "checkpoints/ckpt-20.data-00000-of-00001", "checkpoints/ckpt-20.index"]
+        layout.checkpoint_file("ckpt-10.data-00000-of-00001"), layout.checkpoint_file("ckpt-10.index"),
+        layout.checkpoint_file("ckpt-20.data-00000-of-00001"), layout.checkpoint_file("ckpt-20.index")]
     assert all(op == "write_new" for op, _ in root.ops[:state_write])
     assert (first.uploaded, first.deleted) == (4, 0)
 
@@ -122,10 +123,10 @@ def test_push_uploads_files_before_the_state_file_and_drops_what_the_manager_dro
     second = stage.push()
     assert (second.uploaded, second.already_there, second.deleted) == (2, 2, 2)
     writes = [path for op, path in root.ops if op != "delete"]
-    assert writes[-1] == "checkpoints/checkpoint"
+    assert writes[-1] == layout.checkpoint_file("checkpoint")
     assert remote_names(root) == ["checkpoint", "ckpt-20.data-00000-of-00001", "ckpt-20.index",
                                   "ckpt-30.data-00000-of-00001", "ckpt-30.index"]
-    assert parse_checkpoint_state(root.read("checkpoints/checkpoint").decode(), "r") == \
+    assert parse_checkpoint_state(root.read(layout.checkpoint_file("checkpoint")).decode(), "r") == \
         CheckpointState("ckpt-30", ("ckpt-20", "ckpt-30"))
 
 
@@ -140,7 +141,7 @@ def test_on_start_the_higher_step_wins(tmp_path):
     assert "downloaded ckpt-40" in machine_b.sync_on_start()
     assert machine_b.local_state().latest == "ckpt-40"
     with open(os.path.join(machine_b.checkpoint_dir, "ckpt-40.index"), "rb") as handle:
-        assert handle.read() == root.read("checkpoints/ckpt-40.index")
+        assert handle.read() == root.read(layout.checkpoint_file("ckpt-40.index"))
     fake_save(machine_b.checkpoint_dir, 60, [40, 60], b"b")
     machine_b.push()
 
@@ -155,7 +156,7 @@ def test_on_start_the_higher_step_wins(tmp_path):
     fake_save(machine_b.checkpoint_dir, 80, [60, 80], b"b")
     message = machine_b.sync_on_start()
     assert "kept ckpt-80" in message and "had ckpt-60" in message
-    assert root.read("checkpoints/checkpoint").startswith(b'model_checkpoint_path: "ckpt-80"')
+    assert root.read(layout.checkpoint_file("checkpoint")).startswith(b'model_checkpoint_path: "ckpt-80"')
     assert "ckpt-40.index" not in remote_names(root)
 
 
@@ -165,11 +166,11 @@ def test_leftover_of_a_killed_upload_is_replaced_but_a_named_checkpoint_is_never
     fake_save(stage.checkpoint_dir, 10, [10], b"mine")
     stage.push()
     # Another machine uploaded ckpt-20's data and died before the state file.
-    root.write_new("checkpoints/ckpt-20.data-00000-of-00001", b"other machine's bytes")
+    root.write_new(layout.checkpoint_file("ckpt-20.data-00000-of-00001"), b"other machine's bytes")
     fake_save(stage.checkpoint_dir, 20, [10, 20], b"mine")
     stage.push()
     with open(os.path.join(stage.checkpoint_dir, "ckpt-20.data-00000-of-00001"), "rb") as handle:
-        assert root.read("checkpoints/ckpt-20.data-00000-of-00001") == handle.read()
+        assert root.read(layout.checkpoint_file("ckpt-20.data-00000-of-00001")) == handle.read()
 
     # ROOT's state names ckpt-20; a different ckpt-20 here means a second writer: refuse.
     other = Stage(root, str(tmp_path / "other"))
@@ -182,7 +183,7 @@ def test_window_staging_copies_once_and_recopies_a_damaged_file(tmp_path):
     root = open_storage(str(tmp_path / "root"))
     manifest = synthetic.write_synthetic_window(root, target_generation=2, board_size=9,
                                                 positions=40, shards=2, seed=1)
-    shards = tuple(f"windows/000002/{name}" for name in manifest["shards"])
+    shards = tuple(layout.shard_path(2, name) for name in manifest["shards"])
     stage = Stage(root, str(tmp_path / "stage"))
     os.makedirs(os.path.join(stage.windows_dir, "000001"))  # a previous window's copy
     first = stage.stage_window(2, shards)
@@ -251,13 +252,13 @@ def test_trainer_on_an_emulated_bucket_resumes_on_a_fresh_stage_dir_and_publishe
     assert remote_names(lake) == ["checkpoint", f"ckpt-{STEPS - 20}.data-00000-of-00001",
                                   f"ckpt-{STEPS - 20}.index", f"ckpt-{STEPS}.data-00000-of-00001",
                                   f"ckpt-{STEPS}.index"]  # --keep-checkpoints 2, the rest deleted
-    assert lake.read("checkpoints/checkpoint").startswith(f'model_checkpoint_path: "ckpt-{STEPS}"'.encode())
-    published = lake.read("models/000001/MANIFEST.json")
+    assert lake.read(layout.checkpoint_file("checkpoint")).startswith(f'model_checkpoint_path: "ckpt-{STEPS}"'.encode())
+    published = lake.read(layout.model_manifest(1))
 
     again = subprocess.run(train_command(root, "--stage-dir", str(tmp_path / "stage-3")), cwd=REPO,
                            env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and "no window to train" in again.stderr, again.stderr[-2000:]
-    assert lake.read("models/000001/MANIFEST.json") == published
+    assert lake.read(layout.model_manifest(1)) == published
 
     model = load_model(lake, 1, cache_dir=str(tmp_path / "cache"))
     outputs = model(np.zeros((2, 9, 9, schema.INPUT_PLANES), np.float32))

@@ -14,6 +14,7 @@ import numpy as np
 from format.registry import latest_generation, load_model
 from cloud.storage import open_storage
 from format import schema
+from format import layout
 from testdata import synthetic_windows as synthetic
 from tests.train_support import run_until_killed
 
@@ -42,7 +43,7 @@ def test_sigkill_mid_window_then_rerun_resumes_and_never_republishes(tmp_path):
     killed = run_until_killed(command(root), "at window step 80")
     last_checkpoint = checkpoint_steps(killed)[-1]
     assert 80 <= last_checkpoint < STEPS
-    assert not storage.exists("models/000001/MANIFEST.json")
+    assert not storage.exists(layout.model_manifest(1))
     assert latest_generation(storage) is None
 
     resumed = subprocess.run(command(root), cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -54,11 +55,11 @@ def test_sigkill_mid_window_then_rerun_resumes_and_never_republishes(tmp_path):
     assert f"step {STEPS}/{STEPS} (global {STEPS})" in out
     assert "published generation 1" in out
     assert latest_generation(storage) == 1
-    published = storage.read("models/000001/MANIFEST.json")
+    published = storage.read(layout.model_manifest(1))
 
     again = subprocess.run(command(root), cwd=REPO, capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and "no window to train" in again.stderr
-    assert storage.read("models/000001/MANIFEST.json") == published
+    assert storage.read(layout.model_manifest(1)) == published
 
     model = load_model(storage, 1, cache_dir=str(tmp_path / "cache"))
     out = model(np.zeros((2, 9, 9, schema.INPUT_PLANES), np.float32))

@@ -119,7 +119,7 @@ def test_run_json_mismatch_is_refused_with_a_clear_message(tmp_path, capsys):
     code = main(["--root", str(tmp_path), "--board-size", "13", "--games", "4", "--max-games", "1"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "board_size" in err and "13" in err and "run.json" in err
+    assert "board_size" in err and "13" in err and layout.RUN_CONFIG in err
     assert listed_chunks(tmp_path) == []
 
 
