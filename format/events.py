@@ -56,7 +56,7 @@ REQUIRED = {
         "window_started": ("generation", "steps"),
         "window_skipped": ("generation", "reason"),
         "progress": ("generation", "step", "steps", "loss", "policy_loss", "value_loss", "accuracy",
-                     "examples_per_s"),
+                     "occupied_policy_mass", "examples_per_s"),
         "published": ("generation", "step"),
         "stopped": ("reason",),
     },

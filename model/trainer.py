@@ -12,7 +12,9 @@ the side to move; ``A`` = actions, ``NN`` = points):
 
 * policy: cross-entropy ``-sum_a pi_a log softmax(logits)_a``;
 * value: ``(v - z)^2`` for the tanh head, win/draw/loss cross-entropy for
-  the wdl head;
+  the wdl head against ``wdl_target(z)``.  ``z`` is a game result in
+  {-1, 0, +1}, or for a merged opening position (pipeline.positions.
+  cap_positions) the weighted mean of several, so a fraction;
 * ownership: per point, binary cross-entropy between ``(1 + o) / 2`` and
   ``sigmoid(2 * ownership_logit)`` (= ``(1 + tanh) / 2``), averaged over NN;
 * score: Huber (delta 1) on ``(predicted - actual) / N``.
@@ -22,6 +24,11 @@ The step loss is ``sum_h lambda_h sum_i w_ih loss_ih / global_batch`` plus
 gradients across replicas).  Metrics leave the step as sums (weighted loss,
 weight, correct top-1 moves...) so that they can be added over steps and
 replicas and divided once.
+
+Diagnostics (no loss): ``occupied_mass_sum``, the softmax policy's mass on
+occupied points summed over the batch (the illegal moves the input planes
+show; suicide and ko are not visible there).  A network that has learnt the
+rules puts almost none there.
 
 Checkpoint state (``TrainState``): the model, the optimizer (its
 ``iterations`` is the global step that drives the learning rate), the SWA
@@ -42,6 +49,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from format import planes as plane_layout
 from model.config import TrainConfig
 from model.network import NetworkConfig, build_network
 
@@ -51,8 +59,11 @@ METRIC_NAMES = (
     "examples", "policy_loss_sum", "policy_weight_sum", "policy_correct_sum",
     "value_loss_sum", "value_weight_sum", "value_sq_error_sum",
     "ownership_loss_sum", "ownership_weight_sum", "score_loss_sum", "score_weight_sum",
-    "total_loss_sum",
+    "total_loss_sum", "occupied_mass_sum",
 )
+
+WIN, DRAW, LOSS = 0, 1, 2
+"""Classes of the wdl head's ``value_logits``, from the side to move."""
 
 
 class StrategyUnavailable(RuntimeError):
@@ -176,8 +187,11 @@ class Trainer:
     sums (``METRIC_NAMES``) as float64 numpy scalars.
     """
 
-    def __init__(self, config: TrainConfig, net_config: NetworkConfig, resolved: ResolvedStrategy):
+    def __init__(self, config: TrainConfig, net_config: NetworkConfig, resolved: ResolvedStrategy, *,
+                 draws_possible: bool = False):
+        """``draws_possible``: the run's komi is a whole number (see `wdl_target`)."""
         self.config = config
+        self.draws_possible = draws_possible
         self.net_config = net_config
         self.strategy = resolved.strategy
         self.replicas = resolved.replicas
@@ -244,7 +258,7 @@ class Trainer:
     def _replica_step(self, batch):
         with tf.GradientTape() as tape:
             outputs = self.model(batch["planes"], training=True)
-            heads = head_losses(outputs, batch, self.net_config)
+            heads = head_losses(outputs, batch, self.net_config, draws_possible=self.draws_possible)
             data_loss = (self.config.policy_loss_weight * heads["policy_loss_sum"]
                          + self.config.value_loss_weight * heads["value_loss_sum"]
                          + self.config.ownership_loss_weight * heads["ownership_loss_sum"]
@@ -258,8 +272,52 @@ class Trainer:
         return heads
 
 
-def head_losses(outputs: dict, batch: dict, net_config: NetworkConfig) -> dict:
-    """Weighted per-head loss sums, weight sums and accuracy counts over a batch."""
+def wdl_target(value, draws_possible: bool):
+    """float32[B, 3] win/draw/loss target for value targets ``value`` float[B] in [-1, 1].
+
+    A value target is a result z in {-1, 0, +1} (loss, draw, win), or the
+    mean of several results where the pipeline merged the copies of one
+    opening position: ``z = (W - L) / n`` for W wins, D draws and L losses
+    among n games.  The mean of their one-hot targets, (W, D, L) / n, is
+    what the head should learn, but D is gone from a mean.  Taking the mean
+    as wins and losses only gives ``((1 + z) / 2, 0, (1 - z) / 2)``: its
+    expectation ``P(win) - P(loss)`` is z again, and it is exact for z = +-1
+    and for every mean when draws cannot happen (a komi with a half point,
+    the default 7.5).  When they can (``draws_possible``: a whole-number
+    komi) a z of exactly 0 is read as a draw, which is exact for an
+    unmerged drawn game; a fractional z stays decisive.  The old rule,
+    ``round(1 - z)`` as a class, turned every merged value in (-0.5, 0.5)
+    into a certain draw.
+    """
+    value = tf.cast(value, tf.float32)
+    win, loss = (1.0 + value) / 2.0, (1.0 - value) / 2.0
+    decisive = tf.stack([win, tf.zeros_like(value), loss], axis=-1)
+    if not draws_possible:
+        return decisive
+    draw = tf.one_hot(tf.fill(tf.shape(value), DRAW), 3, dtype=tf.float32)
+    return tf.where(tf.equal(value, 0.0)[:, None], draw, decisive)
+
+
+def occupied_mass(policy_logits, planes):
+    """float32[B]: the softmax policy's mass on occupied points (moves the planes show are illegal).
+
+    ``planes`` is the network input [B, N, N, 17]: the side to move's and
+    the opponent's stones now are channels OWN_STONES and OPPONENT_STONES
+    (format/planes.py).  Pass (the last action) is always legal.
+    """
+    probs = tf.nn.softmax(tf.cast(policy_logits, tf.float32), axis=-1)
+    planes = tf.cast(planes, tf.float32)
+    stones = planes[..., plane_layout.OWN_STONES] + planes[..., plane_layout.OPPONENT_STONES]
+    occupied = tf.reshape(tf.minimum(stones, 1.0), [tf.shape(planes)[0], -1])
+    return tf.reduce_sum(probs[:, :-1] * occupied, axis=-1)
+
+
+def head_losses(outputs: dict, batch: dict, net_config: NetworkConfig, *, draws_possible: bool = False) -> dict:
+    """Weighted per-head loss sums, weight sums and accuracy counts over a batch.
+
+    Also ``occupied_mass_sum`` (`occupied_mass`, unweighted: every example
+    shows how the policy treats the rules, with or without a target).
+    """
     n = float(net_config.board_size)
     pw, vw = batch["policy_weight"], batch["value_weight"]
     ow, sw = batch["ownership_weight"], batch["score_weight"]
@@ -269,10 +327,9 @@ def head_losses(outputs: dict, batch: dict, net_config: NetworkConfig) -> dict:
                       tf.float32)
     value = outputs["value"]
     if net_config.value_head == "wdl":
-        # z = +1 win -> class 0, 0 draw -> 1, -1 loss -> 2.
-        target = tf.cast(tf.round(1.0 - batch["value"]), tf.int32)
-        value_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target,
-                                                                    logits=outputs["value_logits"])
+        value_loss = tf.nn.softmax_cross_entropy_with_logits(
+            labels=wdl_target(batch["value"], draws_possible),
+            logits=tf.cast(outputs["value_logits"], tf.float32))
     else:
         value_loss = tf.square(value - batch["value"])
     ownership_loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
@@ -290,11 +347,12 @@ def head_losses(outputs: dict, batch: dict, net_config: NetworkConfig) -> dict:
         "ownership_weight_sum": tf.reduce_sum(ow),
         "score_loss_sum": tf.reduce_sum(sw * score_loss),
         "score_weight_sum": tf.reduce_sum(sw),
+        "occupied_mass_sum": tf.reduce_sum(occupied_mass(outputs["policy_logits"], batch["planes"])),
     }
 
 
 def summarize(sums: dict) -> dict:
-    """Means from metric sums: each head's loss, policy top-1 accuracy, value MSE."""
+    """Means from metric sums: each head's loss, policy top-1 accuracy, value MSE, occupied mass."""
     def ratio(a, b):
         return sums[a] / sums[b] if sums[b] > 0 else float("nan")
 
@@ -306,4 +364,5 @@ def summarize(sums: dict) -> dict:
         "value_mse": ratio("value_sq_error_sum", "value_weight_sum"),
         "ownership_loss": ratio("ownership_loss_sum", "ownership_weight_sum"),
         "score_loss": ratio("score_loss_sum", "score_weight_sum"),
+        "occupied_policy_mass": ratio("occupied_mass_sum", "examples"),
     }

@@ -69,6 +69,7 @@ from tensorflow.core.framework import summary_pb2
 
 from format import layout, schema
 from format.events import EventLog
+from format.run_config import read_run_config
 from format.registry import (AlreadyPublished, advance_latest, is_published, latest_generation, publish_model,
                              read_manifest)
 from format.tfdata import training_dataset
@@ -135,7 +136,12 @@ class TrainingRun:
         self._skipped_below: list[Skipped] = []
         self._saved_step = -1
         self.net_config = network_config(config, board_size)
-        self.trainer = Trainer(config, self.net_config, resolved)
+        run = read_run_config(storage)
+        # A whole-number komi allows draws, which the wdl head's targets must tell apart.
+        draws_possible = run is not None and float(run.komi).is_integer()
+        self.trainer = Trainer(config, self.net_config, resolved, draws_possible=draws_possible)
+        self._last_metrics: dict = {}
+        """The means of the latest progress report; published with the model."""
         self.stage = self._open_stage()
         checkpoint_dir = self.stage.checkpoint_dir if self.stage else storage.url(layout.CHECKPOINTS_DIR)
         # The manager reads its directory's state file now, so a stage directory
@@ -343,6 +349,7 @@ class TrainingRun:
 
     def _report(self, window, done, total, sums, rate) -> None:
         means = summarize(sums)
+        self._last_metrics = {name: _finite(value) for name, value in means.items()}
         lr = self.trainer.learning_rate()
         step = self.trainer.global_step
         scalars = {**means, "learning_rate": lr}
@@ -357,11 +364,14 @@ class TrainingRun:
                          global_step=step, loss=_finite(means["loss"]),
                          policy_loss=_finite(means["policy_loss"]), value_loss=_finite(means["value_loss"]),
                          accuracy=_finite(means["policy_accuracy"]),
+                         ownership_loss=_finite(means["ownership_loss"]), score_loss=_finite(means["score_loss"]),
+                         occupied_policy_mass=_finite(means["occupied_policy_mass"]),
                          examples_per_s=_finite(rate), learning_rate=_finite(lr))
         _say(f"window {layout.generation_dir(window.target_generation)} step {done}/{total} "
              f"(global {step}) loss {means['loss']:.4f} policy {means['policy_loss']:.4f} "
              f"acc {means['policy_accuracy']:.3f} value {means['value_loss']:.4f} "
              f"ownership {means['ownership_loss']:.4f} score {means['score_loss']:.4f} "
+             f"occupied {means['occupied_policy_mass']:.3f} "
              f"lr {lr:.5f} " + (f"{rate:.0f} ex/s" if math.isfinite(rate) else "(warming up)"))
 
     # --- publishing ------------------------------------------------------------
@@ -387,6 +397,10 @@ class TrainingRun:
             "skipped_windows": [item.as_metadata() for item in self._skipped_below],
             "swa_decay": self.config.swa_decay, "feature_set_planes": schema.INPUT_PLANES,
             "created_unix": int(time.time()),
+            # The window's last progress report (losses, accuracy, occupied policy mass):
+            # the rating ladder's report plots them per generation.  Empty when the
+            # window was finished by an earlier process and only published here.
+            "training_metrics": self._last_metrics,
         }
         with tempfile.TemporaryDirectory(prefix="zerolake-export-") as scratch:
             local = os.path.join(scratch, "model")

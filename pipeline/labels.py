@@ -5,14 +5,19 @@ but an ownership map only when it ended on the board.  This module gives
 every game an ownership label, from Black's side, and says where it came
 from (schema.OWNERSHIP_*):
 
-* two passes (`END_TWO_PASSES`, incl. self-play's accelerated games): the
+* the moves reach two passes (`ended_by_two_passes`): games that ended so
+  (`END_TWO_PASSES`) and resigned games that self-play finished in
+  acceleration mode down to two passes (`END_RESIGN` with ownership source
+  `OWNERSHIP_ACCELERATED`; their winner is the resignation's).  The
   moves are replayed with the Cython engine and the label is the
-  Tromp-Taylor ownership of the final board, exact (weight 1).  The area
+  Tromp-Taylor ownership of the final board, exact (weight 1, whatever the
+  played-out weight is).  The area
   score of that board is checked against the recorded winner; disagreements
   are counted, never "fixed" (the value target stays the recorded result).
   If the moves do not replay (a record from a tool, not a legal game) the
   recorded final planes are scored instead.
-* resigned or stopped at the move cap: the replayed final position is
+* resigned without being played out, or stopped at the move cap: the
+  replayed final position is
   *played out*.  With a published model (`ModelPlayout`), each game in a
   bundle plays policy-sampled moves, one batched network call per move for
   all of them, until the model passes or a move limit; random playouts with
@@ -133,8 +138,24 @@ def winner_of(score: float) -> int:
     return S.BLACK if score > 0 else (S.WHITE if score < 0 else 0)
 
 
+def ended_by_two_passes(game: GameRecord) -> bool:
+    """Whether the record's moves reach two passes, so its final board is exact.
+
+    A resigned game keeps ``END_RESIGN`` (its winner is the resignation's)
+    even when self-play played it on to two passes; the record says so with
+    ownership source ``OWNERSHIP_ACCELERATED`` (SPEC.md, chunk table).
+    Playing such a final board out again would only cost time and, worse,
+    give an exact label the lower played-out weight.
+    """
+    return game.end_reason == S.END_TWO_PASSES or game.ownership_source == S.OWNERSHIP_ACCELERATED
+
+
 def final_board_label(game: GameRecord, board, stats: dict) -> EndstateLabel:
-    """Exact label of a game that ended by two passes (see module docstring)."""
+    """Exact label (weight 1) of a game whose moves reach two passes (see module docstring).
+
+    The label's source is the record's: FINAL_BOARD, or ACCELERATED for a
+    resigned game that self-play finished.
+    """
     stats["final_board"] += 1
     n = game.board_size
     if board is not None:
@@ -147,7 +168,8 @@ def final_board_label(game: GameRecord, board, stats: dict) -> EndstateLabel:
         score = float(ownership.sum()) - game.komi
     if game.winner and winner_of(score) != game.winner:
         stats["final_board_result_disagreements"] += 1
-    return EndstateLabel(ownership.astype(np.float32), score, S.OWNERSHIP_FINAL_BOARD, 1.0)
+    source = S.OWNERSHIP_ACCELERATED if game.ownership_source == S.OWNERSHIP_ACCELERATED else S.OWNERSHIP_FINAL_BOARD
+    return EndstateLabel(ownership.astype(np.float32), score, source, 1.0)
 
 
 def random_playout_label(board, num_playouts: int, seed: int, weight: float) -> EndstateLabel:
@@ -223,7 +245,7 @@ def label_games(games: Sequence[GameRecord], *, policy_fn: PolicyFn | None, rand
         board = replay(game)
         if board is None:
             stats["replay_failed"] += 1
-        if game.end_reason == S.END_TWO_PASSES:
+        if ended_by_two_passes(game):
             labels[i] = final_board_label(game, board, stats)
         elif board is not None:
             to_play_out.append((i, board))

@@ -267,8 +267,8 @@ def play_games(player_a, player_b, games: int, board_size: int, komi: float, *,
     return sorted(results, key=lambda g: g.index)
 
 
-def write_sgf(result: GameResult, board_size: int, komi: float, folder: str) -> str:
-    """Write one game as SGF (player names in PB/PW) and return its path."""
+def sgf_bytes(result: GameResult, board_size: int, komi: float) -> bytes:
+    """One game as SGF bytes, with the player names in PB/PW and the game's index in GN."""
     from sgfmill import sgf
 
     from format.sgf import game_to_sgf
@@ -279,11 +279,16 @@ def write_sgf(result: GameResult, board_size: int, komi: float, folder: str) -> 
     root.set("PB", result.black)
     root.set("PW", result.white)
     root.set("GN", f"game {result.index} ({result.end_reason})")
+    return game.serialise()
+
+
+def write_sgf(result: GameResult, board_size: int, komi: float, folder: str) -> str:
+    """Write one game as ``<index>-<black>-vs-<white>.sgf`` in a local folder; return its path."""
     safe = re.sub(r"[^A-Za-z0-9_.+-]", "_", f"{result.black}-vs-{result.white}")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{result.index:05d}-{safe}.sgf")
     with open(path, "wb") as handle:
-        handle.write(game.serialise())
+        handle.write(sgf_bytes(result, board_size, komi))
     return path
 
 

@@ -15,17 +15,18 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-tf = pytest.importorskip("tensorflow")
+from cloud.storage import open_storage
+from format import schema
+from format.tfdata import training_dataset
+from format import layout
+from testdata import synthetic_windows as synthetic
+from model.config import ConfigError, TrainConfig
+from model.network import NetworkConfig, build_network
+from model.trainer import Trainer, network_config, resolve_strategy, summarize
+from model.windows import Window
 
-from cloud.storage import open_storage  # noqa: E402
-from format import schema  # noqa: E402
-from format.tfdata import training_dataset  # noqa: E402
-from testdata import synthetic_windows as synthetic  # noqa: E402
-from model.config import ConfigError, TrainConfig  # noqa: E402
-from model.network import NetworkConfig, build_network  # noqa: E402
-from model.trainer import Trainer, network_config, resolve_strategy, summarize  # noqa: E402
-from model.windows import Window  # noqa: E402
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory):
@@ -52,7 +53,7 @@ def test_tiny_run_lowers_every_heads_loss(lake, value_head):
                          learning_rate=0.05, warmup_steps=10, value_head=value_head,
                          global_pool_every=2, global_pool_channels=4)
     trainer = Trainer(config, network_config(config, 9), resolve_strategy(config))
-    shards = [storage.url(f"windows/000001/{name}") for name in manifest["shards"]]
+    shards = [storage.url(layout.shard_path(1, name)) for name in manifest["shards"]]
     iterator = iter(training_dataset(shards, board_size=9, batch_size=32, seed=3))
     first = mean_over(trainer, iterator, 20)
     mean_over(trainer, iterator, 80)
@@ -76,7 +77,7 @@ def test_network_output_shapes(n):
 
 def test_window_steps_follow_positions_and_epochs():
     window = Window(target_generation=1, board_size=9, shards=("a",), positions=1000,
-                    manifest_path="windows/000001/MANIFEST.json")
+                    manifest_path=layout.window_manifest(1))
     assert window.steps(global_batch=256, epochs=1.0) == 4
     assert window.steps(global_batch=256, epochs=2.5) == 10
 
@@ -109,7 +110,7 @@ def test_bad_lake_state_fails_fast_before_tensorflow(tmp_path):
     assert (rc, imported_tf) == (2, False)
     assert "--board-size 19 disagrees" in err and "board_size 9" in err
     # Shards without a manifest: the window is incomplete and must be ignored.
-    storage.write_new("windows/000001/shard-00000-of-00001.tfrecord.gz", b"")
+    storage.write_new(layout.shard_path(1, "shard-00000-of-00001.tfrecord.gz"), b"")
     rc, err, imported_tf = _run_main_without_tf(tmp_path, ["--root", str(root)])
     assert (rc, imported_tf) == (2, False) and "no window to train" in err
 

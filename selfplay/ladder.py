@@ -1,0 +1,401 @@
+"""The rating ladder: Elo of published generations against fixed anchors.
+
+    python -m selfplay.ladder --root ROOT                      # every published generation
+    python -m selfplay.ladder --root gs://b/run --generations 1,5,9 --games 20
+
+Players
+-------
+* generation ``G`` (named ``gen:G``): MCTS with the run's published model G
+  (``--visits`` simulations a move);
+* anchors (``--anchors``, weakest first; names as `selfplay.match` player
+  specs): ``random`` (uniform legal moves, rated 0 by definition),
+  ``playouts:K`` (MCTS whose leaves are valued by K random playouts, the
+  network-free baseline, same ``--visits``) and ``gnugo:L`` (GNU Go at level
+  L).  The players are `selfplay.match`'s own (`build_player`) and every game
+  is played by `selfplay.match.play_games`: there is no second game loop here.
+
+Pairings (``schedule``), each ``--games`` games with alternating colours:
+
+* the anchor chain: each anchor against the next one, so the anchors are
+  rated against each other and not only through the models;
+* each generation against the anchors, weakest first, stopping after the
+  first anchor against which it scored at most ``--give-up-score`` (a
+  generation that loses every game to GNU Go level 1 gains nothing from
+  level 10's 7-31 s games);
+* with ``--adjacent`` (default), consecutive rated generations.
+
+Results (``ROOT/report/ladder/results.jsonl``, one game per line) are saved
+after every game, with its SGF (``report/ladder/games/<pairing>/<index>.sgf``).
+A game counts only under the *conditions* it was played with (board size,
+komi, visits, opening moves, move cap): a rerun with the same ones plays only
+the games still missing from each pairing; one with other conditions starts
+its own set beside the old one.  Delete the results file to start afresh.
+
+Ratings: one maximum-likelihood Bradley-Terry fit over every game of the
+current conditions (`selfplay.elo`: random = 0, a weak prior of
+``--prior-draws`` virtual draws per pairing, 95% intervals from the Hessian).
+The table is printed and, with the plots, written to ``ROOT/report/``
+(`selfplay.ladder_report`): derived views, replaced on every run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+import time
+import zlib
+from typing import Callable, Sequence
+
+from cloud.base import NotFound, StorageError
+from cloud.storage import open_storage
+from format import layout
+from format import schema as S
+from format.cli import RoleCli, setting
+from format.registry import RegistryError
+from format.run_config import read_run_config
+from selfplay import elo
+from selfplay.ladder_report import generation_name, parse_generation_name, write_report
+from selfplay.match import GameResult, PlayerSpec, build_player, play_games, sgf_bytes
+from selfplay.move_policy import MovePolicy
+from selfplay.player import EvaluatorSource, MctsConfig, SearchBudget, load_evaluator
+
+ANCHOR = "random"
+"""The player rated 0."""
+RESULTS_VERSION = 1
+DEFAULT_ANCHORS = "random,playouts:8,playouts:32,playouts:128,gnugo:1,gnugo:5,gnugo:10"
+
+
+def _parse_int_list(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"{flag}: want comma-separated non-negative integers, got {text!r}") from None
+    if not values or min(values) < 0:
+        raise ValueError(f"{flag}: want comma-separated non-negative integers, got {text!r}")
+    return values
+
+
+@dataclasses.dataclass(frozen=True)
+class LadderConfig:
+    """Settings of `python -m selfplay.ladder` (see --help)."""
+
+    root: str = setting(required=True, help="lake root: a folder or gs://bucket/prefix")
+    generations: str | None = setting(None, "comma-separated generations to rate (default: every published one)")
+    anchors: str = setting(DEFAULT_ANCHORS, "anchor players, weakest first: random, playouts:K, gnugo:L "
+                                            "(must include random, the ladder's 0)")
+    games: int = setting(10, "games per pairing, colours alternating; a rerun plays only the missing ones")
+    visits: int = setting(64, "MCTS simulations per move of the generations and the playouts anchors")
+    opening_moves: int = setting(4, "MCTS players sample their first this many moves by visit count, "
+                                    "so that games differ")
+    max_moves: int = setting(0, "move cap per game, passes included (0 = 3 x N x N)")
+    parallel_games: int = setting(16, "games played at once when no GNU Go plays")
+    give_up_score: float = setting(0.0, "a generation stops climbing the anchors after one against which "
+                                         "it scored at most this fraction of the points (negative: never)")
+    adjacent: bool = setting(True, "consecutive rated generations also play each other")
+    prior_draws: float = setting(2.0, "virtual draws added to every pairing (the fit's weak prior)")
+    seed: int = setting(0, "seed of the players' random choices")
+    plots: bool = setting(True, "write the PNG plots to ROOT/report/")
+    json: bool = setting(False, "print the ratings as one JSON object instead of the table")
+
+    def __post_init__(self):
+        if self.games < 1:
+            raise ValueError(f"--games must be >= 1, got {self.games}")
+        if self.visits < 1:
+            raise ValueError(f"--visits must be >= 1, got {self.visits}")
+        if self.parallel_games < 1:
+            raise ValueError(f"--parallel-games must be >= 1, got {self.parallel_games}")
+        if self.max_moves < 0:
+            raise ValueError("--max-moves must be >= 0 (0 = 3 x N x N)")
+        if not (math.isfinite(self.give_up_score) and self.give_up_score < 1.0):
+            raise ValueError(f"--give-up-score must be below 1 (negative: never give up), got {self.give_up_score}")
+        if not (math.isfinite(self.prior_draws) and self.prior_draws >= 0):
+            raise ValueError(f"--prior-draws must be >= 0, got {self.prior_draws}")
+        if self.generations is not None:
+            _parse_int_list(self.generations, "--generations")
+        anchors = self.anchor_names()
+        for name in anchors:
+            try:
+                spec = PlayerSpec.parse(name)
+            except ValueError as exc:
+                raise ValueError(f"--anchors: {exc}") from None
+            if spec.kind not in ("random", "playouts", "gnugo"):
+                raise ValueError(f"--anchors: {name!r} is not a fixed anchor (random, playouts:K, gnugo:L)")
+        if ANCHOR not in anchors:
+            raise ValueError(f"--anchors must include {ANCHOR!r}, the player rated 0")
+        if len(set(anchors)) != len(anchors):
+            raise ValueError(f"--anchors names a player twice: {self.anchors!r}")
+        MovePolicy(sampled_moves=self.opening_moves)
+
+    def anchor_names(self) -> tuple[str, ...]:
+        return tuple(part.strip() for part in self.anchors.split(",") if part.strip())
+
+    def generation_list(self) -> tuple[int, ...] | None:
+        return None if self.generations is None else tuple(sorted(set(
+            _parse_int_list(self.generations, "--generations"))))
+
+
+CLI = RoleCli(LadderConfig, prog="python -m selfplay.ladder",
+              description="Rate published generations against fixed anchors (random moves, pure Monte-Carlo "
+                          "players, GNU Go) by one maximum-likelihood Elo fit over every game played; saves "
+                          "every game as SGF and the ratings, a table and plots under ROOT/report/. A rerun "
+                          "adds games instead of replaying them.")
+
+
+# --------------------------------------------------------------------------
+# results
+# --------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class LadderGame:
+    """One finished ladder game, as a line of the results file.
+
+    ``a`` and ``b`` are the pairing's players (a is Black in even-numbered
+    games); ``winner`` is S.BLACK, S.WHITE or S.EMPTY (a draw); ``score`` is
+    the area score from Black's side, None after a resignation or a forfeit.
+    """
+
+    pairing: str
+    index: int
+    a: str
+    b: str
+    black: str
+    white: str
+    winner: int
+    score: float | None
+    end_reason: str
+    moves: int
+    conditions: str
+    sgf: str
+    time: float
+
+    @property
+    def score_a(self) -> float:
+        """a's points from this game: 1 win, 1/2 draw, 0 loss."""
+        if self.winner == S.EMPTY:
+            return 0.5
+        return 1.0 if (self.winner == S.BLACK) == (self.black == self.a) else 0.0
+
+    def to_json(self) -> str:
+        return json.dumps({"version": RESULTS_VERSION, **dataclasses.asdict(self)}, sort_keys=True)
+
+
+def pairing_name(a: str, b: str) -> str:
+    """A file-safe name of the pairing a vs b (``gen:3`` vs ``gnugo:1`` -> ``gen-3_vs_gnugo-1``)."""
+    return f"{a.replace(':', '-')}_vs_{b.replace(':', '-')}"
+
+
+def read_results(storage) -> list[LadderGame]:
+    """Every game of the results file (none when it does not exist); a bad line names the file and line."""
+    path = layout.ladder_results()
+    try:
+        data = storage.read(path)
+    except NotFound:
+        return []
+    games = []
+    fields = {f.name for f in dataclasses.fields(LadderGame)}
+    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            document = json.loads(line)
+            if document.get("version") != RESULTS_VERSION:
+                raise ValueError(f"version {document.get('version')!r}, this reader knows {RESULTS_VERSION}")
+            games.append(LadderGame(**{k: v for k, v in document.items() if k in fields}))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{storage.url(path)} line {number}: not a ladder game ({exc}); "
+                             "fix or delete the file to start the ladder afresh") from None
+    return games
+
+
+def write_results(storage, games: Sequence[LadderGame]) -> None:
+    data = "".join(game.to_json() + "\n" for game in games).encode("utf-8")
+    storage.write_replace(layout.ladder_results(), data)
+
+
+def pair_records(games: Sequence[LadderGame], conditions: str) -> list[elo.PairRecord]:
+    """The games of ``conditions`` as one Bradley-Terry record each."""
+    return [elo.PairRecord(g.a, g.b, 1, g.score_a) for g in games if g.conditions == conditions]
+
+
+# --------------------------------------------------------------------------
+# the schedule
+# --------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Pairing:
+    a: str
+    b: str
+
+    @property
+    def name(self) -> str:
+        return pairing_name(self.a, self.b)
+
+
+def anchor_chain(anchors: Sequence[str]) -> list[Pairing]:
+    return [Pairing(stronger, weaker) for weaker, stronger in zip(anchors, anchors[1:])]
+
+
+def score_fraction(games: Sequence[LadderGame], pairing: Pairing, conditions: str) -> tuple[int, float]:
+    """(games played, a's score fraction) of a pairing under ``conditions``."""
+    mine = [g for g in games if g.pairing == pairing.name and g.conditions == conditions]
+    return len(mine), (sum(g.score_a for g in mine) / len(mine) if mine else math.nan)
+
+
+# --------------------------------------------------------------------------
+# playing
+# --------------------------------------------------------------------------
+
+class Ladder:
+    """Plays a config's pairings into the results file and fits the ratings.
+
+    ``log`` receives one human line per game and per pairing.
+    """
+
+    def __init__(self, config: LadderConfig, storage=None, *, retry=None, log: Callable[[str], None] = print):
+        self.config = config
+        self.storage = storage or open_storage(config.root, retry=retry)
+        self.retry = retry
+        self.log = log
+        run = read_run_config(self.storage)
+        if run is None:
+            raise LookupError(f"{self.storage.url(layout.RUN_CONFIG)} does not exist: this root has no run")
+        self.board_size, self.komi = run.board_size, run.komi
+        self.conditions = (f"{self.board_size}x{self.board_size} komi {self.komi:g} visits {config.visits} "
+                           f"opening {config.opening_moves} cap {config.max_moves}")
+        self.games = read_results(self.storage)
+        self._loaded: dict[int, object] = {}
+        self.generations = self._choose_generations()
+
+    # ---- what to rate --------------------------------------------------------
+    def published_generations(self) -> list[int]:
+        found = set()
+        for info in self.storage.list(layout.models_prefix()):
+            parts = info.path.split("/")
+            generation = layout.parse_generation(parts[1]) if len(parts) == 3 else None
+            if generation is not None and info.path == layout.model_manifest(generation):
+                found.add(generation)
+        return sorted(found)
+
+    def _choose_generations(self) -> list[int]:
+        published = self.published_generations()
+        chosen = self.config.generation_list()
+        if chosen is None:
+            return published
+        missing = sorted(set(chosen) - set(published))
+        if missing:
+            raise LookupError(f"--generations: {missing} not published under "
+                              f"{self.storage.url(layout.MODELS_DIR)} (published: {published or 'none'})")
+        return list(chosen)
+
+    # ---- players -------------------------------------------------------------
+    def _player(self, name: str, seed: int):
+        cfg = self.config
+        mcts = MctsConfig(budget=SearchBudget(cfg.visits), moves=MovePolicy(sampled_moves=cfg.opening_moves))
+        generation = parse_generation_name(name)
+        if generation is None:
+            return build_player(PlayerSpec.parse(name), self.board_size, self.komi, mcts, seed)
+        if generation not in self._loaded:
+            self._loaded[generation] = load_evaluator(EvaluatorSource(self.config.root, generation),
+                                                      retry=self.retry)
+        spec = PlayerSpec("model", root=self.config.root, generation=generation)
+        return build_player(spec, self.board_size, self.komi, mcts, seed, self._loaded[generation])
+
+    # ---- one pairing -----------------------------------------------------------
+    def play_pairing(self, pairing: Pairing) -> int:
+        """Play the pairing's missing games; returns how many were played."""
+        done, _ = score_fraction(self.games, pairing, self.conditions)
+        missing = self.config.games - done
+        if missing <= 0:
+            return 0
+        # Distinct seeds for each batch of a pairing, so a rerun plays new games.
+        seed = zlib.crc32(f"{self.config.seed}/{pairing.name}/{done}/{self.conditions}".encode())
+        player_a, player_b = self._player(pairing.a, seed), self._player(pairing.b, seed + 1)
+        # play_games gives its first player Black in its even-numbered games; the
+        # pairing's a is Black in even-numbered games overall, so an odd number of
+        # games already played swaps the two.
+        first, second = (player_a, player_b) if done % 2 == 0 else (player_b, player_a)
+        started = time.monotonic()
+        try:
+            play_games(first, second, missing, self.board_size, self.komi, max_moves=self.config.max_moves,
+                       parallel_games=self.config.parallel_games,
+                       on_game=lambda result: self._record(pairing, done, result))
+        finally:
+            player_a.close()
+            player_b.close()
+        played, fraction = score_fraction(self.games, pairing, self.conditions)
+        self.log(f"{pairing.a} vs {pairing.b}: {fraction:.2f} of the points for {pairing.a} over {played} games "
+                 f"({missing} new, {time.monotonic() - started:.1f} s)")
+        return missing
+
+    def _record(self, pairing: Pairing, done: int, result: GameResult) -> None:
+        """Save one finished game: its SGF, then the results file with it added."""
+        index = done + result.index
+        black, white = (pairing.a, pairing.b) if index % 2 == 0 else (pairing.b, pairing.a)
+        named = dataclasses.replace(result, index=index, black=black, white=white)
+        path = layout.ladder_game_sgf(pairing.name, index)
+        self.storage.write_replace(path, sgf_bytes(named, self.board_size, self.komi))
+        self.games.append(LadderGame(
+            pairing=pairing.name, index=index, a=pairing.a, b=pairing.b, black=black, white=white,
+            winner=int(result.winner), score=result.score, end_reason=result.end_reason,
+            moves=len(result.moves), conditions=self.conditions, sgf=path, time=time.time()))
+        write_results(self.storage, self.games)
+        self.log(f"  game {index} {black} (B) vs {white} (W): {named.result_text} after {len(result.moves)} "
+                 f"moves ({result.end_reason})")
+
+    # ---- the whole ladder --------------------------------------------------------
+    def schedule_and_play(self) -> int:
+        """Play every pairing the schedule asks for (module docstring); returns games played."""
+        anchors = self.config.anchor_names()
+        played = 0
+        for pairing in anchor_chain(anchors):
+            played += self.play_pairing(pairing)
+        for generation in self.generations:
+            for anchor in anchors:
+                pairing = Pairing(generation_name(generation), anchor)
+                played += self.play_pairing(pairing)
+                _, fraction = score_fraction(self.games, pairing, self.conditions)
+                if fraction <= self.config.give_up_score:
+                    break
+        if self.config.adjacent:
+            for older, newer in zip(self.generations, self.generations[1:]):
+                played += self.play_pairing(Pairing(generation_name(newer), generation_name(older)))
+        return played
+
+    def fit(self) -> elo.Fit:
+        return elo.fit_ratings(pair_records(self.games, self.conditions), ANCHOR,
+                               prior_draws=self.config.prior_draws)
+
+    def close(self) -> None:
+        self._loaded.clear()
+
+
+def run(config: LadderConfig, *, retry=None, log: Callable[[str], None] = print) -> dict:
+    """Play the ladder, fit it and write the report; returns the report document."""
+    ladder = Ladder(config, retry=retry, log=log)
+    try:
+        log(f"ladder on {ladder.storage.url('')}: generations {ladder.generations or 'none published'}; "
+            f"anchors {', '.join(config.anchor_names())}; {config.games} games per pairing; "
+            f"conditions: {ladder.conditions}")
+        played = ladder.schedule_and_play()
+        fit = ladder.fit()
+    finally:
+        ladder.close()
+    return write_report(ladder.storage, fit, ladder.games, ladder.conditions, ladder.generations,
+                        plots=config.plots, played=played)
+
+
+def main(argv=None) -> int:
+    config, retry = CLI.parse(argv)
+    log = (lambda text: print(text, file=sys.stderr, flush=True))
+    try:
+        report = run(config, retry=retry, log=log)
+    except (OSError, ValueError, LookupError, RegistryError, StorageError) as exc:
+        print(f"selfplay.ladder: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, sort_keys=True) if config.json else report["table"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

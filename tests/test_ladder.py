@@ -1,0 +1,157 @@
+"""selfplay.ladder: schedule, resume from the results file, SGF, report and plots on a tiny lake.
+
+The lake: a 7x7 run.json, a few synthetic self-play chunks of generations 0 and
+1, and two untrained 1-block models published as generations 1 and 2 with
+the metadata a trainer writes (creation time, the window's training metrics).
+Budgets are tiny (4 visits, 2 games a pairing) so the file runs in seconds;
+the GNU Go test plays two level-1 games.
+"""
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+
+from cloud.storage import open_storage
+from format import codec, layout
+from format import schema as S
+from format.run_config import RunConfig, ensure_run_config
+from format.sgf import game_from_sgf
+from selfplay.board import Board
+from selfplay.ladder import CLI, Ladder, LadderConfig, main, read_results, run
+from selfplay.ladder_report import chunk_counts
+from testdata.synthetic_games import synthetic_game
+
+import tensorflow  # noqa: F401  (a required dependency: a broken install must fail, not skip)
+
+N = 7
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def publish_model(root, generation, created_unix, metrics):
+    from format.registry import publish_model as publish
+    from model.export import export_inference_model
+    from model.network import NetworkConfig, build_network
+
+    config = NetworkConfig(board_size=N, blocks=1, filters=8, global_pool_every=1, global_pool_channels=4,
+                           value_hidden=8)
+    local = os.path.join(root, f"export-tmp-{generation}")
+    export_inference_model(config, [w.numpy() for w in build_network(config).weights], local)
+    publish(open_storage(root), generation, local, {"board_size": N, "created_unix": created_unix,
+                                                    "training_metrics": metrics})
+
+
+@pytest.fixture(scope="module")
+def lake_root(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("ladder") / "lake")
+    storage = open_storage(root)
+    ensure_run_config(storage, RunConfig(board_size=N))
+    rng = np.random.default_rng(5)
+    start_ms = int(time.time() * 1000) - 3_600_000          # the run started an hour ago
+    for generation, chunks in ((0, 2), (1, 1)):
+        for seq in range(chunks):
+            games = [synthetic_game(rng, N, visits=8) for _ in range(3)]
+            path = layout.chunk_path(generation, "w", start_ms + 1000 * generation + seq, seq)
+            storage.write_new(path, codec.encode_chunk(games))
+    publish_model(root, 1, start_ms / 1000 + 1800, {"policy_loss": 3.5, "value_loss": 0.9,
+                                                    "occupied_policy_mass": 0.4})
+    publish_model(root, 2, start_ms / 1000 + 3600, {"policy_loss": 3.1, "value_loss": 0.8,
+                                                    "occupied_policy_mass": 0.2})
+    return root
+
+
+def config(root, **overrides):
+    values = dict(root=root, anchors="random,playouts:2", games=2, visits=4, opening_moves=2,
+                  parallel_games=4, give_up_score=-1.0)   # every generation meets every anchor
+    values.update(overrides)
+    return LadderConfig(**values)
+
+
+def test_the_ladder_plays_its_schedule_then_only_missing_games(lake_root, tmp_path):
+    storage = open_storage(lake_root)
+    report = run(config(lake_root), log=lambda line: None)
+    games = read_results(storage)
+    pairings = sorted({g.pairing for g in games})
+    assert pairings == sorted(["playouts-2_vs_random", "gen-1_vs_random", "gen-1_vs_playouts-2",
+                               "gen-2_vs_random", "gen-2_vs_playouts-2", "gen-2_vs_gen-1"])
+    assert len(games) == 12 and report["games_played_now"] == 12
+    for game in games:
+        # Colours alternate: a is Black in even-numbered games.
+        assert (game.black, game.white) == ((game.a, game.b) if game.index % 2 == 0 else (game.b, game.a))
+        size, komi, moves, result = game_from_sgf(storage.read(game.sgf))
+        assert (size, komi, len(moves)) == (N, 7.5, game.moves)
+        board = Board(N, komi)
+        for move in moves:
+            board.play(move)
+        if game.end_reason == "two-passes":
+            assert np.sign(board.area_score()) == game.winner
+    assert set(report["ratings"]) == {"random", "playouts:2", "gen:1", "gen:2"}
+    assert report["ratings"]["random"]["elo"] == 0.0
+
+    # Same settings: nothing is replayed.  One more game a pairing: one new game each,
+    # index 2 with a as Black again.
+    assert run(config(lake_root), log=lambda line: None)["games_played_now"] == 0
+    more = run(config(lake_root, games=3), log=lambda line: None)
+    assert more["games_played_now"] == 6 and more["games_in_fit"] == 18
+    games = read_results(storage)
+    for pairing in pairings:
+        mine = sorted(g.index for g in games if g.pairing == pairing)
+        assert mine == [0, 1, 2]
+    assert all(g.black == g.a for g in games if g.index == 2)
+    # Other conditions start their own set and do not mix into the fit.
+    other = run(config(lake_root, visits=3, generations="2", adjacent=False), log=lambda line: None)
+    assert other["games_in_fit"] == other["games_played_now"] == 6
+    assert "gen:1" not in other["ratings"]
+    # --give-up-score: a generation climbs past an anchor only if it scored more than that.
+    run(config(lake_root, visits=5, generations="1", adjacent=False, games=1, give_up_score=0.99),
+        log=lambda line: None)
+    mine = {g.pairing: g for g in read_results(storage) if "visits 5 " in g.conditions}
+    climbed = mine["gen-1_vs_random"].score_a == 1.0
+    assert ("gen-1_vs_playouts-2" in mine) == climbed and len(mine) == 2 + climbed
+
+
+def test_the_report_holds_the_table_json_and_plots(lake_root):
+    storage = open_storage(lake_root)
+    report = run(config(lake_root), log=lambda line: None)
+    for name in ("rating-vs-hours.png", "rating-vs-games.png", "rating-vs-positions.png",
+                 "training-losses.png", "illegal-move-mass.png"):
+        assert storage.read(layout.report_path(name)).startswith(PNG_MAGIC), name
+    assert "gen:2" in storage.read(layout.report_path("ratings.txt")).decode()
+    document = json.loads(storage.read(layout.report_path("ratings.json")))
+    counts = chunk_counts(storage)
+    gen0_positions = sum(c[1] for p, c in counts.items() if layout.parse_chunk_path(p).generation == 0)
+    assert document["generations"]["1"]["games"] == 6 and document["generations"]["1"]["positions"] == gen0_positions
+    assert document["generations"]["2"]["games"] == 9
+    assert document["generations"]["2"]["hours"] == pytest.approx(1.0, abs=0.01)
+    assert document["generations"]["2"]["training_metrics"]["occupied_policy_mass"] == 0.2
+    assert report["table"].splitlines()[0].startswith("Elo (")
+
+
+def test_bad_flags_and_lakes_are_refused_with_the_flag_named(lake_root, tmp_path, capsys):
+    for argv, named in ((["--anchors", "playouts:4,gnugo:1"], "--anchors must include 'random'"),
+                        (["--anchors", "random,model:x"], "not a fixed anchor"),
+                        (["--games", "0"], "--games"),
+                        (["--generations", "1,x"], "--generations")):
+        with pytest.raises(SystemExit) as exc:
+            CLI.parse(["--root", lake_root, *argv])
+        assert exc.value.code == 2 and named in capsys.readouterr().err
+    assert main(["--root", lake_root, "--generations", "7"]) == 2
+    assert "--generations: [7] not published" in capsys.readouterr().err
+    assert main(["--root", str(tmp_path / "empty")]) == 2
+    assert "run.json does not exist" in capsys.readouterr().err
+    open_storage(lake_root).write_replace(layout.ladder_results(), b'{"version": 1, "pairing": 3}\n')
+    with pytest.raises(ValueError, match="results.jsonl line 1"):
+        Ladder(config(lake_root))
+    open_storage(lake_root).delete(layout.ladder_results())
+
+
+@pytest.mark.gnugo
+def test_gnugo_anchors_play_through_the_match_players(tmp_path):
+    root = str(tmp_path / "lake")
+    ensure_run_config(open_storage(root), RunConfig(board_size=9))
+    report = run(LadderConfig(root=root, anchors="random,gnugo:1", games=2, plots=False), log=lambda line: None)
+    games = read_results(open_storage(root))
+    assert [g.pairing for g in games] == ["gnugo-1_vs_random"] * 2
+    assert all(g.score_a == 1.0 for g in games)                  # GNU Go beats random moves
+    assert report["ratings"]["gnugo:1"]["elo"] > 0 and games[0].winner == S.BLACK
