@@ -1,29 +1,62 @@
-"""Self-play throughput: the Cython search alone, then search + network end to end.
+"""Self-play throughput, beside Leela Zero measured in the same run.
 
-Figures (all measured in this run; other processes share the machine, so
-treat them as noisy):
+Terms (a reviewer who distrusts benchmarks should be able to recount them):
 
-* ``search_sims_per_s_9`` / ``_19``: simulations per second of the batched
-  Cython search (`selfplay.driver.GameBatch`) with a constant evaluator
-  (uniform policy, value 0) on one core: 64 games, 200 simulations a move,
-  moves played and games restarted as in self-play, so the Python per-move
-  work is included.  Minigo's Python MCTS does 8.8k readouts/s here.
-  The search runs on one thread; the figure is per second of that thread's
-  CPU time, because other processes sharing the 2 cores stretch wall time
-  (the wall-clock figure is printed and reported too).
-* ``positions_per_s``, ``network_share``, ``batch_fill``: the real worker
-  loop (`selfplay.worker.SelfPlayWorker`, two halves overlapping search and
-  inference, chunks written to a temporary local root) with the default
-  small network, freshly initialised, on the CPU.  network_share is the time
-  the inference thread spends inside the network call over the wall time;
-  batch_fill is rows filled over rows offered.
-* ``visits_per_s_6b96c_9``: the same loop with a 6-block, 96-channel network
-  on 9x9, both cores (KataGo's Eigen backend does 781 visits/s on two
-  threads here).
+* *visit*: one new simulation of a move search: a leaf evaluated by the
+  network, a game-over leaf scored by the rules, or a leaf answered by the
+  evaluation cache (`selfplay.eval_cache`).  A search root's own evaluation is
+  not a visit, and visits kept with a reused subtree are not counted
+  (`GameBatch.stats()["visits"]`).  Leela Zero's figure is its own count of
+  the same thing: the playouts per second that ``leelaz --benchmark`` prints.
+* *evaluation*: one row the search hands to the evaluator; the cache answers
+  some of them, the network the rest.
 
-The network is `model.network`'s if that module is present, else an
-equivalent residual network built here (same input and output heads);
-the JSON line says which.
+Figures (all from this one run; other processes share the machine, so
+compare within the run, through the ratios):
+
+* ``search_sims_per_s_9`` / ``_19``: the Cython search alone
+  (`selfplay.driver.GameBatch`) with a **stub evaluator** (uniform policy,
+  value 0, no network: ``search_evaluator`` says so): 64 games, 200
+  simulations a move, moves played and games restarted as in self-play.
+  Per second of the search thread's CPU time (``..._wall_s_..``: per wall
+  second).  The stub makes wide, shallow trees: a search-only figure, not a
+  self-play rate.  Minigo's Python MCTS does 8.8k readouts/s here.
+* ``visits_per_s_6x96_19``: the real worker loop (`selfplay.worker`, two
+  halves overlapping search and inference, chunks written to a temporary
+  root) on 19x19 with model.network's 6-block, 96-filter network, freshly
+  initialised, on the CPU.  The game slots start at staggered move numbers
+  (`staggered_worker_class`), as in a worker that has run for hours, so the
+  shared opening does not flatter the evaluation cache; the rates are
+  taken between the loop's first and last progress reports (start-up and
+  the batches discarded at the stop fall outside).
+* ``lz_visits_per_s_6x96_19``: Leela Zero 0.17 (Debian's ``leela-zero``),
+  ``--cpu-only --benchmark`` on 19x19 with a 6-block, 96-filter network of
+  random weights written here in its text format, at 1 and 2 threads; the
+  best is reported (``lz_threads``).  ``visits_vs_lz``: the ratio.
+* ``visits_per_cpu_s_6x96_19`` / ``lz_...``: the same visits per CPU second
+  of each (ours: the worker process in the window; Leela Zero's: its run
+  less a 1-visit run, i.e. less loading the weights), which other
+  processes' load does not stretch as it stretches wall time.
+* ``search_cpu_share``: of the process's CPU time, the share that is not the
+  network: the play loop's thread (gather, backup, moves, records) plus the
+  evaluation cache's own work.  ``search_cpu_us_per_visit``: that time per
+  visit.  (The old ``network_share``, the inference thread's busy fraction
+  of wall time, is dropped: it is near 1 whenever a network call outlasts a
+  half's search, and says nothing about the search's cost.)
+* ``cache_hit_share``: evaluations answered by the cache over evaluations
+  asked for.
+* ``inference_gflops``: the network's arithmetic per evaluation, counted as
+  direct convolution and dense layers (2 x multiply-adds), times visits/s:
+  the rate the network would need without the cache.  ``conv_gflops``: one
+  large 3x3, 96-channel 19x19 convolution in TensorFlow, timed in this run.
+  ``inference_vs_conv``: their ratio.
+* ``positions_per_s``, ``batch_fill`` (rows filled over rows offered),
+  ``search_cpu_share_default_9``: the same loop on 9x9 with the worker's
+  default small network.  ``visits_per_s_6b96c_9``: 6x96 on 9x9 (KataGo's
+  Eigen backend does 781 visits/s on two threads here).
+
+Needs Leela Zero: ``apt-get install -y leela-zero`` (scripts/setup.sh --test
+installs it); without it the bench stops at once and says so.
 
     .venv/bin/python bench/selfplay.py [--quick]
 
@@ -33,10 +66,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import resource
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -47,9 +85,20 @@ from selfplay.driver import GameBatch  # noqa: E402
 SEARCH_GAMES = 64
 SEARCH_BUDGET = 200
 
+LEELAZ = Path("/usr/lib/leelaz/bin/leelaz")
+LEELAZ_INSTALL = "apt-get install -y leela-zero"
+LEELAZ_THREADS = (1, 2)
+LEELAZ_BOARD = 19          # the Debian build plays 19x19 only
+LEELAZ_INPUT_PLANES = 18   # its input: 8 + 8 history planes, two side-to-move planes
+LEELAZ_VALUE_HIDDEN = 256  # its value head's hidden layer
 
-def search_only(board_size: int, seconds: float, seed: int = 1) -> float:
-    """Simulations per second of the Cython search with a constant evaluator."""
+PEER_BLOCKS, PEER_FILTERS = 6, 96
+GAMES_19 = 32
+"""Games of the 19x19 worker run: halves of 16 games x 8 leaves = 128-row batches."""
+
+
+def search_only(board_size: int, seconds: float, seed: int = 1) -> tuple[float, float]:
+    """(simulations per CPU second, per wall second) of the search with the stub evaluator."""
     batch = GameBatch(board_size, SEARCH_GAMES, num_groups=1, leaves_per_game=8, seed=seed,
                       c_puct_init=1.25, fpu_reduction=0.25, dirichlet_alpha_total=10.83, dirichlet_epsilon=0.25)
     buffer = np.zeros((batch.batch_rows, board_size, board_size, 17), np.float32)
@@ -71,45 +120,39 @@ def search_only(board_size: int, seconds: float, seed: int = 1) -> float:
             batch.start_search(g, SEARCH_BUDGET)
     elapsed = time.perf_counter() - start
     cpu = time.process_time() - cpu_start
-    stats = batch.stats()
-    sims = stats["leaves_evaluated"] + stats["terminal_visits"]
-    print(f"search only {board_size}x{board_size}: {sims / cpu:,.0f} sims per CPU second "
+    sims = batch.stats()["visits"]
+    print(f"search only, stub evaluator, {board_size}x{board_size}: {sims / cpu:,.0f} sims per CPU second "
           f"({sims / elapsed:,.0f} per wall second; {moves / elapsed:,.0f} moves/s, "
-          f"{stats['collisions']} collisions)", flush=True)
+          f"{batch.stats()['collisions']} collisions)", flush=True)
     return sims / cpu, sims / elapsed
 
 
-def build_network(board_size: int, blocks: int | None, channels: int | None):
-    """(keras model, source): model.network's network, else a local equivalent."""
-    import tensorflow as tf
+# ---- our network ------------------------------------------------------------
 
-    try:
-        from model.network import NetworkConfig, build_network as build_project_network
-    except ImportError:  # the trainer's module is absent: build an equivalent here
-        build_project_network = None
-    if build_project_network is not None:
-        config = NetworkConfig(board_size=board_size)
-        if blocks is not None:
-            config = NetworkConfig(board_size=board_size, blocks=blocks, filters=channels)
-        return (build_project_network(config),
-                f"model.network {config.blocks}x{config.filters}")
-    blocks = 4 if blocks is None else blocks
-    channels = 48 if channels is None else channels
-    layers = tf.keras.layers
-    inputs = tf.keras.Input((board_size, board_size, 17))
+def build_network(board_size: int, blocks: int | None = None, filters: int | None = None):
+    """(keras model, label): model.network's network, default shape or blocks x filters."""
+    from model.network import NetworkConfig, build_network as build_project_network
 
-    def conv_bn(x, width, kernel):
-        x = layers.Conv2D(width, kernel, padding="same", use_bias=False)(x)
-        return layers.BatchNormalization()(x)
+    config = NetworkConfig(board_size=board_size)
+    if blocks is not None:
+        config = NetworkConfig(board_size=board_size, blocks=blocks, filters=filters)
+    return build_project_network(config), f"model.network {config.blocks}x{config.filters}"
 
-    x = layers.ReLU()(conv_bn(inputs, channels, 3))
-    for _ in range(blocks):
-        y = layers.ReLU()(conv_bn(x, channels, 3))
-        x = layers.ReLU()(x + conv_bn(y, channels, 3))
-    policy = layers.Dense(board_size * board_size + 1)(layers.Flatten()(layers.ReLU()(conv_bn(x, 2, 1))))
-    value = layers.Flatten()(layers.ReLU()(conv_bn(x, 1, 1)))
-    value = layers.Dense(1, activation="tanh")(layers.Dense(64, activation="relu")(value))
-    return tf.keras.Model(inputs, [policy, value]), f"bench-local resnet {blocks}x{channels}"
+
+def direct_flops_per_evaluation(network) -> int:
+    """Arithmetic of one position through ``network``: 2 x multiply-adds of
+    its convolutions (counted as direct convolution) and dense layers.
+    Batch norm, additions and activations are left out (they are small)."""
+    import keras
+
+    flops = 0
+    for layer in network.layers:
+        if isinstance(layer, keras.layers.Conv2D):
+            height, width = layer.output.shape[1:3]
+            flops += 2 * height * width * int(np.prod(layer.kernel.shape))
+        elif isinstance(layer, keras.layers.Dense):
+            flops += 2 * int(np.prod(layer.kernel.shape))
+    return flops
 
 
 class CompiledModel:
@@ -120,18 +163,39 @@ class CompiledModel:
         import tensorflow as tf
 
         self.generation = generation
+        self.board_size = board_size
 
         @tf.function(input_signature=[tf.TensorSpec([None, board_size, board_size, 17], tf.float32)])
         def infer(planes):
             outputs = network(planes, training=False)
-            if isinstance(outputs, dict):
-                return {"policy_logits": outputs["policy_logits"], "value": tf.reshape(outputs["value"], [-1])}
-            return {"policy_logits": outputs[0], "value": tf.reshape(outputs[1], [-1])}
+            return {"policy_logits": outputs["policy_logits"], "value": tf.reshape(outputs["value"], [-1])}
 
         self._infer = infer
 
     def __call__(self, planes):
         return self._infer(planes)
+
+
+def conv_gflops(seconds: float, batch: int = 256, board_size: int = 19, channels: int = 96) -> float:
+    """GFLOP/s of one large 3x3 convolution in TensorFlow (median of timed calls)."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.random((batch, board_size, board_size, channels), np.float32))
+    kernel = tf.constant(rng.standard_normal((3, 3, channels, channels), np.float32))
+    conv = tf.function(lambda t: tf.nn.conv2d(t, kernel, 1, "SAME"))
+    conv(x).numpy()   # trace and warm up
+    times = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline or len(times) < 3:
+        start = time.perf_counter()
+        conv(x).numpy()
+        times.append(time.perf_counter() - start)
+    flops = 2 * batch * board_size * board_size * 9 * channels * channels
+    result = flops / statistics.median(times) / 1e9
+    print(f"TensorFlow 3x3 conv, {channels} channels, {board_size}x{board_size}, batch {batch}: "
+          f"{result:.0f} GFLOP/s", flush=True)
+    return result
 
 
 # Every search setting the figures depend on, pinned here at the values they
@@ -145,68 +209,276 @@ PINNED_WORKER_SETTINGS = dict(
 )
 
 
-def end_to_end(board_size: int, seconds: float, blocks: int | None, channels: int | None,
+SNAPSHOTS = 6
+"""Progress reports (counter snapshots) per worker run; rates are taken between the first and the last."""
+STAGGER_MOVES = {9: 60, 19: 300}
+"""Each slot's first game starts from a position 0 .. this many random-play
+moves in (spread evenly over the slots); about a self-play game's length here."""
+
+
+class LoopSnapshot(NamedTuple):
+    """Counters of the worker's loop at one moment, taken on the loop's thread."""
+
+    wall: float            # perf_counter seconds
+    process_cpu: float     # CPU seconds of every thread of this process
+    loop_cpu: float        # CPU seconds of the play loop's thread (the search side)
+    cache_cpu: float       # the evaluation cache's own CPU seconds (counted as search side)
+    cache_rows: int        # rows asked of the cache
+    cache_hits: int
+    visits: int            # GameBatch.stats()["visits"]
+    positions: int
+    evaluations: int       # rows gathered
+    batch_rows: int        # rows offered
+
+
+def staggered_worker_class():
+    """`SelfPlayWorker` with staggered first games and steady-state snapshots.
+
+    Staggered: the first game in slot g starts ``prefixes[g]`` random-play
+    moves in.  A worker that has run for hours has its games at every stage,
+    and only a few in the opening that all games share; a fresh one has every
+    game at the empty board, where the evaluation cache answers a third of
+    the rows and more (measured: 32% in the first 20 s on 19x19).  A short
+    run from fresh games would flatter the cache, so the bench starts the
+    slots at staggered move numbers instead (random moves of the engine's
+    playout policy: legal, no own-eye filling).  Later games start empty.
+
+    Snapshots: at every progress report inside the loop the counters are
+    recorded (`LoopSnapshot`), so the rates can be taken between the first
+    and the last report: start-up (first batches, tracing) and the batches in
+    flight when the loop stops (evaluated, then discarded) fall outside the
+    window, as Leela Zero's own figure covers its search only.
+    """
+    from selfplay.board import Board
+    from selfplay.eval_cache import CachedEvaluator
+    from selfplay.worker import SelfPlayWorker
+
+    class StaggeredWorker(SelfPlayWorker):
+        def __init__(self, *args, prefixes: list[int], **kwargs):
+            super().__init__(*args, **kwargs)
+            self._prefixes = dict(enumerate(prefixes))
+            self._in_loop = False
+            self.snapshots: list[LoopSnapshot] = []
+
+        def _new_game(self, g: int) -> None:
+            super()._new_game(g)
+            moves = self._prefixes.pop(g, 0)
+            if not moves:
+                return
+            cfg = self.config
+            board = Board(cfg.board_size, cfg.komi, cfg.max_moves)
+            for m in range(moves):
+                if board.is_over:
+                    break
+                board.play(board.playout_policy_move(cfg.seed * 1_000_003 + g * 1009 + m))
+            if board.is_over:
+                return
+            self.batch.set_board(g, board)
+            self._start_search(g)
+
+        def _play(self, watcher) -> None:
+            self._in_loop = True
+            try:
+                super()._play(watcher)
+            finally:
+                self._in_loop = False
+
+        def _print_progress(self) -> None:
+            super()._print_progress()
+            if self._in_loop:
+                cache = self.evaluator if isinstance(self.evaluator, CachedEvaluator) else None
+                c = self.counters
+                self.snapshots.append(LoopSnapshot(
+                    time.perf_counter(), time.process_time(), time.thread_time(),
+                    cache.cpu_seconds if cache else 0.0, cache.rows if cache else 0, cache.hits if cache else 0,
+                    self.batch.stats()["visits"], c.positions, c.evaluations, c.batch_rows))
+
+    return StaggeredWorker
+
+
+def end_to_end(board_size: int, seconds: float, blocks: int | None, filters: int | None,
                games: int, label: str) -> dict:
+    """The worker's loop with a fresh network on the CPU, between its first and last
+    progress reports: visits, CPU split, cache."""
     from cloud.storage import open_storage
     from format.run_config import RunConfig, ensure_run_config
     from selfplay.config import WorkerConfig
     from selfplay.evaluator import ModelEvaluator, use_every_cpu_core
-    from selfplay.worker import SelfPlayWorker
 
     use_every_cpu_core()
-    network, source = build_network(board_size, blocks, channels)
+    network, source = build_network(board_size, blocks, filters)
     evaluator = ModelEvaluator(CompiledModel(network, board_size), devices=[])
     evaluator(np.zeros((8, board_size, board_size, 17), np.float32))   # trace once
-    with tempfile.TemporaryDirectory() as root:
+    with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as spool:
         config = WorkerConfig(root=root, board_size=board_size, games=games, max_seconds=seconds,
-                              progress_seconds=max(seconds / 3, 5), worker_id="bench", seed=7,
-                              **PINNED_WORKER_SETTINGS)
+                              progress_seconds=seconds / SNAPSHOTS, worker_id="bench", seed=7,
+                              spool_dir=spool, **PINNED_WORKER_SETTINGS)
         storage = open_storage(root)
         ensure_run_config(storage, RunConfig(board_size=board_size, komi=config.komi))
-        worker = SelfPlayWorker(config, storage, evaluator)
-        start = time.perf_counter()
-        counters = worker.run()
-        elapsed = time.perf_counter() - start
-    stats = worker.batch.stats()
+        prefixes = [round(g * STAGGER_MOVES[board_size] / games) for g in range(games)]
+        worker = staggered_worker_class()(config, storage, evaluator, prefixes=prefixes)
+        worker.run()   # the play loop runs on this thread (its snapshots' thread_time); inference on its own
+    if len(worker.snapshots) < 2:
+        raise RuntimeError(f"{label}: the worker loop made {len(worker.snapshots)} progress reports in "
+                           f"{seconds} s; the bench needs two to measure between")
+    first, last = worker.snapshots[0], worker.snapshots[-1]
+    elapsed = last.wall - first.wall
+    visits = last.visits - first.visits
+    search_cpu = (last.loop_cpu - first.loop_cpu) + (last.cache_cpu - first.cache_cpu)
+    cache_rows = last.cache_rows - first.cache_rows
     result = {
         "network": source,
-        "positions_per_s": counters.positions / elapsed,
-        "visits_per_s": (stats["leaves_evaluated"] + stats["terminal_visits"]) / elapsed,
-        "evals_per_s": counters.evaluations / elapsed,
-        "network_share": counters.network_seconds / elapsed,
-        "batch_fill": counters.evaluations / max(counters.batch_rows, 1),
-        "games": counters.games,
+        "positions_per_s": (last.positions - first.positions) / elapsed,
+        "visits_per_s": visits / elapsed,
+        "visits_per_cpu_s": visits / (last.process_cpu - first.process_cpu),
+        "search_cpu_share": search_cpu / (last.process_cpu - first.process_cpu),
+        "search_cpu_us_per_visit": 1e6 * search_cpu / max(visits, 1),
+        "cache_hit_share": (last.cache_hits - first.cache_hits) / cache_rows if cache_rows else 0.0,
+        "batch_fill": (last.evaluations - first.evaluations) / max(last.batch_rows - first.batch_rows, 1),
+        "flops_per_evaluation": direct_flops_per_evaluation(network),
+        "window_s": elapsed,
     }
-    print(f"{label} ({source}): {result['positions_per_s']:.1f} positions/s, "
-          f"{result['visits_per_s']:.0f} visits/s, network {result['network_share']:.1%} of wall time, "
+    print(f"{label} ({source}), {elapsed:.0f} s window: {result['visits_per_s']:.0f} visits/s, "
+          f"{result['positions_per_s']:.1f} positions/s, search {result['search_cpu_share']:.1%} of CPU "
+          f"({result['search_cpu_us_per_visit']:.0f} us/visit), cache hits {result['cache_hit_share']:.1%}, "
           f"batch fill {result['batch_fill']:.1%}", flush=True)
     return result
+
+
+# ---- the peer: Leela Zero ---------------------------------------------------
+
+def require_leela_zero() -> Path:
+    """The leelaz binary, or exit with the command that installs it."""
+    if not LEELAZ.is_file():
+        sys.exit(f"bench/selfplay.py: Leela Zero, the peer this bench compares with, is not installed "
+                 f"({LEELAZ} is missing); install it with `{LEELAZ_INSTALL}` (as root), or run "
+                 f"scripts/setup.sh --test")
+    return LEELAZ
+
+
+def write_leela_zero_weights(path: Path, blocks: int, filters: int, seed: int = 0) -> None:
+    """A random network in Leela Zero's weights text format, version 1.
+
+    One line ``1``, then one line of numbers per tensor in this order (its
+    Network.cpp): the input convolution (weights [filters, 18, 3, 3],
+    biases, batch-norm means, variances), 2 x ``blocks`` tower convolutions
+    (the same four lines each), the policy head (1x1 conv to 2 channels: four
+    lines; dense 2*361 -> 362: weights, biases) and the value head (1x1 conv
+    to 1 channel: four lines; dense 361 -> 256, dense 256 -> 1).  He-normal
+    weights, zero biases and means, unit variances.
+    """
+    rng = np.random.default_rng(seed)
+    points = LEELAZ_BOARD * LEELAZ_BOARD
+    lines = ["1"]
+
+    def numbers(values) -> str:
+        return " ".join(f"{v:.5g}" for v in values)
+
+    def conv(inputs: int, outputs: int, kernel: int) -> None:
+        fan_in = inputs * kernel * kernel
+        lines.append(numbers(rng.normal(0.0, np.sqrt(2.0 / fan_in), outputs * fan_in)))
+        lines.extend([numbers(np.zeros(outputs)), numbers(np.zeros(outputs)), numbers(np.ones(outputs))])
+
+    def dense(inputs: int, outputs: int) -> None:
+        lines.append(numbers(rng.normal(0.0, np.sqrt(1.0 / inputs), inputs * outputs)))
+        lines.append(numbers(np.zeros(outputs)))
+
+    conv(LEELAZ_INPUT_PLANES, filters, 3)
+    for _ in range(2 * blocks):
+        conv(filters, filters, 3)
+    conv(filters, 2, 1)
+    dense(2 * points, points + 1)
+    conv(filters, 1, 1)
+    dense(points, LEELAZ_VALUE_HIDDEN)
+    dense(LEELAZ_VALUE_HIDDEN, 1)
+    path.write_text("\n".join(lines) + "\n")
+
+
+BENCHMARK_LINE = re.compile(r"(\d+) visits, (\d+) nodes, (\d+) playouts, (\d+) n/s")
+
+
+def run_leela_zero_benchmark(binary: Path, weights: Path, visits: int, threads: int) -> tuple[int, float, float]:
+    """One ``leelaz --benchmark`` search: (playouts, its playouts per second, CPU seconds of the whole run)."""
+    command = [str(binary), "--cpu-only", "--benchmark", "--noponder", "-v", str(visits), "-t", str(threads),
+               "-w", str(weights)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    found = BENCHMARK_LINE.findall(done.stdout + done.stderr)
+    if done.returncode != 0 or not found:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+        raise RuntimeError(f"`{' '.join(command)}` exited {done.returncode} without its benchmark line: "
+                           + " | ".join(tail))
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return int(found[-1][2]), float(found[-1][3]), cpu
+
+
+def leela_zero(binary: Path, visits: int) -> dict:
+    """Best visits/s over `LEELAZ_THREADS` and its thread count; visits per CPU second at one thread.
+
+    Per CPU second: the playouts over the CPU time of the run, less that of a
+    1-visit run (loading the weights), so that other processes' load, which
+    stretches wall time, cancels out; the same is reported for our worker.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        weights = Path(folder) / f"random-{PEER_BLOCKS}x{PEER_FILTERS}.txt"
+        write_leela_zero_weights(weights, PEER_BLOCKS, PEER_FILTERS)
+        rates, cpu_rates = {}, {}
+        _, _, startup_cpu = run_leela_zero_benchmark(binary, weights, 1, 1)
+        for threads in LEELAZ_THREADS:
+            playouts, rates[threads], cpu = run_leela_zero_benchmark(binary, weights, visits, threads)
+            cpu_rates[threads] = playouts / max(cpu - startup_cpu, 1e-9)
+            print(f"Leela Zero 0.17, CPU, {threads} thread(s), {PEER_BLOCKS}x{PEER_FILTERS} random weights, "
+                  f"19x19: {playouts} playouts, {rates[threads]:.0f} visits/s, "
+                  f"{cpu_rates[threads]:.0f} per CPU second", flush=True)
+    best = max(rates, key=rates.get)
+    return {"visits_per_s": rates[best], "threads": best, "visits_per_cpu_s": max(cpu_rates.values())}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke test, noisier figures)")
     args = parser.parse_args(argv)
+    leelaz = require_leela_zero()
     search_seconds = 4.0 if args.quick else 15.0
     e2e_seconds = 15.0 if args.quick else 60.0
+    peer_visits = 400 if args.quick else 1600
 
     sims_9, wall_9 = search_only(9, search_seconds)
     sims_19, wall_19 = search_only(19, search_seconds)
     small = end_to_end(9, e2e_seconds, None, None, games=128, label="default net 9x9")
-    big = end_to_end(9, e2e_seconds, 6, 96, games=64, label="6b96c net 9x9")
+    big_9 = end_to_end(9, e2e_seconds / 2, PEER_BLOCKS, PEER_FILTERS, games=64, label="6x96 net 9x9")
+    ours = end_to_end(19, e2e_seconds, PEER_BLOCKS, PEER_FILTERS, games=GAMES_19, label="6x96 net 19x19")
+    peer = leela_zero(leelaz, peer_visits)
+    conv = conv_gflops(5.0 if args.quick else 10.0)
+    inference = ours["flops_per_evaluation"] * ours["visits_per_s"] / 1e9
     print(json.dumps({
         "bench": "selfplay",
+        "search_evaluator": "stub: uniform policy, value 0, no network (search-only figures)",
         "search_sims_per_s_9": round(sims_9),
         "search_sims_per_s_19": round(sims_19),
         "search_sims_per_wall_s_9": round(wall_9),
         "search_sims_per_wall_s_19": round(wall_19),
+        "visits_per_s_6x96_19": round(ours["visits_per_s"], 1),
+        "lz_visits_per_s_6x96_19": round(peer["visits_per_s"], 1),
+        "lz_threads": peer["threads"],
+        "visits_vs_lz": round(ours["visits_per_s"] / peer["visits_per_s"], 3),
+        "visits_per_cpu_s_6x96_19": round(ours["visits_per_cpu_s"], 1),
+        "lz_visits_per_cpu_s_6x96_19": round(peer["visits_per_cpu_s"], 1),
+        "visits_per_cpu_s_vs_lz": round(ours["visits_per_cpu_s"] / peer["visits_per_cpu_s"], 3),
+        "search_cpu_share": round(ours["search_cpu_share"], 4),
+        "search_cpu_us_per_visit": round(ours["search_cpu_us_per_visit"], 1),
+        "cache_hit_share": round(ours["cache_hit_share"], 4),
+        "batch_fill_6x96_19": round(ours["batch_fill"], 4),
+        "inference_gflops": round(inference, 1),
+        "conv_gflops": round(conv, 1),
+        "inference_vs_conv": round(inference / conv, 3),
         "positions_per_s": round(small["positions_per_s"], 2),
-        "network_share": round(small["network_share"], 4),
         "batch_fill": round(small["batch_fill"], 4),
-        "visits_per_s_6b96c_9": round(big["visits_per_s"], 1),
+        "search_cpu_share_default_9": round(small["search_cpu_share"], 4),
+        "visits_per_s_6b96c_9": round(big_9["visits_per_s"], 1),
         "network": small["network"],
-        "network_6b96c": big["network"],
-        "network_share_6b96c": round(big["network_share"], 4),
+        "network_6x96": ours["network"],
     }))
     return 0
 

@@ -46,6 +46,15 @@ if [[ $WANT_TEST == 1 ]] && ! command -v gnugo >/dev/null && [[ ! -x /usr/games/
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq gnugo >/dev/null
 fi
 
+# Leela Zero is the peer that bench/selfplay.py measures beside the worker (and
+# tests/test_selfplay_bench.py runs it once on the weights the bench writes).
+# Debian installs the binary under /usr/lib/leelaz/bin.
+if [[ $WANT_TEST == 1 ]] && [[ ! -x /usr/lib/leelaz/bin/leelaz ]]; then
+    echo "[setup] installing leela-zero from Debian"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq leela-zero >/dev/null
+fi
+
 PYTHON="${PYTHON:-python3}"
 if [[ ! -x .venv/bin/python ]]; then
     echo "[setup] creating .venv"

@@ -50,7 +50,9 @@ cdef class GameBatch:
     cdef int16_t* legal_moves           # [num_actions]
 
     # Statistics.
-    cdef readonly long long leaves_evaluated
+    cdef readonly long long leaves_evaluated    # rows applied (root evaluations included)
+    cdef readonly long long root_evaluations    # rows that were a search root's own evaluation:
+                                                #   not a simulation, so not a visit
     cdef readonly long long terminal_visits
     cdef readonly long long collisions
 

@@ -193,8 +193,9 @@ cdef class GameBatch:
         if not self.searching[game] or root_state == PENDING or root_state == TERMINAL:
             return LEAF_BLOCKED
         if root_state == UNEXPANDED:
-            # The root's own evaluation: not counted in the budget.
+            # The root's own evaluation: not counted in the budget, nor as a visit.
             self.expand_leaf(tree, ROOT_INDEX, root, row_out)
+            self.root_evaluations += 1
             leaf_out[0] = ROOT_INDEX
             return LEAF_QUEUED
         if tree.sims_started >= tree.sims_budget:
@@ -483,5 +484,12 @@ cdef class GameBatch:
         return self.trees_list[game]
 
     def stats(self):
-        return {"leaves_evaluated": self.leaves_evaluated, "terminal_visits": self.terminal_visits,
-                "collisions": self.collisions}
+        """Counters since construction.
+
+        A *visit* is one new simulation: ``leaves_evaluated - root_evaluations
+        + terminal_visits`` (a root's own evaluation starts a search but is no
+        simulation; visits kept with a reused subtree are not counted at all).
+        """
+        return {"leaves_evaluated": self.leaves_evaluated, "root_evaluations": self.root_evaluations,
+                "terminal_visits": self.terminal_visits, "collisions": self.collisions,
+                "visits": self.leaves_evaluated - self.root_evaluations + self.terminal_visits}

@@ -49,6 +49,9 @@ Data flow
   and retried with backoff while play goes on with the current model; at
   start-up the worker waits for a loadable model.  Only when LATEST does not
   exist does it play with the uniform evaluator (generation 0).
+* Every model evaluator is wrapped in an evaluation cache
+  (`selfplay.eval_cache`), fresh for each model: rows whose input planes the
+  model has already evaluated, in any of the worker's games, skip the network.
 * A failing bucket: the upload fails, the games stay spooled, one stderr
   line, and the upload is retried with backoff while play goes on.
 * SIGTERM (or --max-games/--max-seconds): stop searching, upload every
@@ -76,6 +79,7 @@ from format.events import EventLog
 from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
 from selfplay.config import CLI, WorkerConfig, default_spool_base
 from selfplay.driver import GameBatch
+from selfplay.eval_cache import with_evaluation_cache
 from selfplay.evaluator import ModelEvaluator, UniformEvaluator, configure_accelerator, use_every_cpu_core
 from selfplay.move_policy import MovePolicy, ResignationCounter
 from selfplay.spool import Spool, SpoolError, open_spool
@@ -243,7 +247,7 @@ class SelfPlayWorker:
                  events: EventLog | None = None):
         self.config = config
         self.storage = storage
-        self.evaluator = evaluator or UniformEvaluator(config.board_size)
+        self.evaluator = with_evaluation_cache(evaluator or UniformEvaluator(config.board_size))
         self.worker_name = config.worker_name
         self.events = events or EventLog(None, "worker")
         self._own_spool = spool is None
@@ -521,7 +525,7 @@ class SelfPlayWorker:
             log.info("switching to model generation %d", evaluator.generation)
             print(f"[selfplay] model generation {evaluator.generation} loaded; games in progress continue on it",
                   flush=True)
-            self.evaluator = evaluator
+            self.evaluator = with_evaluation_cache(evaluator)
 
     def _print_progress(self) -> None:
         c = self.counters
@@ -643,7 +647,7 @@ def _run_worker(config, storage, spool, cache, placement, events, stop) -> int:
         events.emit("stopped", reason=reason, games=0)
         return 0
     if evaluator is not None:
-        worker.evaluator = evaluator
+        worker.evaluator = with_evaluation_cache(evaluator)
     print(f"[selfplay] worker {worker.worker_name} seed {config.seed}", flush=True)
     events.emit("started", worker_id=worker.worker_name, seed=config.seed, generation=worker.evaluator.generation)
     watcher.start()
