@@ -17,6 +17,14 @@ every role has the same conventions:
 * a bad value exits with status 2 and one line naming the flag (argparse's
   usage error), never a traceback.
 
+Settings that several roles share (same name, same meaning: ``root``,
+``board_size``, ``komi``, ``max_moves``, ``events``, ``poll_seconds``) are
+declared through one constructor each (:func:`root_setting`,
+:func:`board_size_setting`...), which holds the one help text and the one
+validation; a role only says what differs (its default, a note).  The
+validation runs in the role's ``__post_init__`` through
+:func:`setting_problems`, so every role words a bad board size the same way.
+
 Beam's own pipeline options keep Beam's spelling (``--temp_location``); the
 shuffle job passes what it does not know on to Beam.  The storage layer's
 retry flags (``--storage-max-attempts``...) are added by
@@ -53,6 +61,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import re
 import secrets
 import socket
@@ -61,6 +70,7 @@ import time
 import typing
 
 from format import layout
+from format import schema
 
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -80,6 +90,109 @@ def setting(default=dataclasses.MISSING, help: str = "", *, default_factory=data
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=info)
     return dataclasses.field(default=default, metadata=info)
+
+
+# --------------------------------------------------------------------------
+# Settings shared by several roles: one constructor each (module docstring)
+# --------------------------------------------------------------------------
+
+
+def _with_note(text: str, note: str) -> str:
+    return f"{text}; {note}" if note else text
+
+
+def _check_root(value, info) -> str | None:
+    # None: a role that can run without a lake (GTP); '' is never a root.
+    return "a storage root is required" if value == "" else None
+
+
+def root_setting(default: str | None = "", *, required: bool = True, note: str = ""):
+    """The lake root (``--root``): a local folder or gs://bucket/prefix.
+
+    ``required``: the flag must be given (library callers still get the
+    default); a launcher that makes its own lake defaults to ``./lake``; a
+    role that may run without a lake (GTP) has ``None``.
+    """
+    return setting(default, _with_note("lake root: a local folder or gs://bucket/prefix", note),
+                   required=required, check=_check_root)
+
+
+def _check_board_size(value, info) -> str | None:
+    if value is None or (value == 0 and info["from_run"]):
+        return None
+    if not schema.MIN_BOARD_SIZE <= value <= schema.MAX_BOARD_SIZE:
+        return f"{value} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}"
+    return None
+
+
+def board_size_setting(default: int | None = 9, *, note: str = "", aliases: tuple[str, ...] = ()):
+    """The board size (``--board-size``), checked against ROOT/run.json by every role that has a lake.
+
+    A default of 0 means "take ROOT/run.json's" (roles that only read the
+    lake); None means the role finds it elsewhere (the note says where).
+    """
+    text = "board size (N of an N x N board; must match ROOT/run.json when there is one)"
+    if default == 0:
+        text += "; 0 = take ROOT/run.json's"
+    return setting(default, _with_note(text, note), aliases=aliases, check=_check_board_size,
+                   from_run=default == 0)
+
+
+def _check_komi(value, info) -> str | None:
+    # run.json's rule (format.run_config): area scoring makes any other
+    # fraction pointless, and one rule keeps a player's komi valid for a run.
+    if value is not None and not (math.isfinite(value) and value * 2 == round(value * 2)):
+        return f"{value} must be a finite multiple of 0.5"
+    return None
+
+
+def komi_setting(default: float | None = 7.5, *, note: str = ""):
+    """Komi (``--komi``), points given to White; a multiple of 0.5 as in run.json."""
+    return setting(default, _with_note("komi: points added to White's area score (a multiple of 0.5; must "
+                                       "match ROOT/run.json when there is one)", note), check=_check_komi)
+
+
+def _check_max_moves(value, info) -> str | None:
+    return "must be >= 0 (0 = 3 x N x N)" if value < 0 else None
+
+
+def max_moves_setting(default: int = 0):
+    """The move cap per game (``--max-moves``), passes included; 0 = the engine's 3 x N x N."""
+    return setting(default, "move cap per game, passes included (0 = the engine's 3 x N x N)", check=_check_max_moves)
+
+
+def events_setting(*, what: str = "", empty: str = "none", **metadata):
+    """The JSON-lines progress events file (``--events``, format/events.py).
+
+    ``what`` says which events (a launcher's own...), ``empty`` what '' means.
+    """
+    subject = f"{what} " if what else ""
+    return setting("", f"append {subject}JSON-lines events (format/events.py) to this file "
+                       f"('-' = stdout, '' = {empty})", **metadata)
+
+
+def _check_poll_seconds(value, info) -> str | None:
+    return None if math.isfinite(value) and value > 0 else f"must be > 0, got {value}"
+
+
+def poll_seconds_setting(default: float, *, looks_at: str, **metadata):
+    """How often a long-running role looks at the lake (``--poll-seconds``); ``looks_at``: at what."""
+    return setting(default, f"seconds between looks at {looks_at}", check=_check_poll_seconds, **metadata)
+
+
+def setting_problems(config) -> list[str]:
+    """``--flag: problem`` for each shared setting of ``config`` (see above) whose value is invalid.
+
+    Each role's ``__post_init__`` adds these to its own checks, so a shared
+    setting is validated by one rule, worded one way, in every role.
+    """
+    problems = []
+    for field in dataclasses.fields(config):
+        check = field.metadata.get("check")
+        problem = check(getattr(config, field.name), field.metadata) if check else None
+        if problem:
+            problems.append(f"{flag_name(field.name)}: {problem}")
+    return problems
 
 
 def flag_name(field_name: str) -> str:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from format import schema
-from format.cli import RoleCli, setting
+from format.cli import (RoleCli, board_size_setting, events_setting, poll_seconds_setting, root_setting, setting,
+                        setting_problems)
 
 STRATEGIES = ("auto", "tpu", "mirrored", "default")
 PRECISIONS = ("auto", "float32", "bfloat16")
@@ -30,9 +30,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class TrainConfig:
-    root: str = setting("", "lake root: a local folder or gs://bucket/prefix", required=True)
-    board_size: int = setting(0,
-        "board size; 0 = take it from ROOT/run.json (a different value is refused)")
+    root: str = root_setting()
+    board_size: int = board_size_setting(0)
     # --- devices -----------------------------------------------------------
     strategy: str = setting("auto",
         "auto = TPU if one resolves, Mirrored if >1 GPU, else the default strategy", choices=STRATEGIES)
@@ -92,9 +91,8 @@ class TrainConfig:
         "set (TensorFlow cannot reach an emulator): then a directory under the system temp folder")
     windows: int = setting(1, "windows to train and publish before exiting")
     follow: bool = setting(False, "keep waiting for new windows instead of exiting")
-    poll_seconds: float = setting(30.0, "how often --follow looks for a new window")
-    events: str = setting("",
-        "append one JSON event per line to this file ('-' = stdout; see format.events); empty = none")
+    poll_seconds: float = poll_seconds_setting(30.0, looks_at="ROOT/windows with --follow (for a new window)")
+    events: str = events_setting()
     # --- one trainer per root (model.lease) ---------------------------------
     lease_seconds: float = setting(60.0,
         "lifetime of the trainer lease on ROOT (renewed every quarter of it); a second trainer "
@@ -115,9 +113,7 @@ class TrainConfig:
             if not condition:
                 out.append(f"--{flag}: {text}")
 
-        need(bool(self.root), "root", "is required")
-        need(self.board_size == 0 or schema.MIN_BOARD_SIZE <= self.board_size <= schema.MAX_BOARD_SIZE,
-             "board-size", f"{self.board_size} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
+        out += setting_problems(self)          # root, board size, poll seconds (format.cli's shared rules)
         need(self.strategy in STRATEGIES, "strategy", f"{self.strategy!r} is not one of {STRATEGIES}")
         need(self.precision in PRECISIONS, "precision", f"{self.precision!r} is not one of {PRECISIONS}")
         need(self.value_head in VALUE_HEADS, "value-head", f"{self.value_head!r} is not one of {VALUE_HEADS}")
@@ -137,7 +133,6 @@ class TrainConfig:
         need(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
         need(0 < self.lr_final_fraction <= 1, "lr-final-fraction", f"must be in (0, 1], got {self.lr_final_fraction}")
         need(0 <= self.swa_decay < 1, "swa-decay", f"must be in [0, 1), got {self.swa_decay}")
-        need(self.poll_seconds > 0, "poll-seconds", f"must be > 0, got {self.poll_seconds}")
         need(self.lease_seconds >= 1, "lease-seconds", f"must be >= 1, got {self.lease_seconds}")
         need("://" not in self.stage_dir and not self.stage_dir.startswith("gs:"), "stage-dir",
              f"{self.stage_dir!r} must be a local directory, not a URL")

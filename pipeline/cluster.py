@@ -51,8 +51,9 @@ moved backwards, live workers play the newest model, no two games are
 identical move for move, no temporary pieces are left.  It prints one JSON
 line (and writes it to ``--report``).
 
-Stopping: Ctrl-C or SIGTERM sends SIGTERM to every child, waits
-``--stop-grace`` seconds, SIGKILLs stragglers, and exits 130.
+Stopping: Ctrl-C or SIGTERM sends SIGTERM to every child's process group,
+waits ``--stop-grace`` seconds, SIGKILLs stragglers, and exits 130
+(pipeline.process_groups).
 
 Example (a local lake, 3 workers, tiny 9x9 settings)::
 
@@ -74,13 +75,15 @@ import time
 from dataclasses import dataclass, field
 
 from format import layout
-from format.cli import (complete_roles, config_from_namespace, open_launch, role_argv, role_parser, role_setting,
-                        setting, storage_retry)
+from format.cli import (board_size_setting, complete_roles, config_from_namespace, events_setting, komi_setting,
+                        open_launch, poll_seconds_setting, role_argv, role_parser, role_setting, root_setting, setting,
+                        setting_problems, storage_retry)
 from format.events import EventError, EventLog, EventTail
 from format.registry import latest_generation
 from model.config import TrainConfig
 from pipeline.config import ShuffleConfig
-from pipeline.follow import Claim
+from pipeline.follow import claim_attempt, live_claim
+from pipeline.process_groups import signal_group, stop_groups
 from selfplay.config import WorkerConfig
 
 KINDS = ("worker", "shuffle", "train")
@@ -113,14 +116,15 @@ class ClusterConfig:
     shared cadence (--poll-seconds, --status-seconds).
     """
 
-    root: str = setting("./lake", "lake root: a local folder or gs://bucket/prefix")
+    root: str = root_setting("./lake", required=False)
     workers: int = setting(2, "self-play worker processes")
     state_dir: str = setting("", "local state (spools, stage dir, events, logs); default ./cluster-state/<hash of "
                                  "root>")
-    events: str = setting("", "the launcher's own JSON-lines events; default STATE_DIR/events/cluster.jsonl")
-    board_size: int = setting(9, "board size (written to run.json on an empty root)")
-    komi: float = setting(7.5, "komi")
-    poll_seconds: float = setting(5.0, "how often followers and workers look at the lake (their --poll-seconds)")
+    events: str = events_setting(what="the launcher's own", empty="STATE_DIR/events/cluster.jsonl")
+    board_size: int = board_size_setting(note="written to run.json on an empty root")
+    komi: float = komi_setting()
+    poll_seconds: float = poll_seconds_setting(5.0, looks_at="the lake, for the followers and workers (their "
+                                                             "--poll-seconds)")
     status_seconds: float = setting(5.0, "seconds between status lines (and the workers' --progress-seconds)")
     child_threads: int = setting(0, "TensorFlow/OpenMP threads per child (0 = their own choice); 1 suits a small "
                                     "machine")
@@ -171,7 +175,9 @@ class ClusterConfig:
     def __post_init__(self):
         if self.workers < 1:
             raise ValueError(f"--workers must be >= 1, got {self.workers}")
-        for name in ("poll_seconds", "status_seconds", "restart_backoff", "stop_grace"):
+        for problem in setting_problems(self):           # root, board size, komi, poll seconds
+            raise ValueError(problem)
+        for name in ("status_seconds", "restart_backoff", "stop_grace"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{_flag(name)} must be > 0, got {getattr(self, name)}")
         for name in ("minutes", "until_generations", "chaos_kill_every", "child_threads", "drain_seconds",
@@ -475,9 +481,7 @@ class Cluster:
 
     def kill(self, role: Role) -> None:
         pid = role.process.pid
-        try:
-            os.killpg(pid, signal.SIGKILL)  # the role and anything it started (Beam's workers)
-        except ProcessLookupError:
+        if not signal_group(role.process, signal.SIGKILL):  # the role and anything it started (Beam's workers)
             return
         role.kills += 1
         self.chaos.kills_by_kind[role.kind] += 1
@@ -487,22 +491,10 @@ class Cluster:
     def stop_all(self) -> None:
         """SIGTERM every child, wait up to --stop-grace, then SIGKILL stragglers."""
         live = [r for r in self.roles if r.running]
+        killed = stop_groups([role.process for role in live], self.config.stop_grace)
         for role in live:
-            try:
-                os.killpg(role.process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + self.config.stop_grace
-        for role in live:
-            try:
-                role.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            if role.process in killed:
                 say(f"    {role.name} did not stop within {self.config.stop_grace:g}s: SIGKILL")
-                try:
-                    os.killpg(role.process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                role.process.wait()
                 self.events.emit("role_killed", name=role.name, pid=role.process.pid, kind=role.kind, by="stop")
             self.events.emit("role_exited", name=role.name, returncode=role.process.returncode,
                              pid=role.process.pid, uptime_s=round(time.monotonic() - role.started_at, 1))
@@ -668,11 +660,8 @@ def _temporary_pieces(storage) -> tuple[list[str], list[str]]:
         parsed = layout.parse_job_tmp_dir(folder)
         claim = None
         if parsed is not None and not storage.exists(layout.window_manifest(parsed[1])):
-            try:
-                claim = Claim.parse(storage.read(layout.window_claim(parsed[1])))
-            except Exception:  # noqa: BLE001 - no readable claim: the pieces are a leftover
-                claim = None
-        (current if claim is not None and claim.attempt == parsed[2] else leftovers).append(folder)
+            claim = live_claim(storage, parsed[1])  # damaged or absent: the pieces are a leftover
+        (current if claim is not None and claim_attempt(claim) == parsed[2] else leftovers).append(folder)
     return current, leftovers
 
 

@@ -8,9 +8,10 @@ accepted) and builds the config back, so the CLI and the library cannot drift
 apart.
 
 Follow-mode fields (``follow``, ``follow_new_positions``, ``poll_seconds``,
-``claim_seconds``, ``events``) steer the long-running follower in
-`pipeline.follow`; they do not change how one window is built, and
-`window_argv` leaves them out when the follower starts a one-window child.
+``claim_seconds``, ``events``, ``dataflow_above_positions``) steer the
+long-running follower in `pipeline.follow`; they do not change how one window
+is built, and `window_argv` leaves them out when the follower starts a
+one-window child.
 
 Units: positions are training examples (one board position of one game);
 "reuse" is how many times a position appears in the window's shards in
@@ -24,8 +25,8 @@ import math
 
 from cloud.base import RetryPolicy
 from cloud.storage import retry_flags_argv
-from format import schema as S
-from format.cli import config_from_namespace, flag_name, setting, storage_retry
+from format.cli import (board_size_setting, config_from_namespace, events_setting, flag_name, poll_seconds_setting,
+                        root_setting, setting, setting_problems, storage_retry)
 from format.tfrecord import GZIP_LEVELS, SHARD_GZIP_LEVEL
 
 LABEL_AUTO = "auto"
@@ -48,9 +49,8 @@ def _field(default, help_text, *, aliases=(), follow=False):
 class ShuffleConfig:
     """Settings of one shuffle run.  ``root`` is a folder or gs://bucket/prefix."""
 
-    root: str = setting("", "the lake: a local folder or gs://bucket/prefix", required=True)
-    board_size: int = _field(0, "expected board size; refused if it differs from ROOT/run.json "
-                                "(0 = take run.json's)", aliases=("--board",))
+    root: str = root_setting()
+    board_size: int = board_size_setting(0, aliases=("--board",))
     # --- window (power law in the manner of KataGo's shuffle.py) ---
     window_min_positions: int = _field(
         250_000, "below this many positions in the lake the window is the whole lake")
@@ -86,6 +86,11 @@ class ShuffleConfig:
         SHARD_GZIP_LEVEL, "gzip level of the shards, ISA-L's scale: 0 fastest .. 3 smallest")
     bundle_positions: int = _field(20_000, "positions per work bundle (a group of whole chunks)")
     seed: int = _field(0, "seed of every random choice (0 = derive one from the attempt id)")
+    # --- retention (pipeline.retention) ---
+    keep_windows: int = _field(
+        2, "after each run, keep this many of the windows the trainer has finished (generation <= "
+           "models/LATEST) and delete older finished ones; windows newer than LATEST are never deleted "
+           "(0 = keep every window)")
     # --- local runner ---
     workers: int = _field(2, "worker processes of the local in-process runner (FnApiRunner)")
     # --- follow mode (pipeline.follow) ---
@@ -94,25 +99,27 @@ class ShuffleConfig:
     follow_new_positions: int = _field(
         0, f"with --follow: new positions since the last window that trigger the next one (0 = "
            f"{FOLLOW_WINDOW_FRACTION:g} of the window the rule would take now)", follow=True)
-    poll_seconds: float = _field(5.0, "with --follow: seconds between looks at the lake", follow=True)
+    poll_seconds: float = poll_seconds_setting(5.0, looks_at="the lake with --follow", follow=True)
     claim_seconds: float = _field(
         180.0, "with --follow: a window claim expires this long after its last renewal (renewed every "
                "quarter of it while the window is built), so a killed follower blocks nobody for long", follow=True)
-    events: str = _field("", "append JSON-lines events to this file ('-' = stdout; format/events.py)", follow=True)
+    events: str = events_setting(what="the follower's", follow=True)
+    dataflow_above_positions: int = _field(
+        0, "with --follow and Beam flags that name Dataflow (--runner DataflowRunner ...): a window of at most "
+           "this many positions is built on this machine by the in-process runner (the Beam flags are left out), "
+           "a larger one on Dataflow, so small windows do not wait minutes for Dataflow's workers to start "
+           "(0 = every window where the Beam flags say)", follow=True)
     storage_retry: RetryPolicy = setting(default_factory=RetryPolicy, hidden=True)
     """How hard gs:// requests retry (the --storage-* flags; the DoFns open the lake with it too)."""
 
     def __post_init__(self):
-        errors = []
-        if not self.root:
-            errors.append("--root is required")
-        if self.board_size and not S.MIN_BOARD_SIZE <= self.board_size <= S.MAX_BOARD_SIZE:
-            errors.append(f"--board-size {self.board_size} is outside {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
+        errors = setting_problems(self)        # root, board size, poll seconds (format.cli's shared rules)
         for name in ("window_min_positions", "window_scale", "sample_chunks", "random_playouts",
                      "partition_positions", "shard_positions", "bundle_positions", "workers", "position_cap"):
             if getattr(self, name) < 1:
                 errors.append(f"{flag_name(name)} must be at least 1, got {getattr(self, name)}")
-        for name in ("window_max_positions", "dedup_max_move", "model_playout_moves", "seed"):
+        for name in ("window_max_positions", "dedup_max_move", "model_playout_moves", "seed", "keep_windows",
+                     "dataflow_above_positions"):
             if getattr(self, name) < 0:
                 errors.append(f"{flag_name(name)} must not be negative, got {getattr(self, name)}")
         if not 0 < self.window_exponent <= 1:
@@ -125,8 +132,6 @@ class ShuffleConfig:
             errors.append(f"--playout-labels must be one of {PLAYOUT_LABEL_MODES}, got {self.playout_labels!r}")
         if not (math.isfinite(self.model_temperature) and self.model_temperature > 0):
             errors.append(f"--model-temperature must be positive, got {self.model_temperature}")
-        if not (math.isfinite(self.poll_seconds) and self.poll_seconds > 0):
-            errors.append(f"--poll-seconds must be positive, got {self.poll_seconds}")
         if not (math.isfinite(self.claim_seconds) and self.claim_seconds >= 1):
             errors.append(f"--claim-seconds must be at least 1, got {self.claim_seconds}")
         if self.follow_new_positions < 0:

@@ -23,15 +23,13 @@ Terms
   its window.  Before the first window every position is new, so the first
   window is written as soon as the lake holds a chunk.
 * *claim*: ``cluster/claims/window-<gen>.json`` (format.layout.window_claim),
-  JSON ``{holder, attempt, pid, host, time, expires, released}``.  Created
-  with a generation-0 conditional write (create-only).  Its holder renews it
-  every quarter of ``--claim-seconds`` while the window is built; a holder
-  that was SIGKILLed stops renewing, and once ``expires`` has passed another
-  follower replaces it with a conditional write on the generation it read
-  (cloud.base ``read_versioned``/``write_if_generation``), so that of two
-  followers taking over at once exactly one wins.  Claims are never deleted
-  (the emulator does not enforce preconditions on deletes); a holder that
-  stops early marks its claim released, again conditionally.
+  a format.leases record whose ``details`` name the ``attempt``.  Taken,
+  renewed and released by compare-and-swap (format.leases): of two followers
+  taking it at once exactly one wins.  Its holder renews it every quarter of
+  ``--claim-seconds`` while the window is built; a holder that was SIGKILLed
+  stops renewing, and once ``expires`` has passed another follower replaces
+  it.  A damaged claim counts as expired (:data:`CLAIM_TAKEOVER`).  Claims
+  are never deleted; a holder that stops early marks its claim released.
 * *attempt*: one try at one window: the id in its shard names and its
   temporary folder ``tmp/shuffle-<gen>-<attempt>/`` (format.layout.job_tmp_dir).
 
@@ -42,7 +40,10 @@ Data flow of one cycle::
     clean:  delete tmp pieces of attempts that are not live
     claim:  cluster/claims/window-<target>.json     (lost: wait for the winner)
     build:  child process ``python -m pipeline.shuffle ... --window-generation
-            <target> --attempt <id>`` (the one-shot job), claim renewed meanwhile
+            <target> --attempt <id>`` (the one-shot job), claim renewed meanwhile;
+            with --dataflow-above-positions N a window of at most N positions
+            runs in-process without the Beam (Dataflow) flags, a larger one
+            with them (:meth:`Follower.window_command`)
     done:   window_published event; delete own tmp pieces; release the claim
 
 Why a child process: Beam's runner cannot be interrupted cleanly from a
@@ -61,7 +62,6 @@ until an operator moves the window aside.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import signal
@@ -71,12 +71,14 @@ import sys
 import time
 import uuid
 
-from cloud.base import AlreadyExists, NotFound, ObjectInfo, PreconditionFailed, StorageError
+from cloud.base import ObjectInfo, StorageError
 from format import layout
 from format.events import EventLog
+from format.leases import DAMAGED_EXPIRED, Lease, LeaseLost, LeaseRecord, Takeover, held_record
 from format.registry import RegistryError
 from pipeline import window_plan as W
 from pipeline.config import FOLLOW_WINDOW_FRACTION, ShuffleConfig, window_argv
+from pipeline.process_groups import die_with_parent, stop_groups
 from pipeline.shuffle import (ShuffleError, _latest_model, _progress, check_run, delete_tmp_dir,
                               existing_window, new_attempt_id)
 
@@ -90,111 +92,38 @@ JOB = "shuffle"
 
 
 # ---------------------------------------------------------------------------
-# Claims
+# Claims: format.leases records, with the claims' own takeover rules
 # ---------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class Claim:
-    """The JSON document of a window claim (times are unix seconds)."""
-
-    holder: str
-    attempt: str
-    pid: int
-    host: str
-    time: float
-    expires: float
-    released: bool = False
-
-    def to_bytes(self) -> bytes:
-        return (json.dumps(dataclasses.asdict(self), indent=1) + "\n").encode()
-
-    def live(self, now: float) -> bool:
-        return not self.released and self.expires > now
-
-    @classmethod
-    def parse(cls, data: bytes) -> "Claim | None":
-        """The claim in ``data``; None for a damaged claim, which then counts as expired."""
-        try:
-            document = json.loads(data)
-            return cls(holder=str(document["holder"]), attempt=str(document["attempt"]),
-                       pid=int(document["pid"]), host=str(document["host"]), time=float(document["time"]),
-                       expires=float(document["expires"]), released=bool(document.get("released", False)))
-        except (ValueError, TypeError, KeyError, UnicodeDecodeError):
-            return None
+CLAIM_TAKEOVER = Takeover(damaged=DAMAGED_EXPIRED)
+"""A damaged claim counts as expired: the window's manifest is the commit
+point, so two builders cost only work, while a claim nobody may replace would
+stop the pipeline until an operator came.  A claim of a dead follower on this
+host is still waited out (``--claim-seconds``): its child's Beam workers may
+outlive it for a moment."""
 
 
-@dataclasses.dataclass
-class HeldClaim:
-    """A claim this follower holds: its document and the storage generation it wrote."""
-
-    generation: int
-    claim: Claim
-    version: int
-    took_over: Claim | None = None
-    """The expired claim this one replaced, if any."""
+def claim_lease(storage, generation: int, holder: str, attempt: str, ttl: float) -> Lease:
+    """This follower's (not yet taken) claim on window ``generation`` for ``attempt``."""
+    return Lease(storage, layout.window_claim(generation), ttl, takeover=CLAIM_TAKEOVER,
+                 details={"attempt": attempt}, holder=holder, name=f"claim of window {generation}")
 
 
-def _claim_doc(holder: str, attempt: str, ttl: float) -> Claim:
-    now = time.time()
-    return Claim(holder=holder, attempt=attempt, pid=os.getpid(), host=socket.gethostname(), time=round(now, 3),
-                 expires=round(now + ttl, 3))
+def claim_attempt(record: LeaseRecord) -> str:
+    """The attempt a claim record was taken for ('' for a record without one)."""
+    return record.details.get("attempt", "")
 
 
-def try_claim(storage, generation: int, holder: str, attempt: str, ttl: float) -> HeldClaim | Claim | None:
-    """Claim window ``generation``: a HeldClaim, or the live Claim of whoever holds it.
-
-    None when a race was lost without learning the winner (try again later).
-    """
-    path = layout.window_claim(generation)
-    mine = _claim_doc(holder, attempt, ttl)
-    try:
-        return HeldClaim(generation, mine, storage.write_if_generation(path, mine.to_bytes(), 0))
-    except (PreconditionFailed, AlreadyExists):
-        pass
-    try:
-        data, version = storage.read_versioned(path)
-    except NotFound:
-        return None
-    current = Claim.parse(data)
-    if current is not None and current.live(time.time()):
-        return current
-    try:
-        mine = _claim_doc(holder, attempt, ttl)
-        return HeldClaim(generation, mine, storage.write_if_generation(path, mine.to_bytes(), version),
-                         took_over=current)
-    except PreconditionFailed:
-        return None
+def try_claim(storage, generation: int, holder: str, attempt: str, ttl: float) -> Lease | LeaseRecord:
+    """Claim window ``generation``: the held Lease, or the live record of whoever holds it."""
+    claim = claim_lease(storage, generation, holder, attempt, ttl)
+    winner = claim.try_acquire()
+    return claim if winner is None else winner
 
 
-def renew_claim(storage, held: HeldClaim, ttl: float) -> bool:
-    """Push the claim's expiry forward; False when someone replaced it (the claim is lost)."""
-    now = time.time()
-    renewed = dataclasses.replace(held.claim, time=round(now, 3), expires=round(now + ttl, 3))
-    try:
-        held.version = storage.write_if_generation(layout.window_claim(held.generation), renewed.to_bytes(),
-                                                   held.version)
-    except PreconditionFailed:
-        return False
-    held.claim = renewed
-    return True
-
-
-def release_claim(storage, held: HeldClaim) -> None:
-    """Mark the claim released (conditionally: never touch a claim someone else took over)."""
-    released = dataclasses.replace(held.claim, expires=round(time.time(), 3), released=True)
-    try:
-        storage.write_if_generation(layout.window_claim(held.generation), released.to_bytes(), held.version)
-    except (PreconditionFailed, StorageError):
-        pass  # taken over, or unreachable: it expires on its own
-
-
-def live_claim(storage, generation: int) -> Claim | None:
-    """The unexpired, unreleased claim of window ``generation``, else None."""
-    try:
-        claim = Claim.parse(storage.read(layout.window_claim(generation)))
-    except NotFound:
-        return None
-    return claim if claim is not None and claim.live(time.time()) else None
+def live_claim(storage, generation: int) -> LeaseRecord | None:
+    """The unexpired, unreleased claim of window ``generation``, else None (damaged counts as expired)."""
+    return held_record(storage, layout.window_claim(generation))
 
 
 # ---------------------------------------------------------------------------
@@ -220,7 +149,7 @@ def remove_dead_tmp(storage, keep_attempt: str = "") -> list[str]:
             continue
         if not storage.exists(layout.window_manifest(generation)):
             claim = live_claim(storage, generation)
-            if claim is not None and claim.attempt == attempt:
+            if claim is not None and claim_attempt(claim) == attempt:
                 continue
         delete_tmp_dir(storage, folder)
         removed.append(folder)
@@ -253,6 +182,8 @@ class Outlook:
     target: int
     new_positions: int
     needed: int
+    window_positions: int = 0
+    """The window the power-law rule would take from the lake now (an estimate: the job plans the exact one)."""
     refusal: str = ""
     """Non-empty: why no window may be built now (an untrusted manifest, no run.json)."""
 
@@ -362,10 +293,11 @@ class Follower:
             return Outlook(target, 0, max(1, self.config.follow_new_positions))
         lake_bytes = sum(c.size for c in chunks)
         per_byte, new_bytes = self.measure(last, chunks, lake_bytes)
-        needed = self.config.follow_new_positions or max(1, math.ceil(FOLLOW_WINDOW_FRACTION * W.window_positions(
-            int(lake_bytes * per_byte), self.config.window_min_positions, self.config.window_scale,
-            self.config.window_exponent, self.config.window_max_positions)))
-        return Outlook(target, max(0, int(new_bytes * per_byte)), needed)
+        window = W.window_positions(int(lake_bytes * per_byte), self.config.window_min_positions,
+                                    self.config.window_scale, self.config.window_exponent,
+                                    self.config.window_max_positions)
+        needed = self.config.follow_new_positions or max(1, math.ceil(FOLLOW_WINDOW_FRACTION * window))
+        return Outlook(target, max(0, int(new_bytes * per_byte)), needed, window)
 
     def measure(self, last: layout.WindowManifest | None, chunks, lake_bytes: int) -> tuple[float, int]:
         """(positions per byte, bytes that arrived since ``last`` was planned).
@@ -411,27 +343,29 @@ class Follower:
         attempt = new_attempt_id()
         self.clean(keep_attempt=attempt)
         held = try_claim(self.storage, generation, self.holder, attempt, self.config.claim_seconds)
-        if not isinstance(held, HeldClaim):
+        if not isinstance(held, Lease):
             self.lose(generation, held)
             self.sleep(self.config.poll_seconds)
             return
         if held.took_over is not None:
             _progress(f"window {generation}: took over the expired claim of {held.took_over.holder} "
-                      f"(attempt {held.took_over.attempt})")
+                      f"(attempt {claim_attempt(held.took_over)})")
             self.clean(keep_attempt=attempt)  # that attempt's pieces are dead now
         if self.storage.exists(layout.window_manifest(generation)):
-            release_claim(self.storage, held)  # published between the look and the claim
+            held.release()  # published between the look and the claim
             return
+        command = self.window_command(generation, attempt, outlook.window_positions)
+        where = "on Dataflow" if names_dataflow(command) else "in-process"
         _progress(f"window {generation}: ~{outlook.new_positions} new positions (needed {outlook.needed}); "
-                  f"building it as attempt {attempt}")
-        outcome = self.run_child(held)
+                  f"building it ({where}, ~{outlook.window_positions} positions) as attempt {attempt}")
+        outcome = self.run_child(held, generation, command)
         removed = delete_tmp_dir(self.storage, layout.job_tmp_dir(JOB, generation, attempt))
         if removed:
             _progress(f"removed {removed} temporary pieces of attempt {attempt}")
         if outcome == "lost":
             self.lose(generation, None)
             return
-        release_claim(self.storage, held)
+        held.release()
         if outcome == "stopped":
             _progress(f"window {generation} left unpublished (attempt {attempt} stopped)")
             return
@@ -454,7 +388,7 @@ class Follower:
                          shards=len(window.shards), attempt=attempt)
         _progress(f"window {generation} published: {window.positions} positions in {len(window.shards)} shards")
 
-    def lose(self, generation: int, winner: Claim | None) -> None:
+    def lose(self, generation: int, winner: LeaseRecord | None) -> None:
         """Another follower makes window ``generation`` (reported once per window)."""
         if ("lost", generation) in self._reported:
             return
@@ -463,13 +397,22 @@ class Follower:
         _progress(f"window {generation} is claimed by {winner.holder if winner else 'another follower'}; "
                   f"waiting for it")
 
-    def run_child(self, held: HeldClaim) -> str:
+    def window_command(self, generation: int, attempt: str, window_positions: int) -> list[str]:
+        """The child job's command line for one window: the one-shot job's flags, then the Beam flags.
+
+        With --dataflow-above-positions, a window of at most that many
+        positions gets no Beam flags (the in-process runner on this machine);
+        a larger one, or every window without the setting, gets them all.
+        """
+        local = 0 < window_positions <= self.config.dataflow_above_positions
+        return [sys.executable, "-m", "pipeline.shuffle", *window_argv(self.config),
+                "--window-generation", str(generation), "--attempt", attempt,
+                *([] if local else self.beam_args)]
+
+    def run_child(self, held: Lease, generation: int, argv: list[str]) -> str:
         """Build the window in a child job, renewing the claim: 'done', 'lost', 'stopped' or 'exit N'."""
-        argv = [sys.executable, "-m", "pipeline.shuffle", *window_argv(self.config),
-                "--window-generation", str(held.generation), "--attempt", held.claim.attempt, *self.beam_args]
-        child = subprocess.Popen(argv, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
-        renew_every = self.config.claim_seconds / 4
-        next_renewal = time.monotonic() + renew_every
+        child = subprocess.Popen(argv, start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
+        next_renewal = time.monotonic() + held.renew_every
         while True:
             try:
                 code = child.wait(timeout=0.2)
@@ -477,50 +420,36 @@ class Follower:
             except subprocess.TimeoutExpired:
                 pass
             if self.stop_reason:
-                _stop_group(child)
+                stop_groups([child], CHILD_STOP_SECONDS)
                 return "stopped"
             if time.monotonic() >= next_renewal:
                 try:
-                    if not renew_claim(self.storage, held, self.config.claim_seconds):
-                        _stop_group(child)
-                        return "lost"
+                    held.renew()
+                except LeaseLost as exc:
+                    print(f"warning: {exc}", file=sys.stderr, flush=True)
+                    stop_groups([child], CHILD_STOP_SECONDS)
+                    return "lost"
                 except StorageError as exc:  # transient: try again soon; expiry leaves slack
-                    print(f"warning: renewing the claim of window {held.generation}: {exc}", file=sys.stderr)
-                next_renewal = time.monotonic() + renew_every
+                    print(f"warning: renewing the claim of window {generation}: {exc}", file=sys.stderr)
+                next_renewal = time.monotonic() + held.renew_every
 
 
-def _die_with_parent(parent_pid: int):
-    """preexec_fn: the child gets SIGKILL when the follower dies (Linux), so no orphan builds on."""
-    def setup():
-        try:
-            import ctypes
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            return
-        if os.getppid() != parent_pid:
-            os._exit(1)  # the follower died before prctl took effect
-    return setup
-
-
-def _stop_group(child: subprocess.Popen) -> None:
-    """SIGTERM the child's process group (it and its Beam workers), SIGKILL after a grace period."""
-    try:
-        os.killpg(child.pid, signal.SIGTERM)
-        child.wait(timeout=CHILD_STOP_SECONDS)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
-    except ProcessLookupError:
-        child.wait()
-    try:
-        os.killpg(child.pid, signal.SIGKILL)  # Beam workers the child left behind
-    except ProcessLookupError:
-        pass
+def names_dataflow(beam_args) -> bool:
+    """Whether Beam flags choose the Dataflow runner (``--runner DataflowRunner``, ``--runner=dataflow``...)."""
+    args = list(beam_args)
+    runners = [value for flag, value in zip(args, args[1:]) if flag == "--runner"]
+    runners += [arg.split("=", 1)[1] for arg in args if arg.startswith("--runner=")]
+    return any(runner.lower() in ("dataflow", "dataflowrunner") for runner in runners)
 
 
 def follow(config: ShuffleConfig, beam_args=()) -> int:
     """Run the follower until SIGTERM or Ctrl-C (exit 0); 2 for a lake it must not touch."""
     from cloud.storage import open_storage
+    if config.dataflow_above_positions and not names_dataflow(beam_args):
+        print("error: --dataflow-above-positions chooses between the in-process runner and Dataflow, so it needs "
+              "Beam flags for Dataflow (--runner DataflowRunner --project P --region R --temp_location gs://...)",
+              file=sys.stderr)
+        return 2
     try:
         storage = open_storage(config.root, retry=config.storage_retry)
     except ValueError as exc:

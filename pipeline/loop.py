@@ -31,8 +31,10 @@ interrupted; finished chunks, shards and checkpoints are never rewritten
 (each role writes create-only, and the trainer resumes its checkpoint).
 The time budget counts from the start of each invocation.
 
-On Ctrl-C or SIGTERM the loop sends SIGTERM to the phase in flight (the
-worker then writes every finished game) and exits 130.
+On Ctrl-C or SIGTERM the loop sends SIGTERM to the process group of the
+phase in flight (the worker then writes every finished game; the group, so
+that the shuffle's Beam worker processes stop too: pipeline.process_groups),
+SIGKILLs it after 60 s, and exits 130.
 
 How the loop knows what a phase is doing
 ----------------------------------------
@@ -58,11 +60,12 @@ from dataclasses import dataclass, field
 
 from cloud.storage import retry_flags_argv
 from format import layout
-from format.cli import RoleCli, complete_roles, open_launch, role_argv, role_setting, setting
+from format.cli import (RoleCli, board_size_setting, complete_roles, events_setting, komi_setting, open_launch,
+                        role_argv, role_setting, root_setting, setting, setting_problems)
 from format.events import EventLog, EventTail
-from format.run_config import RunConfig
 from model.config import TrainConfig
 from pipeline.config import ShuffleConfig
+from pipeline.process_groups import stop_groups
 from selfplay.config import WorkerConfig
 
 # The trainer's progress event fields shown as losses, and their short names.
@@ -71,6 +74,8 @@ LOSS_FIELDS = {"loss": "loss", "policy_loss": "policy", "value_loss": "value", "
 
 
 # The loop's flags of before the roles' configs were composed in, kept as aliases.
+CHILD_STOP_SECONDS = 60.0
+"""How long a phase's process group gets after SIGTERM before SIGKILL (a trainer checkpoints first)."""
 WORKER_ALIASES = {"games": ("--games-at-once",), "visits": ("--visits",), "fast_visits": ("--fast-visits",)}
 TRAIN_ALIASES = {"steps_per_window": ("--train-steps",), "batch_size": ("--batch-size",), "blocks": ("--blocks",),
                  "filters": ("--filters",)}
@@ -87,9 +92,9 @@ class LoopConfig:
     seed, name, time and events; the shuffle's seed; the trainer's events).
     """
 
-    root: str = setting("./lake", "lake root: a local folder or gs://bucket/prefix")
-    board_size: int = setting(9, "board size")
-    komi: float = setting(7.5, "komi")
+    root: str = root_setting("./lake", required=False)
+    board_size: int = board_size_setting(note="written to run.json on an empty root")
+    komi: float = komi_setting()
     minutes: float = setting(15.0, "wall-clock budget of this invocation; phases are planned to fit it")
     generations: int = setting(3, "stop once this many model generations are published")
     selfplay_seconds: float = setting(0.0, "self-play time per generation; 0 = plan it from --minutes")
@@ -99,8 +104,7 @@ class LoopConfig:
     eval_visits: int = setting(32, "simulations per move in evaluation games")
     seed: int = setting(1, "seed of self-play (1000 x seed + generation), the shuffle (seed + generation) and "
                            "evaluation")
-    events: str = setting("", "append the loop's JSON-lines events (format.events: each phase, the stop) "
-                              "to this file ('-' = stdout)")
+    events: str = events_setting(what="the loop's own (phases, stop)")
     worker: WorkerConfig = role_setting(
         WorkerConfig, "self-play (python -m selfplay.worker's flags); the loop sets the seed, worker id, "
                       "time and events of each generation's worker",
@@ -111,7 +115,8 @@ class LoopConfig:
         ShuffleConfig, "the shuffle job (python -m pipeline.shuffle's flags); the loop sets its seed and runs "
                        "one window per generation (no follow mode)",
         shared=("root", "board_size"),
-        managed=("seed", "follow", "follow_new_positions", "poll_seconds", "claim_seconds", "events"))
+        managed=("seed", "follow", "follow_new_positions", "poll_seconds", "claim_seconds", "events",
+                 "dataflow_above_positions"))
     train: TrainConfig = role_setting(
         TrainConfig, "the trainer (python -m model.train's flags); the loop trains one window per generation "
                      "(no follow mode) and reads its events",
@@ -128,7 +133,8 @@ class LoopConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.selfplay_seconds < 0:
             raise ValueError(f"--selfplay-seconds must be >= 0, got {self.selfplay_seconds}")
-        RunConfig(board_size=self.board_size, komi=self.komi)  # validates size and komi
+        for problem in setting_problems(self):           # root, board size, komi
+            raise ValueError(problem)
         complete_roles(self)
 
 
@@ -246,7 +252,8 @@ class Loop:
                     on_event(event)
 
         # A session of its own: Ctrl-C reaches only the loop, which then
-        # stops the child with SIGTERM (the worker's graceful path).
+        # stops the child's group with SIGTERM (the worker's graceful path;
+        # pipeline.process_groups says why the group).
         self.child = subprocess.Popen(
             [sys.executable, "-m", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             bufsize=1, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -275,15 +282,11 @@ class Loop:
         return lines
 
     def stop_child(self) -> None:
+        """SIGTERM the phase's process group (the shuffle's Beam workers too), SIGKILL after 60 s."""
         if self.child is None or self.child.poll() is not None:
             return
         say(f"interrupt: stopping {self.status.phase} (SIGTERM), finished work is kept")
-        self.child.send_signal(signal.SIGTERM)
-        try:
-            self.child.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.child.kill()
-            self.child.wait()
+        stop_groups([self.child], CHILD_STOP_SECONDS)
 
     # --- the phases -----------------------------------------------------------
     def selfplay_seconds(self, generation: int) -> float:

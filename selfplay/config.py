@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import os
 import re
 import secrets
 import socket
 
-from format import schema as S
-from format.cli import RoleCli, setting
+from format.cli import (RoleCli, board_size_setting, events_setting, komi_setting, max_moves_setting,
+                        poll_seconds_setting, root_setting, setting, setting_problems)
 from selfplay.evaluator import parse_device
 
 
@@ -72,10 +71,10 @@ def default_spool_base(root: str, worker_id_prefix: str) -> str:
 class WorkerConfig:
     """Every setting of one worker process; each field is a flag (``--board-size``...)."""
 
-    root: str = setting(help="storage root: a local folder or gs://bucket/prefix", required=True)
-    board_size: int = setting(9, "board size (must match ROOT/run.json)")
-    komi: float = setting(7.5, "komi (must match ROOT/run.json)")
-    max_moves: int = setting(0, "move cap per game (passes included); 0 = the engine's 3 * N * N")
+    root: str = root_setting()
+    board_size: int = board_size_setting()
+    komi: float = komi_setting()
+    max_moves: int = max_moves_setting()
 
     # --- search ---
     games: int = setting(256, "games played at once (split in two halves that alternate with the network)")
@@ -108,10 +107,10 @@ class WorkerConfig:
                                           "(it waits safely in the spool)")
     spool_dir: str = setting("", "local folder where finished games wait for their chunk "
                                  "('' = a slot under ~/.local/state/zerolake/spool/)")
-    events: str = setting("", "append JSON-lines events (format.events) to this file ('-' = stdout, '' = none)")
+    events: str = events_setting()
     max_games: int = setting(0, "stop after this many finished games (0 = no limit)")
     max_seconds: float = setting(0.0, "stop after this long (0 = no limit)")
-    poll_seconds: float = setting(5.0, "how often models/LATEST is read")
+    poll_seconds: float = poll_seconds_setting(5.0, looks_at="models/LATEST (for a newer model)")
     progress_seconds: float = setting(10.0, "seconds between status lines (and progress events)")
     seed: int = setting(-1, "seed of the worker's random streams; -1 = fresh from the OS's entropy, "
                             "so no two workers share games")
@@ -136,12 +135,9 @@ class WorkerConfig:
         need(not self.model_cache or not _inside_local_root(self.model_cache, self.root), "model_cache",
              f"{self.model_cache} is inside the lake root {self.root}; give the cache a folder of its own")
 
-        need(bool(self.root), "root", "a storage root is required")
-        need(S.MIN_BOARD_SIZE <= self.board_size <= S.MAX_BOARD_SIZE, "board_size",
-             f"{self.board_size} is outside {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
-        need(math.isfinite(self.komi) and self.komi * 2 == round(self.komi * 2), "komi",
-             f"{self.komi} must be a multiple of 0.5")
-        need(self.max_moves >= 0, "max_moves", "must be >= 0")
+        problems = setting_problems(self)                 # root, board size, komi, max moves, poll
+        if problems:
+            raise ValueError(problems[0])
         need(self.games >= 2, "games", "must be >= 2 (two halves)")
         need(self.visits >= 1, "visits", "must be >= 1")
         need(self.fast_visits >= 1, "fast_visits", "must be >= 1")
@@ -160,7 +156,6 @@ class WorkerConfig:
         need(self.chunk_seconds > 0, "chunk_seconds", "must be > 0")
         need(self.max_games >= 0, "max_games", "must be >= 0")
         need(self.max_seconds >= 0, "max_seconds", "must be >= 0")
-        need(self.poll_seconds > 0, "poll_seconds", "must be > 0")
         need(self.progress_seconds > 0, "progress_seconds", "must be > 0")
         need(bool(re.fullmatch(r"[A-Za-z0-9_.]+", self.worker_id)), "worker_id",
              f"{self.worker_id!r} may hold only letters, digits, '_' and '.'")

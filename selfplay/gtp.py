@@ -37,7 +37,7 @@ import sys
 import time
 from typing import Callable
 
-from format.cli import RoleCli, setting
+from format.cli import RoleCli, board_size_setting, komi_setting, root_setting, setting, setting_problems
 from format import schema as S
 from selfplay.board import Board, IllegalMove
 from format.coords import GTP_COLUMNS, gtp_to_move, move_to_gtp
@@ -403,16 +403,16 @@ class GtpEngine:
 class GtpConfig:
     """Settings of `python -m selfplay.gtp` (see --help)."""
 
-    root: str | None = setting(None, "storage root (local folder or gs://bucket/prefix) of a run: plays its "
-                                      "latest published model, or --generation (neither --root nor --model: "
-                                      "the uniform evaluator)")
+    root: str | None = root_setting(None, required=False, note="plays the run's latest published model, or "
+                                                               "--generation (neither --root nor --model: the "
+                                                               "uniform evaluator)")
     model: str | None = setting(None, "folder of one published model (ROOT/models/<generation>)")
     generation: int | None = setting(None, "with --root: this generation instead of the latest")
     visits: int | None = setting(200, "search simulations per move (0 = no visit limit, needs --seconds-per-move)")
     seconds_per_move: float | None = setting(None, "wall-clock limit per move; with --visits, whichever ends "
                                                    "first. time_settings/time_left can only shorten it")
-    board_size: int = setting(9, "board size before the controller's boardsize")
-    komi: float = setting(7.5, "komi before the controller's komi")
+    board_size: int = board_size_setting(note="until the controller's boardsize")
+    komi: float = komi_setting(note="until the controller's komi")
     resign_threshold: float | None = setting(None, "answer genmove with 'resign' when the root value for us is "
                                                    "below this (e.g. -0.95; default: never resign)")
     resign_consecutive: int = setting(1, "...for this many of our consecutive moves (self-play's rule, "
@@ -429,10 +429,8 @@ class GtpConfig:
             raise ValueError("--generation needs --root")
         if self.model:
             EvaluatorSource.from_model_dir(self.model)             # validates the path's shape
-        if not S.MIN_BOARD_SIZE <= self.board_size <= S.MAX_BOARD_SIZE:
-            raise ValueError(f"--board-size must be in {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
-        if not math.isfinite(self.komi) or abs(self.komi) > S.MAX_BOARD_SIZE ** 2:
-            raise ValueError(f"--komi must be a finite number within +-{S.MAX_BOARD_SIZE ** 2}, got {self.komi}")
+        for problem in setting_problems(self):           # root, board size, komi
+            raise ValueError(problem)
         SearchBudget(self.visits, self.seconds_per_move)      # validates both
         MovePolicy(resign_threshold=self.resign_threshold, resign_consecutive=self.resign_consecutive)
 

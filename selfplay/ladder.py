@@ -51,7 +51,7 @@ from cloud.base import NotFound, StorageError
 from cloud.storage import open_storage
 from format import layout
 from format import schema as S
-from format.cli import RoleCli, setting
+from format.cli import RoleCli, max_moves_setting, root_setting, setting, setting_problems
 from format.registry import RegistryError
 from format.run_config import read_run_config
 from selfplay import elo
@@ -80,7 +80,7 @@ def _parse_int_list(text: str, flag: str) -> tuple[int, ...]:
 class LadderConfig:
     """Settings of `python -m selfplay.ladder` (see --help)."""
 
-    root: str = setting(required=True, help="lake root: a folder or gs://bucket/prefix")
+    root: str = root_setting()
     generations: str | None = setting(None, "comma-separated generations to rate (default: every published one)")
     anchors: str = setting(DEFAULT_ANCHORS, "anchor players, weakest first: random, playouts:K, gnugo:L "
                                             "(must include random, the ladder's 0)")
@@ -88,7 +88,7 @@ class LadderConfig:
     visits: int = setting(64, "MCTS simulations per move of the generations and the playouts anchors")
     opening_moves: int = setting(4, "MCTS players sample their first this many moves by visit count, "
                                     "so that games differ")
-    max_moves: int = setting(0, "move cap per game, passes included (0 = 3 x N x N)")
+    max_moves: int = max_moves_setting()
     parallel_games: int = setting(16, "games played at once when no GNU Go plays")
     give_up_score: float = setting(0.0, "a generation stops climbing the anchors after one against which "
                                          "it scored at most this fraction of the points (negative: never)")
@@ -105,8 +105,8 @@ class LadderConfig:
             raise ValueError(f"--visits must be >= 1, got {self.visits}")
         if self.parallel_games < 1:
             raise ValueError(f"--parallel-games must be >= 1, got {self.parallel_games}")
-        if self.max_moves < 0:
-            raise ValueError("--max-moves must be >= 0 (0 = 3 x N x N)")
+        for problem in setting_problems(self):           # root, max moves
+            raise ValueError(problem)
         if not (math.isfinite(self.give_up_score) and self.give_up_score < 1.0):
             raise ValueError(f"--give-up-score must be below 1 (negative: never give up), got {self.give_up_score}")
         if not (math.isfinite(self.prior_draws) and self.prior_draws >= 0):

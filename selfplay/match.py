@@ -43,7 +43,8 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from format.cli import config_from_namespace, role_parser, setting, storage_retry
+from format.cli import (board_size_setting, config_from_namespace, komi_setting, max_moves_setting, role_parser,
+                        setting, setting_problems, storage_retry)
 from format import schema as S
 from selfplay.board import Board, IllegalMove
 from selfplay.move_policy import MovePolicy
@@ -354,9 +355,9 @@ class MatchConfig:
     player_a: PlayerSpec = setting(hidden=True)      # positional: see build_arg_parser
     player_b: PlayerSpec = setting(hidden=True)
     games: int = setting(20, "games to play")
-    board_size: int | None = setting(None, "board size (default: the model's run.json, else 9)")
-    komi: float | None = setting(None, "komi (default: the model's run.json, else 7.5)")
-    max_moves: int = setting(0, "move cap per game, passes included (0 = 3 x N x N)")
+    board_size: int | None = board_size_setting(None, note="default: the model's run.json, else 9")
+    komi: float | None = komi_setting(None, note="default: the model's run.json, else 7.5")
+    max_moves: int = max_moves_setting()
     visits: int | None = setting(32, "MCTS simulations per move (0 = none, needs --seconds-per-move)")
     seconds_per_move: float | None = setting(None, "MCTS wall-clock limit per move")
     opening_moves: int = setting(4, "MCTS players sample their moves by visit count for the game's first "
@@ -371,12 +372,8 @@ class MatchConfig:
             object.__setattr__(self, "visits", None)      # 0 on the command line = no visit limit
         if self.games < 1:
             raise ValueError(f"--games must be >= 1, got {self.games}")
-        if self.board_size is not None and not S.MIN_BOARD_SIZE <= self.board_size <= S.MAX_BOARD_SIZE:
-            raise ValueError(f"--board-size must be in {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
-        if self.komi is not None and not math.isfinite(self.komi):
-            raise ValueError("--komi must be a finite number")
-        if self.max_moves < 0:
-            raise ValueError("--max-moves must be >= 0 (0 = 3 x N x N)")
+        for problem in setting_problems(self):           # board size, komi, max moves
+            raise ValueError(problem)
         if self.parallel_games < 1:
             raise ValueError("--parallel-games must be >= 1")
         SearchBudget(self.visits, self.seconds_per_move)

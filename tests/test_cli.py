@@ -1,5 +1,6 @@
 """format.cli: one way from a role's config dataclass to flags, used by every entry point."""
 import dataclasses
+import re
 
 import pytest
 
@@ -121,3 +122,59 @@ def test_the_settings_record_is_written_once_per_invocation(tmp_path):
     assert document["storage_retry"]["max_attempts"] == RetryPolicy().max_attempts
     with pytest.raises(layout.ManifestError, match="version"):
         layout.parse_settings_record(b'{"version": 99}', first)
+
+
+# --- settings shared by several roles: one definition each ------------------------
+
+def role_configs():
+    """One valid config of every role, built as a library caller would."""
+    from model.config import TrainConfig
+    from pipeline.cluster import ClusterConfig
+    from pipeline.config import ShuffleConfig
+    from pipeline.loop import LoopConfig
+    from selfplay.gtp import GtpConfig
+    from selfplay.ladder import LadderConfig
+    from selfplay.match import MatchConfig, PlayerSpec
+    from selfplay.config import WorkerConfig
+
+    return [WorkerConfig(root="r"), TrainConfig(root="r"), ShuffleConfig(root="r"), LoopConfig(), ClusterConfig(),
+            GtpConfig(), LadderConfig(root="r"),
+            MatchConfig(player_a=PlayerSpec.parse("random"), player_b=PlayerSpec.parse("random"))]
+
+
+SHARED = {"root": "lake root: a local folder or gs://bucket/prefix", "board_size": "board size (N of an N x N board",
+          "komi": "komi: points added to White's area score", "max_moves": "move cap per game, passes included",
+          "poll_seconds": "seconds between looks at", "events": "append "}
+
+
+def test_every_role_declares_a_shared_setting_through_its_one_constructor():
+    for config in role_configs():
+        for field in dataclasses.fields(config):
+            if field.name in SHARED and field.init:
+                assert field.metadata["help"].startswith(SHARED[field.name]), (type(config).__name__, field.name)
+                assert field.name == "events" or field.metadata.get("check"), (type(config).__name__, field.name)
+
+
+@pytest.mark.parametrize("name, bad, message", [
+    ("board_size", 1, "--board-size: 1 is outside 5..19"), ("board_size", 20, "--board-size: 20 is outside"),
+    ("komi", 6.3, "--komi: 6.3 must be a finite multiple of 0.5"), ("komi", float("nan"), "--komi: nan"),
+    ("max_moves", -1, "--max-moves: must be >= 0"), ("poll_seconds", 0.0, "--poll-seconds: must be > 0"),
+    ("root", "", "--root: a storage root is required")])
+def test_a_shared_setting_is_refused_by_one_rule_worded_one_way_in_every_role(name, bad, message):
+    checked = 0
+    for config in role_configs():
+        if name not in {f.name for f in dataclasses.fields(config)}:
+            continue
+        with pytest.raises(ValueError, match=re.escape(message)):
+            dataclasses.replace(config, **{name: bad})
+        checked += 1
+    assert checked >= 2, name                       # shared by several roles, or not worth a constructor
+
+
+def test_zero_board_size_means_run_json_only_where_the_role_says_so():
+    from model.config import TrainConfig
+    from selfplay.config import WorkerConfig
+
+    assert TrainConfig(root="r", board_size=0).board_size == 0
+    with pytest.raises(ValueError, match="--board-size: 0 is outside"):
+        WorkerConfig(root="r", board_size=0)

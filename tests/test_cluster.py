@@ -107,6 +107,50 @@ def test_chaos_kills_every_kind_before_any_twice():
     assert sorted(chosen) == ["shuffle", "train", "worker"]
 
 
+# A parent that starts a grandchild in its own group (as the shuffle job starts
+# Beam's SDK workers), prints the grandchild's pid, then sleeps; with IGNORE it
+# ignores SIGTERM, as a hung role would.
+GROUP_PARENT = """
+import signal, subprocess, sys, time
+if sys.argv[1] == "IGNORE":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # exits, leaving its grandchild behind
+grandchild = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                               "signal.SIG_IGN); time.sleep(60)"])
+print(grandchild.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:                 # reaped by init yet?
+        return stat.read().split(")")[1].split()[0] != "Z"
+
+
+def test_stopping_a_child_stops_its_whole_process_group_within_the_grace():
+    from pipeline.process_groups import stop_groups
+
+    children = [subprocess.Popen([sys.executable, "-c", GROUP_PARENT, mode], stdout=subprocess.PIPE, text=True,
+                                 start_new_session=True) for mode in ("EXIT", "IGNORE")]
+    grandchildren = [int(child.stdout.readline()) for child in children]
+    started = time.monotonic()
+    killed = stop_groups(children, grace=2.0)
+    assert time.monotonic() - started < 6                  # one grace for all, not one each
+    assert killed == [children[1]]                         # only the one that ignored SIGTERM needed SIGKILL
+    assert children[0].returncode == 0 and children[1].returncode == -9
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in grandchildren) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in grandchildren)   # no orphan outlives the stop
+    for child in children:
+        child.stdout.close()
+
+
 def test_chaos_cluster_on_fake_gcs_loses_nothing(fake_gcs, tmp_path):
     root = fake_gcs.root_url("cluster")
     report_path = tmp_path / "report.json"

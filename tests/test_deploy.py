@@ -262,7 +262,8 @@ def test_the_acceptance_plan_holds_every_part(capsys):
     [tpu] = _creates(script, ("compute", "tpus", "tpu-vm", "create"))
     assert "--accelerator-type=v5litepod-8" in tpu and "zerolake-accelerator=tpu" in " ".join(tpu)
     [shuffle] = [w for w in _creates(script, ("compute", "instances", "create")) if w[3] == "zerolake-shuffle"]
-    assert "--image-family=debian-12" in shuffle and "--runner=DataflowRunner" not in " ".join(shuffle)
+    # auto: 8 workers' windows start small, on the follower VM; the large ones later go to Dataflow.
+    assert "--image-family=debian-12" in shuffle and "--dataflow-above-positions=1000000" in " ".join(shuffle)
     assert _creates(script, ("storage", "buckets", "create")) and _creates(script, ("iam", "service-accounts",
                                                                                     "create"))
     assert _creates(script, ("storage", "cp"))[0][-2] == "gs://zl-test-bucket/zerolake-deploy/zerolake/zerolake.tar.gz"
@@ -302,9 +303,33 @@ def test_dataflow_shuffle_gets_its_apis_roles_and_beam_flags(capsys):
     assert "--spot" in _creates(script, ("compute", "tpus", "tpu-vm", "create"))[0]
     worker = _creates(script, ("compute", "instances", "create"))[0]
     assert "zerolake-args=--visits 128 --board-size 19" in " ".join(worker)
-    # Fewer than 16 workers and no --shuffle-runner: local.
-    local = plan_text(["plan", "--workers", "2"] + BASE, capsys)
+    # --shuffle-runner auto (the default): the follower chooses per window, by its size.
+    assert "--dataflow-above-positions=1000000 --runner=DataflowRunner" in metadata
+    assert "up to 1,000,000 positions, larger ones on Dataflow" in script
+    # local: never Dataflow; dataflow: every window there.
+    local = plan_text(["plan", "--workers", "2", "--shuffle-runner", "local"] + BASE, capsys)
     assert "DataflowRunner" not in local and "dataflow.googleapis.com" not in local
+    forced = plan_text(["plan", "--dataflow-above-positions", "5"] + SCENARIOS["forced-dataflow-t4-trainer"] + BASE,
+                       capsys)
+    assert "--runner=DataflowRunner" in forced and "--dataflow-above-positions" not in forced
+
+
+def test_the_follower_parses_the_plans_shuffle_flags_and_chooses_per_window(capsys):
+    """The plan's shuffle args, as startup.sh passes them, give pipeline.shuffle --follow its per-window choice."""
+    import shlex
+
+    from cloud.deploy.config import DeployConfig
+    from cloud.deploy.plan import shuffle_runner_args
+    from pipeline import follow as F
+    from pipeline.shuffle import build_parser
+
+    config = DeployConfig(project="zl-test-project", root="gs://zl-test-bucket/run1", workers=2,
+                          dataflow_above_positions=300_000)
+    args, beam_args = build_parser().parse_known_args(["--root", config.root, "--follow",
+                                                       *shlex.split(shuffle_runner_args(config))])
+    assert args.dataflow_above_positions == 300_000 and F.names_dataflow(beam_args)
+    code, _, err = run_deploy(["plan", "--dataflow-above-positions", "0"] + BASE, capsys)
+    assert code == 2 and "--dataflow-above-positions: must be at least 1" in err
 
 
 def test_only_prints_the_sections_asked_for(capsys):

@@ -20,6 +20,7 @@ import pytest
 from cloud.storage import open_storage
 from format import layout
 from format.events import read_events
+from format.leases import Lease, LeaseLost, LeaseRecord, read_record
 from pipeline import follow as F
 from pipeline.config import ShuffleConfig, window_argv
 from pipeline.shuffle import build_parser, main
@@ -131,8 +132,9 @@ def test_an_expired_claim_of_a_killed_follower_is_taken_over(tmp_path):
         first.communicate(timeout=30)
     # Its child job dies with it (PR_SET_PDEATHSIG): nothing may publish window 1 now.
     # Plant pieces under the killed attempt's name too, as if it had got that far.
-    storage.write_replace(layout.job_tmp_dir("shuffle", 1, claim.attempt) + "/parts/00000/b000000.npz", b"x")
-    stray = layout.shard_path(1, f"{claim.attempt}-00000-of-00001.tfrecord.gz")
+    attempt = F.claim_attempt(claim)
+    storage.write_replace(layout.job_tmp_dir("shuffle", 1, attempt) + "/parts/00000/b000000.npz", b"x")
+    stray = layout.shard_path(1, f"{attempt}-00000-of-00001.tfrecord.gz")
     storage.write_replace(stray, b"x")
     time.sleep(1.0)
     assert not storage.exists(layout.window_manifest(1))
@@ -147,7 +149,7 @@ def test_an_expired_claim_of_a_killed_follower_is_taken_over(tmp_path):
     # The dead claim was still live when the second follower started (unless it started late).
     assert names.index("window_published") > names.index("started")
     manifest = layout.read_window_manifest(storage, 1, check_shards=True)
-    assert manifest.document["attempt"] != claim.attempt
+    assert manifest.document["attempt"] != attempt
     assert "took over the expired claim" in out
     assert tmp_files(root) == []
     # The killed attempt's shard is not part of the published window: removed.
@@ -166,7 +168,8 @@ def test_sigterm_in_the_middle_of_a_window_leaves_it_unpublished(tmp_path):
     assert not storage.exists(layout.window_manifest(1))
     assert F.live_claim(storage, 1) is None            # released: the next follower need not wait
     assert tmp_files(root) == []
-    assert F.Claim.parse(storage.read(layout.window_claim(1))).attempt == claim.attempt
+    record, _ = read_record(storage, layout.window_claim(1))
+    assert record.released and F.claim_attempt(record) == F.claim_attempt(claim)
     assert [e["event"] for e in read_events(events)][-1] == "stopped"
 
 
@@ -240,19 +243,29 @@ def test_one_shot_job_refuses_an_untrusted_manifest(tmp_path, kind, capsys):
 
 def test_claims_are_exclusive_until_they_expire(tmp_path):
     storage = open_storage(str(tmp_path))
-    held = F.try_claim(storage, 4, "a", "att1", ttl=60)
-    assert isinstance(held, F.HeldClaim) and held.took_over is None
+    held = F.try_claim(storage, 4, "a", "att1", ttl=0.3)
+    assert isinstance(held, Lease) and held.took_over is None
     other = F.try_claim(storage, 4, "b", "att2", ttl=60)
-    assert isinstance(other, F.Claim) and other.holder == "a"          # lost: told who holds it
-    assert F.renew_claim(storage, held, ttl=0.01)
-    time.sleep(0.05)
+    assert isinstance(other, LeaseRecord) and other.holder == "a"      # lost: told who holds it
+    assert held.renew().details == {"attempt": "att1"}
+    time.sleep(0.35)
     taken = F.try_claim(storage, 4, "b", "att2", ttl=60)                # expired: taken over
-    assert isinstance(taken, F.HeldClaim) and taken.took_over.attempt == "att1"
-    assert not F.renew_claim(storage, held, ttl=60)                     # the old holder learns it lost
-    F.release_claim(storage, held)                                      # and cannot release the new one
-    assert F.live_claim(storage, 4).attempt == "att2"
-    F.release_claim(storage, taken)
+    assert isinstance(taken, Lease) and F.claim_attempt(taken.took_over) == "att1"
+    with pytest.raises(LeaseLost, match="claim of window 4.* held by b"):
+        held.renew()                                                    # the old holder learns it lost
+    assert not held.release()                                           # and cannot release the new one
+    assert F.claim_attempt(F.live_claim(storage, 4)) == "att2"
+    assert taken.release()
     assert F.live_claim(storage, 4) is None
+
+
+def test_a_damaged_claim_counts_as_expired(tmp_path):
+    storage = open_storage(str(tmp_path))
+    storage.write_new(layout.window_claim(6), b"{not json")
+    assert F.live_claim(storage, 6) is None
+    taken = F.try_claim(storage, 6, "a", "att1", ttl=60)
+    assert isinstance(taken, Lease) and taken.took_over is None
+    assert F.claim_attempt(F.live_claim(storage, 6)) == "att1"
 
 
 def test_only_tmp_pieces_of_dead_attempts_are_removed(tmp_path):
@@ -260,7 +273,7 @@ def test_only_tmp_pieces_of_dead_attempts_are_removed(tmp_path):
     storage = open_storage(root)
     piece = "/parts/00000/b000000.npz"
     live = F.try_claim(storage, 2, "a", "live1", ttl=60)
-    assert isinstance(live, F.HeldClaim)
+    assert isinstance(live, Lease)
     for generation, attempt in ((2, "live1"), (2, "dead1"), (3, "mine1"), (5, "noclaim1")):
         storage.write_new(layout.job_tmp_dir("shuffle", generation, attempt) + piece, b"x")
     removed = F.remove_dead_tmp(storage, keep_attempt="mine1")
@@ -301,4 +314,40 @@ def test_the_child_job_gets_every_setting_but_the_follow_ones():
 def test_follow_flags_are_validated(capsys):
     with pytest.raises(SystemExit):
         main(["--root", "r", "--follow", "--poll-seconds", "0"])
-    assert "--poll-seconds must be positive" in capsys.readouterr().err
+    assert "--poll-seconds: must be > 0" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# Per-window runner: small windows in-process, large ones on Dataflow (issue 15)
+# ---------------------------------------------------------------------------
+
+DATAFLOW_FLAGS = ["--runner", "DataflowRunner", "--project", "p", "--region", "us-central1",
+                  "--temp_location", "gs://b/tmp"]
+
+
+def test_each_window_gets_the_dataflow_flags_only_above_the_threshold(tmp_path):
+    config = ShuffleConfig(root=str(tmp_path), follow=True, dataflow_above_positions=500_000, reuse=2.0)
+    follower = F.Follower(config, DATAFLOW_FLAGS, open_storage(str(tmp_path)), events=None)
+    small = follower.window_command(3, "att1", 500_000)
+    large = follower.window_command(4, "att2", 500_001)
+    assert small[small.index("--window-generation"):] == ["--window-generation", "3", "--attempt", "att1"]
+    assert large[large.index("--window-generation"):] == ["--window-generation", "4", "--attempt", "att2",
+                                                          *DATAFLOW_FLAGS]
+    for command in (small, large):                      # the window's own settings either way, no follow flags
+        assert "--reuse" in command and "--dataflow-above-positions" not in command and "--follow" not in command
+    assert not F.names_dataflow(small) and F.names_dataflow(large)
+    # Without the setting every window goes where the Beam flags say.
+    everywhere = F.Follower(ShuffleConfig(root=str(tmp_path), follow=True), DATAFLOW_FLAGS, None, events=None)
+    assert everywhere.window_command(3, "a", 10)[-len(DATAFLOW_FLAGS):] == DATAFLOW_FLAGS
+
+
+def test_the_runner_flag_is_read_in_every_spelling():
+    assert F.names_dataflow(["--runner=DataflowRunner"]) and F.names_dataflow(["--runner", "dataflow"])
+    assert not F.names_dataflow(["--runner", "DirectRunner"]) and not F.names_dataflow(["--project", "dataflow"])
+
+
+def test_the_threshold_without_dataflow_flags_is_one_clear_error(capsys):
+    assert main(["--root", "r", "--follow", "--dataflow-above-positions", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--dataflow-above-positions" in err and "DataflowRunner" in err
+    assert "--dataflow-above-positions" in build_parser().format_help()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from format.cli import flag_name, setting
+from format.cli import flag_name, root_setting, setting
 
 ROLES = ("worker", "shuffle", "trainer")
 
@@ -33,11 +33,15 @@ SECTIONS = ("services", "bucket", "account", "package", "workers", "shuffle", "t
 
 SHUFFLE_RUNNERS = ("auto", "local", "dataflow")
 
-AUTO_DATAFLOW_WORKERS = 16
-"""``--shuffle-runner auto`` builds windows on Dataflow from this many worker
-VMs up: the in-process runner does about 10k elements/s on 2 cores
-(DESIGN.md), so a shuffle VM of 8 cores keeps up with a handful of worker VMs,
-not with tens of them."""
+DATAFLOW_ABOVE_POSITIONS = 1_000_000
+"""``--shuffle-runner auto``: the follower builds a window of at most this many
+positions itself (Beam's in-process runner on the follower VM) and a larger
+one on Dataflow (pipeline.shuffle --dataflow-above-positions).  A Dataflow job
+spends minutes starting its workers before it reads a byte, while the
+in-process runner does about 10k elements/s on 2 cores (DESIGN.md), so early,
+small windows are done sooner on the VM and only large ones need Dataflow's
+workers.  A judgement, not a measurement: Dataflow cannot be reached from
+the machine this was written on."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +99,7 @@ class DeployConfig:
     """Every choice of one deployment (see the module docstring for the terms)."""
 
     project: str = _field("", "Google Cloud project id", required=True)
-    root: str = _field("", "the lake root, gs://BUCKET/RUN (the bucket is created if missing)", required=True)
+    root: str = root_setting(note="here gs://BUCKET/RUN (the bucket is created if missing)")
     zone: str = _field("us-central1-a", "zone of every VM and TPU (the bucket and Dataflow use its region)")
     name: str = _field("zerolake", "deployment name: prefix of VM names, label value, service account name")
     # --- workers ---
@@ -111,9 +115,12 @@ class DeployConfig:
     # --- shuffle follower ---
     shuffle: bool = _field(True, "run the shuffle follower VM (--no-shuffle: none)")
     shuffle_machine: str = _field("n2-standard-8", "machine type of the shuffle follower VM")
-    shuffle_runner: str = _field("auto", "where windows are built: local (on the follower VM), dataflow, or "
-                                         f"auto (dataflow from {AUTO_DATAFLOW_WORKERS} worker VMs up)",
-                                 choices=SHUFFLE_RUNNERS)
+    shuffle_runner: str = _field("auto", "where windows are built: local (on the follower VM), dataflow (every "
+                                         "window), or auto (each window by its size: see "
+                                         "--dataflow-above-positions)", choices=SHUFFLE_RUNNERS)
+    dataflow_above_positions: int = _field(DATAFLOW_ABOVE_POSITIONS, "with --shuffle-runner auto: windows of at "
+                                                                     "most this many positions are built on the "
+                                                                     "follower VM, larger ones on Dataflow")
     dataflow_max_workers: int = _field(20, "--max_num_workers of each Dataflow job")
     dataflow_machine: str = _field("n2-standard-4", "machine type of the Dataflow workers")
     shuffle_args: str = _field("", "extra flags for pipeline.shuffle --follow")
@@ -153,6 +160,7 @@ class DeployConfig:
         need(self.workers >= 0, "workers", "must not be negative")
         need(self.worker_processes >= 0, "worker_processes", "must not be negative")
         need(self.dataflow_max_workers >= 1, "dataflow_max_workers", "must be at least 1")
+        need(self.dataflow_above_positions >= 1, "dataflow_above_positions", "must be at least 1")
         for field in ("worker_gpu", "trainer_gpu"):
             value = getattr(self, field)
             need(not value or value in GPU_KINDS, field, f"{value!r} is not one of {', '.join(GPU_KINDS)}")
@@ -215,9 +223,8 @@ class DeployConfig:
 
     @property
     def uses_dataflow(self) -> bool:
-        if not self.shuffle or self.shuffle_runner == "local":
-            return False
-        return self.shuffle_runner == "dataflow" or self.workers >= AUTO_DATAFLOW_WORKERS
+        """Whether some windows may be built on Dataflow (its API, roles and Beam flags are then planned)."""
+        return self.shuffle and self.shuffle_runner != "local"
 
     @property
     def processes_per_worker(self) -> int:

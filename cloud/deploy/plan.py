@@ -205,9 +205,20 @@ def dataflow_args(config: DeployConfig) -> str:
         f"--max_num_workers={config.dataflow_max_workers}", f"--machine_type={config.dataflow_machine}"])
 
 
+def shuffle_runner_args(config: DeployConfig) -> str:
+    """The follower's flags that choose where each window is built (pipeline.follow)."""
+    if not config.uses_dataflow:
+        return ""
+    if config.shuffle_runner == "auto":
+        return f"--dataflow-above-positions={config.dataflow_above_positions} {dataflow_args(config)}"
+    return dataflow_args(config)
+
+
 def shuffle_steps(config: DeployConfig) -> list[Step]:
-    args = " ".join(a for a in (config.shuffle_args, dataflow_args(config) if config.uses_dataflow else "") if a)
-    where = "on Dataflow" if config.uses_dataflow else "on this VM (Beam's in-process runner)"
+    args = " ".join(a for a in (config.shuffle_args, shuffle_runner_args(config)) if a)
+    where = {"local": "on this VM (Beam's in-process runner)", "dataflow": "on Dataflow",
+             "auto": f"on this VM up to {config.dataflow_above_positions:,} positions, larger ones on "
+                     "Dataflow"}[config.shuffle_runner]
     return [Step("shuffle", f"the shuffle follower: builds each window {where}",
                  _vm_create(config, f"{config.name}-shuffle", "shuffle", machine=config.shuffle_machine, gpu="",
                             gpu_count=0, spot=False, disk_gb=100, args=args))]

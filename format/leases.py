@@ -1,0 +1,379 @@
+"""Expiring leases in the lake: which process owns something, until when.
+
+Roles meet only through the storage root, so "only one process may do X at a
+time" is an object in it: the trainer's lease (``cluster/trainer-lease.json``,
+one trainer per root) and each window's claim
+(``cluster/claims/window-<gen>.json``, one shuffle follower per window).  Both
+are the mechanism of this module; the callers (model.lease, pipeline.follow)
+choose the path, the lifetime and the takeover rules, and word their messages.
+
+Terms
+-----
+* *record*: the object's JSON document (:class:`LeaseRecord`)::
+
+      {"holder": str, "host": str, "pid": int, "acquired": unix s,
+       "renewed": unix s, "expires": unix s, "released": bool,
+       "details": {str: str}}            # details: the caller's, optional
+
+* *holder*: the id of one process start (``host:pid:random hex`` by default),
+  so a restarted process never mistakes its predecessor's record for its own.
+* *held*: ``expires`` is in the future and ``released`` is false.
+* *generation*: the storage generation of the object (``read_versioned``).
+  Every write is ``write_if_generation`` on the generation its writer last
+  read or wrote (0 = create only): of two processes racing, exactly one wins.
+  Nothing is ever deleted (fake-gcs-server ignores preconditions on deletes);
+  a finished holder writes its record back *released*.
+
+Protocol (:class:`Lease`)
+-------------------------
+acquire  read the record; take it (a conditional write on the generation
+         read) if it is absent, released, expired, or - by the caller's
+         rules - damaged, or held by a dead process on this very host.  A lost
+         race re-reads: either the winner now holds it (the caller is told
+         who) or it is takeable again.
+renew    rewrite the record with a later ``expires``, conditionally on the
+         generation last written.  A failed precondition is re-read: if the
+         record is still ours (our own earlier write landed although the
+         request reported an error, as a retried GCS request can) go on from
+         it; otherwise the lease is lost (:class:`LeaseLost`).
+check    a holder whose renewals kept failing must not act once ``expires``
+         has passed: another process may own the lease by then.
+release  write the record back with ``expires`` = now and ``released`` true,
+         conditionally; a release that finds the lease taken leaves it alone.
+
+Takeover rules (:class:`Takeover`), each the caller's choice:
+
+* ``damaged``: a record that does not parse is ``"refused"`` (an operator
+  must delete it: right for the trainer, where two holders would corrupt the
+  checkpoints) or ``"expired"`` (anyone may replace it: right for window
+  claims, where the window's manifest is the commit point and a stuck claim
+  would stop the pipeline);
+* ``dead_local_holder``: a held record whose holder ran on this host and
+  whose pid no longer exists may be taken at once, so a SIGKILLed process
+  restarted on the same machine need not wait out the expiry.
+
+Times are the writer's wall clock (unix seconds): machines sharing a root
+must agree on the time to well under a lease's lifetime.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+
+from cloud.base import AlreadyExists, NotFound, PreconditionFailed, StorageError
+
+log = logging.getLogger(__name__)
+
+RENEW_FRACTION = 0.25
+"""Renew after this fraction of the lifetime: 60 s -> every 15 s, so three
+renewals in a row may fail (transiently) before the lease lapses."""
+DAMAGED_REFUSED = "refused"
+DAMAGED_EXPIRED = "expired"
+_ACQUIRE_TRIES = 8
+"""Lost races in a row before acquire gives up for now (each lost race means
+another process wrote the record in between: progress, not a loop)."""
+
+
+class LeaseError(RuntimeError):
+    """A lease cannot be read, taken or kept; the message says why."""
+
+
+class LeaseDamaged(LeaseError):
+    """The record is not a lease record; ``generation`` is the object's (to replace it conditionally)."""
+
+    def __init__(self, message: str, generation: int = 0):
+        super().__init__(message)
+        self.generation = generation
+
+
+class LeaseHeld(LeaseError):
+    """Another live process holds the lease; ``record`` is its record."""
+
+    def __init__(self, message: str, record: "LeaseRecord"):
+        super().__init__(message)
+        self.record = record
+
+
+class LeaseLost(LeaseError):
+    """The lease this process held was taken by another, or lapsed unrenewed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaseRecord:
+    """A lease object's contents (module docstring)."""
+
+    holder: str
+    host: str
+    pid: int
+    acquired: float
+    renewed: float
+    expires: float
+    released: bool = False
+    details: dict = dataclasses.field(default_factory=dict)
+    """The caller's own facts about the hold, e.g. a window claim's ``attempt``."""
+
+    def to_bytes(self) -> bytes:
+        document = dataclasses.asdict(self)
+        if not self.details:
+            del document["details"]
+        return (json.dumps(document, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, url: str) -> "LeaseRecord":
+        """The record in ``data``; LeaseDamaged naming ``url`` and the field when it is not one."""
+        try:
+            document = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise LeaseDamaged(f"{url}: not valid JSON ({exc})") from None
+        if not isinstance(document, dict):
+            raise LeaseDamaged(f"{url}: is not a JSON object")
+        kinds = {"holder": str, "host": str, "pid": int, "acquired": (int, float),
+                 "renewed": (int, float), "expires": (int, float)}
+        for name, kind in kinds.items():
+            if not isinstance(document.get(name), kind) or isinstance(document.get(name), bool):
+                raise LeaseDamaged(f"{url}: field '{name}' is missing or of the wrong type")
+        details = document.get("details", {})
+        if not isinstance(details, dict) or not all(isinstance(v, str) for v in details.values()):
+            raise LeaseDamaged(f"{url}: field 'details' is not an object of strings")
+        return cls(holder=document["holder"], host=document["host"], pid=document["pid"],
+                   acquired=float(document["acquired"]), renewed=float(document["renewed"]),
+                   expires=float(document["expires"]), released=bool(document.get("released", False)),
+                   details=dict(details))
+
+    def held_at(self, now: float) -> bool:
+        return not self.released and self.expires > now
+
+
+@dataclasses.dataclass(frozen=True)
+class Takeover:
+    """When a record another process wrote may be replaced (module docstring)."""
+
+    damaged: str = DAMAGED_REFUSED
+    dead_local_holder: bool = False
+
+    def __post_init__(self):
+        if self.damaged not in (DAMAGED_REFUSED, DAMAGED_EXPIRED):
+            raise ValueError(f"Takeover.damaged: {self.damaged!r} is not {DAMAGED_REFUSED!r} or {DAMAGED_EXPIRED!r}")
+
+
+def new_holder_id() -> tuple[str, str, int]:
+    """``(holder, host, pid)`` for this process: ``host:pid:random``."""
+    host, pid = socket.gethostname(), os.getpid()
+    return f"{host}:{pid}:{secrets.token_hex(4)}", host, pid
+
+
+def process_exists(pid: int) -> bool:
+    """Whether a process with this pid runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def describe_time(unix_s: float, now: float) -> str:
+    """``2026-11-23 03:00:00 UTC (in 12 s)`` / ``(... s ago)``."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix_s))
+    delta = unix_s - now
+    return f"{stamp} (in {delta:.0f} s)" if delta >= 0 else f"{stamp} ({-delta:.0f} s ago)"
+
+
+def read_record(storage, path: str) -> tuple[LeaseRecord | None, int]:
+    """The record at ``path`` (None when absent) and its generation (0 when absent); LeaseDamaged if unparsable."""
+    try:
+        data, generation = storage.read_versioned(path)
+    except NotFound:
+        return None, 0
+    try:
+        return LeaseRecord.from_bytes(data, storage.url(path)), generation
+    except LeaseDamaged as exc:
+        raise LeaseDamaged(str(exc), generation) from None
+
+
+def held_record(storage, path: str, *, now: float | None = None) -> LeaseRecord | None:
+    """The record at ``path`` if it is held now; None when absent, released, expired or damaged."""
+    try:
+        record, _ = read_record(storage, path)
+    except LeaseDamaged:
+        return None
+    return record if record is not None and record.held_at(time.time() if now is None else now) else None
+
+
+class Lease:
+    """This process's hold (or attempt at one) on the lease object ``path``.
+
+    ``seconds``: the lifetime after each write; ``details``: the caller's facts
+    stored in the record; ``holder``: this process's id (default
+    :func:`new_holder_id`); ``name`` and ``lost_note`` word the messages
+    ("lost the {name} URL: ...{lost_note}").  ``took_over`` is set by :meth:`acquire` to the
+    record it replaced while that was not released (an expired holder, a dead
+    local one), for the caller's log.
+    """
+
+    def __init__(self, storage, path: str, seconds: float, *, takeover: Takeover = Takeover(),
+                 details: dict | None = None, holder: str | None = None, name: str = "lease",
+                 lost_note: str = "", clock=time.time):
+        if not seconds > 0:
+            raise ValueError(f"lease lifetime must be > 0 seconds, got {seconds}")
+        self.storage = storage
+        self.path = path
+        self.url = storage.url(path)
+        self.seconds = float(seconds)
+        self.renew_every = self.seconds * RENEW_FRACTION
+        self.takeover = takeover
+        self.name = name
+        self.lost_note = lost_note
+        self.details = dict(details or {})
+        own_holder, self.host, self.pid = new_holder_id()
+        self.holder = holder or own_holder
+        self.took_over: LeaseRecord | None = None
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._record: LeaseRecord | None = None
+        self._generation = 0
+        self._lost: LeaseLost | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def record(self) -> LeaseRecord | None:
+        """The record this process last wrote while holding the lease; None when not held."""
+        return self._record
+
+    # --- reading ------------------------------------------------------------------
+    def read(self) -> tuple[LeaseRecord | None, int]:
+        """The stored record (None when absent) and its generation; LeaseDamaged as :func:`read_record`."""
+        return read_record(self.storage, self.path)
+
+    def _read_for_takeover(self) -> tuple[LeaseRecord | None, int, bool]:
+        """(record, generation, takeable now) under this lease's takeover rules."""
+        try:
+            record, generation = self.read()
+        except LeaseDamaged as exc:
+            if self.takeover.damaged == DAMAGED_REFUSED:
+                raise LeaseDamaged(f"{exc}; if no process holds it, delete it", exc.generation) from None
+            log.warning("%s; replacing it (a damaged record counts as expired)", exc)
+            return None, exc.generation, True
+        return record, generation, record is None or self._takeable(record)
+
+    def _takeable(self, record: LeaseRecord) -> bool:
+        if not record.held_at(self._clock()):
+            return True
+        # Same machine, process gone: a SIGKILLed holder being restarted here.
+        return (self.takeover.dead_local_holder and record.host == self.host and record.pid != self.pid
+                and not process_exists(record.pid))
+
+    # --- acquire / renew / release -------------------------------------------------
+    def try_acquire(self) -> LeaseRecord | None:
+        """Take the lease: None when taken (``self.record`` is ours), else the holder's record.
+
+        LeaseDamaged when the record is damaged and the rules refuse it.
+        After a run of lost races without learning a winner, the last
+        record read is returned as the holder's (the caller tries later).
+        """
+        record = None
+        for _ in range(_ACQUIRE_TRIES):
+            record, generation, takeable = self._read_for_takeover()
+            if not takeable:
+                return record
+            now = self._clock()
+            mine = LeaseRecord(self.holder, self.host, self.pid, acquired=now, renewed=now,
+                               expires=now + self.seconds, details=self.details)
+            try:
+                written = self.storage.write_if_generation(self.path, mine.to_bytes(), generation)
+            except (PreconditionFailed, AlreadyExists):
+                continue  # another process wrote between our read and write: look again
+            with self._lock:
+                self._generation, self._record, self._lost = written, mine, None
+            self.took_over = record if record is not None and not record.released else None
+            return None
+        return record
+
+    def renew(self) -> LeaseRecord:
+        """Extend the lease now (conditional on our last generation); LeaseLost if it is not ours."""
+        with self._lock:
+            if self._lost is not None:
+                raise self._lost
+            if self._record is None:
+                raise LeaseError(f"{self.url}: renew() before acquire()")
+            now = self._clock()
+            mine = dataclasses.replace(self._record, renewed=now, expires=now + self.seconds)
+            try:
+                self._generation = self.storage.write_if_generation(self.path, mine.to_bytes(), self._generation)
+            except PreconditionFailed:
+                try:
+                    record, generation = self.read()
+                except LeaseDamaged:
+                    record, generation = None, 0
+                if record is None or record.holder != self.holder or record.released:
+                    who = "nobody (it was deleted or damaged)" if record is None else record.holder
+                    self._lost = LeaseLost(f"lost the {self.name} {self.url}: it is now held by {who}"
+                                           f"{self.lost_note}")
+                    self._record = None
+                    raise self._lost from None
+                # Still ours: our own earlier write landed although it reported failure.
+                self._generation = self.storage.write_if_generation(self.path, mine.to_bytes(), generation)
+            self._record = mine
+            return mine
+
+    def check(self) -> None:
+        """Raise LeaseLost if a renewal found the lease taken, or it lapsed unrenewed."""
+        with self._lock:
+            if self._lost is None and self._record is not None and self._clock() >= self._record.expires:
+                self._lost = LeaseLost(f"the {self.name} {self.url} expired at "
+                                       f"{describe_time(self._record.expires, self._clock())} before it could "
+                                       f"be renewed (storage unreachable?){self.lost_note}")
+                self._record = None
+            if self._lost is not None:
+                raise self._lost
+
+    def release(self) -> bool:
+        """Write the record back released (conditionally); False when it was not ours (any more)."""
+        self.stop_renewing()
+        with self._lock:
+            if self._record is None or self._lost is not None:
+                return False
+            now = self._clock()
+            done = dataclasses.replace(self._record, renewed=now, expires=now, released=True)
+            self._record = None
+            try:
+                self.storage.write_if_generation(self.path, done.to_bytes(), self._generation)
+            except PreconditionFailed:
+                log.warning("did not release %s: another process holds it now", self.url)
+                return False
+            except StorageError as exc:
+                log.warning("could not release %s (it expires on its own): %s", self.url, exc)
+                return False
+            return True
+
+    # --- renewal in a background thread (for holders busy with other work) -------
+    def start_renewing(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._renew_loop, name=f"lease:{self.path}", daemon=True)
+        self._thread.start()
+
+    def stop_renewing(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        self._thread = None
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.renew_every):
+            try:
+                self.renew()
+            except LeaseLost as exc:
+                log.error("%s", exc)
+                return
+            except (StorageError, OSError) as exc:
+                # Transient: the next tick tries again; check() stops the holder
+                # if the lease lapses before any renewal succeeds.
+                log.warning("could not renew %s (retrying in %.0f s): %s", self.url, self.renew_every, exc)
