@@ -31,7 +31,22 @@ resignation settings.  It matters for the measurement: a resigned game has
 no final board, so the job labels it by random playouts, its costliest
 label path, while a finished game's label is one replay.
 
-The pools build in seconds and are reused by the two 9x9 lakes.  Timings
+The generation-1 path (``positions_per_s_9_model_labels``): from the first
+published model on, the job labels resigned games by playing them out with
+that model (pipeline.labels, ``ModelPlayout``: one batched network call per
+move for a bundle's games, then one random playout), and every Beam worker
+loads the model (TensorFlow) first.  So the doubled 9x9 lake is built again,
+identical (same seed), beside a published model of generation 1, and the
+same job runs on it; its window is generation 2.  The model is untrained
+(random weights) in model.train's default shape when this was first
+measured (``MODEL_NETWORK``, pinned): an untrained policy seldom passes, so a
+played-out game usually runs to the move limit (2 N N), the costliest case
+a real first model can cost.  The bench refuses a run whose manifest does
+not show the model path taken (every played-out game labelled by the model,
+none by random playouts).  Its peak memory is reported apart
+(``peak_rss_mb_model_labels``): each Beam worker then holds TensorFlow.
+
+The pools build in seconds and are reused by the 9x9 lakes.  Timings
 are noisy: other work shares this machine's 2 cores.  Ends with one JSON
 line.
 """
@@ -60,6 +75,7 @@ from format.run_config import RunConfig  # noqa: E402
 from format import layout  # noqa: E402
 from format import schema as S  # noqa: E402
 from format.symmetry import NUM_SYMMETRIES  # noqa: E402
+from testdata.models import publish_untrained_model  # noqa: E402
 from testdata.random_games import engine_game, resigned_copy, symmetric_copy  # noqa: E402
 
 GAMES_PER_CHUNK = 64
@@ -69,6 +85,11 @@ RESIGNED_SHARE = 1 / 3
 """Share of written games recorded as resignations (an assumption, see above)."""
 RESIGN_AT = (0.5, 0.9)
 """A resigned game keeps a uniform fraction in this range of its pool game."""
+MODEL_GENERATION = 1
+"""The published model of the generation-1 lake; its window is MODEL_GENERATION + 1."""
+MODEL_NETWORK = {"blocks": 4, "filters": 32, "global_pool_every": 0, "global_pool_channels": 8,
+                 "value_head": "tanh", "value_hidden": 64}
+"""The model's shape: model.train's defaults when first measured, pinned like the job's flags."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -144,12 +165,12 @@ PINNED_JOB_FLAGS = [
     "--playout_labels", "auto", "--random_playouts", "64", "--model_playout_moves", "0",
     "--playout_ownership_weight", "0.5", "--dedup_max_move", "20", "--position_cap", "8",
     "--partition_positions", "200000", "--reuse", "1.5", "--shard_positions", "100000",
-    "--shard_gzip_level", "2", "--bundle_positions", "20000",
+    "--shard_gzip_level", "2", "--bundle_positions", "20000", "--model_temperature", "1.0",
 ]
 
 
-def run_job(root: str, extra: list[str]) -> tuple[float, int, dict]:
-    """(wall seconds, peak tree RSS bytes, manifest) of one job."""
+def run_job(root: str, extra: list[str], window: int = 1) -> tuple[float, int, dict]:
+    """(wall seconds, peak tree RSS bytes, manifest of window ``window``) of one job."""
     cmd = [sys.executable, "-m", "pipeline.shuffle", "--root", root, "--window_min_positions", "100000000",
            "--seed", "1", *PINNED_JOB_FLAGS, *extra]
     started = time.monotonic()
@@ -171,9 +192,18 @@ def run_job(root: str, extra: list[str]) -> tuple[float, int, dict]:
     for line in output.splitlines():
         if line.startswith("[shuffle"):
             print("   ", line)
-    with open(os.path.join(root, *layout.window_manifest(1).split("/"))) as f:
+    with open(os.path.join(root, *layout.window_manifest(window).split("/"))) as f:
         manifest = json.load(f)
     return wall, peak[0], manifest
+
+
+def check_model_labels(manifest: dict, model: int) -> None:
+    """Refuse a model-labels figure that did not time the model path (RuntimeError says why)."""
+    labels = manifest.get("labels", {})
+    if manifest.get("label_model_generation") != model or not labels.get("played_out_model") \
+            or labels.get("played_out_random"):
+        raise RuntimeError(f"the job did not label by the model of generation {model}: "
+                           f"label_model_generation {manifest.get('label_model_generation')}, labels {labels}")
 
 
 def main(argv=None) -> int:
@@ -186,21 +216,35 @@ def main(argv=None) -> int:
     work = tempfile.mkdtemp(prefix="zerolake-bench-pipeline-")
     results = {}
     try:
-        for name, size, positions in (("9", 9, args.positions_9), ("9x2", 9, 2 * args.positions_9),
-                                      ("19", 19, args.positions_19)):
+        # name, board size, positions, published model generation (None: no model)
+        for name, size, positions, model in (("9", 9, args.positions_9, None),
+                                             ("9x2", 9, 2 * args.positions_9, None),
+                                             ("19", 19, args.positions_19, None),
+                                             ("9x2_model", 9, 2 * args.positions_9, MODEL_GENERATION)):
             root = os.path.join(work, f"lake{name}")
             t = time.monotonic()
             total, games, resigned = build_lake(root, size, positions, seed=size)
-            print(f"{size}x{size}: lake of {total} positions built in {time.monotonic() - t:.1f}s; shuffling")
+            if model is not None:
+                publish_untrained_model(root, model, size, network=MODEL_NETWORK, seed=size,
+                                        metadata={"source": "bench/pipeline.py (untrained)"})
+            print(f"{size}x{size}: lake of {total} positions built in {time.monotonic() - t:.1f}s"
+                  + (f" beside a published model of generation {model}" if model is not None else "")
+                  + "; shuffling")
             # A real lake was written by workers long before the job runs; without
             # this the kernel is still writing the fresh lake back while the job is timed.
             os.sync()
-            wall, peak, manifest = run_job(root, ["--workers", str(args.workers), *args.job_args.split()])
+            wall, peak, manifest = run_job(root, ["--workers", str(args.workers), *args.job_args.split()],
+                                           window=(model or 0) + 1)
+            labels = manifest.get("labels", {})
+            if model is not None:
+                check_model_labels(manifest, model)
             read = manifest["input"]["positions_read"]
             results[name] = {"positions": read, "wall_s": wall, "positions_per_s": read / wall,
                              "peak_rss_mb": peak / 2 ** 20, "records": manifest["positions"],
                              "shards": len(manifest["shards"]), "resigned_share": resigned / games,
-                             "replay_failed": manifest.get("labels", {}).get("replay_failed")}
+                             "replay_failed": labels.get("replay_failed"),
+                             "played_out_model": labels.get("played_out_model", 0),
+                             "played_out_random": labels.get("played_out_random", 0)}
             print(f"  {read} positions -> {manifest['positions']} records in {len(manifest['shards'])} shards: "
                   f"{wall:.1f}s, {read / wall:.0f} positions/s, peak RSS (process tree) {peak / 2 ** 20:.0f} MB")
             shutil.rmtree(root)
@@ -213,12 +257,18 @@ def main(argv=None) -> int:
         "bench": "pipeline",
         "positions_per_s_9": round(results["9x2"]["positions_per_s"]),
         "positions_per_s_19": round(results["19"]["positions_per_s"]),
-        "peak_rss_mb": round(max(r["peak_rss_mb"] for r in results.values())),
+        "peak_rss_mb": round(max(results[name]["peak_rss_mb"] for name in ("9", "9x2", "19"))),
         "rss_growth_per_window_doubling": round(growth, 1),
         "window_positions_9": results["9x2"]["positions"],
         "window_positions_19": results["19"]["positions"],
         "workers": args.workers,
         "resigned_share": round(results["9x2"]["resigned_share"], 3),
+        # The same lake as positions_per_s_9, beside a published model: resigned games played out by it.
+        "positions_per_s_9_model_labels": round(results["9x2_model"]["positions_per_s"]),
+        "model_labels_games_played_out": results["9x2_model"]["played_out_model"],
+        # Each Beam worker holds TensorFlow and the model: reported apart from peak_rss_mb.
+        "peak_rss_mb_model_labels": round(results["9x2_model"]["peak_rss_mb"]),
+        "model_network": "{blocks}x{filters}".format(**MODEL_NETWORK),
         # Games whose moves did not replay (0 for legal games; the job then scores recorded planes).
         "replay_failed": {name: r["replay_failed"] for name, r in results.items()},
     }))

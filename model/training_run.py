@@ -30,10 +30,11 @@ the next boundary without saving or publishing (model.train exits 3).  Every
 checkpoint and every publish is preceded by a synchronous lease renewal, so
 no shared state is written by a trainer that no longer owns the root.
 
-Windows are never deleted: the trainer only reads ``windows/<gen>/`` (stage
-mode removes its own *local copies* of other windows, never the remote
-ones), so the window a checkpoint is reading from is always still there
-when the run resumes.
+Windows the trainer has finished (generation <= LATEST) are deleted by the
+shuffle job's retention (pipeline.retention, ``--keep-windows``); a window
+newer than LATEST, the only kind a checkpoint can resume, is never deleted,
+so the window a checkpoint is reading from is still there when the run
+resumes.  (Stage mode removes only its own *local copies* of other windows.)
 
 Resume: the checkpoint holds the window generation and how many of its
 steps are done.  Rerunning the same command restores it, rebuilds the same
@@ -215,17 +216,21 @@ class TrainingRun:
     def choose_window(self) -> Window | None:
         """The window to train now (its state set in the trainer), or None.
 
-        One-shot mode: a bad manifest among the candidates raises LakeError
-        (one line naming the object and field).  Follow mode: it is skipped.
+        One-shot mode: a bad manifest among the candidates newer than LATEST
+        raises LakeError (one line naming the object and field); the
+        checkpoint's own window at or below LATEST is never resumed, so one
+        that retention is deleting under us is not an error.  Follow mode:
+        every bad window is skipped.
         """
         latest = latest_generation(self.storage)
         current = int(self.trainer.window_generation.numpy())
         current_published = current >= 0 and is_published(self.storage, current)
         scan = scan_windows(self.storage, self.board_size, latest, also=current)
         latest = self._finish_interrupted_publish(scan, latest)
-        if scan.bad and not self.config.follow:
-            others = f" (and {len(scan.bad) - 1} more bad window(s))" if len(scan.bad) > 1 else ""
-            raise LakeError(scan.bad[-1].reason + others)
+        blocking = [bad for bad in scan.bad if latest is None or bad.generation > latest]
+        if blocking and not self.config.follow:
+            others = f" (and {len(blocking) - 1} more bad window(s))" if len(blocking) > 1 else ""
+            raise LakeError(blocking[-1].reason + others)
         plan = plan_next(scan, latest, current, current_published)
         self._report_skipped(plan.skipped)
         window = plan.window

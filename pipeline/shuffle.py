@@ -8,6 +8,11 @@ a manifest that does not validate (format.layout.read_window_manifest: bad
 JSON, unknown version, a shard it names is missing) is an error (exit 2),
 never trusted and never overwritten.
 
+Then, with the window complete, the job deletes the windows the trainer has
+finished beyond the newest ``--keep-windows`` (pipeline.retention: only
+generations <= models/LATEST, manifest first; a window newer than LATEST is
+never deleted) and says what it deleted.
+
 ``--follow`` runs forever instead (pipeline.follow): it waits for new games,
 claims the next window, builds it in a child process of this same command
 (hidden flags ``--window-generation G --attempt A``) and waits again.
@@ -49,6 +54,7 @@ from format.registry import RegistryError
 from format.run_config import RunConfigMismatch, read_run_config
 from pipeline import window_plan as W
 from pipeline.config import LABEL_AUTO, LABEL_MODEL, LABEL_RANDOM, ShuffleConfig, from_args
+from pipeline.retention import apply_retention
 # pipeline.transforms (and with it Apache Beam, ~5 s to import on a busy
 # 2-core machine) is imported inside prepare() and run(): a follower that
 # only watches the lake never needs it; its child job does.
@@ -242,6 +248,7 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
     prepared = prepare(config, storage, target=target, attempt=attempt)
     if isinstance(prepared, layout.WindowManifest):
         _progress(f"window {prepared.target_generation} already has a manifest; nothing to do")
+        retain_windows(config, storage)
         return prepared.document
     context, bundles = prepared
     options, runner = pipeline_options(config, list(beam_args))
@@ -276,7 +283,25 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
     if len(manifest["chunks_skipped"]) > SKIPPED_CHUNKS_SHOWN:
         _progress(f"... and {len(manifest['chunks_skipped']) - SKIPPED_CHUNKS_SHOWN} more skipped chunks, "
                   f"named in {storage.url(layout.window_manifest(context.target_generation))}")
+    retain_windows(config, storage)
     return manifest
+
+
+def retain_windows(config: ShuffleConfig, storage):
+    """Delete the finished windows beyond --keep-windows (pipeline.retention); one progress line.
+
+    Runs once the job's own window is complete.  A storage error here is a
+    warning, not a failed job: the window is written, and the next run
+    finishes the deletes (an interrupted delete leaves a "leftover" that
+    retention removes whole).  Returns the RetentionResult, None on error.
+    """
+    try:
+        result = apply_retention(storage, config.keep_windows)
+    except (StorageError, RegistryError) as exc:
+        print(f"warning: window retention stopped ({exc}); the next run finishes it", file=sys.stderr)
+        return None
+    _progress(result.describe())
+    return result
 
 
 def cleanup_tmp(storage, context) -> int:

@@ -21,6 +21,7 @@ from format.sgf import game_from_sgf
 from selfplay.board import Board
 from selfplay.ladder import CLI, Ladder, LadderConfig, main, read_results, run
 from selfplay.ladder_report import chunk_counts
+from testdata.models import publish_untrained_model
 from testdata.synthetic_games import synthetic_game
 
 import tensorflow  # noqa: F401  (a required dependency: a broken install must fail, not skip)
@@ -30,16 +31,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def publish_model(root, generation, created_unix, metrics):
-    from format.registry import publish_model as publish
-    from model.export import export_inference_model
-    from model.network import NetworkConfig, build_network
-
-    config = NetworkConfig(board_size=N, blocks=1, filters=8, global_pool_every=1, global_pool_channels=4,
-                           value_hidden=8)
-    local = os.path.join(root, f"export-tmp-{generation}")
-    export_inference_model(config, [w.numpy() for w in build_network(config).weights], local)
-    publish(open_storage(root), generation, local, {"board_size": N, "created_unix": created_unix,
-                                                    "training_metrics": metrics})
+    publish_untrained_model(root, generation, N, metadata={"created_unix": created_unix,
+                                                          "training_metrics": metrics})
 
 
 @pytest.fixture(scope="module")

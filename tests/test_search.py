@@ -32,16 +32,167 @@ def visit_child(tree, child, value_for_chooser):
     tree.backup_value(child, -value_for_chooser)
 
 
-def puct_reference(tree, node, c_init=1.25, c_base=19652.0, fpu_reduction=0.25):
-    info = tree.node(node)
-    ch = tree.children(node)
-    parent_visits = info["N"] + info["VL"]
-    c = c_init + math.log((1 + parent_visits + c_base) / c_base)
-    explore = c * math.sqrt(max(parent_visits - 1, 1))
-    parent_q = -info["W"] / info["N"]
-    visits = ch["N"] + ch["VL"]
-    q = np.where(visits > 0, (ch["W"] - ch["VL"]) / np.maximum(visits, 1), parent_q - fpu_reduction)
-    return int(ch["index"][np.argmax(q + explore * ch["P"] / (1 + visits))])
+def puct_published(tree, node, *, c_init=1.25, c_base=19652.0, fpu_reduction=0.0):
+    """Scores Q(s,a) + U(s,a) of `node`'s children by the published PUCT rule.
+
+    Published (AlphaGo Zero, Silver et al. 2017, Methods "Select"; AlphaZero,
+    Silver et al. 2018, pseudocode ``ucb_score`` for the growing c(s))::
+
+        a* = argmax_a  Q(s,a) + U(s,a)
+        U(s,a) = c(s) * P(s,a) * sqrt(N(s)) / (1 + N(s,a)),   N(s) = sum_b N(s,b)
+        c(s)   = c_init + log((1 + N(s) + c_base) / c_base)
+
+    with Q(s,a) = W(s,a) / N(s,a), the mean value for the player choosing a.
+    Three rules the papers leave open, stated as this engine's:
+
+    * first-play urgency (FPU, Leela Zero's rule): an unvisited child
+      (N(s,a) = 0) takes Q(s,a) = Q(s) - fpu_reduction, where Q(s) is the
+      parent's mean value for its own player to move (visits in flight not
+      counted).  The papers leave it open (AlphaZero's pseudocode uses 0).
+    * virtual loss: each visit in flight counts as a finished visit that the
+      choosing player lost: N(s,a) += VL(s,a), W(s,a) -= VL(s,a); N(s) is the
+      sum of those, so it includes the visits in flight too.
+    * first selection: at N(s) = 0 sqrt(N(s)) is taken as 1, so the priors
+      rank the (all unvisited) children; by the formula every U would be 0.
+
+    Returns (child node indices, scores).  Nothing here reads the engine's
+    code: only its statistics (N, W, P, VL) through `Tree.node`/`children`.
+    """
+    parent, children = tree.node(node), tree.children(node)
+    n_sa = children["N"] + children["VL"]                       # virtual loss: in flight = visited
+    w_sa = children["W"].astype(np.float64) - children["VL"]    # ... and lost
+    n_s = n_sa.sum()
+    q_s = -parent["W"] / parent["N"]                            # parent's value for its player to move
+    q_sa = np.where(n_sa > 0, w_sa / np.maximum(n_sa, 1), q_s - fpu_reduction)
+    c_s = c_init + math.log((1 + n_s + c_base) / c_base)
+    u_sa = c_s * children["P"] * math.sqrt(n_s if n_s > 0 else 1) / (1 + n_sa)
+    return children["index"], q_sa + u_sa
+
+
+def published_pick(tree, node, **rule):
+    """The move the published rule picks (ties: the first child, as children are in action order)."""
+    index, scores = puct_published(tree, node, **rule)
+    return tree.node(int(index[np.argmax(scores)]))["move"]
+
+
+def engine_pick(tree, node, **rule):
+    return tree.node(tree.select(node, **rule))["move"]
+
+
+QUARTERS = np.log([0.5, 0.25, 0.125, 0.125])
+"""Logits whose softmax is exactly P = (1/2, 1/4, 1/8, 1/8): priors a reader can check by hand."""
+
+
+def test_puct_hand_computed_root_case():
+    # Root value 0.1 (its own evaluation is its first visit).  Then, with the
+    # chooser's values: move 0 once at -0.5, move 1 twice at 0.2 and 0.0.
+    tree = expanded_root(4, QUARTERS, value=0.1)
+    children = tree.children(ROOT)["index"]
+    visit_child(tree, children[0], -0.5)
+    visit_child(tree, children[1], 0.2)
+    visit_child(tree, children[1], 0.0)
+    # N(s) = 1 + 2 = 3.  c(s) = 1.25 + ln(19656 / 19652) = 1.250204.
+    # c(s) * sqrt(3) = 1.250204 * 1.732051 = 2.165417.
+    # Q(s) for the root player = (0.1 - 0.5 + 0.2 + 0.0) / 4 = -0.05; FPU = -0.05 - 0.25 = -0.30.
+    #   move 0: Q = -0.5          U = 2.165417 * 0.5   / 2 = 0.541354   -> 0.041354
+    #   move 1: Q = 0.2 / 2 = 0.1 U = 2.165417 * 0.25  / 3 = 0.180451   -> 0.280451  <- best
+    #   move 2: Q = FPU = -0.30   U = 2.165417 * 0.125 / 1 = 0.270677   -> -0.029323
+    #   move 3: the same as move 2.
+    rule = {"fpu_reduction_root": 0.25}
+    _, scores = puct_published(tree, ROOT, fpu_reduction=0.25)
+    np.testing.assert_allclose(scores, [0.041354, 0.280451, -0.029323, -0.029323], atol=2e-6)
+    assert engine_pick(tree, ROOT, **rule) == 1
+    # Move 1 goes in flight (virtual loss): it counts as a third visit, lost.
+    # N(s) = 4, c(s) * sqrt(4) = 1.250254 * 2 = 2.500509; Q(s) stays -0.05 (in-flight visits do not count).
+    #   move 0: Q = -0.5                      U = 2.500509 * 0.5   / 2 = 0.625127 -> 0.125127  <- best
+    #   move 1: Q = (0.2 - 1) / 3 = -0.266667 U = 2.500509 * 0.25  / 4 = 0.156282 -> -0.110385
+    #   move 2: Q = FPU = -0.30               U = 2.500509 * 0.125 / 1 = 0.312564 -> 0.012564
+    tree.virtual_loss(children[1])
+    _, scores = puct_published(tree, ROOT, fpu_reduction=0.25)
+    np.testing.assert_allclose(scores, [0.125127, -0.110385, 0.012564, 0.012564], atol=2e-6)
+    assert engine_pick(tree, ROOT, **rule) == 0
+
+
+def interior_node(priors=(0.6, 0.3, 0.1)):
+    """Root -> move 0 -> node X (expanded, priors `priors`); X's value 0 at its
+    evaluation, then X's move 0 visited once at -0.2 (seen by X's player)."""
+    tree = expanded_root(3, [0.0, 0.0, 0.0], value=0.0)
+    x = tree.children(ROOT)["index"][0]
+    tree.expand_node(x, [0, 1, 2])
+    tree.evaluate_node(x, np.log(np.asarray(priors, np.float32)), 0.0)
+    tree.virtual_loss(x)
+    tree.backup_value(x, 0.0)                      # X's own evaluation: its first visit
+    visit_child(tree, tree.children(x)["index"][0], -0.2)
+    return tree, x
+
+
+def test_puct_hand_computed_fpu_cases():
+    # At X: N(s) = 1, c(s) * sqrt(1) = 1.25 + ln(19654 / 19652) = 1.250102.
+    # Q(s) for X's player = (0.0 - 0.2) / 2 = -0.1.
+    #   move 0: Q = -0.2   U = 1.250102 * 0.6 / 2 = 0.375031            -> 0.175031
+    #   move 1: Q = FPU    U = 1.250102 * 0.3     = 0.375031            -> FPU + 0.375031
+    #   move 2: Q = FPU    U = 1.250102 * 0.1     = 0.125010            -> FPU + 0.125010
+    # FPU reduction 0:    FPU = -0.1,  move 1 scores 0.275031: the unvisited move wins.
+    # FPU reduction 0.25: FPU = -0.35, move 1 scores 0.025031: the visited move 0 wins.
+    tree, x = interior_node()
+    _, scores = puct_published(tree, x, fpu_reduction=0.0)
+    np.testing.assert_allclose(scores, [0.175031, 0.275031, 0.025010], atol=2e-6)
+    _, scores = puct_published(tree, x, fpu_reduction=0.25)
+    np.testing.assert_allclose(scores, [0.175031, 0.025031, -0.224990], atol=2e-6)
+    assert engine_pick(tree, x, fpu_reduction=0.0, fpu_reduction_root=0.25) == 1
+    assert engine_pick(tree, x, fpu_reduction=0.25, fpu_reduction_root=0.0) == 0   # X is not the root
+    # The same statistics at the root: there fpu_reduction_root applies instead.
+    root = expanded_root(3, np.log([0.6, 0.3, 0.1]), value=0.0)
+    visit_child(root, root.children(ROOT)["index"][0], -0.2)
+    assert engine_pick(root, ROOT, fpu_reduction=0.25, fpu_reduction_root=0.0) == 1
+    assert engine_pick(root, ROOT, fpu_reduction=0.0, fpu_reduction_root=0.25) == 0
+
+
+def test_puct_first_selection_follows_the_priors():
+    # Nothing visited below the root: N(s) = 0, every child unvisited.  By the
+    # formula U = 0 for all and every score is the same FPU (a tie); the
+    # engine's first-selection rule (sqrt(N(s)) taken as 1) lets the prior
+    # decide: U = c(s) * P = (1.25 + ln(19653 / 19652)) * P = 1.250051 * P,
+    # so the highest prior wins wherever it is.
+    for priors, best in (([0.2, 0.5, 0.3], 1), ([0.1, 0.2, 0.7], 2), ([0.6, 0.3, 0.1], 0)):
+        tree = expanded_root(3, np.log(priors), value=0.4)
+        _, scores = puct_published(tree, ROOT, fpu_reduction=0.25)
+        np.testing.assert_allclose(scores - scores.min(), 1.250051 * (np.array(priors) - min(priors)), atol=1e-6)
+        assert engine_pick(tree, ROOT, fpu_reduction_root=0.25) == best
+
+
+def test_puct_matches_the_published_rule_on_random_trees():
+    """Random statistics (visits, values, visits in flight, priors, c_init,
+    c_base, FPU reduction) at the root: the engine picks what the published
+    rule picks.  Skipped: near-ties (float32 statistics), and the trees where
+    the one known difference decides the pick: the engine's c(s) counts the
+    node's own evaluation as a visit (N(s) + 1 in the logarithm), which moves
+    c(s) by ln((c_base + N(s) + 2) / (c_base + N(s) + 1)): < 5.1e-5 at the
+    default c_base, enough to matter only with a small c_base such as 50."""
+    rng = np.random.default_rng(5)
+    checked = 0
+    for trial in range(300):
+        tree = expanded_root(6, rng.normal(size=6) * 2, value=float(rng.uniform(-1, 1)))
+        children = tree.children(ROOT)["index"]
+        for _ in range(int(rng.integers(0, 30))):
+            visit_child(tree, children[int(rng.integers(6))], float(rng.uniform(-1, 1)))
+        for _ in range(int(rng.integers(0, 4))):
+            tree.virtual_loss(children[int(rng.integers(6))])
+        c_init, c_base = float(rng.choice([0.5, 1.25, 2.5])), float(rng.choice([19652.0, 50.0]))
+        fpu = float(rng.choice([0.0, 0.25, 0.5]))
+        _, scores = puct_published(tree, ROOT, c_init=c_init, c_base=c_base, fpu_reduction=fpu)
+        top = np.sort(scores)[::-1]
+        # c(s) as the engine counts it, ln((2 + N + c_base) / c_base), is the published
+        # c(s) with c_base' = c_base + 1 and c_init' = c_init + ln((c_base + 1) / c_base).
+        _, shifted = puct_published(tree, ROOT, c_init=c_init + math.log((c_base + 1) / c_base),
+                                    c_base=c_base + 1, fpu_reduction=fpu)
+        if top[0] - top[1] < 1e-4 or np.argmax(shifted) != np.argmax(scores):
+            continue
+        engine = engine_pick(tree, ROOT, c_puct_init=c_init, c_puct_base=c_base, fpu_reduction_root=fpu)
+        assert engine == published_pick(tree, ROOT, c_init=c_init, c_base=c_base, fpu_reduction=fpu), \
+            (trial, scores)
+        checked += 1
+    assert checked > 270
 
 
 def test_priors_are_softmax_over_legal_children_only():
@@ -64,7 +215,7 @@ def test_puct_picks_follow_the_formula():
     visit_child(tree, children[2], 0.6)
     for _ in range(3):
         pick = tree.select(ROOT, fpu_reduction_root=0.25)
-        assert pick == puct_reference(tree, ROOT)
+        assert tree.node(pick)["move"] == published_pick(tree, ROOT, fpu_reduction=0.25)
         visit_child(tree, pick, 0.2)
     # The good move has most visits now, the refuted one stays at one.
     counts = tree.visit_counts()
