@@ -19,6 +19,7 @@ import socket
 from format.cli import (RoleCli, board_size_setting, events_setting, komi_setting, max_moves_setting,
                         poll_seconds_setting, root_setting, setting, setting_problems)
 from selfplay.evaluator import parse_device
+from selfplay.eval_cache import DEFAULT_CAPACITY
 
 
 def _inside_local_root(folder: str, root: str) -> bool:
@@ -99,6 +100,9 @@ class WorkerConfig:
     resign_disabled_fraction: float = setting(0.1, "share of games played to the end with resignation off, "
                                                    "to measure false resignations")
     accelerated_visits: int = setting(2, "simulations per move once a game is resigned and played out to two passes")
+    eval_cache_entries: int = setting(DEFAULT_CAPACITY, "network outputs kept per model for positions seen again "
+                                                        "in any of the worker's games (selfplay.eval_cache; "
+                                                        "about 1.5 KB each on 19x19); 0 = no cache")
 
     # --- output and lifetime ---
     chunk_games: int = setting(2000, "games per chunk file (about what ChessCoach writes; few, large objects "
@@ -142,6 +146,7 @@ class WorkerConfig:
         need(self.visits >= 1, "visits", "must be >= 1")
         need(self.fast_visits >= 1, "fast_visits", "must be >= 1")
         need(self.accelerated_visits >= 1, "accelerated_visits", "must be >= 1")
+        need(self.eval_cache_entries >= 0, "eval_cache_entries", "must be >= 0")
         need(0.0 <= self.full_search_fraction <= 1.0, "full_search_fraction", "must be in [0, 1]")
         need(0.0 <= self.resign_disabled_fraction <= 1.0, "resign_disabled_fraction", "must be in [0, 1]")
         need(-1.0 <= self.resign_threshold <= 1.0, "resign_threshold", "must be in [-1, 1]")

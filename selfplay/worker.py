@@ -247,7 +247,8 @@ class SelfPlayWorker:
                  events: EventLog | None = None):
         self.config = config
         self.storage = storage
-        self.evaluator = with_evaluation_cache(evaluator or UniformEvaluator(config.board_size))
+        self.evaluator = with_evaluation_cache(evaluator or UniformEvaluator(config.board_size),
+                                               config.eval_cache_entries)
         self.worker_name = config.worker_name
         self.events = events or EventLog(None, "worker")
         self._own_spool = spool is None
@@ -525,7 +526,7 @@ class SelfPlayWorker:
             log.info("switching to model generation %d", evaluator.generation)
             print(f"[selfplay] model generation {evaluator.generation} loaded; games in progress continue on it",
                   flush=True)
-            self.evaluator = with_evaluation_cache(evaluator)
+            self.evaluator = with_evaluation_cache(evaluator, self.config.eval_cache_entries)
 
     def _print_progress(self) -> None:
         c = self.counters
@@ -647,7 +648,7 @@ def _run_worker(config, storage, spool, cache, placement, events, stop) -> int:
         events.emit("stopped", reason=reason, games=0)
         return 0
     if evaluator is not None:
-        worker.evaluator = with_evaluation_cache(evaluator)
+        worker.evaluator = with_evaluation_cache(evaluator, config.eval_cache_entries)
     print(f"[selfplay] worker {worker.worker_name} seed {config.seed}", flush=True)
     events.emit("started", worker_id=worker.worker_name, seed=config.seed, generation=worker.evaluator.generation)
     watcher.start()

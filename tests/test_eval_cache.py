@@ -128,3 +128,17 @@ def test_a_search_with_the_cache_matches_one_without_it():
     cached_moves, cached_stats = run(cached)
     assert cached_moves == plain_moves and cached_stats == plain_stats
     assert cached.hits > 0 and cached_net.rows_run == plain_net.rows_run - cached.hits
+
+
+def test_the_worker_flag_sizes_the_cache_and_zero_turns_it_off():
+    from selfplay.config import CLI, WorkerConfig
+    from selfplay.eval_cache import DEFAULT_CAPACITY
+
+    assert WorkerConfig(root="/tmp/x").eval_cache_entries == DEFAULT_CAPACITY
+    config, _ = CLI.parse(["--root", "/tmp/x", "--eval-cache-entries", "0"])
+    net = CountingNet(9)
+    assert with_evaluation_cache(net, config.eval_cache_entries) is net
+    config, _ = CLI.parse(["--root", "/tmp/x", "--eval-cache-entries", "5"])
+    assert with_evaluation_cache(net, config.eval_cache_entries).capacity == 5
+    with pytest.raises(ValueError, match="eval.cache.entries"):
+        WorkerConfig(root="/tmp/x", eval_cache_entries=-1)
