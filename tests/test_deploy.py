@@ -13,6 +13,10 @@
 * ``status`` reads a lake (chunks, LATEST, the trainer's lease) into one table.
 * The start-up scripts pass ``bash -n`` and the systemd units pass
   ``systemd-analyze verify``.
+* The worker keeper: the plan creates its custom role and binds it, turns it
+  on on exactly one always-on VM (or says that none runs), and
+  ``keep-workers.sh``, run against a stand-in gcloud that prints a canned
+  instance list, starts exactly the stopped workers of its deployment.
 """
 from __future__ import annotations
 
@@ -54,6 +58,9 @@ SCENARIOS = {
                                   "--trainer-spot", "--worker-args", "--visits 128 --board-size 19"],
     "forced-dataflow-t4-trainer": ["--workers", "1", "--shuffle-runner", "dataflow", "--trainer-gpu",
                                    "nvidia-tesla-t4"],
+    # --no-shuffle: the worker keeper moves to a standard trainer VM, or (TPU trainer) runs nowhere
+    "no-shuffle-keeper-on-gpu-trainer": ["--workers", "2", "--no-shuffle", "--trainer-gpu", "nvidia-l4"],
+    "no-shuffle-tpu-trainer-no-keeper": ["--workers", "2", "--no-shuffle", "--trainer-tpu", "v4-8"],
 }
 DOWN_SCENARIOS = {
     "down-all": ["down", "--delete-account"],
@@ -348,14 +355,16 @@ def test_down_selects_by_label_and_keeps_the_bucket(capsys):
 
 
 def test_scale_down_deletes_only_workers_from_the_index_up(tmp_path, capsys):
-    """Run the scale-down plan with a stand-in gcloud that lists five workers."""
+    """Run the scale-down plan with a stand-in gcloud that lists five workers, and one of another deployment
+    (zerolake-b) that a word-matching label filter would let through."""
     log = tmp_path / "calls"
     fake = tmp_path / "bin" / "gcloud"
     fake.parent.mkdir()
     fake.write_text("#!/usr/bin/env bash\n"
                     f"echo \"$*\" >> {log}\n"
                     "if [[ $1 == compute && $3 == list ]]; then\n"
-                    "  for i in 000 001 003 004 009; do echo \"zerolake-worker-$i us-central1-a\"; done\nfi\n")
+                    "  for i in 000 001 003 004 009; do echo \"zerolake-worker-$i us-central1-a\"; done\n"
+                    "  echo 'zerolake-b-worker-007 us-central1-a'\nfi\n")
     fake.chmod(0o755)
     script = tmp_path / "down.sh"
     script.write_text(plan_text(DOWN_SCENARIOS["scale-down-workers"] + BASE, capsys))
@@ -458,7 +467,7 @@ def test_status_of_an_empty_lake_and_of_a_released_lease(tmp_path):
 VM = REPO / "cloud" / "vm"
 
 
-@pytest.mark.parametrize("script", ["install.sh", "startup.sh", "run-role.sh"])
+@pytest.mark.parametrize("script", ["install.sh", "startup.sh", "run-role.sh", "keep-workers.sh"])
 def test_vm_scripts_are_valid_bash_and_executable(script):
     path = VM / script
     assert os.access(path, os.X_OK), f"{path} is not executable"
@@ -466,20 +475,31 @@ def test_vm_scripts_are_valid_bash_and_executable(script):
     assert result.returncode == 0, result.stderr
 
 
+ROLE_UNITS = ["zerolake-shuffle.service", "zerolake-trainer.service", "zerolake-worker@.service"]
+KEEPER_UNITS = ["zerolake-keeper.service", "zerolake-keeper.timer"]
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_systemd_units_verify(tmp_path):
-    """systemd-analyze verify, with ExecStart pointed at this checkout's run-role.sh
-    (verify checks that the command exists; on a VM it is /opt/zerolake/src/...)."""
+    """systemd-analyze verify of every unit, the keeper's timer and service included, with ExecStart pointed
+    at this checkout's scripts (verify checks that the command exists; on a VM it is /opt/zerolake/src/...)."""
+    assert sorted(p.name for p in (VM / "systemd").iterdir()) == sorted(ROLE_UNITS + KEEPER_UNITS)
     units = []
-    for unit in sorted((VM / "systemd").glob("*.service")):
+    for unit in sorted((VM / "systemd").iterdir()):
         text = unit.read_text()
-        assert "Restart=always" in text and "StandardOutput=journal" in text and "KillSignal=SIGTERM" in text
-        assert "ExecStart=/opt/zerolake/src/cloud/vm/run-role.sh" in text
-        text = text.replace("/opt/zerolake/src/cloud/vm/run-role.sh", str(VM / "run-role.sh"))
+        if unit.name in ROLE_UNITS:
+            assert "Restart=always" in text and "StandardOutput=journal" in text and "KillSignal=SIGTERM" in text
+            assert "ExecStart=/opt/zerolake/src/cloud/vm/run-role.sh" in text
+        elif unit.suffix == ".service":      # the keeper: one pass per timer tick, to the journal
+            assert "Type=oneshot" in text and "StandardOutput=journal" in text
+            assert not re.search(r"^\[Install\]", text, re.M)      # only the timer starts it
+            assert "ExecStart=/opt/zerolake/src/cloud/vm/keep-workers.sh\n" in text
+        else:
+            assert re.search(r"^OnUnitActiveSec=2min$", text, re.M) and "WantedBy=timers.target" in text
+        text = text.replace("/opt/zerolake/src/cloud/vm/", f"{VM}/")
         name = unit.name.replace("@.service", "@0.service")
         (tmp_path / name).write_text(text)
         units.append(name)
-    assert units == ["zerolake-shuffle.service", "zerolake-trainer.service", "zerolake-worker@0.service"]
     result = subprocess.run(["systemd-analyze", "verify", "--man=no", *units], cwd=tmp_path, capture_output=True,
                             text=True)
     assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), \
@@ -499,3 +519,196 @@ def test_the_plan_points_at_files_that_exist():
     assert "cloud/vm/install.sh" in P.STARTUP_SCRIPT.read_text()
     json.dumps(dataclasses.asdict(DeployConfig(project="zl-test-project", root="gs://zl-test-bucket/r")))
     assert sys.executable
+
+
+# ---- the worker keeper --------------------------------------------------------------------
+
+KEEPER_SA = "zerolake-runner@zl-test-project.iam.gserviceaccount.com"
+KEEPER_ROLE = "projects/zl-test-project/roles/zerolake_keeper_zerolake"
+
+
+def _metadata_of(script: str) -> dict:
+    """VM or TPU name -> its --metadata entries."""
+    found = {}
+    for words in gcloud_invocations(script):
+        if "create" in words and any(w.startswith("--metadata=") for w in words):
+            name = words[words.index("create") + 1]
+            found[name] = next(w for w in words if w.startswith("--metadata=")).removeprefix("--metadata=")
+    return found
+
+
+def test_the_plan_creates_the_keepers_role_binds_it_and_turns_it_on_on_the_follower(capsys):
+    script = plan_text(["plan", "--shuffle-runner", "local"] + SCENARIOS["gpu-workers-tpu-trainer"] + BASE, capsys)
+    [create] = _creates(script, ("iam", "roles", "create"))
+    assert create[3] == "zerolake_keeper_zerolake" and "--project=zl-test-project" in create
+    assert f"--permissions={','.join(P.KEEPER_PERMISSIONS)}" in create
+    assert set(P.KEEPER_PERMISSIONS) >= {"compute.instances.list", "compute.instances.start"}
+    assert not any(p.endswith((".create", ".delete", ".setMetadata")) for p in P.KEEPER_PERMISSIONS)
+    # guarded like every create: rerunning the plan skips it
+    assert "if ! gcloud iam roles describe zerolake_keeper_zerolake --project=zl-test-project" in script
+    bindings = {w[w.index("add-iam-policy-binding") + 3]: w for w in gcloud_invocations(script)
+                if "add-iam-policy-binding" in w}
+    assert f"--member=serviceAccount:{KEEPER_SA}" in bindings[f"--role={KEEPER_ROLE}"]
+    assert bindings[f"--role={KEEPER_ROLE}"][0] == "projects"
+    # actAs on the runner account itself, although this plan (--shuffle-runner local) has no Dataflow
+    act_as = bindings["--role=roles/iam.serviceAccountUser"]
+    assert act_as[:4] == ["iam", "service-accounts", "add-iam-policy-binding", KEEPER_SA]
+    assert script.index("roles create") < script.index(KEEPER_ROLE) < script.index("instances create")
+    metadata = _metadata_of(script)
+    keepers = [name for name, entries in metadata.items() if "zerolake-keeper=on" in entries]
+    assert keepers == ["zerolake-shuffle"]
+    assert "zerolake-deployment=zerolake,zerolake-project=zl-test-project" in metadata["zerolake-shuffle"]
+    assert "it also runs the worker keeper" in script and "no worker keeper" not in script
+
+
+def test_without_a_follower_the_keeper_runs_on_a_standard_trainer_vm_or_the_plan_says_none_does(capsys):
+    gpu = plan_text(["plan"] + SCENARIOS["no-shuffle-keeper-on-gpu-trainer"] + BASE, capsys)
+    keepers = [name for name, entries in _metadata_of(gpu).items() if "zerolake-keeper=on" in entries]
+    assert keepers == ["zerolake-trainer"] and _creates(gpu, ("iam", "roles", "create"))
+    # no Dataflow here: the actAs grant is for the keeper alone
+    assert "roles/dataflow" not in gpu and _creates(gpu, ("iam", "service-accounts", "add-iam-policy-binding"))
+    assert "# the worker keeper starts worker VMs that run as this account" in gpu
+    for argv in (SCENARIOS["no-shuffle-tpu-trainer-no-keeper"],
+                 ["--workers", "2", "--no-shuffle", "--trainer-gpu", "nvidia-l4", "--trainer-spot"]):
+        script = plan_text(["plan"] + argv + BASE, capsys)
+        assert not any("zerolake-keeper=on" in e for e in _metadata_of(script).values())
+        assert not _creates(script, ("iam", "roles", "create")) and KEEPER_ROLE not in script
+        assert not _creates(script, ("iam", "service-accounts", "add-iam-policy-binding"))
+        assert "# no worker keeper: with --no-shuffle" in script       # said in the plan ...
+        result = subprocess.run(["bash", "-c", script.split("# no worker keeper")[1].split("\n")[1]],
+                                capture_output=True, text=True)
+        assert result.returncode == 0 and result.stderr.startswith("note: no worker keeper")   # ... and when run
+
+
+def test_down_removes_the_keepers_binding_first_and_keeps_the_role(tmp_path, capsys):
+    script = plan_text(DOWN_SCENARIOS["down-all"] + BASE, capsys)
+    removes = [w for w in gcloud_invocations(script) if w[:2] == ["projects", "remove-iam-policy-binding"]]
+    assert removes == [["projects", "remove-iam-policy-binding", "zl-test-project",
+                        f"--member=serviceAccount:{KEEPER_SA}", f"--role={KEEPER_ROLE}", "--condition=None"]]
+    assert script.index("remove-iam-policy-binding") < script.index("instances list")
+    assert "roles delete" not in script
+    assert "remove-iam-policy-binding" not in plan_text(DOWN_SCENARIOS["scale-down-workers"] + BASE, capsys)
+    # rerunnable: the binding is removed only where get-iam-policy shows it
+    for bound in (True, False):
+        log = tmp_path / f"calls-{bound}"
+        fake = tmp_path / f"bin-{bound}" / "gcloud"
+        fake.parent.mkdir()
+        fake.write_text("#!/usr/bin/env bash\n"
+                        f"echo \"$*\" >> {log}\n"
+                        + (f"[[ $2 == get-iam-policy ]] && echo {KEEPER_ROLE}\n" if bound else "") + "exit 0\n")
+        fake.chmod(0o755)
+        subprocess.run(["bash", "-c", script], check=True,
+                       env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"})
+        removed = [line for line in log.read_text().splitlines() if "remove-iam-policy-binding" in line]
+        assert len(removed) == int(bound)
+
+
+# A canned `gcloud compute instances list`: name, zone, status, deployment label, role label.  The stand-in
+# prints the rows that its --format asks for and ignores --filter, so the keeper's own check is what is tested.
+CANNED_INSTANCES = [
+    ("zerolake-worker-000", "us-central1-a", "RUNNING", "zerolake", "worker"),
+    ("zerolake-worker-001", "us-central1-a", "TERMINATED", "zerolake", "worker"),
+    ("zerolake-worker-002", "us-east1-b", "TERMINATED", "zerolake", "worker"),
+    ("zerolake-worker-003", "us-central1-a", "STOPPING", "zerolake", "worker"),
+    ("zerolake-worker-004", "us-central1-a", "TERMINATED", "zerolake", "worker"),
+    ("zerolake-shuffle", "us-central1-a", "TERMINATED", "zerolake", "shuffle"),
+    ("zerolake-trainer", "us-central1-a", "TERMINATED", "zerolake", "trainer"),
+    ("zerolake-b-worker-005", "us-central1-a", "TERMINATED", "zerolake-b", "worker"),
+    ("other-vm", "us-central1-a", "TERMINATED", "", ""),
+]
+STOPPED_WORKERS = {"us-central1-a": ["zerolake-worker-001", "zerolake-worker-004"],
+                   "us-east1-b": ["zerolake-worker-002"]}
+
+
+def _fake_gcloud(tmp_path, *, start_fails: bool = False) -> tuple[pathlib.Path, pathlib.Path]:
+    """A stand-in gcloud that records each call's exact words (0x1f-separated, one call a line)."""
+    log = tmp_path / "calls"
+    fake = tmp_path / "bin" / "gcloud"
+    fake.parent.mkdir(exist_ok=True)
+    rows = "\n".join("\t".join(row[:3]) for row in CANNED_INSTANCES)
+    fake.write_text("#!/usr/bin/env bash\n"
+                    f"( IFS=$'\\x1f'; echo \"$*\" ) >> {log}\n"
+                    f"if [[ $1 == compute && $3 == list ]]; then printf '%s\\n' {shlex.quote(rows)}; exit 0; fi\n"
+                    f"if [[ $3 == start ]]; then exit {1 if start_fails else 0}; fi\n"
+                    "exit 3\n")
+    fake.chmod(0o755)
+    return fake, log
+
+
+def _keep_workers(fake: pathlib.Path, *args, **env) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}",
+                   "ZEROLAKE_DEPLOYMENT": "zerolake", "ZEROLAKE_PROJECT": "zl-test-project", **env}
+    return subprocess.run([str(VM / "keep-workers.sh"), *args], capture_output=True, text=True, env=environment,
+                          timeout=60)
+
+
+def _calls(log: pathlib.Path) -> list[list[str]]:
+    return [line.split("\x1f") for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_the_keeper_starts_exactly_the_stopped_workers_of_its_deployment(tmp_path, request):
+    fake, log = _fake_gcloud(tmp_path)
+    result = _keep_workers(fake)
+    assert result.returncode == 0, result.stderr
+    calls = _calls(log)
+    [listing] = [c for c in calls if c[2] == "list"]
+    config = DeployConfig(project="zl-test-project", root="gs://zl-test-bucket/run1")
+    # the same label selection as the plan's `down`, narrowed to stopped workers
+    assert f"--filter={P.deployment_filter(config)} AND labels.zerolake-role=worker AND status=TERMINATED" in listing
+    assert "--project=zl-test-project" in listing
+    starts = [c for c in calls if c[2] == "start"]
+    assert starts == [["compute", "instances", "start", *names, f"--zone={zone}", "--project=zl-test-project",
+                       "--quiet"] for zone, names in sorted(STOPPED_WORKERS.items())]
+    assert "started 2 stopped worker VM(s) in us-central1-a: zerolake-worker-001 zerolake-worker-004" in result.stdout
+    for other in ("zerolake-b-worker-005", "zerolake-shuffle", "zerolake-worker-003", "other-vm"):
+        assert f"left alone: {other}" in result.stdout
+    if GCLOUD:     # and each call, as made, is one the installed gcloud documents
+        help_text = request.getfixturevalue("gcloud_help")
+        assert [p for c in calls for p in check_invocation(c, help_text)] == []
+
+
+def test_the_keepers_dry_run_lists_but_starts_nothing(tmp_path):
+    fake, log = _fake_gcloud(tmp_path)
+    result = _keep_workers(fake, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert [c[2] for c in _calls(log)] == ["list"]
+    would = [line.split("would run: ")[1].split() for line in result.stdout.splitlines() if "would run: " in line]
+    assert [w[4:-3] for w in would] == [names for _, names in sorted(STOPPED_WORKERS.items())]
+
+
+def test_the_keeper_reports_a_failed_start_and_a_missing_gcloud(tmp_path):
+    fake, log = _fake_gcloud(tmp_path, start_fails=True)
+    result = _keep_workers(fake)
+    assert result.returncode == 1 and "the next run tries again" in result.stdout
+    assert len([c for c in _calls(log) if c[2] == "start"]) == 2          # one zone failing does not stop the other
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = subprocess.run(["/bin/bash", str(VM / "keep-workers.sh")], capture_output=True, text=True,
+                            env={"PATH": str(empty), "ZEROLAKE_DEPLOYMENT": "zerolake",
+                                 "ZEROLAKE_PROJECT": "zl-test-project"})
+    assert result.returncode == 2 and "gcloud (the Google Cloud CLI) is not on PATH" in result.stderr
+    result = _keep_workers(fake, ZEROLAKE_DEPLOYMENT="")
+    assert result.returncode != 0 and "ZEROLAKE_DEPLOYMENT is not set" in result.stderr
+    assert _keep_workers(fake, "--now").returncode == 2
+
+
+def test_startup_refuses_a_keeper_without_its_deployment_and_project():
+    env = {"PATH": os.environ["PATH"], "ZEROLAKE_ROLE": "shuffle", "ZEROLAKE_ROOT": "gs://b/r",
+           "ZEROLAKE_PACKAGE": "/nonexistent.tar.gz", "ZEROLAKE_ACCELERATOR": "cpu", "ZEROLAKE_PROCESSES": "1",
+           "ZEROLAKE_ARGS": "", "ZEROLAKE_KEEPER": "on", "ZEROLAKE_DEPLOYMENT": "zerolake", "ZEROLAKE_PROJECT": ""}
+    result = subprocess.run([str(VM / "startup.sh")], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2 and "zerolake-project" in result.stderr
+    result = subprocess.run([str(VM / "startup.sh")], capture_output=True, text=True, timeout=60,
+                            env={**env, "ZEROLAKE_KEEPER": "yes"})
+    assert result.returncode == 2 and "keeper 'yes' is not on or off" in result.stderr
+
+
+def test_the_sdist_carries_every_vm_file():
+    """startup.sh installs the units and runs the scripts from the unpacked sdist: MANIFEST.in must take them."""
+    import fnmatch
+
+    patterns = re.search(r"^recursive-include cloud/vm (.+)$", (REPO / "MANIFEST.in").read_text(), re.M)
+    assert patterns, "MANIFEST.in has no `recursive-include cloud/vm` line"
+    missing = [str(path.relative_to(REPO)) for path in sorted(VM.rglob("*")) if path.is_file()
+               and not any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns.group(1).split())]
+    assert not missing, f"MANIFEST.in leaves these out of the sdist: {missing}"

@@ -18,6 +18,10 @@ Terms
 * *deploy area*: ``gs://BUCKET/zerolake-deploy/<name>/``, outside the lake
   root, where the plan puts the package (sdist) the VMs install and
   Dataflow's staging and temporary files.  It holds nothing secret.
+* *worker keeper*: a systemd timer on one always-on VM (`keeper_host`) that
+  starts this deployment's stopped (preempted) worker VMs again every 2
+  minutes (cloud/vm/keep-workers.sh), acting through the custom project role
+  `keeper_role_id` that the plan creates and binds to the runner account.
 """
 from __future__ import annotations
 
@@ -211,6 +215,27 @@ class DeployConfig:
     def deploy_area(self) -> str:
         """``gs://BUCKET/zerolake-deploy/<name>``: the package and Dataflow's files, outside the lake."""
         return f"gs://{self.bucket}/zerolake-deploy/{self.name}"
+
+    @property
+    def keeper_host(self) -> str:
+        """The role whose VM runs the worker keeper, or '' when no VM can.
+
+        The keeper must live on a VM that is not itself preempted: the shuffle
+        follower (a standard VM), else (``--no-shuffle``) a standard GPU or CPU
+        trainer VM.  A spot trainer would be stopped with the workers; a TPU
+        VM's image is not known here to carry gcloud.  With none, the plan says
+        in its workers section that nothing restarts preempted workers.
+        """
+        if self.shuffle:
+            return "shuffle"
+        if self.trainer_kind in ("gpu", "cpu") and not self.trainer_spot:
+            return "trainer"
+        return ""
+
+    @property
+    def keeper_role_id(self) -> str:
+        """The keeper's custom project role (role ids allow letters, digits, '_' and '.', not '-')."""
+        return "zerolake_keeper_" + self.name.replace("-", "_")
 
     @property
     def trainer_kind(self) -> str:

@@ -23,6 +23,14 @@ act through their attached service account, and no key is ever created)::
     zerolake-accelerator    cpu | gpu | tpu  (which TensorFlow install.sh installs)
     zerolake-processes      worker processes on this VM (one systemd unit each)
     zerolake-args           extra flags of the role (no commas)
+    zerolake-keeper         on, on the one VM that runs the worker keeper (DeployConfig.keeper_host),
+                            with zerolake-deployment (NAME) and zerolake-project (P) for it
+
+The worker keeper (cloud/vm/keep-workers.sh, run every 2 minutes by
+zerolake-keeper.timer) starts worker VMs that a preemption stopped.  It acts
+through the custom role `DeployConfig.keeper_role_id` (KEEPER_PERMISSIONS),
+bound to the runner account on the project, plus serviceAccountUser on the
+runner account itself.  ``down`` removes that binding first and keeps the role.
 """
 from __future__ import annotations
 
@@ -44,6 +52,15 @@ reading the bucket's own metadata, which Beam's gcsio asks for."""
 DATAFLOW_PROJECT_ROLES = ("roles/dataflow.admin", "roles/dataflow.worker")
 """The follower launches jobs (admin) that run as this same account (worker)."""
 SPOOL_DISK_NOTE = "spot VMs stop (not delete) on preemption, so a worker's spool on the boot disk survives"
+KEEPER_PERMISSIONS = ("compute.instances.list", "compute.instances.get", "compute.instances.start",
+                      "compute.zoneOperations.get")
+"""The worker keeper's custom role: list the deployment's workers, read and
+start them, and read the zone operation that `gcloud compute instances start`
+waits on.  Starting a VM that runs as a service account also needs actAs on
+that account: roles/iam.serviceAccountUser on the runner account, granted
+below.  No create, delete or metadata permission: the keeper can only start
+VMs that already exist.  (Granted on the project, so it covers every VM there;
+the keeper itself only starts VMs named NAME-worker-N.)"""
 
 
 class Raw(str):
@@ -85,6 +102,21 @@ def unless_exists(describe: str, create: str) -> str:
 
 def labels(config: DeployConfig, role: str) -> str:
     return f"--labels=zerolake-deployment={config.name},zerolake-role={role}"
+
+
+def deployment_filter(config: DeployConfig) -> str:
+    """The gcloud --filter term that selects this deployment's VMs by label.
+
+    gcloud warns that ``=`` is becoming a word match for some APIs ("zerolake"
+    would then match "zerolake-b"), so every loop over such a listing also
+    checks each VM's exact name (`worker_name_pattern`) before acting on it.
+    """
+    return f"labels.zerolake-deployment={config.name}"
+
+
+def worker_name_pattern(config: DeployConfig) -> str:
+    """A bash ``=~`` pattern that matches exactly this deployment's worker VM names."""
+    return f"^{config.name}-worker-[0-9]+$"
 
 
 def metadata(config: DeployConfig, role: str, accelerator: str, args: str, processes: int = 1,
@@ -135,10 +167,40 @@ def account_steps(config: DeployConfig) -> list[Step]:
             steps.append(Step("account", f"{role}: the shuffle follower's Dataflow jobs",
                               gcloud("projects", "add-iam-policy-binding", config.project, member,
                                      f"--role={role}", "--condition=None")))
-        steps.append(Step("account", "the follower may start Dataflow workers that run as this account",
+    if config.keeper_host:
+        steps += keeper_role_steps(config)
+    users = [why for why, needed in (("the follower starts Dataflow workers", config.uses_dataflow),
+                                     ("the worker keeper starts worker VMs", bool(config.keeper_host))) if needed]
+    if users:
+        steps.append(Step("account", f"{' and '.join(users)} that run as this account (actAs on itself only)",
                           gcloud("iam", "service-accounts", "add-iam-policy-binding", sa, member,
                                  "--role=roles/iam.serviceAccountUser", project_flag(config))))
     return steps
+
+
+def keeper_role_name(config: DeployConfig) -> str:
+    return f"projects/{config.project}/roles/{config.keeper_role_id}"
+
+
+def keeper_role_steps(config: DeployConfig) -> list[Step]:
+    """The keeper's custom role (created if missing) and its binding to the runner account.
+
+    A binding that exists already is left as it is by add-iam-policy-binding,
+    so both steps can be rerun.
+    """
+    role_id = config.keeper_role_id
+    create = gcloud("iam", "roles", "create", role_id, project_flag(config),
+                    f"--title=zerolake {config.name} worker keeper",
+                    "--description=Start the stopped (preempted) worker VMs of zerolake deployment "
+                    f"{config.name}", f"--permissions={','.join(KEEPER_PERMISSIONS)}", "--stage=GA")
+    role = Step("account", f"the worker keeper's custom role: {', '.join(KEEPER_PERMISSIONS)} and nothing else",
+                unless_exists(gcloud("iam", "roles", "describe", role_id, project_flag(config)), create))
+    bind = Step("account", f"that role for this account, on the project (the keeper on the {config.keeper_host} "
+                           "VM uses it)",
+                gcloud("projects", "add-iam-policy-binding", config.project,
+                       f"--member=serviceAccount:{config.service_account}", f"--role={keeper_role_name(config)}",
+                       "--condition=None"))
+    return [role, bind]
 
 
 def package_steps(config: DeployConfig) -> list[Step]:
@@ -156,16 +218,23 @@ def _image_flags(image: str) -> list[str]:
     return [f"--image-project={project}", f"--image-family={family}"]
 
 
+def keeper_metadata(config: DeployConfig, role: str) -> tuple[str, ...]:
+    """The metadata that turns the worker keeper on, for the one VM that runs it."""
+    if role != config.keeper_host:
+        return ()
+    return ("zerolake-keeper=on", f"zerolake-deployment={config.name}", f"zerolake-project={config.project}")
+
+
 def _vm_create(config: DeployConfig, name: str, role: str, *, machine: str, gpu: str, gpu_count: int,
                spot: bool, disk_gb: int, args: str, processes: int = 1) -> str:
     accelerator = "gpu" if gpu else "cpu"
+    extra = (("install-nvidia-driver=True",) if gpu else ()) + keeper_metadata(config, role)
     flags = [f"--zone={config.zone}", project_flag(config), f"--machine-type={machine}",
              *_image_flags(config.gpu_image if gpu else config.cpu_image),
              f"--boot-disk-size={disk_gb}GB", "--boot-disk-type=pd-balanced",
              f"--service-account={config.service_account}", f"--scopes={CLOUD_PLATFORM_SCOPE}",
              f"--metadata-from-file=startup-script={STARTUP_SCRIPT}",
-             metadata(config, role, accelerator, args, processes,
-                      ("install-nvidia-driver=True",) if gpu else ()),
+             metadata(config, role, accelerator, args, processes, extra),
              labels(config, role)]
     if gpu and not GPU_KINDS[gpu].bundled:
         flags.append(f"--accelerator=type={gpu},count={gpu_count}")
@@ -182,15 +251,25 @@ def worker_name(config: DeployConfig, index: int) -> str:
     return f"{config.name}-worker-{index:03d}"
 
 
+NO_KEEPER_NOTE = ("no worker keeper: with --no-shuffle it runs only on a standard GPU or CPU trainer VM, so "
+                  "nothing starts a stopped (preempted) worker VM again; start one with `gcloud compute instances "
+                  "start NAME --zone=ZONE`, or rerun this plan with a follower or a --trainer-gpu/--trainer-cpu "
+                  "VM without --trainer-spot")
+
+
 def worker_steps(config: DeployConfig) -> list[Step]:
     what = (f"{config.worker_gpu_count} x {config.worker_gpu}" if config.worker_gpu else "CPU") + \
         f", {config.processes_per_worker} worker processes" + (f"; {SPOOL_DISK_NOTE}" if config.spot else "")
-    return [Step("workers", f"self-play worker {i + 1} of {config.workers} ({what})",
-                 _vm_create(config, worker_name(config, i), "worker", machine=config.worker_machine_type(),
-                            gpu=config.worker_gpu, gpu_count=config.worker_gpu_count, spot=config.spot,
-                            disk_gb=200 if config.worker_gpu else 50, args=config.worker_args,
-                            processes=config.processes_per_worker))
-            for i in range(config.workers)]
+    steps = [Step("workers", f"self-play worker {i + 1} of {config.workers} ({what})",
+                  _vm_create(config, worker_name(config, i), "worker", machine=config.worker_machine_type(),
+                             gpu=config.worker_gpu, gpu_count=config.worker_gpu_count, spot=config.spot,
+                             disk_gb=200 if config.worker_gpu else 50, args=config.worker_args,
+                             processes=config.processes_per_worker))
+             for i in range(config.workers)]
+    if not config.keeper_host:
+        # Said in the plan and, when it is applied, on stderr: the deployment will not keep its size.
+        steps.append(Step("workers", NO_KEEPER_NOTE, command("echo", f"note: {NO_KEEPER_NOTE}", Raw(">&2"))))
+    return steps
 
 
 def dataflow_args(config: DeployConfig) -> str:
@@ -219,7 +298,8 @@ def shuffle_steps(config: DeployConfig) -> list[Step]:
     where = {"local": "on this VM (Beam's in-process runner)", "dataflow": "on Dataflow",
              "auto": f"on this VM up to {config.dataflow_above_positions:,} positions, larger ones on "
                      "Dataflow"}[config.shuffle_runner]
-    return [Step("shuffle", f"the shuffle follower: builds each window {where}",
+    keeper = "; it also runs the worker keeper" if config.keeper_host == "shuffle" else ""
+    return [Step("shuffle", f"the shuffle follower: builds each window {where}{keeper}",
                  _vm_create(config, f"{config.name}-shuffle", "shuffle", machine=config.shuffle_machine, gpu="",
                             gpu_count=0, spot=False, disk_gb=100, args=args))]
 
@@ -240,7 +320,8 @@ def trainer_steps(config: DeployConfig) -> list[Step]:
     gpu = config.trainer_gpu
     what = f"{config.trainer_gpu_count} x {gpu}" + (", MirroredStrategy" if config.trainer_gpu_count > 1 else "") \
         if gpu else "CPU"
-    return [Step("trainer", f"the trainer on a {what} VM",
+    keeper = "; it also runs the worker keeper (there is no follower)" if config.keeper_host == "trainer" else ""
+    return [Step("trainer", f"the trainer on a {what} VM{keeper}",
                  _vm_create(config, name, "trainer", machine=config.trainer_machine_type(), gpu=gpu,
                             gpu_count=config.trainer_gpu_count, spot=config.trainer_spot,
                             disk_gb=200 if gpu else 100, args=config.trainer_args))]
@@ -259,34 +340,41 @@ def build_plan(config: DeployConfig) -> list[Step]:
 
 def build_down_plan(config: DeployConfig, *, keep_workers: int = 0, workers_only: bool = False,
                     delete_account: bool = False) -> list[Step]:
-    """Delete the deployment's VMs (selected by label); keep the bucket and its lake.
+    """Delete the deployment's VMs (selected by label, then by exact name); keep the bucket and its lake.
 
     ``keep_workers``: leave workers 0..K-1 running (scale down to K).
     ``workers_only``: touch nothing but workers.  ``delete_account``: also
-    delete the service account.
+    delete the service account.  A whole ``down`` first removes the worker
+    keeper's role binding (`keeper_unbind_step`).
     """
-    select = f"labels.zerolake-deployment={config.name}"
+    select = deployment_filter(config)
     worker_filter = f"--filter={select} AND labels.zerolake-role=worker"
     listing = gcloud("compute", "instances", "list", project_flag(config), worker_filter,
                      "--format=value(name,zone.basename())")
     delete = gcloud("compute", "instances", "delete", Raw('"$name"'), Raw('--zone="$zone"'), project_flag(config),
                     "--quiet", Raw("</dev/null"))   # not the listing that feeds the loop
-    steps = [Step("workers", f"worker VMs from index {keep_workers} up (their SIGTERM uploads the spool first)",
-                  f"{listing} | while read -r name zone; do\n"
-                  f"  if (( 10#${{name##*-worker-}} >= {keep_workers} )); then\n    {delete}\n  fi\ndone")]
+    is_worker = f"[[ $name =~ {worker_name_pattern(config)} ]]"
+    steps = [] if workers_only else [keeper_unbind_step(config)]
+    steps.append(Step("workers", f"worker VMs from index {keep_workers} up (their SIGTERM uploads the spool first)",
+                      f"{listing} | while read -r name zone; do\n"
+                      f"  if {is_worker} && (( 10#${{name##*-worker-}} >= {keep_workers} )); then\n"
+                      f"    {delete}\n  fi\ndone"))
     if workers_only:
         return steps
     others = f"--filter={select} AND NOT labels.zerolake-role=worker"
     other_listing = gcloud("compute", "instances", "list", project_flag(config), others,
                            "--format=value(name,zone.basename())")
+    is_other = f'[[ $name == "{config.name}-shuffle" || $name == "{config.name}-trainer" ]]'
     steps.append(Step("shuffle", "the shuffle follower and a GPU or CPU trainer",
-                      f"{other_listing} | while read -r name zone; do\n  {delete}\ndone"))
+                      f"{other_listing} | while read -r name zone; do\n  if {is_other}; then\n    {delete}\n"
+                      "  fi\ndone"))
     tpu_list = gcloud("compute", "tpus", "tpu-vm", "list", f"--zone={config.zone}", project_flag(config),
                       f"--filter={select}", "--format=value(name.basename())")
     tpu_delete = gcloud("compute", "tpus", "tpu-vm", "delete", Raw('"$name"'), f"--zone={config.zone}",
                         project_flag(config), "--quiet", Raw("</dev/null"))
     steps.append(Step("trainer", "a TPU trainer (it saves a checkpoint and releases its lease on SIGTERM)",
-                      f"{tpu_list} | while read -r name; do\n  {tpu_delete}\ndone"))
+                      f'{tpu_list} | while read -r name; do\n  if [[ $name == "{config.name}-trainer" ]]; then\n'
+                      f"    {tpu_delete}\n  fi\ndone"))
     steps.append(Step("shuffle", "Dataflow jobs still running (a stopped follower's job ends by itself; "
                                  "cancel one with `gcloud dataflow jobs cancel`)",
                       gcloud("dataflow", "jobs", "list", f"--region={config.region}", project_flag(config),
@@ -296,6 +384,28 @@ def build_down_plan(config: DeployConfig, *, keep_workers: int = 0, workers_only
                           gcloud("iam", "service-accounts", "delete", config.service_account, project_flag(config),
                                  "--quiet")))
     return steps
+
+
+def keeper_unbind_step(config: DeployConfig) -> Step:
+    """Remove the worker keeper's project binding, if it is there (so ``down`` can be rerun).
+
+    It goes first, so the keeper loses its permission before the workers are
+    deleted (IAM takes effect within minutes; a worker deleted meanwhile is
+    gone, not stopped, so the keeper would not start it anyway).  The custom
+    role itself is kept: without a binding it grants nothing, and a deleted
+    custom role's id cannot be created again for weeks, which would break the
+    next ``plan`` of a deployment of this name.
+    """
+    member = f"serviceAccount:{config.service_account}"
+    role = keeper_role_name(config)
+    bound = gcloud("projects", "get-iam-policy", config.project, "--flatten=bindings[].members",
+                   f"--filter=bindings.role={role} AND bindings.members={member}", "--format=value(bindings.role)")
+    remove = gcloud("projects", "remove-iam-policy-binding", config.project, f"--member={member}",
+                    f"--role={role}", "--condition=None", Raw(">/dev/null"))
+    indented = "\n".join("  " + line for line in remove.splitlines())
+    return Step("account", f"the worker keeper's role binding (the role {config.keeper_role_id} is kept: it grants "
+                           "nothing unbound, and a deleted role's id stays taken for weeks)",
+                f"if {bound} | grep -q .; then\n{indented}\nfi")
 
 
 # ---- rendering ----------------------------------------------------------------------------

@@ -11,6 +11,9 @@
 #        ACCELERATOR  cpu | gpu | tpu
 #        PROCESSES    worker processes on this VM (one systemd unit each)
 #        ARGS         extra flags of the role
+#        KEEPER       on | off (default): run the worker keeper on this VM, with
+#        DEPLOYMENT   the deployment name and
+#        PROJECT      its project (both needed when KEEPER is on)
 #   2. download the sdist (curl, with the VM service account's token from the
 #      metadata server; never printed or stored), unpack it to
 #      /opt/zerolake/src, and install it with cloud/vm/install.sh into
@@ -18,7 +21,10 @@
 #      (a spot VM restarted after preemption starts within seconds);
 #   3. write /etc/zerolake/zerolake.env and start the role under systemd
 #      (cloud/vm/systemd/: Restart=always, output to the journal):
-#      `journalctl -u 'zerolake-*' -f` shows it.
+#      `journalctl -u 'zerolake-*' -f` shows it;
+#   4. with KEEPER on, enable zerolake-keeper.timer: every 2 minutes
+#      cloud/vm/keep-workers.sh starts the deployment's stopped (preempted)
+#      worker VMs (`journalctl -u zerolake-keeper`); with it off, disable it.
 #
 # Foreground mode (a chroot or container, where systemd does not run):
 # ZEROLAKE_FOREGROUND=1 runs process 0 of the role in the foreground instead of
@@ -74,9 +80,15 @@ PACKAGE=$(setting package)
 ACCELERATOR=$(setting accelerator cpu)
 PROCESSES=$(setting processes 1)
 ARGS=$(setting args "")
+KEEPER=$(setting keeper off)
+DEPLOYMENT=$(setting deployment "")
+PROJECT=$(setting project "")
 case "$ROLE" in worker|shuffle|trainer) ;; *) echo "startup.sh: role '$ROLE' is not worker, shuffle or trainer" >&2; exit 2 ;; esac
 [[ -n "$ROOT" && -n "$PACKAGE" ]] || { echo "startup.sh: root and package must be set (metadata zerolake-root, zerolake-package)" >&2; exit 2; }
 [[ "$PROCESSES" =~ ^[1-9][0-9]*$ ]] || { echo "startup.sh: processes '$PROCESSES' is not a positive number" >&2; exit 2; }
+case "$KEEPER" in on|off) ;; *) echo "startup.sh: keeper '$KEEPER' is not on or off (metadata zerolake-keeper)" >&2; exit 2 ;; esac
+[[ "$KEEPER" == off || ( -n "$DEPLOYMENT" && -n "$PROJECT" ) ]] || {
+    echo "startup.sh: keeper is on but deployment or project is not set (metadata zerolake-deployment, zerolake-project)" >&2; exit 2; }
 
 ensure_tools
 command -v python3 >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends python3 >/dev/null; }
@@ -101,6 +113,8 @@ ZEROLAKE_ROLE="$ROLE"
 ZEROLAKE_ROOT="$ROOT"
 ZEROLAKE_ACCELERATOR="$ACCELERATOR"
 ZEROLAKE_ARGS="$ARGS"
+ZEROLAKE_DEPLOYMENT="$DEPLOYMENT"
+ZEROLAKE_PROJECT="$PROJECT"
 ENV
 RUN_ROLE="$PREFIX/src/cloud/vm/run-role.sh"
 
@@ -111,7 +125,8 @@ if [[ "${ZEROLAKE_FOREGROUND:-0}" == 1 ]]; then
     exec "$RUN_ROLE" "$ROLE" 0
 fi
 
-install -m 0644 "$PREFIX"/src/cloud/vm/systemd/zerolake-*.service /etc/systemd/system/
+install -m 0644 "$PREFIX"/src/cloud/vm/systemd/zerolake-*.service "$PREFIX"/src/cloud/vm/systemd/zerolake-*.timer \
+    /etc/systemd/system/
 systemctl daemon-reload
 case "$ROLE" in
     worker) units=(); for ((i = 0; i < PROCESSES; i++)); do units+=("zerolake-worker@$i.service"); done ;;
@@ -121,3 +136,14 @@ esac
 systemctl enable "${units[@]}"
 systemctl restart "${units[@]}"
 log "started ${units[*]}: journalctl -u 'zerolake-*' -f"
+
+if [[ "$KEEPER" == on ]]; then
+    # keep-workers.sh needs gcloud (Google's Debian 12 images carry it); say so now, not only in each pass's failure.
+    PATH="$PATH:/snap/bin" command -v gcloud >/dev/null \
+        || log "WARNING: gcloud is not on PATH: the worker keeper will fail until google-cloud-cli is installed"
+    systemctl enable zerolake-keeper.timer
+    systemctl restart zerolake-keeper.timer
+    log "worker keeper on: zerolake-keeper.timer starts stopped workers of $DEPLOYMENT every 2 minutes (journalctl -u zerolake-keeper)"
+else
+    systemctl disable --now zerolake-keeper.timer >/dev/null 2>&1 || true
+fi
