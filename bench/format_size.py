@@ -1,99 +1,215 @@
-"""Bytes per position at rest, for 9x9 and 19x19 chunks.
+"""Bytes at rest per position, counted on real self-play games and a real small run.
 
-Games come from ``testdata.synthetic_games``: random play with policy targets shaped
-like search output (200 visits on 9x9, 800 on 19x19, most on a few moves with
-a tail of exploration visits).  Two figures per size:
+Everything is measured on files this run writes, in a temporary folder:
 
-* all positions, with playout-cap randomization keeping a full-search policy
-  target on 25% of moves (KataGo's default share);
-* full-search positions, from chunks where *every* position has a target
-  (the worst case, and the acceptance figure).
+1. **Games.**  The self-play worker (``python -m selfplay.worker``, default
+   search settings: 64 visits a full search on 25% of moves, 16 otherwise)
+   plays 9x9 and 19x19 games into a local lake: first with the uniform
+   evaluator (generation 0, no model), then with a small network published
+   as generation 1 (`testdata.models.publish_untrained_model`: 1 block of 8
+   filters, random weights; a network that plays differently from the
+   uniform evaluator, not a strong one).
+2. **Chunks.**  ``bytes_per_position_<N>``: every chunk byte of the lake over
+   its positions.  ``bytes_per_full_search_position_<N>``: the same from a
+   second lake whose games give *every* move a full search (the worst case).
+3. **Shards.**  The shuffle job (``python -m pipeline.shuffle``, default
+   reuse, gzip level and retention; the window is the whole lake because it
+   is below the default minimum window) writes one window from each lake.
+   ``shard_bytes_per_record_<N>``: shard bytes over the positions they hold.
+   ``lake_bytes_per_position_9``: the 9x9 lake's chunks plus its retained
+   windows (every file under games/ and windows/) over the positions of
+   its chunks.
+4. **Peers, on the very positions of those shards, in shard order**:
+   Minigo's record layout (``x`` uint8[N, N, 17] raw, ``pi`` float32[N²+1]
+   raw, ``outcome``; one tf.train.Example per position; the file
+   ZLIB-compressed at zlib's default level, as TFRecordWriter does) and, on
+   19x19, Leela Zero's v2 training text format (16 lines of hex bitplanes,
+   the side to move, 362 probabilities, the winner), gzip-compressed at
+   level 9.  Positions the shards hold without a policy target get a
+   uniform one in the peers' layouts (both formats need one).
 
-As a peer measured in the same run, the same positions are also written the
-way Minigo stores them (17 uint8 feature planes + dense float32 policy +
-outcome in a tf.train.Example, ZLIB-compressed TFRecord).
+Targets that must hold: bytes_per_full_search_position_9 <= 40,
+bytes_per_full_search_position_19 <= 96, shard_bytes_per_record_<N> <= 0.5 x
+minigo_bytes_per_record_<N>.  Ends with one JSON line.
 
-Ends with one JSON line.
+    python bench/format_size.py
 """
 from __future__ import annotations
 
+import gzip
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 from format import codec  # noqa: E402
+from format import layout  # noqa: E402
 from format.example_proto import Example  # noqa: E402
-from testdata.synthetic_games import synthetic_game  # noqa: E402
 from format.tfrecord import frame_records  # noqa: E402
 
-GAMES_PER_CHUNK = 64
-VISITS = {9: 200, 19: 800}
+GAMES = {9: 96, 19: 12}
+"""Games per evaluator (uniform, then the small network) and board size: ~30k 9x9 positions in all."""
+FULL_SEARCH_GAMES = {9: 48, 19: 6}
+NETWORK = dict(blocks=1, filters=8, global_pool_every=1, global_pool_channels=4, value_hidden=8)
 
 
-def chunk_bytes_per_position(n: int, full_fraction: float, chunks: int, seed: int) -> tuple[float, list]:
-    rng = np.random.default_rng(seed)
-    total_bytes = total_positions = 0
-    sample = []
-    for _ in range(chunks):
-        games = [synthetic_game(rng, n, visits=VISITS[n], full_search_fraction=full_fraction)
-                 for _ in range(GAMES_PER_CHUNK)]
-        data = codec.encode_chunk(games)
-        total_bytes += len(data)
-        total_positions += sum(g.num_positions for g in games)
-        sample = games[:8]
-    return total_bytes / total_positions, sample
+def _env(root: Path) -> dict:
+    # The worker's spool defaults to the user's state folder: keep it beside the lake.
+    return dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3",
+                XDG_STATE_HOME=str(root.parent / f"state-{root.name}"))
 
 
-def minigo_bytes_per_position(games: list) -> float:
-    """Minigo's at-rest layout for the same positions (features uint8, pi float32, ZLIB)."""
+def play(root: Path, board_size: int, games: int, *flags: str) -> None:
+    """``games`` finished games of the worker into ``root``, with whatever model LATEST names."""
+    subprocess.run([sys.executable, "-m", "selfplay.worker", "--root", str(root), "--board-size", str(board_size),
+                    "--games", str(min(games, 64)), "--max-games", str(games), "--chunk-games", "32",
+                    "--progress-seconds", "600", *flags],
+                   cwd=REPO, env=_env(root), check=True, stdout=subprocess.DEVNULL)
+
+
+def shuffle(root: Path) -> dict:
+    """Run the shuffle job on ``root`` at its defaults; return the window's manifest."""
+    subprocess.run([sys.executable, "-m", "pipeline.shuffle", "--root", str(root)],
+                   cwd=REPO, env=_env(root), check=True, stdout=subprocess.DEVNULL)
+    windows = root / layout.WINDOWS_DIR
+    (folder,) = [p for p in windows.iterdir() if (p / layout.MANIFEST).exists()]
+    return json.loads((folder / layout.MANIFEST).read_text()) | {"folder": str(folder)}
+
+
+def _files(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file()]
+
+
+def chunk_positions(root: Path) -> tuple[int, int]:
+    """(bytes, positions) of every chunk under ``root``."""
+    size = positions = 0
+    for path in _files(root / layout.GAMES_DIR):
+        data = path.read_bytes()
+        size += len(data)
+        positions += sum(game.num_positions for game in codec.read_chunk(data, str(path)))
+    return size, positions
+
+
+def shard_positions(manifest: dict) -> tuple[int, list]:
+    """(bytes, decoded positions) of a window's shards, in shard order."""
+    folder = Path(manifest["folder"])
+    size, positions = 0, []
+    for name in manifest["shards"]:
+        data = (folder / name).read_bytes()
+        size += len(data)
+        positions += codec.read_shard(data, name, games=manifest.get("games"))
+    return size, positions
+
+
+def _dense_policy(position) -> np.ndarray:
+    actions = position.board_size ** 2 + 1
+    pi = np.zeros(actions, np.float32)
+    if len(position.policy_index):
+        pi[position.policy_index] = position.policy_prob
+    else:
+        pi[:] = 1.0 / actions
+    return pi
+
+
+def minigo_records(positions: list) -> list[bytes]:
+    """Minigo's record of each position: x uint8[N, N, 17] (16 planes, then 1s for Black to move),
+    pi float32[N²+1], outcome."""
     records = []
-    for game in games:
-        n = game.board_size
-        for i in range(game.num_positions):
-            x = np.zeros((n, n, 17), dtype=np.uint8)
-            me = 0 if i % 2 == 0 else 1
-            for h in range(8):
-                j = i - h
-                if j < 0:
-                    break
-                x[:, :, h] = game.planes[j, me]
-                x[:, :, 8 + h] = game.planes[j, 1 - me]
-            x[:, :, 16] = 1 if me == 0 else 0
-            pi = np.zeros(n * n + 1, dtype=np.float32)
-            idx, probs = game.policy_probs(i)
-            pi[idx] = probs
-            ex = Example()
-            ex.features.feature["x"].bytes_list.value.append(x.tobytes())
-            ex.features.feature["pi"].bytes_list.value.append(pi.tobytes())
-            ex.features.feature["outcome"].float_list.value.append(float(game.winner))
-            records.append(ex.SerializeToString())
-    return len(zlib.compress(frame_records(records), 6)) / len(records)
+    for position in positions:
+        x = np.concatenate([position.planes, np.full((1,) + position.planes.shape[1:],
+                                                     1 if position.to_play == 1 else 0, np.uint8)])
+        ex = Example()
+        ex.features.feature["x"].bytes_list.value.append(np.ascontiguousarray(x.transpose(1, 2, 0)).tobytes())
+        ex.features.feature["pi"].bytes_list.value.append(_dense_policy(position).tobytes())
+        ex.features.feature["outcome"].float_list.value.append(float(position.value))
+        records.append(ex.SerializeToString())
+    return records
 
 
-def main() -> None:
+def minigo_bytes_per_record(positions: list) -> float:
+    """Minigo's layout of ``positions`` as a ZLIB TFRecord file (zlib's default level, as TFRecordWriter)."""
+    records = minigo_records(positions)
+    return len(zlib.compress(frame_records(records), zlib.Z_DEFAULT_COMPRESSION)) / len(records)
+
+
+def leela_zero_text(position) -> str:
+    """One position in Leela Zero's v2 training format (19x19): 19 lines.
+
+    Lines 1-16: the side to move's stones at t..t-7, then the opponent's,
+    each 361 bits as 90 hex digits (4 points each, most significant first)
+    plus one digit for the last point; line 17: 0 Black / 1 White to move;
+    line 18: the 362 search probabilities; line 19: the winner from the
+    side to move's view (1 or -1; 0 here for a drawn or unknown result).
+    """
+    lines = []
+    for plane in position.planes.reshape(16, -1):
+        bits = "".join("1" if b else "0" for b in plane.tolist())
+        lines.append(f"{int(bits[:360], 2):090x}{bits[360]}")
+    lines.append("0" if position.to_play == 1 else "1")
+    lines.append(" ".join(f"{p:g}" for p in _dense_policy(position).tolist()))
+    lines.append(str(int(np.sign(position.value))))
+    return "\n".join(lines) + "\n"
+
+
+def lz_bytes_per_record(positions: list) -> float:
+    text = "".join(leela_zero_text(p) for p in positions).encode()
+    return len(gzip.compress(text, compresslevel=9, mtime=0)) / len(positions)
+
+
+def measure(scratch: Path, n: int, result: dict) -> None:
+    from testdata.models import publish_untrained_model
+
+    lake = scratch / f"lake{n}"
+    play(lake, n, GAMES[n])  # uniform evaluator: no model yet
+    publish_untrained_model(str(lake), 1, n, network=NETWORK, seed=n)
+    play(lake, n, GAMES[n])  # the worker starts on LATEST = generation 1
+    chunk_bytes, positions = chunk_positions(lake)
+    full = scratch / f"full{n}"
+    play(full, n, FULL_SEARCH_GAMES[n], "--full-search-fraction", "1.0")
+    full_bytes, full_positions = chunk_positions(full)
+    manifest = shuffle(lake)
+    shard_bytes, shard_records = shard_positions(manifest)
+    result[f"bytes_per_position_{n}"] = round(chunk_bytes / positions, 2)
+    result[f"bytes_per_full_search_position_{n}"] = round(full_bytes / full_positions, 2)
+    result[f"shard_bytes_per_record_{n}"] = round(shard_bytes / len(shard_records), 2)
+    result[f"minigo_bytes_per_record_{n}"] = round(minigo_bytes_per_record(shard_records), 2)
+    result[f"positions_{n}"] = positions
+    result[f"shard_records_{n}"] = len(shard_records)
+    result[f"policy_entries_per_full_search_{n}"] = round(
+        float(np.mean([len(r.policy_index) for r in shard_records if r.policy_weight > 0] or [0])), 1)
+    if n == 19:
+        result["lz_bytes_per_record_19"] = round(lz_bytes_per_record(shard_records), 2)
+    if n == 9:
+        kept = _files(lake / layout.GAMES_DIR) + _files(lake / layout.WINDOWS_DIR)
+        result["lake_bytes_per_position_9"] = round(sum(p.stat().st_size for p in kept) / positions, 2)
+        result["lake_windows_9"] = len(list((lake / layout.WINDOWS_DIR).iterdir()))
+    print(f"{n}x{n}: {positions} positions in chunks, {chunk_bytes / positions:.1f} B each "
+          f"(full search {full_bytes / full_positions:.1f}); shards {shard_bytes / len(shard_records):.1f} B "
+          f"a record vs Minigo's {result[f'minigo_bytes_per_record_{n}']:.1f}", flush=True)
+
+
+def main() -> int:
     started = time.time()
     result = {"bench": "format_size"}
-    print(f"{'board':>5}  {'positions':>22}  {'bytes/position':>14}")
-    for n, chunks in ((9, 6), (19, 3)):
-        all_bpp, _ = chunk_bytes_per_position(n, 0.25, chunks, seed=n)
-        full_bpp, sample = chunk_bytes_per_position(n, 1.0, chunks, seed=100 + n)
-        minigo = minigo_bytes_per_position(sample)
-        print(f"{n:>3}x{n:<2}  {'all (25% full search)':>22}  {all_bpp:14.1f}")
-        print(f"{n:>3}x{n:<2}  {'full search':>22}  {full_bpp:14.1f}")
-        print(f"{n:>3}x{n:<2}  {'Minigo layout, same pos':>22}  {minigo:14.1f}   ({minigo / full_bpp:.0f}x ours)")
-        result[f"bytes_per_position_{n}"] = round(all_bpp, 2)
-        result[f"bytes_per_full_search_position_{n}"] = round(full_bpp, 2)
-        result[f"minigo_bytes_per_position_{n}"] = round(minigo, 1)
-    print(f"(visits: 9x9 {VISITS[9]}, 19x19 {VISITS[19]}; {GAMES_PER_CHUNK} games per chunk; "
-          f"references: KataGo ~900 B/position compressed, Minigo ~7.6 KB raw; {time.time() - started:.0f} s)")
+    with tempfile.TemporaryDirectory(prefix="zerolake-format-size-") as scratch:
+        for n in (9, 19):
+            measure(Path(scratch), n, result)
+    for n in (9, 19):
+        result[f"shard_over_minigo_{n}"] = round(result[f"shard_bytes_per_record_{n}"]
+                                                 / result[f"minigo_bytes_per_record_{n}"], 3)
+    result["seconds"] = round(time.time() - started)
     print(json.dumps(result))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

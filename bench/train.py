@@ -2,14 +2,23 @@
 
 1. Input pipeline, no model: examples/s that ``format.tfdata.training_dataset``
    delivers from GZIP shards (read, shuffle, batch, parse, unpack, random
-   symmetry per example), for 9x9 and 19x19, batch 1024.
+   symmetry per example), for 9x9 and 19x19, batch 1024, for both position
+   record versions in the same run, on the same positions: version 2 (the
+   default the shuffle job writes: groups of compact positions whose history
+   planes the graph rebuilds) and version 1 (one assembled example a record).
+   ``input_examples_per_s_<N>`` is the default version's figure;
+   ``..._v1`` / ``..._v2`` name each version.
 2. Training: steps/s of the default 9x9 network (TrainConfig defaults:
    4 blocks x 32 filters, batch 256, float32, default strategy) fed by the
    same pipeline.
 3. The ratio: examples/s the pipeline can supply over examples/s training
    consumes (above 1 means the input is not the bottleneck).
 
-Shards are synthetic (testdata.synthetic_windows) in a temporary lake.  Timings on a
+The positions are those of legal random games played by the engine
+(`testdata.random_games.engine_game`, search-shaped policy targets on a
+quarter of the moves, as playout-cap randomization leaves them), built into
+records by the shuffle job's own code (`pipeline.positions`), 4 shards per
+version in a temporary folder.  Timings on a
 shared 2-core machine are noisy, so the pipeline is also measured per CPU
 second of this process (all its threads), which other load disturbs much
 less; on two idle cores the wall rate approaches twice that figure.  Ends
@@ -28,18 +37,59 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cloud.storage import open_storage  # noqa: E402
-from format import layout  # noqa: E402
-from testdata import synthetic_windows as synthetic  # noqa: E402
+import numpy as np  # noqa: E402
 
 PIPELINE_BATCH = 1024
 
 
-def write_window(root: str, board_size: int, positions: int) -> list[str]:
-    storage = open_storage(root)
-    manifest = synthetic.write_synthetic_window(storage, target_generation=1, board_size=board_size,
-                                                positions=positions, shards=4, seed=board_size)
-    return [storage.url(layout.shard_path(1, name)) for name in manifest["shards"]]
+VISITS = {9: 200, 19: 800}
+SHARDS = 4
+
+
+def write_shards(folder: str, board_size: int, positions: int) -> dict:
+    """{record version: shard paths} holding the same ``positions`` positions, shuffled alike."""
+    from format import codec, schema
+    from pipeline import labels as L
+    from pipeline import positions as P
+    from testdata.random_games import engine_game
+
+    rng = np.random.default_rng(board_size)
+    games, total = [], 0
+    while total < positions:
+        games.append(engine_game(rng, board_size, visits=VISITS[board_size], full_search_fraction=0.25))
+        total += games[-1].num_positions
+    labels = L.label_games(games, policy_fn=None, random_playouts=1, model_playout_moves=0, temperature=1.0,
+                           playout_weight=0.5, rng=rng, stats=L.empty_stats())
+    batch = P.games_positions(games, labels, list(range(len(games))), dedup_max_move=0)
+    batch = batch.take(rng.permutation(len(batch))[:positions])
+    fresh = np.concatenate([g.planes.reshape(g.num_positions, 2, -1) for g in games])
+    planes = P.history_planes(fresh, np.concatenate([np.arange(g.num_positions) for g in games]))
+    # The permutation above reordered the batch; rebuild v1 planes in the same order via the instances.
+    order = _rows_of(batch, games)
+    v1 = codec.encode_positions(
+        board_size=board_size, planes_packed=planes[order], to_play=batch.to_play,
+        policy_offsets=batch.policy_offsets, policy_index=batch.policy_index, policy_prob=batch.policy_prob,
+        value=batch.value, score=batch.score, ownership=batch.ownership, policy_weight=batch.policy_weight,
+        value_weight=batch.value_weight, ownership_weight=batch.ownership_weight,
+        score_weight=batch.score_weight, game_id=batch.game_id, move_number=batch.move_number,
+        generation=batch.generation)
+    out = {}
+    for version, records_of in ((1, lambda rows: [v1[i] for i in rows]),
+                                (2, lambda rows: batch.take(rows).encode())):
+        paths = []
+        for shard, rows in enumerate(np.array_split(np.arange(len(batch)), SHARDS)):
+            path = os.path.join(folder, f"v{version}-{board_size}-{shard}{schema.SHARD_SUFFIX}")
+            with open(path, "wb") as f:
+                f.write(codec.encode_shard(records_of(rows)))
+            paths.append(path)
+        out[version] = paths
+    return out
+
+
+def _rows_of(batch, games) -> np.ndarray:
+    """Row of each of ``batch``'s positions in the games laid end to end (instance = game index)."""
+    starts = np.concatenate([[0], np.cumsum([g.num_positions for g in games])[:-1]])
+    return starts[batch.instance] + batch.move_number
 
 
 def pipeline_rate(shards: list[str], board_size: int, seconds: float) -> tuple[float, float]:
@@ -91,26 +141,31 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="timed seconds per measurement")
     args = parser.parse_args(argv)
+    from format.schema import POSITION_RECORD_VERSION
+
+    result = {"bench": "train"}
     with tempfile.TemporaryDirectory(prefix="zerolake-bench-") as scratch:
-        shards9 = write_window(os.path.join(scratch, "lake9"), 9, 16384)
-        shards19 = write_window(os.path.join(scratch, "lake19"), 19, 8192)
-        rate9, cpu9 = pipeline_rate(shards9, 9, args.seconds)
-        print(f"input pipeline  9x9 : {rate9:10.0f} examples/s, {cpu9:8.0f} per CPU second "
-              f"(batch {PIPELINE_BATCH}, no model)")
-        rate19, cpu19 = pipeline_rate(shards19, 19, args.seconds)
-        print(f"input pipeline 19x19: {rate19:10.0f} examples/s, {cpu19:8.0f} per CPU second "
-              f"(batch {PIPELINE_BATCH}, no model)")
-        steps, batch = train_rate(shards9, os.path.join(scratch, "lake9"), args.seconds)
+        shards = {9: write_shards(scratch, 9, 16384), 19: write_shards(scratch, 19, 8192)}
+        for n in (9, 19):
+            for version in (1, 2):
+                rate, cpu = pipeline_rate(shards[n][version], n, args.seconds)
+                size = sum(os.path.getsize(p) for p in shards[n][version]) / (16384 if n == 9 else 8192)
+                print(f"input pipeline {n:2d}x{n:<2d} v{version}: {rate:10.0f} examples/s, {cpu:8.0f} per CPU "
+                      f"second (batch {PIPELINE_BATCH}, no model; {size:.0f} bytes a position at rest)")
+                result[f"input_examples_per_s_{n}_v{version}"] = round(rate)
+                result[f"input_examples_per_cpu_s_{n}_v{version}"] = round(cpu)
+                result[f"shard_bytes_per_position_{n}_v{version}"] = round(size, 1)
+            for key in ("input_examples_per_s", "input_examples_per_cpu_s"):
+                result[f"{key}_{n}"] = result[f"{key}_{n}_v{POSITION_RECORD_VERSION}"]
+        steps, batch = train_rate(shards[9][POSITION_RECORD_VERSION], os.path.join(scratch, "lake9"), args.seconds)
         consumed = steps * batch
         print(f"training 9x9 default net: {steps:.2f} steps/s at batch {batch} = {consumed:.0f} examples/s")
-        ratio = rate9 / consumed
+        ratio = result["input_examples_per_s_9"] / consumed
         print(f"pipeline supply / training demand (9x9): {ratio:.1f}x")
-    print(json.dumps({"bench": "train", "input_examples_per_s_9": round(rate9),
-                      "input_examples_per_s_19": round(rate19),
-                      "input_examples_per_cpu_s_9": round(cpu9), "input_examples_per_cpu_s_19": round(cpu19),
-                      "train_steps_per_s_9": round(steps, 3), "train_batch_9": batch,
-                      "train_examples_per_s_9": round(consumed), "supply_over_demand_9": round(ratio, 2),
-                      "cpus": os.cpu_count()}))
+    result.update({"record_version": POSITION_RECORD_VERSION, "train_steps_per_s_9": round(steps, 3),
+                   "train_batch_9": batch, "train_examples_per_s_9": round(consumed),
+                   "supply_over_demand_9": round(ratio, 2), "cpus": os.cpu_count()})
+    print(json.dumps(result))
     return 0
 
 

@@ -166,6 +166,8 @@ class WindowManifest:
     shards: tuple[str, ...]
     positions: int
     path: str
+    record_version: int = 1
+    """Position-record version of every shard (SPEC.md; manifests before version 2 records lack the field)."""
     document: dict = dataclasses.field(repr=False, compare=False, default_factory=dict)
 
 
@@ -208,9 +210,16 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
     positions = need("positions", int)
     if positions <= 0:
         raise ManifestError(url, "positions", f"is {positions}, expected > 0")
+    record_version = need("record_version", int) if "record_version" in document else 1
+    if record_version not in S.POSITION_RECORD_VERSIONS:
+        raise ManifestError(url, "record_version", f"is {record_version}; this reader knows versions "
+                            f"{sorted(S.POSITION_RECORD_VERSIONS)} (update zerolake)")
+    games = document.get("games", [])
+    if not isinstance(games, list) or not all(isinstance(g, str) for g in games):
+        raise ManifestError(url, "games", "must be a list of game ids (the version-2 records' game table)")
     return WindowManifest(target_generation=generation, board_size=board_size,
                           shards=tuple(shard_path(generation, s) for s in shards), positions=positions,
-                          path=path, document=document)
+                          path=path, record_version=record_version, document=document)
 
 
 def read_window_manifest(storage, generation: int, *, check_shards: bool = False) -> WindowManifest:

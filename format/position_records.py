@@ -1,10 +1,31 @@
-"""Position records: one training example per record, many per shard (format/SPEC.md "Shards").
+"""Position records: training examples in shards (format/SPEC.md "Shards").
 
-The Beam job assembles each position (history planes, policy target, value,
-score and ownership targets, loss weights) so that the trainer needs no Go
-engine; format.tfdata parses the same bytes in the graph.  This module is the
-reference encoder and decoder, one position at a time; the job's batched hot
-path (`format.position_wire`) writes byte-identical records.
+Two versions, both decoded here and by format.tfdata:
+
+* **version 1**: one assembled position per record (16 bit-packed history
+  planes, sparse float policy, int8 ownership, float targets, game id).
+  `encode_position` is its reference encoder; the batched
+  `format.position_wire` writes byte-identical records.  Kept so that
+  existing windows stay readable (and for bench/train.py's comparison).
+* **version 2** (written by the shuffle job): a *group* of up to
+  ``schema.POSITION_GROUP`` positions per record, stored column by column at
+  about what a chunk costs: the board at t in base 3 (5 points a byte), the
+  last 7 moves and the stones each captured (from which the 7 older boards,
+  hence the 16 history planes, follow), ownership at the labels' precision
+  (ternary for final-board labels, int8 for fractional ones), the policy as
+  small integers with gap-coded indices, the scalar targets in 14 bytes,
+  and the provenance as integers (generation, the game's index in the
+  window's game table, move number).  `CompactPositions` is that at-rest form;
+  `encode_position_groups` writes it, `decode_records` reads either
+  version back to `PositionRecord` (history rebuilt with the reference
+  builder `format.planes.record_planes`).
+
+Data flow of version 2::
+
+    pipeline.positions.PositionBatch --compact()--> CompactPositions
+        --encode_position_groups()--> records --encode_shard()--> GZIP shard
+    shard --format.tfdata (in the graph)--> training batches
+    shard --read_shard()/decode_records() (numpy, tools and tests)--> PositionRecord
 """
 from __future__ import annotations
 
@@ -13,6 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
+from format import planes as plane_layout
 from format import schema as S
 from format.example_proto import Example
 from format.tfrecord import (
@@ -48,9 +70,13 @@ class PositionRecord:
     ownership_weight: float
     score_weight: float
     game_id: str
+    """The source game; in version 2 looked up in the window's game table when one is given, else ""."""
     move_number: int
+    """Position index in its game."""
     generation: int
-    version: int = S.FORMAT_VERSION
+    version: int = 1
+    game: int = -1
+    """Version 2: the game's index in the window's game table (the manifest's ``games``); -1 in version 1."""
 
 
 def encode_position(
@@ -60,7 +86,7 @@ def encode_position(
 ) -> bytes:
     """Serialize one position record.  Inputs are already in at-rest form."""
     ex = Example()
-    set_int64(ex, S.P_VERSION, [S.FORMAT_VERSION])
+    set_int64(ex, S.P_VERSION, [1])
     set_int64(ex, S.P_BOARD_SIZE, [board_size])
     set_bytes(ex, S.P_PLANES, bytes(planes_packed))
     set_int64(ex, S.P_TO_PLAY, [to_play])
@@ -80,9 +106,46 @@ def encode_position(
 
 
 def decode_position(data: bytes, source: str = "<bytes>") -> PositionRecord:
-    """Parse and validate one position record (the trainer uses format.tfdata)."""
+    """Parse and validate one version-1 position record (the trainer uses format.tfdata).
+
+    A version-2 record holds a group of positions: `decode_records` reads both.
+    """
+    records = decode_records(data, source)
+    if records and records[0].version != 1:
+        raise FormatError(source, S.P_VERSION, f"is a version-{records[0].version} group of {len(records)} "
+                                               f"positions; read it with decode_records")
+    return records[0]
+
+
+def decode_version(data: bytes, source: str = "<bytes>") -> int:
+    """The version of one position record (either version), checked against the known ones."""
     r = FeatureReader(parse_example(data, source), source)
-    version, n = r.header(S.P_VERSION, S.P_BOARD_SIZE)
+    version = r.int(S.P_VERSION)
+    if version not in S.POSITION_RECORD_VERSIONS:
+        raise r.error(S.P_VERSION, f"unknown position-record version {version} (this reader knows "
+                                   f"{sorted(S.POSITION_RECORD_VERSIONS)}); update zerolake to read it")
+    return version
+
+
+def decode_records(data: bytes, source: str = "<bytes>", games: Sequence[str] | None = None
+                   ) -> list[PositionRecord]:
+    """Every position in one record of either version (one for v1, a group for v2).
+
+    ``games`` is the window's game table (the manifest's ``games``): given,
+    each version-2 position's ``game_id`` is looked up in it.
+    """
+    version = decode_version(data, source)
+    r = FeatureReader(parse_example(data, source), source)
+    n = r.int(S.P_BOARD_SIZE)
+    if not S.MIN_BOARD_SIZE <= n <= S.MAX_BOARD_SIZE:
+        raise r.error(S.P_BOARD_SIZE, f"impossible board size {n}")
+    if version == 2:
+        return _decode_group(r, n, games)
+    return [_decode_v1(r, n)]
+
+
+def _decode_v1(r: FeatureReader, n: int) -> PositionRecord:
+    version = 1
     raw = r.bytes(S.P_PLANES)
     expected = S.packed_plane_bytes(n, S.PACKED_PLANES)
     if len(raw) != expected:
@@ -119,10 +182,343 @@ def encode_shard(records: Sequence[bytes]) -> bytes:
     return compress_gzip(frame_records(records))
 
 
-def read_shard(data: bytes, source: str) -> list[PositionRecord]:
-    """Decode a whole shard (tools and tests; the trainer streams with tf.data)."""
+def read_shard(data: bytes, source: str, games: Sequence[str] | None = None) -> list[PositionRecord]:
+    """Decode a whole shard (tools and tests; the trainer streams with tf.data).
+
+    ``games``: the window's game table, to fill version-2 game ids (`decode_records`).
+    """
     try:
         raw = decompress_for(source, data)
-        return [decode_position(rec, f"{source}#{i}") for i, rec in enumerate(iter_framed_records(raw, source))]
+        return [position for i, rec in enumerate(iter_framed_records(raw, source))
+                for position in decode_records(rec, f"{source}#{i}", games)]
     except RecordError as exc:
         raise FormatError(source, None, str(exc).split(": ", 1)[-1]) from None
+
+
+# --------------------------------------------------------------------------
+# Version 2: groups of compact positions
+# --------------------------------------------------------------------------
+
+
+def pack_trits(codes: np.ndarray) -> np.ndarray:
+    """uint8[P, NN] codes in 0..2 -> uint8[P, ceil(NN/5)]: point p is digit p % 5 (base 3) of byte p // 5."""
+    codes = np.asarray(codes, dtype=np.uint8)
+    rows, points = codes.shape
+    padded = np.zeros((rows, -(-points // S.TRIT_POINTS) * S.TRIT_POINTS), np.uint16)
+    padded[:, :points] = codes
+    digits = padded.reshape(rows, -1, S.TRIT_POINTS)
+    weights = 3 ** np.arange(S.TRIT_POINTS, dtype=np.uint16)
+    return (digits * weights).sum(axis=2).astype(np.uint8)
+
+
+def trit_table() -> np.ndarray:
+    """uint8[256, 5]: the five base-3 digits of each byte, least significant first (bytes > 242: 3s)."""
+    values = np.arange(256)
+    table = np.stack([values // 3 ** k % 3 for k in range(S.TRIT_POINTS)], axis=1)
+    table[values >= 3 ** S.TRIT_POINTS] = 3  # invalid: no code 3 exists
+    return table.astype(np.uint8)
+
+
+def unpack_trits(packed: np.ndarray, points: int) -> np.ndarray:
+    """Inverse of `pack_trits`: uint8[P, points]; code 3 marks a byte that is not base 3."""
+    packed = np.asarray(packed, dtype=np.uint8)
+    return trit_table()[packed].reshape(len(packed), -1)[:, :points]
+
+
+def colour_codes(colours: np.ndarray) -> np.ndarray:
+    """int8 colours (BLACK, WHITE, EMPTY) -> codes 1, 2, 0."""
+    colours = np.asarray(colours)
+    return np.where(colours == S.BLACK, 1, np.where(colours == S.WHITE, 2, 0)).astype(np.uint8)
+
+
+def code_colours(codes: np.ndarray) -> np.ndarray:
+    """Inverse of `colour_codes`."""
+    return np.where(codes == 1, S.BLACK, np.where(codes == 2, S.WHITE, S.EMPTY)).astype(np.int8)
+
+
+def policy_small_integers(prob: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """uint8[K] in 1..255: each position's positive probabilities as integers proportional to them.
+
+    Position i's entries are ``prob[offsets[i]:offsets[i+1]]``.  Visit-count
+    policies whose smallest count is 1..16 and largest at most 255 come out
+    as the visit counts themselves, exactly; any
+    other is scaled so its largest entry is 255 and rounded (no entry below
+    1, so none is lost).  Small integers keep the gzip'd shard small: a
+    one-visit entry costs a few bits, not a float.  One pass over all
+    positions (segment reductions), no loop.
+    """
+    prob = np.asarray(prob, dtype=np.float64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    counts = np.diff(offsets)
+    if not len(prob):
+        return np.zeros(0, np.uint8)
+    if (prob <= 0).any():
+        raise ValueError("policy entries must be positive")
+    starts = offsets[:-1][counts > 0]
+    counts = counts[counts > 0]
+    smallest = np.repeat(np.minimum.reduceat(prob, starts), counts)
+    largest = np.repeat(np.maximum.reduceat(prob, starts), counts)
+    out = np.clip(np.round(prob / largest * 255), 1, 255)
+    settled = np.zeros(len(counts), bool)
+    # Visit counts: the smallest count is small (1 in real searches); try 1..16 as the unit.
+    for unit in range(1, 17):
+        ratio = prob / smallest * unit
+        whole = np.round(ratio)
+        exact = ((np.maximum.reduceat(whole, starts) <= 255)
+                 & (np.maximum.reduceat(np.abs(ratio - whole), starts) < 1e-3) & ~settled)
+        out = np.where(np.repeat(exact, counts), whole, out)
+        settled |= exact
+    return out.astype(np.uint8)
+
+
+@dataclasses.dataclass
+class CompactPositions:
+    """P positions in the at-rest form of a version-2 record, column by column.
+
+    Colours are absolute (codes 0 empty/neutral, 1 Black, 2 White); the
+    targets are from the side to move's view, as in version 1.
+    """
+
+    board_size: int
+    board: np.ndarray
+    """uint8[P, trit_bytes(N)]: the board at t, `pack_trits` of colour codes."""
+    moves: np.ndarray
+    """int32[P, 7]: moves t-1, t-2, ..., t-7 (newest first); PASS = N*N, N*N + 1 = before the start."""
+    capture_offsets: np.ndarray
+    """int64[P+1]: position i's captures are captures[off[i]:off[i+1]]."""
+    captures: np.ndarray
+    """int64[C]: (age - 1) * N*N + point for each stone the move t-age captured, ascending per position."""
+    to_play: np.ndarray
+    """int8[P]: BLACK or WHITE."""
+    ownership: np.ndarray
+    """uint8[P, trit_bytes(N)]: final ownership, Black's view, `pack_trits` of codes (0 neutral);
+    all zeros for the positions whose ownership is fine (below)."""
+    fine: np.ndarray
+    """bool[P]: the position's ownership is fractional and lies in ``ownership_fine``."""
+    ownership_fine: np.ndarray
+    """int8[F, NN]: ``round(127 * o)``, Black's view, of each fine position in order (F = fine.sum())."""
+    value: np.ndarray
+    score: np.ndarray
+    policy_weight: np.ndarray
+    value_weight: np.ndarray
+    ownership_weight: np.ndarray
+    score_weight: np.ndarray
+    """float32[P] each (value and score from the side to move)."""
+    policy_offsets: np.ndarray
+    """int64[P+1]: position i's policy is policy_index/value[off[i]:off[i+1]]."""
+    policy_index: np.ndarray
+    """int64[K]: action indices, ascending per position."""
+    policy_value: np.ndarray
+    """uint8[K] in 1..255: probability = value / (sum of the position's values)."""
+    generation: np.ndarray
+    """int64[P]: generation of the model that played the source game."""
+    game: np.ndarray
+    """int64[P]: the source game's index in the window's game table."""
+    move_number: np.ndarray
+    """int64[P]: the position's index in its game."""
+
+    def __len__(self) -> int:
+        return len(self.to_play)
+
+
+def _targets_rows(c: CompactPositions) -> np.ndarray:
+    """uint8[P, TARGET_BYTES]: flags byte, int8 value, float32 score, 4 float16 weights (little-endian).
+
+    The score is float32 because a played-out score is the mean of many
+    half-point playout scores (64 by default: steps of 1/128 point), which
+    no 16-bit fixed point holds over a 19x19 board's range.
+    """
+    out = np.zeros((len(c), S.TARGET_BYTES), np.uint8)
+    out[:, 0] = (c.to_play == S.WHITE).astype(np.uint8) | (np.asarray(c.fine, bool).astype(np.uint8) << 1)
+    out[:, 1] = np.clip(np.round(c.value * S.ROOT_VALUE_SCALE), -127, 127).astype(np.int8).view(np.uint8)
+    out[:, 2:6] = np.asarray(c.score, "<f4").view(np.uint8).reshape(-1, 4)
+    weights = np.stack([c.policy_weight, c.value_weight, c.ownership_weight, c.score_weight], axis=1).astype("<f2")
+    out[:, 6:14] = weights.view(np.uint8).reshape(-1, 8)
+    return out
+
+
+def _target_columns(rows: np.ndarray) -> bytes:
+    """A record's targets rows stored column by column, each column padded to POSITION_GROUP entries.
+
+    Byte j of position i is at ``j * POSITION_GROUP + i``.  Columns put the
+    like bytes of 64 positions side by side (the weights, mostly equal; the
+    low mantissa bytes of the scores, mostly 0), which gzip squeezes far
+    better than interleaved rows; the fixed column length keeps one layout
+    for a short last record, so tf.data unpacks every record alike.
+    """
+    columns = np.zeros((S.TARGET_BYTES, S.POSITION_GROUP), np.uint8)
+    columns[:, :len(rows)] = rows.T
+    return columns.tobytes()
+
+
+def _index_deltas(index: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Each position's sorted indices gap-coded: the first index, then differences (>= 1)."""
+    deltas = np.asarray(index, np.int64).copy()
+    if len(deltas):
+        deltas[1:] = np.diff(deltas)
+        firsts = offsets[:-1][np.diff(offsets) > 0]
+        deltas[firsts] = index[firsts]
+    return deltas
+
+
+def encode_position_groups(c: CompactPositions) -> list[bytes]:
+    """Version-2 records of every position of ``c`` in order, POSITION_GROUP to a record.
+
+    The per-position byte rows are built once for all positions; each record
+    then takes a contiguous slice of every column.
+    """
+    n = c.board_size
+    move_dtype = np.uint8 if S.move_bytes(n) == 1 else np.dtype("<u2")
+    board = np.ascontiguousarray(c.board, np.uint8)
+    ownership = np.ascontiguousarray(c.ownership, np.uint8)
+    moves = np.ascontiguousarray(c.moves.astype(move_dtype))
+    targets = _targets_rows(c)
+    deltas = _index_deltas(c.policy_index, c.policy_offsets)
+    policy_counts = np.diff(c.policy_offsets)
+    capture_counts = np.diff(c.capture_offsets)
+    fine_offsets = np.concatenate([[0], np.cumsum(np.asarray(c.fine, np.int64))])
+    fine_rows = np.ascontiguousarray(c.ownership_fine, np.int8)
+    records = []
+    for lo in range(0, len(c), S.POSITION_GROUP):
+        hi = min(lo + S.POSITION_GROUP, len(c))
+        p_lo, p_hi = c.policy_offsets[lo], c.policy_offsets[hi]
+        c_lo, c_hi = c.capture_offsets[lo], c.capture_offsets[hi]
+        ex = Example()
+        set_int64(ex, S.P_VERSION, [2])
+        set_int64(ex, S.P_BOARD_SIZE, [n])
+        set_int64(ex, S.P2_COUNT, [hi - lo])
+        set_bytes(ex, S.P2_BOARD, board[lo:hi].tobytes())
+        set_bytes(ex, S.P2_MOVES, moves[lo:hi].tobytes())
+        set_int64(ex, S.P2_CAPTURE_COUNT, capture_counts[lo:hi])
+        set_int64(ex, S.P2_CAPTURES, c.captures[c_lo:c_hi])
+        set_bytes(ex, S.P2_OWNERSHIP, ownership[lo:hi].tobytes())
+        set_bytes(ex, S.P2_OWNERSHIP_FINE, fine_rows[fine_offsets[lo]:fine_offsets[hi]].tobytes())
+        set_bytes(ex, S.P2_TARGETS, _target_columns(targets[lo:hi]))
+        set_int64(ex, S.P2_POLICY_COUNT, policy_counts[lo:hi])
+        set_int64(ex, S.P2_POLICY_INDEX_DELTA, deltas[p_lo:p_hi])
+        set_int64(ex, S.P2_POLICY_VALUE, c.policy_value[p_lo:p_hi])
+        set_int64(ex, S.P2_GENERATION, c.generation[lo:hi])
+        set_int64(ex, S.P2_GAME, c.game[lo:hi])
+        set_int64(ex, S.P2_MOVE_NUMBER, c.move_number[lo:hi])
+        records.append(ex.SerializeToString(deterministic=True))
+    return records
+
+
+def history_boards(board: np.ndarray, moves: np.ndarray, captures: np.ndarray, to_play: int,
+                   board_size: int) -> list[np.ndarray]:
+    """int8 [N, N] boards t, t-1, ... (newest first, as many as the game has, up to 8).
+
+    Undoes the moves one at a time: the stone move t-k placed is lifted and
+    the stones it captured come back in the other colour.  ``board`` is int8
+    [NN] colours at t, ``captures`` one position's (age - 1) * NN + point entries.
+    """
+    nn = board_size * board_size
+    boards = [np.asarray(board, np.int8).copy()]
+    for age in range(1, S.HISTORY_LENGTH):
+        move = int(moves[age - 1])
+        if move == nn + S.NO_MOVE_OFFSET:
+            break
+        mover = to_play if age % 2 == 0 else -to_play  # who played move t-age
+        older = boards[-1].copy()
+        if move < nn:
+            older[move] = S.EMPTY
+        captured = captures[captures // nn == age - 1] % nn
+        older[captured] = -mover
+        boards.append(older)
+    return [b.reshape(board_size, board_size) for b in boards]
+
+
+def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None) -> list[PositionRecord]:
+    """Validate a version-2 record and rebuild each position (history planes by the reference builder)."""
+    nn, actions, width = n * n, S.num_actions(n), S.trit_bytes(n)
+    count = r.int(S.P2_COUNT)
+    if not 1 <= count <= S.POSITION_GROUP:
+        raise r.error(S.P2_COUNT, f"is {count}, outside 1..{S.POSITION_GROUP}")
+
+    def fixed(field, row_bytes):
+        raw = r.bytes(field)
+        if len(raw) != count * row_bytes:
+            raise r.error(field, f"has {len(raw)} bytes, expected {count} x {row_bytes}")
+        return np.frombuffer(raw, np.uint8).reshape(count, row_bytes)
+
+    def counted(count_field, values_field):
+        counts = r.ints(count_field)
+        if len(counts) != count or (counts < 0).any():
+            raise r.error(count_field, f"has {len(counts)} entries (or a negative one), expected {count}")
+        values = r.ints(values_field)
+        if len(values) != counts.sum():
+            raise r.error(count_field, f"sums to {int(counts.sum())} but '{values_field}' holds {len(values)} entries")
+        return np.concatenate([[0], np.cumsum(counts)]), values
+
+    board_codes = unpack_trits(fixed(S.P2_BOARD, width), nn)
+    own_codes = unpack_trits(fixed(S.P2_OWNERSHIP, width), nn)
+    for field, codes in ((S.P2_BOARD, board_codes), (S.P2_OWNERSHIP, own_codes)):
+        if (codes == 3).any():
+            raise r.error(field, "holds a byte above 242 (not 5 base-3 digits)")
+    move_width = S.move_bytes(n)
+    moves = fixed(S.P2_MOVES, S.HISTORY_MOVES * move_width).copy().view(
+        np.uint8 if move_width == 1 else np.dtype("<u2")).astype(np.int64)
+    no_move = nn + S.NO_MOVE_OFFSET
+    if (moves > no_move).any():
+        raise r.error(S.P2_MOVES, f"holds a move above {no_move}")
+    if ((moves[:, :-1] == no_move) & (moves[:, 1:] != no_move)).any():
+        raise r.error(S.P2_MOVES, "has a move older than the game's start")
+    raw_targets = r.bytes(S.P2_TARGETS)
+    if len(raw_targets) != S.TARGET_BYTES * S.POSITION_GROUP:
+        raise r.error(S.P2_TARGETS, f"has {len(raw_targets)} bytes, expected {S.TARGET_BYTES} x {S.POSITION_GROUP}")
+    targets = np.frombuffer(raw_targets, np.uint8).reshape(S.TARGET_BYTES, S.POSITION_GROUP)[:, :count].T.copy()
+    if (targets[:, 0] > 3).any():
+        raise r.error(S.P2_TARGETS, "has a flags byte above 3 (bit 0: White to move, bit 1: fine ownership)")
+    fine = (targets[:, 0] & 2) != 0
+    fine_raw = r.bytes(S.P2_OWNERSHIP_FINE)
+    if len(fine_raw) != int(fine.sum()) * nn:
+        raise r.error(S.P2_OWNERSHIP_FINE, f"has {len(fine_raw)} bytes, expected {int(fine.sum())} fine "
+                                           f"positions x {nn}")
+    fine_rows = np.frombuffer(fine_raw, np.int8).reshape(-1, nn)
+    if (fine_rows == -128).any():
+        raise r.error(S.P2_OWNERSHIP_FINE, f"holds -128 (ownership is -{S.OWNERSHIP_SCALE}..{S.OWNERSHIP_SCALE})")
+    fine_index = np.cumsum(fine) - 1
+    value = targets[:, 1].view(np.int8).astype(np.float32) / S.ROOT_VALUE_SCALE
+    score = targets[:, 2:6].copy().view("<f4")[:, 0].astype(np.float32)
+    if not np.isfinite(score).all():
+        raise r.error(S.P2_TARGETS, "has a score that is not finite")
+    weights = targets[:, 6:14].copy().view("<f2").astype(np.float32)
+    if not np.isfinite(weights).all() or (weights < 0).any():
+        raise r.error(S.P2_TARGETS, "has a loss weight that is negative or not finite")
+    capture_offsets, captures = counted(S.P2_CAPTURE_COUNT, S.P2_CAPTURES)
+    if len(captures) and (captures.min() < 0 or captures.max() >= S.HISTORY_MOVES * nn):
+        raise r.error(S.P2_CAPTURES, f"holds an entry outside 0..{S.HISTORY_MOVES * nn - 1}")
+    policy_offsets, deltas = counted(S.P2_POLICY_COUNT, S.P2_POLICY_INDEX_DELTA)
+    values = r.ints(S.P2_POLICY_VALUE)
+    if len(values) != len(deltas) or (len(values) and (values.min() < 1 or values.max() > 255)):
+        raise r.error(S.P2_POLICY_VALUE, f"must hold {len(deltas)} integers in 1..255")
+    columns = {}
+    for field in (S.P2_GENERATION, S.P2_GAME, S.P2_MOVE_NUMBER):
+        columns[field] = r.ints(field)
+        if len(columns[field]) != count or (columns[field] < 0).any():
+            raise r.error(field, f"has {len(columns[field])} entries (or a negative one), expected {count}")
+    generation, game, move_number = columns[S.P2_GENERATION], columns[S.P2_GAME], columns[S.P2_MOVE_NUMBER]
+    if games is not None and len(game) and game.max() >= len(games):
+        raise r.error(S.P2_GAME, f"holds game {int(game.max())}, but the window's game table has {len(games)}")
+    out = []
+    for i in range(count):
+        to_play = S.WHITE if targets[i, 0] & 1 else S.BLACK
+        lo, hi = policy_offsets[i], policy_offsets[i + 1]
+        index = np.cumsum(deltas[lo:hi])
+        if hi > lo and ((deltas[lo + 1:hi] < 1).any() or index[0] < 0 or index[-1] >= actions):
+            raise r.error(S.P2_POLICY_INDEX_DELTA, f"position {i}: indices not strictly increasing in 0..{nn}")
+        prob = (values[lo:hi] / max(1, values[lo:hi].sum())).astype(np.float32)
+        boards = history_boards(code_colours(board_codes[i]), moves[i],
+                                captures[capture_offsets[i]:capture_offsets[i + 1]], to_play, n)
+        if fine[i]:
+            ownership = fine_rows[fine_index[i]].astype(np.float32) * to_play / S.OWNERSHIP_SCALE
+        else:
+            ownership = code_colours(own_codes[i]).astype(np.float32) * to_play
+        out.append(PositionRecord(
+            board_size=n, planes=plane_layout.record_planes(boards, to_play), to_play=to_play,
+            policy_index=index, policy_prob=prob, value=float(value[i]), score=float(score[i]),
+            ownership=ownership, policy_weight=float(weights[i, 0]), value_weight=float(weights[i, 1]),
+            ownership_weight=float(weights[i, 2]), score_weight=float(weights[i, 3]),
+            game_id=games[game[i]] if games is not None else "", move_number=int(move_number[i]),
+            generation=int(generation[i]), version=2, game=int(game[i])))
+    return out

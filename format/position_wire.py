@@ -1,4 +1,4 @@
-"""The Beam job's batched position encoder: protobuf wire bytes written directly.
+"""Batched encoder of version-1 position records: protobuf wire bytes written directly.
 
 See the comment below for why: one protobuf message per position costs
 ~15 us in Python, so a batch of positions is written straight in the wire
@@ -267,7 +267,7 @@ def _position_gather(
     body.fixed(floats(value_weight), 4)
     body.const(float_prefix(S.P_VALUE))
     body.fixed(floats(value), 4)
-    body.const(_entry(S.P_VERSION, _feature_ints(_varint(S.FORMAT_VERSION))))
+    body.const(_entry(S.P_VERSION, _feature_ints(_varint(1))))  # this encoder writes version 1
 
     # Example.features (field 1) wraps the body: its tag and length go in
     # front, one entry per distinct body length.

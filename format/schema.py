@@ -22,9 +22,17 @@ Conventions used throughout the project
 """
 
 FORMAT_VERSION = 1
-"""Version of both record kinds.  Readers refuse any other value."""
+"""Version of run.json and of game records (chunks).  Readers refuse any other value."""
 
 SUPPORTED_VERSIONS = frozenset({1})
+
+POSITION_RECORD_VERSION = 2
+"""Version of the position records the shuffle job writes (SPEC.md "Shards": v2,
+groups of compact positions).  Bumped from 1 alone: chunks and run.json did
+not change, so existing lakes keep their games."""
+
+POSITION_RECORD_VERSIONS = frozenset({1, 2})
+"""Position-record versions every reader (codec, tf.data) decodes."""
 
 MIN_BOARD_SIZE = 5
 MAX_BOARD_SIZE = 19
@@ -130,12 +138,50 @@ P_GAME_ID = "game_id"
 P_MOVE_NUMBER = "move_number"
 P_GENERATION = "generation"
 
+# Version 2 position records: a group of up to POSITION_GROUP positions per
+# record, stored column by column (SPEC.md "Position records, version 2").
+POSITION_GROUP = 64
+"""Positions per v2 record (the last record of a shard may hold fewer)."""
+HISTORY_MOVES = HISTORY_LENGTH - 1
+"""Moves a v2 position keeps (t-1 .. t-7): with the board at t they rebuild the history."""
+NO_MOVE_OFFSET = 1
+"""A v2 move of ``PASS + NO_MOVE_OFFSET`` (= N*N + 1) means "before the game's start"."""
+TRIT_POINTS = 5
+"""A v2 board or ownership byte holds 5 points in base 3 (3**5 = 243 <= 256)."""
+TARGET_BYTES = 14
+"""Bytes of one v2 position's ``targets`` row (SPEC.md): flags, int8 value, float32 score, 4 float16 weights."""
+P2_COUNT = "count"
+P2_BOARD = "board"
+P2_MOVES = "moves"
+P2_CAPTURE_COUNT = "capture_count"
+P2_CAPTURES = "captures"
+P2_OWNERSHIP = "ownership"
+P2_OWNERSHIP_FINE = "ownership_fine"
+P2_TARGETS = "targets"
+P2_POLICY_COUNT = "policy_count"
+P2_POLICY_INDEX_DELTA = "policy_index_delta"
+P2_POLICY_VALUE = "policy_value"
+P2_GENERATION = "generation"
+P2_GAME = "game"
+"""v2: each position's game, an index into the window's game table (the manifest's ``games``)."""
+P2_MOVE_NUMBER = "move_number"
+
 OWNERSHIP_SCALE = 127
 """Shard ownership is int8 ``round(o * 127)`` with o in [-1, 1]."""
 
 def num_actions(board_size: int) -> int:
     """Size of the action space: every point plus pass."""
     return board_size * board_size + 1
+
+
+def trit_bytes(board_size: int) -> int:
+    """Bytes of one v2 board or ownership map: 5 points a byte."""
+    return (board_size * board_size + TRIT_POINTS - 1) // TRIT_POINTS
+
+
+def move_bytes(board_size: int) -> int:
+    """Bytes of one v2 move: uint8 while N*N + 1 (no move) fits, else uint16 little-endian."""
+    return 1 if board_size * board_size + NO_MOVE_OFFSET < 256 else 2
 
 
 def packed_plane_bytes(board_size: int, planes: int) -> int:

@@ -1,6 +1,31 @@
 """tf.data reader for training shards: position records -> training batches.
 
-Data flow (one pass per window, see format/SPEC.md for the record layout)::
+Two record versions (format/SPEC.md), chosen per window from its first
+record (`shard_record_version`): version 2, what the shuffle job writes,
+holds groups of 64 compact positions that are expanded here, in the graph
+(`GroupDecoder`); version 1 (one assembled position a record) is still read
+(`PositionDecoder`).
+
+Version 2 data flow::
+
+    shard files (GZIP TFRecord), each record a group of up to 64 positions
+      -> interleave over files (fixed order), shuffle groups (seeded)
+      -> batch batch_size / 64 groups, then *stage 1* on the whole batch:
+         parse_example, fixed columns cut to one row per position, the
+         sparse policy scattered dense (uint8 values; stage 2 normalizes), the captures turned
+         into a bit mask per point (bit k-1: move t-k captured a stone here),
+         the fine (int8) ownership rows scattered to their positions
+      -> rebatch to exactly batch_size positions, enumerate, skip batches
+         already trained (stage 1 is cheap; the costly stage 2 is skipped)
+      -> *stage 2*, XLA-compiled: base-3 bytes -> board and ownership via a
+         [256, 5] lookup table, one random symmetry per example (one gather
+         of points), then the 7 older boards by undoing one move at a time
+         (lift the stone, restore its captures) on [B, NN] arrays, gathering
+         each point's 17 input bits into one int32 code, then the codes
+         expanded into the [B, N, N, 17] planes
+      -> prefetch
+
+Version 1 data flow::
 
     shard files (GZIP TFRecord)
       -> interleave over files, each read as mini-batches of 64 serialized
@@ -52,6 +77,7 @@ import numpy as np
 import tensorflow as tf
 
 from format import planes as plane_layout
+from format import position_records
 from format import schema
 from format.symmetry import inverse_permutations, symmetry_permutations
 
@@ -166,9 +192,8 @@ class PositionDecoder:
     def _header_checks(self, parsed: dict) -> list:
         return [
             tf.debugging.assert_equal(
-                parsed[schema.P_VERSION], tf.constant(schema.FORMAT_VERSION, tf.int64),
-                message=f"position record field '{schema.P_VERSION}' is not "
-                        f"{schema.FORMAT_VERSION} (unsupported format version)"),
+                parsed[schema.P_VERSION], tf.constant(1, tf.int64),
+                message=f"position record field '{schema.P_VERSION}' is not 1 (this window mixes record versions)"),
             tf.debugging.assert_equal(
                 parsed[schema.P_BOARD_SIZE], tf.constant(self.board_size, tf.int64),
                 message=f"position record field '{schema.P_BOARD_SIZE}' is not {self.board_size}"),
@@ -209,6 +234,231 @@ class PositionDecoder:
         return tf.reshape(dense, [batch, self.actions])
 
 
+class GroupDecoder:
+    """Decodes version-2 records (groups of compact positions) for one board size.
+
+    `stage1` runs on a batch of serialized records and returns one row per
+    position, unexpanded; `stage2` (XLA-compiled) expands a batch of rows
+    into the same dict `PositionDecoder.decode` returns.  See the module
+    docstring for the data flow.
+    """
+
+    def __init__(self, board_size: int, *, jit: bool = True):
+        if not schema.MIN_BOARD_SIZE <= board_size <= schema.MAX_BOARD_SIZE:
+            raise ValueError(f"board_size {board_size} outside "
+                             f"[{schema.MIN_BOARD_SIZE}, {schema.MAX_BOARD_SIZE}]")
+        n = self.board_size = board_size
+        self.points = n * n
+        self.actions = schema.num_actions(n)
+        self.width = schema.trit_bytes(n)
+        self.move_width = schema.move_bytes(n)
+        self._trits = tf.constant(position_records.trit_table().astype(np.int32))  # [256, 5]
+        inverse = np.asarray(inverse_permutations(n), dtype=np.int32)
+        if inverse.shape != (NUM_SYMMETRIES, self.actions):
+            raise ValueError(f"format.symmetry tables for {n}x{n} have shape {inverse.shape}")
+        self._inverse_actions = tf.constant(inverse)  # [8, A]: inverse[k, q] = the action k moves to q
+        forward = np.asarray(symmetry_permutations(n), dtype=np.int32)
+        no_move = np.full((NUM_SYMMETRIES, 1), self.actions, np.int32)  # N*N + 1 stays itself
+        self._forward_moves = tf.constant(np.concatenate([forward, no_move], axis=1).reshape(-1))  # [8 * (A+1)]
+        self._inverse_points = tf.constant(inverse[:, : self.points])
+        group = schema.POSITION_GROUP
+        self._spec = {
+            schema.P_VERSION: tf.io.FixedLenFeature([1], tf.int64),
+            schema.P_BOARD_SIZE: tf.io.FixedLenFeature([1], tf.int64),
+            schema.P2_COUNT: tf.io.FixedLenFeature([1], tf.int64),
+            schema.P2_BOARD: tf.io.FixedLenFeature([1], tf.string),
+            schema.P2_OWNERSHIP: tf.io.FixedLenFeature([1], tf.string),
+            schema.P2_OWNERSHIP_FINE: tf.io.FixedLenFeature([1], tf.string),
+            schema.P2_MOVES: tf.io.FixedLenFeature([1], tf.string),
+            schema.P2_TARGETS: tf.io.FixedLenFeature([1], tf.string),
+            schema.P2_CAPTURE_COUNT: tf.io.VarLenFeature(tf.int64),
+            schema.P2_CAPTURES: tf.io.VarLenFeature(tf.int64),
+            schema.P2_POLICY_COUNT: tf.io.VarLenFeature(tf.int64),
+            schema.P2_POLICY_INDEX_DELTA: tf.io.VarLenFeature(tf.int64),
+            schema.P2_POLICY_VALUE: tf.io.VarLenFeature(tf.int64),
+        }
+        self._group = group
+        self._stage2 = tf.function(self._expand, jit_compile=jit, autograph=False)
+
+    def _rows(self, parsed, field, row_bytes, valid):
+        """A fixed-width column: uint8 [P, row_bytes], one row per position of the batch's records."""
+        raw = tf.io.decode_raw(parsed[field][:, 0], tf.uint8, fixed_length=self._group * row_bytes)
+        return tf.boolean_mask(tf.reshape(raw, [-1, row_bytes]), valid)
+
+    def stage1(self, serialized: tf.Tensor) -> dict:
+        """string [R] records -> per-position rows (P = the records' positions)."""
+        parsed = tf.io.parse_example(serialized, self._spec)
+        checks = [
+            tf.debugging.assert_equal(
+                parsed[schema.P_VERSION], tf.constant(2, tf.int64),
+                message=f"position record field '{schema.P_VERSION}' is not 2 (this window mixes record versions)"),
+            tf.debugging.assert_equal(
+                parsed[schema.P_BOARD_SIZE], tf.constant(self.board_size, tf.int64),
+                message=f"position record field '{schema.P_BOARD_SIZE}' is not {self.board_size}"),
+        ]
+        with tf.control_dependencies(checks):
+            count = tf.cast(parsed[schema.P2_COUNT][:, 0], tf.int32)
+        valid = tf.reshape(tf.range(self._group)[None, :] < count[:, None], [-1])
+        positions = tf.reduce_sum(count)
+        # targets: column by column, each column POSITION_GROUP long (SPEC.md).
+        targets = tf.io.decode_raw(parsed[schema.P2_TARGETS][:, 0], tf.uint8,
+                                   fixed_length=schema.TARGET_BYTES * self._group)
+        targets = tf.reshape(tf.transpose(tf.reshape(targets, [-1, schema.TARGET_BYTES, self._group]), [0, 2, 1]),
+                             [-1, schema.TARGET_BYTES])
+        targets = tf.boolean_mask(targets, valid)
+        moves = self._rows(parsed, schema.P2_MOVES, schema.HISTORY_MOVES * self.move_width, valid)
+        moves = tf.cast(tf.reshape(moves, [-1, schema.HISTORY_MOVES, self.move_width]), tf.int32)
+        if self.move_width == 2:  # uint16 little-endian
+            moves = moves[..., :1] + 256 * moves[..., 1:]
+        weights = tf.bitcast(tf.reshape(targets[:, 6:14], [-1, 4, 2]), tf.float16)  # little-endian hosts
+        score = tf.bitcast(targets[:, 2:6], tf.float32)
+        return {
+            "board": self._rows(parsed, schema.P2_BOARD, self.width, valid),
+            "ownership_codes": self._rows(parsed, schema.P2_OWNERSHIP, self.width, valid),
+            "moves": moves[..., 0],
+            "captured": self._capture_bits(parsed, positions),
+            "white": tf.cast(tf.bitwise.bitwise_and(targets[:, 0], 1), tf.int32),
+            "fine_ownership": self._fine_ownership(parsed, targets, positions),
+            "value": tf.cast(tf.bitcast(targets[:, 1], tf.int8), tf.float32) / float(schema.ROOT_VALUE_SCALE),
+            "score": score,
+            "policy_values": self._dense_policy(parsed, positions),
+            **{key: tf.cast(weights[:, k], tf.float32) for k, key in enumerate(HEAD_WEIGHT_KEYS)},
+        }
+
+    def _fine_ownership(self, parsed, targets, positions) -> tf.Tensor:
+        """int8 [P, NN]: the fine (int8) ownership rows of the positions flagged fine, zeros elsewhere.
+
+        A record's fine rows lie end to end in its ``ownership_fine`` bytes,
+        in position order, so the batch's records joined are its fine rows
+        in the order of the flagged positions.
+        """
+        fine = tf.not_equal(tf.bitwise.bitwise_and(targets[:, 0], 2), 0)
+        joined = tf.strings.reduce_join(parsed[schema.P2_OWNERSHIP_FINE][:, 0])
+        rows = tf.reshape(tf.io.decode_raw(joined, tf.int8), [-1, self.points])
+        return tf.scatter_nd(tf.cast(tf.where(fine), tf.int32), rows, tf.stack([positions, self.points]))
+
+    @staticmethod
+    def _entry_rows(counts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """(position of each entry, index of each position's first entry) from per-position counts."""
+        counts = tf.cast(counts, tf.int32)
+        starts = tf.cumsum(counts, exclusive=True)
+        rows = tf.repeat(tf.range(tf.size(counts)), counts)
+        return rows, starts
+
+    def _capture_bits(self, parsed, positions) -> tf.Tensor:
+        """uint8 [P, NN]: bit age-1 set where move t-age captured a stone."""
+        rows, _ = self._entry_rows(parsed[schema.P2_CAPTURE_COUNT].values)
+        entry = tf.cast(parsed[schema.P2_CAPTURES].values, tf.int32)
+        bits = tf.bitwise.left_shift(1, entry // self.points)
+        # Each (position, point, age) is captured at most once: the sum is the OR.
+        mask = tf.math.unsorted_segment_sum(bits, rows * self.points + entry % self.points,
+                                            positions * self.points)
+        return tf.cast(tf.reshape(mask, [-1, self.points]), tf.uint8)
+
+    def _dense_policy(self, parsed, positions) -> tf.Tensor:
+        """uint8 [P, A]: the small-integer policy values, indices un-gap-coded (stage 2 normalizes).
+
+        Kept as uint8 (each action appears once a position, values 1..255)
+        so the rebatch between the stages copies a quarter of the bytes.
+        """
+        rows, starts = self._entry_rows(parsed[schema.P2_POLICY_COUNT].values)
+        deltas = tf.cast(parsed[schema.P2_POLICY_INDEX_DELTA].values, tf.int32)
+        running = tf.cumsum(deltas)
+        first = tf.gather(starts, rows)  # each entry's position's first entry
+        index = running - tf.gather(running - deltas, first)
+        value = tf.cast(parsed[schema.P2_POLICY_VALUE].values, tf.int32)
+        dense = tf.math.unsorted_segment_sum(value, rows * self.actions + index, positions * self.actions)
+        return tf.cast(tf.reshape(dense, [-1, self.actions]), tf.uint8)
+
+    def decode_rows(self, rows: dict, symmetries: tf.Tensor) -> dict:
+        """Stage 2: a batch of stage-1 rows and int32 [B] symmetry ids -> the training batch."""
+        planes, ownership, policy = self._stage2(rows["board"], rows["ownership_codes"], rows["fine_ownership"],
+                                                 rows["moves"], rows["captured"], rows["white"], rows["policy_values"],
+                                                 symmetries)
+        batch = {"planes": planes, "policy": policy, "ownership": ownership,
+                 "value": rows["value"], "score": rows["score"]}
+        for key in HEAD_WEIGHT_KEYS:
+            batch[key] = rows[key]
+        return batch
+
+    def decode(self, serialized: tf.Tensor, symmetries: tf.Tensor) -> dict:
+        """Both stages at once: string [R] records -> the batch of all their positions."""
+        return self.decode_rows(self.stage1(serialized), symmetries)
+
+    def _colours(self, packed):
+        """uint8 [B, W] base-3 bytes -> int32 [B, NN] colours (+1 Black, -1 White, 0)."""
+        codes = tf.reshape(tf.gather(self._trits, tf.cast(packed, tf.int32)), [-1, self.width * schema.TRIT_POINTS])
+        codes = codes[:, : self.points]
+        return tf.where(codes == 1, 1, tf.where(codes == 2, -1, 0))
+
+    def _expand(self, board, ownership_codes, fine_ownership, moves, captured, white, policy_values, symmetries):
+        """The per-point work, XLA-compiled: symmetry first, then history boards and planes.
+
+        The symmetry moves the inputs (board, capture bits and ownership: one
+        gather of NN points each; moves: a lookup), so the planes come out
+        in their final order and the 16 planes are never gathered: gathering
+        the [B, NN, 16] planes instead cost ~4x this whole function on 19x19.
+
+        The history is rebuilt on [B, NN] int32 arrays, from the side to
+        move's view (+1 own stone, -1 opponent's): undo move t-1, t-2, ...
+        in turn, and set bit OWN_STONES + k or OPPONENT_STONES + k of each
+        point's *code* for the board at t-k, bit COLOUR_PLANE for the colour
+        plane (format/planes.py's channels).  The 17 input channels are then
+        one broadcast over [B, NN, 17]
+        (``code & (1 << channel) != 0``, 2x faster than a right shift),
+        which XLA writes in one vectorised pass.  Building 16 planes and
+        stacking them on the last axis (XLA then picks among 17 operands per
+        element) made this function ~1.6x slower on 19x19; the whole of
+        stage 2 now costs ~8 ms of CPU per 1024 19x19 positions here.
+        """
+        n, nn = self.board_size, self.points
+        to_play = 1 - 2 * white  # [B]: +1 Black, -1 White
+        side = to_play[:, None]
+        where_from = tf.gather(self._inverse_points, symmetries)  # [B, NN]
+        state = tf.gather(self._colours(board), where_from, batch_dims=1) * side  # +1 own, -1 opponent, 0
+        captured = tf.gather(tf.cast(captured, tf.int32), where_from, batch_dims=1)
+        # Moves: a point goes where the symmetry sends it; PASS and "no move" stay.
+        moved = tf.gather(self._forward_moves, symmetries[:, None] * (self.actions + 1) + moves)
+        points = tf.range(nn)[None, :]
+        colour_on = tf.cast(tf.equal(to_play, plane_layout.COLOUR_PLANE_SIDE), tf.int32)
+        own_bit, opponent_bit = plane_layout.OWN_STONES, plane_layout.OPPONENT_STONES
+        code = (tf.cast(tf.equal(state, 1), tf.int32) * (1 << own_bit)
+                + tf.cast(tf.equal(state, -1), tf.int32) * (1 << opponent_bit)
+                + colour_on[:, None] * (1 << plane_layout.COLOUR_PLANE))
+        present = tf.ones_like(side)
+        for age in range(1, schema.HISTORY_LENGTH):
+            move = moved[:, age - 1: age]  # [B, 1]
+            present = present * tf.cast(tf.not_equal(move, nn + schema.NO_MOVE_OFFSET), tf.int32)
+            # Move t-age was the opponent's for odd ages: its captures were our stones.
+            restored = 1 if age % 2 == 1 else -1
+            was_captured = tf.not_equal(tf.bitwise.bitwise_and(captured, 1 << (age - 1)), 0)
+            state = tf.where(tf.equal(points, move), 0, tf.where(was_captured, restored, state))
+            code += (tf.cast(tf.equal(state, 1), tf.int32) * (1 << (own_bit + age))
+                     + tf.cast(tf.equal(state, -1), tf.int32) * (1 << (opponent_bit + age))) * present
+        # Fine rows are zero in the ternary column, and ternary rows zero in the fine one.
+        ownership = (tf.cast(self._colours(ownership_codes), tf.float32)
+                     + tf.cast(fine_ownership, tf.float32) / float(schema.OWNERSHIP_SCALE))
+        ownership = ownership * tf.cast(side, tf.float32)
+        ownership = tf.gather(ownership, where_from, batch_dims=1)
+        policy = tf.cast(tf.gather(policy_values, tf.gather(self._inverse_actions, symmetries), batch_dims=1),
+                         tf.float32)
+        policy = tf.math.divide_no_nan(policy, tf.reduce_sum(policy, axis=1, keepdims=True))
+        return self._planes(code), ownership, policy
+
+    def _planes(self, code):
+        """int32 [B, NN] codes -> float32 [B, N, N, 17] input planes."""
+        channel_bits = tf.bitwise.left_shift(1, tf.range(plane_layout.PACKED_PLANES + 1))
+        planes = tf.cast(tf.not_equal(tf.bitwise.bitwise_and(code[:, :, None], channel_bits), 0), tf.float32)
+        return tf.reshape(planes, [-1, self.board_size, self.board_size, plane_layout.PACKED_PLANES + 1])
+
+
+def shard_record_version(path: str) -> int:
+    """The position-record version of a shard, read from its first record."""
+    for record in tf.data.TFRecordDataset(path, compression_type="GZIP").take(1):
+        return position_records.decode_version(record.numpy(), path)
+    raise ValueError(f"{path}: the shard holds no record")
+
+
 def training_dataset(
     shard_paths: Sequence[str],
     *,
@@ -220,8 +470,12 @@ def training_dataset(
     augment: bool = True,
     repeat: bool = True,
     reader_parallelism: int = 4,
+    record_version: int | None = None,
 ) -> tf.data.Dataset:
     """Batches of decoded positions from GZIP shards, in a reproducible order.
+
+    ``record_version`` (1 or 2) is read from the first shard when not given;
+    a window's shards all hold one version (the job writes them together).
 
     The order of batches depends only on ``shard_paths`` and ``seed`` (file
     order, shuffle and symmetries are all seeded, interleave is
@@ -231,12 +485,17 @@ def training_dataset(
     """
     if not shard_paths:
         raise ValueError("training_dataset needs at least one shard")
+    if record_version is None:
+        record_version = shard_record_version(shard_paths[0])
+    if record_version not in schema.POSITION_RECORD_VERSIONS:
+        raise ValueError(f"{shard_paths[0]}: position-record version {record_version} is unknown to this reader "
+                         f"(it knows {sorted(schema.POSITION_RECORD_VERSIONS)}); update zerolake to read it")
+    if record_version == 2:
+        return _group_dataset(shard_paths, board_size=board_size, batch_size=batch_size, seed=seed,
+                              skip_batches=skip_batches, shuffle_buffer=shuffle_buffer, augment=augment,
+                              repeat=repeat, reader_parallelism=reader_parallelism)
     decoder = PositionDecoder(board_size)
-    files = tf.data.Dataset.from_tensor_slices(list(shard_paths))
-    files = files.shuffle(len(shard_paths), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        files = files.repeat()
-    cycle = max(1, min(reader_parallelism, len(shard_paths)))
+    files, cycle = _shuffled_files(shard_paths, seed, repeat, reader_parallelism)
     # Each reader groups its records into mini-batches of serialized strings,
     # so everything after the parallel readers handles 1/64th as many
     # elements: tf.data costs ~1 us per element per stage, which at 60k+
@@ -256,13 +515,50 @@ def training_dataset(
         batches = batches.skip(skip_batches)
 
     def decode(batch_number, serialized):
-        if augment:
-            symmetries = tf.random.stateless_uniform(
-                [batch_size], seed=tf.stack([tf.cast(seed, tf.int64), batch_number]),
-                minval=0, maxval=NUM_SYMMETRIES, dtype=tf.int32)
-        else:
-            symmetries = tf.zeros([batch_size], tf.int32)
-        return decoder.decode(serialized, symmetries)
+        return decoder.decode(serialized, _symmetries(augment, seed, batch_number, batch_size))
 
     decoded = batches.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return decoded.prefetch(tf.data.AUTOTUNE)
+
+
+def _shuffled_files(shard_paths, seed: int, repeat: bool, reader_parallelism: int):
+    """(dataset of shard paths in a seeded order, repeated if asked; how many to read at once)."""
+    files = tf.data.Dataset.from_tensor_slices(list(shard_paths))
+    files = files.shuffle(len(shard_paths), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        files = files.repeat()
+    return files, max(1, min(reader_parallelism, len(shard_paths)))
+
+
+def _symmetries(augment: bool, seed: int, batch_number, batch_size: int) -> tf.Tensor:
+    """int32 [batch_size]: one random symmetry per example, seeded by (seed, batch number)."""
+    if not augment:
+        return tf.zeros([batch_size], tf.int32)
+    return tf.random.stateless_uniform([batch_size], seed=tf.stack([tf.cast(seed, tf.int64), batch_number]),
+                                       minval=0, maxval=NUM_SYMMETRIES, dtype=tf.int32)
+
+
+def _group_dataset(shard_paths, *, board_size, batch_size, seed, skip_batches, shuffle_buffer, augment, repeat,
+                   reader_parallelism) -> tf.data.Dataset:
+    """training_dataset for version-2 shards (module docstring, "Version 2 data flow")."""
+    decoder = GroupDecoder(board_size)
+    files, cycle = _shuffled_files(shard_paths, seed, repeat, reader_parallelism)
+    # A record already holds 64 positions, so each element here is what a
+    # version-1 mini-batch was, with no .batch() per reader.
+    groups = files.interleave(
+        lambda path: tf.data.TFRecordDataset(path, compression_type="GZIP", buffer_size=1 << 20),
+        cycle_length=cycle, block_length=1, num_parallel_calls=cycle, deterministic=True)
+    if shuffle_buffer > schema.POSITION_GROUP:
+        groups = groups.shuffle(shuffle_buffer // schema.POSITION_GROUP, seed=seed + 1,
+                                reshuffle_each_iteration=True)
+    records_per_call = max(1, batch_size // schema.POSITION_GROUP)
+    rows = groups.batch(records_per_call).map(decoder.stage1, num_parallel_calls=tf.data.AUTOTUNE,
+                                              deterministic=True)
+    batches = rows.rebatch(batch_size, drop_remainder=True).enumerate()
+    if skip_batches:
+        batches = batches.skip(skip_batches)
+
+    def decode(batch_number, batch_rows):
+        return decoder.decode_rows(batch_rows, _symmetries(augment, seed, batch_number, batch_size))
+
+    return batches.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(tf.data.AUTOTUNE)

@@ -305,7 +305,7 @@ class TrainingRun:
 
     def _dataset_iterator(self, window: Window):
         dataset = training_dataset(
-            self._shard_files(window), board_size=self.board_size,
+            self._shard_files(window), board_size=self.board_size, record_version=window.record_version,
             batch_size=self.trainer.global_batch,
             seed=window_seed(self.config.seed, window.target_generation),
             skip_batches=int(self.trainer.window_step.numpy()),

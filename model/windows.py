@@ -58,6 +58,8 @@ class Window:
     """Storage paths of the shards, relative to the lake root."""
     positions: int
     manifest_path: str
+    record_version: int = 1
+    """Position-record version of the shards (format.layout.WindowManifest)."""
 
     def steps(self, global_batch: int, epochs: float) -> int:
         """Training steps for ``epochs`` passes at ``global_batch`` (at least 1)."""
@@ -101,7 +103,8 @@ class WindowScan:
 
 def window_from_manifest(manifest: layout.WindowManifest) -> Window:
     return Window(target_generation=manifest.target_generation, board_size=manifest.board_size,
-                  shards=manifest.shards, positions=manifest.positions, manifest_path=manifest.path)
+                  shards=manifest.shards, positions=manifest.positions, manifest_path=manifest.path,
+                  record_version=manifest.record_version)
 
 
 def manifest_generations(storage) -> list[int]:

@@ -36,24 +36,46 @@ import numpy as np
 from format import codec
 from format import schema as S
 from format.codec import GameRecord
-from format.tfrecord import select_frames
+from format.tfrecord import frame_records
 from pipeline.labels import EndstateLabel
 
 INSTANCE_SHIFT = 20
 """instance = chunk index << 20 | game index within the chunk."""
 
-_ARRAY_FIELDS = ("planes", "to_play", "policy_offsets", "policy_index", "policy_prob", "value", "score",
-                 "ownership", "policy_weight", "value_weight", "ownership_weight", "score_weight",
-                 "game_id", "move_number", "generation", "instance", "key")
+_ARRAY_FIELDS = ("board", "moves", "capture_offsets", "captures", "to_play", "policy_offsets", "policy_index",
+                 "policy_prob", "value", "score", "ownership", "policy_weight", "value_weight", "ownership_weight",
+                 "score_weight", "game_id", "move_number", "generation", "instance", "key")
+_RAGGED = {"policy_offsets": ("policy_index", "policy_prob"), "capture_offsets": ("captures",)}
+"""Ragged columns: offsets field -> the value fields it slices (row i: values[off[i]:off[i+1]])."""
+
+
+def _ragged_take(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(new offsets, gather indices of the values) of ``rows`` of a ragged column."""
+    starts, ends = offsets[rows], offsets[rows + 1]
+    lengths = ends - starts
+    new_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    gather = np.repeat(starts - new_offsets[:-1], lengths) + np.arange(new_offsets[-1])
+    return new_offsets, gather
 
 
 @dataclasses.dataclass
 class PositionBatch:
-    """P training positions of one board size, targets already in record form."""
+    """P training positions of one board size, targets already in record form.
+
+    The position itself is kept the way a version-2 record stores it (the
+    board at t, the last 7 moves and their captures); the targets at full
+    precision, so that merging capped openings averages exact values.
+    """
 
     board_size: int
-    planes: np.ndarray
-    """uint8[P, packed_plane_bytes(N, 16)] history planes (module docstring)."""
+    board: np.ndarray
+    """uint8[P, trit_bytes(N)]: the board at t (codec.pack_trits of colour codes)."""
+    moves: np.ndarray
+    """int32[P, 7]: moves t-1 .. t-7, PASS = NN, NN + 1 = before the game's start."""
+    capture_offsets: np.ndarray
+    """int64[P+1]: position i's captures are captures[off[i]:off[i+1]]."""
+    captures: np.ndarray
+    """int64[C]: (age - 1) * NN + point of every stone move t-age captured."""
     to_play: np.ndarray
     """int8[P]: BLACK or WHITE."""
     policy_offsets: np.ndarray
@@ -90,35 +112,53 @@ class PositionBatch:
     def take(self, rows) -> "PositionBatch":
         """The positions at ``rows`` (an int array), in that order."""
         rows = np.asarray(rows, dtype=np.int64)
-        starts, ends = self.policy_offsets[rows], self.policy_offsets[rows + 1]
-        lengths = ends - starts
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
-        fields = {name: getattr(self, name)[rows] for name in _ARRAY_FIELDS
-                  if name not in ("policy_offsets", "policy_index", "policy_prob")}
-        return PositionBatch(board_size=self.board_size, policy_offsets=offsets,
-                             policy_index=self.policy_index[gather], policy_prob=self.policy_prob[gather], **fields)
+        fields = {}
+        for offsets_name, value_names in _RAGGED.items():
+            fields[offsets_name], gather = _ragged_take(getattr(self, offsets_name), rows)
+            for name in value_names:
+                fields[name] = getattr(self, name)[gather]
+        for name in _ARRAY_FIELDS:
+            if name not in fields:
+                fields[name] = getattr(self, name)[rows]
+        return PositionBatch(board_size=self.board_size, **fields)
 
     def policy(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         lo, hi = self.policy_offsets[i], self.policy_offsets[i + 1]
         return self.policy_index[lo:hi], self.policy_prob[lo:hi]
 
-    def encode(self) -> list[bytes]:
-        """Serialized position records, one per row (codec.encode_positions)."""
-        return codec.encode_positions(**self._record_fields())
+    def compact(self, game: np.ndarray | None = None) -> codec.CompactPositions:
+        """The positions in version-2 at-rest form (codec.CompactPositions).
 
-    def encode_framed(self) -> tuple[np.ndarray, np.ndarray]:
-        """(TFRecord frames end to end uint8[total], int64[P+1] offsets) (codec.encode_positions_framed)."""
-        return codec.encode_positions_framed(**self._record_fields())
+        Ownership is stored at the labels' precision, from Black's side:
+        exact labels (final board, accelerated play to two passes) are -1, 0
+        or +1 a point and go in the ternary column; fractional ones (a
+        random-playout average, the mean of a capped opening's occurrences)
+        keep their int8 ``round(127 * o)``, v1's precision, in the fine
+        column.  The policy becomes small integers
+        (codec.policy_small_integers).  ``game`` is each position's index
+        in the window's game table (`game_table_index`); without one (tests,
+        benches) the instance stands in.
+        """
+        n = self.board_size
+        black_view = self.ownership.astype(np.int16) * self.to_play.astype(np.int16)[:, None]
+        scale = S.OWNERSHIP_SCALE
+        fine = ((black_view != 0) & (np.abs(black_view) != scale)).any(axis=1)
+        ternary = np.where(fine[:, None], S.EMPTY, np.sign(black_view)).astype(np.int8)  # +1 Black, -1 White
+        values = codec.policy_small_integers(self.policy_prob, self.policy_offsets)
+        return codec.CompactPositions(
+            board_size=n, board=self.board, moves=self.moves, capture_offsets=self.capture_offsets,
+            captures=self.captures, to_play=self.to_play, ownership=codec.pack_trits(codec.colour_codes(ternary)),
+            fine=fine, ownership_fine=black_view[fine].astype(np.int8),
+            value=self.value, score=self.score, policy_weight=self.policy_weight, value_weight=self.value_weight,
+            ownership_weight=self.ownership_weight, score_weight=self.score_weight,
+            policy_offsets=self.policy_offsets, policy_index=self.policy_index, policy_value=values,
+            generation=self.generation.astype(np.int64),
+            game=np.asarray(self.instance if game is None else game, np.int64),
+            move_number=self.move_number.astype(np.int64))
 
-    def _record_fields(self) -> dict:
-        return dict(
-            board_size=self.board_size, planes_packed=self.planes, to_play=self.to_play,
-            policy_offsets=self.policy_offsets, policy_index=self.policy_index, policy_prob=self.policy_prob,
-            value=self.value, score=self.score, ownership=self.ownership, policy_weight=self.policy_weight,
-            value_weight=self.value_weight, ownership_weight=self.ownership_weight,
-            score_weight=self.score_weight, game_id=self.game_id,
-            move_number=self.move_number, generation=self.generation)
+    def encode(self, game: np.ndarray | None = None) -> list[bytes]:
+        """Serialized version-2 records, POSITION_GROUP positions each, in row order (``game``: see compact)."""
+        return codec.encode_position_groups(self.compact(game))
 
     def to_bytes(self) -> bytes:
         """A temporary-file image (no pickles; see `pack_arrays`)."""
@@ -176,11 +216,12 @@ def concat(batches) -> PositionBatch | None:
         return None
     fields = {}
     for name in _ARRAY_FIELDS:
-        if name == "policy_offsets":
-            shifts = np.cumsum([0] + [len(b.policy_index) for b in batches[:-1]])
+        if name in _RAGGED:
+            values = _RAGGED[name][0]
+            shifts = np.cumsum([0] + [len(getattr(b, values)) for b in batches[:-1]])
             fields[name] = np.concatenate(
-                [b.policy_offsets[:-1] + s for b, s in zip(batches, shifts)]
-                + [[shifts[-1] + len(batches[-1].policy_index)]]).astype(np.int64)
+                [getattr(b, name)[:-1] + s for b, s in zip(batches, shifts)]
+                + [[shifts[-1] + len(getattr(batches[-1], values))]]).astype(np.int64)
         else:
             fields[name] = np.concatenate([getattr(b, name) for b in batches])
     return PositionBatch(board_size=batches[0].board_size, **fields)
@@ -207,6 +248,37 @@ def history_planes(fresh: np.ndarray, move_number: np.ndarray) -> np.ndarray:
     out = np.empty((p, (S.PACKED_PLANES * fresh.shape[2] + 7) // 8), np.uint8)  # packed_plane_bytes(N, 16)
     _history.pack_history(fresh, np.ascontiguousarray(move_number, dtype=np.int32), out)
     return out
+
+
+def recent_moves(fresh: np.ndarray, moves: np.ndarray, move_number: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(moves int32[P, 7], capture offsets int64[P+1], captures int64[C]) of whole games.
+
+    ``fresh`` uint8[P, 2, NN] and ``moves`` (the move played at each row)
+    hold games back to back, ``move_number`` each row's index in its game,
+    as in `history_planes`.  Row p's moves are those of rows p-1 .. p-7
+    (NN + 1 where the game had not started); the stones move p-k captured
+    are the stones on row p-k's board that row p-k+1's lacks (a move only
+    removes stones by capturing), entered as (k - 1) * NN + point.
+    """
+    positions, nn = fresh.shape[0], fresh.shape[2]
+    history = np.full((positions, S.HISTORY_MOVES), nn + S.NO_MOVE_OFFSET, np.int32)
+    lost = np.zeros((positions, nn), bool)  # lost[r]: points emptied by the move at row r
+    if positions > 1:
+        lost[:-1] = ((fresh[:-1] & ~fresh[1:]) != 0).any(axis=1)
+    entries, owners = [], []
+    for age in range(1, S.HISTORY_MOVES + 1):
+        valid = np.flatnonzero(move_number >= age)
+        history[valid, age - 1] = moves[valid - age]
+        row, point = np.nonzero(lost[valid - age])
+        owners.append(valid[row])
+        entries.append((age - 1) * nn + point)
+    owner = np.concatenate(owners)
+    entry = np.concatenate(entries).astype(np.int64)
+    order = np.lexsort((entry, owner))
+    counts = np.bincount(owner, minlength=positions)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return history, offsets, entry[order]
 
 
 _KEY_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
@@ -278,7 +350,11 @@ def games_positions(games: Sequence[GameRecord], labels: Sequence[EndstateLabel]
     black_to_move = move_number % 2 == 0
     to_play = np.where(black_to_move, S.BLACK, S.WHITE).astype(np.int8)
     fresh = np.concatenate([np.asarray(g.planes, dtype=np.uint8).reshape(-1, 2, n * n) for g in games])
-    planes = history_planes(fresh, move_number)
+    moves = np.concatenate([np.asarray(g.moves, np.int64) for g in games])
+    history_moves, capture_offsets, captures = recent_moves(fresh, moves, move_number)
+    # The dedup key hashes the 16 history planes (the network's view of the
+    # position); they are built here only for that, then dropped.
+    keys = position_keys(history_planes(fresh, move_number), to_play, move_number, dedup_max_move)
 
     # Policy: visit counts (or quantized probabilities) -> probabilities.
     # Decoded games keep them flat (codec.Segments): no per-position arrays.
@@ -313,7 +389,9 @@ def games_positions(games: Sequence[GameRecord], labels: Sequence[EndstateLabel]
     own[~black_to_move] *= -1
     ids = [g.game_id.encode() for g in games]
     return PositionBatch(
-        board_size=n, planes=planes, to_play=to_play, policy_offsets=offsets, policy_index=index,
+        board_size=n, board=codec.pack_trits(fresh[:, 0] + 2 * fresh[:, 1]), moves=history_moves,
+        capture_offsets=capture_offsets, captures=captures, to_play=to_play, policy_offsets=offsets,
+        policy_index=index,
         policy_prob=prob, value=winner * side, score=score,
         ownership=np.clip(np.round(own), -127, 127).astype(np.int8),
         policy_weight=policy_weight, value_weight=per_game([1.0 if k else 0.0 for k in value_known], np.float32),
@@ -321,7 +399,7 @@ def games_positions(games: Sequence[GameRecord], labels: Sequence[EndstateLabel]
         score_weight=per_game([w if k else 0.0 for w, k in zip(label_weight, score_known)], np.float32),
         game_id=per_game(ids, f"S{max(1, max(len(i) for i in ids))}"),
         move_number=move_number, generation=per_game([g.generation for g in games], np.int32),
-        instance=per_game(instances, np.int64), key=position_keys(planes, to_play, move_number, dedup_max_move))
+        instance=per_game(instances, np.int64), key=keys)
 
 
 def game_digest(game: GameRecord) -> bytes:
@@ -464,56 +542,62 @@ def assign_copies(instance: np.ndarray, reuse: float, num_shards: int,
 
 @dataclasses.dataclass
 class ShardPiece:
-    """Framed records bound for one shard, with what phase 2 needs to filter."""
+    """Positions bound for one shard, with what phase 2 needs to filter.
 
-    frames: np.ndarray
-    """uint8: TFRecord frames (length, CRCs, data) end to end: framing happens
-    once per position in phase 1, not once per copy in phase 2."""
-    offsets: np.ndarray
-    """int64[R+1]: frame i is ``frames[offsets[i]:offsets[i+1]]``."""
-    instance: np.ndarray
-    """int64[R] game instance of each record (to drop duplicate games)."""
-    generation: np.ndarray
-    """int32[R]"""
+    Version-2 records group POSITION_GROUP consecutive positions of the
+    shard's final order, so a piece carries positions, not records: phase 2
+    permutes the shard's positions, then encodes and frames each group.
+    """
+
+    batch: PositionBatch
 
     def __len__(self) -> int:
-        return len(self.instance)
+        return len(self.batch)
+
+    @property
+    def instance(self) -> np.ndarray:
+        """int64[R] game instance of each position (to drop duplicate games)."""
+        return self.batch.instance
+
+    @property
+    def generation(self) -> np.ndarray:
+        """int32[R]"""
+        return self.batch.generation
 
     def to_bytes(self) -> bytes:
-        return pack_arrays({"frames": self.frames, "offsets": self.offsets,
-                            "instance": self.instance, "generation": self.generation})
+        return self.batch.to_bytes()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "ShardPiece":
-        arrays = unpack_arrays(data)
-        return cls(arrays["frames"], arrays["offsets"], arrays["instance"], arrays["generation"])
+        return cls(PositionBatch.from_bytes(data))
 
 
-def join_frames(pieces, order: np.ndarray) -> np.ndarray:
-    """The frames of ``pieces`` (read as one list of records) in ``order``, end to end (uint8)."""
-    if not pieces:
-        return np.zeros(0, np.uint8)
-    frames = np.concatenate([p.frames for p in pieces])
-    bases = np.cumsum([0] + [len(p.frames) for p in pieces[:-1]])
-    offsets = np.concatenate([p.offsets[:-1] + base for p, base in zip(pieces, bases)] + [[len(frames)]])
-    return select_frames(frames, offsets, order)[0]
+def game_table_index(table_instances: np.ndarray, instance: np.ndarray) -> np.ndarray:
+    """int64 index of each ``instance`` in the window's game table (its sorted instances)."""
+    index = np.searchsorted(table_instances, instance)
+    if len(instance) and (index.max() >= len(table_instances) or (table_instances[index] != instance).any()):
+        raise ValueError("a position's game instance is missing from the window's game table")
+    return index.astype(np.int64)
+
+
+def shard_frames(pieces, order: np.ndarray, table_instances: np.ndarray) -> bytes:
+    """The shard's TFRecord frames: the positions of ``pieces`` (read as one list) in ``order``,
+    grouped into version-2 records; ``table_instances``: the window's game table (sorted instances)."""
+    batch = concat([p.batch for p in pieces])
+    if batch is None or not len(order):
+        return b""
+    batch = batch.take(order)
+    return frame_records(batch.encode(game_table_index(table_instances, batch.instance)))
 
 
 def split_for_shards(batch: PositionBatch, reuse: float, num_shards: int,
                      rng: np.random.Generator) -> dict:
-    """{shard: ShardPiece} for every copy of every position in ``batch``.
-
-    Each position is serialized and framed once (one batched call); its
-    copies share the bytes.
-    """
-    frames, offsets = batch.encode_framed()
+    """{shard: ShardPiece} for every copy of every position in ``batch``."""
     rows, shards = assign_copies(batch.instance, reuse, num_shards, rng)
     pieces = {}
     order = np.argsort(shards, kind="stable")
     rows, shards = rows[order], shards[order]
     bounds = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1], True])
     for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        picked = rows[lo:hi]
-        pieces[int(shards[lo])] = ShardPiece(*select_frames(frames, offsets, picked), batch.instance[picked],
-                                             batch.generation[picked])
+        pieces[int(shards[lo])] = ShardPiece(batch.take(rows[lo:hi]))
     return pieces

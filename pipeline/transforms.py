@@ -8,16 +8,20 @@ Stages (each a composite PTransform, each tested with TestPipeline)::
                              the rest -> serialized shard pieces (temp files)
           .skipped   {chunk, reason}               damaged / foreign chunks
           .games     (instances, digests)          one small element per bundle
+          .game_ids  (instances, game ids)         one small element per bundle
           .parts     (partition, piece path)
           .pieces    (shard, piece path)
           .stats     {counter: n}
       games | FindDuplicateGames      -> one sorted int64 array of instances to drop
+      game_ids | BuildGameTable       -> the window's game table (GameTable): version-2
+                             positions store an index into it; the manifest lists its ids
       parts | CapOpenings (side input: duplicates)  per partition: drop duplicate
                              games, cap over-represented keys, merge their
                              targets, serialize, -> more shard pieces
-      pieces | WriteShards (side input: duplicates) per shard: read its pieces,
+      pieces | WriteShards (side inputs: duplicates, game table) per shard: read its pieces,
                              drop duplicate games, permute, write the shard
-                             create-only, delete the pieces
+                             create-only (version-2 records: groups of 64
+                             positions of the permuted order), delete the pieces
       all the small outputs | WriteManifest  one combined element -> MANIFEST.json
 
 Why chunks are read this way: one whole-object read through the storage layer
@@ -48,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from typing import Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -62,7 +67,7 @@ from pipeline.config import ShuffleConfig
 
 log = logging.getLogger(__name__)
 
-SKIPPED, GAMES, PARTS, PIECES, STATS = "skipped", "games", "parts", "pieces", "stats"
+SKIPPED, GAMES, GAME_IDS, PARTS, PIECES, STATS = "skipped", "games", "game_ids", "parts", "pieces", "stats"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +187,7 @@ class LabelBundleFn(_LakeDoFn):
         batch = P.games_positions(games, endstates, instances, cfg.dedup_max_move)
         stats["games_read"] += len(games)
         stats["positions_read"] += len(batch) if batch is not None else 0
+        yield beam.pvalue.TaggedOutput(GAME_IDS, (np.asarray(instances, np.int64), [g.game_id for g in games]))
         yield beam.pvalue.TaggedOutput(GAMES, (np.asarray(instances, np.int64),
                                                np.array([P.game_digest(g) for g in games], dtype="S16")))
         if batch is None:  # only games without positions
@@ -207,7 +213,7 @@ class LabelBundleFn(_LakeDoFn):
 
 
 class LabelAndScatter(beam.PTransform):
-    """Bundles -> tagged outputs skipped/games/parts/pieces/stats (phase 1)."""
+    """Bundles -> tagged outputs skipped/games/game_ids/parts/pieces/stats (phase 1)."""
 
     def __init__(self, context: JobContext):
         super().__init__()
@@ -218,7 +224,7 @@ class LabelAndScatter(beam.PTransform):
         # and each extra one is a stage boundary (a barrier) on every runner.
         return (bundles
                 | "Label and scatter" >> beam.ParDo(LabelBundleFn(self.context)).with_outputs(
-                    SKIPPED, GAMES, PARTS, PIECES, STATS))
+                    SKIPPED, GAMES, GAME_IDS, PARTS, PIECES, STATS))
 
 
 # ---------------------------------------------------------------------------
@@ -236,8 +242,8 @@ def duplicate_instances(instances: np.ndarray, digests: np.ndarray) -> np.ndarra
     return np.sort(instances[order][repeat])
 
 
-class _ConcatGames(beam.CombineFn):
-    """Gathers (instances, digests) arrays; 24 bytes per game."""
+class _GatherPerBundle(beam.CombineFn):
+    """Gathers one element per bundle into a list; subclasses turn the list into the result."""
 
     def create_accumulator(self):
         return []
@@ -248,6 +254,10 @@ class _ConcatGames(beam.CombineFn):
 
     def merge_accumulators(self, accs):
         return [x for acc in accs for x in acc]
+
+
+class _ConcatGames(_GatherPerBundle):
+    """Gathers (instances, digests) arrays; 24 bytes per game."""
 
     def extract_output(self, acc):
         if not acc:
@@ -260,6 +270,39 @@ class FindDuplicateGames(beam.PTransform):
 
     def expand(self, games):
         return games | "Duplicates" >> beam.CombineGlobally(_ConcatGames())
+
+
+@dataclasses.dataclass
+class GameTable:
+    """The window's game table: every game read, sorted by instance.
+
+    A version-2 position stores its game as an index into this table, and
+    the manifest lists the ids in this order (``games``), so a shard keeps
+    an integer per position where version 1 kept the id string.
+    """
+
+    instances: np.ndarray
+    """int64[G], ascending."""
+    game_ids: list
+
+
+class _ConcatGameIds(_GatherPerBundle):
+    """Gathers (instances, game ids) per bundle into one GameTable."""
+
+    def extract_output(self, acc):
+        if not acc:
+            return GameTable(np.zeros(0, np.int64), [])
+        instances = np.concatenate([i for i, _ in acc])
+        ids = [game_id for _, bundle_ids in acc for game_id in bundle_ids]
+        order = np.argsort(instances, kind="stable")
+        return GameTable(instances[order], [ids[k] for k in order.tolist()])
+
+
+class BuildGameTable(beam.PTransform):
+    """(instances, game ids) per bundle -> one GameTable (a singleton side input)."""
+
+    def expand(self, game_ids):
+        return game_ids | "Game table" >> beam.CombineGlobally(_ConcatGameIds())
 
 
 def _drop_mask(instance: np.ndarray, dropped: np.ndarray) -> np.ndarray:
@@ -328,7 +371,7 @@ def count_records(data: bytes, source: str) -> tuple[int, dict]:
 class WriteShardFn(_LakeDoFn):
     """(shard, [piece paths]) -> the shard file; outputs its manifest entry."""
 
-    def process(self, element, dropped):
+    def process(self, element, dropped, game_table):
         shard, paths = element
         ctx = self.context
         name = ctx.shard_name(shard)
@@ -343,7 +386,8 @@ class WriteShardFn(_LakeDoFn):
         generation = np.concatenate([piece.generation for piece in pieces])
         keep = np.flatnonzero(~_drop_mask(instance, dropped))
         order = keep[ctx.rng(3, shard).permutation(len(keep))]
-        self.storage.write_new(path, compress_gzip(P.join_frames(pieces, order), ctx.config.shard_gzip_level))
+        frames = P.shard_frames(pieces, order, game_table.instances)
+        self.storage.write_new(path, compress_gzip(frames, ctx.config.shard_gzip_level))
         gens, counts = np.unique(generation[order], return_counts=True)
         yield {"name": name, "positions": int(len(order)),
                "generations": {int(g): int(c) for g, c in zip(gens, counts)},
@@ -354,17 +398,21 @@ class WriteShardFn(_LakeDoFn):
 
 
 class WriteShards(beam.PTransform):
-    """(shard, path) pieces -> one manifest entry (dict) per written shard."""
+    """(shard, path) pieces -> one manifest entry (dict) per written shard.
 
-    def __init__(self, context: JobContext, dropped):
+    ``dropped`` (instances of duplicate games) and ``game_table`` are singleton side inputs.
+    """
+
+    def __init__(self, context: JobContext, dropped, game_table):
         super().__init__()
-        self.context, self.dropped = context, dropped
+        self.context, self.dropped, self.game_table = context, dropped, game_table
 
     def expand(self, pieces):
         return (pieces
                 | "Group by shard" >> beam.GroupByKey()
                 | "Permute and write" >> beam.ParDo(WriteShardFn(self.context),
-                                                    dropped=beam.pvalue.AsSingleton(self.dropped)))
+                                                    dropped=beam.pvalue.AsSingleton(self.dropped),
+                                                    game_table=beam.pvalue.AsSingleton(self.game_table)))
 
 
 # ---------------------------------------------------------------------------
@@ -403,8 +451,8 @@ class _ManifestParts(beam.CombineFn):
         return acc
 
 
-def build_manifest(context: JobContext, summary: dict) -> dict:
-    """The MANIFEST.json document (format/SPEC.md "Windows")."""
+def build_manifest(context: JobContext, summary: dict, game_ids: Sequence[str] = ()) -> dict:
+    """The MANIFEST.json document (format/SPEC.md "Windows"); ``game_ids``: the window's game table."""
     shards = sorted(summary["shards"], key=lambda s: s["name"])
     stats = summary["stats"]
     removed_dup = stats.get("duplicate_game_positions_removed", 0) + sum(
@@ -416,6 +464,7 @@ def build_manifest(context: JobContext, summary: dict) -> dict:
     label_keys = set(L.LABEL_STATS)
     return {
         "version": layout.WINDOW_MANIFEST_VERSION,
+        "record_version": S.POSITION_RECORD_VERSION,
         "target_generation": context.target_generation,
         "board_size": context.board_size,
         "komi": context.komi,
@@ -439,16 +488,17 @@ def build_manifest(context: JobContext, summary: dict) -> dict:
         "label_model_generation": context.model_generation,
         "reuse": context.config.reuse,
         "seed": context.seed,
+        "games": list(game_ids),
     }
 
 
 class WriteManifestFn(_LakeDoFn):
     """The single combined summary -> MANIFEST.json, create-only, written last."""
 
-    def process(self, summary):
+    def process(self, summary, game_table):
         from cloud.storage import AlreadyExists
         storage = self.storage
-        manifest = build_manifest(self.context, summary)
+        manifest = build_manifest(self.context, summary, game_table.game_ids)
         if manifest["positions"] == 0:
             # Every chunk was skipped or empty: a window without positions is no
             # window.  No manifest; the driver reports it in one line.
@@ -478,10 +528,11 @@ class ShuffleWindow(beam.PTransform):
         ctx = self.context
         scattered = bundles | "Phase 1" >> LabelAndScatter(ctx)
         dropped = scattered[GAMES] | "Find duplicate games" >> FindDuplicateGames()
+        game_table = scattered[GAME_IDS] | "Build the game table" >> BuildGameTable()
         capped = scattered[PARTS] | "Cap openings" >> CapOpenings(ctx, dropped)
         shards = ((scattered[PIECES], capped[PIECES])
                   | "All pieces" >> beam.Flatten()
-                  | "Phase 2" >> WriteShards(ctx, dropped))
+                  | "Phase 2" >> WriteShards(ctx, dropped, game_table))
         parts = (
             shards | "Tag shards" >> beam.Map(lambda s: ("shard", s)),
             scattered[STATS] | "Tag bundle stats" >> beam.Map(lambda s: ("stats", s)),
@@ -492,4 +543,5 @@ class ShuffleWindow(beam.PTransform):
         return (parts
                 | "Manifest parts" >> beam.Flatten()
                 | "Summarize" >> beam.CombineGlobally(_ManifestParts())
-                | "Write manifest" >> beam.ParDo(WriteManifestFn(ctx)))
+                | "Write manifest" >> beam.ParDo(WriteManifestFn(ctx),
+                                                 game_table=beam.pvalue.AsSingleton(game_table)))

@@ -48,5 +48,5 @@ def read_window(root: str, target_generation: int):
     shards = {}
     for name in manifest["shards"]:
         with open(os.path.join(folder, name), "rb") as f:
-            shards[name] = codec.read_shard(f.read(), name)
+            shards[name] = codec.read_shard(f.read(), name, games=manifest.get("games"))
     return manifest, shards

@@ -6,6 +6,7 @@ import pytest
 
 from format import codec
 from format import schema as S
+from format import layout
 from testdata.synthetic_games import synthetic_game
 from pipeline import labels as L
 from pipeline import positions as P
@@ -38,11 +39,11 @@ def test_chunk_listing_is_newest_first_and_ignores_other_files():
             self.path, self.size = path, size
 
     listed = W.parse_chunk_listing([
-        Info("games/000001/w-0000000000005-000001.tfrecord.zst", 10),
-        Info("games/000002/w-0000000000001-000000.tfrecord.zst", 10),
-        Info("games/000001/w-0000000000009-000002.tfrecord.zst", 10),
-        Info("games/000001/notes.txt", 10),
-        Info("games/README", 10),
+        Info(layout.chunk_path(1, "w", 5, 1), 10),
+        Info(layout.chunk_path(2, "w", 1, 0), 10),
+        Info(layout.chunk_path(1, "w", 9, 2), 10),
+        Info(layout.games_prefix(1) + "notes.txt", 10),
+        Info(layout.games_prefix() + "README", 10),
     ])
     assert [(c.generation, c.time_ms) for c in listed] == [(2, 1), (1, 9), (1, 5)]
 
@@ -74,11 +75,13 @@ def test_history_planes_and_targets_round_trip_through_position_records(size):
     game = synthetic_game(rng, size, visits=40, full_search_fraction=0.5, generation=3)
     batch = P.games_positions([game], [_label(game)], [7], dedup_max_move=10)
     records = batch.encode()
-    assert len(records) == game.num_positions
+    assert len(records) == -(-game.num_positions // S.POSITION_GROUP)  # version 2: groups of positions
+    decoded = [position for record in records for position in codec.decode_records(record)]
+    assert len(decoded) == game.num_positions
     for i in (0, 1, 5, game.num_positions - 1):
-        rec = codec.decode_position(records[i])
+        rec = decoded[i]
         mover = S.BLACK if i % 2 == 0 else S.WHITE
-        assert rec.to_play == mover and rec.move_number == i and rec.generation == 3
+        assert rec.to_play == mover and rec.generation == 3
         for k in range(S.HISTORY_LENGTH):
             if i - k < 0:
                 assert not rec.planes[k].any() and not rec.planes[8 + k].any()
@@ -130,13 +133,16 @@ def _opening_batch(num_games, cap_moves=4):
 
 def test_keys_are_distinct_for_distinct_positions_and_spread_over_partitions():
     batch = _opening_batch(40, cap_moves=0)
+    # The 16 history planes, packed, rebuilt from the version-2 records (board, moves, captures).
+    planes = np.stack([np.packbits(position.planes.ravel(), bitorder="big")
+                       for record in batch.encode() for position in codec.decode_records(record)])
     rows = np.flatnonzero(batch.move_number < 12)
-    keys = P.position_keys(batch.planes, batch.to_play, batch.move_number, max_move=12)
+    keys = P.position_keys(planes, batch.to_play, batch.move_number, max_move=12)
     assert (keys[rows] != 0).all() and (keys[batch.move_number >= 12] == 0).all()
-    distinct = {(batch.planes[r].tobytes(), int(batch.to_play[r])) for r in rows.tolist()}
+    distinct = {(planes[r].tobytes(), int(batch.to_play[r])) for r in rows.tolist()}
     assert len(set(keys[rows].tolist())) == len(distinct)
     # The same planes with the other side to move are another position.
-    flipped = P.position_keys(batch.planes[rows], -batch.to_play[rows], batch.move_number[rows], max_move=12)
+    flipped = P.position_keys(planes[rows], -batch.to_play[rows], batch.move_number[rows], max_move=12)
     assert not set(flipped.tolist()) & set(keys[rows].tolist())
     for partitions in (2, 3, 8):
         counts = np.bincount(P.dedup_partition(keys[rows], partitions), minlength=partitions)

@@ -7,13 +7,12 @@ marked point that must move alike in planes, policy and ownership.
 """
 import numpy as np
 import pytest
+import tensorflow as tf
 
-tf = pytest.importorskip("tensorflow")
-
-from format import schema  # noqa: E402
-from format.codec import encode_position, encode_shard  # noqa: E402
-from format.symmetry import apply_symmetry_nhwc, apply_symmetry_to_policy, symmetry_permutations  # noqa: E402
-from format.tfdata import PositionDecoder, training_dataset  # noqa: E402
+from format import schema
+from format.codec import encode_position, encode_shard
+from format.symmetry import apply_symmetry_nhwc, apply_symmetry_to_policy, symmetry_permutations
+from format.tfdata import PositionDecoder, training_dataset
 
 BOARD_SIZES = [9, 19]
 
