@@ -140,15 +140,19 @@ class PositionBatch:
         benches) the instance stands in.
         """
         n = self.board_size
-        black_view = self.ownership.astype(np.int16) * self.to_play.astype(np.int16)[:, None]
+        # Ownership is int8 in -SCALE..SCALE from the side to move, and
+        # to_play is +1 or -1, so the product stays in int8 (no widening:
+        # this runs over every point of every position of a window).
+        black_view = self.ownership.astype(np.int8, copy=False) * self.to_play.astype(np.int8)[:, None]
         scale = S.OWNERSHIP_SCALE
-        fine = ((black_view != 0) & (np.abs(black_view) != scale)).any(axis=1)
-        ternary = np.where(fine[:, None], S.EMPTY, np.sign(black_view)).astype(np.int8)  # +1 Black, -1 White
+        fine = ((black_view != 0) & (black_view != scale) & (black_view != -scale)).any(axis=1)
+        ternary = np.sign(black_view)                                                   # +1 Black, -1 White
+        ternary[fine] = S.EMPTY
         values = codec.policy_small_integers(self.policy_prob, self.policy_offsets)
         return codec.CompactPositions(
             board_size=n, board=self.board, moves=self.moves, capture_offsets=self.capture_offsets,
             captures=self.captures, to_play=self.to_play, ownership=codec.pack_trits(codec.colour_codes(ternary)),
-            fine=fine, ownership_fine=black_view[fine].astype(np.int8),
+            fine=fine, ownership_fine=black_view[fine],
             value=self.value, score=self.score, policy_weight=self.policy_weight, value_weight=self.value_weight,
             ownership_weight=self.ownership_weight, score_weight=self.score_weight,
             policy_offsets=self.policy_offsets, policy_index=self.policy_index, policy_value=values,
