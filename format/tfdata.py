@@ -502,17 +502,9 @@ def training_dataset(
     # records/s was a third of the input pipeline (19x19: 52k -> 63-70k ex/s
     # on 2 shared cores).  Shuffling whole mini-batches still mixes a window
     # that the Beam job has already shuffled.
-    minibatches = files.interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression_type="GZIP",
-                                             buffer_size=1 << 20).batch(_MINIBATCH),
-        cycle_length=cycle, block_length=1, num_parallel_calls=cycle, deterministic=True,
-    )
-    if shuffle_buffer > _MINIBATCH:
-        minibatches = minibatches.shuffle(shuffle_buffer // _MINIBATCH, seed=seed + 1,
-                                          reshuffle_each_iteration=True)
-    batches = minibatches.rebatch(batch_size, drop_remainder=True).enumerate()
-    if skip_batches:
-        batches = batches.skip(skip_batches)
+    minibatches = _read_shuffled(files, cycle, per_element=_MINIBATCH, shuffle_buffer=shuffle_buffer, seed=seed,
+                                 per_reader_batch=_MINIBATCH)
+    batches = _numbered_batches(minibatches, batch_size, skip_batches)
 
     def decode(batch_number, serialized):
         return decoder.decode(serialized, _symmetries(augment, seed, batch_number, batch_size))
@@ -530,6 +522,28 @@ def _shuffled_files(shard_paths, seed: int, repeat: bool, reader_parallelism: in
     return files, max(1, min(reader_parallelism, len(shard_paths)))
 
 
+def _read_shuffled(files, cycle: int, *, per_element: int, shuffle_buffer: int, seed: int,
+                   per_reader_batch: int = 0) -> tf.data.Dataset:
+    """Records of ``cycle`` shards read at once (each reader's grouped ``per_reader_batch`` at a time if > 0),
+    then shuffled with a buffer of ``shuffle_buffer`` positions, ``per_element`` positions per element."""
+    def read(path):
+        records = tf.data.TFRecordDataset(path, compression_type="GZIP", buffer_size=1 << 20)
+        return records.batch(per_reader_batch) if per_reader_batch else records
+
+    elements = files.interleave(read, cycle_length=cycle, block_length=1, num_parallel_calls=cycle,
+                                deterministic=True)
+    if shuffle_buffer > per_element:
+        elements = elements.shuffle(shuffle_buffer // per_element, seed=seed + 1, reshuffle_each_iteration=True)
+    return elements
+
+
+def _numbered_batches(elements, batch_size: int, skip_batches: int) -> tf.data.Dataset:
+    """(batch number, batch) pairs of exactly ``batch_size`` positions, the first ``skip_batches`` left out
+    (a resumed window continues where its checkpoint stopped)."""
+    batches = elements.rebatch(batch_size, drop_remainder=True).enumerate()
+    return batches.skip(skip_batches) if skip_batches else batches
+
+
 def _symmetries(augment: bool, seed: int, batch_number, batch_size: int) -> tf.Tensor:
     """int32 [batch_size]: one random symmetry per example, seeded by (seed, batch number)."""
     if not augment:
@@ -545,18 +559,11 @@ def _group_dataset(shard_paths, *, board_size, batch_size, seed, skip_batches, s
     files, cycle = _shuffled_files(shard_paths, seed, repeat, reader_parallelism)
     # A record already holds 64 positions, so each element here is what a
     # version-1 mini-batch was, with no .batch() per reader.
-    groups = files.interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression_type="GZIP", buffer_size=1 << 20),
-        cycle_length=cycle, block_length=1, num_parallel_calls=cycle, deterministic=True)
-    if shuffle_buffer > schema.POSITION_GROUP:
-        groups = groups.shuffle(shuffle_buffer // schema.POSITION_GROUP, seed=seed + 1,
-                                reshuffle_each_iteration=True)
+    groups = _read_shuffled(files, cycle, per_element=schema.POSITION_GROUP, shuffle_buffer=shuffle_buffer, seed=seed)
     records_per_call = max(1, batch_size // schema.POSITION_GROUP)
     rows = groups.batch(records_per_call).map(decoder.stage1, num_parallel_calls=tf.data.AUTOTUNE,
                                               deterministic=True)
-    batches = rows.rebatch(batch_size, drop_remainder=True).enumerate()
-    if skip_batches:
-        batches = batches.skip(skip_batches)
+    batches = _numbered_batches(rows, batch_size, skip_batches)
 
     def decode(batch_number, batch_rows):
         return decoder.decode_rows(batch_rows, _symmetries(augment, seed, batch_number, batch_size))
