@@ -108,6 +108,8 @@ INSTALL_REQUIRES = [
     *TENSORFLOW_BY_ACCELERATOR[ACCELERATOR],
     "sgfmill>=1.1",
     "matplotlib>=3.8",   # the rating ladder's report plots (selfplay.ladder)
+    "openvino>=2025.0",  # CPU workers run the int8 copy of each model (selfplay.openvino_evaluator)
+    "nncf>=2.16",        # the trainer quantizes that copy when it publishes (model.cpu_int8)
 ]
 TEST_REQUIRES = [
     "pytest>=8",

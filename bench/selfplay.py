@@ -24,7 +24,15 @@ compare within the run, through the ratios):
 * ``visits_per_s_6x96_19``: the real worker loop (`selfplay.worker`, two
   halves overlapping search and inference, chunks written to a temporary
   root) on 19x19 with model.network's 6-block, 96-filter network, freshly
-  initialised, on the CPU.  The game slots start at staggered move numbers
+  initialised, on the CPU.  The network is published as ``model.train``
+  publishes one (`testdata.models.publish_untrained_model`: the SavedModel,
+  plus the int8 OpenVINO copy when it passes its accuracy check, calibrated
+  here on positions of random games) and loaded back through the registry;
+  the worker's default ``--inference auto`` then runs the int8 copy, as a
+  CPU worker does (``inference_backend``; the copy's agreement with the
+  float32 network on held-out positions: ``int8_top1_agreement_19``,
+  ``int8_value_mae_19``).  ``..._tensorflow``: the same loop and network with
+  ``--inference tensorflow``, the float32 reference, in the same run.  The game slots start at staggered move numbers
   (`staggered_worker_class`), as in a worker that has run for hours, so the
   shared opening does not flatter the evaluation cache; the rates are
   taken between the loop's first and last progress reports (start-up and
@@ -296,19 +304,44 @@ def staggered_worker_class():
     return StaggeredWorker
 
 
-def end_to_end(board_size: int, seconds: float, blocks: int | None, filters: int | None,
-               games: int, label: str) -> dict:
-    """The worker's loop with a fresh network on the CPU, between its first and last
-    progress reports: visits, CPU split, cache."""
+class PublishedNetwork(NamedTuple):
+    """A freshly initialised network published the way ``model.train`` publishes (SavedModel plus,
+    when it passes its accuracy check, the int8 copy CPU workers run), and loaded back."""
+
+    model: object        # format.registry.LoadedModel
+    network: object      # the keras network, for counting its arithmetic
+    source: str
+    cpu_int8: dict
+
+
+def publish_network(scratch: str, board_size: int, blocks: int | None, filters: int | None) -> PublishedNetwork:
+    from cloud.storage import open_storage
+    from format import registry
+    from testdata.models import publish_untrained_model
+
+    network, source = build_network(board_size, blocks, filters)
+    shape = {} if blocks is None else dict(blocks=blocks, filters=filters)
+    root = tempfile.mkdtemp(prefix=f"models{board_size}-", dir=scratch)
+    cpu_int8 = publish_untrained_model(root, 1, board_size, network=shape, seed=board_size, cpu_int8=True)
+    model = registry.load_model(open_storage(root), 1, cache_dir=tempfile.mkdtemp(prefix="cache-", dir=scratch))
+    return PublishedNetwork(model, network, source, cpu_int8)
+
+
+def end_to_end(published: PublishedNetwork, seconds: float, games: int, label: str,
+               inference: str = "auto") -> dict:
+    """The worker's loop on the CPU with a published network (``inference``: the worker's
+    --inference), between its first and last progress reports: visits, CPU split, cache."""
     from cloud.storage import open_storage
     from format.run_config import RunConfig, ensure_run_config
     from selfplay.config import WorkerConfig
-    from selfplay.evaluator import ModelEvaluator, use_every_cpu_core
+    from selfplay.evaluator import Placement, use_every_cpu_core
+    from selfplay.openvino_evaluator import make_evaluator
 
     use_every_cpu_core()
-    network, source = build_network(board_size, blocks, filters)
-    evaluator = ModelEvaluator(CompiledModel(network, board_size), devices=[])
-    evaluator(np.zeros((8, board_size, board_size, 17), np.float32))   # trace once
+    board_size = int(published.model.board_size)
+    evaluator = make_evaluator(published.model, Placement("cpu", ""), inference)
+    backend = getattr(evaluator, "backend", "tensorflow")
+    evaluator(np.zeros((8, board_size, board_size, 17), np.float32))   # trace / warm up once
     with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as spool:
         config = WorkerConfig(root=root, board_size=board_size, games=games, max_seconds=seconds,
                               progress_seconds=seconds / SNAPSHOTS, worker_id="bench", seed=7,
@@ -318,6 +351,7 @@ def end_to_end(board_size: int, seconds: float, blocks: int | None, filters: int
         prefixes = [round(g * STAGGER_MOVES[board_size] / games) for g in range(games)]
         worker = staggered_worker_class()(config, storage, evaluator, prefixes=prefixes)
         worker.run()   # the play loop runs on this thread (its snapshots' thread_time); inference on its own
+        network, source = published.network, f"{published.source}, {backend}"
     if len(worker.snapshots) < 2:
         raise RuntimeError(f"{label}: the worker loop made {len(worker.snapshots)} progress reports in "
                            f"{seconds} s; the bench needs two to measure between")
@@ -337,6 +371,7 @@ def end_to_end(board_size: int, seconds: float, blocks: int | None, filters: int
         "batch_fill": (last.evaluations - first.evaluations) / max(last.batch_rows - first.batch_rows, 1),
         "flops_per_evaluation": direct_flops_per_evaluation(network),
         "window_s": elapsed,
+        "backend": backend,
     }
     print(f"{label} ({source}), {elapsed:.0f} s window: {result['visits_per_s']:.0f} visits/s, "
           f"{result['positions_per_s']:.1f} positions/s, search {result['search_cpu_share']:.1%} of CPU "
@@ -446,12 +481,20 @@ def main(argv=None) -> int:
 
     sims_9, wall_9 = search_only(9, search_seconds)
     sims_19, wall_19 = search_only(19, search_seconds)
-    small = end_to_end(9, e2e_seconds, None, None, games=128, label="default net 9x9")
-    big_9 = end_to_end(9, e2e_seconds / 2, PEER_BLOCKS, PEER_FILTERS, games=64, label="6x96 net 9x9")
-    ours = end_to_end(19, e2e_seconds, PEER_BLOCKS, PEER_FILTERS, games=GAMES_19, label="6x96 net 19x19")
+    with tempfile.TemporaryDirectory(prefix="zerolake-bench-selfplay-") as scratch:
+        default_9 = publish_network(scratch, 9, None, None)
+        big_9_net = publish_network(scratch, 9, PEER_BLOCKS, PEER_FILTERS)
+        big_19_net = publish_network(scratch, 19, PEER_BLOCKS, PEER_FILTERS)
+        small = end_to_end(default_9, e2e_seconds, games=128, label="default net 9x9")
+        big_9 = end_to_end(big_9_net, e2e_seconds / 2, games=64, label="6x96 net 9x9")
+        ours = end_to_end(big_19_net, e2e_seconds, games=GAMES_19, label="6x96 net 19x19")
+        ours_tf = end_to_end(big_19_net, e2e_seconds / 2, games=GAMES_19, label="6x96 net 19x19",
+                             inference="tensorflow")
     peer = leela_zero(leelaz, peer_visits)
     conv = conv_gflops(5.0 if args.quick else 10.0)
     inference = ours["flops_per_evaluation"] * ours["visits_per_s"] / 1e9
+    inference_tf = ours_tf["flops_per_evaluation"] * ours_tf["visits_per_s"] / 1e9
+    int8 = big_19_net.cpu_int8
     print(json.dumps({
         "bench": "selfplay",
         "search_evaluator": "stub: uniform policy, value 0, no network (search-only figures)",
@@ -473,6 +516,12 @@ def main(argv=None) -> int:
         "inference_gflops": round(inference, 1),
         "conv_gflops": round(conv, 1),
         "inference_vs_conv": round(inference / conv, 3),
+        "inference_backend": ours["backend"],
+        "visits_per_s_6x96_19_tensorflow": round(ours_tf["visits_per_s"], 1),
+        "visits_vs_lz_tensorflow": round(ours_tf["visits_per_s"] / peer["visits_per_s"], 3),
+        "inference_vs_conv_tensorflow": round(inference_tf / conv, 3),
+        "int8_top1_agreement_19": int8.get("top1_agreement"),
+        "int8_value_mae_19": int8.get("value_mae"),
         "positions_per_s": round(small["positions_per_s"], 2),
         "batch_fill": round(small["batch_fill"], 4),
         "search_cpu_share_default_9": round(small["search_cpu_share"], 4),

@@ -257,6 +257,11 @@ def model_file(generation: int, relative: str) -> str:
     return f"{model_dir(generation)}/{relative}"
 
 
+CPU_INT8_XML = "cpu_int8/model.xml"
+"""Inside a model's folder: the optional int8 OpenVINO copy for CPU workers
+(``model.cpu_int8``); its weights are the .bin beside it."""
+
+
 def parse_model_manifest(data: bytes, generation: int, url: str) -> dict:
     """Validate a model manifest (``{"version", "generation", "files", "metadata"}``)."""
     document = _json_object(data, url)

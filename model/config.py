@@ -76,6 +76,10 @@ class TrainConfig:
     # --- data --------------------------------------------------------------
     shuffle_buffer: int = setting(8192, "records in the tf.data shuffle buffer")
     seed: int = setting(0, "seed for the data order, symmetries and initial weights")
+    # --- publishing --------------------------------------------------------
+    cpu_int8: bool = setting(True, "publish with each model an int8 OpenVINO copy for CPU workers, calibrated "
+                                   "on the window's positions and published only if it agrees with the float32 "
+                                   "model (model.cpu_int8); needs OpenVINO and NNCF, else skipped with a note")
     # --- bookkeeping -------------------------------------------------------
     checkpoint_every: int = setting(500, "steps between checkpoints")
     keep_checkpoints: int = setting(3, "checkpoints kept under ROOT/checkpoints")

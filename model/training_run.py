@@ -64,6 +64,7 @@ import tempfile
 import threading
 import time
 
+import numpy as np
 import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow.core.framework import summary_pb2
@@ -75,6 +76,7 @@ from format.registry import (AlreadyPublished, advance_latest, is_published, lat
                              read_manifest)
 from format.tfdata import training_dataset
 from model.config import TrainConfig
+from model.cpu_int8 import CALIBRATION_POSITIONS, CHECK_POSITIONS, add_cpu_int8
 from model.export import export_inference_model
 from model.staging import STATE_FILE, Stage, resolve_stage_dir
 from model.trainer import METRIC_NAMES, ResolvedStrategy, Trainer, network_config, summarize
@@ -312,6 +314,18 @@ class TrainingRun:
             shuffle_buffer=self.config.shuffle_buffer)
         return iter(self.trainer.strategy.experimental_distribute_dataset(dataset))
 
+    def _calibration_planes(self, window: Window):
+        """Input planes of up to CALIBRATION + CHECK positions of ``window`` (random symmetries, not
+        the training order's), for the int8 copy's calibration and accuracy check."""
+        wanted = CALIBRATION_POSITIONS + CHECK_POSITIONS
+        batch = 32   # small: the dataset drops a last partial batch, and windows in tests are tiny
+        dataset = training_dataset(
+            self._shard_files(window), board_size=self.board_size, record_version=window.record_version,
+            batch_size=batch, seed=window_seed(self.config.seed, window.target_generation) + 1,
+            shuffle_buffer=4 * batch, repeat=False)
+        planes = [element["planes"].numpy() for element in dataset.take(-(-wanted // batch))]
+        return np.concatenate(planes)[:wanted] if planes else np.zeros((0,), np.float32)
+
     def _next_slice(self, done: int, total: int) -> int:
         """Steps in the next call: up to the next log or checkpoint boundary."""
         cfg = self.config
@@ -410,6 +424,8 @@ class TrainingRun:
         with tempfile.TemporaryDirectory(prefix="zerolake-export-") as scratch:
             local = os.path.join(scratch, "model")
             export_inference_model(self.net_config, self.trainer.published_weights(), local)
+            if self.config.cpu_int8:
+                metadata["cpu_int8"] = add_cpu_int8(local, self._calibration_planes(window), log=_say)
             try:
                 publish_model(self.storage, generation, local, metadata)
             except AlreadyPublished as exc:

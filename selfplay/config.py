@@ -19,6 +19,7 @@ import socket
 from format.cli import (RoleCli, board_size_setting, events_setting, komi_setting, max_moves_setting,
                         poll_seconds_setting, root_setting, setting, setting_problems)
 from selfplay.evaluator import parse_device
+from selfplay.openvino_evaluator import INFERENCE_CHOICES
 from selfplay.eval_cache import DEFAULT_CAPACITY
 
 
@@ -124,6 +125,9 @@ class WorkerConfig:
     model_cache: str = setting("", "local folder for downloaded models ('' = a private temporary folder)")
     device: str = setting("", "where the network runs: '' (TensorFlow's choice), cpu, gpu, gpu:K "
                               "(one GPU per process) or tpu")
+    inference: str = setting("auto", "how the network runs: auto (the model's int8 OpenVINO copy when the "
+                                     "network runs on the CPU and the model has one, else TensorFlow), "
+                                     "tensorflow, or openvino (the copy, required)", choices=INFERENCE_CHOICES)
     worker_name: str = dataclasses.field(init=False, default="")
     """This process's unique worker name (chunk names, game ids), made from worker_id; not a flag."""
 

@@ -520,7 +520,7 @@ def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None, retry=
     from format import registry
     from cloud.storage import open_storage
     from format.run_config import read_run_config
-    from selfplay.evaluator import ModelEvaluator
+    from selfplay.openvino_evaluator import make_evaluator
 
     storage = open_storage(source.model_root, retry=retry)
     generation = source.generation
@@ -530,5 +530,5 @@ def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None, retry=
             raise LookupError(f"{storage.url(layout.LATEST)} is missing: {source.model_root} has no published model yet")
     model = registry.load_model(storage, generation, cache_dir=cache_dir)
     run = read_run_config(storage)
-    return LoadedEvaluator(ModelEvaluator(model), f"model-g{generation}", generation,
+    return LoadedEvaluator(make_evaluator(model), f"model-g{generation}", generation,
                            board_size=int(model.board_size), komi=None if run is None else run.komi)

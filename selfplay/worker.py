@@ -80,7 +80,8 @@ from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
 from selfplay.config import CLI, WorkerConfig, default_spool_base
 from selfplay.driver import GameBatch
 from selfplay.eval_cache import with_evaluation_cache
-from selfplay.evaluator import ModelEvaluator, UniformEvaluator, configure_accelerator, use_every_cpu_core
+from selfplay.evaluator import UniformEvaluator, configure_accelerator, use_every_cpu_core
+from selfplay.openvino_evaluator import make_evaluator
 from selfplay.move_policy import MovePolicy, ResignationCounter
 from selfplay.spool import Spool, SpoolError, open_spool
 
@@ -159,8 +160,9 @@ class ModelWatcher:
     """
 
     def __init__(self, storage, poll_seconds: float, cache_dir: str, current_generation: int | None,
-                 placement=None, events: EventLog | None = None):
+                 placement=None, events: EventLog | None = None, inference: str = "auto"):
         self.storage = storage
+        self.inference = inference   # WorkerConfig.inference: auto, tensorflow or openvino
         self.placement = placement   # selfplay.evaluator.Placement; None = set up at the first load
         self.poll_seconds = poll_seconds
         self.cache_dir = cache_dir
@@ -203,7 +205,8 @@ class ModelWatcher:
             self.placement = configure_accelerator("")   # GPU memory growth before TF touches a GPU
         with self.placement.scope():   # the model's variables live where it runs
             model = registry.load_model(self.storage, generation, cache_dir=self.cache_dir)
-        evaluator = ModelEvaluator(model, placement=self.placement)
+        evaluator = make_evaluator(model, self.placement, self.inference,
+                                   log=lambda line: print(f"[selfplay] {line}", flush=True))
         self.known = generation
         self.failures = 0
         registry.clear_cache(self.cache_dir, keep_generations={generation})
@@ -640,7 +643,7 @@ def _run_worker(config, storage, spool, cache, placement, events, stop) -> int:
     worker.stop_requested = stop
     worker.upload_leftovers()
     watcher = ModelWatcher(storage, config.poll_seconds, cache, current_generation=None, placement=placement,
-                           events=events)
+                           events=events, inference=config.inference)
     evaluator, play = load_first_model(watcher, stop, config.max_seconds)
     if not play:
         reason = "signal" if stop.is_set() else "max_seconds"

@@ -12,17 +12,51 @@ import dataclasses
 import os
 import tempfile
 
+import numpy as np
+
 TINY_NETWORK = dict(blocks=1, filters=8, global_pool_every=1, global_pool_channels=4, value_hidden=8)
 """The smallest network that has every head: enough to exercise the code that loads and runs a model."""
 
 
+def random_game_planes(board_size: int, count: int, seed: int = 0, games: int = 16) -> np.ndarray:
+    """float32 [count, N, N, 17]: input planes of positions from legal random games.
+
+    Moves are uniformly random among the legal ones that do not fill the
+    mover's own single-point eye (as in `testdata.random_games`); the
+    positions are drawn evenly from ``games`` games, so early, middle and
+    late positions all appear.  Calibration data for an untrained network's
+    int8 copy (`model.cpu_int8`), which plays games that look just as random.
+    """
+    from selfplay.board import Board
+    from testdata.random_games import _points_enclosed_by
+
+    rng = np.random.default_rng(seed)
+    points = board_size * board_size
+    positions = []
+    for _ in range(games):
+        board = Board(board_size, 7.5)
+        game = []
+        while not board.is_over:
+            game.append(board.features())
+            playable = np.flatnonzero(board.legal_mask()[:points].astype(bool)
+                                      & ~_points_enclosed_by(board.stones(), board.to_play))
+            board.play(int(rng.choice(playable)) if len(playable) else points)
+        positions.extend(game)
+    chosen = rng.choice(len(positions), size=min(count, len(positions)), replace=False)
+    return np.stack([positions[i] for i in chosen]).astype(np.float32)
+
+
 def publish_untrained_model(root: str, generation: int, board_size: int, *, network: dict | None = None,
-                            seed: int | None = None, metadata: dict | None = None) -> None:
+                            seed: int | None = None, metadata: dict | None = None,
+                            cpu_int8: bool = False) -> dict | None:
     """Publish a randomly initialised network as ``generation`` of the lake at ``root`` (LATEST moves to it).
 
     ``network``: NetworkConfig fields besides the board size (default
     `TINY_NETWORK`); ``seed`` fixes the initial weights; ``metadata`` is
-    added to the model manifest's metadata.
+    added to the model manifest's metadata.  ``cpu_int8``: also publish the
+    int8 OpenVINO copy for CPU workers, calibrated on `random_game_planes`,
+    as ``model.train`` does with its window's positions; returns its
+    manifest entry (None without ``cpu_int8``).
     """
     import tensorflow as tf
 
@@ -38,7 +72,14 @@ def publish_untrained_model(root: str, generation: int, board_size: int, *, netw
     with tempfile.TemporaryDirectory(prefix="zerolake-untrained-model-") as scratch:
         local = os.path.join(scratch, "model")     # outside the lake: only the registry writes there
         export_inference_model(config, weights, local)
+        extra = {}
+        if cpu_int8:
+            from model.cpu_int8 import CALIBRATION_POSITIONS, CHECK_POSITIONS, add_cpu_int8
+
+            planes = random_game_planes(board_size, CALIBRATION_POSITIONS + CHECK_POSITIONS, seed=seed or 0)
+            extra["cpu_int8"] = add_cpu_int8(local, planes)
         publish_model(open_storage(root), generation, local,
                       {"board_size": board_size, "generation": generation,
                        "network": dataclasses.asdict(config), "source": "untrained (testdata.models)",
-                       **(metadata or {})})
+                       **extra, **(metadata or {})})
+    return extra.get("cpu_int8")

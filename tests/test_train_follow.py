@@ -374,6 +374,12 @@ def test_follow_trains_the_newest_window_records_skips_and_stops_on_sigterm(tmp_
     metadata = [json.loads(storage.read(layout.model_manifest(g)))["metadata"] for g in (2, 4)]
     assert metadata[0]["skipped_windows"] == [{"generation": 1, "reason": skipped[1]}]
     assert metadata[1]["skipped_windows"] == [{"generation": 3, "reason": skipped[3]}]
+    # Each publish quantized the int8 CPU copy on the window's own positions and checked it
+    # (published or not, the figures are recorded; a failure to quantize would have no figures).
+    for generation, entry in zip((2, 4), (m["cpu_int8"] for m in metadata)):
+        assert "policy_kl" in entry and 0 < entry["calibration_positions"] <= 64, entry
+        files = json.loads(storage.read(layout.model_manifest(generation)))["files"]
+        assert (layout.CPU_INT8_XML in files) == entry["written"]
     assert latest_generation(storage) == 4
     record = LeaseRecord.from_bytes(storage.read(layout.TRAINER_LEASE), "lease")
     assert record.released

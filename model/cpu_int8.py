@@ -1,0 +1,183 @@
+"""An int8 copy of the inference model for CPU workers (OpenVINO), made when a model is published.
+
+Why: on a CPU-only worker the network is nearly all of self-play's cost
+(the search takes ~1% of the CPU), and TensorFlow's float32 convolutions run
+at about the speed of one plain convolution.  OpenVINO's int8 kernels (AVX2,
+no VNNI needed) evaluate the same 6x96 19x19 network about 2.5x as many
+times per CPU second, so a CPU worker plays about 2.5x the games.  TensorFlow
+stays the reference: the SavedModel is always published, GPU and TPU workers
+use it, and a CPU worker falls back to it when this copy is missing.
+
+Data flow, once per published generation (``model.training_run`` and
+``testdata.models`` call `add_cpu_int8`)::
+
+    SavedModel dir --ov.convert_model--> float32 OpenVINO model
+        (outputs pruned to policy_logits and value: all the search reads)
+        --nncf.quantize on calibration planes (the window's own positions)--> int8 model
+        --accuracy check against the SavedModel on held-out planes-->
+    SavedModel dir/<layout.CPU_INT8_XML, .bin>  (published with the model's other files)
+
+The accuracy check is the gate: the copy is written only when, on held-out
+positions, the int8 policy is within `MAX_POLICY_KL` (mean KL divergence from
+the float32 policy), the two networks agree on the top move at least
+`MIN_TOP1_AGREEMENT` of the time (not higher: an untrained network's
+near-tied moves swap places under any rounding, which the KL shows to be
+harmless), and their values differ by at most `MAX_VALUE_MAE` on average.  Otherwise nothing is written and CPU workers use
+TensorFlow.  Either way the measured figures go into the model manifest's
+metadata (``cpu_int8``), so a person can see what each generation got.
+
+Quantization choices (measured on a 6x96 19x19 network): the PERFORMANCE
+preset (symmetric activations), full bias correction, and the dense layers
+plus the convolutions with at most `KEEP_FLOAT_MAX_CHANNELS` output channels
+(the heads' 1x1 projections) left in float32: they are a tiny share of the
+arithmetic and most of the int8 error on the value.
+
+OpenVINO and NNCF are imported only here and only when called; without them
+(`available()` is False) a model is published without the copy.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import numpy as np
+
+from format import layout
+from selfplay.openvino_evaluator import compile_for_cpu
+
+CALIBRATION_POSITIONS = 512
+"""Positions NNCF collects activation ranges on."""
+CHECK_POSITIONS = 256
+"""Held-out positions the accuracy gate compares the two networks on."""
+MIN_TOP1_AGREEMENT = 0.80
+MAX_POLICY_KL = 0.02
+MAX_VALUE_MAE = 0.03
+KEEP_FLOAT_MAX_CHANNELS = 2
+SERVED_OUTPUTS = ("policy_logits", "value")
+"""What the search reads; the ownership and score heads are dropped from the copy."""
+
+
+def available() -> str | None:
+    """None when OpenVINO and NNCF import, else why not (for the log and the manifest)."""
+    try:
+        import nncf  # noqa: F401
+        import openvino  # noqa: F401
+    except ImportError as exc:
+        return f"OpenVINO/NNCF not installed ({exc})"
+    return None
+
+
+def _float_model(saved_model_dir: str):
+    """(the SavedModel's serving signature as an OpenVINO model with only `SERVED_OUTPUTS`,
+    the TensorFlow signature itself: the reference the copy is checked against)."""
+    import openvino as ov
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(saved_model_dir)
+    signature = loaded.signatures["serving_default"]
+    signature.keep_alive = loaded   # the signature's variables live as long as the loaded object
+    converted = ov.convert_model(signature)
+    by_name = {}
+    for output in converted.outputs:
+        for name in output.get_names():
+            by_name[name] = output
+    missing = [name for name in SERVED_OUTPUTS if name not in by_name]
+    if missing:
+        raise ValueError(f"{saved_model_dir}: the serving signature has no output {missing[0]!r}")
+    return ov.Model([by_name[name] for name in SERVED_OUTPUTS], converted.get_parameters(), "zerolake_cpu"), signature
+
+
+def _reference(signature, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    outputs = signature(planes=planes)
+    return (np.asarray(outputs["policy_logits"], np.float32),
+            np.asarray(outputs["value"], np.float32).reshape(-1))
+
+
+def _kept_in_float(model) -> list[str]:
+    """Names of the operations quantization leaves in float32 (see the module docstring)."""
+    names = []
+    for op in model.get_ops():
+        kind = op.get_type_name()
+        if kind == "MatMul":
+            names.append(op.get_friendly_name())
+        elif kind == "Convolution":
+            channels = op.get_output_partial_shape(0)[1]   # OpenVINO's convolutions are NCHW
+            if channels.is_static and channels.get_length() <= KEEP_FLOAT_MAX_CHANNELS:
+                names.append(op.get_friendly_name())
+    return names
+
+
+def _run(compiled, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    outputs = compiled(planes)
+    return (np.asarray(outputs[compiled.output("policy_logits")], np.float32),
+            np.asarray(outputs[compiled.output("value")], np.float32).reshape(-1))
+
+
+def agreement(reference: tuple[np.ndarray, np.ndarray], candidate: tuple[np.ndarray, np.ndarray]) -> dict:
+    """How closely ``candidate``'s (logits, values) follow ``reference``'s on the same positions:
+    top-move agreement, mean absolute value difference, mean KL(reference || candidate) of the policies."""
+    ref_logits, ref_values = reference
+    logits, values = candidate
+
+    def log_softmax(x):
+        x = x - x.max(axis=1, keepdims=True)
+        return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+
+    ref_log, log = log_softmax(ref_logits.astype(np.float64)), log_softmax(logits.astype(np.float64))
+    return {
+        "top1_agreement": float(np.mean(ref_logits.argmax(1) == logits.argmax(1))),
+        "value_mae": float(np.mean(np.abs(ref_values - values))),
+        "policy_kl": float(np.mean(np.sum(np.exp(ref_log) * (ref_log - log), axis=1))),
+    }
+
+
+def add_cpu_int8(saved_model_dir: str, planes: np.ndarray, *, log=print) -> dict:
+    """Quantize the SavedModel in ``saved_model_dir`` and, if it passes the gate, write the
+    int8 copy into that directory at `layout.CPU_INT8_XML` (and its .bin).
+
+    ``planes``: float32 [M, N, N, 17] positions like the ones the network will
+    see (the trainer passes its window's); the first `CALIBRATION_POSITIONS`
+    calibrate, the next `CHECK_POSITIONS` check.  Returns the manifest
+    metadata entry: ``{"written": bool, ...figures or the reason}``.  Never
+    raises for a failed quantization: the model is still published, without
+    the copy, and the reason is returned.
+    """
+    missing = available()
+    if missing is not None:
+        return {"written": False, "reason": missing}
+    planes = np.asarray(planes, np.float32)
+    if len(planes) < 2:
+        return {"written": False, "reason": f"only {len(planes)} calibration positions"}
+    held_out = min(CHECK_POSITIONS, len(planes) // 3)
+    calibrate = planes[:min(CALIBRATION_POSITIONS, len(planes) - held_out)]
+    check = planes[len(calibrate):len(calibrate) + held_out]
+    started = time.time()
+    try:
+        import nncf
+        import openvino as ov
+
+        nncf.set_log_level(logging.ERROR)   # it lists every node it skips at INFO
+
+        float_model, signature = _float_model(saved_model_dir)
+        quantized = nncf.quantize(
+            float_model, nncf.Dataset(calibrate, lambda row: row[None]),
+            preset=nncf.QuantizationPreset.PERFORMANCE, subset_size=len(calibrate), fast_bias_correction=False,
+            ignored_scope=nncf.IgnoredScope(names=_kept_in_float(float_model), validate=False))
+        figures = agreement(_reference(signature, check), _run(compile_for_cpu(quantized), check))
+    except Exception as exc:  # a failed quantization must not stop the publish
+        return {"written": False, "reason": f"quantization failed: {type(exc).__name__}: {exc}"[:500]}
+    entry = {"calibration_positions": len(calibrate), "check_positions": len(check),
+             **{k: round(v, 5) for k, v in figures.items()}, "seconds": round(time.time() - started, 1)}
+    if (figures["top1_agreement"] < MIN_TOP1_AGREEMENT or figures["policy_kl"] > MAX_POLICY_KL
+            or figures["value_mae"] > MAX_VALUE_MAE):
+        log(f"int8 CPU copy not written: top-1 agreement {figures['top1_agreement']:.3f} "
+            f"(needs >= {MIN_TOP1_AGREEMENT}), policy KL {figures['policy_kl']:.4f} (needs <= {MAX_POLICY_KL}), "
+            f"value error {figures['value_mae']:.4f} (needs <= {MAX_VALUE_MAE})")
+        return {"written": False, "reason": "accuracy gate", **entry}
+    xml = os.path.join(saved_model_dir, layout.CPU_INT8_XML)
+    os.makedirs(os.path.dirname(xml), exist_ok=True)
+    ov.save_model(quantized, xml, compress_to_fp16=False)
+    log(f"int8 CPU copy written: top-1 agreement {figures['top1_agreement']:.3f}, value error "
+        f"{figures['value_mae']:.4f}, {entry['seconds']} s")
+    return {"written": True, "file": layout.CPU_INT8_XML, **entry}
