@@ -51,19 +51,8 @@ from typing import Callable, TypeVar
 
 import google_crc32c
 
-from cloud.base import (
-    TEMP_MARKER,
-    AlreadyExists,
-    NotFound,
-    PreconditionFailed,
-    ObjectInfo,
-    RetryPolicy,
-    Storage,
-    StorageError,
-    validate_data,
-    validate_path,
-    validate_prefix,
-)
+from cloud.base import (TEMP_MARKER, AlreadyExists, NotFound, PreconditionFailed, ObjectInfo, RetryPolicy,
+                        Storage, StorageError, validate_data, validate_path, validate_prefix)
 
 _log = logging.getLogger(__name__)
 

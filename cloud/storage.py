@@ -19,15 +19,7 @@ import argparse
 import dataclasses
 import urllib.parse
 
-from cloud.base import (
-    AlreadyExists,
-    NotFound,
-    PreconditionFailed,
-    ObjectInfo,
-    RetryPolicy,
-    Storage,
-    StorageError,
-)
+from cloud.base import AlreadyExists, NotFound, ObjectInfo, PreconditionFailed, RetryPolicy, Storage, StorageError
 
 __all__ = [
     "AlreadyExists",

@@ -14,6 +14,11 @@ every role has the same conventions:
 * a ``bool`` field is ``--x`` / ``--no-x``;
 * a field typed ``int | None`` (or float/str) takes a value or stays None;
 * ``--help`` shows each field's help and its default;
+* a field's valid values are declared on it (``choices``; bounds
+  ``at_least``, ``above``, ``at_most``, ``below``): :func:`setting_problems`
+  checks them for every role in one wording (``--reuse: must be in (0, 16],
+  got 17``) and ``--help`` shows the range.  ``__post_init__`` keeps only the
+  checks that span several fields or need code (a path, a pattern);
 * a bad value exits with status 2 and one line naming the flag (argparse's
   usage error), never a traceback.
 
@@ -77,16 +82,22 @@ _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
 def setting(default=dataclasses.MISSING, help: str = "", *, default_factory=dataclasses.MISSING,  # noqa: A002
             aliases: tuple[str, ...] = (), choices=None, required: bool = False, metavar: str | None = None,
-            hidden: bool = False, **metadata):
-    """A config field with its flag's help text and options.
+            hidden: bool = False, at_least=None, above=None, at_most=None, below=None, **metadata):
+    """A config field with its flag's help text, options and valid range.
 
     ``required`` makes the flag mandatory on the command line (the dataclass
     may still have a default for library callers); ``hidden`` keeps a field
-    out of the flags altogether (set by code, not by users).  Extra keyword
+    out of the flags altogether (set by code, not by users).  ``choices`` and
+    the bounds (``at_least`` <=, ``above`` <, ``at_most`` >=, ``below`` >)
+    declare what a valid value is: :func:`setting_problems` checks them for
+    every role in one wording, and ``--help`` shows the range.  Extra keyword
     arguments are kept in the field's metadata for the role's own use.
     """
     info = {"help": help, "aliases": tuple(aliases), "choices": choices, "required": required,
-            "metavar": metavar, "hidden": hidden, **metadata}
+            "metavar": metavar, "hidden": hidden,
+            "bounds": tuple((op, limit) for op, limit in ((">=", at_least), (">", above), ("<=", at_most),
+                                                          ("<", below)) if limit is not None),
+            **metadata}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=info)
     return dataclasses.field(default=default, metadata=info)
@@ -189,10 +200,39 @@ def setting_problems(config) -> list[str]:
     problems = []
     for field in dataclasses.fields(config):
         check = field.metadata.get("check")
-        problem = check(getattr(config, field.name), field.metadata) if check else None
+        value = getattr(config, field.name)
+        problem = check(value, field.metadata) if check else _declared_problem(value, field.metadata)
         if problem:
             problems.append(f"{flag_name(field.name)}: {problem}")
     return problems
+
+
+_HOLDS = {">=": lambda v, x: v >= x, ">": lambda v, x: v > x, "<=": lambda v, x: v <= x, "<": lambda v, x: v < x}
+
+
+def range_text(bounds) -> str:
+    """A field's declared range in words: '>= 1', 'in [0, 1]', 'in (0, 1]'..."""
+    lower = [(op, x) for op, x in bounds if op in (">=", ">")]
+    upper = [(op, x) for op, x in bounds if op in ("<=", "<")]
+    if lower and upper:
+        (low_op, low), (high_op, high) = lower[0], upper[0]
+        return f"in {'[' if low_op == '>=' else '('}{low}, {high}{']' if high_op == '<=' else ')'}"
+    return " and ".join(f"{op} {x}" for op, x in bounds)
+
+
+def _declared_problem(value, info) -> str | None:
+    """The declared choices and bounds of a field (see :func:`setting`), checked on ``value``."""
+    choices = info.get("choices")
+    if choices is not None and value not in choices:
+        return f"{value!r} is not one of {', '.join(map(str, choices))}"
+    bounds = info.get("bounds", ())
+    if not bounds or value is None:
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number {range_text(bounds)}, got {value}"
+    if not all(_HOLDS[op](value, limit) for op, limit in bounds):
+        return f"must be {range_text(bounds)}, got {value}"
+    return None
 
 
 def flag_name(field_name: str) -> str:
@@ -248,6 +288,8 @@ def _add_flag(target, config_cls, field: dataclasses.Field, names: list[str], de
     metavar = info.get("metavar") or (None if info.get("choices") else field.name.upper())
     kind, optional = _field_type(config_cls, field)
     text = info.get("help", "")
+    if info.get("bounds"):
+        text = f"{text} ({range_text(info['bounds'])})" if text else range_text(info["bounds"])
     if kind is bool:
         target.add_argument(*names, dest=dest, action=argparse.BooleanOptionalAction, default=default, help=text)
         return
@@ -294,9 +336,16 @@ class RoleCli:
     description: str
     storage: bool = True
     """Whether the role reads or writes a bucket (then it takes the --storage-* retry flags)."""
+    arguments: tuple = ()
+    """Arguments that are not config fields, as ``(names, argparse keywords)`` pairs: positional
+    player specs, or a launcher's repeatable ``--role-args``; the entry point turns them into
+    config values itself."""
 
     def parser(self) -> argparse.ArgumentParser:
-        return role_parser(self.config_cls, prog=self.prog, description=self.description, storage=self.storage)
+        parser = role_parser(self.config_cls, prog=self.prog, description=self.description, storage=self.storage)
+        for names, keywords in self.arguments:
+            parser.add_argument(*names, **keywords)
+        return parser
 
     def parse(self, argv=None, **extra):
         return parse_config(self.config_cls, self.parser(), argv, **extra)

@@ -37,53 +37,54 @@ class TrainConfig:
         "auto = TPU if one resolves, Mirrored if >1 GPU, else the default strategy", choices=STRATEGIES)
     tpu: str = setting("", "TPU name or grpc:// address for --strategy tpu/auto")
     logical_cpus: int = setting(0,
-        "split the CPU into this many logical devices (Mirrored on CPU, for tests); 0 = off")
+        "split the CPU into this many logical devices (Mirrored on CPU, for tests); 0 = off", at_least=0)
     precision: str = setting("auto",
         "compute precision; auto = bfloat16 on TPU/GPU, float32 on CPU", choices=PRECISIONS)
     # --- network -----------------------------------------------------------
-    blocks: int = setting(4, "residual blocks")
-    filters: int = setting(32, "channels of the residual tower")
+    blocks: int = setting(4, "residual blocks", at_least=1)
+    filters: int = setting(32, "channels of the residual tower", at_least=1)
     global_pool_every: int = setting(0,
-        "every k-th block gets a KataGo global-pooling bias; 0 = none")
-    global_pool_channels: int = setting(8, "channels pooled by those blocks")
+        "every k-th block gets a KataGo global-pooling bias; 0 = none", at_least=0)
+    global_pool_channels: int = setting(8, "channels pooled by those blocks", at_least=1)
     value_head: str = setting("tanh", "tanh (win/loss) or wdl (win/draw/loss softmax)", choices=VALUE_HEADS)
-    value_hidden: int = setting(64, "hidden units of the value/score head")
+    value_hidden: int = setting(64, "hidden units of the value/score head", at_least=1)
     sync_batchnorm: bool = setting(True,
         "batch-norm statistics over the global batch (identical results on any replica count)")
     # --- losses ------------------------------------------------------------
-    policy_loss_weight: float = setting(1.0, "weight of the policy cross-entropy")
-    value_loss_weight: float = setting(1.0, "weight of the value loss")
-    ownership_loss_weight: float = setting(0.5, "weight of the ownership loss")
-    score_loss_weight: float = setting(0.2, "weight of the score loss")
-    l2: float = setting(1e-4, "L2 penalty on convolution and dense kernels")
+    policy_loss_weight: float = setting(1.0, "weight of the policy cross-entropy", at_least=0)
+    value_loss_weight: float = setting(1.0, "weight of the value loss", at_least=0)
+    ownership_loss_weight: float = setting(0.5, "weight of the ownership loss", at_least=0)
+    score_loss_weight: float = setting(0.2, "weight of the score loss", at_least=0)
+    l2: float = setting(1e-4, "L2 penalty on convolution and dense kernels", at_least=0)
     # --- optimisation ------------------------------------------------------
-    batch_size: int = setting(256, "examples per replica per step")
+    batch_size: int = setting(256, "examples per replica per step", at_least=1)
     steps_per_window: int = setting(0,
-        "steps per window; 0 = positions x epochs-per-window / global batch")
-    epochs_per_window: float = setting(1.0, "passes over a window when steps are automatic")
-    steps_per_call: int = setting(20, "training steps per tf.function call")
-    learning_rate: float = setting(0.02, "peak learning rate")
-    momentum: float = setting(0.9, "SGD momentum (Nesterov)")
-    warmup_steps: int = setting(200, "linear warm-up from 0 to the peak rate")
+        "steps per window; 0 = positions x epochs-per-window / global batch", at_least=0)
+    epochs_per_window: float = setting(1.0, "passes over a window when steps are automatic", above=0)
+    steps_per_call: int = setting(20, "training steps per tf.function call", at_least=1)
+    learning_rate: float = setting(0.02, "peak learning rate", above=0)
+    momentum: float = setting(0.9, "SGD momentum (Nesterov)", at_least=0, below=1)
+    warmup_steps: int = setting(200, "linear warm-up from 0 to the peak rate", at_least=0)
     lr_schedule: str = setting("constant",
         "after warm-up: constant, cosine (to lr x lr-final-fraction at lr-decay-steps) "
         "or step (x0.1 at each of lr-boundaries)", choices=LR_SCHEDULES)
-    lr_decay_steps: int = setting(100_000, "global step where the cosine ends")
-    lr_final_fraction: float = setting(0.05, "cosine floor, as a fraction of the peak")
+    lr_decay_steps: int = setting(100_000, "global step where the cosine ends", at_least=1)
+    lr_final_fraction: float = setting(0.05, "cosine floor, as a fraction of the peak", above=0, at_most=1)
     lr_boundaries: str = setting("", "comma-separated global steps for --lr-schedule step")
     swa_decay: float = setting(0.0,
-        "publish an exponential average of the weights with this decay per call (e.g. 0.9); 0 = off")
+        "publish an exponential average of the weights with this decay per call (e.g. 0.9); 0 = off",
+        at_least=0, below=1)
     # --- data --------------------------------------------------------------
-    shuffle_buffer: int = setting(8192, "records in the tf.data shuffle buffer")
+    shuffle_buffer: int = setting(8192, "records in the tf.data shuffle buffer", at_least=0)
     seed: int = setting(0, "seed for the data order, symmetries and initial weights")
     # --- publishing --------------------------------------------------------
     cpu_int8: bool = setting(True, "publish with each model an int8 OpenVINO copy for CPU workers, calibrated "
                                    "on the window's positions and published only if it agrees with the float32 "
                                    "model (model.cpu_int8); needs OpenVINO and NNCF, else skipped with a note")
     # --- bookkeeping -------------------------------------------------------
-    checkpoint_every: int = setting(500, "steps between checkpoints")
-    keep_checkpoints: int = setting(3, "checkpoints kept under ROOT/checkpoints")
-    log_every: int = setting(100, "steps between progress lines and TensorBoard points")
+    checkpoint_every: int = setting(500, "steps between checkpoints", at_least=1)
+    keep_checkpoints: int = setting(3, "checkpoints kept under ROOT/checkpoints", at_least=1)
+    log_every: int = setting(100, "steps between progress lines and TensorBoard points", at_least=1)
     log_dir: str = setting("",
         "TensorBoard directory; default ROOT/logs, or STAGE_DIR/logs in stage mode")
     stage_dir: str = setting("",
@@ -93,14 +94,14 @@ class TrainConfig:
         "summaries to STAGE_DIR/logs; TensorFlow then touches only local files. Empty = TensorFlow "
         "reads and writes ROOT directly, except for a gs:// root while $STORAGE_EMULATOR_HOST is "
         "set (TensorFlow cannot reach an emulator): then a directory under the system temp folder")
-    windows: int = setting(1, "windows to train and publish before exiting")
+    windows: int = setting(1, "windows to train and publish before exiting", at_least=1)
     follow: bool = setting(False, "keep waiting for new windows instead of exiting")
     poll_seconds: float = poll_seconds_setting(30.0, looks_at="ROOT/windows with --follow (for a new window)")
     events: str = events_setting()
     # --- one trainer per root (model.lease) ---------------------------------
     lease_seconds: float = setting(60.0,
         "lifetime of the trainer lease on ROOT (renewed every quarter of it); a second trainer "
-        "is refused until it expires")
+        "is refused until it expires", at_least=1)
     lease_wait: bool = setting(False,
         "when another trainer holds the lease, wait for it to expire instead of exiting with status 2")
 
@@ -117,27 +118,9 @@ class TrainConfig:
             if not condition:
                 out.append(f"--{flag}: {text}")
 
-        out += setting_problems(self)          # root, board size, poll seconds (format.cli's shared rules)
-        need(self.strategy in STRATEGIES, "strategy", f"{self.strategy!r} is not one of {STRATEGIES}")
-        need(self.precision in PRECISIONS, "precision", f"{self.precision!r} is not one of {PRECISIONS}")
-        need(self.value_head in VALUE_HEADS, "value-head", f"{self.value_head!r} is not one of {VALUE_HEADS}")
-        need(self.lr_schedule in LR_SCHEDULES, "lr-schedule", f"{self.lr_schedule!r} is not one of {LR_SCHEDULES}")
-        for name in ("blocks", "filters", "value_hidden", "global_pool_channels", "batch_size",
-                     "steps_per_call", "checkpoint_every", "keep_checkpoints", "log_every",
-                     "windows", "lr_decay_steps"):
-            need(getattr(self, name) >= 1, name.replace("_", "-"), f"must be >= 1, got {getattr(self, name)}")
-        for name in ("steps_per_window", "warmup_steps", "global_pool_every", "logical_cpus",
-                     "shuffle_buffer", "l2", "policy_loss_weight", "value_loss_weight",
-                     "ownership_loss_weight", "score_loss_weight"):
-            need(getattr(self, name) >= 0, name.replace("_", "-"), f"must be >= 0, got {getattr(self, name)}")
+        out += setting_problems(self)          # shared settings, declared choices and ranges (format.cli)
         need(self.global_pool_every == 0 or self.global_pool_channels < self.filters,
              "global-pool-channels", f"must be smaller than --filters ({self.filters})")
-        need(self.epochs_per_window > 0, "epochs-per-window", f"must be > 0, got {self.epochs_per_window}")
-        need(self.learning_rate > 0, "learning-rate", f"must be > 0, got {self.learning_rate}")
-        need(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
-        need(0 < self.lr_final_fraction <= 1, "lr-final-fraction", f"must be in (0, 1], got {self.lr_final_fraction}")
-        need(0 <= self.swa_decay < 1, "swa-decay", f"must be in [0, 1), got {self.swa_decay}")
-        need(self.lease_seconds >= 1, "lease-seconds", f"must be >= 1, got {self.lease_seconds}")
         need("://" not in self.stage_dir and not self.stage_dir.startswith("gs:"), "stage-dir",
              f"{self.stage_dir!r} must be a local directory, not a URL")
         need(self.strategy != "tpu" or self.logical_cpus == 0, "logical-cpus", "cannot be used with --strategy tpu")

@@ -76,7 +76,7 @@ from dataclasses import dataclass, field
 
 from format import layout
 from format.cli import (board_size_setting, complete_roles, config_from_namespace, events_setting, komi_setting,
-                        open_launch, poll_seconds_setting, role_argv, role_parser, role_setting, root_setting, setting,
+                        open_launch, poll_seconds_setting, RoleCli, role_argv, role_setting, root_setting, setting,
                         setting_problems, storage_retry)
 from format.events import EventError, EventLog, EventTail
 from format.registry import latest_generation
@@ -117,7 +117,7 @@ class ClusterConfig:
     """
 
     root: str = root_setting("./lake", required=False)
-    workers: int = setting(2, "self-play worker processes")
+    workers: int = setting(2, "self-play worker processes", at_least=1)
     state_dir: str = setting("", "local state (spools, stage dir, events, logs); default ./cluster-state/<hash of "
                                  "root>")
     events: str = events_setting(what="the launcher's own", empty="STATE_DIR/events/cluster.jsonl")
@@ -125,29 +125,31 @@ class ClusterConfig:
     komi: float = komi_setting()
     poll_seconds: float = poll_seconds_setting(5.0, looks_at="the lake, for the followers and workers (their "
                                                              "--poll-seconds)")
-    status_seconds: float = setting(5.0, "seconds between status lines (and the workers' --progress-seconds)")
+    status_seconds: float = setting(5.0, "seconds between status lines (and the workers' --progress-seconds)", above=0)
     child_threads: int = setting(0, "TensorFlow/OpenMP threads per child (0 = their own choice); 1 suits a small "
-                                    "machine")
+                                    "machine", at_least=0)
     worker_nice: int = setting(0, "niceness added to worker processes (e.g. 10 on a small machine, so that "
                                   "self-play, which takes all the CPU it gets, yields to the shuffle follower and "
-                                  "the trainer)")
-    minutes: float = setting(0.0, "stop after this long (0 = no limit)")
+                                  "the trainer)", at_least=0)
+    minutes: float = setting(0.0, "stop after this long (0 = no limit)", at_least=0)
     until_generations: int = setting(0, "stop once this many model generations are published (seen in the "
-                                        "trainer's events in the state dir, or as moves of LATEST; 0 = no limit)")
+                                        "trainer's events in the state dir, or as moves of LATEST; 0 = no limit)",
+                                        at_least=0)
     chaos_kill_every: float = setting(0.0, "chaos mode: SIGKILL a random role about every this many seconds (0 = "
-                                           "off)")
+                                           "off)", at_least=0)
     chaos_seed: int = setting(1, "seed of the chaos mode's choices")
     chaos_min_kills_per_kind: int = setting(0, "with --until-generations: also wait until each kind was killed "
-                                               "this often")
+                                               "this often", at_least=0)
     chaos_max_kills: int = setting(0, "stop killing after this many kills (0 = no limit); the run then shows it "
-                                      "recovers")
+                                      "recovers", at_least=0)
     chaos_min_uptime: float = setting(0.0, "spare a role until it has run this long since its (re)start, so that a "
-                                           "role that needs a while to get anything done (the trainer) still does")
+                                           "role that needs a while to get anything done (the trainer) still does",
+                                           at_least=0)
     restart_backoff: float = setting(1.0, "seconds before restarting a role that exited (doubles while it keeps "
-                                          "dying young)")
-    stop_grace: float = setting(30.0, "seconds a child has to exit after SIGTERM before SIGKILL")
+                                          "dying young)", above=0)
+    stop_grace: float = setting(30.0, "seconds a child has to exit after SIGTERM before SIGKILL", above=0)
     drain_seconds: float = setting(60.0, "at a planned end: at most this long to let every role come back up "
-                                         "before stopping")
+                                         "before stopping", at_least=0)
     check: bool = setting(False, "at the end, verify the lake against the events and print one JSON line (implied "
                                  "by chaos)")
     report: str = setting("", "also write the final check's JSON to this file")
@@ -173,17 +175,8 @@ class ClusterConfig:
         warmup_steps=50, log_every=50)
 
     def __post_init__(self):
-        if self.workers < 1:
-            raise ValueError(f"--workers must be >= 1, got {self.workers}")
-        for problem in setting_problems(self):           # root, board size, komi, poll seconds
+        for problem in setting_problems(self):           # shared settings, declared ranges (format.cli)
             raise ValueError(problem)
-        for name in ("status_seconds", "restart_backoff", "stop_grace"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"--{_flag(name)} must be > 0, got {getattr(self, name)}")
-        for name in ("minutes", "until_generations", "chaos_kill_every", "child_threads", "drain_seconds",
-                     "chaos_min_kills_per_kind", "worker_nice", "chaos_max_kills", "chaos_min_uptime"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"--{_flag(name)} must be >= 0, got {getattr(self, name)}")
         for kind, _ in self.role_args:
             if kind not in KINDS:
                 raise ValueError(f"--role-args: unknown role {kind!r}; use worker, shuffle or train")
@@ -195,10 +188,6 @@ class ClusterConfig:
 
     def extra_args(self, kind: str) -> list[str]:
         return [arg for k, args in self.role_args if k == kind for arg in args]
-
-
-def _flag(name: str) -> str:
-    return name.replace("_", "-")
 
 
 def default_state_dir(root: str) -> str:
@@ -772,15 +761,18 @@ def parse_role_args(values: list[str]) -> tuple:
     return tuple(parsed)
 
 
+CLI = RoleCli(
+    ClusterConfig, prog="python -m pipeline.cluster",
+    description="Run every role at once as its own process against one lake root (K self-play workers, "
+                "the shuffle follower, the trainer), restart any that dies, and print one status line for "
+                "the whole cluster. Ctrl-C stops every role cleanly; the same command resumes.",
+    arguments=((("--role-args",), dict(action="append", default=[], metavar="ROLE=ARGS",
+                                        help="extra arguments for every process of ROLE (worker, shuffle, "
+                                             "train); repeatable")),))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = role_parser(
-        ClusterConfig, prog="python -m pipeline.cluster",
-        description="Run every role at once as its own process against one lake root (K self-play workers, "
-                    "the shuffle follower, the trainer), restart any that dies, and print one status line for "
-                    "the whole cluster. Ctrl-C stops every role cleanly; the same command resumes.")
-    parser.add_argument("--role-args", action="append", default=[], metavar="ROLE=ARGS",
-                        help="extra arguments for every process of ROLE (worker, shuffle, train); repeatable")
-    return parser
+    return CLI.parser()
 
 
 def _raise_keyboard_interrupt(signum, frame):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 
 from cloud.base import RetryPolicy
 from cloud.storage import retry_flags_argv
@@ -39,10 +38,10 @@ FOLLOW_WINDOW_FRACTION = 0.25
 """Default follow cadence: a new window once new positions reach this fraction of the window."""
 
 
-def _field(default, help_text, *, aliases=(), follow=False):
-    """A config field (format.cli.setting); ``follow``: a setting of the follower
-    only, never passed to a window's child job."""
-    return setting(default, help_text, aliases=tuple(aliases), follow=follow)
+def _field(default, help_text, *, aliases=(), follow=False, **valid):
+    """A config field (format.cli.setting, ``valid``: its choices and bounds); ``follow``:
+    a setting of the follower only, never passed to a window's child job."""
+    return setting(default, help_text, aliases=tuple(aliases), follow=follow, **valid)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,93 +52,73 @@ class ShuffleConfig:
     board_size: int = board_size_setting(0, aliases=("--board",))
     # --- window (power law in the manner of KataGo's shuffle.py) ---
     window_min_positions: int = _field(
-        250_000, "below this many positions in the lake the window is the whole lake")
+        250_000, "below this many positions in the lake the window is the whole lake", at_least=1)
     window_exponent: float = _field(
-        0.65, "growth exponent of the window beyond the minimum (1 = keep everything)")
+        0.65, "growth exponent of the window beyond the minimum (1 = keep everything)", above=0, at_most=1)
     window_scale: int = _field(
-        250_000, "positions over which the power law bends; the window's slope is 1 at the minimum")
-    window_max_positions: int = _field(0, "hard cap on the window (0 = none)")
+        250_000, "positions over which the power law bends; the window's slope is 1 at the minimum", at_least=1)
+    window_max_positions: int = _field(0, "hard cap on the window (0 = none)", at_least=0)
     sample_chunks: int = _field(
-        3, "newest chunks decoded up front to estimate positions per byte for the window rule")
+        3, "newest chunks decoded up front to estimate positions per byte for the window rule", at_least=1)
     # --- labels ---
     playout_labels: str = _field(
         LABEL_AUTO, "how games without an exact endstate are played out: auto (model if the lake has one, "
-                    "else random), model, random")
-    random_playouts: int = _field(64, "random playouts averaged per game when no model is used")
+                    "else random), model, random", choices=PLAYOUT_LABEL_MODES)
+    random_playouts: int = _field(64, "random playouts averaged per game when no model is used", at_least=1)
     model_playout_moves: int = _field(
-        0, "moves the model plays per game before random playouts finish it (0 = 2*N*N)")
-    model_temperature: float = _field(1.0, "softmax temperature of the model's policy while playing out")
+        0, "moves the model plays per game before random playouts finish it (0 = 2*N*N)", at_least=0)
+    model_temperature: float = _field(1.0, "softmax temperature of the model's policy while playing out", above=0)
     playout_ownership_weight: float = _field(
-        0.5, "ownership and score loss weight of played-out labels (exact endstates get 1)")
+        0.5, "ownership and score loss weight of played-out labels (exact endstates get 1)", at_least=0, at_most=1)
     # --- dedup ---
     dedup_max_move: int = _field(
-        20, "only positions before this move number can be capped (bounds dedup memory; 0 = no cap)")
+        20, "only positions before this move number can be capped (bounds dedup memory; 0 = no cap)", at_least=0)
     position_cap: int = _field(
         8, "a position (board + history + side to move) is kept at most this many times; the targets of "
-           "all its occurrences are averaged into the kept copies")
+           "all its occurrences are averaged into the kept copies", at_least=1)
     partition_positions: int = _field(
-        200_000, "early positions per dedup partition (memory of one dedup step)")
+        200_000, "early positions per dedup partition (memory of one dedup step)", at_least=1)
     # --- shuffle ---
-    reuse: float = _field(1.5, "expected copies of each position in the shards (floor(r) + Bernoulli(frac(r)))")
-    shard_positions: int = _field(100_000, "target records per output shard; the shard count grows with the window")
+    reuse: float = _field(1.5, "expected copies of each position in the shards (floor(r) + Bernoulli(frac(r)))",
+                               above=0, at_most=16)
+    shard_positions: int = _field(100_000, "target records per output shard; the shard count grows with the window",
+                                           at_least=1)
     shard_gzip_level: int = _field(
-        SHARD_GZIP_LEVEL, "gzip level of the shards, ISA-L's scale: 0 fastest .. 3 smallest")
-    bundle_positions: int = _field(20_000, "positions per work bundle (a group of whole chunks)")
-    seed: int = _field(0, "seed of every random choice (0 = derive one from the attempt id)")
+        SHARD_GZIP_LEVEL, "gzip level of the shards, ISA-L's scale: 0 fastest .. 3 smallest",
+                          at_least=GZIP_LEVELS.start, at_most=GZIP_LEVELS.stop - 1)
+    bundle_positions: int = _field(20_000, "positions per work bundle (a group of whole chunks)", at_least=1)
+    seed: int = _field(0, "seed of every random choice (0 = derive one from the attempt id)", at_least=0)
     # --- retention (pipeline.retention) ---
     keep_windows: int = _field(
         2, "after each run, keep this many of the windows the trainer has finished (generation <= "
            "models/LATEST) and delete older finished ones; windows newer than LATEST are never deleted "
-           "(0 = keep every window)")
+           "(0 = keep every window)", at_least=0)
     # --- local runner ---
-    workers: int = _field(2, "worker processes of the local in-process runner (FnApiRunner)")
+    workers: int = _field(2, "worker processes of the local in-process runner (FnApiRunner)", at_least=1)
     # --- follow mode (pipeline.follow) ---
     follow: bool = _field(
         False, "run forever: wait for enough new positions, write the next window, wait again", follow=True)
     follow_new_positions: int = _field(
         0, f"with --follow: new positions since the last window that trigger the next one (0 = "
-           f"{FOLLOW_WINDOW_FRACTION:g} of the window the rule would take now)", follow=True)
+           f"{FOLLOW_WINDOW_FRACTION:g} of the window the rule would take now)", follow=True, at_least=0)
     poll_seconds: float = poll_seconds_setting(5.0, looks_at="the lake with --follow", follow=True)
     claim_seconds: float = _field(
         180.0, "with --follow: a window claim expires this long after its last renewal (renewed every "
-               "quarter of it while the window is built), so a killed follower blocks nobody for long", follow=True)
+               "quarter of it while the window is built), so a killed follower blocks nobody for long",
+               follow=True, at_least=1)
     events: str = events_setting(what="the follower's", follow=True)
     dataflow_above_positions: int = _field(
         0, "with --follow and Beam flags that name Dataflow (--runner DataflowRunner ...): a window of at most "
            "this many positions is built on this machine by the in-process runner (the Beam flags are left out), "
            "a larger one on Dataflow, so small windows do not wait minutes for Dataflow's workers to start "
-           "(0 = every window where the Beam flags say)", follow=True)
+           "(0 = every window where the Beam flags say)", follow=True, at_least=0)
     storage_retry: RetryPolicy = setting(default_factory=RetryPolicy, hidden=True)
     """How hard gs:// requests retry (the --storage-* flags; the DoFns open the lake with it too)."""
 
     def __post_init__(self):
-        errors = setting_problems(self)        # root, board size, poll seconds (format.cli's shared rules)
-        for name in ("window_min_positions", "window_scale", "sample_chunks", "random_playouts",
-                     "partition_positions", "shard_positions", "bundle_positions", "workers", "position_cap"):
-            if getattr(self, name) < 1:
-                errors.append(f"{flag_name(name)} must be at least 1, got {getattr(self, name)}")
-        for name in ("window_max_positions", "dedup_max_move", "model_playout_moves", "seed", "keep_windows",
-                     "dataflow_above_positions"):
-            if getattr(self, name) < 0:
-                errors.append(f"{flag_name(name)} must not be negative, got {getattr(self, name)}")
-        if not 0 < self.window_exponent <= 1:
-            errors.append(f"--window-exponent must be in (0, 1], got {self.window_exponent}")
+        errors = setting_problems(self)        # shared settings, declared choices and ranges (format.cli)
         if self.window_max_positions and self.window_max_positions < self.window_min_positions:
             errors.append("--window-max-positions must be 0 or at least --window-min-positions")
-        if self.shard_gzip_level not in GZIP_LEVELS:
-            errors.append(f"--shard-gzip-level must be in 0..3 (ISA-L levels), got {self.shard_gzip_level}")
-        if self.playout_labels not in PLAYOUT_LABEL_MODES:
-            errors.append(f"--playout-labels must be one of {PLAYOUT_LABEL_MODES}, got {self.playout_labels!r}")
-        if not (math.isfinite(self.model_temperature) and self.model_temperature > 0):
-            errors.append(f"--model-temperature must be positive, got {self.model_temperature}")
-        if not (math.isfinite(self.claim_seconds) and self.claim_seconds >= 1):
-            errors.append(f"--claim-seconds must be at least 1, got {self.claim_seconds}")
-        if self.follow_new_positions < 0:
-            errors.append(f"--follow-new-positions must not be negative, got {self.follow_new_positions}")
-        if not 0 <= self.playout_ownership_weight <= 1:
-            errors.append(f"--playout-ownership-weight must be in [0, 1], got {self.playout_ownership_weight}")
-        if not (math.isfinite(self.reuse) and 0 < self.reuse <= 16):
-            errors.append(f"--reuse must be in (0, 16], got {self.reuse}")
         if errors:
             raise ValueError("invalid shuffle settings:\n  " + "\n  ".join(errors))
 

@@ -95,13 +95,13 @@ class LoopConfig:
     root: str = root_setting("./lake", required=False)
     board_size: int = board_size_setting(note="written to run.json on an empty root")
     komi: float = komi_setting()
-    minutes: float = setting(15.0, "wall-clock budget of this invocation; phases are planned to fit it")
-    generations: int = setting(3, "stop once this many model generations are published")
-    selfplay_seconds: float = setting(0.0, "self-play time per generation; 0 = plan it from --minutes")
-    eval_games: int = setting(20, "games against random moves after each generation")
+    minutes: float = setting(15.0, "wall-clock budget of this invocation; phases are planned to fit it", above=0)
+    generations: int = setting(3, "stop once this many model generations are published", at_least=1)
+    selfplay_seconds: float = setting(0.0, "self-play time per generation; 0 = plan it from --minutes", at_least=0)
+    eval_games: int = setting(20, "games against random moves after each generation", at_least=1)
     final_eval_games: int = setting(100, "games of the last generation against random moves, and against "
-                                         "generation 0")
-    eval_visits: int = setting(32, "simulations per move in evaluation games")
+                                         "generation 0", at_least=1)
+    eval_visits: int = setting(32, "simulations per move in evaluation games", at_least=1)
     seed: int = setting(1, "seed of self-play (1000 x seed + generation), the shuffle (seed + generation) and "
                            "evaluation")
     events: str = events_setting(what="the loop's own (phases, stop)")
@@ -124,16 +124,7 @@ class LoopConfig:
         aliases=TRAIN_ALIASES, steps_per_window=500, warmup_steps=50, log_every=50)
 
     def __post_init__(self):
-        if self.minutes <= 0:
-            raise ValueError(f"--minutes must be > 0, got {self.minutes}")
-        if self.generations < 1:
-            raise ValueError(f"--generations must be >= 1, got {self.generations}")
-        for name in ("eval_games", "final_eval_games", "eval_visits"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.selfplay_seconds < 0:
-            raise ValueError(f"--selfplay-seconds must be >= 0, got {self.selfplay_seconds}")
-        for problem in setting_problems(self):           # root, board size, komi
+        for problem in setting_problems(self):           # shared settings, declared ranges (format.cli)
             raise ValueError(problem)
         complete_roles(self)
 

@@ -79,46 +79,51 @@ class WorkerConfig:
     max_moves: int = max_moves_setting()
 
     # --- search ---
-    games: int = setting(256, "games played at once (split in two halves that alternate with the network)")
-    visits: int = setting(64, "simulations of a full search (its policy is recorded as a training target)")
-    fast_visits: int = setting(16, "simulations of a fast search (playout-cap randomization; no policy target)")
+    games: int = setting(256, "games played at once (split in two halves that alternate with the network)", at_least=2)
+    visits: int = setting(64, "simulations of a full search (its policy is recorded as a training target)", at_least=1)
+    fast_visits: int = setting(16, "simulations of a fast search (playout-cap randomization; no policy target)",
+                                   at_least=1)
     full_search_fraction: float = setting(0.25, "share of moves that get the full search (KataGo's "
-                                                "playout-cap randomization)")
+                                                "playout-cap randomization)", at_least=0.0, at_most=1.0)
     gumbel: bool = setting(False, "Gumbel root (sequential halving, improved-policy target) instead of PUCT + noise")
-    gumbel_considered: int = setting(16, "moves the Gumbel root considers (sequential halving)")
-    leaves_per_game: int = setting(8, "leaves one game may put in a batch per pass (virtual loss keeps them apart)")
-    c_puct: float = setting(1.25, "PUCT exploration constant")
+    gumbel_considered: int = setting(16, "moves the Gumbel root considers (sequential halving)", at_least=1)
+    leaves_per_game: int = setting(8, "leaves one game may put in a batch per pass (virtual loss keeps them apart)",
+                                      at_least=1)
+    c_puct: float = setting(1.25, "PUCT exploration constant", above=0)
     fpu_reduction: float = setting(0.25, "first-play urgency: unvisited children get Q(parent) minus this")
     dirichlet_alpha_total: float = setting(10.83, "Dirichlet alpha times the number of legal moves "
-                                                  "(0.03 on empty 19x19)")
-    dirichlet_epsilon: float = setting(0.25, "weight of the Dirichlet noise in the root priors")
+                                                  "(0.03 on empty 19x19)", above=0)
+    dirichlet_epsilon: float = setting(0.25, "weight of the Dirichlet noise in the root priors",
+                                             at_least=0.0, at_most=1.0)
     temperature_moves: int = setting(-1, "moves sampled in proportion to visits before playing the best; "
-                                         "-1 = N*N // 12")
+                                         "-1 = N*N // 12", at_least=-1)
 
     # --- resignation and endstate ---
-    resign_threshold: float = setting(-0.9, "resign when the root value (side to move) stays below this...")
-    resign_consecutive: int = setting(3, "...for this many consecutive own moves")
+    resign_threshold: float = setting(-0.9, "resign when the root value (side to move) stays below this...",
+                                            at_least=-1.0, at_most=1.0)
+    resign_consecutive: int = setting(3, "...for this many consecutive own moves", at_least=1)
     resign_disabled_fraction: float = setting(0.1, "share of games played to the end with resignation off, "
-                                                   "to measure false resignations")
-    accelerated_visits: int = setting(2, "simulations per move once a game is resigned and played out to two passes")
+                                                   "to measure false resignations", at_least=0.0, at_most=1.0)
+    accelerated_visits: int = setting(2, "simulations per move once a game is resigned and played out to two passes",
+                                         at_least=1)
     eval_cache_entries: int = setting(DEFAULT_CAPACITY, "network outputs kept per model for positions seen again "
                                                         "in any of the worker's games (selfplay.eval_cache; "
-                                                        "about 1.5 KB each on 19x19); 0 = no cache")
+                                                        "about 1.5 KB each on 19x19); 0 = no cache", at_least=0)
 
     # --- output and lifetime ---
     chunk_games: int = setting(2000, "games per chunk file (about what ChessCoach writes; few, large objects "
-                                     "suit a shared bucket)...")
+                                     "suit a shared bucket)...", at_least=1)
     chunk_seconds: float = setting(600.0, "...or fewer, when the oldest finished game has waited this long "
-                                          "(it waits safely in the spool)")
+                                          "(it waits safely in the spool)", above=0)
     spool_dir: str = setting("", "local folder where finished games wait for their chunk "
                                  "('' = a slot under ~/.local/state/zerolake/spool/)")
     events: str = events_setting()
-    max_games: int = setting(0, "stop after this many finished games (0 = no limit)")
-    max_seconds: float = setting(0.0, "stop after this long (0 = no limit)")
+    max_games: int = setting(0, "stop after this many finished games (0 = no limit)", at_least=0)
+    max_seconds: float = setting(0.0, "stop after this long (0 = no limit)", at_least=0)
     poll_seconds: float = poll_seconds_setting(5.0, looks_at="models/LATEST (for a newer model)")
-    progress_seconds: float = setting(10.0, "seconds between status lines (and progress events)")
+    progress_seconds: float = setting(10.0, "seconds between status lines (and progress events)", above=0)
     seed: int = setting(-1, "seed of the worker's random streams; -1 = fresh from the OS's entropy, "
-                            "so no two workers share games")
+                            "so no two workers share games", at_least=-1, at_most=2 ** 63 - 1)
     worker_id: str = setting(default_factory=default_worker_id,
                              help="prefix of this process's worker name (host, pid and random hex are added, "
                                   "so names never repeat; default: the host name)")
@@ -136,36 +141,14 @@ class WorkerConfig:
             if not ok:
                 raise ValueError(f"--{flag.replace('_', '-')}: {message}")
 
-        need(-1 <= self.seed < 2 ** 63, "seed", f"{self.seed} is outside -1..2**63-1")
+        problems = setting_problems(self)   # shared settings, declared choices and ranges (format.cli)
+        if problems:
+            raise ValueError(problems[0])
         if self.seed == -1:
             # Resolved once here, so the config (and the worker's log) names the seed in use.
             object.__setattr__(self, "seed", secrets.randbits(63))
         need(not self.model_cache or not _inside_local_root(self.model_cache, self.root), "model_cache",
              f"{self.model_cache} is inside the lake root {self.root}; give the cache a folder of its own")
-
-        problems = setting_problems(self)                 # root, board size, komi, max moves, poll
-        if problems:
-            raise ValueError(problems[0])
-        need(self.games >= 2, "games", "must be >= 2 (two halves)")
-        need(self.visits >= 1, "visits", "must be >= 1")
-        need(self.fast_visits >= 1, "fast_visits", "must be >= 1")
-        need(self.accelerated_visits >= 1, "accelerated_visits", "must be >= 1")
-        need(self.eval_cache_entries >= 0, "eval_cache_entries", "must be >= 0")
-        need(0.0 <= self.full_search_fraction <= 1.0, "full_search_fraction", "must be in [0, 1]")
-        need(0.0 <= self.resign_disabled_fraction <= 1.0, "resign_disabled_fraction", "must be in [0, 1]")
-        need(-1.0 <= self.resign_threshold <= 1.0, "resign_threshold", "must be in [-1, 1]")
-        need(self.resign_consecutive >= 1, "resign_consecutive", "must be >= 1")
-        need(self.gumbel_considered >= 1, "gumbel_considered", "must be >= 1")
-        need(self.leaves_per_game >= 1, "leaves_per_game", "must be >= 1")
-        need(self.c_puct > 0, "c_puct", "must be > 0")
-        need(self.dirichlet_alpha_total > 0, "dirichlet_alpha_total", "must be > 0")
-        need(0.0 <= self.dirichlet_epsilon <= 1.0, "dirichlet_epsilon", "must be in [0, 1]")
-        need(self.temperature_moves >= -1, "temperature_moves", "must be >= -1")
-        need(self.chunk_games >= 1, "chunk_games", "must be >= 1")
-        need(self.chunk_seconds > 0, "chunk_seconds", "must be > 0")
-        need(self.max_games >= 0, "max_games", "must be >= 0")
-        need(self.max_seconds >= 0, "max_seconds", "must be >= 0")
-        need(self.progress_seconds > 0, "progress_seconds", "must be > 0")
         need(bool(re.fullmatch(r"[A-Za-z0-9_.]+", self.worker_id)), "worker_id",
              f"{self.worker_id!r} may hold only letters, digits, '_' and '.'")
         need(len(self.worker_id) <= 80, "worker_id", "must be at most 80 characters")

@@ -84,33 +84,23 @@ class LadderConfig:
     generations: str | None = setting(None, "comma-separated generations to rate (default: every published one)")
     anchors: str = setting(DEFAULT_ANCHORS, "anchor players, weakest first: random, playouts:K, gnugo:L "
                                             "(must include random, the ladder's 0)")
-    games: int = setting(10, "games per pairing, colours alternating; a rerun plays only the missing ones")
-    visits: int = setting(64, "MCTS simulations per move of the generations and the playouts anchors")
+    games: int = setting(10, "games per pairing, colours alternating; a rerun plays only the missing ones", at_least=1)
+    visits: int = setting(64, "MCTS simulations per move of the generations and the playouts anchors", at_least=1)
     opening_moves: int = setting(4, "MCTS players sample their first this many moves by visit count, "
                                     "so that games differ")
     max_moves: int = max_moves_setting()
-    parallel_games: int = setting(16, "games played at once when no GNU Go plays")
+    parallel_games: int = setting(16, "games played at once when no GNU Go plays", at_least=1)
     give_up_score: float = setting(0.0, "a generation stops climbing the anchors after one against which "
-                                         "it scored at most this fraction of the points (negative: never)")
+                                         "it scored at most this fraction of the points (negative: never)", below=1.0)
     adjacent: bool = setting(True, "consecutive rated generations also play each other")
-    prior_draws: float = setting(2.0, "virtual draws added to every pairing (the fit's weak prior)")
+    prior_draws: float = setting(2.0, "virtual draws added to every pairing (the fit's weak prior)", at_least=0)
     seed: int = setting(0, "seed of the players' random choices")
     plots: bool = setting(True, "write the PNG plots to ROOT/report/")
     json: bool = setting(False, "print the ratings as one JSON object instead of the table")
 
     def __post_init__(self):
-        if self.games < 1:
-            raise ValueError(f"--games must be >= 1, got {self.games}")
-        if self.visits < 1:
-            raise ValueError(f"--visits must be >= 1, got {self.visits}")
-        if self.parallel_games < 1:
-            raise ValueError(f"--parallel-games must be >= 1, got {self.parallel_games}")
-        for problem in setting_problems(self):           # root, max moves
+        for problem in setting_problems(self):           # root, max moves, declared ranges (format.cli)
             raise ValueError(problem)
-        if not (math.isfinite(self.give_up_score) and self.give_up_score < 1.0):
-            raise ValueError(f"--give-up-score must be below 1 (negative: never give up), got {self.give_up_score}")
-        if not (math.isfinite(self.prior_draws) and self.prior_draws >= 0):
-            raise ValueError(f"--prior-draws must be >= 0, got {self.prior_draws}")
         if self.generations is not None:
             _parse_int_list(self.generations, "--generations")
         anchors = self.anchor_names()

@@ -43,7 +43,7 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from format.cli import (board_size_setting, config_from_namespace, komi_setting, max_moves_setting, role_parser,
+from format.cli import (board_size_setting, config_from_namespace, komi_setting, max_moves_setting, RoleCli,
                         setting, setting_problems, storage_retry)
 from format import schema as S
 from selfplay.board import Board, IllegalMove
@@ -354,7 +354,7 @@ class MatchConfig:
 
     player_a: PlayerSpec = setting(hidden=True)      # positional: see build_arg_parser
     player_b: PlayerSpec = setting(hidden=True)
-    games: int = setting(20, "games to play")
+    games: int = setting(20, "games to play", at_least=1)
     board_size: int | None = board_size_setting(None, note="default: the model's run.json, else 9")
     komi: float | None = komi_setting(None, note="default: the model's run.json, else 7.5")
     max_moves: int = max_moves_setting()
@@ -362,7 +362,7 @@ class MatchConfig:
     seconds_per_move: float | None = setting(None, "MCTS wall-clock limit per move")
     opening_moves: int = setting(4, "MCTS players sample their moves by visit count for the game's first "
                                     "this many moves, so games differ")
-    parallel_games: int = setting(32, "games played at once (1 when GNU Go plays)")
+    parallel_games: int = setting(32, "games played at once (1 when GNU Go plays)", at_least=1)
     sgf_dir: str | None = setting(None, "write every game there as SGF")
     seed: int = setting(0, "seed of the players' random choices")
     json: bool = setting(False, "print the result as one JSON object")
@@ -370,12 +370,8 @@ class MatchConfig:
     def __post_init__(self):
         if self.visits == 0:
             object.__setattr__(self, "visits", None)      # 0 on the command line = no visit limit
-        if self.games < 1:
-            raise ValueError(f"--games must be >= 1, got {self.games}")
-        for problem in setting_problems(self):           # board size, komi, max moves
+        for problem in setting_problems(self):           # board size, komi, max moves, declared ranges
             raise ValueError(problem)
-        if self.parallel_games < 1:
-            raise ValueError("--parallel-games must be >= 1")
         SearchBudget(self.visits, self.seconds_per_move)
         MovePolicy(sampled_moves=self.opening_moves)
 
@@ -398,15 +394,17 @@ def build_player(spec: PlayerSpec, board_size: int, komi: float, mcts: MctsConfi
     return MctsPlayer(loaded.for_board_size(board_size), config, name=loaded.name)
 
 
+CLI = RoleCli(
+    MatchConfig, prog="python -m selfplay.match",
+    description="Play player A against player B (alternating colours, Tromp-Taylor scoring) "
+                "and report A's win rate with a 95%% Wilson interval. Players: model:ROOT[@GEN], "
+                "uniform, random, playouts[:K], gnugo[:LEVEL].",
+    arguments=((("player_a",), dict(help="player A spec, e.g. model:/data/run or model:gs://b/run@12")),
+               (("player_b",), dict(help="player B spec, e.g. random, uniform, gnugo:1"))))
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
-    parser = role_parser(
-        MatchConfig, prog="python -m selfplay.match",
-        description="Play player A against player B (alternating colours, Tromp-Taylor scoring) "
-                    "and report A's win rate with a 95%% Wilson interval. Players: model:ROOT[@GEN], "
-                    "uniform, random, playouts[:K], gnugo[:LEVEL].")
-    parser.add_argument("player_a", help="player A spec, e.g. model:/data/run or model:gs://b/run@12")
-    parser.add_argument("player_b", help="player B spec, e.g. random, uniform, gnugo:1")
-    return parser
+    return CLI.parser()
 
 
 def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> MatchConfig:

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from format import layout
-from format.cli import RoleCli, complete_roles, record_settings, role_argv, role_setting, setting
+from format.cli import RoleCli, complete_roles, record_settings, role_argv, role_setting, setting, setting_problems
 
 
 def entry_point_parsers():
@@ -178,3 +178,54 @@ def test_zero_board_size_means_run_json_only_where_the_role_says_so():
     assert TrainConfig(root="r", board_size=0).board_size == 0
     with pytest.raises(ValueError, match="--board-size: 0 is outside"):
         WorkerConfig(root="r", board_size=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ranged:
+    fraction: float = setting(0.5, "a share", at_least=0.0, at_most=1.0)
+    rate: float = setting(0.1, "a rate", above=0, below=1)
+    count: int = setting(1, "a count", at_least=1)
+    mode: str = setting("a", "a mode", choices=("a", "b"))
+    free: int = setting(-5, "no bounds")
+
+    def __post_init__(self):
+        for problem in setting_problems(self):
+            raise ValueError(problem)
+
+
+@pytest.mark.parametrize("name, bad, message", [
+    ("fraction", 1.5, "--fraction: must be in [0.0, 1.0], got 1.5"),
+    ("fraction", -0.1, "--fraction: must be in [0.0, 1.0], got -0.1"),
+    ("fraction", float("nan"), "--fraction: must be a finite number in [0.0, 1.0], got nan"),
+    ("rate", 0.0, "--rate: must be in (0, 1), got 0.0"), ("rate", 1.0, "--rate: must be in (0, 1), got 1.0"),
+    ("count", 0, "--count: must be >= 1, got 0"), ("mode", "c", "--mode: 'c' is not one of a, b")])
+def test_declared_ranges_and_choices_are_checked_in_one_wording(name, bad, message):
+    Ranged(**{name: {"fraction": 0.0, "rate": 0.5, "count": 7, "mode": "b"}[name]})    # the edges that hold
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Ranged(**{name: bad})
+    assert Ranged(free=-10**9).free == -10**9                                    # undeclared: anything
+
+
+def test_help_shows_a_declared_range():
+    text = " ".join(RoleCli(Ranged, prog="ranged", description="d", storage=False).parser().format_help().split())
+    assert "a share (in [0.0, 1.0]) (default: 0.5)" in text and "a count (>= 1)" in text
+    assert "a rate (in (0, 1))" in text and "no bounds (default: -5)" in text
+
+
+def test_every_role_declares_its_numeric_ranges_instead_of_checking_them_by_hand():
+    """The roles' validation of plain ranges lives in their fields (one wording, shown in --help):
+    a sample of settings from each role is refused through the declared bound."""
+    samples = {"TrainConfig": ("learning_rate", 0.0), "WorkerConfig": ("full_search_fraction", 1.5),
+               "ShuffleConfig": ("reuse", 17.0), "LoopConfig": ("generations", 0),
+               "ClusterConfig": ("workers", 0), "LadderConfig": ("prior_draws", -1.0)}
+    seen = set()
+    for config in role_configs():
+        kind = type(config).__name__
+        if kind in samples:
+            name, bad = samples[kind]
+            field = next(f for f in dataclasses.fields(config) if f.name == name)
+            assert field.metadata["bounds"], (kind, name)
+            with pytest.raises(ValueError, match=re.escape(f"--{name.replace('_', '-')}: must be")):
+                dataclasses.replace(config, **{name: bad})
+            seen.add(kind)
+    assert seen == set(samples), seen

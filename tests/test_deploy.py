@@ -336,7 +336,7 @@ def test_the_follower_parses_the_plans_shuffle_flags_and_chooses_per_window(caps
                                                        *shlex.split(shuffle_runner_args(config))])
     assert args.dataflow_above_positions == 300_000 and F.names_dataflow(beam_args)
     code, _, err = run_deploy(["plan", "--dataflow-above-positions", "0"] + BASE, capsys)
-    assert code == 2 and "--dataflow-above-positions: must be at least 1" in err
+    assert code == 2 and "--dataflow-above-positions: must be >= 1, got 0" in err
 
 
 def test_only_prints_the_sections_asked_for(capsys):

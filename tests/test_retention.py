@@ -97,7 +97,7 @@ def test_plan_before_any_model_and_with_retention_off():
 def test_keep_windows_flag_validation():
     assert ShuffleConfig(root="x").keep_windows == 2
     assert ShuffleConfig(root="x", keep_windows=0).keep_windows == KEEP_ALL
-    with pytest.raises(ValueError, match="--keep-windows must not be negative"):
+    with pytest.raises(ValueError, match="--keep-windows: must be >= 0"):
         ShuffleConfig(root="x", keep_windows=-1)
 
 
@@ -194,7 +194,7 @@ def test_the_shuffle_command_applies_retention(lake, capsys):
     assert present(lake) == {2: 4, 3: 4, 4: 4}
     with pytest.raises(SystemExit) as exc:
         shuffle_main(["--root", root, "--keep-windows", "-1"])
-    assert exc.value.code == 2 and "--keep-windows must not be negative" in capsys.readouterr().err
+    assert exc.value.code == 2 and "--keep-windows: must be >= 0" in capsys.readouterr().err
 
 
 def test_retention_runs_after_the_job_writes_a_window(tmp_path, capsys):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from format.cli import flag_name, root_setting, setting
+from format.cli import flag_name, root_setting, setting, setting_problems
 
 ROLES = ("worker", "shuffle", "trainer")
 
@@ -107,12 +107,12 @@ class DeployConfig:
     zone: str = _field("us-central1-a", "zone of every VM and TPU (the bucket and Dataflow use its region)")
     name: str = _field("zerolake", "deployment name: prefix of VM names, label value, service account name")
     # --- workers ---
-    workers: int = _field(0, "self-play worker VMs")
+    workers: int = _field(0, "self-play worker VMs", at_least=0)
     worker_gpu: str = _field("", f"NVIDIA GPU of each worker VM ({', '.join(GPU_KINDS)}); '' = CPU VMs")
     worker_gpu_count: int = _field(1, "GPUs per worker VM")
     worker_machine: str = _field("", "machine type of a worker VM ('' = the GPU's default, or c2d-standard-16)")
     worker_processes: int = _field(0, "worker processes per VM (0 = 4 per GPU, or 8 on a CPU VM); "
-                                      "see README 'How many workers per GPU'")
+                                      "see README 'How many workers per GPU'", at_least=0)
     worker_args: str = _field("", "extra flags for every selfplay.worker, e.g. '--visits 128 --board-size 19'")
     spot: bool = _field(True, "worker VMs are spot VMs (stopped on preemption, their spool kept on the boot "
                               "disk); --no-spot for standard VMs")
@@ -124,8 +124,8 @@ class DeployConfig:
                                          "--dataflow-above-positions)", choices=SHUFFLE_RUNNERS)
     dataflow_above_positions: int = _field(DATAFLOW_ABOVE_POSITIONS, "with --shuffle-runner auto: windows of at "
                                                                      "most this many positions are built on the "
-                                                                     "follower VM, larger ones on Dataflow")
-    dataflow_max_workers: int = _field(20, "--max_num_workers of each Dataflow job")
+                                                                     "follower VM, larger ones on Dataflow", at_least=1)
+    dataflow_max_workers: int = _field(20, "--max_num_workers of each Dataflow job", at_least=1)
     dataflow_machine: str = _field("n2-standard-4", "machine type of the Dataflow workers")
     shuffle_args: str = _field("", "extra flags for pipeline.shuffle --follow")
     # --- trainer ---
@@ -161,10 +161,7 @@ class DeployConfig:
         bucket, _ = split_root(self.root) if self.root.startswith("gs://") else ("", "")
         need(bool(bucket) and bool(BUCKET_NAME.fullmatch(bucket)), "root",
              f"{self.root!r} is not gs://BUCKET/RUN with a valid bucket name")
-        need(self.workers >= 0, "workers", "must not be negative")
-        need(self.worker_processes >= 0, "worker_processes", "must not be negative")
-        need(self.dataflow_max_workers >= 1, "dataflow_max_workers", "must be at least 1")
-        need(self.dataflow_above_positions >= 1, "dataflow_above_positions", "must be at least 1")
+        errors += setting_problems(self)       # declared ranges (format.cli)
         for field in ("worker_gpu", "trainer_gpu"):
             value = getattr(self, field)
             need(not value or value in GPU_KINDS, field, f"{value!r} is not one of {', '.join(GPU_KINDS)}")
