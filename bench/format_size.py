@@ -15,10 +15,13 @@ Everything is measured on files this run writes, in a temporary folder:
 3. **Shards.**  The shuffle job (``python -m pipeline.shuffle``, default
    reuse, gzip level and retention; the window is the whole lake because it
    is below the default minimum window) writes one window from each lake.
-   ``shard_bytes_per_record_<N>``: shard bytes over the positions they hold.
-   ``lake_bytes_per_position_9``: the 9x9 lake's chunks plus its retained
-   windows (every file under games/ and windows/) over the positions of
-   its chunks.
+   ``shard_bytes_per_record_<N>``: the window's shard bytes plus its game
+   table's (record version 3 keeps each game's ownership label and
+   generation there, once per game: every byte the shards need) over the
+   positions the shards hold.  ``lake_bytes_per_position_9``: the 9x9
+   lake's chunks plus its retained windows (every file under games/ and
+   windows/: shards, game tables, manifests) over the positions of its
+   chunks.
 4. **Peers, on the very positions of those shards, in shard order**:
    Minigo's record layout (``x`` uint8[N, N, 17] raw, ``pi`` float32[N²+1]
    raw, ``outcome``; one tf.train.Example per position; the file
@@ -100,13 +103,18 @@ def chunk_positions(root: Path) -> tuple[int, int]:
 
 
 def shard_positions(manifest: dict) -> tuple[int, list]:
-    """(bytes, decoded positions) of a window's shards, in shard order."""
+    """(bytes, decoded positions) of a window's shards, in shard order; the bytes include the
+    window's game table, which the shards need (record version 3)."""
     folder = Path(manifest["folder"])
-    size, positions = 0, []
+    size, positions, table = 0, [], None
+    if manifest.get("game_table"):
+        data = (folder / manifest["game_table"]).read_bytes()
+        size += len(data)
+        table = codec.decode_game_table(data, manifest["game_table"], games=manifest.get("games"))
     for name in manifest["shards"]:
         data = (folder / name).read_bytes()
         size += len(data)
-        positions += codec.read_shard(data, name, games=manifest.get("games"))
+        positions += codec.read_shard(data, name, games=manifest.get("games"), table=table)
     return size, positions
 
 
@@ -181,6 +189,7 @@ def measure(scratch: Path, n: int, result: dict) -> None:
     result[f"bytes_per_position_{n}"] = round(chunk_bytes / positions, 2)
     result[f"bytes_per_full_search_position_{n}"] = round(full_bytes / full_positions, 2)
     result[f"shard_bytes_per_record_{n}"] = round(shard_bytes / len(shard_records), 2)
+    result[f"record_version_{n}"] = manifest.get("record_version", 1)
     result[f"minigo_bytes_per_record_{n}"] = round(minigo_bytes_per_record(shard_records), 2)
     result[f"positions_{n}"] = positions
     result[f"shard_records_{n}"] = len(shard_records)

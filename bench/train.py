@@ -2,12 +2,14 @@
 
 1. Input pipeline, no model: examples/s that ``format.tfdata.training_dataset``
    delivers from GZIP shards (read, shuffle, batch, parse, unpack, random
-   symmetry per example), for 9x9 and 19x19, batch 1024, for both position
-   record versions in the same run, on the same positions: version 2 (the
+   symmetry per example), for 9x9 and 19x19, batch 1024, for every position
+   record version in the same run, on the same positions: version 3 (the
    default the shuffle job writes: groups of compact positions whose history
-   planes the graph rebuilds) and version 1 (one assembled example a record).
+   planes the graph rebuilds, ownership labels gathered from the window's
+   game table), version 2 (the same groups with each position's label in
+   its record) and version 1 (one assembled example a record).
    ``input_examples_per_s_<N>`` is the default version's figure;
-   ``..._v1`` / ``..._v2`` name each version.
+   ``..._v1`` / ``..._v2`` / ``..._v3`` name each version.
 2. Training: steps/s of the default 9x9 network (TrainConfig defaults:
    4 blocks x 32 filters, batch 256, float32, default strategy) fed by the
    same pipeline.
@@ -18,7 +20,8 @@ The positions are those of legal random games played by the engine
 (`testdata.random_games.engine_game`, search-shaped policy targets on a
 quarter of the moves, as playout-cap randomization leaves them), built into
 records by the shuffle job's own code (`pipeline.positions`), 4 shards per
-version in a temporary folder.  Timings on a
+version in a temporary folder (version 3: and its game table, named as the
+job names it, so that `training_dataset` finds it beside the shards).  Timings on a
 shared 2-core machine are noisy, so the pipeline is also measured per CPU
 second of this process (all its threads), which other load disturbs much
 less; on two idle cores the wall rate approaches twice that figure.  Ends
@@ -48,7 +51,7 @@ SHARDS = 4
 
 def write_shards(folder: str, board_size: int, positions: int) -> dict:
     """{record version: shard paths} holding the same ``positions`` positions, shuffled alike."""
-    from format import codec, schema
+    from format import codec, layout
     from pipeline import labels as L
     from pipeline import positions as P
     from testdata.random_games import engine_game
@@ -73,15 +76,22 @@ def write_shards(folder: str, board_size: int, positions: int) -> dict:
         value_weight=batch.value_weight, ownership_weight=batch.ownership_weight,
         score_weight=batch.score_weight, game_id=batch.game_id, move_number=batch.move_number,
         generation=batch.generation)
+    # instance = game index: the game table's rows are the games in order.
+    table = codec.GameTable(board_size=board_size, generation=np.array([g.generation for g in games]),
+                            ownership=P.game_label_rows(labels))
     out = {}
     for version, records_of in ((1, lambda rows: [v1[i] for i in rows]),
-                                (2, lambda rows: batch.take(rows).encode())):
-        paths = []
+                                (2, lambda rows: batch.take(rows).encode()),
+                                (3, lambda rows: batch.take(rows).encode(table=table))):
+        paths, attempt = [], f"v{version}n{board_size}"
         for shard, rows in enumerate(np.array_split(np.arange(len(batch)), SHARDS)):
-            path = os.path.join(folder, f"v{version}-{board_size}-{shard}{schema.SHARD_SUFFIX}")
+            path = os.path.join(folder, layout.shard_name(attempt, shard, SHARDS))
             with open(path, "wb") as f:
                 f.write(codec.encode_shard(records_of(rows)))
             paths.append(path)
+        if version == 3:
+            with open(os.path.join(folder, layout.game_table_name(attempt)), "wb") as f:
+                f.write(codec.encode_game_table(table))
         out[version] = paths
     return out
 
@@ -141,15 +151,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="timed seconds per measurement")
     args = parser.parse_args(argv)
+    from format import layout
     from format.schema import POSITION_RECORD_VERSION
 
     result = {"bench": "train"}
     with tempfile.TemporaryDirectory(prefix="zerolake-bench-") as scratch:
         shards = {9: write_shards(scratch, 9, 16384), 19: write_shards(scratch, 19, 8192)}
         for n in (9, 19):
-            for version in (1, 2):
+            for version in (1, 2, 3):
                 rate, cpu = pipeline_rate(shards[n][version], n, args.seconds)
-                size = sum(os.path.getsize(p) for p in shards[n][version]) / (16384 if n == 9 else 8192)
+                files = shards[n][version] + ([layout.game_table_beside(shards[n][version][0])] if version == 3 else [])
+                size = sum(os.path.getsize(p) for p in files) / (16384 if n == 9 else 8192)
                 print(f"input pipeline {n:2d}x{n:<2d} v{version}: {rate:10.0f} examples/s, {cpu:8.0f} per CPU "
                       f"second (batch {PIPELINE_BATCH}, no model; {size:.0f} bytes a position at rest)")
                 result[f"input_examples_per_s_{n}_v{version}"] = round(rate)

@@ -5,10 +5,14 @@ one concern each:
 
 * `format.game_records`: game records and chunks;
 * `format.position_records`: position records and shards: version 1 one
-  position at a time, version 2 (what the shuffle job writes) in groups of
-  compact positions;
+  position at a time, versions 2 and 3 (what the shuffle job writes) in
+  groups of compact positions;
+* `format.game_table`: a version-3 window's game table (each game's
+  ownership label and generation, once per game);
 * `format.position_wire`: a batched version-1 encoder, which writes
   protobuf wire bytes directly (byte-identical to the reference);
+* `format.group_wire`: the same for versions 2 and 3 (`encode_groups`,
+  byte-identical to `encode_position_groups`), what the shuffle job uses;
 
 with `format.example_fields` holding what both record kinds share (typed
 feature access and FormatError).
@@ -17,21 +21,24 @@ Data flow::
 
     selfplay.worker --GameRecord--> encode_chunk() --bytes--> Storage.write_new(games/...)
     Storage.read() --bytes--> read_chunk() --GameRecord...--> pipeline, format.inspect
-    pipeline --encode_position_groups()--> shards (GZIP TFRecord) --> format.tfdata --> trainer
+    pipeline --encode_groups()--> shards (GZIP TFRecord) --> format.tfdata --> trainer
+    pipeline --encode_game_table()--> the window's game table --> format.tfdata, read_shard(table=)
 
 *Game records* keep one game each: the moves, the fresh board planes of every
 position (bit-packed; history is rebuilt by the Beam job), a sparse quantized
 policy target per fully searched position, root values, the result and the
-endstate.  *Position records* keep training examples: version 2 groups of 64 compact
-positions (board, last moves and captures, small-integer policy, ternary
-ownership) that format.tfdata expands in the graph, so the trainer needs no
-Go engine; version 1 (one assembled example each) is still read.
+endstate.  *Position records* keep training examples: version 3 groups of 64 compact
+positions (board, last moves and captures, small-integer policy; ownership
+and generation as rows of the window's game table) that format.tfdata
+expands in the graph, so the trainer needs no Go engine; versions 1 (one
+assembled example each) and 2 (ownership in each record) are still read.
 
 Every decode validates what it reads and raises :class:`FormatError` naming
 the source (file and record index) and the field.  Nothing read is unpickled
 or evaluated.
 """
 from format.example_fields import FormatError
+from format.game_table import GameTable, decode_game_table, encode_game_table, read_window_table
 from format.game_records import (
     GameRecord,
     Segments,
@@ -47,6 +54,7 @@ from format.game_records import (
 )
 from format.position_records import (
     CompactPositions,
+    PositionHistory,
     PositionRecord,
     colour_codes,
     decode_position,
@@ -60,15 +68,22 @@ from format.position_records import (
     unpack_trits,
 )
 from format.position_wire import encode_positions, encode_positions_framed
+from format.group_wire import encode_groups
 
 __all__ = [
     "FormatError",
+    "GameTable",
+    "encode_game_table",
+    "decode_game_table",
+    "read_window_table",
     "GameRecord",
     "Segments",
     "flat_segments",
     "PositionRecord",
     "CompactPositions",
+    "PositionHistory",
     "encode_position_groups",
+    "encode_groups",
     "decode_records",
     "pack_trits",
     "unpack_trits",

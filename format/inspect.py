@@ -9,8 +9,10 @@ Subcommands::
     verify PATH|ROOT                  check every CRC and decode every record;
                                       exit 1 naming each bad file
 
-PATH is one chunk (``*.tfrecord.zst``) or shard (``*.tfrecord.gz``); ROOT is a
-lake root or any folder/prefix under it.  Both may be local or ``gs://``.
+PATH is one chunk (``*.tfrecord.zst``), shard (``*.tfrecord.gz``) or window
+game table (``*.table.gz``); ROOT is a lake root or any folder/prefix under
+it.  Both may be local or ``gs://``.  A version-3 shard is read with the game
+table beside it (format.layout.game_table_beside).
 Data flows storage -> ``format.codec`` -> tables; nothing here writes.
 """
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from format import codec
+from format import layout
 from format import schema as S
 
 EXIT_OK, EXIT_BAD_DATA, EXIT_USAGE = 0, 1, 2
@@ -37,7 +40,7 @@ EXIT_OK, EXIT_BAD_DATA, EXIT_USAGE = 0, 1, 2
 
 
 def _is_record_file(path: str) -> bool:
-    return path.endswith(S.CHUNK_SUFFIX) or path.endswith(S.SHARD_SUFFIX)
+    return path.endswith(S.CHUNK_SUFFIX) or path.endswith(S.SHARD_SUFFIX) or path.endswith(S.GAME_TABLE_SUFFIX)
 
 
 def locate(target: str):
@@ -83,6 +86,7 @@ class Summary:
     chunk_bytes: int = 0
     shard_positions: int = 0
     shard_bytes: int = 0
+    game_tables: int = 0
     generations: collections.Counter = field(default_factory=collections.Counter)
     board_sizes: collections.Counter = field(default_factory=collections.Counter)
     winners: collections.Counter = field(default_factory=collections.Counter)
@@ -117,6 +121,7 @@ class Summary:
             "bytes_per_position": self.chunk_bytes / self.positions if self.positions else None,
             "shard_positions": self.shard_positions,
             "shard_bytes_per_position": self.shard_bytes / self.shard_positions if self.shard_positions else None,
+            "game_tables": self.game_tables,
             "generations": {str(k): v for k, v in sorted(self.generations.items())},
             "board_sizes": {str(k): v for k, v in sorted(self.board_sizes.items())},
             "results": dict(self.winners),
@@ -128,9 +133,24 @@ class Summary:
         }
 
 
+def _game_table(storage, path: str, tables: dict):
+    """The game table beside shard ``path`` (cached), or None when it is missing or damaged
+    (a version-3 shard then reports what is wrong with it)."""
+    table_path = layout.game_table_beside(path)
+    if table_path not in tables:
+        tables[table_path] = None
+        try:
+            if storage.exists(table_path):
+                tables[table_path] = codec.decode_game_table(storage.read(table_path), storage.url(table_path))
+        except Exception as exc:  # damaged or unreadable: the shards that need it say so
+            tables[table_path] = exc
+    return tables[table_path]
+
+
 def scan(storage, paths, *, progress=True) -> Summary:
     """Decode every record of every file; bad files are noted, never fatal."""
     summary = Summary()
+    tables: dict = {}
     for number, path in enumerate(paths, 1):
         url = storage.url(path)
         try:
@@ -156,11 +176,23 @@ def scan(storage, paths, *, progress=True) -> Summary:
             if not problems:
                 summary.chunks += 1
                 summary.chunk_bytes += len(data)
-        else:
+        elif path.endswith(S.GAME_TABLE_SUFFIX):
             try:
-                records = codec.read_shard(data, url)
+                codec.decode_game_table(data, url)
             except codec.FormatError as exc:
                 summary.bad_files[url] = str(exc)
+                continue
+            summary.game_tables += 1
+        else:
+            table = _game_table(storage, path, tables)
+            try:
+                records = codec.read_shard(data, url, table=table if isinstance(table, codec.GameTable) else None)
+            except codec.FormatError as exc:
+                why = str(exc)
+                if exc.field == S.P2_GAME and not isinstance(table, codec.GameTable):
+                    table_url = storage.url(layout.game_table_beside(path))
+                    why += f" (its game table {table_url} is " + (f"damaged: {table})" if table else "missing)")
+                summary.bad_files[url] = why
                 continue
             summary.shards += 1
             summary.shard_positions += len(records)
@@ -187,6 +219,7 @@ def _table(summary: Summary) -> str:
                                   f"({d['resign_would_have_been_wrong']} would have resigned wrongly)"),
         ("shards", d["shards"]),
         ("shard positions", d["shard_positions"]),
+        ("game tables", d["game_tables"]),
         ("bad files", len(d["bad_files"])),
     ]
     width = max(len(k) for k, _ in rows)
@@ -209,7 +242,7 @@ def cmd_summary(args) -> int:
 def cmd_verify(args) -> int:
     storage, paths = locate(args.target)
     if not paths:
-        print(f"no chunks or shards under {args.target}", file=sys.stderr)
+        print(f"no chunks, shards or game tables under {args.target}", file=sys.stderr)
         return EXIT_BAD_DATA
     summary = scan(storage, paths)
     for url, why in summary.bad_files.items():
@@ -331,11 +364,11 @@ def cmd_position(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m format.inspect",
-        description="Inspect zerolake chunks (*.tfrecord.zst), shards (*.tfrecord.gz) and lakes, "
-                    "local or gs://.")
+        description="Inspect zerolake chunks (*.tfrecord.zst), shards (*.tfrecord.gz), window game tables "
+                    "(*.table.gz) and lakes, local or gs://.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("summary", help="games, positions, bytes/position, generations, results")
-    p.add_argument("target", help="a chunk or shard file, or a lake root / folder / gs:// prefix")
+    p.add_argument("target", help="a chunk, shard or game table file, or a lake root / folder / gs:// prefix")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(run=cmd_summary)
     p = sub.add_parser("game", help="export one game of a chunk as SGF")
@@ -349,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--move", type=int, required=True, help="position number (0 = empty board)")
     p.set_defaults(run=cmd_position)
     p = sub.add_parser("verify", help="check CRCs and decode every record; exit 1 on any bad file")
-    p.add_argument("target", help="a chunk or shard file, or a lake root / folder / gs:// prefix")
+    p.add_argument("target", help="a chunk, shard or game table file, or a lake root / folder / gs:// prefix")
     p.set_defaults(run=cmd_verify)
     return parser
 

@@ -7,7 +7,8 @@ Paths are relative to the root, '/'-separated, as `cloud.base` defines them::
 
     run.json                                        the run's fixed settings (create-only)
     games/<gen>/<worker>-<ms:013d>-<seq:06d>.tfrecord.zst   self-play chunks
-    windows/<gen>/shard-*.tfrecord.gz               training shards for model <gen>
+    windows/<gen>/<attempt>-<k>-of-<n>.tfrecord.gz  training shards for model <gen>
+    windows/<gen>/<attempt>-games.table.gz          the window's game table (record version 3)
     windows/<gen>/MANIFEST.json                     written last: the window is complete
     models/<gen>/...  + models/<gen>/MANIFEST.json   published inference models
     models/LATEST                                   newest published generation
@@ -139,6 +140,46 @@ def shard_path(generation: int, name: str) -> str:
     return f"{window_dir(generation)}/{name}"
 
 
+def shard_name(attempt: str, shard: int, num_shards: int) -> str:
+    """``<attempt>-<k:05d>-of-<n:05d>.tfrecord.gz``: shard k of a job attempt's window."""
+    _check_attempt(attempt)
+    return f"{attempt}-{int(shard):05d}-of-{int(num_shards):05d}{S.SHARD_SUFFIX}"
+
+
+def game_table_name(attempt: str) -> str:
+    """``<attempt>-games.table.gz``: the game table a job attempt writes beside its shards
+    (SPEC.md "Window game table"; named by the manifest's ``game_table``)."""
+    _check_attempt(attempt)
+    return _game_table_file(attempt)
+
+
+def _game_table_file(attempt: str) -> str:
+    return f"{attempt}-games{S.GAME_TABLE_SUFFIX}"
+
+
+def game_table_path(generation: int, name: str) -> str:
+    return f"{window_dir(generation)}/{name}"
+
+
+def game_table_beside(shard: str) -> str:
+    """The game table of the window a shard belongs to, in the shard's own folder.
+
+    ``shard`` is any path or URL of a shard named by `shard_name` (a lake
+    path, ``gs://...``, or a local copy such as the trainer's staged one):
+    the table is the file the same attempt wrote in the same folder.  Any
+    other name gives a path that simply does not exist (never an error:
+    tools call this on whatever they are pointed at).
+    """
+    folder, _, name = shard.rpartition("/")
+    table = _game_table_file(name.split("-", 1)[0])
+    return f"{folder}/{table}" if folder else table
+
+
+def _check_attempt(attempt: str) -> None:
+    if not attempt or not re.fullmatch(r"[A-Za-z0-9_.]+", attempt):
+        raise ValueError(f"attempt id {attempt!r} may hold only letters, digits, '_' and '.'")
+
+
 def window_generation(path: str) -> int | None:
     """The generation of any path under ``windows/<gen>/``, else None."""
     parts = path.split("/")
@@ -169,6 +210,13 @@ class WindowManifest:
     record_version: int = 1
     """Position-record version of every shard (SPEC.md; manifests before version 2 records lack the field)."""
     document: dict = dataclasses.field(repr=False, compare=False, default_factory=dict)
+    game_table: str | None = None
+    """Path (relative to the root) of the window's game table; None before record version 3."""
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Every data file the window needs: its shards, then its game table if it has one."""
+        return self.shards + ((self.game_table,) if self.game_table else ())
 
 
 def window_manifest_bytes(document: dict) -> bytes:
@@ -216,18 +264,24 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
                             f"{sorted(S.POSITION_RECORD_VERSIONS)} (update zerolake)")
     games = document.get("games", [])
     if not isinstance(games, list) or not all(isinstance(g, str) for g in games):
-        raise ManifestError(url, "games", "must be a list of game ids (the version-2 records' game table)")
+        raise ManifestError(url, "games", "must be a list of game ids (what a version-2 or 3 record's 'game' indexes)")
+    table = document.get("game_table")
+    if record_version >= 3 or table is not None:
+        if not isinstance(table, str) or not _SAFE_NAME.fullmatch(table) or table in shards:
+            raise ManifestError(url, "game_table", "must name the window's game table file (record version 3 "
+                                                   "keeps each game's ownership label and generation there)")
+        table = game_table_path(generation, table)
     return WindowManifest(target_generation=generation, board_size=board_size,
                           shards=tuple(shard_path(generation, s) for s in shards), positions=positions,
-                          path=path, record_version=record_version, document=document)
+                          path=path, record_version=record_version, document=document, game_table=table)
 
 
 def read_window_manifest(storage, generation: int, *, check_shards: bool = False) -> WindowManifest:
     """Read and validate ``windows/<gen>/MANIFEST.json``.
 
-    With ``check_shards`` every shard it names must exist, or ManifestError
-    names the first missing one.  A missing manifest raises the storage
-    layer's NotFound (the window is not complete yet).
+    With ``check_shards`` every shard it names, and its game table, must
+    exist, or ManifestError names the first missing one.  A missing manifest
+    raises the storage layer's NotFound (the window is not complete yet).
     """
     path = window_manifest(generation)
     window = parse_window_manifest(storage.read(path), path, storage.url(path))
@@ -236,6 +290,9 @@ def read_window_manifest(storage, generation: int, *, check_shards: bool = False
         for shard in window.shards:
             if shard not in present:
                 raise ManifestError(storage.url(path), "shards", f"names {storage.url(shard)}, which is missing")
+        if window.game_table and window.game_table not in present:
+            raise ManifestError(storage.url(path), "game_table",
+                                f"names {storage.url(window.game_table)}, which is missing")
     return window
 
 

@@ -1,13 +1,13 @@
 """Position records: training examples in shards (format/SPEC.md "Shards").
 
-Two versions, both decoded here and by format.tfdata:
+Three versions, all decoded here and by format.tfdata:
 
 * **version 1**: one assembled position per record (16 bit-packed history
   planes, sparse float policy, int8 ownership, float targets, game id).
   `encode_position` is its reference encoder; the batched
   `format.position_wire` writes byte-identical records.  Kept so that
   existing windows stay readable (and for bench/train.py's comparison).
-* **version 2** (written by the shuffle job): a *group* of up to
+* **version 2**: a *group* of up to
   ``schema.POSITION_GROUP`` positions per record, stored column by column at
   about what a chunk costs: the board at t in base 3 (5 points a byte), the
   last 7 moves and the stones each captured (from which the 7 older boards,
@@ -19,13 +19,21 @@ Two versions, both decoded here and by format.tfdata:
   `encode_position_groups` writes it, `decode_records` reads either
   version back to `PositionRecord` (history rebuilt with the reference
   builder `format.planes.record_planes`).
+* **version 3** (written by the shuffle job): version 2 without the
+  per-position ownership label and generation, which are properties of the
+  source game: they are rows of the window's game table
+  (`format.game_table`), indexed by the record's ``game`` column.  A
+  position whose label differs from its game's row (a capped opening's
+  merged mean) keeps its own int8 row in ``ownership_fine`` (flag bit 1).
 
-Data flow of version 2::
+Data flow of versions 2 and 3::
 
-    pipeline.positions.PositionBatch --compact()--> CompactPositions
-        --encode_position_groups()--> records --encode_shard()--> GZIP shard
-    shard --format.tfdata (in the graph)--> training batches
-    shard --read_shard()/decode_records() (numpy, tools and tests)--> PositionRecord
+    pipeline.positions.PositionBatch --compact(game, table)--> CompactPositions
+        --encode_position_groups() (reference) / group_wire.encode_groups() (the job)--> records
+        --encode_shard()--> GZIP shard
+    (version 3: + the window's GameTable --format.game_table--> its table file)
+    shard (+ table) --format.tfdata (in the graph)--> training batches
+    shard (+ table) --read_shard()/decode_records() (numpy, tools and tests)--> PositionRecord
 """
 from __future__ import annotations
 
@@ -70,13 +78,13 @@ class PositionRecord:
     ownership_weight: float
     score_weight: float
     game_id: str
-    """The source game; in version 2 looked up in the window's game table when one is given, else ""."""
+    """The source game; from version 2 on looked up in the manifest's ``games`` when given, else ""."""
     move_number: int
     """Position index in its game."""
     generation: int
     version: int = 1
     game: int = -1
-    """Version 2: the game's index in the window's game table (the manifest's ``games``); -1 in version 1."""
+    """Versions 2 and 3: the game's index in the window's game table (the manifest's ``games``); -1 in version 1."""
 
 
 def encode_position(
@@ -108,7 +116,7 @@ def encode_position(
 def decode_position(data: bytes, source: str = "<bytes>") -> PositionRecord:
     """Parse and validate one version-1 position record (the trainer uses format.tfdata).
 
-    A version-2 record holds a group of positions: `decode_records` reads both.
+    A version-2 or 3 record holds a group of positions: `decode_records` reads every version.
     """
     records = decode_records(data, source)
     if records and records[0].version != 1:
@@ -127,20 +135,22 @@ def decode_version(data: bytes, source: str = "<bytes>") -> int:
     return version
 
 
-def decode_records(data: bytes, source: str = "<bytes>", games: Sequence[str] | None = None
-                   ) -> list[PositionRecord]:
-    """Every position in one record of either version (one for v1, a group for v2).
+def decode_records(data: bytes, source: str = "<bytes>", games: Sequence[str] | None = None,
+                   table=None) -> list[PositionRecord]:
+    """Every position in one record of any version (one for v1, a group for v2 and v3).
 
-    ``games`` is the window's game table (the manifest's ``games``): given,
-    each version-2 position's ``game_id`` is looked up in it.
+    ``games`` is the manifest's list of game ids: given, each version-2 or 3
+    position's ``game_id`` is looked up in it.  ``table`` is the window's
+    `format.game_table.GameTable`, required by version 3 (each position's
+    ownership label and generation are its game's row there).
     """
     version = decode_version(data, source)
     r = FeatureReader(parse_example(data, source), source)
     n = r.int(S.P_BOARD_SIZE)
     if not S.MIN_BOARD_SIZE <= n <= S.MAX_BOARD_SIZE:
         raise r.error(S.P_BOARD_SIZE, f"impossible board size {n}")
-    if version == 2:
-        return _decode_group(r, n, games)
+    if version >= 2:
+        return _decode_group(r, n, games, version, table)
     return [_decode_v1(r, n)]
 
 
@@ -182,15 +192,16 @@ def encode_shard(records: Sequence[bytes]) -> bytes:
     return compress_gzip(frame_records(records))
 
 
-def read_shard(data: bytes, source: str, games: Sequence[str] | None = None) -> list[PositionRecord]:
+def read_shard(data: bytes, source: str, games: Sequence[str] | None = None, table=None) -> list[PositionRecord]:
     """Decode a whole shard (tools and tests; the trainer streams with tf.data).
 
-    ``games``: the window's game table, to fill version-2 game ids (`decode_records`).
+    ``games``: the manifest's game ids, to fill game ids; ``table``: the
+    window's game table, which version 3 needs (`decode_records`).
     """
     try:
         raw = decompress_for(source, data)
         return [position for i, rec in enumerate(iter_framed_records(raw, source))
-                for position in decode_records(rec, f"{source}#{i}", games)]
+                for position in decode_records(rec, f"{source}#{i}", games, table)]
     except RecordError as exc:
         raise FormatError(source, None, str(exc).split(": ", 1)[-1]) from None
 
@@ -206,7 +217,7 @@ def pack_trits(codes: np.ndarray) -> np.ndarray:
     rows, points = codes.shape
     padded = np.zeros((rows, -(-points // S.TRIT_POINTS) * S.TRIT_POINTS), np.uint8)
     padded[:, :points] = codes
-    digits = padded.reshape(rows, -1, S.TRIT_POINTS)
+    digits = padded.reshape(rows, padded.shape[1] // S.TRIT_POINTS, S.TRIT_POINTS)  # (-1 fails for 0 rows)
     # Horner's rule over the five digits, most significant first, in uint8
     # (at most 3**5 - 1 = 242): a reduction over an axis of 5 in numpy costs
     # several times more than five strided adds over the whole array.
@@ -292,16 +303,17 @@ def policy_small_integers(prob: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 @dataclasses.dataclass
-class CompactPositions:
-    """P positions in the at-rest form of a version-2 record, column by column.
+class PositionHistory:
+    """P positions as version-2 and 3 records keep them: the board at t and how it got there.
 
-    Colours are absolute (codes 0 empty/neutral, 1 Black, 2 White); the
-    targets are from the side to move's view, as in version 1.
+    The 16 history planes follow from these columns (`history_boards`).  The
+    shuffle job's `pipeline.positions.PositionBatch` and the at-rest
+    `CompactPositions` both start with them.
     """
 
     board_size: int
     board: np.ndarray
-    """uint8[P, trit_bytes(N)]: the board at t, `pack_trits` of colour codes."""
+    """uint8[P, trit_bytes(N)]: the board at t, `pack_trits` of colour codes (0 empty, 1 Black, 2 White)."""
     moves: np.ndarray
     """int32[P, 7]: moves t-1, t-2, ..., t-7 (newest first); PASS = N*N, N*N + 1 = before the start."""
     capture_offsets: np.ndarray
@@ -310,11 +322,28 @@ class CompactPositions:
     """int64[C]: (age - 1) * N*N + point for each stone the move t-age captured, ascending per position."""
     to_play: np.ndarray
     """int8[P]: BLACK or WHITE."""
-    ownership: np.ndarray
-    """uint8[P, trit_bytes(N)]: final ownership, Black's view, `pack_trits` of codes (0 neutral);
-    all zeros for the positions whose ownership is fine (below)."""
+
+    def __len__(self) -> int:
+        return len(self.to_play)
+
+
+@dataclasses.dataclass
+class CompactPositions(PositionHistory):
+    """P positions in the at-rest form of a version-2 or 3 record, column by column.
+
+    Colours are absolute (codes 0 empty/neutral, 1 Black, 2 White); the
+    targets are from the side to move's view, as in version 1.  ``version``
+    says which record they are for: version 3 has no ternary ``ownership``
+    (None) and ``fine`` marks the positions whose label is their own, not
+    their game's row of the window's game table.
+    """
+
+    ownership: np.ndarray | None
+    """Version 2: uint8[P, trit_bytes(N)]: final ownership, Black's view, `pack_trits` of codes
+    (0 neutral); all zeros for the positions whose ownership is fine (below).  Version 3: None."""
     fine: np.ndarray
-    """bool[P]: the position's ownership is fractional and lies in ``ownership_fine``."""
+    """bool[P]: the position's ownership lies in ``ownership_fine`` (version 2: it is fractional;
+    version 3: it is not its game's row of the game table)."""
     ownership_fine: np.ndarray
     """int8[F, NN]: ``round(127 * o)``, Black's view, of each fine position in order (F = fine.sum())."""
     value: np.ndarray
@@ -336,9 +365,8 @@ class CompactPositions:
     """int64[P]: the source game's index in the window's game table."""
     move_number: np.ndarray
     """int64[P]: the position's index in its game."""
-
-    def __len__(self) -> int:
-        return len(self.to_play)
+    version: int = 2
+    """The record version these columns are for (2 or 3)."""
 
 
 def _targets_rows(c: CompactPositions) -> np.ndarray:
@@ -349,7 +377,8 @@ def _targets_rows(c: CompactPositions) -> np.ndarray:
     no 16-bit fixed point holds over a 19x19 board's range.
     """
     out = np.zeros((len(c), S.TARGET_BYTES), np.uint8)
-    out[:, 0] = (c.to_play == S.WHITE).astype(np.uint8) | (np.asarray(c.fine, bool).astype(np.uint8) << 1)
+    out[:, 0] = ((c.to_play == S.WHITE).astype(np.uint8) * S.TARGET_FLAG_WHITE
+                 | np.asarray(c.fine, bool).astype(np.uint8) * S.TARGET_FLAG_OWN_OWNERSHIP)
     out[:, 1] = np.clip(np.round(c.value * S.ROOT_VALUE_SCALE), -127, 127).astype(np.int8).view(np.uint8)
     out[:, 2:6] = np.asarray(c.score, "<f4").view(np.uint8).reshape(-1, 4)
     weights = np.stack([c.policy_weight, c.value_weight, c.ownership_weight, c.score_weight], axis=1).astype("<f2")
@@ -382,15 +411,20 @@ def _index_deltas(index: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 def encode_position_groups(c: CompactPositions) -> list[bytes]:
-    """Version-2 records of every position of ``c`` in order, POSITION_GROUP to a record.
+    """Version-2 or 3 records (``c.version``) of every position of ``c`` in order, POSITION_GROUP to a record.
 
-    The per-position byte rows are built once for all positions; each record
+    The reference encoder, through the protobuf API; the shuffle job writes
+    the same bytes with `format.group_wire.encode_groups` (~3x faster).  The
+    per-position byte rows are built once for all positions; each record
     then takes a contiguous slice of every column.
     """
+    if c.version not in (2, 3):
+        raise ValueError(f"CompactPositions of version {c.version}: groups are versions 2 and 3")
+    v2 = c.version == 2
     n = c.board_size
     move_dtype = np.uint8 if S.move_bytes(n) == 1 else np.dtype("<u2")
     board = np.ascontiguousarray(c.board, np.uint8)
-    ownership = np.ascontiguousarray(c.ownership, np.uint8)
+    ownership = np.ascontiguousarray(c.ownership, np.uint8) if v2 else None
     moves = np.ascontiguousarray(c.moves.astype(move_dtype))
     targets = _targets_rows(c)
     deltas = _index_deltas(c.policy_index, c.policy_offsets)
@@ -404,20 +438,22 @@ def encode_position_groups(c: CompactPositions) -> list[bytes]:
         p_lo, p_hi = c.policy_offsets[lo], c.policy_offsets[hi]
         c_lo, c_hi = c.capture_offsets[lo], c.capture_offsets[hi]
         ex = Example()
-        set_int64(ex, S.P_VERSION, [2])
+        set_int64(ex, S.P_VERSION, [c.version])
         set_int64(ex, S.P_BOARD_SIZE, [n])
         set_int64(ex, S.P2_COUNT, [hi - lo])
         set_bytes(ex, S.P2_BOARD, board[lo:hi].tobytes())
         set_bytes(ex, S.P2_MOVES, moves[lo:hi].tobytes())
         set_int64(ex, S.P2_CAPTURE_COUNT, capture_counts[lo:hi])
         set_int64(ex, S.P2_CAPTURES, c.captures[c_lo:c_hi])
-        set_bytes(ex, S.P2_OWNERSHIP, ownership[lo:hi].tobytes())
+        if v2:
+            set_bytes(ex, S.P2_OWNERSHIP, ownership[lo:hi].tobytes())
         set_bytes(ex, S.P2_OWNERSHIP_FINE, fine_rows[fine_offsets[lo]:fine_offsets[hi]].tobytes())
         set_bytes(ex, S.P2_TARGETS, _target_columns(targets[lo:hi]))
         set_int64(ex, S.P2_POLICY_COUNT, policy_counts[lo:hi])
         set_int64(ex, S.P2_POLICY_INDEX_DELTA, deltas[p_lo:p_hi])
         set_int64(ex, S.P2_POLICY_VALUE, c.policy_value[p_lo:p_hi])
-        set_int64(ex, S.P2_GENERATION, c.generation[lo:hi])
+        if v2:
+            set_int64(ex, S.P2_GENERATION, c.generation[lo:hi])
         set_int64(ex, S.P2_GAME, c.game[lo:hi])
         set_int64(ex, S.P2_MOVE_NUMBER, c.move_number[lo:hi])
         records.append(ex.SerializeToString(deterministic=True))
@@ -448,8 +484,16 @@ def history_boards(board: np.ndarray, moves: np.ndarray, captures: np.ndarray, t
     return [b.reshape(board_size, board_size) for b in boards]
 
 
-def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None) -> list[PositionRecord]:
-    """Validate a version-2 record and rebuild each position (history planes by the reference builder)."""
+def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, version: int,
+                  table) -> list[PositionRecord]:
+    """Validate a version-2 or 3 record and rebuild each position (history planes by the reference builder).
+
+    Version 3 takes each position's generation, and its ownership unless the
+    position keeps its own row, from ``table`` (the window's GameTable).
+    """
+    if version == 3 and table is None:
+        raise r.error(S.P2_GAME, "version-3 positions take their ownership and generation from the window's "
+                                 "game table (the manifest's 'game_table'); none was given to this reader")
     nn, actions, width = n * n, S.num_actions(n), S.trit_bytes(n)
     count = r.int(S.P2_COUNT)
     if not 1 <= count <= S.POSITION_GROUP:
@@ -471,9 +515,9 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None) -> list
         return np.concatenate([[0], np.cumsum(counts)]), values
 
     board_codes = unpack_trits(fixed(S.P2_BOARD, width), nn)
-    own_codes = unpack_trits(fixed(S.P2_OWNERSHIP, width), nn)
+    own_codes = unpack_trits(fixed(S.P2_OWNERSHIP, width), nn) if version == 2 else None
     for field, codes in ((S.P2_BOARD, board_codes), (S.P2_OWNERSHIP, own_codes)):
-        if (codes == 3).any():
+        if codes is not None and (codes == 3).any():
             raise r.error(field, "holds a byte above 242 (not 5 base-3 digits)")
     move_width = S.move_bytes(n)
     moves = fixed(S.P2_MOVES, S.HISTORY_MOVES * move_width).copy().view(
@@ -488,12 +532,13 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None) -> list
         raise r.error(S.P2_TARGETS, f"has {len(raw_targets)} bytes, expected {S.TARGET_BYTES} x {S.POSITION_GROUP}")
     targets = np.frombuffer(raw_targets, np.uint8).reshape(S.TARGET_BYTES, S.POSITION_GROUP)[:, :count].T.copy()
     if (targets[:, 0] > 3).any():
-        raise r.error(S.P2_TARGETS, "has a flags byte above 3 (bit 0: White to move, bit 1: fine ownership)")
-    fine = (targets[:, 0] & 2) != 0
+        raise r.error(S.P2_TARGETS, "has a flags byte above 3 (bit 0: White to move, bit 1: "
+                                    + ("fine ownership)" if version == 2 else "own ownership)"))
+    fine = (targets[:, 0] & S.TARGET_FLAG_OWN_OWNERSHIP) != 0
     fine_raw = r.bytes(S.P2_OWNERSHIP_FINE)
     if len(fine_raw) != int(fine.sum()) * nn:
-        raise r.error(S.P2_OWNERSHIP_FINE, f"has {len(fine_raw)} bytes, expected {int(fine.sum())} fine "
-                                           f"positions x {nn}")
+        raise r.error(S.P2_OWNERSHIP_FINE, f"has {len(fine_raw)} bytes, expected {int(fine.sum())} "
+                                           f"{'fine' if version == 2 else 'own-label'} positions x {nn}")
     fine_rows = np.frombuffer(fine_raw, np.int8).reshape(-1, nn)
     if (fine_rows == -128).any():
         raise r.error(S.P2_OWNERSHIP_FINE, f"holds -128 (ownership is -{S.OWNERSHIP_SCALE}..{S.OWNERSHIP_SCALE})")
@@ -513,13 +558,22 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None) -> list
     if len(values) != len(deltas) or (len(values) and (values.min() < 1 or values.max() > 255)):
         raise r.error(S.P2_POLICY_VALUE, f"must hold {len(deltas)} integers in 1..255")
     columns = {}
-    for field in (S.P2_GENERATION, S.P2_GAME, S.P2_MOVE_NUMBER):
+    for field in ((S.P2_GENERATION,) if version == 2 else ()) + (S.P2_GAME, S.P2_MOVE_NUMBER):
         columns[field] = r.ints(field)
         if len(columns[field]) != count or (columns[field] < 0).any():
             raise r.error(field, f"has {len(columns[field])} entries (or a negative one), expected {count}")
-    generation, game, move_number = columns[S.P2_GENERATION], columns[S.P2_GAME], columns[S.P2_MOVE_NUMBER]
+    game, move_number = columns[S.P2_GAME], columns[S.P2_MOVE_NUMBER]
     if games is not None and len(game) and game.max() >= len(games):
         raise r.error(S.P2_GAME, f"holds game {int(game.max())}, but the window's game table has {len(games)}")
+    if version == 3:
+        if table.board_size != n:
+            raise r.error(S.P_BOARD_SIZE, f"is {n}, but the window's game table is "
+                                          f"{table.board_size}x{table.board_size}")
+        if len(game) and game.max() >= len(table):
+            raise r.error(S.P2_GAME, f"holds game {int(game.max())}, but the window's game table has {len(table)}")
+        generation = table.generation[game]
+    else:
+        generation = columns[S.P2_GENERATION]
     out = []
     for i in range(count):
         to_play = S.WHITE if targets[i, 0] & 1 else S.BLACK
@@ -532,6 +586,8 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None) -> list
                                 captures[capture_offsets[i]:capture_offsets[i + 1]], to_play, n)
         if fine[i]:
             ownership = fine_rows[fine_index[i]].astype(np.float32) * to_play / S.OWNERSHIP_SCALE
+        elif version == 3:
+            ownership = table.ownership[game[i]].astype(np.float32) * to_play / S.OWNERSHIP_SCALE
         else:
             ownership = code_colours(own_codes[i]).astype(np.float32) * to_play
         out.append(PositionRecord(
@@ -540,5 +596,5 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None) -> list
             ownership=ownership, policy_weight=float(weights[i, 0]), value_weight=float(weights[i, 1]),
             ownership_weight=float(weights[i, 2]), score_weight=float(weights[i, 3]),
             game_id=games[game[i]] if games is not None else "", move_number=int(move_number[i]),
-            generation=int(generation[i]), version=2, game=int(game[i])))
+            generation=int(generation[i]), version=version, game=int(game[i])))
     return out

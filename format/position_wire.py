@@ -41,7 +41,8 @@ from format.tfrecord import (
 # records.  What is left per record is one crc32c call when framing.
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """One int64 as a protobuf varint (negatives as 10-byte two's complement, as protobuf writes them)."""
     value &= 0xFFFFFFFFFFFFFFFF  # int64 negatives are 10-byte two's complement
     out = bytearray()
     while value >= 0x80:
@@ -52,7 +53,7 @@ def _varint(value: int) -> bytes:
 
 
 def _len_field(tag: int, payload: bytes) -> bytes:
-    return bytes([tag]) + _varint(len(payload)) + payload
+    return bytes([tag]) + varint(len(payload)) + payload
 
 
 def _entry(key: str, feature: bytes) -> bytes:
@@ -225,7 +226,7 @@ def _position_gather(
 
     def int_column(key, values):
         return _unique_entries(np.asarray(values, dtype=np.int64),
-                               lambda v: _entry(key, _feature_ints(_varint(v))))
+                               lambda v: _entry(key, _feature_ints(varint(v))))
 
     def float_prefix(key):
         return _entry(key, _feature_floats(b"\0\0\0\0"))[:-4]
@@ -242,7 +243,7 @@ def _position_gather(
 
     body = _Gather(count)
     # Map entries in the order protobuf's deterministic serializer emits them.
-    body.const(_entry(S.P_BOARD_SIZE, _feature_ints(_varint(n))))
+    body.const(_entry(S.P_BOARD_SIZE, _feature_ints(varint(n))))
     body.table(id_entries, id_which)
     body.table(*int_column(S.P_GENERATION, generation))
     body.table(*int_column(S.P_MOVE_NUMBER, move_number))
@@ -267,12 +268,12 @@ def _position_gather(
     body.fixed(floats(value_weight), 4)
     body.const(float_prefix(S.P_VALUE))
     body.fixed(floats(value), 4)
-    body.const(_entry(S.P_VERSION, _feature_ints(_varint(1))))  # this encoder writes version 1
+    body.const(_entry(S.P_VERSION, _feature_ints(varint(1))))  # this encoder writes version 1
 
     # Example.features (field 1) wraps the body: its tag and length go in
     # front, one entry per distinct body length.
     body_lengths = body.record_lengths()
-    header_entries, header_which = _unique_entries(body_lengths, lambda k: b"\x0a" + _varint(k))
+    header_entries, header_which = _unique_entries(body_lengths, lambda k: b"\x0a" + varint(k))
     body.table(header_entries, header_which, first=True)
     if not framed:
         return body.gather()

@@ -26,12 +26,13 @@ FORMAT_VERSION = 1
 
 SUPPORTED_VERSIONS = frozenset({1})
 
-POSITION_RECORD_VERSION = 2
-"""Version of the position records the shuffle job writes (SPEC.md "Shards": v2,
-groups of compact positions).  Bumped from 1 alone: chunks and run.json did
-not change, so existing lakes keep their games."""
+POSITION_RECORD_VERSION = 3
+"""Version of the position records the shuffle job writes (SPEC.md "Shards": v3,
+groups of compact positions whose ownership label and generation are rows of
+the window's game table).  Bumped alone (from 1 to 2, then 3): chunks and
+run.json did not change, so existing lakes keep their games."""
 
-POSITION_RECORD_VERSIONS = frozenset({1, 2})
+POSITION_RECORD_VERSIONS = frozenset({1, 2, 3})
 """Position-record versions every reader (codec, tf.data) decodes."""
 
 MIN_BOARD_SIZE = 5
@@ -165,6 +166,28 @@ P2_GENERATION = "generation"
 P2_GAME = "game"
 """v2: each position's game, an index into the window's game table (the manifest's ``games``)."""
 P2_MOVE_NUMBER = "move_number"
+
+# Version 3 position records: version 2 without ``ownership`` and
+# ``generation``; flags bit 1 marks a position whose label is its own (in
+# ``ownership_fine``), every other position takes its game's row of the
+# window's game table (SPEC.md "Window game table").
+TARGET_FLAG_WHITE = 1
+"""Bit of a v2/v3 targets row's flags byte: White to move."""
+TARGET_FLAG_OWN_OWNERSHIP = 2
+"""Bit of a v2/v3 targets row's flags byte: the ownership row lies in ``ownership_fine``
+(v2: a fractional label; v3: a label that is not the game table's row)."""
+
+GAME_TABLE_VERSION = 1
+"""Version of a window's game table file (one Example, SPEC.md "Window game table")."""
+GAME_TABLE_SUFFIX = ".table.gz"
+"""A game table is ``<attempt>-games`` + this, in its window's folder (format.layout)."""
+GT_VERSION = "version"
+GT_BOARD_SIZE = "board_size"
+GT_COUNT = "count"
+GT_GENERATION = "generation"
+GT_FINE = "fine"
+GT_OWNERSHIP = "ownership"
+GT_OWNERSHIP_FINE = "ownership_fine"
 
 OWNERSHIP_SCALE = 127
 """Shard ownership is int8 ``round(o * 127)`` with o in [-1, 1]."""

@@ -1,20 +1,26 @@
 """tf.data reader for training shards: position records -> training batches.
 
-Two record versions (format/SPEC.md), chosen per window from its first
-record (`shard_record_version`): version 2, what the shuffle job writes,
-holds groups of 64 compact positions that are expanded here, in the graph
-(`GroupDecoder`); version 1 (one assembled position a record) is still read
-(`PositionDecoder`).
+Three record versions (format/SPEC.md), chosen per window from its first
+record (`shard_record_version`): versions 3 (what the shuffle job writes)
+and 2 hold groups of 64 compact positions that are expanded here, in the
+graph (`GroupDecoder`); version 1 (one assembled position a record) is
+still read (`PositionDecoder`).  A version-3 window's ownership labels are
+rows of its game table (format.game_table), which `training_dataset` loads
+once, from the shards' folder unless told where it is.
 
-Version 2 data flow::
+Version 2 and 3 data flow::
 
     shard files (GZIP TFRecord), each record a group of up to 64 positions
+      (version 3: + the window's game table, loaded once into constants)
       -> interleave over files (fixed order), shuffle groups (seeded)
       -> batch batch_size / 64 groups, then *stage 1* on the whole batch:
          parse_example, fixed columns cut to one row per position, the
          sparse policy scattered dense (uint8 values; stage 2 normalizes), the captures turned
          into a bit mask per point (bit k-1: move t-k captured a stone here),
-         the fine (int8) ownership rows scattered to their positions
+         the fine (int8) ownership rows scattered to their positions;
+         version 3: every other position's ternary codes or int8 row
+         gathered from the game table by its ``game`` (so stage 2 sees the
+         same two columns as for version 2)
       -> rebatch to exactly batch_size positions, enumerate, skip batches
          already trained (stage 1 is cheap; the costly stage 2 is skipped)
       -> *stage 2*, XLA-compiled: base-3 bytes -> board and ownership via a
@@ -76,6 +82,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from format import layout
 from format import planes as plane_layout
 from format import position_records
 from format import schema
@@ -235,18 +242,27 @@ class PositionDecoder:
 
 
 class GroupDecoder:
-    """Decodes version-2 records (groups of compact positions) for one board size.
+    """Decodes version-2 or 3 records (groups of compact positions) for one board size.
 
     `stage1` runs on a batch of serialized records and returns one row per
     position, unexpanded; `stage2` (XLA-compiled) expands a batch of rows
     into the same dict `PositionDecoder.decode` returns.  See the module
-    docstring for the data flow.
+    docstring for the data flow.  Version 3 needs the window's game
+    ``table`` (format.game_table.GameTable), held as constants: the table's
+    base-3 codes of each exact label, and the int8 rows of the fractional
+    ones with an index per game (a game without one points at a zero row).
     """
 
-    def __init__(self, board_size: int, *, jit: bool = True):
+    def __init__(self, board_size: int, *, jit: bool = True, version: int = 2, table=None):
         if not schema.MIN_BOARD_SIZE <= board_size <= schema.MAX_BOARD_SIZE:
             raise ValueError(f"board_size {board_size} outside "
                              f"[{schema.MIN_BOARD_SIZE}, {schema.MAX_BOARD_SIZE}]")
+        if version not in (2, 3):
+            raise ValueError(f"GroupDecoder reads record versions 2 and 3, not {version}")
+        if version == 3 and (table is None or table.board_size != board_size):
+            raise ValueError("version-3 records need their window's game table "
+                             f"for {board_size}x{board_size} (format.game_table)")
+        self.version = version
         n = self.board_size = board_size
         self.points = n * n
         self.actions = schema.num_actions(n)
@@ -277,6 +293,15 @@ class GroupDecoder:
             schema.P2_POLICY_INDEX_DELTA: tf.io.VarLenFeature(tf.int64),
             schema.P2_POLICY_VALUE: tf.io.VarLenFeature(tf.int64),
         }
+        if version == 3:
+            del self._spec[schema.P2_OWNERSHIP]
+            self._spec[schema.P2_GAME] = tf.io.VarLenFeature(tf.int64)
+            codes, slot, rows = table.planes()
+            self._games = len(table)
+            self._fine_games = len(rows) - 1
+            self._table_codes = tf.constant(codes)      # uint8 [G, W]: exact labels, zeros for fine games
+            self._table_slot = tf.constant(slot)        # int32 [G]: each game's row of _table_fine
+            self._table_fine = tf.constant(rows)        # int8 [F + 1, NN]: fine labels, then a zero row
         self._group = group
         self._stage2 = tf.function(self._expand, jit_compile=jit, autograph=False)
 
@@ -290,8 +315,9 @@ class GroupDecoder:
         parsed = tf.io.parse_example(serialized, self._spec)
         checks = [
             tf.debugging.assert_equal(
-                parsed[schema.P_VERSION], tf.constant(2, tf.int64),
-                message=f"position record field '{schema.P_VERSION}' is not 2 (this window mixes record versions)"),
+                parsed[schema.P_VERSION], tf.constant(self.version, tf.int64),
+                message=f"position record field '{schema.P_VERSION}' is not {self.version} "
+                        "(this window mixes record versions)"),
             tf.debugging.assert_equal(
                 parsed[schema.P_BOARD_SIZE], tf.constant(self.board_size, tf.int64),
                 message=f"position record field '{schema.P_BOARD_SIZE}' is not {self.board_size}"),
@@ -312,13 +338,18 @@ class GroupDecoder:
             moves = moves[..., :1] + 256 * moves[..., 1:]
         weights = tf.bitcast(tf.reshape(targets[:, 6:14], [-1, 4, 2]), tf.float16)  # little-endian hosts
         score = tf.bitcast(targets[:, 2:6], tf.float32)
+        fine = self._fine_ownership(parsed, targets, positions)
+        if self.version == 3:
+            codes, fine = self._table_ownership(parsed, targets, fine)
+        else:
+            codes = self._rows(parsed, schema.P2_OWNERSHIP, self.width, valid)
         return {
             "board": self._rows(parsed, schema.P2_BOARD, self.width, valid),
-            "ownership_codes": self._rows(parsed, schema.P2_OWNERSHIP, self.width, valid),
+            "ownership_codes": codes,
             "moves": moves[..., 0],
             "captured": self._capture_bits(parsed, positions),
-            "white": tf.cast(tf.bitwise.bitwise_and(targets[:, 0], 1), tf.int32),
-            "fine_ownership": self._fine_ownership(parsed, targets, positions),
+            "white": tf.cast(tf.bitwise.bitwise_and(targets[:, 0], schema.TARGET_FLAG_WHITE), tf.int32),
+            "fine_ownership": fine,
             "value": tf.cast(tf.bitcast(targets[:, 1], tf.int8), tf.float32) / float(schema.ROOT_VALUE_SCALE),
             "score": score,
             "policy_values": self._dense_policy(parsed, positions),
@@ -332,10 +363,38 @@ class GroupDecoder:
         in position order, so the batch's records joined are its fine rows
         in the order of the flagged positions.
         """
-        fine = tf.not_equal(tf.bitwise.bitwise_and(targets[:, 0], 2), 0)
+        fine = self._own_rows(targets)
         joined = tf.strings.reduce_join(parsed[schema.P2_OWNERSHIP_FINE][:, 0])
         rows = tf.reshape(tf.io.decode_raw(joined, tf.int8), [-1, self.points])
         return tf.scatter_nd(tf.cast(tf.where(fine), tf.int32), rows, tf.stack([positions, self.points]))
+
+    @staticmethod
+    def _own_rows(targets) -> tf.Tensor:
+        """bool [P]: flags bit 1, the position's ownership row lies in its record's ``ownership_fine``."""
+        return tf.not_equal(tf.bitwise.bitwise_and(targets[:, 0], schema.TARGET_FLAG_OWN_OWNERSHIP), 0)
+
+    def _table_ownership(self, parsed, targets, own) -> tuple[tf.Tensor, tf.Tensor]:
+        """Version 3: (uint8 [P, W] ternary codes, int8 [P, NN] fine rows) of every position.
+
+        A position flagged own keeps its record's row (``own``, zero codes);
+        every other one takes its game's row of the table: base-3 codes for
+        an exact label, the int8 row for a fractional one (the other column
+        zero), exactly the two columns a version-2 record stores.
+        """
+        game = tf.cast(parsed[schema.P2_GAME].values, tf.int32)
+        checks = [tf.debugging.assert_less(
+            game, self._games, message=f"position record field '{schema.P2_GAME}' is outside the window's game "
+                                       f"table ({self._games} games)"),
+                  tf.debugging.assert_non_negative(game, message=f"position record field '{schema.P2_GAME}' "
+                                                                 "is negative")]
+        with tf.control_dependencies(checks):
+            game = tf.identity(game)
+        flagged = self._own_rows(targets)
+        codes = tf.where(flagged[:, None], tf.zeros([], tf.uint8), tf.gather(self._table_codes, game))
+        if self._fine_games == 0:  # every label exact (no random-playout average): nothing more to gather
+            return codes, own
+        slot = tf.where(flagged, tf.constant(self._fine_games, tf.int32), tf.gather(self._table_slot, game))
+        return codes, own + tf.gather(self._table_fine, slot)
 
     @staticmethod
     def _entry_rows(counts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -452,6 +511,22 @@ class GroupDecoder:
         return tf.reshape(planes, [-1, self.board_size, self.board_size, plane_layout.PACKED_PLANES + 1])
 
 
+def load_game_table(path: str, board_size: int):
+    """A version-3 window's game table (format.game_table.GameTable) from a local path or URL tf reads.
+
+    Read once per dataset; missing or damaged, it raises FormatError naming the file.
+    """
+    from format.game_table import MissingGameTable, decode_game_table
+
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            data = f.read()
+    except tf.errors.NotFoundError:
+        raise MissingGameTable(path, "is missing: a version-3 window's ownership labels and generations are its "
+                                     "game table, kept beside its shards (the manifest's 'game_table')") from None
+    return decode_game_table(data, path, board_size=board_size)
+
+
 def shard_record_version(path: str) -> int:
     """The position-record version of a shard, read from its first record."""
     for record in tf.data.TFRecordDataset(path, compression_type="GZIP").take(1):
@@ -471,11 +546,16 @@ def training_dataset(
     repeat: bool = True,
     reader_parallelism: int = 4,
     record_version: int | None = None,
+    game_table: str | None = None,
 ) -> tf.data.Dataset:
     """Batches of decoded positions from GZIP shards, in a reproducible order.
 
-    ``record_version`` (1 or 2) is read from the first shard when not given;
-    a window's shards all hold one version (the job writes them together).
+    ``record_version`` (1, 2 or 3) is read from the first shard when not
+    given; a window's shards all hold one version (the job writes them
+    together).  Version 3 reads the window's game table, once: the file
+    ``game_table`` (a path or URL), by default the one beside the shards
+    (`format.layout.game_table_beside` of the first shard, which is where
+    the lake keeps it and where a staged copy must put it).
 
     The order of batches depends only on ``shard_paths`` and ``seed`` (file
     order, shuffle and symmetries are all seeded, interleave is
@@ -490,8 +570,12 @@ def training_dataset(
     if record_version not in schema.POSITION_RECORD_VERSIONS:
         raise ValueError(f"{shard_paths[0]}: position-record version {record_version} is unknown to this reader "
                          f"(it knows {sorted(schema.POSITION_RECORD_VERSIONS)}); update zerolake to read it")
-    if record_version == 2:
-        return _group_dataset(shard_paths, board_size=board_size, batch_size=batch_size, seed=seed,
+    if record_version in (2, 3):
+        table = None
+        if record_version == 3:
+            table = load_game_table(game_table or layout.game_table_beside(shard_paths[0]), board_size)
+        decoder = GroupDecoder(board_size, version=record_version, table=table)
+        return _group_dataset(shard_paths, decoder, batch_size=batch_size, seed=seed,
                               skip_batches=skip_batches, shuffle_buffer=shuffle_buffer, augment=augment,
                               repeat=repeat, reader_parallelism=reader_parallelism)
     decoder = PositionDecoder(board_size)
@@ -552,10 +636,9 @@ def _symmetries(augment: bool, seed: int, batch_number, batch_size: int) -> tf.T
                                        minval=0, maxval=NUM_SYMMETRIES, dtype=tf.int32)
 
 
-def _group_dataset(shard_paths, *, board_size, batch_size, seed, skip_batches, shuffle_buffer, augment, repeat,
-                   reader_parallelism) -> tf.data.Dataset:
-    """training_dataset for version-2 shards (module docstring, "Version 2 data flow")."""
-    decoder = GroupDecoder(board_size)
+def _group_dataset(shard_paths, decoder: GroupDecoder, *, batch_size, seed, skip_batches, shuffle_buffer, augment,
+                   repeat, reader_parallelism) -> tf.data.Dataset:
+    """training_dataset for version-2 and 3 shards (module docstring, "Version 2 and 3 data flow")."""
     files, cycle = _shuffled_files(shard_paths, seed, repeat, reader_parallelism)
     # A record already holds 64 positions, so each element here is what a
     # version-1 mini-batch was, with no .batch() per reader.

@@ -221,7 +221,8 @@ class Stage:
 
     # --- windows ----------------------------------------------------------------
     def stage_window(self, generation: int, shards: tuple[str, ...]) -> StagedWindow:
-        """Copy a window's shards (storage paths) to ``DIR/windows/<gen>/``.
+        """Copy a window's files (storage paths: its shards, and its game table when it has
+        one) to ``DIR/windows/<gen>/``, keeping their names; ``paths`` are in the same order.
 
         A local file with the shard's name and size is taken as already
         copied (shards are create-only, never rewritten).  Staged windows of

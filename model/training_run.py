@@ -296,14 +296,15 @@ class TrainingRun:
 
     # --- training --------------------------------------------------------------
     def _shard_files(self, window: Window) -> list[str]:
-        """What tf.data reads: local copies in stage mode, else the shards' URLs."""
+        """What tf.data reads: local copies in stage mode, else the shards' URLs.  A window's
+        game table (record version 3) is staged too: tf.data finds it beside the shards."""
         if not self.stage:
             return [self.storage.url(path) for path in window.shards]
-        staged = self.stage.stage_window(window.target_generation, window.shards)
+        staged = self.stage.stage_window(window.target_generation, window.files)
         _say(f"staged window {layout.generation_dir(window.target_generation)} in "
-             f"{os.path.dirname(staged.paths[0])}: {staged.copied} shard(s) copied "
+             f"{os.path.dirname(staged.paths[0])}: {staged.copied} file(s) copied "
              f"({staged.bytes_copied / 1e6:.1f} MB), {staged.already_present} already there")
-        return list(staged.paths)
+        return list(staged.paths[:len(window.shards)])
 
     def _dataset_iterator(self, window: Window):
         dataset = training_dataset(

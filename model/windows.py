@@ -60,6 +60,13 @@ class Window:
     manifest_path: str
     record_version: int = 1
     """Position-record version of the shards (format.layout.WindowManifest)."""
+    game_table: str | None = None
+    """Storage path of the window's game table (record version 3), which tf.data reads beside the shards."""
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """What training reads: the shards, then the game table if the window has one."""
+        return self.shards + ((self.game_table,) if self.game_table else ())
 
     def steps(self, global_batch: int, epochs: float) -> int:
         """Training steps for ``epochs`` passes at ``global_batch`` (at least 1)."""
@@ -104,7 +111,7 @@ class WindowScan:
 def window_from_manifest(manifest: layout.WindowManifest) -> Window:
     return Window(target_generation=manifest.target_generation, board_size=manifest.board_size,
                   shards=manifest.shards, positions=manifest.positions, manifest_path=manifest.path,
-                  record_version=manifest.record_version)
+                  record_version=manifest.record_version, game_table=manifest.game_table)
 
 
 def manifest_generations(storage) -> list[int]:

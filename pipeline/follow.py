@@ -157,13 +157,13 @@ def remove_dead_tmp(storage, keep_attempt: str = "") -> list[str]:
 
 
 def remove_stray_shards(storage, window: layout.WindowManifest) -> int:
-    """Delete objects in a published window's folder that its manifest does not name.
+    """Delete objects in a published window's folder that its manifest does not name (shards, game table).
 
     They are shards of attempts that were stopped, killed or lost a race.
     Only safe after publication: before it, a slow attempt whose claim was
     taken over may still publish a manifest naming its own shards.
     """
-    keep = set(window.shards) | {window.path}
+    keep = set(window.files) | {window.path}
     stray = [info.path for info in storage.list(layout.window_dir(window.target_generation) + "/")
              if info.path not in keep]
     for path in stray:

@@ -36,6 +36,7 @@ import numpy as np
 from format import codec
 from format import schema as S
 from format.codec import GameRecord
+from format.game_table import fractional, label_rows
 from format.tfrecord import frame_records
 from pipeline.labels import EndstateLabel
 
@@ -59,25 +60,15 @@ def _ragged_take(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.
 
 
 @dataclasses.dataclass
-class PositionBatch:
+class PositionBatch(codec.PositionHistory):
     """P training positions of one board size, targets already in record form.
 
-    The position itself is kept the way a version-2 record stores it (the
-    board at t, the last 7 moves and their captures); the targets at full
-    precision, so that merging capped openings averages exact values.
+    The position itself is kept the way a version-2 or 3 record stores it
+    (`codec.PositionHistory`: the board at t, the last 7 moves and their captures);
+    the targets at full precision, so that merging capped openings averages
+    exact values.
     """
 
-    board_size: int
-    board: np.ndarray
-    """uint8[P, trit_bytes(N)]: the board at t (codec.pack_trits of colour codes)."""
-    moves: np.ndarray
-    """int32[P, 7]: moves t-1 .. t-7, PASS = NN, NN + 1 = before the game's start."""
-    capture_offsets: np.ndarray
-    """int64[P+1]: position i's captures are captures[off[i]:off[i+1]]."""
-    captures: np.ndarray
-    """int64[C]: (age - 1) * NN + point of every stone move t-age captured."""
-    to_play: np.ndarray
-    """int8[P]: BLACK or WHITE."""
     policy_offsets: np.ndarray
     """int64[P+1]: position i's policy is policy_index/prob[off[i]:off[i+1]]."""
     policy_index: np.ndarray
@@ -106,9 +97,6 @@ class PositionBatch:
     key: np.ndarray
     """uint64[P] dedup key, 0 when the position cannot be capped."""
 
-    def __len__(self) -> int:
-        return len(self.to_play)
-
     def take(self, rows) -> "PositionBatch":
         """The positions at ``rows`` (an int array), in that order."""
         rows = np.asarray(rows, dtype=np.int64)
@@ -126,43 +114,57 @@ class PositionBatch:
         lo, hi = self.policy_offsets[i], self.policy_offsets[i + 1]
         return self.policy_index[lo:hi], self.policy_prob[lo:hi]
 
-    def compact(self, game: np.ndarray | None = None) -> codec.CompactPositions:
-        """The positions in version-2 at-rest form (codec.CompactPositions).
+    def compact(self, game: np.ndarray | None = None, table: codec.GameTable | None = None
+                ) -> codec.CompactPositions:
+        """The positions in version-3 at-rest form (codec.CompactPositions), or version 2 without a table.
 
-        Ownership is stored at the labels' precision, from Black's side:
-        exact labels (final board, accelerated play to two passes) are -1, 0
-        or +1 a point and go in the ternary column; fractional ones (a
-        random-playout average, the mean of a capped opening's occurrences)
-        keep their int8 ``round(127 * o)``, v1's precision, in the fine
-        column.  The policy becomes small integers
-        (codec.policy_small_integers).  ``game`` is each position's index
-        in the window's game table (`game_table_index`); without one (tests,
-        benches) the instance stands in.
+        ``game`` is each position's index in the window's game table
+        (`game_table_index`); without one (tests, benches) the instance
+        stands in.  ``table`` is the window's game table (codec.GameTable,
+        whose rows ``game`` indexes): given, the records are version 3 and a
+        position keeps an int8 ownership row (``fine``) only where its label
+        differs from its game's row, which happens only to a capped
+        opening's merged copies; every other position's label is its game's
+        row.  Without a table (version 2) ownership is stored per position
+        at the labels' precision, from Black's side: exact labels (final
+        board, accelerated play to two passes) are -1, 0 or +1 a point and
+        go in the ternary column; fractional ones (a random-playout
+        average, the mean of a capped opening's occurrences) keep their int8
+        ``round(127 * o)``, v1's precision, in the fine column.  The policy
+        becomes small integers (codec.policy_small_integers).
         """
         n = self.board_size
+        game = np.asarray(self.instance if game is None else game, np.int64)
         # Ownership is int8 in -SCALE..SCALE from the side to move, and
         # to_play is +1 or -1, so the product stays in int8 (no widening:
         # this runs over every point of every position of a window).
         black_view = self.ownership.astype(np.int8, copy=False) * self.to_play.astype(np.int8)[:, None]
-        scale = S.OWNERSHIP_SCALE
-        fine = ((black_view != 0) & (black_view != scale) & (black_view != -scale)).any(axis=1)
-        ternary = np.sign(black_view)                                                   # +1 Black, -1 White
-        ternary[fine] = S.EMPTY
+        if table is not None:
+            if len(game) and game.max() >= len(table):
+                raise ValueError(f"a position's game {int(game.max())} is outside the game table ({len(table)})")
+            fine = (black_view != table.ownership[game]).any(axis=1)   # its own label, not its game's
+            ownership = None
+        else:
+            fine = fractional(black_view)
+            ternary = np.sign(black_view)                                               # +1 Black, -1 White
+            ternary[fine] = S.EMPTY
+            ownership = codec.pack_trits(codec.colour_codes(ternary))
         values = codec.policy_small_integers(self.policy_prob, self.policy_offsets)
         return codec.CompactPositions(
             board_size=n, board=self.board, moves=self.moves, capture_offsets=self.capture_offsets,
-            captures=self.captures, to_play=self.to_play, ownership=codec.pack_trits(codec.colour_codes(ternary)),
+            captures=self.captures, to_play=self.to_play, ownership=ownership,
             fine=fine, ownership_fine=black_view[fine],
             value=self.value, score=self.score, policy_weight=self.policy_weight, value_weight=self.value_weight,
             ownership_weight=self.ownership_weight, score_weight=self.score_weight,
             policy_offsets=self.policy_offsets, policy_index=self.policy_index, policy_value=values,
-            generation=self.generation.astype(np.int64),
-            game=np.asarray(self.instance if game is None else game, np.int64),
-            move_number=self.move_number.astype(np.int64))
+            generation=self.generation.astype(np.int64), game=game,
+            move_number=self.move_number.astype(np.int64), version=2 if table is None else 3)
 
-    def encode(self, game: np.ndarray | None = None) -> list[bytes]:
-        """Serialized version-2 records, POSITION_GROUP positions each, in row order (``game``: see compact)."""
-        return codec.encode_position_groups(self.compact(game))
+    def encode(self, game: np.ndarray | None = None, table: codec.GameTable | None = None) -> list[bytes]:
+        """Serialized records, POSITION_GROUP positions each, in row order: version 3 with the window's
+        game ``table``, version 2 without (``game``, ``table``: see compact).  Written by the wire
+        encoder (codec.encode_groups), byte-identical to the reference encode_position_groups."""
+        return codec.encode_groups(self.compact(game, table))
 
     def to_bytes(self) -> bytes:
         """A temporary-file image (no pickles; see `pack_arrays`)."""
@@ -388,8 +390,10 @@ def games_positions(games: Sequence[GameRecord], labels: Sequence[EndstateLabel]
     side = to_play.astype(np.float32)
     score = per_game([sc if known else 0.0 for sc, known in zip(score_black, score_known)], np.float32) * side
     label_weight = [lab.weight for lab in labels]
-    ownership_black = np.stack([np.asarray(lab.ownership, np.float32) for lab in labels])
-    own = np.repeat(ownership_black * np.float32(S.OWNERSHIP_SCALE), lengths, axis=0)
+    # The labels' int8 rows (Black's side; the window game table's rows too),
+    # negated for White to move: round(-x) = -round(x), so each position's
+    # row is exactly its game's row seen from its side.
+    own = np.repeat(game_label_rows(labels), lengths, axis=0)
     own[~black_to_move] *= -1
     ids = [g.game_id.encode() for g in games]
     return PositionBatch(
@@ -397,13 +401,22 @@ def games_positions(games: Sequence[GameRecord], labels: Sequence[EndstateLabel]
         capture_offsets=capture_offsets, captures=captures, to_play=to_play, policy_offsets=offsets,
         policy_index=index,
         policy_prob=prob, value=winner * side, score=score,
-        ownership=np.clip(np.round(own), -127, 127).astype(np.int8),
+        ownership=own,
         policy_weight=policy_weight, value_weight=per_game([1.0 if k else 0.0 for k in value_known], np.float32),
         ownership_weight=per_game(label_weight, np.float32),
         score_weight=per_game([w if k else 0.0 for w, k in zip(label_weight, score_known)], np.float32),
         game_id=per_game(ids, f"S{max(1, max(len(i) for i in ids))}"),
         move_number=move_number, generation=per_game([g.generation for g in games], np.int32),
         instance=per_game(instances, np.int64), key=keys)
+
+
+def game_label_rows(labels: Sequence[EndstateLabel]) -> np.ndarray:
+    """int8[G, NN]: each game's ownership label as ``round(127 * o)`` from Black's side.
+
+    These are the window game table's rows (SPEC.md "Window game table") and,
+    negated for White to move, every position's row in `games_positions`.
+    """
+    return label_rows(np.stack([np.asarray(lab.ownership, np.float32) for lab in labels]))
 
 
 def game_digest(game: GameRecord) -> bytes:
@@ -584,14 +597,15 @@ def game_table_index(table_instances: np.ndarray, instance: np.ndarray) -> np.nd
     return index.astype(np.int64)
 
 
-def shard_frames(pieces, order: np.ndarray, table_instances: np.ndarray) -> bytes:
+def shard_frames(pieces, order: np.ndarray, table_instances: np.ndarray, table: codec.GameTable) -> bytes:
     """The shard's TFRecord frames: the positions of ``pieces`` (read as one list) in ``order``,
-    grouped into version-2 records; ``table_instances``: the window's game table (sorted instances)."""
+    grouped into version-3 records; ``table_instances``: the window's games (sorted instances),
+    ``table``: their game table (one row per instance, in that order)."""
     batch = concat([p.batch for p in pieces])
     if batch is None or not len(order):
         return b""
     batch = batch.take(order)
-    return frame_records(batch.encode(game_table_index(table_instances, batch.instance)))
+    return frame_records(batch.encode(game_table_index(table_instances, batch.instance), table))
 
 
 def split_for_shards(batch: PositionBatch, reuse: float, num_shards: int,

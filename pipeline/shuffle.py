@@ -1,12 +1,14 @@
 """``python -m pipeline.shuffle``: turn the lake's newest games into a training window.
 
 Reads ``ROOT/games/<gen>/*.tfrecord.zst``, writes
-``ROOT/windows/<target_gen>/<attempt>-<i>-of-<S>.tfrecord.gz`` and, last,
-``MANIFEST.json``.  target_gen = the latest published model generation + 1
-(1 before any model).  A window that already has a manifest is not redone;
-a manifest that does not validate (format.layout.read_window_manifest: bad
-JSON, unknown version, a shard it names is missing) is an error (exit 2),
-never trusted and never overwritten.
+``ROOT/windows/<target_gen>/<attempt>-<i>-of-<S>.tfrecord.gz`` (position
+records version 3), the window's game table ``<attempt>-games.table.gz``
+and, last, ``MANIFEST.json``.  target_gen = the latest published model
+generation + 1 (1 before any model).  A window that already has a manifest
+is not redone; a manifest that does not validate
+(format.layout.read_window_manifest: bad JSON, unknown version, a shard or
+the game table it names is missing) is an error (exit 2), never trusted and
+never overwritten.
 
 Then, with the window complete, the job deletes the windows the trainer has
 finished beyond the newest ``--keep-windows`` (pipeline.retention: only

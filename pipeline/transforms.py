@@ -8,21 +8,23 @@ Stages (each a composite PTransform, each tested with TestPipeline)::
                              the rest -> serialized shard pieces (temp files)
           .skipped   {chunk, reason}               damaged / foreign chunks
           .games     (instances, digests)          one small element per bundle
-          .game_ids  (instances, game ids)         one small element per bundle
+          .game_ids  (instances, game ids, generations, label rows)  one per bundle
           .parts     (partition, piece path)
           .pieces    (shard, piece path)
           .stats     {counter: n}
       games | FindDuplicateGames      -> one sorted int64 array of instances to drop
-      game_ids | BuildGameTable       -> the window's game table (GameTable): version-2
-                             positions store an index into it; the manifest lists its ids
+      game_ids | BuildGameTable       -> the window's games (WindowGames): version-3
+                             positions store an index into them; the manifest lists their
+                             ids, and their labels and generations are the game table file
       parts | CapOpenings (side input: duplicates)  per partition: drop duplicate
                              games, cap over-represented keys, merge their
                              targets, serialize, -> more shard pieces
       pieces | WriteShards (side inputs: duplicates, game table) per shard: read its pieces,
                              drop duplicate games, permute, write the shard
-                             create-only (version-2 records: groups of 64
+                             create-only (version-3 records: groups of 64
                              positions of the permuted order), delete the pieces
-      all the small outputs | WriteManifest  one combined element -> MANIFEST.json
+      all the small outputs | WriteManifest  one combined element (side input: the
+                             game table) -> the game table file, then MANIFEST.json
 
 Why chunks are read this way: one whole-object read through the storage layer
 (local or gs://), then `format.codec.iter_chunk` decompresses, checks every
@@ -38,19 +40,23 @@ the window's positions crosses a stage boundary: the two-phase disk shuffle
 (pieces under ROOT/tmp/, then one shard at a time) keeps only piece paths in
 Beam's collections, so the runner's memory holds paths, per-bundle counters
 and 24 bytes per game for the duplicate check.  Peak memory is one bundle,
-one dedup partition or one shard (each bounded by a flag).
+one dedup partition or one shard (each bounded by a flag).  The window's
+games are the one exception, a side input of phase 2: an id, a generation
+and an int8 label row (N*N bytes) per game, not per position.
 
 Retries: every random choice is seeded by (seed, stage, element), so a
 retried bundle rewrites identical pieces (replace-writes under this attempt's
 temp folder), and a retried shard that already exists is recounted, not
 rewritten.  Pieces are scratch (``durable=False``: no fsync on a local
 disk): a crash loses the attempt, never the lake, and a rerun is a new
-attempt.  Shards and the manifest are durable, create-only writes.
+attempt.  Shards, the game table and the manifest are durable, create-only
+writes (a retried manifest step finds its own table and checks its bytes).
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from typing import Sequence
 
@@ -97,7 +103,11 @@ class JobContext:
         return layout.job_tmp_dir("shuffle", self.target_generation, self.attempt)
 
     def shard_name(self, shard: int) -> str:
-        return f"{self.attempt}-{shard:05d}-of-{self.num_shards:05d}{S.SHARD_SUFFIX}"
+        return layout.shard_name(self.attempt, shard, self.num_shards)
+
+    @property
+    def game_table_name(self) -> str:
+        return layout.game_table_name(self.attempt)
 
     def rng(self, stage: int, element: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, stage, element])
@@ -187,7 +197,9 @@ class LabelBundleFn(_LakeDoFn):
         batch = P.games_positions(games, endstates, instances, cfg.dedup_max_move)
         stats["games_read"] += len(games)
         stats["positions_read"] += len(batch) if batch is not None else 0
-        yield beam.pvalue.TaggedOutput(GAME_IDS, (np.asarray(instances, np.int64), [g.game_id for g in games]))
+        yield beam.pvalue.TaggedOutput(GAME_IDS, (np.asarray(instances, np.int64), [g.game_id for g in games],
+                                                  np.array([g.generation for g in games], np.int64),
+                                                  P.game_label_rows(endstates)))
         yield beam.pvalue.TaggedOutput(GAMES, (np.asarray(instances, np.int64),
                                                np.array([P.game_digest(g) for g in games], dtype="S16")))
         if batch is None:  # only games without positions
@@ -273,33 +285,40 @@ class FindDuplicateGames(beam.PTransform):
 
 
 @dataclasses.dataclass
-class GameTable:
-    """The window's game table: every game read, sorted by instance.
+class WindowGames:
+    """The window's games: every game read, sorted by instance.
 
-    A version-2 position stores its game as an index into this table, and
-    the manifest lists the ids in this order (``games``), so a shard keeps
-    an integer per position where version 1 kept the id string.
+    A version-3 position stores its game as an index into this order; the
+    manifest lists the ids in it (``games``) and the game table file holds
+    each game's ownership label and generation in it (``table``), so a shard
+    keeps an integer per position where version 1 kept the id string, the
+    label and the generation.
     """
 
     instances: np.ndarray
     """int64[G], ascending."""
     game_ids: list
+    table: codec.GameTable | None
+    """Row g: game ``instances[g]``'s label and generation; None when the window read no game."""
 
 
 class _ConcatGameIds(_GatherPerBundle):
-    """Gathers (instances, game ids) per bundle into one GameTable."""
+    """Gathers (instances, game ids, generations, label rows) per bundle into one WindowGames."""
 
     def extract_output(self, acc):
         if not acc:
-            return GameTable(np.zeros(0, np.int64), [])
-        instances = np.concatenate([i for i, _ in acc])
-        ids = [game_id for _, bundle_ids in acc for game_id in bundle_ids]
+            return WindowGames(np.zeros(0, np.int64), [], None)
+        instances = np.concatenate([part[0] for part in acc])
+        ids = [game_id for part in acc for game_id in part[1]]
         order = np.argsort(instances, kind="stable")
-        return GameTable(instances[order], [ids[k] for k in order.tolist()])
+        rows = np.concatenate([part[3] for part in acc])[order]
+        table = codec.GameTable(board_size=math.isqrt(rows.shape[1]),
+                                generation=np.concatenate([part[2] for part in acc])[order], ownership=rows)
+        return WindowGames(instances[order], [ids[k] for k in order.tolist()], table)
 
 
 class BuildGameTable(beam.PTransform):
-    """(instances, game ids) per bundle -> one GameTable (a singleton side input)."""
+    """(instances, game ids, generations, label rows) per bundle -> one WindowGames (a singleton side input)."""
 
     def expand(self, game_ids):
         return game_ids | "Game table" >> beam.CombineGlobally(_ConcatGameIds())
@@ -359,9 +378,9 @@ class CapOpenings(beam.PTransform):
 # ---------------------------------------------------------------------------
 
 
-def count_records(data: bytes, source: str) -> tuple[int, dict]:
-    """(records, {generation: count}) of a written shard (retry path)."""
-    shard = codec.read_shard(data, source)
+def count_records(data: bytes, source: str, table: codec.GameTable | None) -> tuple[int, dict]:
+    """(records, {generation: count}) of a written shard (retry path; ``table``: the window's game table)."""
+    shard = codec.read_shard(data, source, table=table)
     gens: dict = {}
     for record in shard:
         gens[record.generation] = gens.get(record.generation, 0) + 1
@@ -378,7 +397,7 @@ class WriteShardFn(_LakeDoFn):
         path = layout.shard_path(ctx.target_generation, name)
         paths = sorted(set(paths))
         if self.storage.exists(path):  # a retry after the shard was written
-            count, gens = count_records(self.storage.read(path), self.storage.url(path))
+            count, gens = count_records(self.storage.read(path), self.storage.url(path), game_table.table)
             yield {"name": name, "positions": count, "generations": gens, "duplicate_game_records_removed": 0}
             return
         pieces = [P.ShardPiece.from_bytes(self.storage.read(p)) for p in paths]
@@ -386,7 +405,7 @@ class WriteShardFn(_LakeDoFn):
         generation = np.concatenate([piece.generation for piece in pieces])
         keep = np.flatnonzero(~_drop_mask(instance, dropped))
         order = keep[ctx.rng(3, shard).permutation(len(keep))]
-        frames = P.shard_frames(pieces, order, game_table.instances)
+        frames = P.shard_frames(pieces, order, game_table.instances, game_table.table)
         self.storage.write_new(path, compress_gzip(frames, ctx.config.shard_gzip_level))
         gens, counts = np.unique(generation[order], return_counts=True)
         yield {"name": name, "positions": int(len(order)),
@@ -400,7 +419,7 @@ class WriteShardFn(_LakeDoFn):
 class WriteShards(beam.PTransform):
     """(shard, path) pieces -> one manifest entry (dict) per written shard.
 
-    ``dropped`` (instances of duplicate games) and ``game_table`` are singleton side inputs.
+    ``dropped`` (instances of duplicate games) and ``game_table`` (WindowGames) are singleton side inputs.
     """
 
     def __init__(self, context: JobContext, dropped, game_table):
@@ -452,7 +471,7 @@ class _ManifestParts(beam.CombineFn):
 
 
 def build_manifest(context: JobContext, summary: dict, game_ids: Sequence[str] = ()) -> dict:
-    """The MANIFEST.json document (format/SPEC.md "Windows"); ``game_ids``: the window's game table."""
+    """The MANIFEST.json document (format/SPEC.md "Windows"); ``game_ids``: the ids of the window's games."""
     shards = sorted(summary["shards"], key=lambda s: s["name"])
     stats = summary["stats"]
     removed_dup = stats.get("duplicate_game_positions_removed", 0) + sum(
@@ -489,11 +508,12 @@ def build_manifest(context: JobContext, summary: dict, game_ids: Sequence[str] =
         "reuse": context.config.reuse,
         "seed": context.seed,
         "games": list(game_ids),
+        "game_table": context.game_table_name,
     }
 
 
 class WriteManifestFn(_LakeDoFn):
-    """The single combined summary -> MANIFEST.json, create-only, written last."""
+    """The single combined summary -> the game table file, then MANIFEST.json; both create-only."""
 
     def process(self, summary, game_table):
         from cloud.storage import AlreadyExists
@@ -504,6 +524,7 @@ class WriteManifestFn(_LakeDoFn):
             # window.  No manifest; the driver reports it in one line.
             yield manifest
             return
+        self.write_game_table(game_table.table)
         path = layout.window_manifest(self.context.target_generation)
         try:
             storage.write_new(path, layout.window_manifest_bytes(manifest))
@@ -515,6 +536,19 @@ class WriteManifestFn(_LakeDoFn):
                 raise RuntimeError(f"{storage.url(path)} was written by attempt {existing.get('attempt')} "
                                    f"while attempt {self.context.attempt} ran") from None
         yield manifest
+
+    def write_game_table(self, table: codec.GameTable) -> None:
+        """The window's game table, before the manifest that names it (the manifest is the commit point)."""
+        from cloud.storage import AlreadyExists
+        path = layout.game_table_path(self.context.target_generation, self.context.game_table_name)
+        data = codec.encode_game_table(table)
+        try:
+            self.storage.write_new(path, data)
+        except AlreadyExists:
+            # A retried manifest step of this attempt: the table (only this
+            # attempt writes its name) must be the one this step would write.
+            if self.storage.read(path) != data:
+                raise RuntimeError(f"{self.storage.url(path)} exists with other contents") from None
 
 
 class ShuffleWindow(beam.PTransform):

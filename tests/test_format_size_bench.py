@@ -64,3 +64,26 @@ def test_minigo_records_hold_the_planes_channels_last_and_a_dense_policy():
             np.testing.assert_allclose(pi, 1 / 82)
         assert ex.features.feature["outcome"].float_list.value[0] == -1.0
     assert 0 < bench.minigo_bytes_per_record(positions) < 17 * 81 + 82 * 4
+
+
+def test_shard_bytes_count_the_game_table(tmp_path):
+    """A version-3 window's shard bytes include its game table: every byte the shards need."""
+    from format import codec, layout
+    from pipeline import labels as L
+    from pipeline import positions as P
+    from testdata.random_games import engine_game
+
+    rng = np.random.default_rng(3)
+    games = [engine_game(rng, 9) for _ in range(2)]
+    labels = L.label_games(games, policy_fn=None, random_playouts=2, model_playout_moves=0, temperature=1.0,
+                           playout_weight=0.5, rng=rng, stats=L.empty_stats())
+    batch = P.games_positions(games, labels, [0, 1], dedup_max_move=0)
+    table = codec.GameTable(board_size=9, generation=[0, 0], ownership=P.game_label_rows(labels))
+    shard, table_name = layout.shard_name("a1", 0, 1), layout.game_table_name("a1")
+    (tmp_path / shard).write_bytes(codec.encode_shard(batch.encode(table=table)))
+    (tmp_path / table_name).write_bytes(codec.encode_game_table(table))
+    manifest = {"folder": str(tmp_path), "shards": [shard], "game_table": table_name, "games": ["g0", "g1"]}
+    size, positions = bench.shard_positions(manifest)
+    assert size == (tmp_path / shard).stat().st_size + (tmp_path / table_name).stat().st_size
+    assert len(positions) == len(batch) and {p.game_id for p in positions} == {"g0", "g1"}
+    np.testing.assert_array_equal(positions[0].ownership, batch.ownership[0] / S.OWNERSHIP_SCALE)

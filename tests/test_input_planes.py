@@ -12,13 +12,16 @@ runs, and must come out identical:
   policy_fn);
 * training: chunk (`codec.encode_chunk`) -> decoded games -> the Beam job's
   position builder (`pipeline.positions.games_positions`) -> serialized
-  records of both versions -> `codec.decode_records` and tf.data's decoders
-  (`GroupDecoder` for version 2, whose history planes are rebuilt from the
-  board, the last moves and their captures; `PositionDecoder` for version 1,
-  from the compiled history kernel's planes) under every one of the 8
-  symmetries, compared with `format.symmetry` applied to the reference; and
-  once through the real `pipeline.shuffle` job (which writes version 2) on a
-  tiny lake and `tfdata.training_dataset`;
+  records of every version -> `codec.decode_records` and tf.data's decoders
+  (`GroupDecoder` for versions 2 and 3, whose history planes are rebuilt
+  from the board, the last moves and their captures, version 3 with its
+  ownership gathered from the window's game table; `PositionDecoder` for
+  version 1, from the compiled history kernel's planes) under every one of
+  the 8 symmetries, compared with `format.symmetry` applied to the
+  reference; version 3's training batches equal version 2's bit for bit
+  (ownership included); and once through the real `pipeline.shuffle` job
+  (which writes version 3 and its game table) on a tiny lake and
+  `tfdata.training_dataset`;
 * `PlayoutEvaluator`, which reads the position back out of the planes.
 
 `test_the_games_tell_every_channel_apart` makes sure the data can catch a
@@ -264,7 +267,7 @@ def _labels(games):
                          playout_weight=0.5, rng=np.random.default_rng(0), stats=L.empty_stats())
 
 
-RECORD_VERSIONS = (1, 2)
+RECORD_VERSIONS = (1, 2, 3)
 
 
 def v1_records(batch: P.PositionBatch, fresh: np.ndarray) -> list[bytes]:
@@ -278,17 +281,33 @@ def v1_records(batch: P.PositionBatch, fresh: np.ndarray) -> list[bytes]:
         move_number=batch.move_number, generation=batch.generation)
 
 
+def game_table(games, labels) -> codec.GameTable:
+    """The window game table of ``games`` (row g = game g, as the job's instance order makes it)."""
+    return codec.GameTable(board_size=games[0].board_size, generation=[g.generation for g in games],
+                           ownership=P.game_label_rows(labels))
+
+
 @pytest.fixture(scope="module")
 def position_records(games):
-    """{(board size, version): (serialized records, PositionBatch)} built the way the Beam job's DoFn does."""
+    """{(board size, version): (serialized records, PositionBatch)} built the way the Beam job's DoFn does;
+    {(board size, "table"): the game table} for version 3."""
     out = {}
     for n in BOARD_SIZES:
         decoded = codec.read_chunk(codec.encode_chunk(games[n]), f"chunk-{n}{S.CHUNK_SUFFIX}")  # suffix: zstd
-        batch = P.games_positions(decoded, _labels(decoded), list(range(len(decoded))), dedup_max_move=0)
+        labels = _labels(decoded)
+        batch = P.games_positions(decoded, labels, list(range(len(decoded))), dedup_max_move=0)
         fresh = np.concatenate([g.planes.reshape(g.num_positions, 2, -1) for g in decoded])
+        table = game_table(decoded, labels)
         out[n, 1] = (v1_records(batch, fresh), batch)
         out[n, 2] = (batch.encode(), batch)
+        out[n, 3] = (batch.encode(table=table), batch)  # instance = game index = the table's row
+        out[n, "table"] = table
     return out
+
+
+def group_decoder(n: int, version: int, position_records) -> GroupDecoder:
+    """tf.data's decoder of a version-2 or 3 window (XLA-compiled, as training_dataset builds it)."""
+    return GroupDecoder(n, version=version, table=position_records[n, "table"] if version == 3 else None)
 
 
 @pytest.mark.parametrize("version", RECORD_VERSIONS)
@@ -296,7 +315,8 @@ def position_records(games):
 def test_position_records_hold_the_reference_planes(n, version, games, position_records):
     records, batch = position_records[n, version]
     expected = [planes_i for game in games[n] for planes_i in reference_record_planes(game)]
-    decoded = [position for record in records for position in codec.decode_records(record)]
+    decoded = [position for record in records
+               for position in codec.decode_records(record, table=position_records[n, "table"])]
     assert len(decoded) == len(expected) == len(batch)
     assert len(records) == (len(expected) if version == 1 else -(-len(expected) // S.POSITION_GROUP))
     for row, rec in enumerate(decoded):
@@ -312,7 +332,7 @@ def test_tfdata_decodes_the_reference_planes_under_every_symmetry(n, version, re
     """tf.data's augmented planes == format.symmetry applied to the reference (engine side)."""
     records, batch = position_records[n, version]
     expected = np.concatenate(references[n])
-    decoder = (PositionDecoder if version == 1 else GroupDecoder)(n)  # XLA-compiled, as training_dataset builds it
+    decoder = PositionDecoder(n) if version == 1 else group_decoder(n, version, position_records)
     symmetries = np.arange(len(batch), dtype=np.int32) % NUM_SYMMETRIES
     for shift in (0, 3):  # every position under two symmetries, every symmetry on ~M/4 positions
         ks = (symmetries + shift) % NUM_SYMMETRIES
@@ -328,7 +348,8 @@ def test_both_versions_decode_to_the_same_training_batch(n, position_records):
     """Policy, ownership and scalar targets agree between the versions (to version 2's stated precision)."""
     (v1, batch), (v2, _) = position_records[n, 1], position_records[n, 2]
     ks = tf.constant(np.arange(len(batch), dtype=np.int32) * 5 % NUM_SYMMETRIES)
-    one, two = PositionDecoder(n).decode(tf.constant(v1), ks), GroupDecoder(n).decode(tf.constant(v2), ks)
+    one, two = PositionDecoder(n).decode(tf.constant(v1), ks), group_decoder(n, 2, position_records).decode(
+        tf.constant(v2), ks)
     assert set(one) == set(two)
     for key in one:
         a, b = one[key].numpy(), two[key].numpy()
@@ -336,6 +357,20 @@ def test_both_versions_decode_to_the_same_training_batch(n, position_records):
         # Policy: small integers (exact for visit counts); ownership: ternary labels (exact, int8 in v1
         # is 127/127); value: int8; score: half points (exact for area scores with a half-point komi).
         np.testing.assert_allclose(b, a, atol=2e-3 if key == "policy" else 1e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("n", BOARD_SIZES)
+def test_version_3_decodes_to_version_2s_training_batch_bit_for_bit(n, position_records):
+    """The game table changes where ownership is stored, not what the trainer gets: every key of the
+    batch, ownership included, equal to the bit (tests/test_records_v3.py adds fractional labels and
+    capped openings' own rows)."""
+    (v2, batch), (v3, _) = position_records[n, 2], position_records[n, 3]
+    ks = tf.constant(np.arange(len(batch), dtype=np.int32) * 3 % NUM_SYMMETRIES)
+    two = group_decoder(n, 2, position_records).decode(tf.constant(v2), ks)
+    three = group_decoder(n, 3, position_records).decode(tf.constant(v3), ks)
+    assert set(two) == set(three)
+    for key in two:
+        assert two[key].numpy().tobytes() == three[key].numpy().tobytes(), key
 
 
 # --- once through the real shuffle job ------------------------------------------------
@@ -363,13 +398,17 @@ def test_the_shuffle_job_and_training_dataset_deliver_the_reference_planes(tmp_p
     (window,) = os.listdir(windows)
     shard_paths = sorted(os.path.join(windows, window, name) for name in os.listdir(os.path.join(windows, window))
                          if name.endswith(S.SHARD_SUFFIX))
-    # The shards hold every position once (version 2 records keep no game id:
+    (table_name,) = [name for name in os.listdir(os.path.join(windows, window))
+                     if name.endswith(S.GAME_TABLE_SUFFIX)]
+    with open(os.path.join(windows, window, table_name), "rb") as f:
+        table = codec.decode_game_table(f.read(), table_name, board_size=n, games=len(games[n]))
+    # The shards hold every position once (version 3 records keep no game id:
     # compare the multisets of record planes), with the reference planes.
     shard_planes = []
     for path in shard_paths:
         with open(path, "rb") as f:
             for record in iter_framed_records(decompress_for(path, f.read()), path):
-                for rec in codec.decode_records(record):
+                for rec in codec.decode_records(record, table=table):
                     assert rec.version == S.POSITION_RECORD_VERSION
                     shard_planes.append((rec.planes.tobytes(), rec.to_play))
     assert sorted(shard_planes) == sorted((planes_i.tobytes(), _to_play(key[1]))
@@ -377,6 +416,7 @@ def test_the_shuffle_job_and_training_dataset_deliver_the_reference_planes(tmp_p
     # The trainer's stream is shuffled and each example gets a random symmetry,
     # so compare the multisets of positions up to symmetry (the exact symmetry
     # is checked in test_tfdata_decodes_the_reference_planes_under_every_symmetry).
+    # The dataset finds the window's game table beside the shards, as the trainer's does.
     dataset = training_dataset(shard_paths, board_size=n, batch_size=1, seed=11, augment=True, repeat=False)
     streamed = sorted(_canonical(batch["planes"].numpy()[0]) for batch in dataset)
     assert streamed == sorted(_canonical(position) for position in expected.values())

@@ -193,3 +193,37 @@ def test_sgf_into_a_folder_or_missing_parent_is_one_line(tmp_path, capsys):
         assert inspect_main(["game", str(chunk), "--sgf", str(target)]) == 2
         err = capsys.readouterr().err
         assert "--sgf" in err and "Traceback" not in err
+
+
+def test_a_version_3_window_is_read_with_its_game_table(tmp_path, capsys):
+    """Shards are decoded with the game table beside them; a missing or damaged table is named."""
+    from cloud.storage import open_storage
+    from pipeline import labels as L
+    from pipeline import positions as P
+    from testdata.random_games import engine_game
+
+    rng = np.random.default_rng(4)
+    games = [engine_game(rng, 9) for _ in range(3)]
+    labels = L.label_games(games, policy_fn=None, random_playouts=2, model_playout_moves=0, temperature=1.0,
+                           playout_weight=0.5, rng=rng, stats=L.empty_stats())
+    batch = P.games_positions(games, labels, list(range(len(games))), dedup_max_move=0)
+    table = codec.GameTable(board_size=9, generation=[0, 0, 0], ownership=P.game_label_rows(labels))
+    root = str(tmp_path / "lake")
+    storage = open_storage(root)
+    shard = layout.shard_path(1, layout.shard_name("att1", 0, 1))
+    table_path = layout.game_table_path(1, layout.game_table_name("att1"))
+    storage.write_new(shard, codec.encode_shard(batch.encode(table=table)))
+    storage.write_new(table_path, codec.encode_game_table(table))
+    summary = _summary(root, capsys)
+    assert summary["shard_positions"] == len(batch) and summary["game_tables"] == 1 and not summary["bad_files"]
+    assert inspect_main(["verify", str(tmp_path / "lake" / shard)]) == 0  # one shard: its table is beside it
+    capsys.readouterr()
+
+    storage.delete(table_path)
+    assert inspect_main(["verify", root]) == 1
+    out = capsys.readouterr().out
+    assert f"BAD {storage.url(shard)}" in out and f"{storage.url(table_path)} is missing" in out
+    storage.write_new(table_path, codec.encode_game_table(table)[:-9])  # truncated
+    assert inspect_main(["verify", root]) == 1
+    out = capsys.readouterr().out
+    assert f"BAD {storage.url(table_path)}" in out and "is damaged" in out and "0 good, 2 bad" in out

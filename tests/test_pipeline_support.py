@@ -14,7 +14,6 @@ reads a finished window back.
 """
 from __future__ import annotations
 
-import json
 import os
 
 from format import layout
@@ -41,12 +40,16 @@ def write_chunk(root: str, generation: int, games, seq: int, worker: str = "w1",
 
 
 def read_window(root: str, target_generation: int):
-    """(manifest, {shard name: [PositionRecord]}) of a finished local window."""
-    folder = os.path.join(root, layout.WINDOWS_DIR, layout.generation_dir(target_generation))
-    with open(os.path.join(folder, layout.MANIFEST)) as f:
-        manifest = json.load(f)
+    """(manifest, {shard name: [PositionRecord]}) of a finished local window (through the validating readers:
+    the manifest's, the game table's, the shards')."""
+    from cloud.storage import open_storage
+
+    storage = open_storage(root)
+    window = layout.read_window_manifest(storage, target_generation, check_shards=True)
+    manifest = window.document
+    table = codec.read_window_table(storage, window) if window.game_table else None
     shards = {}
-    for name in manifest["shards"]:
-        with open(os.path.join(folder, name), "rb") as f:
-            shards[name] = codec.read_shard(f.read(), name, games=manifest.get("games"))
+    for path in window.shards:
+        name = path.rsplit("/", 1)[-1]
+        shards[name] = codec.read_shard(storage.read(path), name, games=manifest.get("games"), table=table)
     return manifest, shards

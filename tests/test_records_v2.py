@@ -91,7 +91,7 @@ def _record(fields: dict) -> bytes:
 
 
 @pytest.mark.parametrize("field, value, problem", [
-    (S.P_VERSION, [3], "unknown position-record version 3"),
+    (S.P_VERSION, [4], "unknown position-record version 4"),
     (S.P2_COUNT, [65], "outside 1..64"),
     (S.P2_BOARD, bytes([243]) * (64 * 17), "not 5 base-3 digits"),
     (S.P2_MOVES, bytes([83]) * (64 * 7), "above 82"),
@@ -158,8 +158,8 @@ def test_an_unknown_record_version_is_refused_with_what_to_do(tmp_path, batches)
     ex = Example()
     ex.ParseFromString(batches[9].encode()[0])
     del ex.features.feature[S.P_VERSION]
-    set_int64(ex, S.P_VERSION, [3])
-    path = _write(tmp_path / "v3.tfrecord.gz", [ex.SerializeToString()])
+    set_int64(ex, S.P_VERSION, [4])
+    path = _write(tmp_path / "v4.tfrecord.gz", [ex.SerializeToString()])
     with pytest.raises(codec.FormatError, match="update zerolake"):
         training_dataset([path], board_size=9, batch_size=8, seed=0)
     with pytest.raises(tf.errors.InvalidArgumentError, match="mixes record versions"):
@@ -178,6 +178,6 @@ def test_window_manifest_names_its_record_version_and_refuses_an_unknown_one():
     assert layout.parse_window_manifest(json.dumps(document).encode(), path).record_version == 1
     document["record_version"] = 2
     assert layout.parse_window_manifest(json.dumps(document).encode(), path).record_version == 2
-    document["record_version"] = 3
+    document["record_version"] = 4
     with pytest.raises(layout.ManifestError, match="record_version.*update zerolake"):
         layout.parse_window_manifest(json.dumps(document).encode(), path)

@@ -110,7 +110,7 @@ def test_two_followers_publish_each_window_once_and_wait_for_new_games(tmp_path)
     for generation in (1, 2):
         manifest = json.loads(open(os.path.join(root, layout.window_manifest(generation))).read())
         # Only the winner's shards: a loser that built anyway would leave its own attempt's shards.
-        assert window_files(root, generation) == sorted(manifest["shards"] + [layout.MANIFEST])
+        assert window_files(root, generation) == sorted(manifest["shards"] + [manifest["game_table"], layout.MANIFEST])
     assert not os.path.exists(os.path.join(root, layout.window_dir(3)))
     assert tmp_files(root) == []
     for path in events:
@@ -134,8 +134,9 @@ def test_an_expired_claim_of_a_killed_follower_is_taken_over(tmp_path):
     # Plant pieces under the killed attempt's name too, as if it had got that far.
     attempt = F.claim_attempt(claim)
     storage.write_replace(layout.job_tmp_dir("shuffle", 1, attempt) + "/parts/00000/b000000.npz", b"x")
-    stray = layout.shard_path(1, f"{attempt}-00000-of-00001.tfrecord.gz")
+    stray = layout.shard_path(1, layout.shard_name(attempt, 0, 1))
     storage.write_replace(stray, b"x")
+    storage.write_replace(layout.game_table_path(1, layout.game_table_name(attempt)), b"x")  # its table, too
     time.sleep(1.0)
     assert not storage.exists(layout.window_manifest(1))
     events = str(tmp_path / "b.jsonl")
@@ -153,7 +154,8 @@ def test_an_expired_claim_of_a_killed_follower_is_taken_over(tmp_path):
     assert "took over the expired claim" in out
     assert tmp_files(root) == []
     # The killed attempt's shard is not part of the published window: removed.
-    assert window_files(root, 1) == sorted(manifest.document["shards"] + [layout.MANIFEST])
+    assert window_files(root, 1) == sorted(manifest.document["shards"] + [manifest.document["game_table"],
+                                                                       layout.MANIFEST])
 
 
 def test_sigterm_in_the_middle_of_a_window_leaves_it_unpublished(tmp_path):
@@ -217,10 +219,12 @@ def _bad_manifest(kind: str) -> tuple[bytes, str]:
         return b'{"version": 1, "shards": [', "not valid JSON"
     if kind == "version":
         return json.dumps({**good, "version": 99}).encode(), "field 'version'"
+    if kind == "no_game_table":
+        return json.dumps({**good, "record_version": 3}).encode(), "field 'game_table'"
     return json.dumps(good).encode(), "field 'shards'"  # the shard file is missing
 
 
-@pytest.mark.parametrize("kind", ["json", "version", "missing_shard"])
+@pytest.mark.parametrize("kind", ["json", "version", "no_game_table", "missing_shard"])
 def test_one_shot_job_refuses_an_untrusted_manifest(tmp_path, kind, capsys):
     root = str(tmp_path / "lake")
     make_lake(root, 1)
