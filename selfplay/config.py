@@ -133,6 +133,9 @@ class WorkerConfig:
     inference: str = setting("auto", "how the network runs: auto (the model's int8 OpenVINO copy when the "
                                      "network runs on the CPU and the model has one, else TensorFlow), "
                                      "tensorflow, or openvino (the copy, required)", choices=INFERENCE_CHOICES)
+    inference_threads: int = setting(0, "threads (one stream each) of the int8 CPU copy; 0 = every core this "
+                                        "process may use. Several workers on one CPU machine: cores / workers",
+                                     at_least=0)
     worker_name: str = dataclasses.field(init=False, default="")
     """This process's unique worker name (chunk names, game ids), made from worker_id; not a flag."""
 

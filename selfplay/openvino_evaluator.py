@@ -93,7 +93,7 @@ class OpenVinoEvaluator:
         self._requests = []
 
 
-def make_evaluator(model, placement=None, inference: str = "auto", *, log=None):
+def make_evaluator(model, placement=None, inference: str = "auto", *, threads: int = 0, log=None):
     """The evaluator a worker or player uses for a loaded model (``format.registry.LoadedModel``).
 
     ``inference`` (`INFERENCE_CHOICES`): ``tensorflow`` always uses the
@@ -101,7 +101,8 @@ def make_evaluator(model, placement=None, inference: str = "auto", *, log=None):
     ValueError naming what is missing; ``auto`` uses the copy when this
     process runs its network on the CPU (``placement`` of kind 'cpu', or the
     default placement on a machine without accelerators), the model has one
-    and OpenVINO imports, else TensorFlow.
+    and OpenVINO imports, else TensorFlow.  ``threads``: the copy's threads
+    (0 = every core this process may use).
     """
     if inference not in INFERENCE_CHOICES:
         raise ValueError(f"--inference must be one of {', '.join(INFERENCE_CHOICES)}, not {inference!r}")
@@ -117,7 +118,7 @@ def make_evaluator(model, placement=None, inference: str = "auto", *, log=None):
             raise ValueError(f"--inference openvino: {missing}")
     elif path is None or missing or not _runs_on_cpu(placement):
         return ModelEvaluator(model, placement=placement)
-    evaluator = OpenVinoEvaluator(compile_for_cpu(path), model.generation, model.board_size)
+    evaluator = OpenVinoEvaluator(compile_for_cpu(path, threads or None), model.generation, model.board_size)
     if log is not None:
         log(f"generation {model.generation}: int8 OpenVINO copy on the CPU")
     return evaluator

@@ -160,9 +160,11 @@ class ModelWatcher:
     """
 
     def __init__(self, storage, poll_seconds: float, cache_dir: str, current_generation: int | None,
-                 placement=None, events: EventLog | None = None, inference: str = "auto"):
+                 placement=None, events: EventLog | None = None, inference: str = "auto",
+                 inference_threads: int = 0):
         self.storage = storage
         self.inference = inference   # WorkerConfig.inference: auto, tensorflow or openvino
+        self.inference_threads = inference_threads
         self.placement = placement   # selfplay.evaluator.Placement; None = set up at the first load
         self.poll_seconds = poll_seconds
         self.cache_dir = cache_dir
@@ -205,7 +207,7 @@ class ModelWatcher:
             self.placement = configure_accelerator("")   # GPU memory growth before TF touches a GPU
         with self.placement.scope():   # the model's variables live where it runs
             model = registry.load_model(self.storage, generation, cache_dir=self.cache_dir)
-        evaluator = make_evaluator(model, self.placement, self.inference,
+        evaluator = make_evaluator(model, self.placement, self.inference, threads=self.inference_threads,
                                    log=lambda line: print(f"[selfplay] {line}", flush=True))
         self.known = generation
         self.failures = 0
@@ -643,7 +645,8 @@ def _run_worker(config, storage, spool, cache, placement, events, stop) -> int:
     worker.stop_requested = stop
     worker.upload_leftovers()
     watcher = ModelWatcher(storage, config.poll_seconds, cache, current_generation=None, placement=placement,
-                           events=events, inference=config.inference)
+                           events=events, inference=config.inference,
+                           inference_threads=config.inference_threads)
     evaluator, play = load_first_model(watcher, stop, config.max_seconds)
     if not play:
         reason = "signal" if stop.is_set() else "max_seconds"

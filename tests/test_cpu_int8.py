@@ -66,6 +66,15 @@ def test_batches_of_any_size_come_back_in_order(published):
         start += size
 
 
+def test_the_copy_runs_one_stream_per_thread_asked_for(published):
+    _, _, model = published
+    one = make_evaluator(model, Placement("cpu", "/device:CPU:0"), "openvino", threads=1)
+    assert len(one._requests) == 1
+    planes = random_game_planes(N, 20, seed=4)
+    np.testing.assert_allclose(one(planes)[0], make_evaluator(model, None, "openvino")(planes)[0],
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_tensorflow_is_used_off_the_cpu_or_when_asked(published):
     _, _, model = published
     assert isinstance(make_evaluator(model, Placement("cpu", "/device:CPU:0"), "tensorflow"), ModelEvaluator)

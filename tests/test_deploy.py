@@ -475,6 +475,28 @@ def test_vm_scripts_are_valid_bash_and_executable(script):
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize("accelerator, processes, threads", [
+    ("cpu", "2", max(1, len(os.sched_getaffinity(0)) // 2)), ("cpu", "64", 1), ("gpu", "2", None)])
+def test_cpu_worker_processes_share_the_cores_between_their_networks(tmp_path, accelerator, processes, threads):
+    """run-role.sh gives each CPU worker process cores / processes threads for its int8 network."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\necho \"$@\"\n")          # prints the command line it was given
+    python.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "ZEROLAKE_PREFIX": str(tmp_path), "ZEROLAKE_STATE": str(tmp_path / "state"),
+           "ZEROLAKE_ROOT": "gs://b/run", "ZEROLAKE_ACCELERATOR": accelerator, "ZEROLAKE_PROCESSES": processes,
+           "ZEROLAKE_ARGS": "--visits 8"}
+    result = subprocess.run(["bash", str(VM / "run-role.sh"), "worker", "0"], env=env, capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    argv = result.stdout.split()
+    assert argv[:2] == ["-m", "selfplay.worker"] and argv[-2:] == ["--visits", "8"]
+    if threads is None:
+        assert "--inference-threads" not in argv
+    else:
+        assert argv[argv.index("--inference-threads") + 1] == str(threads)
+
+
 ROLE_UNITS = ["zerolake-shuffle.service", "zerolake-trainer.service", "zerolake-worker@.service"]
 KEEPER_UNITS = ["zerolake-keeper.service", "zerolake-keeper.timer"]
 

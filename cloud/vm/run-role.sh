@@ -6,7 +6,8 @@
 #
 # From the environment (systemd: /etc/zerolake/zerolake.env): ZEROLAKE_ROOT,
 # ZEROLAKE_ACCELERATOR (cpu|gpu|tpu), ZEROLAKE_ARGS (extra flags, split on
-# spaces), ZEROLAKE_PREFIX (default /opt/zerolake), ZEROLAKE_STATE (default
+# spaces), ZEROLAKE_PROCESSES (worker processes on this VM, default 1: on a
+# CPU VM they split the cores between their int8 networks), ZEROLAKE_PREFIX (default /opt/zerolake), ZEROLAKE_STATE (default
 # /var/lib/zerolake: spools, model caches, the trainer's stage folder).
 # The role replaces this shell (exec), so systemd's SIGTERM reaches it: the
 # worker uploads its spool, the follower releases its claim, the trainer
@@ -27,7 +28,10 @@ case "$ROLE" in
             gpu) gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
                  device="gpu:$((INDEX % (gpus > 0 ? gpus : 1)))" ;;   # processes spread over the GPUs
             tpu) device=tpu ;;
-            *) device=cpu ;;
+            *) device=cpu
+               # Each process's int8 network gets its share of the cores, not all of them.
+               threads=$(( $(nproc) / ${ZEROLAKE_PROCESSES:-1} ))
+               EXTRA=(--inference-threads "$(( threads > 0 ? threads : 1 ))" "${EXTRA[@]}") ;;
         esac
         exec "$PY" -m selfplay.worker --root "$ZEROLAKE_ROOT" --device "$device" \
             --spool-dir "$STATE/spool-$INDEX" --model-cache "$STATE/models-$INDEX" --events - "${EXTRA[@]}" ;;
