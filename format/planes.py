@@ -119,6 +119,24 @@ def record_planes(history_boards: Sequence[np.ndarray], to_play: int) -> np.ndar
     return np.ascontiguousarray(np.moveaxis(planes, -1, 0)).astype(np.uint8)
 
 
+def input_from_record_planes(packed: np.ndarray, to_play: int) -> np.ndarray:
+    """float32 [N, N, INPUT_PLANES]: `record_planes`' inverse, the network input of a stored position.
+
+    ``packed`` is uint8 [PACKED_PLANES, N, N] (a decoded record's planes); the
+    colour plane comes from ``to_play`` as `input_planes` makes it.
+    """
+    packed = np.asarray(packed)
+    if packed.ndim != 3 or packed.shape[0] != PACKED_PLANES or packed.shape[1] != packed.shape[2]:
+        raise ValueError(f"record planes must be [{PACKED_PLANES}, N, N], got {packed.shape}")
+    if to_play not in (schema.BLACK, schema.WHITE):
+        raise ValueError(f"to_play must be BLACK ({schema.BLACK}) or WHITE ({schema.WHITE}), got {to_play!r}")
+    n = packed.shape[1]
+    out = np.zeros((n, n, INPUT_PLANES), np.float32)
+    out[:, :, :PACKED_PLANES] = np.moveaxis(packed, 0, -1)
+    out[:, :, COLOUR_PLANE] = 1.0 if to_play == COLOUR_PLANE_SIDE else 0.0
+    return out
+
+
 def position_from_planes(planes: np.ndarray) -> tuple[np.ndarray, int]:
     """(int8 [N, N] board at t in schema colours, side to move) from one position's input.
 

@@ -46,8 +46,9 @@ import numpy as np
 from format import layout
 from selfplay.openvino_evaluator import compile_for_cpu
 
-CALIBRATION_POSITIONS = 512
-"""Positions NNCF collects activation ranges on."""
+CALIBRATION_POSITIONS = 256
+"""Positions NNCF collects activation ranges on (512 took 1.5x as long for the same agreement:
+6x96 19x19, top-1 0.981 vs 0.971, value error 0.0030 vs 0.0032)."""
 CHECK_POSITIONS = 256
 """Held-out positions the accuracy gate compares the two networks on."""
 MIN_TOP1_AGREEMENT = 0.80

@@ -74,7 +74,11 @@ from format.events import EventLog
 from format.run_config import read_run_config
 from format.registry import (AlreadyPublished, advance_latest, is_published, latest_generation, publish_model,
                              read_manifest)
+from format.game_table import read_window_table
+from format.planes import input_from_record_planes
+from format.position_records import decode_records
 from format.tfdata import training_dataset
+from format.tfrecord import decompress_for, iter_framed_records
 from model.config import TrainConfig
 from model.cpu_int8 import CALIBRATION_POSITIONS, CHECK_POSITIONS, add_cpu_int8
 from model.export import export_inference_model
@@ -315,17 +319,23 @@ class TrainingRun:
             shuffle_buffer=self.config.shuffle_buffer)
         return iter(self.trainer.strategy.experimental_distribute_dataset(dataset))
 
-    def _calibration_planes(self, window: Window):
-        """Input planes of up to CALIBRATION + CHECK positions of ``window`` (random symmetries, not
-        the training order's), for the int8 copy's calibration and accuracy check."""
+    def _calibration_planes(self, window: Window) -> np.ndarray:
+        """Network inputs of up to CALIBRATION + CHECK positions of ``window``, for the int8
+        copy's calibration and accuracy check: the first records of its first shard, decoded
+        in numpy (a window is shuffled, so they are a fair sample; building a tf.data pipeline
+        for them cost ~10 s on a loaded 2-core machine, most of a chaos-killed trainer's life)."""
         wanted = CALIBRATION_POSITIONS + CHECK_POSITIONS
-        batch = 32   # small: the dataset drops a last partial batch, and windows in tests are tiny
-        dataset = training_dataset(
-            self._shard_files(window), board_size=self.board_size, record_version=window.record_version,
-            batch_size=batch, seed=window_seed(self.config.seed, window.target_generation) + 1,
-            shuffle_buffer=4 * batch, repeat=False)
-        planes = [element["planes"].numpy() for element in dataset.take(-(-wanted // batch))]
-        return np.concatenate(planes)[:wanted] if planes else np.zeros((0,), np.float32)
+        manifest = layout.read_window_manifest(self.storage, window.target_generation)
+        table = read_window_table(self.storage, manifest) if manifest.game_table else None
+        raw = decompress_for(window.shards[0], self.storage.read(window.shards[0]))
+        source = self.storage.url(window.shards[0])
+        planes = []
+        for i, record in enumerate(iter_framed_records(raw, source)):
+            for position in decode_records(record, f"{source}#{i}", table=table):
+                planes.append(input_from_record_planes(position.planes, position.to_play))
+            if len(planes) >= wanted:
+                break
+        return np.stack(planes[:wanted]) if planes else np.zeros((0,), np.float32)
 
     def _next_slice(self, done: int, total: int) -> int:
         """Steps in the next call: up to the next log or checkpoint boundary."""

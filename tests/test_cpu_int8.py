@@ -75,6 +75,13 @@ def test_the_copy_runs_one_stream_per_thread_asked_for(published):
                                rtol=1e-4, atol=1e-4)
 
 
+def test_planes_of_the_wrong_shape_are_refused_by_name(published):
+    _, _, model = published
+    evaluator = make_evaluator(model, Placement("cpu", "/device:CPU:0"), "openvino")
+    with pytest.raises(ValueError, match=r"planes must be \[B, 9, 9, 17\], got \(2, 19, 19, 17\)"):
+        evaluator(np.zeros((2, 19, 19, 17), np.float32))
+
+
 def test_tensorflow_is_used_off_the_cpu_or_when_asked(published):
     _, _, model = published
     assert isinstance(make_evaluator(model, Placement("cpu", "/device:CPU:0"), "tensorflow"), ModelEvaluator)

@@ -420,3 +420,17 @@ def test_the_shuffle_job_and_training_dataset_deliver_the_reference_planes(tmp_p
     dataset = training_dataset(shard_paths, board_size=n, batch_size=1, seed=11, augment=True, repeat=False)
     streamed = sorted(_canonical(batch["planes"].numpy()[0]) for batch in dataset)
     assert streamed == sorted(_canonical(position) for position in expected.values())
+
+
+@pytest.mark.parametrize("board_size", [9, 19])
+def test_a_stored_positions_planes_turn_back_into_the_network_input(board_size):
+    """`input_from_record_planes` undoes `record_planes` (what the trainer's int8 calibration reads)."""
+    from format.planes import input_from_record_planes, input_planes, record_planes
+
+    rng = np.random.default_rng(board_size)
+    for to_play in (S.BLACK, S.WHITE):
+        boards = [rng.integers(-1, 2, (board_size, board_size)).astype(np.int8) for _ in range(5)]
+        expected = input_planes(boards, to_play)
+        np.testing.assert_array_equal(input_from_record_planes(record_planes(boards, to_play), to_play), expected)
+    with pytest.raises(ValueError, match="record planes must be"):
+        input_from_record_planes(np.zeros((17, board_size, board_size), np.uint8), S.BLACK)
