@@ -163,27 +163,6 @@ def direct_flops_per_evaluation(network) -> int:
     return flops
 
 
-class CompiledModel:
-    """A keras network as a `LoadedModel`-like callable: one tf.function,
-    batch dimension left open so varying batch sizes never retrace."""
-
-    def __init__(self, network, board_size: int, generation: int = 1):
-        import tensorflow as tf
-
-        self.generation = generation
-        self.board_size = board_size
-
-        @tf.function(input_signature=[tf.TensorSpec([None, board_size, board_size, 17], tf.float32)])
-        def infer(planes):
-            outputs = network(planes, training=False)
-            return {"policy_logits": outputs["policy_logits"], "value": tf.reshape(outputs["value"], [-1])}
-
-        self._infer = infer
-
-    def __call__(self, planes):
-        return self._infer(planes)
-
-
 def conv_gflops(seconds: float, batch: int = 256, board_size: int = 19, channels: int = 96) -> float:
     """GFLOP/s of one large 3x3 convolution in TensorFlow (median of timed calls)."""
     import tensorflow as tf

@@ -44,7 +44,7 @@ import time
 import numpy as np
 
 from format import layout
-from selfplay.openvino_evaluator import compile_for_cpu
+from selfplay.openvino_evaluator import OpenVinoEvaluator, compile_for_cpu
 
 CALIBRATION_POSITIONS = 256
 """Positions NNCF collects activation ranges on (512 took 1.5x as long for the same agreement:
@@ -113,12 +113,6 @@ def _kept_in_float(model) -> list[str]:
     return names
 
 
-def _run(compiled, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    outputs = compiled(planes)
-    return (np.asarray(outputs[compiled.output("policy_logits")], np.float32),
-            np.asarray(outputs[compiled.output("value")], np.float32).reshape(-1))
-
-
 def agreement(reference: tuple[np.ndarray, np.ndarray], candidate: tuple[np.ndarray, np.ndarray]) -> dict:
     """How closely ``candidate``'s (logits, values) follow ``reference``'s on the same positions:
     top-move agreement, mean absolute value difference, mean KL(reference || candidate) of the policies."""
@@ -171,7 +165,7 @@ def add_cpu_int8(saved_model_dir: str, planes: np.ndarray, *, log=print) -> dict
             float_model, nncf.Dataset(items), preset=nncf.QuantizationPreset.PERFORMANCE,
             subset_size=len(items), fast_bias_correction=True,
             ignored_scope=nncf.IgnoredScope(names=_kept_in_float(float_model), validate=False))
-        figures = agreement(_reference(signature, check), _run(compile_for_cpu(quantized), check))
+        figures = agreement(_reference(signature, check), OpenVinoEvaluator(compile_for_cpu(quantized), 0, check.shape[1])(check))
     except Exception as exc:  # a failed quantization must not stop the publish
         return {"written": False, "reason": f"quantization failed: {type(exc).__name__}: {exc}"[:500]}
     entry = {"calibration_positions": len(calibrate), "check_positions": len(check),

@@ -28,19 +28,16 @@ def random_game_planes(board_size: int, count: int, seed: int = 0, games: int = 
     int8 copy (`model.cpu_int8`), which plays games that look just as random.
     """
     from selfplay.board import Board
-    from testdata.random_games import _points_enclosed_by
+    from testdata.random_games import random_move
 
     rng = np.random.default_rng(seed)
-    points = board_size * board_size
     positions = []
     for _ in range(games):
         board = Board(board_size, 7.5)
         game = []
         while not board.is_over:
             game.append(board.features())
-            playable = np.flatnonzero(board.legal_mask()[:points].astype(bool)
-                                      & ~_points_enclosed_by(board.stones(), board.to_play))
-            board.play(int(rng.choice(playable)) if len(playable) else points)
+            board.play(random_move(board, rng))
         positions.extend(game)
     chosen = rng.choice(len(positions), size=min(count, len(positions)), replace=False)
     return np.stack([positions[i] for i in chosen]).astype(np.float32)

@@ -45,6 +45,17 @@ def _points_enclosed_by(stones: np.ndarray, colour: int) -> np.ndarray:
     return (own[:-2, 1:-1] & own[2:, 1:-1] & own[1:-1, :-2] & own[1:-1, 2:]).ravel()
 
 
+def random_move(board, rng: np.random.Generator, stones=None, legal_mask=None) -> int:
+    """This module's move rule: uniform over the legal points that do not fill one of the
+    mover's own single-point eyes; pass (N*N) when none is left.  ``stones`` and
+    ``legal_mask`` may be passed when the caller already has them."""
+    points = board.N * board.N
+    stones = board.stones() if stones is None else stones
+    legal_mask = board.legal_mask() if legal_mask is None else legal_mask
+    playable = np.flatnonzero(legal_mask[:points].astype(bool) & ~_points_enclosed_by(stones, board.to_play))
+    return int(rng.choice(playable)) if len(playable) else points
+
+
 def engine_game(rng: np.random.Generator, board_size: int, *, generation: int = 0, komi: float = 7.5,
                 worker_id: str = "test", visits: int = 0, full_search_fraction: float = 1.0) -> GameRecord:
     """A legal random game to two passes, recorded as self-play would.
@@ -70,8 +81,7 @@ def engine_game(rng: np.random.Generator, board_size: int, *, generation: int = 
         stones = board.stones()
         planes.append(np.stack([stones == S.BLACK, stones == S.WHITE]).astype(np.uint8))
         legal_mask = board.legal_mask()
-        playable = np.flatnonzero(legal_mask[:points].astype(bool) & ~_points_enclosed_by(stones, board.to_play))
-        move = int(rng.choice(playable)) if len(playable) else points
+        move = random_move(board, rng, stones, legal_mask)
         if visits == 0:
             # A one-hot "search" target on the played move plus one other move.
             other = int(rng.integers(0, points + 1))
