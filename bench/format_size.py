@@ -62,7 +62,9 @@ from format.tfrecord import frame_records  # noqa: E402
 GAMES = {9: 96, 19: 12}
 """Games per evaluator (uniform, then the small network) and board size: ~30k 9x9 positions in all."""
 FULL_SEARCH_GAMES = {9: 48, 19: 6}
-NETWORK = dict(blocks=1, filters=8, global_pool_every=1, global_pool_channels=4, value_hidden=8)
+NETWORK = dict(blocks=1, filters=8, global_pool_every=1, global_pool_channels=4, value_hidden=8, policy_head="dense")
+PINNED_WORKER_FLAGS = ["--generation0-playouts", "0"]
+"""Worker settings the sizes depend on, pinned at the values first measured with (the learning work moves defaults)."""
 
 
 def _env(root: Path) -> dict:
@@ -75,7 +77,7 @@ def play(root: Path, board_size: int, games: int, *flags: str) -> None:
     """``games`` finished games of the worker into ``root``, with whatever model LATEST names."""
     subprocess.run([sys.executable, "-m", "selfplay.worker", "--root", str(root), "--board-size", str(board_size),
                     "--games", str(min(games, 64)), "--max-games", str(games), "--chunk-games", "32",
-                    "--progress-seconds", "600", *flags],
+                    "--progress-seconds", "600", *PINNED_WORKER_FLAGS, *flags],
                    cwd=REPO, env=_env(root), check=True, stdout=subprocess.DEVNULL)
 
 

@@ -88,7 +88,7 @@ RESIGN_AT = (0.5, 0.9)
 MODEL_GENERATION = 1
 """The published model of the generation-1 lake; its window is MODEL_GENERATION + 1."""
 MODEL_NETWORK = {"blocks": 4, "filters": 32, "global_pool_every": 0, "global_pool_channels": 8,
-                 "value_head": "tanh", "value_hidden": 64}
+                 "value_head": "tanh", "value_hidden": 64, "policy_head": "dense"}
 """The model's shape: model.train's defaults when first measured, pinned like the job's flags."""
 
 

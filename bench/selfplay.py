@@ -141,9 +141,9 @@ def build_network(board_size: int, blocks: int | None = None, filters: int | Non
     """(keras model, label): model.network's network, default shape or blocks x filters."""
     from model.network import NetworkConfig, build_network as build_project_network
 
-    config = NetworkConfig(board_size=board_size)
+    config = NetworkConfig(board_size=board_size, blocks=4, filters=32, **PINNED_NETWORK_SETTINGS)
     if blocks is not None:
-        config = NetworkConfig(board_size=board_size, blocks=blocks, filters=filters)
+        config = NetworkConfig(board_size=board_size, blocks=blocks, filters=filters, **PINNED_NETWORK_SETTINGS)
     return build_project_network(config), f"model.network {config.blocks}x{config.filters}"
 
 
@@ -193,7 +193,11 @@ PINNED_WORKER_SETTINGS = dict(
     gumbel_considered=16, leaves_per_game=8, c_puct=1.25, fpu_reduction=0.25, dirichlet_alpha_total=10.83,
     dirichlet_epsilon=0.25, temperature_moves=-1, resign_threshold=-0.9, resign_consecutive=3,
     resign_disabled_fraction=0.1, accelerated_visits=2, chunk_games=16, chunk_seconds=600.0,
+    generation0_playouts=0,
 )
+PINNED_NETWORK_SETTINGS = dict(policy_head="dense", policy_channels=16, head_filters=2, value_hidden=64,
+                               global_pool_every=0, value_head="tanh")
+"""The network settings besides its size, pinned like the worker's (conv became the default policy head later)."""
 
 
 SNAPSHOTS = 6
@@ -299,7 +303,8 @@ def publish_network(scratch: str, board_size: int, blocks: int | None, filters: 
     from testdata.models import publish_untrained_model
 
     network, source = build_network(board_size, blocks, filters)
-    shape = {} if blocks is None else dict(blocks=blocks, filters=filters)
+    shape = dict(blocks=4 if blocks is None else blocks, filters=32 if filters is None else filters,
+                 **PINNED_NETWORK_SETTINGS)
     root = tempfile.mkdtemp(prefix=f"models{board_size}-", dir=scratch)
     cpu_int8 = publish_untrained_model(root, 1, board_size, network=shape, seed=board_size, cpu_int8=True)
     model = registry.load_model(open_storage(root), 1, cache_dir=tempfile.mkdtemp(prefix="cache-", dir=scratch))

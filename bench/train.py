@@ -123,7 +123,7 @@ def pipeline_rate(shards: list[str], board_size: int, seconds: float) -> tuple[f
 # learning work tunes them) moves no bench figure.
 PINNED_TRAIN_SETTINGS = dict(
     strategy="auto", precision="auto", blocks=4, filters=32, global_pool_every=0, global_pool_channels=8,
-    value_head="tanh", value_hidden=64, policy_loss_weight=1.0, value_loss_weight=1.0,
+    value_head="tanh", value_hidden=64, policy_head="dense", policy_loss_weight=1.0, value_loss_weight=1.0,
     ownership_loss_weight=0.5, score_loss_weight=0.2, batch_size=256, steps_per_call=20, learning_rate=0.02,
     momentum=0.9, warmup_steps=200, lr_schedule="constant", swa_decay=0.0, shuffle_buffer=8192, seed=0,
 )

@@ -22,6 +22,7 @@ STRATEGIES = ("auto", "tpu", "mirrored", "default")
 PRECISIONS = ("auto", "float32", "bfloat16")
 LR_SCHEDULES = ("constant", "cosine", "step")
 VALUE_HEADS = ("tanh", "wdl")
+POLICY_HEADS = ("conv", "dense")
 
 
 class ConfigError(ValueError):
@@ -48,6 +49,9 @@ class TrainConfig:
     global_pool_channels: int = setting(8, "channels pooled by those blocks", at_least=1)
     value_head: str = setting("tanh", "tanh (win/loss) or wdl (win/draw/loss softmax)", choices=VALUE_HEADS)
     value_hidden: int = setting(64, "hidden units of the value/score head", at_least=1)
+    policy_head: str = setting("conv", "conv (each point's logit from a 1x1 convolution: learns the rules at "
+                                       "every point at once) or dense (AlphaGo Zero's dense layer; runs started "
+                                       "before conv became the default)", choices=POLICY_HEADS)
     sync_batchnorm: bool = setting(True,
         "batch-norm statistics over the global batch (identical results on any replica count)")
     # --- losses ------------------------------------------------------------

@@ -146,7 +146,7 @@ def network_config(config: TrainConfig, board_size: int) -> NetworkConfig:
     return NetworkConfig(
         board_size=board_size, blocks=config.blocks, filters=config.filters,
         global_pool_every=config.global_pool_every, global_pool_channels=config.global_pool_channels,
-        value_head=config.value_head, value_hidden=config.value_hidden,
+        value_head=config.value_head, value_hidden=config.value_hidden, policy_head=config.policy_head,
         sync_batchnorm=config.sync_batchnorm)
 
 

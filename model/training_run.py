@@ -195,7 +195,7 @@ class TrainingRun:
             self.trainer.checkpoint.restore(latest).assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.OpError) as exc:
             raise CheckpointMismatch(f"{latest} does not match this network (was it written with other "
-                               f"--blocks/--filters/--value-head/--swa-decay flags?): {exc}") from None
+                               f"--blocks/--filters/--value-head/--policy-head/--swa-decay flags?): {exc}") from None
         self._saved_step = int(self.trainer.window_step.numpy())
         _say(f"restored {latest}: global step {self.trainer.global_step}, window "
              f"{int(self.trainer.window_generation.numpy())} at step "

@@ -73,7 +73,23 @@ LOSS_FIELDS = {"loss": "loss", "policy_loss": "policy", "value_loss": "value", "
                "ownership_loss": "ownership", "score_loss": "score"}
 
 
+DEMO_GENERATIONS = 3
+"""Generations of a --minutes run (the 15-minute demo) unless --generations says otherwise."""
+LONG_RUN = {"selfplay_seconds": 300.0, "final_gnugo_games": 40}
+"""The long-run mode's (--hours) settings where the loop's flags say auto.
+
+* Self-play 300 s a generation: about 170k 9x9 positions with the default
+  4x32 network on 2 cores, so a generation's training (500 steps of 256, about
+  100 s) reads each new position about 0.75 times and the trainer takes about a
+  quarter of the machine; shuffle, training and evaluation add about 2.5
+  minutes, so 2 hours give about 15 generations.
+* 40 games against GNU Go level 1 at the end: the yardstick the README's long
+  run reports, with a 95% interval of about +-15 points at 50%.
+"""
+
 # The loop's flags of before the roles' configs were composed in, kept as aliases.
+GNUGO_GAME_SECONDS = 3.0
+"""About what one 9x9 game against GNU Go level 1 takes, rounded up (measured: 1.7 s; one game at a time)."""
 CHILD_STOP_SECONDS = 60.0
 """How long a phase's process group gets after SIGTERM before SIGKILL (a trainer checkpoints first)."""
 WORKER_ALIASES = {"games": ("--games-at-once",), "visits": ("--visits",), "fast_visits": ("--fast-visits",)}
@@ -96,12 +112,21 @@ class LoopConfig:
     board_size: int = board_size_setting(note="written to run.json on an empty root")
     komi: float = komi_setting()
     minutes: float = setting(15.0, "wall-clock budget of this invocation; phases are planned to fit it", above=0)
-    generations: int = setting(3, "stop once this many model generations are published", at_least=1)
-    selfplay_seconds: float = setting(0.0, "self-play time per generation; 0 = plan it from --minutes", at_least=0)
+    hours: float = setting(0.0, "long-run mode: a budget of this many hours instead of --minutes, no generation "
+                                f"limit, {LONG_RUN['selfplay_seconds']:g} s of self-play a generation and "
+                                f"{LONG_RUN['final_gnugo_games']} closing games against GNU Go level 1 (each "
+                                "flag that says 'auto'); 0 = off", at_least=0)
+    generations: int = setting(0, "stop once this many model generations are published; 0 = auto: 3, or no "
+                                  "limit with --hours", at_least=0)
+    selfplay_seconds: float = setting(0.0, "self-play time per generation; 0 = auto: planned from --minutes, or "
+                                           f"{LONG_RUN['selfplay_seconds']:g} with --hours", at_least=0)
     eval_games: int = setting(20, "games against random moves after each generation", at_least=1)
     final_eval_games: int = setting(100, "games of the last generation against random moves, and against "
                                          "generation 0", at_least=1)
     eval_visits: int = setting(32, "simulations per move in evaluation games", at_least=1)
+    final_gnugo_games: int = setting(-1, "games of the last generation against GNU Go level 1 at the end "
+                                         f"(needs gnugo); -1 = auto: none, or {LONG_RUN['final_gnugo_games']} "
+                                         "with --hours", at_least=-1)
     seed: int = setting(1, "seed of self-play (1000 x seed + generation), the shuffle (seed + generation) and "
                            "evaluation")
     events: str = events_setting(what="the loop's own (phases, stop)")
@@ -127,6 +152,33 @@ class LoopConfig:
         for problem in setting_problems(self):           # shared settings, declared ranges (format.cli)
             raise ValueError(problem)
         complete_roles(self)
+
+    # The 'auto' settings, resolved (the settings record keeps the flags as given).
+    @property
+    def budget_seconds(self) -> float:
+        return self.hours * 3600 if self.hours else self.minutes * 60
+
+    @property
+    def generation_limit(self) -> int | None:
+        """Generations to publish before stopping; None = until the time budget runs out."""
+        if self.generations:
+            return self.generations
+        return None if self.hours else DEMO_GENERATIONS
+
+    @property
+    def gnugo_games(self) -> int:
+        if self.final_gnugo_games >= 0:
+            return self.final_gnugo_games
+        return LONG_RUN["final_gnugo_games"] if self.hours else 0
+
+    @property
+    def generation0_player(self) -> str:
+        """The match player spec of generation 0: the worker's evaluator before any model."""
+        playouts = self.worker.generation0_playouts
+        return f"playouts:{playouts}" if playouts else "uniform"
+
+    def budget_text(self) -> str:
+        return f"{self.hours:g} hours" if self.hours else f"{self.minutes:g} minutes"
 
 
 # --------------------------------------------------------------------------
@@ -186,7 +238,7 @@ class Loop:
         self.storage = storage
         self.retry = retry  # the --storage-* policy, passed on to every child
         self.status = Status()
-        self.deadline = self.status.started + config.minutes * 60
+        self.deadline = self.status.started + config.budget_seconds
         self.rows: dict[int, GenerationRecord] = {}
         self.phase_seconds = {"shuffle": 45.0, "train": 120.0, "evaluate": 40.0}
         self.child: subprocess.Popen | None = None
@@ -284,9 +336,11 @@ class Loop:
         cfg = self.config
         if cfg.selfplay_seconds:
             return cfg.selfplay_seconds
-        remaining_generations = max(1, cfg.generations - generation)
         remaining = self.deadline - time.monotonic() - self.final_eval_seconds()
         overhead = self.phase_seconds["shuffle"] + self.phase_seconds["train"] + self.phase_seconds["evaluate"]
+        if cfg.generation_limit is None:   # long-run mode: fixed generations, the last one cut to the budget
+            return max(30.0, min(LONG_RUN["selfplay_seconds"], remaining - overhead))
+        remaining_generations = max(1, cfg.generation_limit - generation)
         return max(30.0, remaining / remaining_generations - overhead)
 
     def final_eval_seconds(self) -> float:
@@ -297,7 +351,8 @@ class Loop:
         """
         startup = 10.0
         per_game = max(0.2, (self.phase_seconds["evaluate"] - startup) / self.config.eval_games)
-        return 2 * startup + 1.5 * self.config.final_eval_games * per_game
+        gnugo = self.config.gnugo_games * GNUGO_GAME_SECONDS
+        return 2 * startup + 1.5 * self.config.final_eval_games * per_game + gnugo
 
     def selfplay(self, generation: int) -> None:
         cfg = self.config
@@ -364,10 +419,10 @@ class Loop:
         while True:
             generation = self.current_generation()
             self.status.generation = generation
-            if generation >= cfg.generations:
+            if cfg.generation_limit is not None and generation >= cfg.generation_limit:
                 break
             if time.monotonic() >= self.deadline:
-                say(f"time budget of {cfg.minutes:g} minutes used up at generation {generation}; "
+                say(f"time budget of {cfg.budget_text()} used up at generation {generation}; "
                     f"rerun the same command to continue")
                 break
             started = time.monotonic()
@@ -404,8 +459,11 @@ class Loop:
                 model = f"model:{cfg.root}@{final}"
                 final_results = {
                     "vs_random": self.evaluate(model, "random", cfg.final_eval_games, cfg.seed + 101),
-                    "vs_generation_0": self.evaluate(model, "uniform", cfg.final_eval_games // 2, cfg.seed + 102),
+                    "vs_generation_0": self.evaluate(model, cfg.generation0_player, cfg.final_eval_games // 2,
+                                                     cfg.seed + 102),
                 }
+                if cfg.gnugo_games:
+                    final_results["vs_gnugo_1"] = self.evaluate(model, "gnugo:1", cfg.gnugo_games, cfg.seed + 103)
                 self.storage.write_new(name, json.dumps(final_results).encode())
         self.status.phase = "done"
         say(self.status.line())
@@ -457,7 +515,10 @@ def summary_table(rows: list[GenerationRecord], final: int, final_results: dict)
         lines.append("")
         lines.append(f"final generation {final}:")
         lines.append(f"  vs uniform random moves: {_eval_text(final_results['vs_random'])}")
-        lines.append(f"  vs generation 0 (uniform-evaluator MCTS): {_eval_text(final_results['vs_generation_0'])}")
+        opponent = final_results["vs_generation_0"]["player_b"]
+        lines.append(f"  vs generation 0 ({opponent} MCTS): {_eval_text(final_results['vs_generation_0'])}")
+        if "vs_gnugo_1" in final_results:
+            lines.append(f"  vs GNU Go level 1: {_eval_text(final_results['vs_gnugo_1'])}")
     return "\n".join(lines)
 
 
@@ -484,9 +545,10 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     loop = Loop(config, storage, retry)
+    limit = config.generation_limit
     say(f"zerolake loop on {storage.url()}: {config.board_size}x{config.board_size}, "
-        f"{config.generations} generations within {config.minutes:g} minutes; settings in "
-        f"{storage.url(record)}")
+        f"{'as many generations as fit' if limit is None else f'{limit} generations'} within "
+        f"{config.budget_text()}; settings in {storage.url(record)}")
     reason = "error"
     try:
         code = loop.run()

@@ -157,5 +157,6 @@ cdef class Board:
     cdef bint _is_own_eye(self, int v, int c) noexcept nogil
     cdef void _ownership_padded(self, int8_t* owner) noexcept nogil
     cdef void _set_history_slot(self) noexcept nogil
-    cdef void _reset_geometry_and_stones(self)
-    cdef void _reset(self)
+    cdef void _reset_geometry_and_stones(self) noexcept nogil
+    cdef int _load_stones(self, const int8_t* stones, int to_play) noexcept nogil
+    cdef void _reset(self) noexcept nogil

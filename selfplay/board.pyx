@@ -299,7 +299,7 @@ cdef class Board:
         PyMem_Free(self.local_seq)
         free(self.local_table)
 
-    cdef void _reset_geometry_and_stones(self):
+    cdef void _reset_geometry_and_stones(self) noexcept nogil:
         cdef int v, p, row, col
         for v in range(self.num_padded):
             self.color[v] = BORDER
@@ -317,7 +317,7 @@ cdef class Board:
         self.st.num_empty = self.num_points
         self.st.hash = EMPTY_HASH
 
-    cdef void _reset(self):
+    cdef void _reset(self) noexcept nogil:
         self._reset_geometry_and_stones()
         self.st.to_play = 1
         self.st.move_number = 0
@@ -1015,16 +1015,25 @@ cdef class Board:
             raise ValueError(f"to_play must be 1 (Black) or -1 (White), got {to_play}")
         if self.st.move_number != 0 or not self.owns_log:
             raise ValueError("set_position needs a fresh board (no moves, not a copy)")
+        cdef int8_t[::1] flat = np.ascontiguousarray(arr, dtype=np.int8).reshape(-1)
+        cdef int dead = self._load_stones(&flat[0], to_play)
+        if dead >= 0:
+            raise ValueError(f"the chain at point {dead} has no liberty")
+
+    cdef int _load_stones(self, const int8_t* stones, int to_play) noexcept nogil:
+        """`set_position`'s work, unchecked: flat stones [N*N] (+1/-1/0) -> this owner board.
+
+        Returns -1, or the first point whose chain has no liberty (the board
+        is then reset to empty)."""
         self._reset_geometry_and_stones()
         cdef int p
         for p in range(self.num_points):
-            c = int(arr[p // self.N, p % self.N])
-            if c != 0:
-                self._place(self.to_padded[p], c)
+            if stones[p] != 0:
+                self._place(self.to_padded[p], stones[p])
         for p in range(self.num_points):
             if self.color[self.to_padded[p]] != 0 and self.libs[self.chain_id[self.to_padded[p]]] == 0:
                 self._reset()
-                raise ValueError(f"the chain at point {p} has no liberty")
+                return p
         self.st.to_play = to_play
         self.st.move_number = 0
         self.st.passes = 0
@@ -1037,6 +1046,7 @@ cdef class Board:
         self.st.log_len = self.log.length
         self.st.hist_valid = 0
         self._set_history_slot()
+        return -1
 
     def to_ascii(self):
         """Rows top to bottom: 'X' Black, 'O' White, '.' empty."""
@@ -1116,3 +1126,60 @@ def run_playouts(Board board not None, int num_playouts, uint64_t seed):
             scratch.copy_from(board)
             moves += scratch.playout(&state)
     return moves
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def playout_values(const float[:, :, :, ::1] planes not None, double komi, int playouts, uint64_t seed):
+    """float32[B]: each position's value from random playouts, for the side to move.
+
+    `planes` is network input, float32 [B, N, N, 17] (format/planes.py).  Each
+    row's position is rebuilt from its newest stones and its colour plane (so
+    superko history before it is not seen), then played out `playouts` times
+    on a scratch copy; a playout scores +1 when the side to move wins under
+    Tromp-Taylor with `komi`, -1 when it loses, 0 on a tie.  The value is
+    their mean.  A row whose stones are not a position (a chain without a
+    liberty) gets 0.  The whole batch runs outside the GIL, so the search
+    thread keeps working; deterministic for a given seed.  This is the value
+    of `selfplay.player.PlayoutEvaluator` (pure Monte-Carlo, and the
+    evaluator of generation 0).
+    """
+    cdef int rows = planes.shape[0]
+    cdef int n = planes.shape[1]
+    if planes.shape[2] != n or planes.shape[3] != COLOUR_PLANE + 1:
+        raise ValueError(f"planes must be [B, N, N, {COLOUR_PLANE + 1}], got "
+                         f"{tuple([planes.shape[i] for i in range(4)])}")
+    _check_size(n)
+    if playouts <= 0:
+        raise ValueError(f"playouts must be positive, got {playouts}")
+    values = np.zeros(rows, dtype=np.float32)
+    if rows == 0:
+        return values
+    cdef float[::1] out = values
+    cdef Board position = Board(n, komi)
+    cdef Board scratch = Board(n, komi)
+    cdef int8_t stones[MAX_SIZE * MAX_SIZE]
+    cdef uint64_t state = rng_seed(seed)
+    cdef int row, p, k, to_play, own, other
+    cdef double total, score
+    with nogil:
+        for row in range(rows):
+            # The colour plane is all ones when Black (COLOUR_PLANE_SIDE) moves.
+            to_play = COLOUR_PLANE_SIDE if planes[row, 0, 0, COLOUR_PLANE] > 0.5 else -COLOUR_PLANE_SIDE
+            for p in range(n * n):
+                own = planes[row, p // n, p % n, OWN_STONES] > 0.5
+                other = planes[row, p // n, p % n, OPPONENT_STONES] > 0.5
+                stones[p] = <int8_t>((own - other) * to_play)
+            if position._load_stones(stones, to_play) >= 0:
+                continue
+            total = 0.0
+            for k in range(playouts):
+                scratch.copy_from(position)
+                scratch.playout(&state)
+                score = scratch.area_score_c()
+                if score > 0:
+                    total += to_play
+                elif score < 0:
+                    total -= to_play
+            out[row] = <float>(total / playouts)
+    return values

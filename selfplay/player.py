@@ -40,8 +40,7 @@ import numpy as np
 from format import layout
 from format import schema as S
 from format.coords import gtp_to_move, move_to_gtp
-from format.planes import position_from_planes
-from selfplay.board import Board
+from selfplay.board import Board, playout_values
 from selfplay.move_policy import MovePolicy, ResignationCounter
 from selfplay.search import STATE_EXPANDED
 
@@ -412,11 +411,12 @@ class PlayoutEvaluator:
     random moves), it beats `RandomPlayer` with a few dozen visits, so it
     is a yardstick that a young network must pass.
 
-    The leaf position is rebuilt from its input planes (the stones at t and
-    the colour plane, read with `format.planes.position_from_planes`) on a
-    fresh Board, so superko history before the leaf is not seen by the
-    playouts.
-    A playout's result is +1/-1/0 for the side to move at the leaf.
+    The work is `selfplay.board.playout_values`, one Cython call per batch
+    outside the GIL: each leaf position is rebuilt from its input planes
+    (the stones at t and the colour plane) on a fresh board, so superko
+    history before the leaf is not seen by the playouts.  A playout's
+    result is +1/-1/0 for the side to move at the leaf.  It is also the
+    evaluator of generation 0 (`selfplay.worker.generation0_evaluator`).
     """
 
     generation = 0
@@ -434,18 +434,8 @@ class PlayoutEvaluator:
         rows, size = planes.shape[0], self.board_size
         if planes.shape[1:] != (size, size, S.INPUT_PLANES):
             raise ValueError(f"planes must be [B, {size}, {size}, {S.INPUT_PLANES}], got {planes.shape}")
-        values = np.zeros(rows, np.float32)
-        seeds = self._rng.integers(0, 2**63, size=(rows, self.playouts))
-        for row in range(rows):
-            stones, to_play = position_from_planes(planes[row])
-            leaf = Board(size, self.komi)
-            leaf.set_position(stones, to_play)
-            total = 0.0
-            for k in range(self.playouts):
-                board = leaf.copy()
-                board.random_playout(int(seeds[row, k]))
-                total += float(np.sign(board.area_score())) * to_play
-            values[row] = total / self.playouts
+        values = playout_values(np.ascontiguousarray(planes, np.float32), self.komi, self.playouts,
+                                int(self._rng.integers(0, 2**63)))
         return np.zeros((rows, size * size + 1), np.float32), values
 
 

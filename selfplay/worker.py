@@ -81,8 +81,9 @@ from selfplay.config import CLI, WorkerConfig, default_spool_base
 from selfplay.driver import GameBatch
 from selfplay.eval_cache import with_evaluation_cache
 from selfplay.evaluator import UniformEvaluator, configure_accelerator, use_every_cpu_core
-from selfplay.openvino_evaluator import make_evaluator
 from selfplay.move_policy import MovePolicy, ResignationCounter
+from selfplay.openvino_evaluator import make_evaluator
+from selfplay.player import PlayoutEvaluator
 from selfplay.spool import Spool, SpoolError, open_spool
 
 log = logging.getLogger("selfplay.worker")
@@ -241,6 +242,18 @@ class ModelWatcher:
                 delay = self.reject(exc, keeping)
 
 
+def generation0_evaluator(config: WorkerConfig):
+    """The evaluator of generation 0 (no model published yet): random playouts, or uniform (value 0).
+
+    Playouts give the first games a value signal, so their searches prefer
+    moves that win random continuations: the first network learns from
+    targets that mean something instead of from near-random play.
+    """
+    if config.generation0_playouts:
+        return PlayoutEvaluator(config.board_size, config.komi, config.generation0_playouts, seed=config.seed)
+    return UniformEvaluator(config.board_size)
+
+
 class SelfPlayWorker:
     """The play loop (see the module docstring).  `run()` returns the Counters.
 
@@ -252,7 +265,7 @@ class SelfPlayWorker:
                  events: EventLog | None = None):
         self.config = config
         self.storage = storage
-        self.evaluator = with_evaluation_cache(evaluator or UniformEvaluator(config.board_size),
+        self.evaluator = with_evaluation_cache(evaluator or generation0_evaluator(config),
                                                config.eval_cache_entries)
         self.worker_name = config.worker_name
         self.events = events or EventLog(None, "worker")
