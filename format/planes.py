@@ -15,8 +15,9 @@ bit on the same positions of many legal games (9x9 and 19x19):
   [B, N, N, 17] under one of the 8 symmetries, for training.
 * `format.codec.decode_position`: a record's packed channels as uint8
   [16, N, N] (inspection, tests).
-* `selfplay.player.PlayoutEvaluator`: reads the position at t back out of
-  the planes with `position_from_planes`.
+* `selfplay.board.playout_values` (the value of
+  `selfplay.player.PlayoutEvaluator`): reads the position at t back out of
+  the planes (the newest own and opponent stones and the colour plane).
 
 The layout (AlphaGo Zero's 17 planes), NHWC ``[N, N, INPUT_PLANES]``, all 0/1:
 
@@ -135,19 +136,3 @@ def input_from_record_planes(packed: np.ndarray, to_play: int) -> np.ndarray:
     out[:, :, :PACKED_PLANES] = np.moveaxis(packed, 0, -1)
     out[:, :, COLOUR_PLANE] = 1.0 if to_play == COLOUR_PLANE_SIDE else 0.0
     return out
-
-
-def position_from_planes(planes: np.ndarray) -> tuple[np.ndarray, int]:
-    """(int8 [N, N] board at t in schema colours, side to move) from one position's input.
-
-    Reads only the newest stones and the colour plane: what a consumer that
-    rebuilds the position (`selfplay.player.PlayoutEvaluator`) needs.
-    """
-    planes = np.asarray(planes)
-    if planes.ndim != 3 or planes.shape[0] != planes.shape[1] or planes.shape[2] != INPUT_PLANES:
-        raise ValueError(f"planes must be [N, N, {INPUT_PLANES}], got {planes.shape}")
-    to_play = COLOUR_PLANE_SIDE if planes[0, 0, COLOUR_PLANE] > 0.5 else -COLOUR_PLANE_SIDE  # WHITE == -BLACK
-    own = planes[:, :, OWN_STONES] > 0.5
-    other = planes[:, :, OPPONENT_STONES] > 0.5
-    board = (own.astype(np.int8) - other.astype(np.int8)) * np.int8(to_play)
-    return board.astype(np.int8), to_play

@@ -11,6 +11,19 @@ evaluator before any model exists) runs four phases against one root::
 Every phase is a child process, so each role runs exactly as a user would
 run it, and a crash or a Ctrl-C costs only the phase in flight.
 
+Budgets
+-------
+``--minutes M`` (default 15, the demo) plans each generation's self-play so
+that ``--generations`` (default 3) generations and the closing matches fit.
+``--hours H`` is the long-run mode: H hours, no generation limit, a fixed
+self-play time a generation (`LONG_RUN`, the last generation cut to what is
+left), and 40 closing games against GNU Go level 1.  A flag given explicitly
+(``--generations``, ``--selfplay-seconds``, ``--final-gnugo-games``) wins
+over either mode's choice.  The closing matches put the last generation
+against random moves, against generation 0 (the worker's evaluator before any
+model: MCTS on random playouts, or the uniform evaluator) and, when asked,
+GNU Go level 1.
+
 Resume
 ------
 The loop keeps no state of its own beyond small create-only markers under
@@ -75,21 +88,24 @@ LOSS_FIELDS = {"loss": "loss", "policy_loss": "policy", "value_loss": "value", "
 
 DEMO_GENERATIONS = 3
 """Generations of a --minutes run (the 15-minute demo) unless --generations says otherwise."""
-LONG_RUN = {"selfplay_seconds": 300.0, "final_gnugo_games": 40}
+LONG_RUN = {"selfplay_seconds": 300.0, "final_gnugo_games": 40, "final_gnugo_visits": 256}
 """The long-run mode's (--hours) settings where the loop's flags say auto.
 
-* Self-play 300 s a generation: about 170k 9x9 positions with the default
+* Self-play 300 s a generation: about 110-170k 9x9 positions with the default
   4x32 network on 2 cores, so a generation's training (500 steps of 256, about
   100 s) reads each new position about 0.75 times and the trainer takes about a
   quarter of the machine; shuffle, training and evaluation add about 2.5
   minutes, so 2 hours give about 15 generations.
 * 40 games against GNU Go level 1 at the end: the yardstick the README's long
-  run reports, with a 95% interval of about +-15 points at 50%.
+  run reports, with a 95% interval of about +-15 points at 50%.  The model
+  searches 256 visits a move there (GNU Go thinks as long as it likes): a
+  strength measurement, not the quick check of every generation.
 """
 
 # The loop's flags of before the roles' configs were composed in, kept as aliases.
 GNUGO_GAME_SECONDS = 3.0
-"""About what one 9x9 game against GNU Go level 1 takes, rounded up (measured: 1.7 s; one game at a time)."""
+"""About what one 9x9 game against GNU Go level 1 takes at 32 visits, rounded up (measured: 1.7 s; one game
+at a time); the model's share grows with its visits."""
 CHILD_STOP_SECONDS = 60.0
 """How long a phase's process group gets after SIGTERM before SIGKILL (a trainer checkpoints first)."""
 WORKER_ALIASES = {"games": ("--games-at-once",), "visits": ("--visits",), "fast_visits": ("--fast-visits",)}
@@ -127,6 +143,8 @@ class LoopConfig:
     final_gnugo_games: int = setting(-1, "games of the last generation against GNU Go level 1 at the end "
                                          f"(needs gnugo); -1 = auto: none, or {LONG_RUN['final_gnugo_games']} "
                                          "with --hours", at_least=-1)
+    final_gnugo_visits: int = setting(0, "the model's simulations a move in those games; 0 = auto: --eval-visits, "
+                                         f"or {LONG_RUN['final_gnugo_visits']} with --hours", at_least=0)
     seed: int = setting(1, "seed of self-play (1000 x seed + generation), the shuffle (seed + generation) and "
                            "evaluation")
     events: str = events_setting(what="the loop's own (phases, stop)")
@@ -170,6 +188,12 @@ class LoopConfig:
         if self.final_gnugo_games >= 0:
             return self.final_gnugo_games
         return LONG_RUN["final_gnugo_games"] if self.hours else 0
+
+    @property
+    def gnugo_visits(self) -> int:
+        if self.final_gnugo_visits:
+            return self.final_gnugo_visits
+        return LONG_RUN["final_gnugo_visits"] if self.hours else self.eval_visits
 
     @property
     def generation0_player(self) -> str:
@@ -351,7 +375,7 @@ class Loop:
         """
         startup = 10.0
         per_game = max(0.2, (self.phase_seconds["evaluate"] - startup) / self.config.eval_games)
-        gnugo = self.config.gnugo_games * GNUGO_GAME_SECONDS
+        gnugo = self.config.gnugo_games * GNUGO_GAME_SECONDS * max(1.0, self.config.gnugo_visits / 32)
         return 2 * startup + 1.5 * self.config.final_eval_games * per_game + gnugo
 
     def selfplay(self, generation: int) -> None:
@@ -392,15 +416,17 @@ class Loop:
                        events, on_event)
         return losses
 
-    def evaluate(self, player_a: str, player_b: str, games: int, seed: int) -> dict:
+    def evaluate(self, player_a: str, player_b: str, games: int, seed: int, visits: int | None = None) -> dict:
         lines = self.run_child("evaluate", [
-            "selfplay.match", player_a, player_b, "--games", str(games), "--visits", str(self.config.eval_visits),
+            "selfplay.match", player_a, player_b, "--games", str(games),
+            "--visits", str(visits or self.config.eval_visits),
             "--board-size", str(self.config.board_size), "--komi", str(self.config.komi), "--seed", str(seed),
             "--json", *([] if self.retry is None else retry_flags_argv(self.retry))])
         for line in reversed(lines):
             if line.startswith("{"):
                 result = json.loads(line)
                 result.pop("game_results", None)
+                result["visits"] = visits or self.config.eval_visits
                 return result
         raise PhaseFailed(f"evaluate printed no JSON result; last lines: {lines[-5:]}")
 
@@ -463,7 +489,8 @@ class Loop:
                                                      cfg.seed + 102),
                 }
                 if cfg.gnugo_games:
-                    final_results["vs_gnugo_1"] = self.evaluate(model, "gnugo:1", cfg.gnugo_games, cfg.seed + 103)
+                    final_results["vs_gnugo_1"] = self.evaluate(model, "gnugo:1", cfg.gnugo_games, cfg.seed + 103,
+                                                                visits=cfg.gnugo_visits)
                 self.storage.write_new(name, json.dumps(final_results).encode())
         self.status.phase = "done"
         say(self.status.line())
@@ -518,7 +545,8 @@ def summary_table(rows: list[GenerationRecord], final: int, final_results: dict)
         opponent = final_results["vs_generation_0"]["player_b"]
         lines.append(f"  vs generation 0 ({opponent} MCTS): {_eval_text(final_results['vs_generation_0'])}")
         if "vs_gnugo_1" in final_results:
-            lines.append(f"  vs GNU Go level 1: {_eval_text(final_results['vs_gnugo_1'])}")
+            gnugo = final_results["vs_gnugo_1"]
+            lines.append(f"  vs GNU Go level 1 (the model at {gnugo['visits']} visits a move): {_eval_text(gnugo)}")
     return "\n".join(lines)
 
 

@@ -97,6 +97,10 @@ class WorkerConfig:
                                              at_least=0.0, at_most=1.0)
     temperature_moves: int = setting(-1, "moves sampled in proportion to visits before playing the best; "
                                          "-1 = N*N // 12", at_least=-1)
+    generation0_playouts: int = setting(1, "before any model is published (generation 0), each leaf's value is "
+                                           "the mean of this many random playouts from it (uniform priors); "
+                                           "0 = the uniform evaluator (value 0 everywhere: near-random games "
+                                           "whose policy targets teach nothing)", at_least=0)
 
     # --- resignation and endstate ---
     resign_threshold: float = setting(-0.9, "resign when the root value (side to move) stays below this...",
@@ -104,10 +108,6 @@ class WorkerConfig:
     resign_consecutive: int = setting(3, "...for this many consecutive own moves", at_least=1)
     resign_disabled_fraction: float = setting(0.1, "share of games played to the end with resignation off, "
                                                    "to measure false resignations", at_least=0.0, at_most=1.0)
-    generation0_playouts: int = setting(1, "before any model is published (generation 0), each leaf's value is "
-                                           "the mean of this many random playouts from it (uniform priors); "
-                                           "0 = the uniform evaluator (value 0 everywhere: near-random games "
-                                           "whose policy targets teach nothing)", at_least=0)
     accelerated_visits: int = setting(2, "simulations per move once a game is resigned and played out to two passes",
                                          at_least=1)
     eval_cache_entries: int = setting(DEFAULT_CAPACITY, "network outputs kept per model for positions seen again "

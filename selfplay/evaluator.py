@@ -7,7 +7,8 @@ An evaluator is a callable ``evaluate(planes) -> (logits, values)`` with
 * ``values``: float32 [B] in [-1, 1], seen by the side to move;
 
 and an attribute ``generation``: the model generation whose games it plays
-(0 = the uniform evaluator, used before any model is published).
+(0 = generation 0, before any model is published: the uniform evaluator
+here, or `selfplay.player.PlayoutEvaluator`, the worker's default).
 
 The worker calls it from its inference thread while the search thread keeps
 working (TensorFlow releases the GIL), so an evaluator must not touch the

@@ -48,7 +48,9 @@ Data flow
   that fails its checks is rejected (stderr line, ``model_rejected`` event)
   and retried with backoff while play goes on with the current model; at
   start-up the worker waits for a loadable model.  Only when LATEST does not
-  exist does it play with the uniform evaluator (generation 0).
+  exist does it play generation 0: MCTS valued by random playouts
+  (`generation0_evaluator`; ``--generation0-playouts 0``: the uniform
+  evaluator).
 * Every model evaluator is wrapped in an evaluation cache
   (`selfplay.eval_cache`), fresh for each model: rows whose input planes the
   model has already evaluated, in any of the worker's games, skip the network.
@@ -238,7 +240,7 @@ class ModelWatcher:
                 delay = self.poll_seconds
             except Exception as exc:  # noqa: BLE001 - a bad model must not stop play
                 keeping = (f"keeping generation {self.known}" if self.known is not None
-                           else "keeping the uniform evaluator (generation 0)")
+                           else "keeping the generation-0 evaluator")
                 delay = self.reject(exc, keeping)
 
 

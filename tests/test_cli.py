@@ -216,7 +216,7 @@ def test_every_role_declares_its_numeric_ranges_instead_of_checking_them_by_hand
     """The roles' validation of plain ranges lives in their fields (one wording, shown in --help):
     a sample of settings from each role is refused through the declared bound."""
     samples = {"TrainConfig": ("learning_rate", 0.0), "WorkerConfig": ("full_search_fraction", 1.5),
-               "ShuffleConfig": ("reuse", 17.0), "LoopConfig": ("generations", 0),
+               "ShuffleConfig": ("reuse", 17.0), "LoopConfig": ("generations", -1),
                "ClusterConfig": ("workers", 0), "LadderConfig": ("prior_draws", -1.0)}
     seen = set()
     for config in role_configs():

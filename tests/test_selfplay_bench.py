@@ -53,12 +53,17 @@ def test_direct_flops_are_counted_by_hand_on_a_tiny_network(bench):
     from model.network import NetworkConfig, build_network
 
     n, f = 5, 4
-    network = build_network(NetworkConfig(board_size=n, blocks=1, filters=f, value_hidden=3))
     points, actions = n * n, n * n + 1
     convs = (17 * f * 9 + 2 * f * f * 9) * points        # stem + one block, multiply-adds
-    heads = (2 * f + 2 * f + f) * points                 # policy, value, ownership 1x1 convs
-    dense = 2 * points * actions + 2 * points * 3 + 3 * 1 + 3 * 1   # policy, value hidden, value, score
-    assert bench.direct_flops_per_evaluation(network) == 2 * (convs + heads + dense)
+    value_heads = (2 * f + f) * points + 2 * points * 3 + 3 * 1 + 3 * 1   # value, ownership; hidden, value, score
+    # The bench's pinned head: AlphaGo Zero's 2-channel 1x1 conv into a dense layer.
+    dense = build_network(NetworkConfig(board_size=n, blocks=1, filters=f, value_hidden=3, policy_head="dense"))
+    dense_policy = 2 * f * points + 2 * points * actions
+    assert bench.direct_flops_per_evaluation(dense) == 2 * (convs + value_heads + dense_policy)
+    # The default conv head: a 1x1 conv to 16 channels, one to each point's logit, pass from the mean.
+    conv = build_network(NetworkConfig(board_size=n, blocks=1, filters=f, value_hidden=3))
+    conv_policy = (f * 16 + 16) * points + 16
+    assert bench.direct_flops_per_evaluation(conv) == 2 * (convs + value_heads + conv_policy)
 
 
 def test_the_6x96_19x19_network_is_about_0_76_gflop(bench):
