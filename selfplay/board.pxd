@@ -159,4 +159,6 @@ cdef class Board:
     cdef void _set_history_slot(self) noexcept nogil
     cdef void _reset_geometry_and_stones(self) noexcept nogil
     cdef int _load_stones(self, const int8_t* stones, int to_play) noexcept nogil
+    # set_position's work on an owner board: flat stones [N*N] (+1/-1/0) with `to_play`
+    # to move; returns -1, or the first point whose chain has no liberty (board reset).
     cdef void _reset(self) noexcept nogil

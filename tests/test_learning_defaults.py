@@ -49,9 +49,10 @@ def test_playout_values_score_a_decided_position_for_the_side_to_move():
     assert playout_values(planes_of(black_to_move), 40.5, 4, 1).tolist() == [-1.0]
 
 
-def test_playout_values_match_python_playouts_on_average_and_are_reproducible():
-    board = Board(9)
-    board.play(40)                     # White to move after Black's centre stone
+@pytest.mark.parametrize("size", [9, 19])
+def test_playout_values_match_python_playouts_on_average_and_are_reproducible(size):
+    board = Board(size)
+    board.play(size * size // 2)       # White to move after Black's centre stone
     planes = planes_of(*[board] * 64)
     values = playout_values(planes, 7.5, 32, 5)
     assert np.array_equal(values, playout_values(planes, 7.5, 32, 5))
@@ -61,7 +62,7 @@ def test_playout_values_match_python_playouts_on_average_and_are_reproducible():
     # (64 x 32 playouts each; the standard error of a difference is ~0.03).
     reference = []
     for seed in range(2048):
-        leaf = Board(9)
+        leaf = Board(size)
         leaf.set_position(board.stones(), board.to_play)
         leaf.random_playout(seed)
         reference.append(np.sign(leaf.area_score()) * board.to_play)
