@@ -103,9 +103,9 @@ LONG_RUN = {"selfplay_seconds": 300.0, "final_gnugo_games": 40, "final_gnugo_vis
 """
 
 # The loop's flags of before the roles' configs were composed in, kept as aliases.
-GNUGO_GAME_SECONDS = 3.0
-"""About what one 9x9 game against GNU Go level 1 takes at 32 visits, rounded up (measured: 1.7 s; one game
-at a time); the model's share grows with its visits."""
+GNUGO_GAME_SECONDS = (1.5, 0.025)
+"""One 9x9 game against GNU Go level 1 (one game at a time): about a + b x the model's visits seconds,
+rounded up from measured games (1.7 s at 32 visits, 6 s at 256)."""
 CHILD_STOP_SECONDS = 60.0
 """How long a phase's process group gets after SIGTERM before SIGKILL (a trainer checkpoints first)."""
 WORKER_ALIASES = {"games": ("--games-at-once",), "visits": ("--visits",), "fast_visits": ("--fast-visits",)}
@@ -375,7 +375,8 @@ class Loop:
         """
         startup = 10.0
         per_game = max(0.2, (self.phase_seconds["evaluate"] - startup) / self.config.eval_games)
-        gnugo = self.config.gnugo_games * GNUGO_GAME_SECONDS * max(1.0, self.config.gnugo_visits / 32)
+        fixed, per_visit = GNUGO_GAME_SECONDS
+        gnugo = self.config.gnugo_games * (fixed + per_visit * self.config.gnugo_visits)
         return 2 * startup + 1.5 * self.config.final_eval_games * per_game + gnugo
 
     def selfplay(self, generation: int) -> None:
