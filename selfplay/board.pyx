@@ -1130,6 +1130,44 @@ def run_playouts(Board board not None, int num_playouts, uint64_t seed):
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
+cdef int _position_from_planes(const float[:, :, :, ::1] planes, int row, int8_t* stones) noexcept nogil:
+    """Row ``row``'s position at t into flat ``stones`` [N*N] (+1 Black / -1 White); returns the side to move.
+
+    Reads the newest own and opponent stones and the colour plane (all ones
+    when Black, COLOUR_PLANE_SIDE, moves): format/planes.py's layout."""
+    cdef int n = planes.shape[1]
+    cdef int to_play = COLOUR_PLANE_SIDE if planes[row, 0, 0, COLOUR_PLANE] > 0.5 else -COLOUR_PLANE_SIDE
+    cdef int p, own, other
+    for p in range(n * n):
+        own = planes[row, p // n, p % n, OWN_STONES] > 0.5
+        other = planes[row, p // n, p % n, OPPONENT_STONES] > 0.5
+        stones[p] = <int8_t>((own - other) * to_play)
+    return to_play
+
+
+def positions_from_planes(const float[:, :, :, ::1] planes not None):
+    """(int8 [B, N, N] stones, int8 [B] side to move) that network input planes encode.
+
+    The reading `playout_values` rebuilds each leaf with (one routine for
+    both), exposed so that it can be checked against the games' boards."""
+    cdef int rows = planes.shape[0]
+    cdef int n = planes.shape[1]
+    if planes.shape[2] != n or planes.shape[3] != COLOUR_PLANE + 1:
+        raise ValueError(f"planes must be [B, N, N, {COLOUR_PLANE + 1}], got "
+                         f"{tuple([planes.shape[i] for i in range(4)])}")
+    _check_size(n)
+    stones = np.zeros((rows, n, n), dtype=np.int8)
+    to_play = np.zeros(rows, dtype=np.int8)
+    cdef int8_t[:, :, ::1] out = stones
+    cdef int8_t[::1] sides = to_play
+    cdef int row
+    for row in range(rows):
+        sides[row] = <int8_t>_position_from_planes(planes, row, &out[row, 0, 0])
+    return stones, to_play
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
 def playout_values(const float[:, :, :, ::1] planes not None, double komi, int playouts, uint64_t seed):
     """float32[B]: each position's value from random playouts, for the side to move.
 
@@ -1160,16 +1198,11 @@ def playout_values(const float[:, :, :, ::1] planes not None, double komi, int p
     cdef Board scratch = Board(n, komi)
     cdef int8_t stones[MAX_SIZE * MAX_SIZE]
     cdef uint64_t state = rng_seed(seed)
-    cdef int row, p, k, to_play, own, other
+    cdef int row, k, to_play
     cdef double total, score
     with nogil:
         for row in range(rows):
-            # The colour plane is all ones when Black (COLOUR_PLANE_SIDE) moves.
-            to_play = COLOUR_PLANE_SIDE if planes[row, 0, 0, COLOUR_PLANE] > 0.5 else -COLOUR_PLANE_SIDE
-            for p in range(n * n):
-                own = planes[row, p // n, p % n, OWN_STONES] > 0.5
-                other = planes[row, p // n, p % n, OPPONENT_STONES] > 0.5
-                stones[p] = <int8_t>((own - other) * to_play)
+            to_play = _position_from_planes(planes, row, stones)
             if position._load_stones(stones, to_play) >= 0:
                 continue
             total = 0.0

@@ -100,7 +100,9 @@ class WorkerConfig:
     generation0_playouts: int = setting(1, "before any model is published (generation 0), each leaf's value is "
                                            "the mean of this many random playouts from it (uniform priors); "
                                            "0 = the uniform evaluator (value 0 everywhere: near-random games "
-                                           "whose policy targets teach nothing)", at_least=0)
+                                           "whose policy targets teach nothing). The playouts draw from the "
+                                           "worker's random stream, so these games do not replay from their "
+                                           "recorded seed alone", at_least=0)
 
     # --- resignation and endstate ---
     resign_threshold: float = setting(-0.9, "resign when the root value (side to move) stays below this...",

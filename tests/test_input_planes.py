@@ -48,8 +48,7 @@ from format.tfrecord import decompress_for, iter_framed_records
 from pipeline import labels as L
 from pipeline import positions as P
 from pipeline.shuffle import main as shuffle_main
-from selfplay import player as player_module
-from selfplay.board import Board
+from selfplay.board import Board, positions_from_planes
 from selfplay.player import MctsConfig, MctsPlayer, PlayoutEvaluator, SearchBudget
 from testdata.random_games import engine_game, resigned_copy
 
@@ -232,30 +231,18 @@ def test_the_labellers_model_playouts_see_the_reference_planes(n, games, referen
 
 
 @pytest.mark.parametrize("n", BOARD_SIZES)
-def test_playout_evaluator_plays_out_the_position_the_planes_encode(n, games, references, monkeypatch):
-    """The evaluator rebuilds each leaf from its planes: the stones at t and the side to move."""
-    built = []
-
-    class RecordingBoard:  # selfplay.board.Board is final: wrap it instead of subclassing
-        def __init__(self, *args):
-            self._board = Board(*args)
-
-        def set_position(self, stones, to_play):
-            built.append((np.array(stones), to_play))
-            self._board.set_position(stones, to_play)
-
-        def copy(self):
-            return self._board.copy()
-
-    monkeypatch.setattr(player_module, "Board", RecordingBoard)
+def test_playout_evaluator_plays_out_the_position_the_planes_encode(n, games, references):
+    """The evaluator rebuilds each leaf from its planes (selfplay.board.positions_from_planes, the reading
+    playout_values uses): the stones at t and the side to move."""
     game, expected = games[n][0], references[n][0]
     rows = np.arange(0, game.num_positions, 7)
-    PlayoutEvaluator(n, game.komi, playouts=1, seed=3)(expected[rows])
-    assert len(built) == len(rows)
+    stones, sides = positions_from_planes(np.ascontiguousarray(expected[rows]))
     boards = recorded_boards(game)
-    for (stones, to_play), i in zip(built, rows.tolist()):
-        assert to_play == _to_play(i), f"move {i}"
-        np.testing.assert_array_equal(stones, boards[i], err_msg=f"{n}x{n} move {i}: position rebuilt from planes")
+    for k, i in enumerate(rows.tolist()):
+        assert sides[k] == _to_play(i), f"move {i}"
+        np.testing.assert_array_equal(stones[k], boards[i], err_msg=f"{n}x{n} move {i}: position rebuilt from planes")
+    values = PlayoutEvaluator(n, game.komi, playouts=1, seed=3)(expected[rows])[1]
+    assert values.shape == (len(rows),) and set(np.unique(values)) <= {-1.0, 0.0, 1.0}
 
 
 # --- training: chunk -> positions -> records -> tf.data ----------------------------

@@ -177,17 +177,18 @@ def test_default_seeds_differ_and_two_workers_play_different_games(tmp_path):
 
 
 def test_each_game_records_its_seed_and_replays_from_it(tmp_path, monkeypatch):
-    games = play(worker_config(tmp_path / "a", seed=1234))
+    games = play(worker_config(tmp_path / "a", seed=1234, generation0_playouts=0))
     assert [g.seed for g in games] and all(g.seed >= 0 for g in games)
     assert len({g.seed for g in games}) == len(games)
     assert {g.seed for g in games} <= {game_seed(1234, serial) for serial in range(len(games) + 4)}
     # Replay it in another worker with another seed, in whatever slots: every
     # game there gets the recorded seed.  Same seed, same (uniform) network,
-    # same game, move for move.
+    # same game, move for move.  (Generation 0's default random playouts draw
+    # from the worker's stream, not the game's, so this plays it uniform.)
     target = games[-1]
     import selfplay.worker as worker_module
     monkeypatch.setattr(worker_module, "game_seed", lambda worker_seed, serial: target.seed)
-    replayed = play(worker_config(tmp_path / "b", seed=99, max_games=2))
+    replayed = play(worker_config(tmp_path / "b", seed=99, max_games=2, generation0_playouts=0))
     assert len(replayed) >= 2 and all(g.seed == target.seed for g in replayed)
     for again in replayed:
         np.testing.assert_array_equal(again.moves, target.moves)
