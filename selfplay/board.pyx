@@ -1145,6 +1145,15 @@ cdef int _position_from_planes(const float[:, :, :, ::1] planes, int row, int8_t
     return to_play
 
 
+def _check_planes(const float[:, :, :, ::1] planes):
+    """Refuse planes that are not network input [B, N, N, 17] of a supported board size."""
+    cdef int n = planes.shape[1]
+    if planes.shape[2] != n or planes.shape[3] != COLOUR_PLANE + 1:
+        raise ValueError(f"planes must be [B, N, N, {COLOUR_PLANE + 1}], got "
+                         f"{tuple([planes.shape[i] for i in range(4)])}")
+    _check_size(n)
+
+
 def positions_from_planes(const float[:, :, :, ::1] planes not None):
     """(int8 [B, N, N] stones, int8 [B] side to move) that network input planes encode.
 
@@ -1152,10 +1161,7 @@ def positions_from_planes(const float[:, :, :, ::1] planes not None):
     both), exposed so that it can be checked against the games' boards."""
     cdef int rows = planes.shape[0]
     cdef int n = planes.shape[1]
-    if planes.shape[2] != n or planes.shape[3] != COLOUR_PLANE + 1:
-        raise ValueError(f"planes must be [B, N, N, {COLOUR_PLANE + 1}], got "
-                         f"{tuple([planes.shape[i] for i in range(4)])}")
-    _check_size(n)
+    _check_planes(planes)
     stones = np.zeros((rows, n, n), dtype=np.int8)
     to_play = np.zeros(rows, dtype=np.int8)
     cdef int8_t[:, :, ::1] out = stones
@@ -1184,10 +1190,7 @@ def playout_values(const float[:, :, :, ::1] planes not None, double komi, int p
     """
     cdef int rows = planes.shape[0]
     cdef int n = planes.shape[1]
-    if planes.shape[2] != n or planes.shape[3] != COLOUR_PLANE + 1:
-        raise ValueError(f"planes must be [B, N, N, {COLOUR_PLANE + 1}], got "
-                         f"{tuple([planes.shape[i] for i in range(4)])}")
-    _check_size(n)
+    _check_planes(planes)
     if playouts <= 0:
         raise ValueError(f"playouts must be positive, got {playouts}")
     values = np.zeros(rows, dtype=np.float32)
