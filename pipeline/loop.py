@@ -362,8 +362,12 @@ class Loop:
             return cfg.selfplay_seconds
         remaining = self.deadline - time.monotonic() - self.final_eval_seconds()
         overhead = self.phase_seconds["shuffle"] + self.phase_seconds["train"] + self.phase_seconds["evaluate"]
-        if cfg.generation_limit is None:   # long-run mode: fixed generations, the last one cut to the budget
-            return max(30.0, min(LONG_RUN["selfplay_seconds"], remaining - overhead))
+        if cfg.generation_limit is None:
+            # Long-run mode: full generations, the last one cut to the budget, but never below half a
+            # generation. The two-hour run's last two generations got 33 s (about 80 games each), so
+            # they trained again on the same window; 0 tells run() to stop for the closing matches.
+            seconds = min(LONG_RUN["selfplay_seconds"], remaining - overhead)
+            return seconds if seconds >= LONG_RUN["selfplay_seconds"] / 2 else 0.0
         remaining_generations = max(1, cfg.generation_limit - generation)
         return max(30.0, remaining / remaining_generations - overhead)
 
@@ -379,9 +383,9 @@ class Loop:
         gnugo = self.config.gnugo_games * (fixed + per_visit * self.config.gnugo_visits)
         return 2 * startup + 1.5 * self.config.final_eval_games * per_game + gnugo
 
-    def selfplay(self, generation: int) -> None:
+    def selfplay(self, generation: int, seconds: float | None = None) -> None:
         cfg = self.config
-        seconds = self.selfplay_seconds(generation)
+        seconds = self.selfplay_seconds(generation) if seconds is None else seconds
 
         games_before, positions_before = self.status.games, self.status.positions
 
@@ -455,7 +459,12 @@ class Loop:
             started = time.monotonic()
             row = self.rows.setdefault(generation, GenerationRecord(generation))
             if not self.storage.exists(self.marker(f"selfplay-{layout.generation_dir(generation)}.done")):
-                self.selfplay(generation)
+                seconds = self.selfplay_seconds(generation)
+                if not seconds:
+                    say(f"time left in the budget of {cfg.budget_text()} holds less than half a generation's "
+                        f"self-play; stopping at generation {generation} for the closing matches")
+                    break
+                self.selfplay(generation, seconds)
             row.games, row.positions = self.count_games(generation)
             self.status.games, self.status.positions = self._totals()
             if not self.storage.exists(layout.window_manifest(generation + 1)):

@@ -191,8 +191,12 @@ def test_the_long_run_mode_resolves_its_auto_settings(tmp_path):
     assert loop.selfplay_seconds(0) == LONG_RUN["selfplay_seconds"]
     # Its closing GNU Go games (40 at 256 visits) are planned for: 5 minutes or more on top of the demo's.
     assert loop.final_eval_seconds() - Loop(demo, storage=None).final_eval_seconds() >= 300
-    loop.deadline = loop.status.started + 200        # near the end the last generation is cut short
-    assert 30 <= loop.selfplay_seconds(7) < 200
+    # What the end of the budget must also hold: the closing matches and this generation's other phases.
+    reserved = loop.final_eval_seconds() + sum(loop.phase_seconds.values())
+    loop.deadline = loop.status.started + reserved + 200  # near the end the last generation is cut short...
+    assert 150 <= loop.selfplay_seconds(7) <= 200
+    loop.deadline = loop.status.started + reserved + 100  # ...but never below half a generation: stop instead
+    assert loop.selfplay_seconds(7) == 0
     assert Loop(LoopConfig(root=root, hours=2, selfplay_seconds=60), storage=None).selfplay_seconds(0) == 60
 
 
