@@ -383,9 +383,9 @@ class Loop:
         gnugo = self.config.gnugo_games * (fixed + per_visit * self.config.gnugo_visits)
         return 2 * startup + 1.5 * self.config.final_eval_games * per_game + gnugo
 
-    def selfplay(self, generation: int, seconds: float | None = None) -> None:
+    def selfplay(self, generation: int, seconds: float) -> None:
+        """Self-play generation `generation` for `seconds` (run() plans them with selfplay_seconds)."""
         cfg = self.config
-        seconds = self.selfplay_seconds(generation) if seconds is None else seconds
 
         games_before, positions_before = self.status.games, self.status.positions
 

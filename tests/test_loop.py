@@ -72,7 +72,7 @@ def test_role_settings_reach_each_phases_command_line(tmp_path, monkeypatch):
     loop = Loop(config, open_storage(config.root), retry)
     commands = []
     monkeypatch.setattr(loop, "run_child", lambda phase, argv, *rest: commands.append(argv) or [])
-    loop.selfplay(0)
+    loop.selfplay(0, loop.selfplay_seconds(0))
     loop.shuffle(0)
     loop.train(0)
     worker, shuffle, trainer = commands
