@@ -18,8 +18,8 @@ compress in memory, which is what lets every write be one create-only object.
 """
 from __future__ import annotations
 
-import gzip
 import struct
+import zlib
 from typing import Iterator
 
 import google_crc32c
@@ -46,8 +46,52 @@ MAX_RECORD_BYTES = 64 << 20
 """No record in the lake is this large; a bigger length field is corruption."""
 
 
+MAX_EXPANSION = 64
+"""No file zerolake writes expands more than this many times when decompressed.
+The records are compact already (varints, bit-packed planes, sparse policies),
+so compression gains little.  Measured on worker chunks: 5-8x on 9x9, 15-17x on
+19x19 (the most: generation 0 at 1-2 visits, whose policies hold one or two
+moves); shards 1.8-2.3x; game tables 1.8-2.4x.  A file that expands further is
+a decompression bomb (65 KB of zstd holds 2 GB of zeros) and is refused before
+it costs more memory than the bound.  A refused file is only skipped, never
+deleted, so a bound found too tight later costs no data."""
+
+MIN_DECOMPRESSED_LIMIT = 64 << 20
+"""Every file may expand to at least this much, whatever its size: small files
+cannot hurt, and the ratio bound is meant for large ones."""
+
+MAX_DECOMPRESSED_BYTES = 1 << 30
+"""No file in the lake decompresses to more than this (a 2000-game 19x19 chunk
+is about 100 MB raw, a 100k-position shard a few MB)."""
+
+_OUTPUT_PIECE = 1 << 20
+"""Decompressed bytes produced per step, so the bound is checked before memory
+grows past it by more than one piece."""
+
+_INPUT_PIECE = 1024
+"""Compressed bytes fed to zstd per step.  zstd's decompressor has no output
+cap, but 1 KB of input cannot expand past ~32 MB (RLE blocks of 128 KB from 4
+bytes each), so feeding it in small pieces bounds each step."""
+
+
 class RecordError(ValueError):
     """A TFRecord or compression frame is damaged.  ``str()`` names the file."""
+
+
+class TooLarge(RecordError):
+    """A compressed file expands past its bound (`decompressed_limit`): a
+    decompression bomb, or a file that is not the lake's."""
+
+
+def decompressed_limit(compressed_bytes: int) -> int:
+    """How many bytes a lake file of ``compressed_bytes`` may decompress to."""
+    return min(MAX_DECOMPRESSED_BYTES, max(MIN_DECOMPRESSED_LIMIT, MAX_EXPANSION * compressed_bytes))
+
+
+def _too_large(source: str, compressed: int, limit: int) -> TooLarge:
+    return TooLarge(f"{source}: expands past {limit:,} bytes from {compressed:,} "
+                    f"(more than any file the lake holds: at most {MAX_EXPANSION}x, at least "
+                    f"{MIN_DECOMPRESSED_LIMIT >> 20} MB allowed); not read further")
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -150,17 +194,28 @@ def compress_zstd(data: bytes) -> bytes:
     return zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).compress(data)
 
 
-def decompress_zstd(data: bytes, source: str) -> bytes:
-    """Decompress one or more zstd frames; truncation and damage raise RecordError."""
+def decompress_zstd(data: bytes, source: str, limit: int | None = None) -> bytes:
+    """Decompress one or more zstd frames; truncation and damage raise RecordError, and
+    output past ``limit`` bytes (default `decompressed_limit`) raises TooLarge."""
+    limit = decompressed_limit(len(data)) if limit is None else limit
     decompressor = zstandard.ZstdDecompressor()
-    out, rest = [], data
+    view = memoryview(data)
+    out, total, start = [], 0, 0
     try:
-        while rest:
-            obj = decompressor.decompressobj()
-            out.append(obj.decompress(rest))
-            if not obj.eof:
+        while start < len(view):   # one zstd frame a pass; a file may hold several
+            frame = decompressor.decompressobj(write_size=_OUTPUT_PIECE)
+            position = start
+            while position < len(view) and not frame.eof:
+                piece = frame.decompress(view[position:position + _INPUT_PIECE])
+                position = min(position + _INPUT_PIECE, len(view))
+                total += len(piece)
+                if total > limit:
+                    raise _too_large(source, len(data), limit)
+                out.append(piece)
+            if not frame.eof:
                 raise RecordError(f"{source}: zstd stream is truncated")
-            rest = obj.unused_data
+            # The frame ended inside the last piece fed: what followed it is unused_data.
+            start = position - len(frame.unused_data)
     except zstandard.ZstdError as exc:
         raise RecordError(f"{source}: not a valid zstd stream ({exc})") from None
     return b"".join(out)
@@ -179,17 +234,37 @@ def compress_gzip(data: bytes, level: int = SHARD_GZIP_LEVEL) -> bytes:
     return igzip.compress(data, compresslevel=level, mtime=0)
 
 
-def decompress_gzip(data: bytes, source: str) -> bytes:
+def decompress_gzip(data: bytes, source: str, limit: int | None = None) -> bytes:
+    """Decompress a gzip file (one or more members); damage raises RecordError, and
+    output past ``limit`` bytes (default `decompressed_limit`) raises TooLarge."""
+    limit = decompressed_limit(len(data)) if limit is None else limit
+    out, total, rest = [], 0, bytes(data)
     try:
-        return gzip.decompress(data)
-    except (OSError, EOFError, ValueError) as exc:
+        while rest:   # one gzip member a pass
+            member = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            pending = rest
+            while not member.eof:
+                # max_length caps each step's output; the input it did not reach waits
+                # in unconsumed_tail.  Once the input is all in, flush what zlib holds.
+                piece = member.decompress(pending, _OUTPUT_PIECE) if pending else member.flush()
+                total += len(piece)
+                if total > limit:
+                    raise _too_large(source, len(data), limit)
+                out.append(piece)
+                if not pending and not member.eof:
+                    raise RecordError(f"{source}: gzip stream is truncated")
+                pending = member.unconsumed_tail
+            rest = member.unused_data
+    except zlib.error as exc:
         raise RecordError(f"{source}: not a valid gzip stream ({exc})") from None
+    return b"".join(out)
 
 
-def decompress_for(path: str, data: bytes) -> bytes:
-    """Undo the whole-file compression implied by a file name's suffix."""
+def decompress_for(path: str, data: bytes, limit: int | None = None) -> bytes:
+    """Undo the whole-file compression implied by a file name's suffix, within
+    ``limit`` bytes (default `decompressed_limit`; TooLarge past it)."""
     if path.endswith(".zst"):
-        return decompress_zstd(data, path)
+        return decompress_zstd(data, path, limit)
     if path.endswith(".gz"):
-        return decompress_gzip(data, path)
+        return decompress_gzip(data, path, limit)
     return data
