@@ -63,6 +63,16 @@ class NotFound(StorageError):
     """No object at the path."""
 
 
+class TooLarge(StorageError):
+    """A read with ``max_bytes`` found a larger object; nothing past the bound was kept.
+    ``generation`` is the object's when the read was versioned (to replace it
+    conditionally), else None."""
+
+    def __init__(self, message: str, *, url: str = "", generation: int | None = None):
+        super().__init__(message, url=url)
+        self.generation = generation
+
+
 class PreconditionFailed(StorageError):
     """``write_if_generation`` found the object at another generation than the
     caller read (someone else wrote it since); the object is unchanged."""
@@ -138,6 +148,14 @@ def validate_data(data, url: str) -> None:
         raise TypeError(f"data for {url} must be bytes, got {type(data).__name__}")
 
 
+def check_size(data: bytes, max_bytes: int | None, url: str, generation: int | None = None) -> bytes:
+    """``data`` if it is within ``max_bytes`` (None: any size), else TooLarge naming ``url``."""
+    if max_bytes is not None and len(data) > max_bytes:
+        raise TooLarge(f"{url} is larger than {max_bytes:,} bytes, the most an object of its kind holds; "
+                       "not read further", url=url, generation=generation)
+    return data
+
+
 def validate_prefix(prefix: str) -> str:
     """Return ``prefix`` if it is '' or a path-like string prefix (which may end
     in '/'), else raise ValueError."""
@@ -174,13 +192,18 @@ class Storage(abc.ABC):
         stores are always durable."""
 
     @abc.abstractmethod
-    def read(self, path: str) -> bytes:
-        """Every byte of the object ``path``; :class:`NotFound` if absent."""
+    def read(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """Every byte of the object ``path``; :class:`NotFound` if absent.
+
+        ``max_bytes``: the most the caller accepts (a document's format bound);
+        a larger object raises :class:`TooLarge` after reading at most one byte
+        more, so a hostile object cannot fill memory."""
 
     @abc.abstractmethod
-    def read_versioned(self, path: str) -> tuple[bytes, int]:
+    def read_versioned(self, path: str, *, max_bytes: int | None = None) -> tuple[bytes, int]:
         """``(bytes, generation)`` of the object ``path``, read consistently
-        (the bytes are those of that generation); :class:`NotFound` if absent."""
+        (the bytes are those of that generation); :class:`NotFound` if absent;
+        ``max_bytes`` as for `read`."""
 
     @abc.abstractmethod
     def write_if_generation(self, path: str, data: bytes, generation: int) -> int:

@@ -51,8 +51,8 @@ from typing import Callable, TypeVar
 
 import google_crc32c
 
-from cloud.base import (TEMP_MARKER, AlreadyExists, NotFound, PreconditionFailed, ObjectInfo, RetryPolicy,
-                        Storage, StorageError, validate_data, validate_path, validate_prefix)
+from cloud.base import (TEMP_MARKER, AlreadyExists, NotFound, PreconditionFailed, ObjectInfo, RetryPolicy, TooLarge,
+                        Storage, StorageError, check_size, validate_data, validate_path, validate_prefix)
 
 _log = logging.getLogger(__name__)
 
@@ -279,7 +279,7 @@ class GcsStorage(Storage):
         self._with_retries("write_replace", url, lambda _: blob.upload_from_string(
             data, content_type="application/octet-stream", retry=None, timeout=timeout))
 
-    def read_versioned(self, path: str) -> tuple[bytes, int]:
+    def read_versioned(self, path: str, *, max_bytes: int | None = None) -> tuple[bytes, int]:
         url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
 
         def attempt(_: bool) -> tuple[bytes, int]:
@@ -288,6 +288,9 @@ class GcsStorage(Storage):
                 if status == 404:
                     raise NotFound(f"no object at {url}", url=url, status=404)
                 generation = int(blob.generation)
+                if max_bytes is not None and blob.size is not None and blob.size > max_bytes:
+                    raise TooLarge(f"{url} is {blob.size:,} bytes, more than {max_bytes:,}, the most an "
+                                   "object of its kind holds; not read", url=url, generation=generation)
                 # Download exactly that generation; 412/404 = it changed in between: look again.
                 data, status = _call_allowing(lambda: blob.download_as_bytes(
                     if_generation_match=generation, retry=None, timeout=timeout), 404, 412)
@@ -316,14 +319,17 @@ class GcsStorage(Storage):
 
         return self._with_retries("write_if_generation", url, attempt)
 
-    def read(self, path: str) -> bytes:
+    def read(self, path: str, *, max_bytes: int | None = None) -> bytes:
         url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
+        # A ranged download (``end`` is inclusive) never fetches more than one byte past the bound.
+        end = None if max_bytes is None else max_bytes
 
         def attempt(_: bool) -> bytes:
-            data, status = _call_allowing(lambda: blob.download_as_bytes(retry=None, timeout=timeout), 404)
+            data, status = _call_allowing(lambda: blob.download_as_bytes(
+                start=0 if end is not None else None, end=end, retry=None, timeout=timeout), 404)
             if status == 404:
                 raise NotFound(f"no object at {url}", url=url, status=404)
-            return data
+            return check_size(data, max_bytes, url)
 
         return self._with_retries("read", url, attempt)
 

@@ -33,6 +33,7 @@ from cloud.base import (
     ObjectInfo,
     Storage,
     StorageError,
+    check_size,
     validate_data,
     validate_path,
     validate_prefix,
@@ -116,23 +117,25 @@ class LocalStorage(Storage):
 
     # --- reads -------------------------------------------------------------
 
-    def read(self, path: str) -> bytes:
+    def read(self, path: str, *, max_bytes: int | None = None) -> bytes:
         target = self._file(path)
         try:
             with open(target, "rb") as f:
-                return f.read()
+                return check_size(f.read(-1 if max_bytes is None else max_bytes + 1), max_bytes, target)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise NotFound(f"no object at {target}", url=target) from None
         except OSError as exc:
             raise StorageError(f"cannot read {target}: {exc.strerror}", url=target) from None
 
-    def read_versioned(self, path: str) -> tuple[bytes, int]:
+    def read_versioned(self, path: str, *, max_bytes: int | None = None) -> tuple[bytes, int]:
         target = self._file(path)
         try:
             with open(target, "rb") as f:
                 # fstat of the open file: the generation of the very bytes read,
                 # even if a writer renames a new version over the name meanwhile.
-                return f.read(), os.fstat(f.fileno()).st_mtime_ns
+                generation = os.fstat(f.fileno()).st_mtime_ns
+                data = f.read(-1 if max_bytes is None else max_bytes + 1)
+                return check_size(data, max_bytes, target, generation), generation
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise NotFound(f"no object at {target}", url=target) from None
         except OSError as exc:

@@ -51,6 +51,22 @@ MANIFEST = "MANIFEST.json"
 LATEST = f"{MODELS_DIR}/LATEST"
 TRAINER_LEASE = f"{CLUSTER_DIR}/trainer-lease.json"
 
+MAX_DOCUMENT_BYTES = 64 << 20
+"""The most a JSON document of the lake may hold (window and model manifests,
+settings records): a window manifest lists its games at ~40 bytes each, so this
+is some 1.5M games.  Readers refuse a larger object before reading it whole."""
+
+MAX_POINTER_BYTES = 64 << 10
+"""The most a small record may hold: run.json, models/LATEST, the trainer's
+lease and window claims (each a few hundred bytes)."""
+
+
+
+def too_large(max_bytes: int) -> str:
+    """What a reader says of a document past its bound (after the object's URL)."""
+    return f"is larger than {max_bytes:,} bytes, the most a document of its kind holds; not read"
+
+
 WINDOW_MANIFEST_VERSION = 1
 MODEL_MANIFEST_VERSION = 1
 
@@ -283,8 +299,14 @@ def read_window_manifest(storage, generation: int, *, check_shards: bool = False
     exist, or ManifestError names the first missing one.  A missing manifest
     raises the storage layer's NotFound (the window is not complete yet).
     """
+    from cloud.base import TooLarge
+
     path = window_manifest(generation)
-    window = parse_window_manifest(storage.read(path), path, storage.url(path))
+    try:
+        data = storage.read(path, max_bytes=MAX_DOCUMENT_BYTES)
+    except TooLarge:
+        raise ManifestError(storage.url(path), "", too_large(MAX_DOCUMENT_BYTES)) from None
+    window = parse_window_manifest(data, path, storage.url(path))
     if check_shards:
         present = {info.path for info in storage.list(window_dir(generation) + "/")}
         for shard in window.shards:

@@ -66,7 +66,8 @@ import socket
 import threading
 import time
 
-from cloud.base import AlreadyExists, NotFound, PreconditionFailed, StorageError
+from cloud.base import AlreadyExists, NotFound, PreconditionFailed, StorageError, TooLarge
+from format import layout
 
 log = logging.getLogger(__name__)
 
@@ -189,9 +190,12 @@ def describe_time(unix_s: float, now: float) -> str:
 def read_record(storage, path: str) -> tuple[LeaseRecord | None, int]:
     """The record at ``path`` (None when absent) and its generation (0 when absent); LeaseDamaged if unparsable."""
     try:
-        data, generation = storage.read_versioned(path)
+        data, generation = storage.read_versioned(path, max_bytes=layout.MAX_POINTER_BYTES)
     except NotFound:
         return None, 0
+    except TooLarge as exc:
+        raise LeaseDamaged(f"{storage.url(path)}: {layout.too_large(layout.MAX_POINTER_BYTES)}",
+                           exc.generation or 0) from None
     try:
         return LeaseRecord.from_bytes(data, storage.url(path)), generation
     except LeaseDamaged as exc:

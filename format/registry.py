@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cloud.base import AlreadyExists, NotFound, PreconditionFailed
+from cloud.base import AlreadyExists, NotFound, PreconditionFailed, TooLarge
 from cloud.local import write_local_file
 from format import layout, schema
 
@@ -105,9 +105,11 @@ def _parse_latest(storage, data: bytes) -> int:
 def latest_generation(storage) -> int | None:
     """The generation in ``models/LATEST``, or None before the first publish."""
     try:
-        return _parse_latest(storage, storage.read(layout.LATEST))
+        return _parse_latest(storage, storage.read(layout.LATEST, max_bytes=layout.MAX_POINTER_BYTES))
     except NotFound:
         return None
+    except TooLarge:
+        raise RegistryError(f"{storage.url(layout.LATEST)}: {layout.too_large(layout.MAX_POINTER_BYTES)}") from None
 
 
 def advance_latest(storage, generation: int) -> int:
@@ -122,10 +124,13 @@ def advance_latest(storage, generation: int) -> int:
     generation = _check_generation(generation)
     for _ in range(LATEST_ATTEMPTS):
         try:
-            data, version = storage.read_versioned(layout.LATEST)
+            data, version = storage.read_versioned(layout.LATEST, max_bytes=layout.MAX_POINTER_BYTES)
             current = _parse_latest(storage, data)
         except NotFound:
             version, current = 0, None
+        except TooLarge:
+            raise RegistryError(f"{storage.url(layout.LATEST)}: {layout.too_large(layout.MAX_POINTER_BYTES)}") \
+                from None
         if current is not None and current >= generation:
             return current
         try:
@@ -194,10 +199,13 @@ def publish_model(storage, generation: int, local_dir: str, metadata: dict) -> d
 def read_manifest(storage, generation: int) -> dict:
     path = manifest_path(_check_generation(generation))
     try:
-        manifest = json.loads(storage.read(path))
+        manifest = json.loads(storage.read(path, max_bytes=layout.MAX_DOCUMENT_BYTES))
     except NotFound:
         raise RegistryError(f"{storage.url(path)} does not exist: generation {generation} "
                             "is not published") from None
+    except TooLarge:
+        raise ModelIntegrityError(f"{storage.url(path)}: {layout.too_large(layout.MAX_DOCUMENT_BYTES)}", path) \
+            from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ModelIntegrityError(f"{storage.url(path)}: not valid JSON ({exc})", path) from None
     if (not isinstance(manifest, dict) or manifest.get("version") != MANIFEST_VERSION

@@ -61,7 +61,14 @@ def read_run_config(storage) -> RunConfig | None:
     """The root's run.json, or None when the root has none yet."""
     if not storage.exists(layout.RUN_CONFIG):
         return None
-    return RunConfig.from_json(storage.read(layout.RUN_CONFIG), storage.url(layout.RUN_CONFIG))
+    from cloud.base import TooLarge
+
+    url = storage.url(layout.RUN_CONFIG)
+    try:
+        data = storage.read(layout.RUN_CONFIG, max_bytes=layout.MAX_POINTER_BYTES)
+    except TooLarge:
+        raise RunConfigMismatch(f"{url}: {layout.too_large(layout.MAX_POINTER_BYTES)}") from None
+    return RunConfig.from_json(data, url)
 
 
 def ensure_run_config(storage, config: RunConfig) -> RunConfig:

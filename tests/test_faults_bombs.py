@@ -142,3 +142,30 @@ def test_window_readers_refuse_a_bomb_shard_or_table(lake, tmp_path, kind):
     assert run.returncode == 2, run.stdout + run.stderr[-3000:]
     assert "Traceback" not in run.stderr
     assert storage.url(target) in run.stdout and "expands past" in run.stdout
+
+
+def test_oversized_documents_are_named_damage(tmp_path):
+    """A document past its format bound is refused by its one reader, naming it,
+    before it is read whole (the bounds: format.layout.MAX_*_BYTES)."""
+    from format import registry
+    from format.leases import LeaseDamaged, read_record
+    from format.run_config import RunConfigMismatch, read_run_config
+
+    storage = open_storage(str(tmp_path / "lake"))
+    padding = b" " * (layout.MAX_POINTER_BYTES + 1)
+    storage.write_new(layout.RUN_CONFIG, b"{}" + padding)
+    storage.write_new(layout.LATEST, b"1\n" + padding)
+    storage.write_new(layout.TRAINER_LEASE, b"{}" + padding)
+    storage.write_new(layout.window_manifest(1), b"{}" + b" " * (layout.MAX_DOCUMENT_BYTES + 1))
+    storage.write_new(registry.manifest_path(1), b"{}" + b" " * (layout.MAX_DOCUMENT_BYTES + 1))
+    cases = [(RunConfigMismatch, lambda: read_run_config(storage), layout.RUN_CONFIG),
+             (registry.RegistryError, lambda: registry.latest_generation(storage), layout.LATEST),
+             (registry.RegistryError, lambda: registry.advance_latest(storage, 2), layout.LATEST),
+             (LeaseDamaged, lambda: read_record(storage, layout.TRAINER_LEASE), layout.TRAINER_LEASE),
+             (layout.ManifestError, lambda: layout.read_window_manifest(storage, 1), layout.window_manifest(1)),
+             (registry.ModelIntegrityError, lambda: registry.read_manifest(storage, 1), registry.manifest_path(1))]
+    for error, read, path in cases:
+        with pytest.raises(error, match="is larger than") as err:
+            read()
+        assert storage.url(path) in str(err.value)
+    assert storage.read(layout.LATEST).startswith(b"1\n")   # refused, never replaced

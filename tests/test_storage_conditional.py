@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from cloud.base import PreconditionFailed
+from cloud.base import PreconditionFailed, TooLarge
 from cloud.storage import NotFound, open_storage
 
 
@@ -69,3 +69,16 @@ def test_plain_writes_move_the_generation_too(lake):
     lake.write_new("claims/a", b"y")
     with pytest.raises(PreconditionFailed):
         lake.write_if_generation("claims/a", b"z", generation)
+
+
+def test_a_bounded_read_refuses_a_larger_object_without_reading_it_whole(lake):
+    lake.write_new("docs/big.json", b"x" * 5000)
+    assert lake.read("docs/big.json", max_bytes=5000) == b"x" * 5000
+    with pytest.raises(TooLarge, match="larger than 4,999 bytes") as err:
+        lake.read("docs/big.json", max_bytes=4999)
+    assert "docs/big.json" in str(err.value)
+    generation = lake.write_if_generation("cluster/lease", b"y" * 300, 0)
+    assert lake.read_versioned("cluster/lease", max_bytes=300) == (b"y" * 300, generation)
+    with pytest.raises(TooLarge) as err:
+        lake.read_versioned("cluster/lease", max_bytes=299)
+    assert err.value.generation == generation   # so a damaged record can still be replaced by CAS

@@ -106,8 +106,8 @@ class RacingStorage:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def read_versioned(self, path):
-        result = self.inner.read_versioned(path)
+    def read_versioned(self, path, **kwargs):
+        result = self.inner.read_versioned(path, **kwargs)
         if path == layout.LATEST and not self.raced:
             self.raced += 1
             time.sleep(0.002)   # the local generation is the mtime in ns: make sure it moves
