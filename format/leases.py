@@ -53,7 +53,18 @@ Takeover rules (:class:`Takeover`), each the caller's choice:
   restarted on the same machine need not wait out the expiry.
 
 Times are the writer's wall clock (unix seconds): machines sharing a root
-must agree on the time to well under a lease's lifetime.
+must agree on the time to well under a lease's lifetime.  What a record may
+say is bounded, so that one bad writer cannot hold a lease for ever:
+
+* every time is finite, after 1970 and before `MAX_UNIX_SECONDS`;
+  ``acquired <= renewed <= expires``; ``pid`` is a positive int32;
+* a lifetime (``expires - renewed``) is at most `MAX_LEASE_SECONDS`, so a
+  record's life ends at most that long after its last renewal;
+* a record renewed further in the reader's future than its own lifetime
+  comes from a clock that is off by more than the protocol tolerates.
+
+A record outside these bounds is *damaged* (the takeover rules above decide
+what that means), never an OverflowError or an endless wait.
 """
 from __future__ import annotations
 
@@ -101,6 +112,16 @@ class LeaseHeld(LeaseError):
         self.record = record
 
 
+MAX_LEASE_SECONDS = 3600.0
+"""The longest lifetime a record may give itself (the trainer's --lease-seconds
+and the followers' --claim-seconds are bounded by it)."""
+
+MAX_UNIX_SECONDS = 2.0 ** 33
+"""No lease time is later than this (the year 2242)."""
+
+MAX_PID = 2 ** 31 - 1
+
+
 class LeaseLost(LeaseError):
     """The lease this process held was taken by another, or lapsed unrenewed."""
 
@@ -142,6 +163,20 @@ class LeaseRecord:
         details = document.get("details", {})
         if not isinstance(details, dict) or not all(isinstance(v, str) for v in details.values()):
             raise LeaseDamaged(f"{url}: field 'details' is not an object of strings")
+        if not 0 < document["pid"] <= MAX_PID:
+            raise LeaseDamaged(f"{url}: field 'pid' is {document['pid']}, not a process id (1..{MAX_PID})")
+        for name in ("acquired", "renewed", "expires"):
+            if not 0 <= document[name] < MAX_UNIX_SECONDS:   # NaN fails this too
+                raise LeaseDamaged(f"{url}: field '{name}' is {document[name]}, not a time "
+                                   f"(unix seconds in 0..{MAX_UNIX_SECONDS:.0f})")
+        if not document["acquired"] <= document["renewed"] <= document["expires"]:
+            raise LeaseDamaged(f"{url}: times out of order (acquired {document['acquired']}, renewed "
+                               f"{document['renewed']}, expires {document['expires']}; need acquired <= "
+                               "renewed <= expires)")
+        if document["expires"] - document["renewed"] > MAX_LEASE_SECONDS:
+            raise LeaseDamaged(f"{url}: field 'expires' is {document['expires'] - document['renewed']:.0f} s "
+                               f"after 'renewed'; a lease lives at most {MAX_LEASE_SECONDS:.0f} s past its "
+                               "last renewal")
         return cls(holder=document["holder"], host=document["host"], pid=document["pid"],
                    acquired=float(document["acquired"]), renewed=float(document["renewed"]),
                    expires=float(document["expires"]), released=bool(document.get("released", False)),
@@ -149,6 +184,11 @@ class LeaseRecord:
 
     def held_at(self, now: float) -> bool:
         return not self.released and self.expires > now
+
+    def from_the_future(self, now: float) -> bool:
+        """Renewed further ahead of ``now`` than its own lifetime: its writer's clock is off by
+        more than the protocol tolerates, and the record is damaged (module docstring)."""
+        return self.renewed - now > self.expires - self.renewed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,8 +227,9 @@ def describe_time(unix_s: float, now: float) -> str:
     return f"{stamp} (in {delta:.0f} s)" if delta >= 0 else f"{stamp} ({-delta:.0f} s ago)"
 
 
-def read_record(storage, path: str) -> tuple[LeaseRecord | None, int]:
-    """The record at ``path`` (None when absent) and its generation (0 when absent); LeaseDamaged if unparsable."""
+def read_record(storage, path: str, *, now: float | None = None) -> tuple[LeaseRecord | None, int]:
+    """The record at ``path`` (None when absent) and its generation (0 when absent); LeaseDamaged if
+    unparsable or out of range at ``now`` (default: this machine's clock)."""
     try:
         data, generation = storage.read_versioned(path, max_bytes=layout.MAX_POINTER_BYTES)
     except NotFound:
@@ -197,18 +238,25 @@ def read_record(storage, path: str) -> tuple[LeaseRecord | None, int]:
         raise LeaseDamaged(f"{storage.url(path)}: {layout.too_large(layout.MAX_POINTER_BYTES)}",
                            exc.generation or 0) from None
     try:
-        return LeaseRecord.from_bytes(data, storage.url(path)), generation
+        record = LeaseRecord.from_bytes(data, storage.url(path))
     except LeaseDamaged as exc:
         raise LeaseDamaged(str(exc), generation) from None
+    now = time.time() if now is None else now
+    if record.from_the_future(now):
+        raise LeaseDamaged(f"{storage.url(path)}: renewed {describe_time(record.renewed, now)}, further ahead than "
+                           f"its lifetime of {record.expires - record.renewed:.0f} s: its writer's clock is wrong",
+                           generation)
+    return record, generation
 
 
 def held_record(storage, path: str, *, now: float | None = None) -> LeaseRecord | None:
     """The record at ``path`` if it is held now; None when absent, released, expired or damaged."""
+    now = time.time() if now is None else now
     try:
-        record, _ = read_record(storage, path)
+        record, _ = read_record(storage, path, now=now)
     except LeaseDamaged:
         return None
-    return record if record is not None and record.held_at(time.time() if now is None else now) else None
+    return record if record is not None and record.held_at(now) else None
 
 
 class Lease:
@@ -255,7 +303,7 @@ class Lease:
     # --- reading ------------------------------------------------------------------
     def read(self) -> tuple[LeaseRecord | None, int]:
         """The stored record (None when absent) and its generation; LeaseDamaged as :func:`read_record`."""
-        return read_record(self.storage, self.path)
+        return read_record(self.storage, self.path, now=self._clock())
 
     def _read_for_takeover(self) -> tuple[LeaseRecord | None, int, bool]:
         """(record, generation, takeable now) under this lease's takeover rules."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from format.cli import (RoleCli, board_size_setting, events_setting, poll_seconds_setting, root_setting, setting,
                         setting_problems)
+from format.leases import MAX_LEASE_SECONDS
 
 STRATEGIES = ("auto", "tpu", "mirrored", "default")
 PRECISIONS = ("auto", "float32", "bfloat16")
@@ -105,7 +106,7 @@ class TrainConfig:
     # --- one trainer per root (model.lease) ---------------------------------
     lease_seconds: float = setting(60.0,
         "lifetime of the trainer lease on ROOT (renewed every quarter of it); a second trainer "
-        "is refused until it expires", at_least=1)
+        "is refused until it expires", at_least=1, at_most=MAX_LEASE_SECONDS)
     lease_wait: bool = setting(False,
         "when another trainer holds the lease, wait for it to expire instead of exiting with status 2")
 

@@ -26,6 +26,7 @@ from cloud.base import RetryPolicy
 from cloud.storage import retry_flags_argv
 from format.cli import (board_size_setting, config_from_namespace, events_setting, flag_name, poll_seconds_setting,
                         root_setting, setting, setting_problems, storage_retry)
+from format.leases import MAX_LEASE_SECONDS
 from format.tfrecord import GZIP_LEVELS, SHARD_GZIP_LEVEL
 
 LABEL_AUTO = "auto"
@@ -105,7 +106,7 @@ class ShuffleConfig:
     claim_seconds: float = _field(
         180.0, "with --follow: a window claim expires this long after its last renewal (renewed every "
                "quarter of it while the window is built), so a killed follower blocks nobody for long",
-               follow=True, at_least=1)
+               follow=True, at_least=1, at_most=MAX_LEASE_SECONDS)
     events: str = events_setting(what="the follower's", follow=True)
     dataflow_above_positions: int = _field(
         0, "with --follow and Beam flags that name Dataflow (--runner DataflowRunner ...): a window of at most "

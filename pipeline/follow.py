@@ -74,7 +74,7 @@ import uuid
 from cloud.base import ObjectInfo, StorageError
 from format import layout
 from format.events import EventLog
-from format.leases import DAMAGED_EXPIRED, Lease, LeaseLost, LeaseRecord, Takeover, held_record
+from format.leases import DAMAGED_EXPIRED, Lease, LeaseLost, LeaseRecord, Takeover, describe_time, held_record
 from format.registry import RegistryError
 from pipeline import window_plan as W
 from pipeline.config import FOLLOW_WINDOW_FRACTION, ShuffleConfig, window_argv
@@ -394,8 +394,10 @@ class Follower:
             return
         self._reported.add(("lost", generation))
         self.events.emit("claim_lost", generation=generation, holder=winner.holder if winner else "")
+        until = (f" (its claim expires {describe_time(winner.expires, time.time())} unless renewed)"
+                 if winner else "")
         _progress(f"window {generation} is claimed by {winner.holder if winner else 'another follower'}; "
-                  f"waiting for it")
+                  f"waiting for it{until}")
 
     def window_command(self, generation: int, attempt: str, window_positions: int) -> list[str]:
         """The child job's command line for one window: the one-shot job's flags, then the Beam flags.

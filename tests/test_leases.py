@@ -6,6 +6,7 @@ compare-and-swap is the server's, not only the local store's.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -179,3 +180,40 @@ def test_records_round_trip_and_name_the_bad_field():
                                b'"expires": 1}', "u")
     with pytest.raises(ValueError, match="Takeover.damaged"):
         Takeover(damaged="ignored")
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("pid", 2 ** 70, "'pid' is"), ("pid", 0, "'pid' is"),
+    ("expires", 1e300, "'expires' is"), ("renewed", float("nan"), "'renewed' is"),
+    ("acquired", -5.0, "'acquired' is"),
+    ("expires", 1_000_000.0 + 10 * 86400, "lives at most"),      # far past its renewal (a skewed writer)
+    ("renewed", 999_000.0, "out of order"),                       # renewed before it was acquired
+])
+def test_an_out_of_range_record_is_damaged_never_a_traceback_or_an_endless_hold(storage, field, value, says):
+    clock = Clock()
+    record = {"holder": "h:1:x", "host": "h", "pid": 1, "acquired": 1_000_000.0, "renewed": 1_000_000.0,
+              "expires": 1_000_060.0, "released": False}
+    storage.write_new(PATH, json.dumps({**record, field: value}).encode())
+    with pytest.raises(LeaseDamaged, match=f"test-lease.json: .*{says}"):
+        lease(storage, clock, takeover=Takeover(dead_local_holder=True)).try_acquire()
+    assert held_record(storage, PATH, now=clock.now) is None
+    claim = lease(storage, clock, takeover=Takeover(damaged=DAMAGED_EXPIRED))
+    assert claim.try_acquire() is None                   # a claim replaces it at once
+
+
+def test_a_record_renewed_in_the_readers_future_is_damaged(storage):
+    """A writer whose clock runs a day ahead: its record looks live for a day,
+    but was renewed further ahead than its own lifetime."""
+    clock = Clock()
+    ahead = Lease(storage, PATH, 180.0, clock=Clock(clock.now + 86400))
+    assert ahead.try_acquire() is None
+    assert held_record(storage, PATH, now=clock.now) is None
+    with pytest.raises(LeaseDamaged, match="renewed .* further ahead than its lifetime of 180 s"):
+        lease(storage, clock).try_acquire()
+    claim = lease(storage, clock, takeover=Takeover(damaged=DAMAGED_EXPIRED))
+    assert claim.try_acquire() is None
+    # Within its lifetime, a clock ahead is tolerated (the protocol's stated tolerance).
+    storage2_clock = Clock(clock.now + 60)
+    slightly = Lease(storage, "cluster/other.json", 180.0, clock=storage2_clock)
+    assert slightly.try_acquire() is None
+    assert held_record(storage, "cluster/other.json", now=clock.now) is not None
