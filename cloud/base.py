@@ -107,13 +107,15 @@ class RetryPolicy:
     request_timeout_s: float = 120.0
 
     def __post_init__(self):
+        # Upper bounds too (NaN fails every comparison): a day of retrying, an hour a
+        # request, are past anything useful, and 1e300 must not reach time.sleep.
         checks = (
-            ("max_attempts", self.max_attempts >= 1, ">= 1"),
-            ("initial_delay_s", self.initial_delay_s >= 0, ">= 0"),
-            ("max_delay_s", self.max_delay_s >= 0, ">= 0"),
-            ("multiplier", self.multiplier >= 1, ">= 1"),
-            ("deadline_s", self.deadline_s > 0, "> 0"),
-            ("request_timeout_s", self.request_timeout_s > 0, "> 0"),
+            ("max_attempts", 1 <= self.max_attempts <= 1000, "in [1, 1000]"),
+            ("initial_delay_s", 0 <= self.initial_delay_s <= 3600, "in [0, 3600]"),
+            ("max_delay_s", 0 <= self.max_delay_s <= 3600, "in [0, 3600]"),
+            ("multiplier", 1 <= self.multiplier <= 100, "in [1, 100]"),
+            ("deadline_s", 0 < self.deadline_s <= 86400, "in (0, 86400]"),
+            ("request_timeout_s", 0 < self.request_timeout_s <= 3600, "in (0, 3600]"),
         )
         for field, ok, requirement in checks:
             if not ok:

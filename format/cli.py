@@ -152,8 +152,9 @@ def board_size_setting(default: int | None = 9, *, note: str = "", aliases: tupl
 def _check_komi(value, info) -> str | None:
     # run.json's rule (format.run_config): area scoring makes any other
     # fraction pointless, and one rule keeps a player's komi valid for a run.
-    if value is not None and not (math.isfinite(value) and value * 2 == round(value * 2)):
-        return f"{value} must be a finite multiple of 0.5"
+    if value is not None and not (math.isfinite(value) and value * 2 == round(value * 2)
+                                  and abs(value) <= schema.MAX_KOMI):
+        return f"must be a multiple of 0.5 in [-{schema.MAX_KOMI:g}, {schema.MAX_KOMI:g}], got {value}"
     return None
 
 
@@ -201,7 +202,10 @@ def setting_problems(config) -> list[str]:
     for field in dataclasses.fields(config):
         check = field.metadata.get("check")
         value = getattr(config, field.name)
-        problem = check(value, field.metadata) if check else _declared_problem(value, field.metadata)
+        # The field's own rule words the problem when it has one; the magnitude rule
+        # catches what a rule without an upper (lower) bound lets through.
+        problem = ((check(value, field.metadata) if check else _declared_problem(value, field.metadata))
+                   or _magnitude_problem(value, field.metadata))
         if problem:
             problems.append(f"{flag_name(field.name)}: {problem}")
     return problems
@@ -218,6 +222,34 @@ def range_text(bounds) -> str:
         (low_op, low), (high_op, high) = lower[0], upper[0]
         return f"in {'[' if low_op == '>=' else '('}{low}, {high}{']' if high_op == '<=' else ')'}"
     return " and ".join(f"{op} {x}" for op, x in bounds)
+
+
+def settings_error(problems: list[str], what: str = "invalid flags") -> str:
+    """One line for a role's invalid settings: the problem itself when there is one
+    (``--reuse: must be in (0, 16], got 17``), else ``what: p1; p2; ...``."""
+    return problems[0] if len(problems) == 1 else f"{what}: " + "; ".join(problems)
+
+
+NUMBER_LIMIT = 10 ** 9
+"""A numeric setting with no declared upper (lower) bound is at most (at least)
+plus (minus) this: no count, size or duration of any role comes near it, and a
+value past it (1e300, 2**63) would otherwise overflow or exhaust memory deep
+inside a role instead of getting one line here."""
+
+
+def _magnitude_problem(value, info) -> str | None:
+    """Every numeric setting: finite, and within NUMBER_LIMIT on each side that declares no bound."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    bounds = info.get("bounds", ())
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number{' ' + range_text(bounds) if bounds else ''}, got {value}"
+    declared = {op for op, _ in bounds}
+    if not declared & {"<=", "<"} and value > NUMBER_LIMIT:
+        return f"must be at most {NUMBER_LIMIT:,}, got {value}"
+    if not declared & {">=", ">"} and value < -NUMBER_LIMIT:
+        return f"must be at least {-NUMBER_LIMIT:,}, got {value}"
+    return None
 
 
 def _declared_problem(value, info) -> str | None:

@@ -34,8 +34,8 @@ class RunConfig:
     def __post_init__(self):
         if not S.MIN_BOARD_SIZE <= self.board_size <= S.MAX_BOARD_SIZE:
             raise ValueError(f"board size {self.board_size} is outside {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
-        if not math.isfinite(self.komi) or self.komi * 2 != round(self.komi * 2):
-            raise ValueError(f"komi {self.komi} must be a finite multiple of 0.5")
+        if not math.isfinite(self.komi) or self.komi * 2 != round(self.komi * 2) or abs(self.komi) > S.MAX_KOMI:
+            raise ValueError(f"komi {self.komi} must be a multiple of 0.5 in [-{S.MAX_KOMI:g}, {S.MAX_KOMI:g}]")
         if self.rules != S.RULES_TROMP_TAYLOR:
             raise ValueError(f"rules {self.rules!r} are not supported (only {S.RULES_TROMP_TAYLOR!r})")
 

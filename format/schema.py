@@ -38,6 +38,12 @@ POSITION_RECORD_VERSIONS = frozenset({1, 2, 3})
 MIN_BOARD_SIZE = 5
 MAX_BOARD_SIZE = 19
 
+MAX_KOMI = 1000.0
+"""|komi| is at most this, in run.json, every role's --komi and GTP's komi
+command alike: more than any board's area (19 x 19 = 361), and exact in the
+float32 that records store it in (1e300 would become inf and make every chunk
+of the lake unreadable)."""
+
 BLACK = 1
 WHITE = -1
 EMPTY = 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from format.cli import (RoleCli, board_size_setting, events_setting, poll_seconds_setting, root_setting, setting,
-                        setting_problems)
+                        setting_problems, settings_error)
 from format.leases import MAX_LEASE_SECONDS
 
 STRATEGIES = ("auto", "tpu", "mirrored", "default")
@@ -113,7 +113,7 @@ class TrainConfig:
     def __post_init__(self):
         problems = self.problems()
         if problems:
-            raise ConfigError("invalid flags:\n  " + "\n  ".join(problems))
+            raise ConfigError(settings_error(problems))
 
     def problems(self) -> list[str]:
         """Every invalid setting, each naming its flag."""

@@ -25,7 +25,7 @@ import dataclasses
 from cloud.base import RetryPolicy
 from cloud.storage import retry_flags_argv
 from format.cli import (board_size_setting, config_from_namespace, events_setting, flag_name, poll_seconds_setting,
-                        root_setting, setting, setting_problems, storage_retry)
+                        root_setting, setting, setting_problems, settings_error, storage_retry)
 from format.leases import MAX_LEASE_SECONDS
 from format.tfrecord import GZIP_LEVELS, SHARD_GZIP_LEVEL
 
@@ -121,7 +121,7 @@ class ShuffleConfig:
         if self.window_max_positions and self.window_max_positions < self.window_min_positions:
             errors.append("--window-max-positions must be 0 or at least --window-min-positions")
         if errors:
-            raise ValueError("invalid shuffle settings:\n  " + "\n  ".join(errors))
+            raise ValueError(settings_error(errors, "invalid shuffle settings"))
 
 
 def window_argv(config: ShuffleConfig) -> list[str]:

@@ -302,7 +302,7 @@ class GtpEngine:
             komi = float(args[0])
         except ValueError:
             raise GtpFailure(f"syntax error: komi {args[0]!r} is not a number") from None
-        if not math.isfinite(komi) or abs(komi) > 1000:
+        if not math.isfinite(komi) or abs(komi) > S.MAX_KOMI:
             raise GtpFailure(f"syntax error: komi {args[0]!r} is out of range")
         self.komi = komi
         self.board = self._replay(self.moves)

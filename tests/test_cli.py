@@ -157,7 +157,9 @@ def test_every_role_declares_a_shared_setting_through_its_one_constructor():
 
 @pytest.mark.parametrize("name, bad, message", [
     ("board_size", 1, "--board-size: 1 is outside 5..19"), ("board_size", 20, "--board-size: 20 is outside"),
-    ("komi", 6.3, "--komi: 6.3 must be a finite multiple of 0.5"), ("komi", float("nan"), "--komi: nan"),
+    ("komi", 6.3, "--komi: must be a multiple of 0.5 in [-1000, 1000], got 6.3"),
+    ("komi", 1e300, "--komi: must be a multiple of 0.5 in [-1000, 1000], got 1e+300"),
+    ("komi", float("nan"), "--komi: must be a multiple of 0.5 in [-1000, 1000], got nan"),
     ("max_moves", -1, "--max-moves: must be >= 0"), ("poll_seconds", 0.0, "--poll-seconds: must be > 0"),
     ("root", "", "--root: a storage root is required")])
 def test_a_shared_setting_is_refused_by_one_rule_worded_one_way_in_every_role(name, bad, message):

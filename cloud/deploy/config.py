@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from format.cli import flag_name, root_setting, setting, setting_problems
+from format.cli import flag_name, root_setting, setting, setting_problems, settings_error
 
 ROLES = ("worker", "shuffle", "trainer")
 
@@ -185,7 +185,7 @@ class DeployConfig:
         unknown = sorted(set(self.sections) - set(SECTIONS))
         need(not unknown, "only", f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
         if errors:
-            raise ValueError("invalid deployment:\n  " + "\n  ".join(errors))
+            raise ValueError(settings_error(errors, "invalid deployment"))
 
     # --- derived values (one place each) ------------------------------------------
     @property
