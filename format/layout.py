@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 
 from format import schema as S
+from format.tfrecord import MAX_EXPANSION
 
 RUN_CONFIG = "run.json"
 GAMES_DIR = "games"
@@ -271,9 +273,17 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
     shards = need("shards", list)
     if not shards or not all(isinstance(s, str) and _SAFE_NAME.fullmatch(s) and ".." not in s for s in shards):
         raise ManifestError(url, "shards", "must list the window's shard file names")
+    _check_numbers(document, url)
     positions = need("positions", int)
-    if positions <= 0:
-        raise ManifestError(url, "positions", f"is {positions}, expected > 0")
+    if not 0 < positions <= MAX_WINDOW_POSITIONS:
+        raise ManifestError(url, "positions", f"is {positions}, expected 1..{MAX_WINDOW_POSITIONS:,}")
+    _check_counts(document, "shard_positions", shards, positions, url)
+    _check_counts(document, "generations", None, positions, url)
+    if not all(parse_generation(f"{g:0>6}") is not None for g in document.get("generations", {})):
+        raise ManifestError(url, "generations", "must be keyed by generation numbers")
+    komi = document.get("komi", 0.0)
+    if not isinstance(komi, (int, float)) or isinstance(komi, bool) or abs(komi) > S.MAX_KOMI:
+        raise ManifestError(url, "komi", f"is {komi!r}, expected a number in [-{S.MAX_KOMI:g}, {S.MAX_KOMI:g}]")
     record_version = need("record_version", int) if "record_version" in document else 1
     if record_version not in S.POSITION_RECORD_VERSIONS:
         raise ManifestError(url, "record_version", f"is {record_version}; this reader knows versions "
@@ -292,6 +302,46 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
                           path=path, record_version=record_version, document=document, game_table=table)
 
 
+MAX_WINDOW_POSITIONS = 10 ** 9
+"""No window holds more position records than this (a billion: 1,000x the
+default window's growth at any lake size people run); a manifest that says
+more is damaged, not a plan for billions of training steps."""
+
+MAX_DOCUMENT_NUMBER = 2 ** 53
+"""No number in a lake document is larger in magnitude (the last integer a
+JSON reader's double holds exactly)."""
+
+
+def _check_numbers(value, url: str, where: str = "") -> None:
+    """Every number anywhere in a document is finite and at most MAX_DOCUMENT_NUMBER
+    in magnitude (Python's json reads NaN and Infinity; statistics are nested)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_numbers(item, url, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_numbers(item, url, f"{where}[{index}]")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not (math.isfinite(value) and abs(value) <= MAX_DOCUMENT_NUMBER):
+            raise ManifestError(url, where, f"is {value}, not a number a lake document holds "
+                                            f"(finite, at most {MAX_DOCUMENT_NUMBER:,} in magnitude)")
+
+
+def _check_counts(document: dict, name: str, keys, total: int, url: str) -> None:
+    """``document[name]``, when present, maps names (``keys``, when given, exactly) to
+    position counts that add up to ``total``, the window's positions."""
+    counts = document.get(name)
+    if counts is None:
+        return
+    if not isinstance(counts, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                               for v in counts.values()):
+        raise ManifestError(url, name, "must map names to position counts (ints >= 0)")
+    if keys is not None and set(counts) != set(keys):
+        raise ManifestError(url, name, "must give the count of exactly the shards the manifest lists")
+    if sum(counts.values()) != total:
+        raise ManifestError(url, name, f"adds up to {sum(counts.values())}, but 'positions' is {total}")
+
+
 def read_window_manifest(storage, generation: int, *, check_shards: bool = False) -> WindowManifest:
     """Read and validate ``windows/<gen>/MANIFEST.json``.
 
@@ -308,11 +358,18 @@ def read_window_manifest(storage, generation: int, *, check_shards: bool = False
         raise ManifestError(storage.url(path), "", too_large(MAX_DOCUMENT_BYTES)) from None
     window = parse_window_manifest(data, path, storage.url(path))
     if check_shards:
-        present = {info.path for info in storage.list(window_dir(generation) + "/")}
+        sizes = {info.path: info.size for info in storage.list(window_dir(generation) + "/")}
         for shard in window.shards:
-            if shard not in present:
+            if shard not in sizes:
                 raise ManifestError(storage.url(path), "shards", f"names {storage.url(shard)}, which is missing")
-        if window.game_table and window.game_table not in present:
+        # Each record holds at least one byte, and a shard may expand at most
+        # MAX_EXPANSION times (format.tfrecord), so its bytes bound its positions.
+        most = MAX_EXPANSION * sum(sizes[shard] for shard in window.shards)
+        if window.positions > most:
+            raise ManifestError(storage.url(path), "positions",
+                                f"is {window.positions}, more than its shards' {most // MAX_EXPANSION:,} bytes can "
+                                f"hold (at most {MAX_EXPANSION} positions a byte)")
+        if window.game_table and window.game_table not in sizes:
             raise ManifestError(storage.url(path), "game_table",
                                 f"names {storage.url(window.game_table)}, which is missing")
     return window

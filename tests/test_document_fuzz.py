@@ -1,0 +1,141 @@
+"""Lake documents with hostile numbers: each reader gives its own named error, nothing else.
+
+Hypothesis takes a real document of each kind (a window manifest written by
+the shuffle job's writer, run.json, a lease record), picks any numeric field,
+however deeply nested in its statistics, and replaces it with a value no
+writer produces: huge, negative, NaN, infinite, a bool, a string, null.
+Reading the result must either succeed or raise the reader's own error (which
+names the object); any other exception is a traceback a user would see.
+Cross-checks are tested directly: a manifest whose counts disagree with each
+other, or with its shards' sizes, is refused.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cloud.storage import open_storage
+from format import codec, layout
+from format.leases import LeaseDamaged, LeaseRecord
+from format.run_config import RunConfig, RunConfigMismatch
+from testdata.random_games import engine_game
+from testdata.synthetic_windows import write_run_config
+
+HOSTILE = st.one_of(
+    st.integers(min_value=-(2 ** 70), max_value=2 ** 70),
+    st.sampled_from([float("nan"), float("inf"), -float("inf"), 1e300, -1e300, 2 ** 63, -1, 0, True, False,
+                     "7", None, [], {}]),
+    st.floats(allow_nan=True, allow_infinity=True))
+
+
+def numeric_paths(value, path=()):
+    """Every path (keys and indices) to a number inside a JSON document."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from numeric_paths(item, path + (key,))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from numeric_paths(item, path + (index,))
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield path
+
+
+def replaced(document, path, value):
+    document = json.loads(json.dumps(document))
+    target = document
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return document
+
+
+@pytest.fixture(scope="module")
+def window(tmp_path_factory):
+    """A real window: legal games through the shuffle job itself (in-process Beam)."""
+    from pipeline import shuffle
+
+    root = str(tmp_path_factory.mktemp("fuzz") / "lake")
+    storage = open_storage(root)
+    write_run_config(storage, board_size=9)
+    rng = np.random.default_rng(5)
+    storage.write_new(layout.chunk_path(0, "fuzz", 1_700_000_000_000, 0),
+                      codec.encode_chunk([engine_game(rng, 9) for _ in range(12)]))
+    assert shuffle.main(["--root", root, "--window-min-positions", "100", "--shard-positions", "300",
+                         "--workers", "1"]) == 0
+    path = layout.window_manifest(1)
+    return storage, json.loads(storage.read(path)), path
+
+
+def test_the_manifest_has_numbers_to_mutate(window):
+    _, document, _ = window
+    assert len(list(numeric_paths(document))) >= 20 and len(document["shards"]) >= 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_a_window_manifest_with_any_hostile_number_is_a_named_error(window, data):
+    _, document, path = window
+    field = data.draw(st.sampled_from(list(numeric_paths(document))))
+    value = data.draw(HOSTILE)
+    text = json.dumps(replaced(document, field, value)).encode()
+    try:
+        manifest = layout.parse_window_manifest(text, path)
+    except layout.ManifestError as exc:
+        assert path in str(exc)
+        return
+    # Accepted: then whatever the trainer plans from it is sane.
+    assert 0 < manifest.positions <= layout.MAX_WINDOW_POSITIONS
+    assert 5 <= manifest.board_size <= 19
+
+
+def test_counts_are_cross_checked_within_the_manifest_and_against_the_shards(window, tmp_path):
+    storage, document, path = window
+    shards = document["shards"]
+    positions = document["positions"]
+    bad = {"positions": positions + 1}                                          # shard counts disagree
+    with pytest.raises(layout.ManifestError, match="shard_positions.*adds up to"):
+        layout.parse_window_manifest(json.dumps({**document, **bad}).encode(), path)
+    lie = {name: 1 for name in shards} | {shards[0]: 10 ** 8 - len(shards) + 1}
+    absurd = dict(document, positions=10 ** 8, shard_positions=lie,
+                  generations={"0": 10 ** 8})                                   # consistent, but a lie
+    layout.parse_window_manifest(json.dumps(absurd).encode(), path)
+    lake = open_storage(str(tmp_path / "lake"))
+    for info in storage.list(layout.window_dir(1) + "/"):
+        if info.path != path:
+            lake.write_new(info.path, storage.read(info.path))
+    lake.write_new(path, json.dumps(absurd).encode())
+    with pytest.raises(layout.ManifestError, match="positions.*more than its shards"):
+        layout.read_window_manifest(lake, 1, check_shards=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_run_json_with_any_hostile_number_is_a_named_error(data):
+    document = json.loads(RunConfig(board_size=9, komi=7.5).to_json())
+    field = data.draw(st.sampled_from(list(numeric_paths(document))))
+    text = json.dumps(replaced(document, field, data.draw(HOSTILE))).encode()
+    try:
+        config = RunConfig.from_json(text, "lake/run.json")
+    except RunConfigMismatch as exc:
+        assert "lake/run.json" in str(exc)
+        return
+    assert 5 <= config.board_size <= 19 and math.isfinite(config.komi)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_a_lease_record_with_any_hostile_number_is_damaged(data):
+    document = json.loads(LeaseRecord("h:1:x", "h", 1, 1e9, 1e9, 1e9 + 60).to_bytes())
+    field = data.draw(st.sampled_from(list(numeric_paths(document))))
+    text = json.dumps(replaced(document, field, data.draw(HOSTILE))).encode()
+    try:
+        record = LeaseRecord.from_bytes(text, "lake/cluster/trainer-lease.json")
+    except LeaseDamaged as exc:
+        assert "trainer-lease.json" in str(exc)
+        return
+    assert 0 < record.pid and record.acquired <= record.renewed <= record.expires
