@@ -734,3 +734,25 @@ def test_the_sdist_carries_every_vm_file():
     missing = [str(path.relative_to(REPO)) for path in sorted(VM.rglob("*")) if path.is_file()
                and not any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns.group(1).split())]
     assert not missing, f"MANIFEST.in leaves these out of the sdist: {missing}"
+
+
+# ---- the root's run prefix (issue 25, defect 12) ------------------------------------
+
+@pytest.mark.parametrize("run", ["run1,zerolake-role=trainer", 'run"1', "run'1", "run 1", "run1\nZEROLAKE_ARGS=x",
+                                 "$(touch /tmp/owned)", "run`id`", "run$HOME", "run\\1", "a/../b", "a//b",
+                                 ".zl-tmp-x", "r" * 513])
+def test_a_root_whose_run_is_unsafe_in_metadata_or_the_env_file_is_refused(run, capsys):
+    """The run after gs://BUCKET/ goes verbatim into --metadata (',' splits entries) and into the
+    VMs' double-quoted environment file: only '/'-separated segments of letters, digits and _.-."""
+    for command in ("plan", "down"):
+        code, out, err = run_deploy([command, "--project", "zl-test-project", "--root", f"gs://zl-test-bucket/{run}"],
+                                    capsys)
+        [line] = [line for line in err.splitlines() if not line.startswith("usage:")]
+        assert code == 2 and out == "" and "--root" in line and "Traceback" not in err, (command, err)
+
+
+def test_a_nested_run_prefix_reaches_the_metadata_unchanged(capsys):
+    script = plan_text(["plan", "--project", "zl-test-project", "--root", "gs://zl-test-bucket/team-a/run_1.v2/",
+                        "--workers", "1", "--trainer-cpu"], capsys)
+    entries = [m.split(",") for m in _metadata_of(script).values()]
+    assert entries and all("zerolake-root=gs://zl-test-bucket/team-a/run_1.v2/" in e for e in entries)

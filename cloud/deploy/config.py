@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from cloud.base import validate_prefix
 from format.cli import flag_name, root_setting, setting, setting_problems, settings_error
 
 ROLES = ("worker", "shuffle", "trainer")
@@ -89,6 +90,16 @@ ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
 MACHINE_TYPE = re.compile(r"[a-z0-9]+-[a-z0-9-]+")
 TPU_TYPE = re.compile(r"v[0-9][a-z0-9]*-[0-9]+")
+ROOT_PREFIX = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*/?")
+"""The run's object prefix after ``gs://BUCKET/``: '/'-separated segments of
+letters, digits and ``_.-``.  The root travels in instance metadata (where ','
+separates entries) and into each VM's systemd environment file (a
+double-quoted value, where quotes, '$', '\\' and newlines act), so nothing else
+is safe there, though GCS object names would allow it."""
+ROOT_PREFIX_MAX = 512
+"""Characters of that prefix: GCS object names end at 1024 bytes, and the
+lake's own paths under the root (chunk names carry the worker's host name)
+need the rest."""
 ARGS_TEXT = re.compile(r"[A-Za-z0-9_./:= -]*")
 """Extra role flags travel in instance metadata, where ',' separates entries:
 letters, digits and ``_./:=-`` and spaces only."""
@@ -159,8 +170,11 @@ class DeployConfig:
         need(bool(LABEL_VALUE.fullmatch(self.name)), "name",
              f"{self.name!r}: 1-21 of a-z, 0-9 and '-', starting with a letter (it prefixes VM names)")
         bucket, _ = split_root(self.root) if self.root.startswith("gs://") else ("", "")
-        need(bool(bucket) and bool(BUCKET_NAME.fullmatch(bucket)), "root",
-             f"{self.root!r} is not gs://BUCKET/RUN with a valid bucket name")
+        if not (bucket and BUCKET_NAME.fullmatch(bucket)):
+            need(False, "root", f"{self.root!r} is not gs://BUCKET/RUN with a valid bucket name")
+        else:
+            problem = root_prefix_problem(self.root.removeprefix("gs://").partition("/")[2])
+            need(problem is None, "root", f"{self.root!r}: {problem}")
         errors += setting_problems(self)       # declared ranges (format.cli)
         for field in ("worker_gpu", "trainer_gpu"):
             value = getattr(self, field)
@@ -264,6 +278,20 @@ class DeployConfig:
             return self.trainer_machine
         return GPU_KINDS[self.trainer_gpu].machines[self.trainer_gpu_count] if self.trainer_gpu \
             else "n2-standard-16"
+
+
+def root_prefix_problem(prefix: str) -> str | None:
+    """Why ``prefix`` (the root's text after ``gs://BUCKET/``) cannot name a deployment's run, or None."""
+    if len(prefix) > ROOT_PREFIX_MAX:
+        return f"the run after the bucket is {len(prefix)} characters, more than {ROOT_PREFIX_MAX}"
+    if prefix and not ROOT_PREFIX.fullmatch(prefix):
+        return ("the run after the bucket may hold only letters, digits and _.- in '/'-separated segments "
+                "(it travels in instance metadata and the VMs' environment file)")
+    try:
+        validate_prefix(prefix)          # no '.' or '..' segment, no temp-file marker
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def split_root(root: str) -> tuple[str, str]:
