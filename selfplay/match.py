@@ -39,6 +39,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import time
 from typing import Callable, Sequence
@@ -417,11 +418,23 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
 
 def run(config: MatchConfig, log: Callable[[str], None] = lambda text: None, retry=None) -> EvalResult:
     """Load the players of `config`, play the match, close the players; ``retry``
-    is the storage RetryPolicy for gs:// model roots."""
+    is the storage RetryPolicy for gs:// model roots.  Model files go to a
+    temporary cache that is removed when this returns or raises."""
+    from format.registry import ModelCache
+
+    cache = ModelCache() if any(spec.kind == "model" for spec in (config.player_a, config.player_b)) else None
+    try:
+        return _run(config, log, retry, cache)
+    finally:
+        if cache is not None:
+            cache.close()
+
+
+def _run(config: MatchConfig, log: Callable[[str], None], retry, cache) -> EvalResult:
     loaded = {}
     for spec in (config.player_a, config.player_b):
         if spec.kind == "model" and spec not in loaded:
-            loaded[spec] = load_evaluator(EvaluatorSource(spec.root, spec.generation), retry=retry)
+            loaded[spec] = load_evaluator(EvaluatorSource(spec.root, spec.generation), cache_dir=cache, retry=retry)
     model_sizes = {item.board_size for item in loaded.values()}
     model_komis = {item.komi for item in loaded.values() if item.komi is not None}
     if len(model_sizes) > 1 and config.board_size is None:
@@ -450,6 +463,20 @@ def run(config: MatchConfig, log: Callable[[str], None] = lambda text: None, ret
             player.close()
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (a BaseException, so no player's ``except Exception`` swallows it)."""
+
+
+def _terminate(signum, frame):
+    # SIGTERM's default action ends the process without unwinding, which would
+    # leave the temporary model cache (format.registry.ModelCache, removed at
+    # exit) in TMPDIR and GNU Go running; an exception runs run()'s finally
+    # (players closed) and the atexit handlers.  A second SIGTERM must not
+    # interrupt that clean-up.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated
+
+
 def main(argv=None) -> int:
     from cloud.base import StorageError
     from format.registry import RegistryError
@@ -458,11 +485,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     config = config_from_args(args, parser)
     log = (lambda text: print(text, file=sys.stderr, flush=True))
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         result = run(config, log, storage_retry(args, parser))
     except (OSError, ValueError, LookupError, RegistryError, StorageError) as exc:
         print(f"selfplay.match: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("selfplay.match: stopped by SIGTERM; no result", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if config.json:
         print(json.dumps(result.to_json_dict(), sort_keys=True))
     else:

@@ -1,0 +1,99 @@
+"""Nothing is left behind: a match stopped by SIGTERM removes its model cache,
+and a local lake keeps no empty folders once their objects are deleted.
+
+The shuffle job's own case (no empty ``tmp/shuffle-*/{parts,shards}`` folders
+after a run) is checked where the job already runs, in
+tests/test_pipeline_job.py.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cloud.local import LocalStorage
+from format import layout, registry
+
+REPO = Path(__file__).resolve().parents[1]
+
+STUB_TENSORFLOW = '''"""Stand-in for TensorFlow: a model load that never ends, reached at once."""
+import time
+
+
+class saved_model:
+    @staticmethod
+    def load(path):
+        time.sleep(120)
+'''
+
+
+def test_a_match_stopped_by_sigterm_removes_its_model_cache(tmp_path):
+    """SIGTERM while the match loads its model: the cache's files are fetched, TMPDIR is empty afterwards.
+
+    A stand-in ``tensorflow`` whose ``saved_model.load`` blocks holds the match
+    inside loading, its cache full, without paying TensorFlow's import
+    (seconds); a match of two network-free players makes no cache at all.
+    """
+    lake = tmp_path / "lake"
+    export = tmp_path / "export"
+    (export / "variables").mkdir(parents=True)
+    (export / "saved_model.pb").write_bytes(b"graph")
+    (export / "variables" / "data").write_bytes(b"weights" * 10)
+    registry.publish_model(LocalStorage(str(lake)), 1, str(export), {"board_size": 9})
+    stub = tmp_path / "stub" / "tensorflow"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text(STUB_TENSORFLOW)
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    env = dict(os.environ, PYTHONPATH=f"{stub.parent}{os.pathsep}{REPO}", TMPDIR=str(tmpdir))
+    proc = subprocess.Popen([sys.executable, "-m", "selfplay.match", f"model:{lake}@1", "random", "--games", "1"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmpdir.glob(f"zerolake-models-*/{layout.generation_dir(1)}/variables/data")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines()[-1] == "selfplay.match: stopped by SIGTERM; no result" and "Traceback" not in err
+    assert os.listdir(tmpdir) == []
+
+
+def test_a_delete_removes_the_folders_it_leaves_empty_up_to_the_root(tmp_path):
+    root = tmp_path / "lake"
+    storage = LocalStorage(str(root))
+    storage.write_new("tmp/shuffle-000001-a/parts/00000/b0.npz", b"x")
+    storage.write_new("tmp/shuffle-000001-a/parts/00001/b0.npz", b"x")
+    storage.write_new("tmp/shuffle-000001-a/shards/00000/c0.npz", b"x")
+    storage.delete("tmp/shuffle-000001-a/parts/00000/b0.npz")
+    assert sorted(os.listdir(root / "tmp/shuffle-000001-a/parts")) == ["00001"]
+    storage.delete("tmp/shuffle-000001-a/parts/00001/b0.npz")
+    assert os.listdir(root / "tmp/shuffle-000001-a") == ["shards"]
+    storage.delete("tmp/shuffle-000001-a/shards/00000/c0.npz")
+    assert os.listdir(root) == []                      # the root itself stays
+    storage.delete("tmp/shuffle-000001-a/shards/00000/c0.npz", missing_ok=True)
+    assert os.listdir(root) == []
+
+
+def test_a_write_whose_folder_a_concurrent_delete_prunes_makes_it_again(tmp_path, monkeypatch):
+    """Another process's delete may remove the (empty) folder between this writer's makedirs and open."""
+    import cloud.local
+
+    storage = LocalStorage(str(tmp_path / "lake"))
+    real_open = os.open
+    pruned = []
+
+    def open_after_a_prune(path, flags, mode=0o777):
+        folder = os.path.dirname(path)
+        if not pruned and os.path.isdir(folder) and not os.listdir(folder):
+            os.rmdir(folder)
+            pruned.append(folder)
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(cloud.local.os, "open", open_after_a_prune)
+    storage.write_new("tmp/probe-w1", b"probe")
+    assert pruned and storage.read("tmp/probe-w1") == b"probe"
