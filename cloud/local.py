@@ -15,6 +15,10 @@ How a whole-object write works here
 A process killed between steps 1 and 2 leaves only a temp file: never
 listed, never readable as an object, and removable with
 :meth:`LocalStorage.remove_stale_temp_files`.
+
+Folders are made on the first write under them and, as in an object store
+where a prefix exists only while objects have it, removed by the delete that
+leaves them empty (up to, not including, the root).
 """
 
 from __future__ import annotations
@@ -96,9 +100,8 @@ class LocalStorage(Storage):
         temp = os.path.join(directory, f"{TEMP_MARKER}{os.path.basename(target)}."
                                        f"{os.getpid()}.{uuid.uuid4().hex[:12]}")
         try:
-            os.makedirs(directory, exist_ok=True)
             # 0o666 minus the umask, like any ordinary file: lakes are shared.
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            fd = _open_in_folder(directory, temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
         except OSError as exc:
             raise StorageError(f"cannot write {target}: {exc.strerror}", url=target) from None
         try:
@@ -152,9 +155,9 @@ class LocalStorage(Storage):
         """
         target = self._file(path)
         directory = os.path.dirname(target)
-        os.makedirs(directory, exist_ok=True)
         lock_path = os.path.join(directory, f"{TEMP_MARKER}lock-{os.path.basename(target)}")
-        with open(lock_path, "a") as lock:
+        with open(_open_in_folder(directory, lock_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC),
+                  "a") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             try:
                 current = os.stat(target).st_mtime_ns
@@ -221,6 +224,25 @@ class LocalStorage(Storage):
                 raise NotFound(f"no object at {target}", url=target) from None
         except OSError as exc:
             raise StorageError(f"cannot delete {target}: {exc.strerror}", url=target) from None
+        self._prune_empty_folders(os.path.dirname(target))
+
+    def _prune_empty_folders(self, directory: str) -> None:
+        """Remove ``directory`` and its parents below the root while they are empty.
+
+        An object store has no folders: a prefix exists while objects have it.
+        Without this, every job's ``tmp/<job>-<gen>-<attempt>/`` pieces would
+        leave their empty folders behind for ever.  A writer racing this finds
+        its folder gone between making it and creating its temp file, and makes
+        it again (`_open_in_folder`).
+        """
+        while directory.startswith(self._root + os.sep):
+            try:
+                os.rmdir(directory)
+            except FileNotFoundError:
+                pass                  # already pruned by another delete: its parent may still be empty
+            except OSError:
+                return                # not empty (or not ours to remove): every parent holds it
+            directory = os.path.dirname(directory)
 
     def remove_stale_temp_files(self, older_than_s: float = 3600.0) -> int:
         """Delete temp files left by crashed writers that are older than
@@ -264,6 +286,23 @@ def fsync_directory(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _open_in_folder(directory: str, path: str, flags: int, attempts: int = 5) -> int:
+    """os.open(path, flags, 0o666) in ``directory``, made first if missing.
+
+    A delete in another process prunes folders it leaves empty
+    (`LocalStorage._prune_empty_folders`), possibly between our makedirs and
+    open: then the folder is made again.
+    """
+    for _ in range(attempts - 1):
+        try:
+            os.makedirs(directory, exist_ok=True)
+            return os.open(path, flags, 0o666)
+        except FileNotFoundError:
+            continue
+    os.makedirs(directory, exist_ok=True)
+    return os.open(path, flags, 0o666)
 
 
 def _unlink_if_present(path: str) -> None:

@@ -180,6 +180,9 @@ def test_manifest_is_complete_and_temporaries_are_gone(lake):
                for name in manifest["shards"])
     leftovers = [f for _, _, files in os.walk(os.path.join(lake["root"], "tmp")) for f in files]
     assert leftovers == []
+    # Nor empty folders (tmp/shuffle-*/parts/..., shards/...): deletes prune them, as an object store has none.
+    empty = [d for d, folders, files in os.walk(os.path.join(lake["root"], "tmp")) if not folders and not files]
+    assert empty == []
 
 
 def test_a_finished_window_is_not_redone(lake, capsys):
