@@ -24,10 +24,11 @@ The protocol (what makes a result worth keeping):
 1. ``--seeds`` runs per arm (2; 3 when the expected effect is under 75 Elo).
 2. Cross-arm matches between the final models, every B run against every A
    run, ``--cross-games`` games in all (400) at ``--visits`` (64) a move.
-   The match alternates colours and samples its first ``--opening-moves``
-   moves by visit count, so games differ; only distinct games count (two
-   games with the same colours and moves are one): deterministic players
-   can repeat a game.
+   Each opening is played with both colours: games 2k and 2k+1 start with
+   the same ``--paired-openings`` random moves (``selfplay.match
+   --paired-openings``), and the players then search without sampling, so a
+   colour's edge in an opening cancels.  Only distinct games count (two
+   games with the same colours and moves are one).
 3. Within-arm matches (seed against seed, ``--within-games`` each) are the
    noise control: how far apart two runs of the same code land.
 4. Keep B only if the cross-arm effect's 95% lower bound is above 0 and the
@@ -213,7 +214,7 @@ def play_match(args, first: str, second: str, games: int, seed: int) -> MatchTal
         completed = subprocess.run(
             [sys.executable, "-m", "selfplay.match", f"model:{os.path.join(runs, first)}",
              f"model:{os.path.join(runs, second)}", "--games", str(games), "--visits", str(args.visits),
-             "--opening-moves", str(args.opening_moves), "--seed", str(seed), "--json",
+             "--opening-moves", "0", "--paired-openings", str(args.paired_openings), "--seed", str(seed), "--json",
              "--sgf-dir", os.path.join(args.out, "matches", name)],
             cwd=REPO, capture_output=True, text=True)
         if completed.returncode:
@@ -240,13 +241,13 @@ def parse_args(argv=None):
     parser.add_argument("--cross-games", type=int, default=400, help="cross-arm games in all (default: 400)")
     parser.add_argument("--within-games", type=int, default=100, help="games of each within-arm match")
     parser.add_argument("--visits", type=int, default=64, help="simulations a move in the matches (default: 64)")
-    parser.add_argument("--opening-moves", type=int, default=8,
-                        help="moves sampled by visit count at the start of each match game (default: 8)")
+    parser.add_argument("--paired-openings", type=int, default=4,
+                        help="random opening moves shared by each pair of match games (default: 4)")
     parser.add_argument("--max-cpu-gap", type=float, default=0.15,
                         help="refuse a pair whose runs' CPU time differs by more than this share (default: 0.15)")
     args = parser.parse_args(argv)
     for name, low, high in (("minutes", 1, 600), ("base_seconds", 10, 7200), ("cross_games", 2, 10000),
-                            ("within_games", 2, 10000), ("visits", 1, 4096), ("opening_moves", 0, 60),
+                            ("within_games", 2, 10000), ("visits", 1, 4096), ("paired_openings", 1, 60),
                             ("max_cpu_gap", 0, 1)):
         value = getattr(args, name)
         if not (math.isfinite(value) and low <= value <= high):
@@ -274,7 +275,7 @@ def main(argv=None) -> int:
     say(f"{verdict['decision']}: {verdict['why']}")
     print(json.dumps({"bench": "learning", "arm_a": args.arm_a, "arm_b": args.arm_b, "seeds": args.seeds,
                       "minutes": args.minutes, "base_seconds": args.base_seconds, "visits": args.visits,
-                      "opening_moves": args.opening_moves, "cpu_seconds_a": [round(c) for c in cpu["a"]],
+                      "paired_openings": args.paired_openings, "cpu_seconds_a": [round(c) for c in cpu["a"]],
                       "cpu_seconds_b": [round(c) for c in cpu["b"]],
                       "within": [dataclasses.asdict(t) for t in within], **verdict}))
     return 0

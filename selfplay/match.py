@@ -16,7 +16,11 @@ A *player spec* is one of:
   (`selfplay.player.PlayoutEvaluator`); unlike ``uniform`` it beats random;
 * ``gnugo[:LEVEL]``: GNU Go over GTP (level 0-10, default 1).
 
-A plays Black in even-numbered games and White in odd ones.  A game ends
+A plays Black in even-numbered games and White in odd ones.  With
+``--paired-openings K`` games 2k and 2k+1 both start with the same K random
+moves, so each opening is played once with each colour.  ``distinct_games``
+counts games that differ in colours or moves: deterministic players repeat
+games, and a repeat is no new evidence.  A game ends
 after two consecutive passes, a resignation, an illegal move (the mover
 forfeits) or the move cap, and is scored by Tromp-Taylor area with komi
 (Black's side: ``black_area - white_area - komi``).  A draw (a score of
@@ -135,12 +139,17 @@ class EvalResult:
     mean_moves: float
     seconds: float
     game_results: tuple[GameResult, ...] = ()
+    distinct_games: int = 0
+    """Games that differ from every other in colours or moves.  Deterministic players
+    (two GNU Go processes, MCTS without sampled openings) can repeat a game exactly;
+    a repeat is no new evidence, so a rating should count distinct games."""
 
     def summary(self) -> str:
         return (f"{self.player_a} vs {self.player_b} on {self.board_size}x{self.board_size}, komi {self.komi:g}: "
                 f"{self.wins} wins, {self.losses} losses, {self.draws} draws in {self.games} games "
                 f"(as Black {self.wins_as_black}, as White {self.wins_as_white}); "
                 f"win rate {self.win_rate:.3f}, 95% CI [{self.ci_low:.3f}, {self.ci_high:.3f}]; "
+                f"{self.distinct_games} distinct games; "
                 f"{self.mean_moves:.1f} moves per game, {self.seconds:.1f} s")
 
     def to_json_dict(self) -> dict:
@@ -174,7 +183,8 @@ def summarize(player_a: str, player_b: str, board_size: int, komi: float,
         wins=wins, losses=losses, draws=draws, wins_as_black=wins_black, wins_as_white=wins_white,
         win_rate=successes / total if total else 0.0, ci_low=low, ci_high=high,
         mean_moves=sum(len(g.moves) for g in results) / total if total else 0.0,
-        seconds=seconds, game_results=tuple(results))
+        seconds=seconds, game_results=tuple(results),
+        distinct_games=len({(g.black, g.moves) for g in results}))
 
 
 # --------------------------------------------------------------------------
@@ -225,13 +235,31 @@ def _apply_move(game: _LiveGame, move: int) -> GameResult | None:
     return None
 
 
+def random_openings(count: int, moves: int, board_size: int, komi: float, seed: int) -> list[tuple[int, ...]]:
+    """``count`` openings of ``moves`` moves each: uniform over legal moves that fill no own eye
+    (`RandomPlayer`), from ``seed``.  Fair only when each is played with both colours."""
+    player = RandomPlayer(seed=seed)
+    openings = []
+    for _ in range(count):
+        board, opening = Board(board_size, komi, 0), []
+        while len(opening) < moves and not board.is_over:
+            move = player.select_move(board)
+            board.play(move)
+            opening.append(move)
+        openings.append(tuple(opening))
+    return openings
+
+
 def play_games(player_a, player_b, games: int, board_size: int, komi: float, *,
-               max_moves: int = 0, parallel_games: int = 32,
+               max_moves: int = 0, parallel_games: int = 32, openings: Sequence[Sequence[int]] = (),
                on_game: Callable[[GameResult], None] | None = None) -> list[GameResult]:
     """Play `games` games, A Black in even-numbered ones; results in index order.
 
     Up to `parallel_games` games run in lockstep (1 when a player holds one
     game at a time, like GNU Go); `on_game` is called as each one ends.
+    ``openings``: games 2k and 2k+1 (the same pair of players, colours
+    swapped) both start with the moves of ``openings[k]``, played for the
+    players and shown to them as any move is.
     """
     if games < 1:
         raise ValueError(f"games must be >= 1, got {games}")
@@ -254,9 +282,14 @@ def play_games(player_a, player_b, games: int, board_size: int, komi: float, *,
             black, white = (player_a, player_b) if next_index % 2 == 0 else (player_b, player_a)
             for player in {id(black): black, id(white): white}.values():
                 player.start_game(board_size, komi)
-            live.append(_LiveGame(next_index, free_slots.pop(), Board(board_size, komi, max_moves),
-                                  black, white))
+            game = _LiveGame(next_index, free_slots.pop(), Board(board_size, komi, max_moves), black, white)
+            live.append(game)
             next_index += 1
+            for move in openings[game.index // 2] if game.index // 2 < len(openings) else ():
+                result = _apply_move(game, move)
+                if result is not None:   # an opening as long as the game: it ended there
+                    end(game, result)
+                    break
         for player in {id(player_a): player_a, id(player_b): player_b}.values():
             mine = [g for g in live if g.player_to_move() is player]
             if not mine:
@@ -296,14 +329,16 @@ def write_sgf(result: GameResult, board_size: int, komi: float, folder: str) -> 
 
 def evaluate(player_a, player_b, games: int, board_size: int, komi: float, *,
              max_moves: int = 0, parallel_games: int = 32, sgf_dir: str | None = None,
+             openings: Sequence[Sequence[int]] = (),
              on_game: Callable[[GameResult], None] | None = None) -> EvalResult:
     """Play a match and count it from A's side (see the module docstring).
 
-    `sgf_dir`: write every game there as ``<index>-<black>-vs-<white>.sgf``.
+    `sgf_dir`: write every game there as ``<index>-<black>-vs-<white>.sgf``;
+    `openings`: as for `play_games`.
     """
     started = time.monotonic()
     results = play_games(player_a, player_b, games, board_size, komi, max_moves=max_moves,
-                         parallel_games=parallel_games, on_game=on_game)
+                         parallel_games=parallel_games, openings=openings, on_game=on_game)
     if sgf_dir is not None:
         results = [dataclasses.replace(r, sgf_path=write_sgf(r, board_size, komi, sgf_dir)) for r in results]
     return summarize(player_a.name, player_b.name, board_size, komi, results, time.monotonic() - started)
@@ -362,7 +397,11 @@ class MatchConfig:
     visits: int | None = setting(32, "MCTS simulations per move (0 = none, needs --seconds-per-move)")
     seconds_per_move: float | None = setting(None, "MCTS wall-clock limit per move")
     opening_moves: int = setting(4, "MCTS players sample their moves by visit count for the game's first "
-                                    "this many moves, so games differ")
+                                    "this many moves, so games differ", at_least=0, at_most=100)
+    paired_openings: int = setting(0, "play each opening with both colours: games 2k and 2k+1 start with the "
+                                      "same this many random moves (legal, no own-eye fills, from --seed), "
+                                      "so a colour's advantage in an opening cancels; 0 = off",
+                                   at_least=0, at_most=60)
     parallel_games: int = setting(32, "games played at once (1 when GNU Go plays)", at_least=1)
     sgf_dir: str | None = setting(None, "write every game there as SGF")
     seed: int = setting(0, "seed of the players' random choices")
@@ -455,9 +494,11 @@ def _run(config: MatchConfig, log: Callable[[str], None], retry, cache) -> EvalR
             log(f"game {game.index}: {game.black} (B) vs {game.white} (W): {game.result_text} "
                 f"after {len(game.moves)} moves ({game.end_reason})")
 
+        openings = (random_openings((config.games + 1) // 2, config.paired_openings, board_size, komi,
+                                    config.seed) if config.paired_openings else ())
         return evaluate(players[0], players[1], config.games, board_size, komi,
                         max_moves=config.max_moves, parallel_games=config.parallel_games,
-                        sgf_dir=config.sgf_dir, on_game=on_game)
+                        sgf_dir=config.sgf_dir, openings=openings, on_game=on_game)
     finally:
         for player in players:
             player.close()

@@ -272,3 +272,35 @@ def test_model_spec_plays_a_published_generation(tmp_path):
         assert game.end_reason == END_TWO_PASSES or board.move_number == board.max_moves
     with pytest.raises(Exception, match="not published"):
         run(dataclasses.replace(config, player_a=PlayerSpec.parse(f"model:{root}@2")))
+
+
+def test_paired_openings_play_each_opening_with_both_colours_and_repeats_count_once(capsys):
+    from selfplay.match import random_openings
+
+    openings = random_openings(3, 4, 9, 7.5, seed=11)
+    assert len({o for o in openings}) == 3 and all(len(o) == 4 for o in openings)
+    assert random_openings(3, 4, 9, 7.5, seed=11) == openings          # from the seed alone
+    a = mcts(UniformEvaluator(9), 8, seed=1, name="uniform")
+    b = RandomPlayer(seed=2)
+    games = play_games(a, b, games=6, board_size=9, komi=7.5, parallel_games=3, openings=openings)
+    for k, opening in enumerate(openings):
+        first, second = games[2 * k], games[2 * k + 1]
+        assert first.moves[:4] == second.moves[:4] == opening
+        assert (first.black, first.white) == (second.white, second.black)
+    # Deterministic players repeat a game exactly: a repeat is not a distinct game.
+
+    class Passer(BasePlayer):
+        def __init__(self, name):
+            self.name = name
+
+        def select_move(self, board):
+            return board.N * board.N
+
+    result = evaluate(Passer("p"), Passer("q"), 4, 9, 7.5)
+    assert result.games == 4 and result.distinct_games == 2
+    result = evaluate(Passer("p"), Passer("q"), 4, 9, 7.5, openings=random_openings(2, 3, 9, 7.5, seed=1))
+    assert result.distinct_games == 4
+    code = main(["random", "uniform", "--games", "2", "--visits", "2", "--paired-openings", "3",
+                 "--board-size", "7", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["distinct_games"] == 2
