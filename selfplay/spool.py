@@ -27,6 +27,16 @@ corrupt entry
     An entry whose header or checksum is wrong (a torn disk, a truncated
     copy).  It is moved to ``corrupt/`` and reported; it costs only itself.
 
+full disk
+    A write that finds no room (ENOSPC, or EDQUOT on a quota) raises
+    `SpoolFull` and changes nothing.  Uploading is what makes room, and it
+    needs small writes itself (a batch file), so the spool keeps
+    ``RESERVE``, `RESERVE_BYTES` allocated bytes that it gives up only to
+    write a batch file on a full disk (a batch that still does not fit is
+    made smaller, down to one game), and allocates again once uploads have
+    made room.  Game entries and serial marks never use it: the worker stops
+    playing until there is room (see `selfplay.worker`).
+
 Data flow: a game ends → `Spool.add` (entry, fsync, rename) → ``game_finished``
 → `Spool.make_batch` once ``--chunk-games`` entries of a generation are loose
 (or the oldest has waited ``--chunk-seconds``) → `Spool.upload` writes the
@@ -38,6 +48,7 @@ file, so a batch whose entries are partly gone has its chunk in the lake.
 Folder::
 
     SPOOL/LOCK            fcntl.flock'ed by the one process using the spool; holds its pid
+    SPOOL/RESERVE         room kept for batch files on a full disk (see "full disk")
     SPOOL/games/          entries
     SPOOL/batches/        batch files
     SPOOL/corrupt/        entries (and batch files) that failed their checks
@@ -58,7 +69,7 @@ import re
 import struct
 import time
 
-from cloud.base import TEMP_MARKER, AlreadyExists, NotFound
+from cloud.base import TEMP_MARKER, AlreadyExists, NotFound, StorageError
 from cloud.local import fsync_directory, write_local_file
 from format import layout
 from format.tfrecord import RecordError, compress_zstd, decompress_zstd, frame_records, iter_framed_records
@@ -73,6 +84,10 @@ SERIAL_BLOCK = 4096
 """Game serials reserved per durable write of the high-water mark."""
 _ENTRY_NAME = re.compile(r"(?P<gen>\d{6})-(?P<game>[A-Za-z0-9_.]+)" + re.escape(ENTRY_SUFFIX))
 _BATCH_NAME = re.compile(r"batch-(?P<seq>\d{8})\.json")
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+RESERVE_BYTES = 1 << 20
+"""Room kept for batch files: the file of a batch of 2,000 games (the default --chunk-games) is
+100-200 KB, and a batch that does not fit is made smaller."""
 
 
 class SpoolError(RuntimeError):
@@ -87,6 +102,10 @@ class SpoolLocked(SpoolError):
                          f"give this worker its own --spool-dir")
         self.directory = directory
         self.holder = holder
+
+
+class SpoolFull(SpoolError):
+    """The spool's disk has no room for a write; nothing was changed."""
 
 
 class ChunkCollision(SpoolError):
@@ -147,10 +166,15 @@ def chunk_records(data: bytes, source: str) -> list[bytes] | None:
 
 
 class Spool:
-    """One worker's spool folder, locked for the life of the object (`close()` unlocks)."""
+    """One worker's spool folder, locked for the life of the object (`close()` unlocks).
 
-    def __init__(self, directory: str):
+    ``reserve_bytes``: the size of ``RESERVE`` (0: none; see "full disk").
+    """
+
+    def __init__(self, directory: str, reserve_bytes: int = RESERVE_BYTES):
         self.directory = os.path.abspath(os.path.expanduser(directory))
+        self.reserve_path = os.path.join(self.directory, "RESERVE")
+        self.reserve_bytes = reserve_bytes
         self.games_dir = os.path.join(self.directory, "games")
         self.batches_dir = os.path.join(self.directory, "batches")
         self.corrupt_dir = os.path.join(self.directory, "corrupt")
@@ -161,7 +185,8 @@ class Spool:
         except OSError as exc:
             raise SpoolError(f"spool {self.directory}: cannot create it ({exc.strerror})") from None
         self._lock_fd = self._lock()
-        for folder in (self.games_dir, self.batches_dir, self.serials_dir):   # a killed writer's temp files
+        # A killed writer's temp files (RESERVE's sits in the spool folder itself).
+        for folder in (self.directory, self.games_dir, self.batches_dir, self.serials_dir):
             for name in os.listdir(folder):
                 if name.startswith(TEMP_MARKER):
                     os.unlink(os.path.join(folder, name))
@@ -185,6 +210,7 @@ class Spool:
             self.oldest[generation] = -float("inf")
         self._next_seq = max((b.seq for b in self.batches), default=-1) + 1
         self._serial_limit: dict[int, int] = {}
+        self.keep_reserve()
 
     # ---- the lock -----------------------------------------------------------
 
@@ -199,14 +225,78 @@ class Spool:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise SpoolLocked(self.directory, holder) from None
             raise SpoolError(f"spool {self.directory}: cannot lock {path} ({exc.strerror})") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:
+            # The pid only names the holder in a refusal; a full disk must not stop
+            # the worker that would upload the spool and so make room.
+            if exc.errno not in NO_ROOM:
+                raise
         return fd
 
     def close(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)   # releases the flock
             self._lock_fd = None
+
+    # ---- writes and the reserve ----------------------------------------------
+
+    def _write(self, path: str, data: bytes, *, use_reserve: bool = False) -> None:
+        """Write one spool file whole; SpoolFull when its disk has no room for it.
+
+        ``use_reserve``: on a full disk, give up ``RESERVE`` and try once more
+        (only for what uploading needs).
+        """
+        try:
+            write_local_file(path, data)
+            return
+        except (OSError, StorageError) as exc:
+            if not _no_room(exc):
+                raise
+        if use_reserve and self._release_reserve():
+            try:
+                write_local_file(path, data)
+                return
+            except (OSError, StorageError) as exc:
+                if not _no_room(exc):
+                    raise
+        raise SpoolFull(f"the spool at {self.directory} is full (no room to write "
+                        f"{os.path.relpath(path, self.directory)})")
+
+    def keep_reserve(self) -> None:
+        """Allocate ``RESERVE`` if it is missing and the disk has room for it (else a later call does)."""
+        if not self.reserve_bytes or os.path.isfile(self.reserve_path):
+            return
+        temp = os.path.join(self.directory, f"{TEMP_MARKER}RESERVE")
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                try:
+                    os.posix_fallocate(fd, 0, self.reserve_bytes)
+                except OSError as exc:
+                    if exc.errno in NO_ROOM:
+                        raise
+                    os.write(fd, bytes(self.reserve_bytes))   # a filesystem without fallocate
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, self.reserve_path)
+        except OSError as exc:
+            try:
+                os.unlink(temp)
+            except FileNotFoundError:
+                pass
+            if exc.errno not in NO_ROOM:
+                log.warning("spool: cannot allocate %s (%s); a full disk may then stop uploads",
+                            self.reserve_path, exc.strerror)
+
+    def _release_reserve(self) -> bool:
+        try:
+            os.unlink(self.reserve_path)
+        except FileNotFoundError:
+            return False
+        return True
 
     # ---- entries ------------------------------------------------------------
 
@@ -220,7 +310,7 @@ class Spool:
         name = f"{layout.generation_dir(generation)}-{game_id}{ENTRY_SUFFIX}"
         if not _ENTRY_NAME.fullmatch(name):
             raise ValueError(f"game id {game_id!r} may hold only letters, digits, '_' and '.'")
-        write_local_file(os.path.join(self.games_dir, name), encode_entry(generation, payload))
+        self._write(os.path.join(self.games_dir, name), encode_entry(generation, payload))
         if not self.loose.get(generation):
             self.oldest[generation] = time.monotonic()
         self.loose.setdefault(generation, []).append(name)
@@ -259,9 +349,20 @@ class Spool:
             everything or len(names) >= chunk_games or now - self.oldest[gen] >= chunk_seconds)]
 
     def make_batch(self, generation: int, worker_id: str, chunk_games: int) -> Batch:
-        """Write a batch file for up to ``chunk_games`` loose entries of a generation (oldest first)."""
+        """Write a batch file for up to ``chunk_games`` loose entries of a generation (oldest first).
+
+        On a full disk the batch gets fewer games (down to one: SpoolFull) so
+        that its file fits; its upload makes room for the rest.
+        """
         names = self.loose[generation][:chunk_games]
-        batch = self._write_batch(generation, worker_id, tuple(names))
+        while True:
+            try:
+                batch = self._write_batch(generation, worker_id, tuple(names))
+                break
+            except SpoolFull:
+                if len(names) == 1:
+                    raise
+                names = names[:len(names) // 2]
         self.loose[generation] = self.loose[generation][len(names):]
         self.oldest[generation] = time.monotonic() if self.loose[generation] else 0.0
         return batch
@@ -269,11 +370,12 @@ class Spool:
     def _write_batch(self, generation: int, worker_id: str, names: tuple[str, ...]) -> Batch:
         created_ms = int(time.time() * 1000)
         seq = self._next_seq
-        self._next_seq += 1
         batch = Batch(seq=seq, created_ms=created_ms, generation=generation, worker_id=worker_id,
                       chunk=layout.chunk_path(generation, worker_id, created_ms, seq), entries=names)
         document = {"version": BATCH_VERSION, **dataclasses.asdict(batch), "entries": list(names)}
-        write_local_file(os.path.join(self.batches_dir, batch.file_name), json.dumps(document, indent=1).encode())
+        self._write(os.path.join(self.batches_dir, batch.file_name), json.dumps(document, indent=1).encode(),
+                    use_reserve=True)
+        self._next_seq += 1
         self.batches.append(batch)
         return batch
 
@@ -370,6 +472,7 @@ class Spool:
                 pass
         fsync_directory(self.games_dir)
         self._forget_batch(batch)
+        self.keep_reserve()       # the upload made room: take back what a full disk used
 
     # ---- game serials ---------------------------------------------------------
 
@@ -392,9 +495,18 @@ class Spool:
             limit = serial
         if serial >= limit:
             limit = serial + SERIAL_BLOCK
-            write_local_file(os.path.join(self.serials_dir, str(seed)), f"{limit}\n".encode())
+            self._write(os.path.join(self.serials_dir, str(seed)), f"{limit}\n".encode())
         self._serial_limit[seed] = limit
         return serial
+
+
+def _no_room(exc: BaseException) -> bool:
+    """Whether a failed write found its disk (or quota) full.
+
+    `cloud.local.write_local_file` reports an OSError as a StorageError
+    raised while handling it, so the errno is on the exception's context.
+    """
+    return any(isinstance(e, OSError) and e.errno in NO_ROOM for e in (exc, exc.__cause__, exc.__context__))
 
 
 def open_spool(directory: str | None, default_base: str, max_slots: int = 64) -> Spool:

@@ -56,6 +56,11 @@ Data flow
   model has already evaluated, in any of the worker's games, skip the network.
 * A failing bucket: the upload fails, the games stay spooled, one stderr
   line, and the upload is retried with backoff while play goes on.
+* A full spool disk: play pauses (a game played without room could not be
+  kept) with one stderr line naming the spool; every spooled game is batched
+  and uploaded, which makes room (`selfplay.spool` keeps room for the batch
+  files), and play resumes with one line.  Uploading what is spooled never
+  waits for room: at start-up a full spool is uploaded first.
 * SIGTERM (or --max-games/--max-seconds): stop searching, upload every
   spooled game, exit 0.  SIGKILL loses only unfinished games; a worker
   restarted on the same spool uploads the rest.
@@ -86,10 +91,12 @@ from selfplay.evaluator import UniformEvaluator, configure_accelerator, use_ever
 from selfplay.move_policy import MovePolicy, ResignationCounter
 from selfplay.openvino_evaluator import make_evaluator
 from selfplay.player import PlayoutEvaluator
-from selfplay.spool import Spool, SpoolError, open_spool
+from selfplay.spool import Spool, SpoolError, SpoolFull, open_spool
 
 log = logging.getLogger("selfplay.worker")
 
+SPOOL_FULL_RETRY_SECONDS = 1.0
+"""While the spool's disk is full: how often to upload and try the write again."""
 POLICY_DENOMINATOR = 1023
 """Quantization of Gumbel's improved policy (PUCT targets are raw visit counts)."""
 
@@ -277,6 +284,7 @@ class SelfPlayWorker:
         self.upload_failures = 0
         self._upload_retry_at = 0.0
         self._leftovers_done = False
+        self._spool_full = False
         self.final_upload_ok = True
         self.batch = GameBatch(
             config.board_size, config.games, komi=config.komi, max_moves=config.max_moves,
@@ -299,7 +307,10 @@ class SelfPlayWorker:
 
     def _new_game(self, g: int) -> None:
         # Serials are reserved in the spool, so a restart with the same --seed plays new games.
-        self._game_serial = self.spool.reserve_serial(self.config.seed, self._game_serial)
+        serial = self._while_spool_full(lambda: self.spool.reserve_serial(self.config.seed, self._game_serial))
+        if serial is None:
+            return   # stopping while the spool is full: the slot stays empty
+        self._game_serial = serial
         seed = game_seed(self.config.seed, self._game_serial)
         self.batch.new_game(g, seed=seed)
         rng = np.random.default_rng(seed)
@@ -476,45 +487,88 @@ class SelfPlayWorker:
 
     def _spool_game(self, record: GameRecord) -> None:
         """A finished game goes to disk first; only then does it count (and get its event)."""
-        entry = self.spool.add(record.generation, record.game_id, encode_game(record))
+        payload = encode_game(record)
+        entry = self._while_spool_full(lambda: self.spool.add(record.generation, record.game_id, payload))
+        if entry is None:
+            print(f"selfplay.worker: game {record.game_id} is lost: stopping while the spool at "
+                  f"{self.spool.directory} has no room for it", file=sys.stderr, flush=True)
+            return
         self.counters.games += 1
         self.events.emit("game_finished", game_id=record.game_id, generation=record.generation,
                          moves=len(record.moves), spool_entry=entry)
 
-    def _make_batches(self, everything: bool) -> None:
+    def _while_spool_full(self, write):
+        """``write()``, a spool write; while the spool's disk is full, play pauses in here.
+
+        Each round uploads every spooled game (that makes room) and tries again.
+        None when the worker is to stop before there is room.
+        """
+        paused = False
+        while True:
+            try:
+                result = write()
+            except SpoolFull as exc:
+                if paused and (self._should_stop() or self.stop_requested.wait(SPOOL_FULL_RETRY_SECONDS)):
+                    return None
+                paused = True
+                self._say_spool_full(exc)
+                self._ship(everything=True)
+                continue
+            if paused:
+                print(f"[selfplay] the spool at {self.spool.directory} has room again; play resumed", flush=True)
+            self._spool_full = False   # the next time it is full is a new episode, with its own line
+            return result
+
+    def _say_spool_full(self, exc: SpoolFull) -> None:
+        if not self._spool_full:   # once per episode
+            self._spool_full = True
+            print(f"selfplay.worker: {exc}; new games paused until uploads make room", file=sys.stderr, flush=True)
+
+    def _make_batches(self, everything: bool) -> SpoolFull | None:
+        """Batch what is due; the SpoolFull that stopped it early (the batches made so far go out first)."""
         cfg, spool = self.config, self.spool
-        for generation in spool.due(cfg.chunk_games, cfg.chunk_seconds, everything):
-            timed_out = everything or time.monotonic() - spool.oldest[generation] >= cfg.chunk_seconds
-            while spool.loose[generation] and (timed_out or len(spool.loose[generation]) >= cfg.chunk_games):
-                spool.make_batch(generation, self.worker_name, cfg.chunk_games)
+        try:
+            for generation in spool.due(cfg.chunk_games, cfg.chunk_seconds, everything):
+                timed_out = everything or time.monotonic() - spool.oldest[generation] >= cfg.chunk_seconds
+                while spool.loose[generation] and (timed_out or len(spool.loose[generation]) >= cfg.chunk_games):
+                    spool.make_batch(generation, self.worker_name, cfg.chunk_games)
+        except SpoolFull as exc:
+            return exc
+        return None
 
     def _ship(self, everything: bool = False) -> bool:
         """Batch what is due, upload every batch; False when an upload failed (retried later)."""
-        self._make_batches(everything)
-        if not self.spool.batches:
-            return True
-        if time.monotonic() < self._upload_retry_at:
-            return False
-        for batch in list(self.spool.batches):
-            try:
-                outcome, games = self.spool.upload(self.storage, batch, self.worker_name)
-            except Exception as exc:  # noqa: BLE001 - a failing bucket must not lose games or stop play
-                self.upload_failures += 1
-                delay = backoff_seconds(self.upload_failures, 2.0)
-                self._upload_retry_at = time.monotonic() + delay
-                message = " ".join(str(exc).split()) or type(exc).__name__
-                print(f"selfplay.worker: upload of {self.storage.url(batch.chunk)} failed ({message}); "
-                      f"{self.spool.spooled} games stay spooled in {self.spool.directory}, "
-                      f"retrying in {delay:.3g} s", file=sys.stderr, flush=True)
+        while True:
+            full = self._make_batches(everything)
+            if not self.spool.batches:
+                if full is not None:
+                    self._say_spool_full(full)
+                return True
+            if time.monotonic() < self._upload_retry_at:
                 return False
-            if outcome != "rebatched":
-                self.counters.chunks += 1
-                self.events.emit("chunk_uploaded", path=batch.chunk, games=games, generation=batch.generation)
-        self.upload_failures = 0
-        for message in self.spool.corrupt:
-            print(f"selfplay.worker: {message}", file=sys.stderr, flush=True)
-        self.spool.corrupt.clear()
-        return not self.spool.batches or self._ship(everything)   # re-batched games go out now
+            for batch in list(self.spool.batches):
+                try:
+                    outcome, games = self.spool.upload(self.storage, batch, self.worker_name)
+                except Exception as exc:  # noqa: BLE001 - a failing bucket must not lose games or stop play
+                    self.upload_failures += 1
+                    delay = backoff_seconds(self.upload_failures, 2.0)
+                    self._upload_retry_at = time.monotonic() + delay
+                    message = " ".join(str(exc).split()) or type(exc).__name__
+                    print(f"selfplay.worker: upload of {self.storage.url(batch.chunk)} failed ({message}); "
+                          f"{self.spool.spooled} games stay spooled in {self.spool.directory}, "
+                          f"retrying in {delay:.3g} s", file=sys.stderr, flush=True)
+                    return False
+                if outcome != "rebatched":
+                    self.counters.chunks += 1
+                    self.events.emit("chunk_uploaded", path=batch.chunk, games=games, generation=batch.generation)
+            self.upload_failures = 0
+            for message in self.spool.corrupt:
+                print(f"selfplay.worker: {message}", file=sys.stderr, flush=True)
+            self.spool.corrupt.clear()
+            if not self.spool.batches and full is None:
+                return True
+            # Again: re-batched games go out now, and so do the ones that found no room for a
+            # batch file before these uploads made some.
 
     def upload_leftovers(self) -> None:
         """At start-up: upload what a killed predecessor left in the spool (once)."""

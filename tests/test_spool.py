@@ -5,6 +5,7 @@ SIGKILL it; the spool-level tests simulate a kill between two steps of an
 upload by building that state by hand (a batch file whose chunk is already
 stored, an entry with a flipped byte).  9x9 games with a handful of visits.
 """
+import errno
 import json
 import os
 import signal
@@ -295,3 +296,122 @@ def test_a_sigkilled_worker_on_a_gcs_emulator_root_loses_and_repeats_nothing(tmp
               for g in read_chunk(storage.read(info.path), info.path)]
     for game_id in finished_ids(events):
         assert stored.count(game_id) == 1, game_id
+
+
+# ---- a full spool disk (issue 25, defect 11) ----------------------------------------------
+
+def small_worker_config(tmp_path, spool_dir, **changes):
+    fields = dict(root=str(tmp_path / "lake"), games=4, visits=2, fast_visits=2, chunk_games=1000,
+                  chunk_seconds=1000.0, spool_dir=str(spool_dir), worker_id="full", seed=3)
+    return WorkerConfig(**{**fields, **changes})
+
+
+def test_a_full_spool_pauses_play_uploads_what_is_spooled_and_resumes(tmp_path, monkeypatch, capsys):
+    """The disk holds three games: the fourth finds no room (ENOSPC), play pauses with one line,
+    the three go up (making room), play resumes; no game is lost or stored twice."""
+    from selfplay.worker import SelfPlayWorker
+
+    spool_dir = tmp_path / "spool"
+    no_room_for(monkeypatch, lambda path, data: (os.sep + "games" + os.sep in path
+                                                 and len(os.listdir(spool_dir / "games")) >= 3))
+    worker = SelfPlayWorker(small_worker_config(tmp_path, spool_dir, max_games=8),
+                            LocalStorage(str(tmp_path / "lake")))
+    worker.run()
+    out, err = capsys.readouterr()
+    paused = [line for line in err.splitlines() if "is full" in line]
+    resumed = [line for line in out.splitlines() if "has room again" in line]
+    assert worker.final_upload_ok and len(paused) >= 2 and len(resumed) == len(paused), out + err
+    assert all(str(spool_dir) in line and "paused" in line for line in paused)
+    games = [g.game_id for chunk in lake_games(tmp_path / "lake").values() for g in chunk]
+    assert len(games) == len(set(games)) == worker.counters.games >= 8
+    assert "Traceback" not in err
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs (as root; a machine that refuses the mount skips the test)."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill ({result.stderr.strip() or 'not root'}); "
+                    "the injected-ENOSPC tests cover the same paths")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_a_worker_started_on_a_full_spool_uploads_it_first(tmp_path, small_disk, capsys):
+    """A real full disk: a killed worker's loose games filled it, so not even a batch file fits.
+
+    Before, the batch file's ENOSPC crashed the worker at start-up, before any
+    upload: a crash loop.  Now the spool gives up its reserve for the batch
+    file, uploads, and every game goes up before new ones are played.
+    """
+    from selfplay.spool import encode_entry
+    from selfplay.worker import SelfPlayWorker
+
+    spool_dir = small_disk / "spool"
+    Spool(str(spool_dir)).close()
+    left = 0
+    while True:   # entries as Spool.add names them, until the disk is full
+        entry = spool_dir / "games" / f"000000-old.{left}.game"
+        try:
+            entry.write_bytes(encode_entry(0, b"a game left by a killed worker " * 40))
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+            entry.unlink()
+            break
+        left += 1
+    assert left > 100
+    worker = SelfPlayWorker(small_worker_config(tmp_path, spool_dir, max_games=2),
+                            LocalStorage(str(tmp_path / "lake")))
+    worker.run()
+    out, err = capsys.readouterr()
+    assert worker.final_upload_ok and f"uploading {left} games left by an earlier run" in out, out + err
+    storage = LocalStorage(str(tmp_path / "lake"))
+    stored = [record for info in storage.list(layout.games_prefix())
+              for record in chunk_records(storage.read(info.path), info.path)]
+    assert len(stored) == left + worker.counters.games and worker.counters.games >= 2
+    assert os.listdir(spool_dir / "games") == [] and "Traceback" not in err
+
+
+def no_room_for(monkeypatch, refuse):
+    """Make the spool's writes of files for which ``refuse(path, data)`` holds find a full disk."""
+    import selfplay.spool as spool_module
+
+    real_write = spool_module.write_local_file
+
+    def write(path, data):
+        if refuse(path, data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        real_write(path, data)
+
+    monkeypatch.setattr(spool_module, "write_local_file", write)
+
+
+def test_the_reserve_pays_for_a_batch_file_on_a_full_disk_and_comes_back(tmp_path, monkeypatch):
+    from selfplay.spool import SpoolFull
+
+    spool = Spool(str(tmp_path / "spool"), reserve_bytes=8192)
+    for i in range(5):
+        spool.add(0, f"g.{i}", b"game %d" % i)
+    no_room_for(monkeypatch, lambda path, data: os.path.exists(spool.reserve_path))   # full while it exists
+    with pytest.raises(SpoolFull, match=f"the spool at {tmp_path / 'spool'} is full"):
+        spool.add(0, "g.5", b"game 5")
+    batch = spool.make_batch(0, "w", 1000)
+    assert len(batch.entries) == 5 and not os.path.exists(spool.reserve_path)
+    assert spool.upload(LocalStorage(str(tmp_path / "lake")), batch, "w") == ("uploaded", 5)
+    assert os.path.getsize(spool.reserve_path) == 8192 and spool.spooled == 0
+    spool.close()
+
+
+def test_a_batch_file_that_does_not_fit_gets_fewer_games(tmp_path, monkeypatch):
+    spool = Spool(str(tmp_path / "spool"), reserve_bytes=0)
+    names = [spool.add(0, f"g.{i}", b"game") for i in range(16)]
+    no_room_for(monkeypatch, lambda path, data: "batches" in path and len(data) > 500)
+    batch = spool.make_batch(0, "w", 1000)
+    assert 1 <= len(batch.entries) < 16 and list(batch.entries) + spool.loose[0] == names
+    spool.close()
