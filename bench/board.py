@@ -9,8 +9,9 @@ second of this process's CPU time (time.process_time), so that other jobs
 sharing the machine's cores slow the run down but do not skew the rates
 much; they still add noise (cache and frequency effects).
 
-Reference on this machine (DESIGN.md): libego 157,000/s on 9x9 and 33,900/s
-on 19x19; Pachi 29,600/s and 8,640/s; naive Python 222/s and 16/s.
+Reference on this machine, same run (docs/measured.md): libego 71,000-75,000/s
+on 9x9 and 16,100/s on 19x19; Pachi 30,000/s and 8,600/s; naive Python
+170-222/s and 8-16/s.
 
     .venv/bin/python bench/board.py [--seconds 3] [--naive-seconds 5]
 

@@ -1,7 +1,7 @@
 """Stage mode (``--stage-dir DIR``): TensorFlow reads and writes only local files.
 
 Why: TensorFlow's own gs:// filesystem has hard-coded endpoints, so it cannot
-be pointed at a GCS emulator (DESIGN.md, "Facts measured"); and on a cluster
+be pointed at a GCS emulator (docs/measured.md); and on a cluster
 with local SSDs, reading a window from local disk and checkpointing locally
 is faster than doing either against the bucket.  In stage mode every byte
 that crosses between the lake and the machine goes through

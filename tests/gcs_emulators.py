@@ -2,7 +2,7 @@
 
 Registered from tests/conftest.py (``pytest_plugins = ["tests.gcs_emulators"]``).
 
-Two emulators, each right about different things (see DESIGN.md, "Facts measured"):
+Two emulators, each right about different things (docs/measured.md):
 
 * ``gcs_emulator``: **gcp-storage-emulator** (pure Python), started as a
   subprocess.  Reads, writes, listings, deletes, and everything Apache Beam's
