@@ -2,8 +2,9 @@
 
 Everything is measured on files this run writes, in a temporary folder:
 
-1. **Games.**  The self-play worker (``python -m selfplay.worker``, default
-   search settings: 64 visits a full search on 25% of moves, 16 otherwise)
+1. **Games.**  The self-play worker (``python -m selfplay.worker``, search
+   pinned: 64 visits a full search on 25% of moves, 16 otherwise; resignation
+   and play-out settings pinned too, `PINNED_WORKER_FLAGS`)
    plays 9x9 and 19x19 games into a local lake: first with the uniform
    evaluator (generation 0, no model), then with a small network published
    as generation 1 (`testdata.models.publish_untrained_model`: 1 block of 8
@@ -12,8 +13,8 @@ Everything is measured on files this run writes, in a temporary folder:
 2. **Chunks.**  ``bytes_per_position_<N>``: every chunk byte of the lake over
    its positions.  ``bytes_per_full_search_position_<N>``: the same from a
    second lake whose games give *every* move a full search (the worst case).
-3. **Shards.**  The shuffle job (``python -m pipeline.shuffle``, default
-   reuse, gzip level and retention; the window is the whole lake because it
+3. **Shards.**  The shuffle job (``python -m pipeline.shuffle``, reuse 1.5,
+   gzip level 2 and dedup pinned, `PINNED_SHUFFLE_FLAGS`; the window is the whole lake because it
    is below the default minimum window) writes one window from each lake.
    ``shard_bytes_per_record_<N>``: the window's shard bytes plus its game
    table's (record version 3 keeps each game's ownership label and
@@ -63,8 +64,13 @@ GAMES = {9: 96, 19: 12}
 """Games per evaluator (uniform, then the small network) and board size: ~30k 9x9 positions in all."""
 FULL_SEARCH_GAMES = {9: 48, 19: 6}
 NETWORK = dict(blocks=1, filters=8, global_pool_every=1, global_pool_channels=4, value_hidden=8, policy_head="dense")
-PINNED_WORKER_FLAGS = ["--generation0-playouts", "0"]
-"""Worker settings the sizes depend on, pinned at the values first measured with (the learning work moves defaults)."""
+PINNED_WORKER_FLAGS = ["--generation0-playouts", "0", "--visits", "64", "--fast-visits", "16",
+                       "--full-search-fraction", "0.25", "--resign-threshold", "-0.9", "--resign-consecutive", "3",
+                       "--resign-disabled-fraction", "0.1", "--accelerated-visits", "2"]
+"""Every worker setting the sizes depend on (how many moves get a full search and so a policy target, how
+long games run), pinned at the values first measured with: the learning work moves the defaults."""
+PINNED_SHUFFLE_FLAGS = ["--reuse", "1.5", "--shard-gzip-level", "2", "--position-cap", "8", "--dedup-max-move", "20"]
+"""The shuffle job's settings the shard bytes depend on (copies of each position, compression, dedup), pinned."""
 
 
 def _env(root: Path) -> dict:
@@ -82,8 +88,8 @@ def play(root: Path, board_size: int, games: int, *flags: str) -> None:
 
 
 def shuffle(root: Path) -> dict:
-    """Run the shuffle job on ``root`` at its defaults; return the window's manifest."""
-    subprocess.run([sys.executable, "-m", "pipeline.shuffle", "--root", str(root)],
+    """Run the shuffle job on ``root`` at the pinned settings; return the window's manifest."""
+    subprocess.run([sys.executable, "-m", "pipeline.shuffle", "--root", str(root), *PINNED_SHUFFLE_FLAGS],
                    cwd=REPO, env=_env(root), check=True, stdout=subprocess.DEVNULL)
     windows = root / layout.WINDOWS_DIR
     (folder,) = [p for p in windows.iterdir() if (p / layout.MANIFEST).exists()]
@@ -210,7 +216,8 @@ def measure(scratch: Path, n: int, result: dict) -> None:
 
 def main() -> int:
     started = time.time()
-    result = {"bench": "format_size"}
+    result = {"bench": "format_size", "worker_flags": " ".join(PINNED_WORKER_FLAGS),
+              "shuffle_flags": " ".join(PINNED_SHUFFLE_FLAGS)}
     with tempfile.TemporaryDirectory(prefix="zerolake-format-size-") as scratch:
         for n in (9, 19):
             measure(Path(scratch), n, result)

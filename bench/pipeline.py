@@ -256,12 +256,16 @@ def main(argv=None) -> int:
     print(json.dumps({
         "bench": "pipeline",
         "positions_per_s_9": round(results["9x2"]["positions_per_s"]),
+        # The smaller 9x9 window too: the job's fixed start-up weighs more there.
+        "positions_per_s_9_small": round(results["9"]["positions_per_s"]),
+        "window_positions_9_small": results["9"]["positions"],
         "positions_per_s_19": round(results["19"]["positions_per_s"]),
         "peak_rss_mb": round(max(results[name]["peak_rss_mb"] for name in ("9", "9x2", "19"))),
         "rss_growth_per_window_doubling": round(growth, 1),
         "window_positions_9": results["9x2"]["positions"],
         "window_positions_19": results["19"]["positions"],
         "workers": args.workers,
+        "job_args": args.job_args,
         "resigned_share": round(results["9x2"]["resigned_share"], 3),
         # The same lake as positions_per_s_9, beside a published model: resigned games played out by it.
         "positions_per_s_9_model_labels": round(results["9x2_model"]["positions_per_s"]),

@@ -193,7 +193,7 @@ PINNED_WORKER_SETTINGS = dict(
     gumbel_considered=16, leaves_per_game=8, c_puct=1.25, fpu_reduction=0.25, dirichlet_alpha_total=10.83,
     dirichlet_epsilon=0.25, temperature_moves=-1, resign_threshold=-0.9, resign_consecutive=3,
     resign_disabled_fraction=0.1, accelerated_visits=2, chunk_games=16, chunk_seconds=600.0,
-    generation0_playouts=0,
+    generation0_playouts=0, eval_cache_entries=32768, inference_threads=0,
 )
 PINNED_NETWORK_SETTINGS = dict(policy_head="dense", policy_channels=16, head_filters=2, value_hidden=64,
                                global_pool_every=0, value_head="tanh")
@@ -323,7 +323,8 @@ def end_to_end(published: PublishedNetwork, seconds: float, games: int, label: s
 
     use_every_cpu_core()
     board_size = int(published.model.board_size)
-    evaluator = make_evaluator(published.model, Placement("cpu", ""), inference)
+    evaluator = make_evaluator(published.model, Placement("cpu", ""), inference,
+                               threads=PINNED_WORKER_SETTINGS["inference_threads"])
     backend = getattr(evaluator, "backend", "tensorflow")
     evaluator(np.zeros((8, board_size, board_size, 17), np.float32))   # trace / warm up once
     with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as spool:
