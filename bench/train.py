@@ -27,7 +27,7 @@ second of this process (all its threads), which other load disturbs much
 less; on two idle cores the wall rate approaches twice that figure.  Ends
 with one JSON line.
 
-    python bench/train.py [--seconds 8]
+    python bench/train.py [--seconds 8] [--positions 16384]
 """
 from __future__ import annotations
 
@@ -150,18 +150,21 @@ def train_rate(shards: list[str], root: str, seconds: float) -> tuple[float, int
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="timed seconds per measurement")
+    parser.add_argument("--positions", type=int, default=16384,
+                        help="9x9 positions per record version (19x19: half); fewer only for a smoke run")
     args = parser.parse_args(argv)
     from format import layout
     from format.schema import POSITION_RECORD_VERSION
 
     result = {"bench": "train"}
     with tempfile.TemporaryDirectory(prefix="zerolake-bench-") as scratch:
-        shards = {9: write_shards(scratch, 9, 16384), 19: write_shards(scratch, 19, 8192)}
+        counts = {9: args.positions, 19: args.positions // 2}
+        shards = {n: write_shards(scratch, n, counts[n]) for n in (9, 19)}
         for n in (9, 19):
             for version in (1, 2, 3):
                 rate, cpu = pipeline_rate(shards[n][version], n, args.seconds)
                 files = shards[n][version] + ([layout.game_table_beside(shards[n][version][0])] if version == 3 else [])
-                size = sum(os.path.getsize(p) for p in files) / (16384 if n == 9 else 8192)
+                size = sum(os.path.getsize(p) for p in files) / counts[n]
                 print(f"input pipeline {n:2d}x{n:<2d} v{version}: {rate:10.0f} examples/s, {cpu:8.0f} per CPU "
                       f"second (batch {PIPELINE_BATCH}, no model; {size:.0f} bytes a position at rest)")
                 result[f"input_examples_per_s_{n}_v{version}"] = round(rate)
@@ -174,7 +177,7 @@ def main(argv=None) -> int:
         print(f"training 9x9 default net: {steps:.2f} steps/s at batch {batch} = {consumed:.0f} examples/s")
         ratio = result["input_examples_per_s_9"] / consumed
         print(f"pipeline supply / training demand (9x9): {ratio:.1f}x")
-    result.update({"record_version": POSITION_RECORD_VERSION, "train_steps_per_s_9": round(steps, 3),
+    result.update({"positions_9": args.positions, "seconds": args.seconds, "record_version": POSITION_RECORD_VERSION, "train_steps_per_s_9": round(steps, 3),
                    "train_batch_9": batch, "train_examples_per_s_9": round(consumed),
                    "supply_over_demand_9": round(ratio, 2), "cpus": os.cpu_count()})
     print(json.dumps(result))
