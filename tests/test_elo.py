@@ -1,9 +1,39 @@
-"""selfplay.elo: the maximum-likelihood Bradley-Terry fit against hand-computed cases."""
+"""selfplay.elo: the maximum-likelihood Bradley-Terry fit and its profile-likelihood intervals
+against hand-computed and brute-force cases (the statistical check is tests/test_elo_coverage.py)."""
 import math
 
 import pytest
 
-from selfplay.elo import ELO_PER_NAT, PairRecord, elo_gap, expected_score, fit_ratings, merge_pairs
+from selfplay.elo import (CHI2_95, ELO_PER_NAT, SHUTOUT_DEVIANCE_95, PairRecord, choose_anchor, elo_gap,
+                          expected_score, fit_ratings, merge_pairs, win_groups)
+
+
+def log_likelihood(pairs, elo):
+    """Bradley-Terry log-likelihood of ``pairs`` (a, b, games, score_a) at ratings ``elo`` (a dict)."""
+    total = 0.0
+    for a, b, games, score in pairs:
+        p = expected_score(elo[a], elo[b])
+        total += (score * math.log(p) if score else 0.0) + ((games - score) * math.log(1 - p) if games - score else 0.0)
+    return total
+
+
+def maximise(f, low, high, steps=200):
+    """Maximum of a concave function of one variable on [low, high] by ternary search."""
+    for _ in range(steps):
+        left, right = low + (high - low) / 3, high - (high - low) / 3
+        if f(left) < f(right):
+            low = left
+        else:
+            high = right
+    return f((low + high) / 2)
+
+
+def crossing(f, inside, outside, level, steps=200):
+    """The point between ``inside`` (f < level) and ``outside`` (f > level) where f = level, by bisection."""
+    for _ in range(steps):
+        middle = (inside + outside) / 2
+        inside, outside = (middle, outside) if f(middle) < level else (inside, middle)
+    return (inside + outside) / 2
 
 
 def test_expected_score_and_gap_are_inverse():
@@ -35,9 +65,10 @@ def test_a_known_win_ratio_gives_its_elo_gap():
     assert fit_ratings(split, prior_draws=2.0).ratings["a"].elo == pytest.approx(elo_gap(31 / 42), abs=1e-6)
 
 
-def test_the_interval_is_the_inverse_hessian_of_one_pair():
-    """One pair, no prior: the standard error is 1 / sqrt(n p (1 - p)) nats."""
-    fit = fit_ratings([PairRecord("a", "random", 40, 30)], prior_draws=0.0)
+def test_the_hessian_option_is_the_inverse_hessian_of_one_pair():
+    """The earlier intervals, kept as an option: one pair, no prior, the standard error is
+    1 / sqrt(n p (1 - p)) nats."""
+    fit = fit_ratings([PairRecord("a", "random", 40, 30)], prior_draws=0.0, interval="hessian")
     se = ELO_PER_NAT / math.sqrt(40 * 0.75 * 0.25)
     rating = fit.ratings["a"]
     assert rating.high - rating.elo == pytest.approx(1.959963984540054 * se, rel=1e-6)
@@ -66,3 +97,102 @@ def test_bad_records_are_refused():
     with pytest.raises(ValueError, match="two players"):
         PairRecord("a", "a", 2, 1)
     assert merge_pairs([PairRecord("b", "a", 2, 2), PairRecord("a", "b", 2, 1)]) == [PairRecord("a", "b", 4, 1)]
+
+
+def test_the_interval_of_one_pair_is_where_the_deviance_reaches_the_chi_square_point():
+    """30 of 40: the ends are where 2 (LL_max - LL(r)) = 3.841, found here by bisection; the
+    interval is not symmetric about the estimate (the Hessian's would be)."""
+    pairs = [("a", "random", 40, 30)]
+    rating = fit_ratings([PairRecord(*pairs[0])]).ratings["a"]
+    best = log_likelihood(pairs, {"a": rating.elo, "random": 0.0})
+
+    def deviance(r):
+        return 2 * (best - log_likelihood(pairs, {"a": r, "random": 0.0}))
+
+    assert rating.low == pytest.approx(crossing(deviance, rating.elo, -1000, CHI2_95), abs=1e-6)
+    assert rating.high == pytest.approx(crossing(deviance, rating.elo, 2000, CHI2_95), abs=1e-6)
+    assert rating.high - rating.elo > rating.elo - rating.low + 5
+
+
+def test_the_profile_maximises_over_the_other_players():
+    """b's interval: at each end the deviance, with a re-fitted for b's rating there, is 3.841."""
+    pairs = [("a", "random", 20, 14), ("b", "a", 20, 13), ("b", "random", 20, 16)]
+    fit = fit_ratings([PairRecord(*p) for p in pairs])
+    best = log_likelihood(pairs, {"random": 0.0, "a": fit.ratings["a"].elo, "b": fit.ratings["b"].elo})
+
+    def profile(r):
+        return maximise(lambda a: log_likelihood(pairs, {"random": 0.0, "a": a, "b": r}), -2000, 2000)
+
+    assert maximise(profile, -2000, 2000) == pytest.approx(best, abs=1e-9)
+    for end in (fit.ratings["b"].low, fit.ratings["b"].high):
+        assert 2 * (best - profile(end)) == pytest.approx(CHI2_95, abs=1e-6)
+
+
+def test_a_shut_out_has_no_estimate_only_a_one_sided_bound():
+    """10-0 over the anchor: no finite maximum.  The bound is where 10-0 had a 2.5% chance:
+    P(r)^10 = 0.025, 140 Elo (the deviance there, -20 ln P, is -2 ln 0.025)."""
+    bound = elo_gap(0.025 ** (1 / 10))
+    won = fit_ratings([PairRecord("a", "random", 10, 10)]).ratings["a"]
+    assert won.elo == math.inf and won.high == math.inf and not won.finite
+    assert won.low == pytest.approx(bound, abs=1e-6) and round(bound) == 140
+    assert (won.estimate_text(), won.interval_text()) == (">= 140", "[140, +inf)")
+    assert SHUTOUT_DEVIANCE_95 == pytest.approx(-2 * math.log(0.025))
+    lost = fit_ratings([PairRecord("a", "random", 10, 0)]).ratings["a"]
+    assert (lost.elo, lost.low) == (-math.inf, -math.inf) and lost.high == pytest.approx(-bound, abs=1e-6)
+    assert (lost.estimate_text(), lost.interval_text()) == ("<= -140", "(-inf, -140]")
+
+
+def test_a_group_that_lost_every_game_to_the_anchor_is_bounded_by_all_its_games():
+    """a and b play each other (finite gap) and each lost 10-0 to the anchor: a's bound comes
+    from the profile over b as well, with the supremum at the anchor's games' limit (probability 1)."""
+    pairs = [("a", "b", 10, 6), ("a", "gnugo", 10, 0), ("b", "gnugo", 10, 0)]
+    fit = fit_ratings([PairRecord(*p) for p in pairs], "gnugo")
+    supremum = maximise(lambda b: log_likelihood([pairs[0]], {"a": 0.0, "b": b}), -2000, 2000)
+
+    def deviance(r):
+        return 2 * (supremum - maximise(lambda b: log_likelihood(pairs, {"gnugo": 0.0, "a": r, "b": b}),
+                                        -3000, 3000))
+
+    a = fit.ratings["a"]
+    assert a.elo == -math.inf and a.low == -math.inf
+    assert a.high == pytest.approx(crossing(deviance, -3000, 0, SHUTOUT_DEVIANCE_95), abs=1e-5)
+    # 20 lost games bound the pair tighter than a's own 10 would.
+    assert a.high < -elo_gap(0.025 ** (1 / 10))
+
+
+def test_a_player_that_neither_beat_nor_lost_to_the_anchor_through_anyone_has_no_estimate():
+    """a and b each beat random 10-0 and never met: the games say nothing about b - a."""
+    fit = fit_ratings([PairRecord("a", "random", 10, 10), PairRecord("b", "random", 10, 10)], "a")
+    b = fit.ratings["b"]
+    assert math.isnan(b.elo) and (b.low, b.high) == (-math.inf, math.inf) and b.estimate_text() == "?"
+    assert fit.ratings["random"].elo == -math.inf
+
+
+def test_win_groups_and_the_anchor_rule():
+    """The preferred anchor when a rating against it is finite; else the candidate with the largest
+    mutual-win group; with every pairing a shut-out, the preferred one stays."""
+    ladder = [PairRecord("playouts", "random", 10, 10), PairRecord("gnugo:1", "playouts", 10, 10),
+              PairRecord("gen:1", "random", 10, 10), PairRecord("gen:1", "playouts", 10, 7),
+              PairRecord("gen:2", "playouts", 10, 9), PairRecord("gen:2", "gen:1", 10, 6),
+              PairRecord("gen:1", "gnugo:1", 10, 0), PairRecord("gen:2", "gnugo:1", 10, 0)]
+    assert win_groups(ladder) == [{"gen:1", "gen:2", "playouts"}, {"gnugo:1"}, {"random"}]
+    assert win_groups(ladder, prior_draws=2) == [{"gen:1", "gen:2", "playouts", "gnugo:1", "random"}]
+    anchor, why = choose_anchor(ladder, "gnugo:1", ["random", "playouts", "gnugo:1"])
+    assert anchor == "playouts" and "gnugo:1 is alone in its mutual-win group" in why
+    assert choose_anchor(ladder, "gnugo:5", ["random", "playouts"])[1].startswith("playouts (gnugo:5 has no games")
+    assert choose_anchor(ladder, "gnugo:1", ["random", "playouts"], prior_draws=2)[0] == "gnugo:1"
+    closer = ladder + [PairRecord("gen:2", "gnugo:1", 10, 1)]
+    assert choose_anchor(closer, "gnugo:1", ["random", "playouts", "gnugo:1"])[0] == "gnugo:1"
+    shut_outs = [PairRecord("gnugo:1", "random", 10, 10), PairRecord("gnugo:5", "gnugo:1", 10, 10)]
+    assert choose_anchor(shut_outs, "gnugo:1", ["random", "gnugo:1", "gnugo:5"])[0] == "gnugo:1"
+
+
+def test_the_prior_option_and_bad_options():
+    fit = fit_ratings([PairRecord("a", "random", 10, 10)], prior_draws=2.0)
+    assert fit.ratings["a"].finite and fit.prior_draws == 2.0
+    assert "2 virtual draws" in fit.method_text() and "profile-likelihood" in fit.method_text()
+    assert "no prior" in fit_ratings([PairRecord("a", "random", 10, 10)]).method_text()
+    with pytest.raises(ValueError, match="prior_draws"):
+        fit_ratings([], prior_draws=-1)
+    with pytest.raises(ValueError, match="interval must be one of"):
+        fit_ratings([], interval="bootstrap")
