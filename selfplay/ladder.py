@@ -8,11 +8,11 @@ Players
 * generation ``G`` (named ``gen:G``): MCTS with the run's published model G
   (``--visits`` simulations a move);
 * anchors (``--anchors``, weakest first; names as `selfplay.match` player
-  specs): ``random`` (uniform legal moves, rated 0 by definition),
-  ``playouts:K`` (MCTS whose leaves are valued by K random playouts, the
-  network-free baseline, same ``--visits``) and ``gnugo:L`` (GNU Go at level
-  L).  The players are `selfplay.match`'s own (`build_player`) and every game
-  is played by `selfplay.match.play_games`: there is no second game loop here.
+  specs): ``random`` (uniform legal moves), ``playouts:K`` (MCTS whose
+  leaves are valued by K random playouts, the network-free baseline, same
+  ``--visits``) and ``gnugo:L`` (GNU Go at level L).  The players are
+  `selfplay.match`'s own (`build_player`) and every game is played by
+  `selfplay.match.play_games`: there is no second game loop here.
 
 Pairings (``schedule``), each ``--games`` games with alternating colours:
 
@@ -25,21 +25,46 @@ Pairings (``schedule``), each ``--games`` games with alternating colours:
 * with ``--adjacent`` (default), consecutive rated generations.
 
 Results (``ROOT/report/ladder/results.jsonl``, one game per line) are saved
-after every game, with its SGF (``report/ladder/games/<pairing>/<index>.sgf``).
-A game counts only under the *conditions* it was played with (board size,
-komi, visits, opening moves, move cap): a rerun with the same ones plays only
-the games still missing from each pairing; one with other conditions starts
-its own set beside the old one.  Delete the results file to start afresh.
+after every game, with its SGF (``report/ladder/games/<pairing>/<index>.sgf``)
+and its *digest* (a hash of its colours, moves and result: two games with
+the same digest are the same game).  A game counts only under the
+*conditions* it was played with (board size, komi, visits, opening moves,
+move cap): a rerun with the same ones plays only the games still missing
+from each pairing; one with other conditions starts its own set beside the
+old one.  Delete the results file to start afresh.
 
-Ratings: one maximum-likelihood Bradley-Terry fit over every game of the
-current conditions (`selfplay.elo`: random = 0, a weak prior of
-``--prior-draws`` virtual draws per pairing, 95% intervals from the Hessian).
+Ratings (`selfplay.elo`, whose docstring defines them exactly): one
+maximum-likelihood Bradley-Terry fit over the *distinct* games of the current
+conditions, with profile-likelihood 95% intervals.
+
+* Distinct games: deterministic players can repeat a game move for move
+  (two engines with no randomness left, as two fresh GNU Go processes may
+  be), and a repeat is no new evidence, so games with the same digest count
+  once and the report says how many were dropped.  A game recorded before digests
+  were kept gets its digest from its SGF.
+* The anchor, rated 0 (``--anchor``, default ``gnugo:1``): a rating is a
+  finite number only inside the anchor's mutual-win group (players each of
+  whom beat every other through a chain of wins), so ``random``, which every
+  trained generation beats 10-0, would leave them all unbounded above.  When
+  the anchor did not play, or is alone in its mutual-win group (nobody both
+  beat it and lost to it, directly or through others: no rating against it
+  is finite), the anchor of ``--anchors`` with the largest mutual-win group
+  is used instead, and the report says so and why.
+* A player with no finite estimate (it won, or lost, every game linking it to
+  the anchor) is shown as a bound, ``>= low`` or ``<= high``, with a
+  one-sided interval.
+* ``--prior-draws`` (default 0) adds BayesElo's virtual draws to every
+  pairing; the report always also shows each player's estimate under
+  the other choice (2 draws when none are used, none otherwise) and the
+  largest change, so a reader sees how much the prior, not the games, says.
+
 The table is printed and, with the plots, written to ``ROOT/report/``
 (`selfplay.ladder_report`): derived views, replaced on every run.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import sys
@@ -54,16 +79,20 @@ from format import schema as S
 from format.cli import RoleCli, max_moves_setting, root_setting, setting, setting_problems
 from format.registry import RegistryError
 from format.run_config import read_run_config
+from format.sgf import game_from_sgf
 from selfplay import elo
 from selfplay.ladder_report import generation_name, parse_generation_name, write_report
 from selfplay.match import GameResult, PlayerSpec, build_player, play_games, sgf_bytes
 from selfplay.move_policy import MovePolicy
 from selfplay.player import EvaluatorSource, MctsConfig, SearchBudget, load_evaluator
 
-ANCHOR = "random"
-"""The player rated 0."""
+DEFAULT_ANCHOR = "gnugo:1"
+"""The player rated 0 unless no rating against it is finite (module docstring)."""
 RESULTS_VERSION = 1
 DEFAULT_ANCHORS = "random,playouts:8,playouts:32,playouts:128,gnugo:1,gnugo:5,gnugo:10"
+COMPARISON_PRIOR_DRAWS = 2.0
+"""The prior the report compares with when the fit uses none (BayesElo's default, the ladder's earlier one)."""
+FIXED_ANCHOR_KINDS = ("random", "playouts", "gnugo")
 
 
 def _parse_int_list(text: str, flag: str) -> tuple[int, ...]:
@@ -82,8 +111,11 @@ class LadderConfig:
 
     root: str = root_setting()
     generations: str | None = setting(None, "comma-separated generations to rate (default: every published one)")
-    anchors: str = setting(DEFAULT_ANCHORS, "anchor players, weakest first: random, playouts:K, gnugo:L "
-                                            "(must include random, the ladder's 0)")
+    anchors: str = setting(DEFAULT_ANCHORS, "anchor players, weakest first: random, playouts:K, gnugo:L")
+    anchor: str = setting(DEFAULT_ANCHOR, "the player rated 0 (random, playouts:K or gnugo:L); when it has no "
+                                          "games, or nobody both beat it and lost to it (directly or through "
+                                          "others), the anchor with the largest group of mutual wins is used, "
+                                          "and the report says so")
     games: int = setting(10, "games per pairing, colours alternating; a rerun plays only the missing ones", at_least=1)
     visits: int = setting(64, "MCTS simulations per move of the generations and the playouts anchors", at_least=1)
     opening_moves: int = setting(4, "MCTS players sample their first this many moves by visit count, "
@@ -93,7 +125,9 @@ class LadderConfig:
     give_up_score: float = setting(0.0, "a generation stops climbing the anchors after one against which "
                                          "it scored at most this fraction of the points (negative: never)", below=1.0)
     adjacent: bool = setting(True, "consecutive rated generations also play each other")
-    prior_draws: float = setting(2.0, "virtual draws added to every pairing (the fit's weak prior)", at_least=0)
+    prior_draws: float = setting(0.0, "virtual draws added to every pairing (BayesElo's prior; 0 = a pure "
+                                      "maximum-likelihood fit); the report also shows the ratings under the "
+                                      "other choice", at_least=0)
     seed: int = setting(0, "seed of the players' random choices")
     plots: bool = setting(True, "write the PNG plots to ROOT/report/")
     json: bool = setting(False, "print the ratings as one JSON object instead of the table")
@@ -109,10 +143,14 @@ class LadderConfig:
                 spec = PlayerSpec.parse(name)
             except ValueError as exc:
                 raise ValueError(f"--anchors: {exc}") from None
-            if spec.kind not in ("random", "playouts", "gnugo"):
+            if spec.kind not in FIXED_ANCHOR_KINDS:
                 raise ValueError(f"--anchors: {name!r} is not a fixed anchor (random, playouts:K, gnugo:L)")
-        if ANCHOR not in anchors:
-            raise ValueError(f"--anchors must include {ANCHOR!r}, the player rated 0")
+        try:
+            anchor_kind = PlayerSpec.parse(self.anchor).kind
+        except ValueError as exc:
+            raise ValueError(f"--anchor: {exc}") from None
+        if anchor_kind not in FIXED_ANCHOR_KINDS:
+            raise ValueError(f"--anchor: {self.anchor!r} is not a fixed anchor (random, playouts:K, gnugo:L)")
         if len(set(anchors)) != len(anchors):
             raise ValueError(f"--anchors names a player twice: {self.anchors!r}")
         MovePolicy(sampled_moves=self.opening_moves)
@@ -127,7 +165,8 @@ class LadderConfig:
 
 CLI = RoleCli(LadderConfig, prog="python -m selfplay.ladder",
               description="Rate published generations against fixed anchors (random moves, pure Monte-Carlo "
-                          "players, GNU Go) by one maximum-likelihood Elo fit over every game played; saves "
+                          "players, GNU Go) by one maximum-likelihood Elo fit over every distinct game played, "
+                          "with profile-likelihood 95% intervals; saves "
                           "every game as SGF and the ratings, a table and plots under ROOT/report/. A rerun "
                           "adds games instead of replaying them.")
 
@@ -142,7 +181,9 @@ class LadderGame:
 
     ``a`` and ``b`` are the pairing's players (a is Black in even-numbered
     games); ``winner`` is S.BLACK, S.WHITE or S.EMPTY (a draw); ``score`` is
-    the area score from Black's side, None after a resignation or a forfeit.
+    the area score from Black's side, None after a resignation or a forfeit;
+    ``digest`` is `game_digest` of the game, None in lines written before
+    digests were kept.
     """
 
     pairing: str
@@ -158,6 +199,7 @@ class LadderGame:
     conditions: str
     sgf: str
     time: float
+    digest: str | None = None
 
     @property
     def score_a(self) -> float:
@@ -203,9 +245,30 @@ def write_results(storage, games: Sequence[LadderGame]) -> None:
     storage.write_replace(layout.ladder_results(), data)
 
 
+def game_digest(black: str, white: str, moves: Sequence[int], winner: int, end_reason: str) -> str:
+    """A short hash of a game's colours, moves and result: equal digests, the same game."""
+    text = json.dumps([black, white, [int(m) for m in moves], int(winner), end_reason])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def distinct_games(games: Sequence[LadderGame], conditions: str) -> tuple[list[LadderGame], int]:
+    """(the games of ``conditions``, each distinct game once, first played first; how many repeats
+    were dropped).  Games without a digest are all kept."""
+    kept, seen = [], set()
+    for game in games:
+        if game.conditions != conditions:
+            continue
+        key = (game.a, game.b, game.digest)
+        if game.digest is not None and key in seen:
+            continue
+        seen.add(key)
+        kept.append(game)
+    return kept, sum(1 for g in games if g.conditions == conditions) - len(kept)
+
+
 def pair_records(games: Sequence[LadderGame], conditions: str) -> list[elo.PairRecord]:
-    """The games of ``conditions`` as one Bradley-Terry record each."""
-    return [elo.PairRecord(g.a, g.b, 1, g.score_a) for g in games if g.conditions == conditions]
+    """The distinct games of ``conditions`` (`distinct_games`) as one Bradley-Terry record each."""
+    return [elo.PairRecord(g.a, g.b, 1, g.score_a) for g in distinct_games(games, conditions)[0]]
 
 
 # --------------------------------------------------------------------------
@@ -328,7 +391,8 @@ class Ladder:
         self.games.append(LadderGame(
             pairing=pairing.name, index=index, a=pairing.a, b=pairing.b, black=black, white=white,
             winner=int(result.winner), score=result.score, end_reason=result.end_reason,
-            moves=len(result.moves), conditions=self.conditions, sgf=path, time=time.time()))
+            moves=len(result.moves), conditions=self.conditions, sgf=path, time=time.time(),
+            digest=game_digest(black, white, result.moves, result.winner, result.end_reason)))
         write_results(self.storage, self.games)
         self.log(f"  game {index} {black} (B) vs {white} (W): {named.result_text} after {len(result.moves)} "
                  f"moves ({result.end_reason})")
@@ -352,9 +416,40 @@ class Ladder:
                 played += self.play_pairing(Pairing(generation_name(newer), generation_name(older)))
         return played
 
+    def add_missing_digests(self) -> int:
+        """Give each game of the current conditions recorded without a digest one from its SGF,
+        and save them; returns how many.  A game whose SGF cannot be read keeps none (and counts
+        as distinct)."""
+        added = 0
+        for i, game in enumerate(self.games):
+            if game.digest is not None or game.conditions != self.conditions:
+                continue
+            try:
+                _, _, moves, _ = game_from_sgf(self.storage.read(game.sgf))
+            except (NotFound, ValueError) as exc:
+                self.log(f"  {game.pairing} game {game.index}: no digest ({exc}); counted as distinct")
+                continue
+            self.games[i] = dataclasses.replace(
+                game, digest=game_digest(game.black, game.white, moves, game.winner, game.end_reason))
+            added += 1
+        if added:
+            write_results(self.storage, self.games)
+        return added
+
     def fit(self) -> elo.Fit:
-        return elo.fit_ratings(pair_records(self.games, self.conditions), ANCHOR,
-                               prior_draws=self.config.prior_draws)
+        """The fit of the distinct games (module docstring); ``anchor_reason`` says which anchor and why."""
+        prior = self.config.prior_draws
+        records = pair_records(self.games, self.conditions)
+        anchor, why = elo.choose_anchor(records, self.config.anchor, self.config.anchor_names(),
+                                        prior_draws=prior)
+        return dataclasses.replace(elo.fit_ratings(records, anchor, prior_draws=prior), anchor_reason=why)
+
+    def comparison_fit(self, fit: elo.Fit) -> elo.Fit:
+        """The same games and anchor under the other prior (none, or COMPARISON_PRIOR_DRAWS when the
+        fit has none): estimates only, for the report's sensitivity column."""
+        prior = COMPARISON_PRIOR_DRAWS if fit.prior_draws == 0 else 0.0
+        return elo.fit_ratings(pair_records(self.games, self.conditions), fit.anchor, prior_draws=prior,
+                               interval="none")
 
     def close(self) -> None:
         self._loaded.clear()
@@ -368,11 +463,15 @@ def run(config: LadderConfig, *, retry=None, log: Callable[[str], None] = print)
             f"anchors {', '.join(config.anchor_names())}; {config.games} games per pairing; "
             f"conditions: {ladder.conditions}")
         played = ladder.schedule_and_play()
+        ladder.add_missing_digests()
         fit = ladder.fit()
+        comparison = ladder.comparison_fit(fit)
     finally:
         ladder.close()
+    distinct, duplicates = distinct_games(ladder.games, ladder.conditions)
     return write_report(ladder.storage, fit, ladder.games, ladder.conditions, ladder.generations,
-                        plots=config.plots, played=played)
+                        plots=config.plots, played=played, comparison=comparison,
+                        distinct=len(distinct), duplicates=duplicates)
 
 
 def main(argv=None) -> int:

@@ -1,6 +1,8 @@
 """The ladder's report: ratings table, per-generation lake figures and PNG plots.
 
-Input: the `selfplay.elo.Fit` of the ladder's games, and the lake itself:
+Input: the `selfplay.elo.Fit` of the ladder's distinct games (and a second
+fit of the same games under the other prior, for the sensitivity column),
+and the lake itself:
 
 * ``models/<gen>/MANIFEST.json``: when each generation was published
   (``metadata.created_unix``) and, from trainers that record it, the
@@ -19,8 +21,14 @@ generation before G, i.e. the data its training window could draw from.
 Output (all under ``ROOT/report/``, replaced on every run: derived views):
 ``ratings.txt`` (the printed table), ``ratings.json``, and with plots on
 ``rating-vs-hours.png``, ``rating-vs-games.png``, ``rating-vs-positions.png``
-(generations with 95% intervals; anchors as dashed lines),
-``training-losses.png`` and ``illegal-move-mass.png`` (per generation).
+(generations with 95% intervals, a generation with no finite estimate as a
+triangle at its bound pointing the open way; anchors with a finite rating as
+dashed lines), ``training-losses.png`` and ``illegal-move-mass.png`` (per
+generation).
+
+In ``ratings.json`` an infinite estimate or interval end is ``null`` (JSON
+has no infinity); ``estimate`` holds what the table shows (``412``,
+``>= 140``, ``<= -300`` or ``?``).
 """
 from __future__ import annotations
 
@@ -109,21 +117,76 @@ def generation_figures(storage, generations: Sequence[int]) -> dict[int, dict]:
 # table
 # --------------------------------------------------------------------------
 
-def ratings_table(fit: elo.Fit, figures: dict[int, dict], conditions: str) -> str:
-    """The printed table: one row per rated player, strongest first."""
-    lines = [f"Elo ({conditions}); random = 0; 95% interval from the fit's Hessian",
-             f"{'player':<14} {'Elo':>7} {'95% interval':>17} {'games':>6} {'hours':>7} "
+def _position(rating: elo.Rating) -> float:
+    """Where a rating sits for sorting and plotting: its estimate, else its bound (NaN: none)."""
+    if rating.finite:
+        return rating.elo
+    if rating.elo > 0:
+        return rating.low if math.isfinite(rating.low) else math.nan
+    if rating.elo < 0:
+        return rating.high if math.isfinite(rating.high) else math.nan
+    return math.nan
+
+
+def _strongest_first(fit: elo.Fit) -> list[elo.Rating]:
+    """Ratings by estimate or bound, highest first; those with neither last."""
+    def key(rating: elo.Rating):
+        position = _position(rating)
+        return (math.isnan(position), 0.0 if math.isnan(position) else -position, rating.player)
+    return sorted(fit.ratings.values(), key=key)
+
+
+def prior_sensitivity(fit: elo.Fit, comparison: elo.Fit) -> tuple[float, str | None, list[str]]:
+    """(largest |change| of a finite estimate between the two fits, whose, players finite in only one)."""
+    largest, whose, only_one = 0.0, None, []
+    for name, rating in fit.ratings.items():
+        other = comparison.ratings.get(name)
+        if other is None:
+            continue
+        if rating.finite and other.finite:
+            if abs(other.elo - rating.elo) > largest:
+                largest, whose = abs(other.elo - rating.elo), name
+        elif rating.finite != other.finite:
+            only_one.append(name)
+    return largest, whose, sorted(only_one)
+
+
+def ratings_table(fit: elo.Fit, figures: dict[int, dict], conditions: str, *,
+                  comparison: elo.Fit | None = None, distinct: int | None = None, duplicates: int = 0) -> str:
+    """The printed table: one row per rated player, strongest first, then what the numbers mean."""
+    other = (f"{comparison.prior_draws:g} draws" if comparison is not None else "")
+    lines = [f"Elo ({conditions}): {fit.method_text()}",
+             f"anchor: {fit.anchor_reason or fit.anchor}",
+             f"{'player':<14} {'Elo':>8} {'95% interval':>17} {other:>9} {'games':>6} {'hours':>7} "
              f"{'sp games':>9} {'positions':>10}"]
-    for rating in sorted(fit.ratings.values(), key=lambda r: -r.elo):
+    for rating in _strongest_first(fit):
         generation = parse_generation_name(rating.player)
         figure = figures.get(generation, {}) if generation is not None else {}
         hours = figure.get("hours")
+        compared = comparison.ratings.get(rating.player) if comparison is not None else None
         lines.append(
-            f"{rating.player:<14} {rating.elo:>7.0f} {f'[{rating.low:.0f}, {rating.high:.0f}]':>17} "
+            f"{rating.player:<14} {rating.estimate_text():>8} {rating.interval_text():>17} "
+            f"{compared.estimate_text() if compared is not None else '':>9} "
             f"{rating.games:>6} {'' if hours is None else f'{hours:.2f}':>7} "
             f"{figure.get('games', ''):>9} {figure.get('positions', ''):>10}")
+    if any(not r.finite for r in fit.ratings.values()):
+        lines.append(">= x / <= x: no finite estimate (the player won / lost every game linking it to "
+                     f"{fit.anchor}, directly or through others); x is its 95% interval's end.  ?: its games say "
+                     f"nothing about its gap to {fit.anchor}")
+    if comparison is not None:
+        largest, whose, only_one = prior_sensitivity(fit, comparison)
+        text = (f"prior sensitivity: with {comparison.prior_draws:g} instead of {fit.prior_draws:g} virtual draws "
+                "per pairing ")
+        text += (f"the largest change of a finite estimate is {largest:.0f} Elo ({whose})" if whose else
+                 "no player has a finite estimate under both")
+        if only_one:
+            text += f"; finite under only one of the two: {', '.join(only_one)}"
+        lines.append(text)
+    if distinct is not None:
+        lines.append(f"{distinct} distinct games in the fit; {duplicates} repeated games (same colours, "
+                     "moves and result as an earlier one) counted once")
     if fit.unrated:
-        lines.append(f"not connected to random by any game (unrated): {', '.join(fit.unrated)}")
+        lines.append(f"not connected to {fit.anchor} by any game (unrated): {', '.join(fit.unrated)}")
     return "\n".join(lines)
 
 
@@ -151,24 +214,33 @@ def rating_plot(fit: elo.Fit, figures: dict[int, dict], axis: str, label: str) -
     plt = _pyplot()
     figure, ax = plt.subplots(figsize=(8, 5))
     points = [(figures[g][axis], fit.ratings[generation_name(g)]) for g in sorted(figures)
-              if generation_name(g) in fit.ratings and figures[g][axis] is not None]
-    if points:
-        xs = np.array([x for x, _ in points], float)
-        ys = np.array([r.elo for _, r in points])
-        errors = np.array([[r.elo - r.low for _, r in points], [r.high - r.elo for _, r in points]])
+              if generation_name(g) in fit.ratings and figures[g][axis] is not None
+              and not math.isnan(_position(fit.ratings[generation_name(g)]))]
+    estimated = [(x, r) for x, r in points if r.finite]
+    if estimated:
+        xs = np.array([x for x, _ in estimated], float)
+        ys = np.array([r.elo for _, r in estimated])
+        # A finite estimate has a finite interval (selfplay.elo): both ends are drawn.
+        errors = np.array([[r.elo - r.low for _, r in estimated], [r.high - r.elo for _, r in estimated]])
         ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label="generations (95% interval)")
-        for (x, rating) in points:
-            ax.annotate(str(parse_generation_name(rating.player)), (x, rating.elo), textcoords="offset points", xytext=(4, 4),
-                        fontsize=8)
+    for marker, sign, text in (("^", 1, "at least (no finite estimate)"), ("v", -1, "at most (no finite estimate)")):
+        bounded = [(x, r) for x, r in points if not r.finite and np.sign(r.elo) == sign]
+        if bounded:
+            ax.scatter([x for x, _ in bounded], [_position(r) for _, r in bounded], marker=marker, label=text)
+    for x, rating in points:
+        ax.annotate(str(parse_generation_name(rating.player)), (x, _position(rating)), textcoords="offset points",
+                    xytext=(4, 4), fontsize=8)
+    if points:
+        ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no rated generation yet", transform=ax.transAxes, ha="center")
     for rating in fit.ratings.values():
-        if parse_generation_name(rating.player) is None:
+        if parse_generation_name(rating.player) is None and rating.finite:
             ax.axhline(rating.elo, linestyle="--", linewidth=0.8, color="grey")
             ax.annotate(rating.player, (0.0, rating.elo), xycoords=("axes fraction", "data"),
                         fontsize=8, color="grey", va="bottom")
     ax.set_xlabel(label)
-    ax.set_ylabel("Elo (random = 0)")
+    ax.set_ylabel(f"Elo ({fit.anchor} = 0)")
     ax.set_title(f"Rating against {label}")
     ax.grid(alpha=0.3)
     data = _png(figure)
@@ -207,11 +279,22 @@ PLOTS = {
 }
 
 
+def _number(value: float) -> float | None:
+    """JSON's stand-in for an infinite or undefined Elo: null."""
+    return float(value) if math.isfinite(value) else None
+
+
 def write_report(storage, fit: elo.Fit, games, conditions: str, generations: Sequence[int], *,
-                 plots: bool = True, played: int = 0) -> dict:
-    """Write ratings.txt, ratings.json and the plots; returns the JSON document (with ``table``)."""
+                 plots: bool = True, played: int = 0, comparison: elo.Fit | None = None,
+                 distinct: int | None = None, duplicates: int = 0) -> dict:
+    """Write ratings.txt, ratings.json and the plots; returns the JSON document (with ``table``).
+
+    ``comparison``: the same games fitted under the other prior (the sensitivity column);
+    ``distinct`` / ``duplicates``: the games the fit counted, and the repeats it dropped.
+    """
     figures = generation_figures(storage, generations)
-    table = ratings_table(fit, figures, conditions)
+    table = ratings_table(fit, figures, conditions, comparison=comparison, distinct=distinct,
+                          duplicates=duplicates)
     written = []
     if plots:
         for name, (axis, label) in PLOTS.items():
@@ -224,12 +307,22 @@ def write_report(storage, fit: elo.Fit, games, conditions: str, generations: Seq
                               metrics_plot(figures, (MASS_NAME,), "Policy mass on occupied points (illegal moves)",
                                            "softmax mass"))
         written += ["training-losses.png", "illegal-move-mass.png"]
+    games_of_conditions = sum(1 for g in games if g.conditions == conditions)
+    largest, whose, only_one = prior_sensitivity(fit, comparison) if comparison is not None else (None, None, [])
     document = {
-        "conditions": conditions, "anchor": fit.anchor, "unrated": list(fit.unrated),
-        "games_in_fit": sum(1 for g in games if g.conditions == conditions), "games_played_now": played,
-        "interval": "95%, +-1.96 standard errors from the inverse Hessian of the log-posterior",
-        "ratings": {r.player: {"elo": r.elo, "low": r.low, "high": r.high, "games": r.games}
+        "conditions": conditions, "anchor": fit.anchor, "anchor_reason": fit.anchor_reason or fit.anchor,
+        "unrated": list(fit.unrated), "method": fit.method_text(), "prior_draws": fit.prior_draws,
+        "games_in_fit": games_of_conditions if distinct is None else distinct,
+        "duplicate_games_dropped": duplicates, "games_played_now": played,
+        "interval": fit.interval,
+        "ratings": {r.player: {"elo": _number(r.elo), "low": _number(r.low), "high": _number(r.high),
+                               "estimate": r.estimate_text(), "games": r.games,
+                               **({"elo_under_compared_prior": _number(comparison.ratings[r.player].elo)}
+                                  if comparison is not None and r.player in comparison.ratings else {})}
                     for r in fit.ratings.values()},
+        "prior_sensitivity": None if comparison is None else {
+            "compared_prior_draws": comparison.prior_draws, "largest_change": largest, "player": whose,
+            "finite_under_one_prior_only": only_one},
         "generations": {str(g): figures[g] for g in generations},
         "plots": [layout.report_path(name) for name in written],
     }

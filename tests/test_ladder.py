@@ -6,6 +6,7 @@ the metadata a trainer writes (creation time, the window's training metrics).
 Budgets are tiny (4 visits, 2 games a pairing) so the file runs in seconds;
 the GNU Go test plays two level-1 games.
 """
+import dataclasses
 import json
 import os
 import time
@@ -19,7 +20,9 @@ from format import schema as S
 from format.run_config import RunConfig, ensure_run_config
 from format.sgf import game_from_sgf
 from selfplay.board import Board
-from selfplay.ladder import CLI, Ladder, LadderConfig, main, read_results, run
+from selfplay.elo import elo_gap
+from selfplay.ladder import (CLI, Ladder, LadderConfig, distinct_games, main, pair_records, read_results, run,
+                             write_results)
 from selfplay.ladder_report import chunk_counts
 from testdata.models import publish_untrained_model
 from testdata.synthetic_games import synthetic_game
@@ -80,7 +83,10 @@ def test_the_ladder_plays_its_schedule_then_only_missing_games(lake_root, tmp_pa
         if game.end_reason == "two-passes":
             assert np.sign(board.area_score()) == game.winner
     assert set(report["ratings"]) == {"random", "playouts:2", "gen:1", "gen:2"}
-    assert report["ratings"]["random"]["elo"] == 0.0
+    # The default anchor, gnugo:1, did not play: one of the ladder's own anchors is 0 instead.
+    assert report["anchor"] in ("random", "playouts:2") and "gnugo:1 has no games" in report["anchor_reason"]
+    assert report["ratings"][report["anchor"]]["elo"] == 0.0
+    assert report["duplicate_games_dropped"] == 0 and all(g.digest for g in games)
 
     # Same settings: nothing is replayed.  One more game a pairing: one new game each,
     # index 2 with a as Black again.
@@ -122,7 +128,8 @@ def test_the_report_holds_the_table_json_and_plots(lake_root):
 
 
 def test_bad_flags_and_lakes_are_refused_with_the_flag_named(lake_root, tmp_path, capsys):
-    for argv, named in ((["--anchors", "playouts:4,gnugo:1"], "--anchors must include 'random'"),
+    for argv, named in ((["--anchor", "uniform"], "--anchor: 'uniform' is not a fixed anchor"),
+                        (["--anchor", "gnugo:x"], "--anchor: "),
                         (["--anchors", "random,model:x"], "not a fixed anchor"),
                         (["--games", "0"], "--games"),
                         (["--generations", "1,x"], "--generations")):
@@ -147,4 +154,46 @@ def test_gnugo_anchors_play_through_the_match_players(tmp_path):
     games = read_results(open_storage(root))
     assert [g.pairing for g in games] == ["gnugo-1_vs_random"] * 2
     assert all(g.score_a == 1.0 for g in games)                  # GNU Go beats random moves
-    assert report["ratings"]["gnugo:1"]["elo"] > 0 and games[0].winner == S.BLACK
+    assert games[0].winner == S.BLACK
+    # gnugo:1 is the anchor; random, which lost every game, has no estimate, only an upper bound:
+    # where losing both games had a 2.5% chance, so two games bound it only at +290.
+    assert report["anchor"] == "gnugo:1" and report["ratings"]["gnugo:1"]["elo"] == 0.0
+    random = report["ratings"]["random"]
+    assert random["elo"] is None and random["low"] is None
+    assert random["high"] == pytest.approx(elo_gap(1 - 0.025 ** 0.5), abs=1e-6)
+    assert random["estimate"] == f"<= {random['high']:.0f}"
+
+
+def test_repeated_games_count_once_and_old_lines_get_their_digest_from_the_sgf(lake_root):
+    """A pairing whose results hold the same game twice (as two fresh deterministic engines
+    would play it) is fitted with it once; lines written before digests were kept get them
+    from their SGF, and the file is saved with them."""
+    storage = open_storage(lake_root)
+    cfg = config(lake_root, visits=6, generations="2", adjacent=False)
+    run(cfg, log=lambda line: None)
+    mine = [g for g in read_results(storage) if " visits 6 " in g.conditions]
+    others = [g for g in read_results(storage) if " visits 6 " not in g.conditions]
+    repeat = dataclasses.replace(mine[0], index=len(mine), digest=None)
+    without_digests = [dataclasses.replace(g, digest=None) for g in mine] + [repeat]
+    write_results(storage, others + without_digests)
+    report = run(cfg, log=lambda line: None)
+    assert report["games_played_now"] == 0
+    assert report["duplicate_games_dropped"] == 1 and report["games_in_fit"] == len(mine)
+    assert "1 repeated games" in report["table"]
+    saved = [g for g in read_results(storage) if " visits 6 " in g.conditions]
+    assert [g.digest for g in saved] == [g.digest for g in mine] + [mine[0].digest]
+    kept, dropped = distinct_games(saved, saved[0].conditions)
+    assert dropped == 1 and len(pair_records(saved, saved[0].conditions)) == len(mine)
+
+
+def test_the_report_says_what_the_fit_is_and_how_much_the_prior_moves_it(lake_root):
+    report = run(config(lake_root, plots=False), log=lambda line: None)
+    lines = report["table"].splitlines()
+    assert "maximum likelihood (no prior)" in lines[0] and "profile-likelihood" in lines[0]
+    assert lines[1].startswith("anchor: ")
+    assert any(line.startswith("prior sensitivity: with 2 instead of 0 virtual draws") for line in lines)
+    assert report["prior_sensitivity"]["compared_prior_draws"] == 2.0
+    with_prior = run(config(lake_root, plots=False, prior_draws=2.0), log=lambda line: None)
+    assert "2 virtual draws per pairing" in with_prior["table"].splitlines()[0]
+    assert with_prior["prior_sensitivity"]["compared_prior_draws"] == 0.0
+    assert all(r["elo"] is not None for r in with_prior["ratings"].values())   # the prior makes all finite
