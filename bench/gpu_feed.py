@@ -4,7 +4,7 @@ A worker alternates two half-batches: while the network evaluates one half,
 one search thread (Cython, GIL released) backs up the other half's results
 and gathers its next leaves.  So a process can never feed the accelerator
 faster than its one search thread gathers leaves, and a fast GPU needs
-several processes (README, "Accelerators").  This script measures both sides
+several processes (docs/accelerators.md).  This script measures both sides
 on the machine it runs on:
 
 * **search side** (any machine with the compiled extensions): simulations

@@ -123,7 +123,7 @@ class DeployConfig:
     worker_gpu_count: int = _field(1, "GPUs per worker VM")
     worker_machine: str = _field("", "machine type of a worker VM ('' = the GPU's default, or c2d-standard-16)")
     worker_processes: int = _field(0, "worker processes per VM (0 = 4 per GPU, or 8 on a CPU VM); "
-                                      "see README 'How many workers per GPU'", at_least=0)
+                                      "see docs/accelerators.md, 'How many workers per GPU'", at_least=0)
     worker_args: str = _field("", "extra flags for every selfplay.worker, e.g. '--visits 128 --board-size 19'")
     spot: bool = _field(True, "worker VMs are spot VMs (stopped on preemption, their spool kept on the boot "
                               "disk); --no-spot for standard VMs")
