@@ -102,9 +102,6 @@ def _entry_head(key: str) -> bytes:
     return b"\x0a" + _varint(len(key)) + key.encode() + b"\x12"
 
 
-_HEADS = {key: _entry_head(key) for version in _ORDER for key in _ORDER[version]}
-
-
 def _int_feature(payload: bytes) -> bytes:
     """A Feature holding an int64_list of packed varints ``payload`` (empty: an empty list)."""
     inner = b"\x0a" + _varint(len(payload)) + payload if payload else b""

@@ -1,7 +1,8 @@
-"""The 8 dihedral symmetries of the Go board, for planes and move indices.
+"""The 8 dihedral symmetries of the Go board, for planes and policy vectors.
 
-Pure numpy, no engine import: self-play (data augmentation at inference) and
-the trainer (augmentation of training examples) share it.
+Pure numpy, no engine import: the trainer's input pipeline (format.tfdata)
+builds its augmentation tables from it, and the tests and test data check
+and make symmetric copies with it.
 
 Conventions (format/schema.py): a point is ``p = row * N + col`` with row 0
 the top edge; actions are ``0 .. N*N`` with ``PASS = N*N``.
@@ -115,11 +116,3 @@ def apply_symmetry_to_policy(policy, k):
     out = np.empty_like(x)
     out[..., symmetry_permutations(size)[k]] = x
     return out
-
-
-def transform_move(move, k, board_size):
-    """One action index through symmetry k (PASS stays PASS)."""
-    perm = symmetry_permutations(board_size)
-    if not 0 <= int(move) <= board_size * board_size:
-        raise ValueError(f"move {move} is not an action on a {board_size}x{board_size} board")
-    return int(perm[_check_k(k), int(move)])

@@ -437,7 +437,7 @@ def build_player(spec: PlayerSpec, board_size: int, komi: float, mcts: MctsConfi
 CLI = RoleCli(
     MatchConfig, prog="python -m selfplay.match",
     description="Play player A against player B (alternating colours, Tromp-Taylor scoring) "
-                "and report A's win rate with a 95%% Wilson interval. Players: model:ROOT[@GEN], "
+                "and report A's win rate with a 95% Wilson interval. Players: model:ROOT[@GEN], "
                 "uniform, random, playouts[:K], gnugo[:LEVEL].",
     arguments=((("player_a",), dict(help="player A spec, e.g. model:/data/run or model:gs://b/run@12")),
                (("player_b",), dict(help="player B spec, e.g. random, uniform, gnugo:1"))))

@@ -108,10 +108,6 @@ class SpoolFull(SpoolError):
     """The spool's disk has no room for a write; nothing was changed."""
 
 
-class ChunkCollision(SpoolError):
-    """The lake holds a different object under a batch's chunk name."""
-
-
 class CorruptEntry(SpoolError):
     """An entry's header or checksum is wrong."""
 
