@@ -4,6 +4,7 @@
 #
 #   scripts/setup.sh          # what running the system needs
 #   scripts/setup.sh --test   # plus the test tools (pytest, GCS emulators, GNU Go)
+#   scripts/setup.sh --gnugo  # plus GNU Go alone (a long run's closing games play it)
 #   scripts/setup.sh --accelerator gpu   # TensorFlow for NVIDIA GPUs (CUDA from pip)
 #   scripts/setup.sh --accelerator tpu   # TensorFlow 2.20 for a Cloud TPU VM
 #
@@ -16,14 +17,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 WANT_TEST=0
+WANT_GNUGO=0
 ACCELERATOR="${ZEROLAKE_ACCELERATOR:-cpu}"
 while [[ $# -gt 0 ]]; do
     case "$1" in
-        --test) WANT_TEST=1 ;;
+        --test) WANT_TEST=1; WANT_GNUGO=1 ;;
+        --gnugo) WANT_GNUGO=1 ;;
         --accelerator) ACCELERATOR="${2:-}"; shift ;;
         --accelerator=*) ACCELERATOR="${1#*=}" ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
-        *) echo "scripts/setup.sh: unknown argument $1 (use --test, --accelerator cpu|gpu|tpu)" >&2; exit 2 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        *) echo "scripts/setup.sh: unknown argument $1 (use --test, --gnugo, --accelerator cpu|gpu|tpu)" >&2; exit 2 ;;
     esac
     shift
 done
@@ -40,7 +43,7 @@ if [[ "$(id -u)" != "0" ]] && command -v sudo >/dev/null; then SUDO="sudo"; fi
 
 # GNU Go is the rules referee for the engine's cross-check tests and the
 # opponent for `selfplay.match`.  Debian installs it under /usr/games.
-if [[ $WANT_TEST == 1 ]] && ! command -v gnugo >/dev/null && [[ ! -x /usr/games/gnugo ]]; then
+if [[ $WANT_GNUGO == 1 ]] && ! command -v gnugo >/dev/null && [[ ! -x /usr/games/gnugo ]]; then
     echo "[setup] installing gnugo from Debian"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq gnugo >/dev/null
