@@ -136,7 +136,7 @@ def _check_board_size(value, info) -> str | None:
     return None
 
 
-def board_size_setting(default: int | None = 9, *, note: str = "", aliases: tuple[str, ...] = ()):
+def board_size_setting(default: int | None = schema.DEFAULT_BOARD_SIZE, *, note: str = "", aliases: tuple[str, ...] = ()):
     """The board size (``--board-size``), checked against ROOT/run.json by every role that has a lake.
 
     A default of 0 means "take ROOT/run.json's" (roles that only read the
@@ -158,7 +158,7 @@ def _check_komi(value, info) -> str | None:
     return None
 
 
-def komi_setting(default: float | None = 7.5, *, note: str = ""):
+def komi_setting(default: float | None = schema.DEFAULT_KOMI, *, note: str = ""):
     """Komi (``--komi``), points given to White; a multiple of 0.5 as in run.json."""
     return setting(default, _with_note("komi: points added to White's area score (a multiple of 0.5; must "
                                        "match ROOT/run.json when there is one)", note), check=_check_komi)

@@ -26,7 +26,7 @@ class RunConfigMismatch(ValueError):
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     board_size: int = 9
-    komi: float = 7.5
+    komi: float = S.DEFAULT_KOMI
     rules: str = S.RULES_TROMP_TAYLOR
     feature_set: str = FEATURE_SET
     format_version: int = S.FORMAT_VERSION

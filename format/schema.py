@@ -38,6 +38,12 @@ POSITION_RECORD_VERSIONS = frozenset({1, 2, 3})
 MIN_BOARD_SIZE = 5
 MAX_BOARD_SIZE = 19
 
+DEFAULT_BOARD_SIZE = 9
+"""The board size of a new run when no flag or run.json says otherwise."""
+
+DEFAULT_KOMI = 7.5
+"""The komi of a new run when no flag or run.json says otherwise (area scoring's usual 7.5)."""
+
 MAX_KOMI = 1000.0
 """|komi| is at most this, in run.json, every role's --komi and GTP's komi
 command alike: more than any board's area (19 x 19 = 361), and exact in the

@@ -152,7 +152,7 @@ class GtpEngine:
     on another size); `budget` is the per-move search budget."""
 
     def __init__(self, player_factory: Callable[[int], MctsPlayer], budget: SearchBudget,
-                 board_size: int = 9, komi: float = 7.5, log: Callable[[str], None] | None = None):
+                 board_size: int = S.DEFAULT_BOARD_SIZE, komi: float = S.DEFAULT_KOMI, log: Callable[[str], None] | None = None):
         self._player_factory = player_factory
         self.budget = budget
         self.log = log or (lambda text: None)

@@ -392,7 +392,7 @@ class MatchConfig:
     player_b: PlayerSpec = setting(hidden=True)
     games: int = setting(20, "games to play", at_least=1)
     board_size: int | None = board_size_setting(None, note="default: the model's run.json, else 9")
-    komi: float | None = komi_setting(None, note="default: the model's run.json, else 7.5")
+    komi: float | None = komi_setting(None, note=f"default: the model's run.json, else {S.DEFAULT_KOMI:g}")
     max_moves: int = max_moves_setting()
     visits: int | None = setting(32, "MCTS simulations per move (0 = none, needs --seconds-per-move)")
     seconds_per_move: float | None = setting(None, "MCTS wall-clock limit per move")
@@ -479,7 +479,7 @@ def _run(config: MatchConfig, log: Callable[[str], None], retry, cache) -> EvalR
     if len(model_sizes) > 1 and config.board_size is None:
         raise ValueError(f"the two models come from runs of different board sizes {sorted(model_sizes)}")
     board_size = config.board_size or (model_sizes.pop() if model_sizes else 9)
-    komi = config.komi if config.komi is not None else (model_komis.pop() if len(model_komis) == 1 else 7.5)
+    komi = config.komi if config.komi is not None else (model_komis.pop() if len(model_komis) == 1 else S.DEFAULT_KOMI)
     mcts = MctsConfig(budget=SearchBudget(config.visits, config.seconds_per_move),
                       moves=MovePolicy(sampled_moves=config.opening_moves))
     players = []

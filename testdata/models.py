@@ -14,6 +14,8 @@ import tempfile
 
 import numpy as np
 
+from format import schema
+
 TINY_NETWORK = dict(blocks=1, filters=8, global_pool_every=1, global_pool_channels=4, value_hidden=8)
 """The smallest network that has every head: enough to exercise the code that loads and runs a model."""
 
@@ -33,7 +35,7 @@ def random_game_planes(board_size: int, count: int, seed: int = 0, games: int = 
     rng = np.random.default_rng(seed)
     positions = []
     for _ in range(games):
-        board = Board(board_size, 7.5)
+        board = Board(board_size, schema.DEFAULT_KOMI)
         game = []
         while not board.is_over:
             game.append(board.features())

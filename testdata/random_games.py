@@ -56,7 +56,7 @@ def random_move(board, rng: np.random.Generator, stones=None, legal_mask=None) -
     return int(rng.choice(playable)) if len(playable) else points
 
 
-def engine_game(rng: np.random.Generator, board_size: int, *, generation: int = 0, komi: float = 7.5,
+def engine_game(rng: np.random.Generator, board_size: int, *, generation: int = 0, komi: float = S.DEFAULT_KOMI,
                 worker_id: str = "test", visits: int = 0, full_search_fraction: float = 1.0) -> GameRecord:
     """A legal random game to two passes, recorded as self-play would.
 

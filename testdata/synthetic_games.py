@@ -37,7 +37,7 @@ def synthetic_game(
     full_search_fraction: float = 1.0,
     generation: int = 0,
     worker_id: str = "synthetic",
-    komi: float = 7.5,
+    komi: float = S.DEFAULT_KOMI,
     max_moves: int | None = None,
 ) -> GameRecord:
     """One game of ``~0.8 N^2`` moves ending in two passes."""

@@ -29,7 +29,7 @@ from format import layout, schema
 from format.codec import encode_position, encode_shard
 from format.run_config import RunConfig, ensure_run_config
 
-SYNTHETIC_KOMI = 7.5
+SYNTHETIC_KOMI = schema.DEFAULT_KOMI
 
 
 @dataclass(frozen=True)
