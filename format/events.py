@@ -58,6 +58,7 @@ REQUIRED = {
         "progress": ("generation", "step", "steps", "loss", "policy_loss", "value_loss", "accuracy",
                      "occupied_policy_mass", "examples_per_s"),
         "published": ("generation", "step"),
+        "diverged": ("generation", "step", "learning_rate"),
         "stopped": ("reason",),
     },
     "loop": {

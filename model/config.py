@@ -67,7 +67,8 @@ class TrainConfig:
         "steps per window; 0 = positions x epochs-per-window / global batch", at_least=0)
     epochs_per_window: float = setting(1.0, "passes over a window when steps are automatic", above=0)
     steps_per_call: int = setting(20, "training steps per tf.function call", at_least=1)
-    learning_rate: float = setting(0.02, "peak learning rate", above=0)
+    learning_rate: float = setting(0.02, "peak learning rate (a run whose loss stops being finite stops, "
+                                         "exit 4, saving and publishing nothing of it)", above=0, at_most=10)
     momentum: float = setting(0.9, "SGD momentum (Nesterov)", at_least=0, below=1)
     warmup_steps: int = setting(200, "linear warm-up from 0 to the peak rate", at_least=0)
     lr_schedule: str = setting("constant",

@@ -12,7 +12,9 @@ Exit status:
   trainer holding the lease...), before TensorFlow is imported where
   possible;
 * 3: the lease was taken by another trainer (or lapsed) while training:
-  stopped at once, nothing published.
+  stopped at once, nothing published;
+* 4: training diverged (the loss stopped being finite): nothing since the
+  last checkpoint saved or published, one line saying what to change.
 
 After SIGKILL, rerunning the same command resumes from the checkpoint; on
 the same machine it takes the dead process's lease at once, elsewhere it
@@ -39,7 +41,7 @@ from model.config import CLI, TrainConfig
 from model.lease import LeaseError, LeaseHeld, LeaseLost, TrainerLease
 from model.windows import LakeError, lake_board_size, plan_next, scan_windows
 
-EXIT_OK, EXIT_REFUSED, EXIT_LEASE_LOST = 0, 2, 3
+EXIT_OK, EXIT_REFUSED, EXIT_LEASE_LOST, EXIT_DIVERGED = 0, 2, 3, 4
 
 
 def _fail(message: str) -> int:
@@ -107,7 +109,8 @@ def main(argv=None) -> int:
     events.emit("lease_acquired", holder=record.holder, expires=record.expires)
     lease.start_renewing()
 
-    from model.training_run import CheckpointMismatch, CheckpointStateError, TrainingRun  # TensorFlow from here on
+    from model.training_run import (CheckpointMismatch, CheckpointStateError, Diverged,  # TensorFlow from here on
+                                    TrainingRun)
     from model.staging import StagingError
     from model.trainer import StrategyUnavailable, resolve_strategy
 
@@ -120,6 +123,11 @@ def main(argv=None) -> int:
         events.emit("stopped", reason="lease lost", error=str(exc))
         print(f"model.train: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_LEASE_LOST
+    except Diverged as exc:
+        lease.release()
+        events.emit("stopped", reason="diverged", error=str(exc))
+        print(f"model.train: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_DIVERGED
     except (LakeError, CheckpointMismatch, CheckpointStateError, StagingError, StorageError, StrategyUnavailable,
             RegistryError, LeaseError, layout.ManifestError) as exc:
         return refuse(str(exc), "error")

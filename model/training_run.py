@@ -100,6 +100,19 @@ class CheckpointMismatch(RuntimeError):
     """ROOT/checkpoints was written by a differently shaped network."""
 
 
+class Diverged(RuntimeError):
+    """The training loss stopped being finite.  Nothing since the last checkpoint is
+    saved or published; ``str()`` is the one line that says so and what to change."""
+
+    def __init__(self, generation: int, step: int, learning_rate: float, what: str):
+        super().__init__(
+            f"training diverged: {what} at step {step} of window {layout.generation_dir(generation)} "
+            f"(learning rate {learning_rate:g}); nothing since the last checkpoint was saved or published. "
+            "Lower --learning-rate (or lengthen --warmup-steps) and rerun: training resumes from the last "
+            "checkpoint")
+        self.generation, self.step, self.learning_rate = generation, step, learning_rate
+
+
 class CheckpointStateError(RuntimeError):
     """The checkpoint state file (``checkpoints/checkpoint``) is unreadable, or
     names a checkpoint whose files are missing; the message names the file."""
@@ -361,7 +374,9 @@ class TrainingRun:
                     self.save()
                 return False
             steps = self._next_slice(done, total)
-            for name, value in self.trainer.train_steps(iterator, steps).items():
+            slice_sums = self.trainer.train_steps(iterator, steps)
+            self._check_finite(window, done + steps, slice_sums)
+            for name, value in slice_sums.items():
                 sums[name] += value
             if timed_from is None:
                 timed_from, untimed = time.monotonic(), sums["examples"]
@@ -376,6 +391,22 @@ class TrainingRun:
             if done % self.config.checkpoint_every == 0 or done == total:
                 self.save()
         return True
+
+    def _check_finite(self, window: Window, step: int, slice_sums: dict) -> None:
+        """Diverged (with a ``diverged`` event) if the slice's loss sums are not finite.
+
+        Checked after every step call, before anything is saved: a non-finite loss means
+        the weights it came from are garbage, and a checkpoint or a published model of
+        them would make every later step, and every worker, play on garbage.
+        """
+        bad = sorted(name for name, value in slice_sums.items() if not math.isfinite(value))
+        if not bad:
+            return
+        rate = self.trainer.learning_rate()
+        what = f"the {'loss' if 'total_loss_sum' in bad else bad[0]} became {slice_sums[bad[0]]}"
+        self.events.emit("diverged", generation=window.target_generation, step=step,
+                         learning_rate=_finite(rate), metrics=bad)
+        raise Diverged(window.target_generation, step, rate, what)
 
     def _report(self, window, done, total, sums, rate) -> None:
         means = summarize(sums)
@@ -432,9 +463,16 @@ class TrainingRun:
             # window was finished by an earlier process and only published here.
             "training_metrics": self._last_metrics,
         }
+        weights = self.trainer.published_weights()
+        if not all(np.isfinite(w).all() for w in weights if np.issubdtype(w.dtype, np.floating)):
+            # The loss checks catch this first; this guards the averaged (SWA) weights too.
+            self.events.emit("diverged", generation=generation, step=self.trainer.global_step,
+                             learning_rate=_finite(self.trainer.learning_rate()), metrics=["weights"])
+            raise Diverged(generation, self.trainer.global_step, self.trainer.learning_rate(),
+                           "the weights to publish are not finite")
         with tempfile.TemporaryDirectory(prefix="zerolake-export-") as scratch:
             local = os.path.join(scratch, "model")
-            export_inference_model(self.net_config, self.trainer.published_weights(), local)
+            export_inference_model(self.net_config, weights, local)
             if self.config.cpu_int8:
                 metadata["cpu_int8"] = add_cpu_int8(local, self._calibration_planes(window), log=_say)
             try:
