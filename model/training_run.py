@@ -76,9 +76,10 @@ from format.registry import (AlreadyPublished, advance_latest, is_published, lat
                              read_manifest)
 from format.game_table import read_window_table
 from format.planes import input_from_record_planes
-from format.position_records import decode_records
+from format.example_fields import FormatError
+from format.position_records import decode_records, read_shard
 from format.tfdata import training_dataset
-from format.tfrecord import decompress_for, iter_framed_records
+from format.tfrecord import RecordError, decompress_for, iter_framed_records
 from model.config import TrainConfig
 from model.cpu_int8 import CALIBRATION_POSITIONS, CHECK_POSITIONS, add_cpu_int8
 from model.export import export_inference_model
@@ -111,6 +112,16 @@ class Diverged(RuntimeError):
             "Lower --learning-rate (or lengthen --warmup-steps) and rerun: training resumes from the last "
             "checkpoint")
         self.generation, self.step, self.learning_rate = generation, step, learning_rate
+
+
+class DamagedWindow(RuntimeError):
+    """A file of the window being trained does not read: ``reason`` names it (and the
+    record and field where the repository's own reader can say), for the log and the
+    ``window_skipped`` event."""
+
+    def __init__(self, generation: int, reason: str):
+        super().__init__(reason)
+        self.generation, self.reason = generation, reason
 
 
 class CheckpointStateError(RuntimeError):
@@ -153,6 +164,8 @@ class TrainingRun:
         self.stop = stop or threading.Event()
         self.stop_reason = ""
         self._reported_skips: set[int] = set()
+        self._damaged: dict[int, str] = {}
+        """Windows this process found a damaged file in (generation -> reason): never chosen again."""
         self._skipped_below: list[Skipped] = []
         self._saved_step = -1
         self.net_config = network_config(config, board_size)
@@ -244,7 +257,7 @@ class TrainingRun:
         latest = latest_generation(self.storage)
         current = int(self.trainer.window_generation.numpy())
         current_published = current >= 0 and is_published(self.storage, current)
-        scan = scan_windows(self.storage, self.board_size, latest, also=current)
+        scan = self._without_damaged(scan_windows(self.storage, self.board_size, latest, also=current))
         latest = self._finish_interrupted_publish(scan, latest)
         blocking = [bad for bad in scan.bad if latest is None or bad.generation > latest]
         if blocking and not self.config.follow:
@@ -271,6 +284,14 @@ class TrainingRun:
                          steps=int(self.trainer.window_steps_total.numpy()),
                          start_step=int(self.trainer.window_step.numpy()), resumed=plan.resume)
         return window
+
+    def _without_damaged(self, scan):
+        """``scan`` with the windows this process found damaged moved from good to bad."""
+        if not self._damaged:
+            return scan
+        return dataclasses.replace(
+            scan, good=tuple(w for w in scan.good if w.target_generation not in self._damaged),
+            bad=scan.bad + tuple(Skipped(g, reason) for g, reason in sorted(self._damaged.items())))
 
     def _finish_interrupted_publish(self, scan, latest: int | None) -> int | None:
         """Move LATEST to a candidate whose model is already published, and return LATEST.
@@ -350,6 +371,21 @@ class TrainingRun:
                 break
         return np.stack(planes[:wanted]) if planes else np.zeros((0,), np.float32)
 
+    def _damage(self, window: Window, error: Exception) -> DamagedWindow:
+        """The DamagedWindow behind ``error`` (raised while reading ``window``): the first of its
+        files that the repository's own readers refuse, named with the problem.  If every file
+        reads, ``error`` was not damage, and it is raised as it is."""
+        manifest = layout.read_window_manifest(self.storage, window.target_generation)
+        table = None
+        try:
+            if manifest.game_table:
+                table = read_window_table(self.storage, manifest)
+            for path in window.shards:
+                read_shard(self.storage.read(path), self.storage.url(path), manifest.document.get("games"), table)
+        except (FormatError, RecordError) as exc:
+            return DamagedWindow(window.target_generation, f"damaged: {exc}")
+        raise error
+
     def _next_slice(self, done: int, total: int) -> int:
         """Steps in the next call: up to the next log or checkpoint boundary."""
         cfg = self.config
@@ -374,7 +410,10 @@ class TrainingRun:
                     self.save()
                 return False
             steps = self._next_slice(done, total)
-            slice_sums = self.trainer.train_steps(iterator, steps)
+            try:
+                slice_sums = self.trainer.train_steps(iterator, steps)
+            except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError) as exc:
+                raise self._damage(window, exc) from None
             self._check_finite(window, done + steps, slice_sums)
             for name, value in slice_sums.items():
                 sums[name] += value
@@ -474,7 +513,11 @@ class TrainingRun:
             local = os.path.join(scratch, "model")
             export_inference_model(self.net_config, weights, local)
             if self.config.cpu_int8:
-                metadata["cpu_int8"] = add_cpu_int8(local, self._calibration_planes(window), log=_say)
+                try:
+                    planes = self._calibration_planes(window)
+                except (FormatError, RecordError) as exc:
+                    raise self._damage(window, exc) from None
+                metadata["cpu_int8"] = add_cpu_int8(local, planes, log=_say)
             try:
                 publish_model(self.storage, generation, local, metadata)
             except AlreadyPublished as exc:
@@ -503,9 +546,19 @@ class TrainingRun:
                     break
                 self.stop.wait(self.config.poll_seconds)
                 continue
-            if not self.train_window(window):
-                break
-            self.publish(window)
+            try:
+                if not self.train_window(window):
+                    break
+                self.publish(window)
+            except DamagedWindow as damaged:
+                # Skipped for the rest of this process: follow mode goes on to the next window,
+                # one-shot mode stops with the one line (a rerun finds the damage again).
+                self._damaged[damaged.generation] = damaged.reason
+                self._report_skipped([Skipped(damaged.generation, damaged.reason)])
+                if not self.config.follow:
+                    raise LakeError(f"window {layout.generation_dir(damaged.generation)} {damaged.reason}") \
+                        from None
+                continue
             trained += 1
         if trained == 0 and not self.stop_reason:
             _say("nothing to train: no complete window is newer than the published models")

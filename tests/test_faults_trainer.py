@@ -64,3 +64,78 @@ def test_an_absurd_learning_rate_is_refused_in_one_line(rate, capsys):
         train_module.main(["--root", "/tmp/unused", "--learning-rate", rate])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "--learning-rate" in err.splitlines()[-1]
+
+
+def damage(path: str, how: str) -> None:
+    data = open(path, "rb").read()
+    if how == "flipped":
+        middle = len(data) // 2
+        data = data[:middle] + bytes(b ^ 0xFF for b in data[middle:middle + 64]) + data[middle + 64:]
+    elif how == "truncated":
+        data = data[:len(data) // 2]
+    else:
+        data = b"\x1f\x8b" + os.urandom(len(data))
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
+def lake_with_windows(root: str, generations) -> object:
+    storage = open_storage(root)
+    synthetic.write_run_config(storage, board_size=9)
+    for generation in generations:
+        synthetic.write_synthetic_window(storage, target_generation=generation, board_size=9, positions=600,
+                                         seed=generation)
+    return storage
+
+
+@pytest.mark.parametrize("how", ["flipped", "truncated"])
+def test_a_damaged_shard_is_named_in_one_line_and_its_window_skipped(tmp_path, how):
+    root = str(tmp_path / "lake")
+    storage = lake_with_windows(root, [1])
+    shard = layout.read_window_manifest(storage, 1).shards[1]
+    damage(storage.url(shard), how)
+    events = str(tmp_path / "train.jsonl")
+    code, out, err = train(["--root", root, *TINY, "--steps-per-window", "40", "--events", events])
+    assert code == 2, out[-2000:] + err[-3000:]
+    assert "Traceback" not in err and len([line for line in err.splitlines() if line.strip()]) == 1, err
+    assert storage.url(shard) in err and "damaged" in err
+    skipped = [json.loads(line) for line in open(events) if json.loads(line)["event"] == "window_skipped"]
+    assert [e["generation"] for e in skipped] == [1] and storage.url(shard) in skipped[0]["reason"]
+    assert not storage.exists(layout.LATEST)
+
+
+def test_following_skips_a_damaged_window_and_trains_the_next(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = str(tmp_path / "lake")
+    storage = lake_with_windows(root, [1])
+    damage(storage.url(layout.read_window_manifest(storage, 1).shards[0]), "flipped")
+    events = str(tmp_path / "train.jsonl")
+    follower = subprocess.Popen([sys.executable, "-m", "model.train", "--root", root, *TINY, "--steps-per-window",
+                                 "20", "--follow", "--poll-seconds", "0.2", "--events", events],
+                                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def seen(name):
+            return [json.loads(line) for line in open(events)] if os.path.exists(events) else []
+
+        deadline = time.monotonic() + 120
+        while not any(e["event"] == "window_skipped" for e in seen(events)):
+            assert follower.poll() is None and time.monotonic() < deadline, follower.stderr.read()
+            time.sleep(0.2)
+        # A good window arrives: the follower trains and publishes it.
+        synthetic.write_synthetic_window(storage, target_generation=2, board_size=9, positions=600, seed=2)
+        while not any(e["event"] == "published" for e in seen(events)):
+            assert follower.poll() is None and time.monotonic() < deadline, follower.stderr.read()
+            time.sleep(0.2)
+    finally:
+        follower.send_signal(signal.SIGTERM)
+        out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 0, err[-3000:]
+    assert "Traceback" not in err
+    published = [e["generation"] for e in seen(events) if e["event"] == "published"]
+    assert published == [2]
+    assert sum(1 for e in seen(events) if e["event"] == "window_skipped" and e["generation"] == 1) == 1
