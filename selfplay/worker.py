@@ -171,8 +171,9 @@ class ModelWatcher:
 
     def __init__(self, storage, poll_seconds: float, cache_dir: str, current_generation: int | None,
                  placement=None, events: EventLog | None = None, inference: str = "auto",
-                 inference_threads: int = 0):
+                 inference_threads: int = 0, board_size: int | None = None):
         self.storage = storage
+        self.board_size = board_size   # the run's (run.json): a model for another board is refused
         self.inference = inference   # WorkerConfig.inference: auto, tensorflow or openvino
         self.inference_threads = inference_threads
         self.placement = placement   # selfplay.evaluator.Placement; None = set up at the first load
@@ -217,8 +218,13 @@ class ModelWatcher:
             self.placement = configure_accelerator("")   # GPU memory growth before TF touches a GPU
         with self.placement.scope():   # the model's variables live where it runs
             model = registry.load_model(self.storage, generation, cache_dir=self.cache_dir)
+        if self.board_size is not None and model.board_size != self.board_size:
+            raise ModelMisfit(f"{self.storage.url(layout.model_manifest(generation))}: field 'board_size' is "
+                              f"{model.board_size}, but this run plays {self.board_size}x{self.board_size} "
+                              f"({self.storage.url(layout.RUN_CONFIG)})")
         evaluator = make_evaluator(model, self.placement, self.inference, threads=self.inference_threads,
                                    log=lambda line: print(f"[selfplay] {line}", flush=True))
+        probe_model(evaluator, model.board_size, generation)
         self.known = generation
         self.failures = 0
         registry.clear_cache(self.cache_dir, keep_generations={generation})
@@ -249,6 +255,37 @@ class ModelWatcher:
                 keeping = (f"keeping generation {self.known}" if self.known is not None
                            else "keeping the generation-0 evaluator")
                 delay = self.reject(exc, keeping)
+
+
+class ModelMisfit(ValueError):
+    """A published model that this worker must not play with; the message names it and why."""
+
+
+def probe_model(evaluator, board_size: int, generation: int) -> None:
+    """Evaluate a few positions (the empty board with each side to move, and a random one) and
+    require the outputs a search needs: logits [k, N*N + 1] and values [k], all finite.
+
+    A diverged network passes its checksums and loads fine, then plays the same nonsense in
+    every game (NaN logits); a model of the wrong shape fails deep inside the search.  Both
+    are refused here, before a single game moves to them.
+    """
+    planes = np.zeros((3, board_size, board_size, S.INPUT_PLANES), np.float32)
+    planes[0, :, :, -1] = 1.0                                   # Black to move
+    rng = np.random.default_rng(generation)
+    stones = rng.integers(0, 3, (board_size, board_size))
+    planes[2, :, :, 0], planes[2, :, :, 8] = stones == 1, stones == 2
+    try:
+        logits, values = evaluator(planes)
+    except (ValueError, TypeError) as exc:
+        raise ModelMisfit(f"model generation {generation} cannot evaluate {board_size}x{board_size} positions "
+                          f"({' '.join(str(exc).split())})") from None
+    logits, values = np.asarray(logits), np.asarray(values)
+    if logits.shape != (3, board_size * board_size + 1) or values.shape != (3,):
+        raise ModelMisfit(f"model generation {generation} answers with shapes {logits.shape} and {values.shape}, "
+                          f"not (3, {board_size * board_size + 1}) and (3,)")
+    if not (np.isfinite(logits).all() and np.isfinite(values).all()):
+        raise ModelMisfit(f"model generation {generation} answers with values that are not finite "
+                          "(a diverged network)")
 
 
 def generation0_evaluator(config: WorkerConfig):
@@ -715,7 +752,7 @@ def _run_worker(config, storage, spool, cache, placement, events, stop) -> int:
     worker.upload_leftovers()
     watcher = ModelWatcher(storage, config.poll_seconds, cache, current_generation=None, placement=placement,
                            events=events, inference=config.inference,
-                           inference_threads=config.inference_threads)
+                           inference_threads=config.inference_threads, board_size=config.board_size)
     evaluator, play = load_first_model(watcher, stop, config.max_seconds)
     if not play:
         reason = "signal" if stop.is_set() else "max_seconds"
