@@ -51,6 +51,8 @@ CLUSTER_DIR = "cluster"
 REPORT_DIR = "report"
 MANIFEST = "MANIFEST.json"
 LATEST = f"{MODELS_DIR}/LATEST"
+DEMO_MARKER = "DEMO"
+"""Written first by ``python -m testdata.demo``: this root holds synthetic games (not Go), never a real run."""
 TRAINER_LEASE = f"{CLUSTER_DIR}/trainer-lease.json"
 
 MAX_DOCUMENT_BYTES = 64 << 20

@@ -3,6 +3,12 @@
 Shows the storage layer and the inspect tools end to end without a Go engine
 or a network: synthetic games (``testdata.synthetic_games``) are written as chunks
 create-only under ``ROOT/games/000000/``, then summarized and verified.
+
+Synthetic games break Go's rules and carry random policy targets: a shuffle
+job would train on them like any other chunk.  So the demo writes only into
+an empty root or a root it made itself (``layout.DEMO_MARKER``, written first),
+and refuses any other with one line; its default root, ``./demo-lake``, is
+not the loop's ``./lake``.
 """
 from __future__ import annotations
 
@@ -21,14 +27,27 @@ from testdata.synthetic_games import synthetic_game
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testdata.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default="./lake", help="lake root, local folder or gs:// (default ./lake)")
-    parser.add_argument("--board", type=int, default=9, help="board size (default 9)")
-    parser.add_argument("--chunks", type=int, default=4, help="chunks to write (default 4)")
-    parser.add_argument("--games-per-chunk", type=int, default=16, help="games per chunk (default 16)")
+    parser.add_argument("--root", default="./demo-lake",
+                        help="an empty folder or gs:// root, or one this demo made (default ./demo-lake)")
+    parser.add_argument("--board", type=int, default=9, help="board size, 5..19 (default 9)")
+    parser.add_argument("--chunks", type=int, default=4, help="chunks to write, 1..100 (default 4)")
+    parser.add_argument("--games-per-chunk", type=int, default=16, help="games per chunk, 1..1000 (default 16)")
     args = parser.parse_args(argv)
+    for flag, value, low, high in (("--board", args.board, 5, 19), ("--chunks", args.chunks, 1, 100),
+                                   ("--games-per-chunk", args.games_per_chunk, 1, 1000)):
+        if not low <= value <= high:
+            parser.error(f"{flag} must be in {low}..{high}, got {value}")
     from cloud.storage import open_storage
 
     storage = open_storage(args.root)
+    if not storage.exists(layout.DEMO_MARKER):
+        held = storage.list("")
+        if held:
+            print(f"python -m testdata.demo: error: {storage.url('')} already holds {len(held)} object(s) "
+                  f"(e.g. {held[0].path}) and is not a demo lake; its synthetic games would be trained on. "
+                  "Give an empty folder, e.g. --root ./demo-lake", file=sys.stderr)
+            return 2
+        storage.write_new(layout.DEMO_MARKER, b"synthetic games of python -m testdata.demo: train nothing on them\n")
     ensure_run_config(storage, RunConfig(board_size=args.board))
     rng = np.random.default_rng()
     for seq in range(args.chunks):

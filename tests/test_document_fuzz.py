@@ -120,9 +120,9 @@ def test_run_json_with_any_hostile_number_is_a_named_error(data):
     field = data.draw(st.sampled_from(list(numeric_paths(document))))
     text = json.dumps(replaced(document, field, data.draw(HOSTILE))).encode()
     try:
-        config = RunConfig.from_json(text, "lake/run.json")
+        config = RunConfig.from_json(text, "fuzz/" + layout.RUN_CONFIG)
     except RunConfigMismatch as exc:
-        assert "lake/run.json" in str(exc)
+        assert "fuzz/" + layout.RUN_CONFIG in str(exc)
         return
     assert 5 <= config.board_size <= 19 and math.isfinite(config.komi)
 
@@ -134,7 +134,7 @@ def test_a_lease_record_with_any_hostile_number_is_damaged(data):
     field = data.draw(st.sampled_from(list(numeric_paths(document))))
     text = json.dumps(replaced(document, field, data.draw(HOSTILE))).encode()
     try:
-        record = LeaseRecord.from_bytes(text, "lake/cluster/trainer-lease.json")
+        record = LeaseRecord.from_bytes(text, "fuzz/" + layout.TRAINER_LEASE)
     except LeaseDamaged as exc:
         assert "trainer-lease.json" in str(exc)
         return
