@@ -444,9 +444,27 @@ class Loop:
         self.storage.write_new(name, json.dumps(result).encode())
         return result
 
+    def evaluate_unevaluated(self) -> None:
+        """Evaluate every published generation that has no evaluation marker yet.
+
+        A stop between the trainer's publish and the evaluation (Ctrl-C at that
+        moment) leaves one; the loop resumes at the next generation, so without
+        this its row would stay '-' for good.
+        """
+        from format.registry import is_published
+
+        for generation in range(1, self.current_generation() + 1):
+            done = self.storage.exists(self.marker(f"eval-{layout.generation_dir(generation)}.json"))
+            if not done and is_published(self.storage, generation):
+                say(f"generation {generation} was published but not evaluated (the loop was stopped in "
+                    "between); evaluating it now")
+                row = self.rows.setdefault(generation, GenerationRecord(generation))
+                row.eval_vs_random = self.evaluate_generation(generation)
+
     # --- the cycle ------------------------------------------------------------
     def run(self) -> int:
         cfg = self.config
+        self.evaluate_unevaluated()
         while True:
             generation = self.current_generation()
             self.status.generation = generation
@@ -573,9 +591,27 @@ CLI = RoleCli(
                 "root, evaluate each new model, and print a summary. Rerun the same command to resume.")
 
 
+def missing_tools(config: LoopConfig) -> str:
+    """What this run will need but the machine lacks, in one line ('' = nothing): checked at
+    start-up, so a long run never finds out after hours of training."""
+    if config.gnugo_games:
+        from selfplay.gtp_client import GnuGoNotFound, find_gnugo
+
+        try:
+            find_gnugo()
+        except GnuGoNotFound as exc:
+            return (f"this run ends with {config.gnugo_games} games against GNU Go level 1, and {exc} "
+                    "(scripts/run.sh installs it for such runs; or scripts/setup.sh --gnugo)")
+    return ""
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     config, retry = CLI.parse(argv)
+    missing = missing_tools(config)
+    if missing:
+        print(f"pipeline.loop: error: {missing}", file=sys.stderr)
+        return 2
     storage, record = open_launch(CLI.prog, "loop", config, retry=retry, argv=argv)
     # Ctrl-C and SIGTERM (e.g. a preempted VM) both stop the phase in flight
     # cleanly.  Installed explicitly: a shell that starts the loop in the

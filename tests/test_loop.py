@@ -152,3 +152,37 @@ def test_loop_on_a_gcs_root(gcs_emulator, tmp_path):
     root = gcs_emulator.root_url("loop")
     result = run_loop(root, env={**gcs_emulator.env, "TMPDIR": str(tmp_path)}, timeout=500)
     assert_completed(result, open_storage(root))
+
+
+def test_a_published_generation_without_an_evaluation_is_evaluated_on_resume(tmp_path, monkeypatch):
+    """Ctrl-C between the trainer's publish and the evaluation: the resumed loop evaluates it."""
+    from testdata.models import publish_untrained_model
+
+    root = str(tmp_path / "lake")
+    publish_untrained_model(root, 1, 9, seed=1)
+    publish_untrained_model(root, 2, 9, seed=2)
+    storage = open_storage(root)
+    storage.write_new(layout.loop_marker(f"eval-{layout.generation_dir(1)}.json"), b'{"wins": 3}')
+    loop = Loop(LoopConfig(root=root), storage)
+    played = []
+    monkeypatch.setattr(loop, "evaluate", lambda a, b, games, seed, visits=None: played.append(a) or {"wins": 1})
+    loop.evaluate_unevaluated()
+    assert played == [f"model:{root}@2"]                       # only the one without a marker
+    assert storage.exists(layout.loop_marker(f"eval-{layout.generation_dir(2)}.json"))
+    assert loop.rows[2].eval_vs_random == {"wins": 1}
+
+
+def test_a_run_that_will_play_gnu_go_without_it_stops_at_once(tmp_path, monkeypatch, capsys):
+    from pipeline import loop as L
+    from selfplay import gtp_client
+
+    def absent():
+        raise gtp_client.GnuGoNotFound(f"gnugo not found: {gtp_client.INSTALL_HINT}")
+
+    monkeypatch.setattr(gtp_client, "find_gnugo", absent)
+    started = time.monotonic()
+    assert L.main(["--root", str(tmp_path / "lake"), "--hours", "1"]) == 2
+    err = capsys.readouterr().err
+    assert time.monotonic() - started < 10 and "GNU Go level 1" in err and "gnugo" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "lake").exists()
+    assert L.missing_tools(L.LoopConfig(root=str(tmp_path / "lake"))) == ""   # the demo plays no GNU Go
