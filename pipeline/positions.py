@@ -420,9 +420,15 @@ def game_label_rows(labels: Sequence[EndstateLabel]) -> np.ndarray:
 
 
 def game_digest(game: GameRecord) -> bytes:
-    """16 bytes that are equal for exact duplicates of one game."""
+    """16 bytes that are equal for games with the same board size, komi and moves.
+
+    The id is left out on purpose: a re-uploaded copy of a game has the same id,
+    but two workers started with the same seed (two loops on one root) write the
+    same games under different ids, and either way the window would hold the same
+    positions twice.  Games that differ in any move differ here.
+    """
     h = hashlib.blake2b(digest_size=16)
-    h.update(game.game_id.encode() + b"\0" + str(game.generation).encode() + b"\0")
+    h.update(f"{game.board_size}/{float(game.komi)!r}/".encode())
     h.update(np.asarray(game.moves, dtype="<u2").tobytes())
     return h.digest()
 
