@@ -54,6 +54,8 @@ LATEST = f"{MODELS_DIR}/LATEST"
 DEMO_MARKER = "DEMO"
 """Written first by ``python -m testdata.demo``: this root holds synthetic games (not Go), never a real run."""
 TRAINER_LEASE = f"{CLUSTER_DIR}/trainer-lease.json"
+LOOP_LEASE = f"{LOOP_DIR}/lease.json"
+"""Which ``pipeline.loop`` drives this root: a second loop is refused (format.leases)."""
 
 MAX_DOCUMENT_BYTES = 64 << 20
 """The most a JSON document of the lake may hold (window and model manifests,

@@ -76,6 +76,7 @@ from format import layout
 from format.cli import (RoleCli, board_size_setting, complete_roles, events_setting, komi_setting, open_launch,
                         role_argv, role_setting, root_setting, setting, setting_problems)
 from format.events import EventLog, EventTail
+from format.leases import DAMAGED_EXPIRED, Lease, LeaseLost, Takeover, describe_time
 from model.config import TrainConfig
 from pipeline.config import ShuffleConfig
 from pipeline.process_groups import stop_groups
@@ -270,6 +271,7 @@ class Loop:
         self.events_dir = tempfile.mkdtemp(prefix="zerolake-loop-events-")
         self.phase_runs = 0
         self.events = EventLog(config.events or None, "loop")
+        self.lease = None   # format.leases.Lease on layout.LOOP_LEASE, set by main()
 
     # --- lake state -----------------------------------------------------------
     def current_generation(self) -> int:
@@ -466,6 +468,8 @@ class Loop:
         cfg = self.config
         self.evaluate_unevaluated()
         while True:
+            if self.lease is not None:
+                self.lease.check()   # LeaseLost: another loop owns the root now
             generation = self.current_generation()
             self.status.generation = generation
             if cfg.generation_limit is not None and generation >= cfg.generation_limit:
@@ -591,6 +595,33 @@ CLI = RoleCli(
                 "root, evaluate each new model, and print a summary. Rerun the same command to resume.")
 
 
+LOOP_LEASE_SECONDS = 60.0
+"""Lifetime of the loop's lease on its root (renewed every quarter of it by a thread)."""
+
+
+def hold_root(config: LoopConfig, retry):
+    """This loop's lease on its root (renewing), or the one line that refuses a second loop.
+
+    Two loops on one root played the same seeds into it and then died on a
+    create-only write; one loop per root, as one trainer per root.
+    """
+    from cloud.storage import StorageError, open_storage
+
+    try:
+        lease = Lease(open_storage(config.root, retry=retry), layout.LOOP_LEASE, LOOP_LEASE_SECONDS,
+                      takeover=Takeover(damaged=DAMAGED_EXPIRED, dead_local_holder=True), name="loop lease",
+                      lost_note="; stopping (another pipeline.loop took this root)")
+        holder = lease.try_acquire()
+    except (StorageError, ValueError) as exc:
+        return f"cannot open {config.root}: {exc}"
+    if holder is not None:
+        return (f"another pipeline.loop ({holder.holder}) drives {config.root} ({lease.url}); it expires "
+                f"{describe_time(holder.expires, time.time())} unless renewed. One loop per root: stop that "
+                "one, or give this one another --root")
+    lease.start_renewing()
+    return lease
+
+
 def missing_tools(config: LoopConfig) -> str:
     """What this run will need but the machine lacks, in one line ('' = nothing): checked at
     start-up, so a long run never finds out after hours of training."""
@@ -612,6 +643,10 @@ def main(argv=None) -> int:
     if missing:
         print(f"pipeline.loop: error: {missing}", file=sys.stderr)
         return 2
+    lease = hold_root(config, retry)
+    if isinstance(lease, str):
+        print(f"pipeline.loop: error: {lease}", file=sys.stderr)
+        return 2
     storage, record = open_launch(CLI.prog, "loop", config, retry=retry, argv=argv)
     # Ctrl-C and SIGTERM (e.g. a preempted VM) both stop the phase in flight
     # cleanly.  Installed explicitly: a shell that starts the loop in the
@@ -619,6 +654,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     loop = Loop(config, storage, retry)
+    loop.lease = lease
     limit = config.generation_limit
     say(f"zerolake loop on {storage.url()}: {config.board_size}x{config.board_size}, "
         f"{'as many generations as fit' if limit is None else f'{limit} generations'} within "
@@ -640,7 +676,14 @@ def main(argv=None) -> int:
     except PhaseFailed as exc:
         print(f"pipeline.loop: error: {exc}", file=sys.stderr)
         return 1
+    except LeaseLost as exc:
+        loop.stop_child()
+        print(f"pipeline.loop: error: {exc}", file=sys.stderr)
+        reason = "lease lost"
+        return 3
     finally:
+        lease.stop_renewing()
+        lease.release()
         loop.events.emit("stopped", reason=reason, generation=loop.status.generation)
         loop.events.close()
         shutil.rmtree(loop.events_dir, ignore_errors=True)

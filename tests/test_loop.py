@@ -106,14 +106,17 @@ def test_loop_runs_a_generation_and_resumes_as_done(tmp_path):
     assert_completed(result, storage)
     table = result.stdout[result.stdout.index("summary"):]
     assert re.search(r"^\s+0\s+\d+\s+\d+\s+[\d.]+", table, re.M), table  # generation 0 row with losses
-    # Rerunning a finished run changes nothing in the lake but for its own settings record,
-    # and prints the summary again.
+    # Rerunning a finished run changes nothing in the lake but for its own settings record
+    # and the loop's lease (a pointer object, released again), and prints the summary again.
     records = layout.settings_records_prefix("loop")
     before = lake_objects(storage, "")
     again = run_loop(root)
     assert again.returncode == 0 and "summary" in again.stdout
     after = lake_objects(storage, "")
-    assert {o for o in after if not o[0].startswith(records)} == {o for o in before if not o[0].startswith(records)}
+
+    def kept(objects):
+        return {o for o in objects if not o[0].startswith(records) and o[0] != layout.LOOP_LEASE}
+    assert kept(after) == kept(before)
     assert len(lake_objects(storage, records)) == 2
 
 
@@ -186,3 +189,18 @@ def test_a_run_that_will_play_gnu_go_without_it_stops_at_once(tmp_path, monkeypa
     assert time.monotonic() - started < 10 and "GNU Go level 1" in err and "gnugo" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "lake").exists()
     assert L.missing_tools(L.LoopConfig(root=str(tmp_path / "lake"))) == ""   # the demo plays no GNU Go
+
+
+def test_a_second_loop_on_a_root_is_refused_up_front(tmp_path, capsys):
+    from format.leases import Lease
+    from pipeline import loop as L
+
+    root = str(tmp_path / "lake")
+    storage = open_storage(root)
+    first = Lease(storage, layout.LOOP_LEASE, 60.0)          # a live loop (this very process)
+    assert first.try_acquire() is None
+    assert L.main(["--root", root, "--minutes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "another pipeline.loop" in err and first.holder in err and len(err.strip().splitlines()) == 1
+    assert not storage.list(layout.settings_records_prefix("loop"))   # refused before writing anything
+    first.release()
