@@ -415,6 +415,10 @@ def parse_model_manifest(data: bytes, generation: int, url: str) -> dict:
     metadata = document.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("board_size"), int):
         raise ManifestError(url, "metadata", "must be an object with an int board_size")
+    if not S.MIN_BOARD_SIZE <= metadata["board_size"] <= S.MAX_BOARD_SIZE:
+        raise ManifestError(url, "metadata.board_size", f"{metadata['board_size']} is outside "
+                                                        f"{S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
+    _check_numbers(document, url)
     return document
 
 

@@ -199,22 +199,17 @@ def publish_model(storage, generation: int, local_dir: str, metadata: dict) -> d
 def read_manifest(storage, generation: int) -> dict:
     path = manifest_path(_check_generation(generation))
     try:
-        manifest = json.loads(storage.read(path, max_bytes=layout.MAX_DOCUMENT_BYTES))
+        data = storage.read(path, max_bytes=layout.MAX_DOCUMENT_BYTES)
     except NotFound:
         raise RegistryError(f"{storage.url(path)} does not exist: generation {generation} "
                             "is not published") from None
     except TooLarge:
         raise ModelIntegrityError(f"{storage.url(path)}: {layout.too_large(layout.MAX_DOCUMENT_BYTES)}", path) \
             from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelIntegrityError(f"{storage.url(path)}: not valid JSON ({exc})", path) from None
-    if (not isinstance(manifest, dict) or manifest.get("version") != MANIFEST_VERSION
-            or manifest.get("generation") != generation or not isinstance(manifest.get("files"), dict)
-            or not isinstance(manifest.get("metadata"), dict)
-            or not isinstance(manifest["metadata"].get("board_size"), int)):
-        raise ModelIntegrityError(f"{storage.url(path)}: not a version-{MANIFEST_VERSION} model "
-                                  f"manifest for generation {generation}", path)
-    return manifest
+    try:
+        return layout.parse_model_manifest(data, generation, storage.url(path))   # the one owner of its schema
+    except layout.ManifestError as exc:
+        raise ModelIntegrityError(str(exc), path) from None
 
 
 class ModelCacheError(RegistryError):

@@ -139,3 +139,20 @@ def test_a_lease_record_with_any_hostile_number_is_damaged(data):
         assert "trainer-lease.json" in str(exc)
         return
     assert 0 < record.pid and record.acquired <= record.renewed <= record.expires
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_a_model_manifest_with_any_hostile_number_is_a_named_error(data):
+    document = {"version": 1, "generation": 3, "files": {"saved_model.pb": {"sha256": "0" * 64, "size": 1200}},
+                "metadata": {"board_size": 9, "generation": 3, "global_step": 500, "window_positions": 120000,
+                             "network": {"blocks": 4, "filters": 32}, "training_metrics": {"loss": 3.1}}}
+    field = data.draw(st.sampled_from(list(numeric_paths(document))))
+    text = json.dumps(replaced(document, field, data.draw(HOSTILE))).encode()
+    url = "fuzz/" + layout.model_manifest(3)
+    try:
+        manifest = layout.parse_model_manifest(text, 3, url)
+    except layout.ManifestError as exc:
+        assert url in str(exc)
+        return
+    assert 5 <= manifest["metadata"]["board_size"] <= 19 and manifest["generation"] == 3
