@@ -244,13 +244,10 @@ class Spool:
         ``use_reserve``: on a full disk, give up ``RESERVE`` and try once more
         (only for what uploading needs).
         """
-        try:
-            write_local_file(path, data)
-            return
-        except (OSError, StorageError) as exc:
-            if not _no_room(exc):
-                raise
-        if use_reserve and self._release_reserve():
+        # A second try only after the reserve made room for it.
+        for attempt in range(2):
+            if attempt and not (use_reserve and self._release_reserve()):
+                break
             try:
                 write_local_file(path, data)
                 return
