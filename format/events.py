@@ -46,6 +46,7 @@ REQUIRED = {
     "shuffle": {
         "started": ("follow",),
         "waiting": ("new_positions", "needed"),
+        "looked": ("generation", "new_positions", "needed", "refused"),
         "claim_lost": ("generation",),
         "window_published": ("generation", "positions", "shards"),
         "stopped": ("reason",),

@@ -249,8 +249,13 @@ class Follower:
         return 0
 
     def cycle(self) -> None:
-        """One look at the lake, then wait, or build the next window."""
+        """One look at the lake, then wait, or build the next window.
+
+        Each look is a ``looked`` event: what a watcher (or a test) counts to know
+        that the follower looked and decided, instead of sleeping and hoping."""
         outlook = self.look()
+        self.events.emit("looked", generation=outlook.target, new_positions=outlook.new_positions,
+                         needed=outlook.needed, refused=bool(outlook.refusal))
         if outlook.refusal:
             self.say_once(outlook.refusal, f"error: {outlook.refusal}")
             self.sleep(self.config.poll_seconds)

@@ -68,6 +68,18 @@ def wait_for(condition, what: str, timeout: float = 60.0, processes=()):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def looks(*event_files) -> int:
+    """How many times the followers looked at the lake (one ``looked`` event per poll)."""
+    return sum(1 for path in event_files for e in read_events(path) if e["event"] == "looked")
+
+
+def wait_for_looks(event_files, more: int, processes=()) -> None:
+    """Until the followers have looked ``more`` more times: a check that nothing happened is then
+    a check over that many polls, however slow the machine, never a sleep that hopes."""
+    target = looks(*event_files) + more
+    wait_for(lambda: looks(*event_files) >= target, f"{more} more looks", processes=processes)
+
+
 def published(*event_files) -> list[int]:
     return [e["generation"] for path in event_files for e in read_events(path) if e["event"] == "window_published"]
 
@@ -96,11 +108,11 @@ def test_two_followers_publish_each_window_once_and_wait_for_new_games(tmp_path)
         waiting = wait_for(lambda: [e for path in events for e in read_events(path)
                                     if e["event"] == "waiting" and e["generation"] == 2], "a waiting event")
         assert all(e["new_positions"] < e["needed"] == 500 for e in waiting)
-        time.sleep(1.0)
+        wait_for_looks(events, 4, processes=followers)
         assert published(*events) == [1]  # nothing new: no second window
         add_chunks(root, 3, seed=2, first_seq=100)
         wait_for(lambda: sorted(published(*events)) == [1, 2], "window 2", processes=followers)
-        time.sleep(1.0)
+        wait_for_looks(events, 4, processes=followers)
     finally:
         results = [stop(p) for p in followers]
     for code, _, err in results:
@@ -184,7 +196,7 @@ def test_follower_refuses_to_build_past_an_untrusted_window(tmp_path):
     follower = start_follower(root, events)
     try:
         wait_for(lambda: read_events(events), "the started event", processes=[follower])
-        time.sleep(2.5)  # several polls
+        wait_for_looks([events], 5, processes=[follower])  # several polls, counted
     finally:
         code, out, err = stop(follower)
     assert code == 0, err
