@@ -14,15 +14,25 @@ on the machine it runs on:
   side scales with cores;
 * **network side** (needs PyTorch and CUDA): positions per second that the
   GPU evaluates for a network of the worker's 6-block 96-filter shape at
-  batch sizes 256 to 4096, float32 and bfloat16.  **This network is a
+  batch sizes 256 to 4096, float32 and bfloat16, on planes already on the
+  GPU; and, in float32 (what a worker runs: published models are float32),
+  the same with each batch's planes copied from host memory and the
+  outputs copied back, as a worker's every call does
+  (``gpu_positions_per_s_<N>_float32_with_copies``).  **This network is a
   stand-in:** the same tower and heads rebuilt in PyTorch, because
   TensorFlow (the project's runtime) cannot be installed on the lent GPU
   machine, which has no network access and takes at most 64 MiB of files.
   Its arithmetic per position is the same; TensorFlow's own speed on a GPU
   was not measured.
 
-The ratio (GPU positions/s ÷ one search process's leaves/s) is the number of
-worker processes one GPU can serve before the GPU becomes the bottleneck.
+``processes_to_fill_gpu_<N>`` is the float32 rate with copies (the best
+batch) over one bare search process's simulations/s: how many worker
+processes one GPU can serve before it becomes the bottleneck.  It is an
+estimate, not a measured worker count: a worker gathers fewer leaves than
+the bare search (records, planes, spool), which needs more processes, and
+TensorFlow may run the network slower than PyTorch, which needs fewer.
+The bfloat16 figures show what the GPU could do with a half-precision
+network, which the worker does not run.
 
     python bench/gpu_feed.py [--processes 16] [--seconds 10] [--skip-network]
 
@@ -77,8 +87,10 @@ def search_scaling(board_size: int, seconds: float, max_processes: int) -> dict:
     return out
 
 
-def network_rate(board_size: int, blocks: int, filters: int, batch: int, dtype: str, seconds: float) -> float:
-    """Positions/s of the PyTorch stand-in network on the GPU (see the module docstring)."""
+def network_rate(board_size: int, blocks: int, filters: int, batch: int, dtype: str, seconds: float,
+                 copies: bool = False) -> float:
+    """Positions/s of the PyTorch stand-in network on the GPU (see the module docstring); ``copies``:
+    each call's planes come from host memory and its outputs go back to it, as in a worker."""
     import torch
     from torch import nn
 
@@ -115,13 +127,21 @@ def network_rate(board_size: int, blocks: int, filters: int, batch: int, dtype: 
     model = Network().cuda().eval().to(kind).to(memory_format=torch.channels_last)
     planes = (torch.rand(batch, 17, board_size, board_size, device="cuda") < 0.3).to(kind)
     planes = planes.contiguous(memory_format=torch.channels_last)
+    host = planes.float().cpu().numpy()   # what a worker hands its network: float32 numpy planes
+
+    def call():
+        if not copies:
+            return model(planes)
+        x = torch.from_numpy(host).to("cuda", kind).contiguous(memory_format=torch.channels_last)
+        return [out.float().cpu().numpy() for out in model(x)]
+
     with torch.inference_mode():
         for _ in range(5):
-            model(planes)
+            call()
         torch.cuda.synchronize()
         calls, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
-            model(planes)
+            call()
             calls += 1
         torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
@@ -151,9 +171,16 @@ def main(argv=None) -> int:
                     rates[batch] = round(network_rate(n, 6, 96, batch, dtype, args.seconds / 2))
                     print(f"network {n}x{n} 6x96 {dtype} batch {batch}: {rates[batch]:,} positions/s", flush=True)
                 result[f"gpu_positions_per_s_{n}_{dtype}"] = rates
+            with_copies = {}
+            for batch in (256, 1024, 4096):
+                with_copies[batch] = round(network_rate(n, 6, 96, batch, "float32", args.seconds / 2, copies=True))
+                print(f"network {n}x{n} 6x96 float32 batch {batch}, host copies included: "
+                      f"{with_copies[batch]:,} positions/s", flush=True)
+            result[f"gpu_positions_per_s_{n}_float32_with_copies"] = with_copies
             one_process = result[f"search_sims_per_s_{n}"][1]
-            best_gpu = max(max(result[f"gpu_positions_per_s_{n}_{d}"].values()) for d in ("float32", "bfloat16"))
-            result[f"processes_to_fill_gpu_{n}"] = round(best_gpu / one_process, 1)
+            result[f"processes_to_fill_gpu_{n}"] = round(max(with_copies.values()) / one_process, 1)
+        result["processes_to_fill_gpu_is"] = ("an estimate: float32 with host copies over one bare search "
+                                              "process (docstring)")
     print(json.dumps(result))
     return 0
 
