@@ -56,17 +56,22 @@ class TrainConfig:
     sync_batchnorm: bool = setting(True,
         "batch-norm statistics over the global batch (identical results on any replica count)")
     # --- losses ------------------------------------------------------------
-    policy_loss_weight: float = setting(1.0, "weight of the policy cross-entropy", at_least=0)
-    value_loss_weight: float = setting(1.0, "weight of the value loss", at_least=0)
-    ownership_loss_weight: float = setting(0.5, "weight of the ownership loss", at_least=0)
-    score_loss_weight: float = setting(0.2, "weight of the score loss", at_least=0)
-    l2: float = setting(1e-4, "L2 penalty on convolution and dense kernels", at_least=0)
+    # Upper bounds: a loss weight or L2 penalty past them only scales the gradient
+    # into divergence (the weights are relative; 1e-4 is the usual L2).
+    policy_loss_weight: float = setting(1.0, "weight of the policy cross-entropy", at_least=0, at_most=100)
+    value_loss_weight: float = setting(1.0, "weight of the value loss", at_least=0, at_most=100)
+    ownership_loss_weight: float = setting(0.5, "weight of the ownership loss", at_least=0, at_most=100)
+    score_loss_weight: float = setting(0.2, "weight of the score loss", at_least=0, at_most=100)
+    l2: float = setting(1e-4, "L2 penalty on convolution and dense kernels", at_least=0, at_most=1)
     # --- optimisation ------------------------------------------------------
     batch_size: int = setting(256, "examples per replica per step", at_least=1)
     steps_per_window: int = setting(0,
         "steps per window; 0 = positions x epochs-per-window / global batch", at_least=0)
-    epochs_per_window: float = setting(1.0, "passes over a window when steps are automatic", above=0)
+    epochs_per_window: float = setting(1.0, "passes over a window when steps are automatic", above=0,
+                                       at_most=1000)
     steps_per_call: int = setting(20, "training steps per tf.function call", at_least=1)
+    # At most 10: SGD with momentum diverges within a few steps far below that (about 5 on
+    # the small test networks), and a rate past it is a typo, not an experiment.
     learning_rate: float = setting(0.02, "peak learning rate (a run whose loss stops being finite stops, "
                                          "exit 4, saving and publishing nothing of it)", above=0, at_most=10)
     momentum: float = setting(0.9, "SGD momentum (Nesterov)", at_least=0, below=1)

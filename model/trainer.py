@@ -231,6 +231,19 @@ class Trainer:
         self.window_step.assign(0)
         self.window_steps_total.assign(total_steps)
 
+    def non_finite_state(self) -> list[str]:
+        """Names of the checkpointed float variables (weights, optimizer slots, SWA average) that
+        hold NaN or infinity: a diverged network, which no checkpoint may keep.  Cheap next to the
+        checkpoint write, which reads every one of them too."""
+        bad = []
+        for variable in [*self.model.weights, *self.optimizer.variables, *self.swa]:
+            value = np.asarray(variable.numpy())
+            # Integer and bool variables (the step counters) cannot be non-finite; float32 first,
+            # since numpy's isfinite does not know bfloat16.
+            if value.dtype.kind not in "iub" and not np.isfinite(value.astype(np.float32)).all():
+                bad.append(getattr(variable, "path", variable.name))
+        return bad
+
     def published_weights(self) -> list:
         """Weights to export: the SWA average when on, else the live weights."""
         source = self.swa if self.swa else self.model.weights

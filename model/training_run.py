@@ -30,6 +30,14 @@ the next boundary without saving or publishing (model.train exits 3).  Every
 checkpoint and every publish is preceded by a synchronous lease renewal, so
 no shared state is written by a trainer that no longer owns the root.
 
+Divergence: every step call's loss sums, and before every checkpoint and
+publish the weights, optimizer slots and average, must be finite.  The first
+that is not raises Diverged (model.train exits 4 with a ``diverged`` event and
+one line naming the step, window and learning rate): nothing since the last
+checkpoint is saved or published, in follow mode too, since carrying on with
+the same settings would only diverge again; a rerun with a lower
+--learning-rate resumes from the last (finite) checkpoint.
+
 Windows the trainer has finished (generation <= LATEST) are deleted by the
 shuffle job's retention (pipeline.retention, ``--keep-windows``); a window
 newer than LATEST, the only kind a checkpoint can resume, is never deleted,
@@ -105,12 +113,15 @@ class Diverged(RuntimeError):
     """The training loss stopped being finite.  Nothing since the last checkpoint is
     saved or published; ``str()`` is the one line that says so and what to change."""
 
-    def __init__(self, generation: int, step: int, learning_rate: float, what: str):
+    def __init__(self, generation: int, step: int, learning_rate: float, peak: float, what: str, resume: str):
+        # The rate in use differs from --learning-rate during warm-up and decay: both are
+        # named, since the flag is what the operator changes.
+        rate = (f"--learning-rate {peak:g}" if math.isclose(learning_rate, peak, rel_tol=1e-6)
+                else f"learning rate {learning_rate:g}, --learning-rate {peak:g}")
         super().__init__(
-            f"training diverged: {what} at step {step} of window {layout.generation_dir(generation)} "
-            f"(learning rate {learning_rate:g}); nothing since the last checkpoint was saved or published. "
-            "Lower --learning-rate (or lengthen --warmup-steps) and rerun: training resumes from the last "
-            "checkpoint")
+            f"training diverged: {what} at step {step} of window {layout.generation_dir(generation)} ({rate}); "
+            "nothing since the last checkpoint was saved or published. Lower --learning-rate (or lengthen "
+            f"--warmup-steps) and rerun: training resumes from {resume}")
         self.generation, self.step, self.learning_rate = generation, step, learning_rate
 
 
@@ -230,8 +241,12 @@ class TrainingRun:
     def save(self) -> str:
         """Write a checkpoint (and in stage mode upload it) before saying so.
 
-        The lease is renewed first: LeaseLost means another trainer owns the
-        checkpoints now, and nothing is written."""
+        The state is checked first: Diverged if a weight, optimizer slot or
+        average is not finite (the loss checks of every step call catch nearly
+        every case; this one also catches the last update of a call, whose loss
+        was finite).  Then the lease is renewed: LeaseLost means another trainer
+        owns the checkpoints now, and nothing is written."""
+        self._check_state(int(self.trainer.window_generation.numpy()))
         if self.lease is not None:
             self.lease.renew()
         path = self.manager.save(checkpoint_number=self.trainer.global_step)
@@ -243,6 +258,14 @@ class TrainingRun:
                         + (f", deleted {pushed.deleted} old" if pushed.deleted else "") + ")")
         _say(f"checkpoint {path} at window step {int(self.trainer.window_step.numpy())}{uploaded}")
         return path
+
+    def _check_state(self, generation: int) -> None:
+        """Diverged (with its event) if a variable a checkpoint would hold is not finite."""
+        bad = self.trainer.non_finite_state()
+        if bad:
+            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+            raise self._diverged(generation, int(self.trainer.window_step.numpy()),
+                                 f"the variable {bad[0]}{more} became non-finite", bad)
 
     # --- choosing work ---------------------------------------------------------
     def choose_window(self) -> Window | None:
@@ -441,11 +464,18 @@ class TrainingRun:
         bad = sorted(name for name, value in slice_sums.items() if not math.isfinite(value))
         if not bad:
             return
+        name = "total_loss_sum" if "total_loss_sum" in bad else bad[0]
+        what = f"the {'loss' if name == 'total_loss_sum' else name} became {slice_sums[name]}"
+        raise self._diverged(window.target_generation, step, what, bad)
+
+    def _diverged(self, generation: int, step: int, what: str, metrics: list) -> Diverged:
+        """The ``diverged`` event, and the Diverged to raise (naming the checkpoint a rerun resumes)."""
         rate = self.trainer.learning_rate()
-        what = f"the {'loss' if 'total_loss_sum' in bad else bad[0]} became {slice_sums[bad[0]]}"
-        self.events.emit("diverged", generation=window.target_generation, step=step,
-                         learning_rate=_finite(rate), metrics=bad)
-        raise Diverged(window.target_generation, step, rate, what)
+        self.events.emit("diverged", generation=generation, step=step, learning_rate=_finite(rate),
+                         peak_learning_rate=self.config.learning_rate, metrics=metrics)
+        latest = self.manager.latest_checkpoint
+        resume = latest if latest else "scratch (no checkpoint was saved)"
+        return Diverged(generation, step, rate, self.config.learning_rate, what, resume)
 
     def _report(self, window, done, total, sums, rate) -> None:
         means = summarize(sums)
@@ -504,11 +534,9 @@ class TrainingRun:
         }
         weights = self.trainer.published_weights()
         if not all(np.isfinite(w).all() for w in weights if np.issubdtype(w.dtype, np.floating)):
-            # The loss checks catch this first; this guards the averaged (SWA) weights too.
-            self.events.emit("diverged", generation=generation, step=self.trainer.global_step,
-                             learning_rate=_finite(self.trainer.learning_rate()), metrics=["weights"])
-            raise Diverged(generation, self.trainer.global_step, self.trainer.learning_rate(),
-                           "the weights to publish are not finite")
+            # The checks before every save catch this first; this guards what is exported itself.
+            raise self._diverged(generation, int(self.trainer.window_step.numpy()),
+                                 "the weights to publish are not finite", ["weights"])
         with tempfile.TemporaryDirectory(prefix="zerolake-export-") as scratch:
             local = os.path.join(scratch, "model")
             export_inference_model(self.net_config, weights, local)
