@@ -231,6 +231,10 @@ class Trainer:
         self.window_step.assign(0)
         self.window_steps_total.assign(total_steps)
 
+    def abandon_window(self) -> None:
+        """No window in progress: a checkpoint saved now resumes none (its window could not be read)."""
+        self.start_window(-1, 0)
+
     def non_finite_state(self) -> list[str]:
         """Names of the checkpointed float variables (weights, optimizer slots, SWA average) that
         hold NaN or infinity: a diverged network, which no checkpoint may keep.  Cheap next to the

@@ -38,6 +38,14 @@ checkpoint is saved or published, in follow mode too, since carrying on with
 the same settings would only diverge again; a rerun with a lower
 --learning-rate resumes from the last (finite) checkpoint.
 
+Damaged files: a read error of tf.data (or of the game table, read when the
+dataset is built) is traced to the first file the repository's own readers
+refuse, and the window is skipped with a ``window_skipped`` event naming it.
+The checkpoint is then saved with no window in progress, so that no later
+process resumes the damaged window before a newer one.  Follow mode goes on
+to the next window; one-shot mode stops with the one line (LakeError, as for
+a bad manifest).  A read error that no file explains is raised as it was.
+
 Windows the trainer has finished (generation <= LATEST) are deleted by the
 shuffle job's retention (pipeline.retention, ``--keep-windows``); a window
 newer than LATEST, the only kind a checkpoint can resume, is never deleted,
@@ -85,7 +93,7 @@ from format.registry import (AlreadyPublished, advance_latest, is_published, lat
 from format.game_table import read_window_table
 from format.planes import input_from_record_planes
 from format.example_fields import FormatError
-from format.position_records import decode_records, read_shard
+from format.position_records import decode_records
 from format.tfdata import training_dataset
 from format.tfrecord import RecordError, decompress_for, iter_framed_records
 from model.config import TrainConfig
@@ -138,6 +146,12 @@ class DamagedWindow(RuntimeError):
 class CheckpointStateError(RuntimeError):
     """The checkpoint state file (``checkpoints/checkpoint``) is unreadable, or
     names a checkpoint whose files are missing; the message names the file."""
+
+
+_READ_ERRORS = (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError)
+"""What tf.data raises on a damaged shard or record: a bad gzip stream or record CRC (DataLoss),
+a record that does not parse or fails a decoder check (InvalidArgument), a stream that ends
+early (OutOfRange).  Traced to a file by ``TrainingRun._damage``."""
 
 
 def _say(message: str) -> None:
@@ -234,9 +248,10 @@ class TrainingRun:
             raise CheckpointMismatch(f"{latest} does not match this network (was it written with other "
                                f"--blocks/--filters/--value-head/--policy-head/--swa-decay flags?): {exc}") from None
         self._saved_step = int(self.trainer.window_step.numpy())
-        _say(f"restored {latest}: global step {self.trainer.global_step}, window "
-             f"{int(self.trainer.window_generation.numpy())} at step "
-             f"{int(self.trainer.window_step.numpy())}/{int(self.trainer.window_steps_total.numpy())}")
+        generation = int(self.trainer.window_generation.numpy())
+        where = (f"window {generation} at step {int(self.trainer.window_step.numpy())}/"
+                 f"{int(self.trainer.window_steps_total.numpy())}" if generation >= 0 else "no window in progress")
+        _say(f"restored {latest}: global step {self.trainer.global_step}, {where}")
 
     def save(self) -> str:
         """Write a checkpoint (and in stage mode upload it) before saying so.
@@ -384,8 +399,8 @@ class TrainingRun:
         wanted = CALIBRATION_POSITIONS + CHECK_POSITIONS
         manifest = layout.read_window_manifest(self.storage, window.target_generation)
         table = read_window_table(self.storage, manifest) if manifest.game_table else None
-        raw = decompress_for(window.shards[0], self.storage.read(window.shards[0]))
         source = self.storage.url(window.shards[0])
+        raw = decompress_for(source, self.storage.read(window.shards[0]))
         planes = []
         for i, record in enumerate(iter_framed_records(raw, source)):
             for position in decode_records(record, f"{source}#{i}", table=table):
@@ -396,15 +411,20 @@ class TrainingRun:
 
     def _damage(self, window: Window, error: Exception) -> DamagedWindow:
         """The DamagedWindow behind ``error`` (raised while reading ``window``): the first of its
-        files that the repository's own readers refuse, named with the problem.  If every file
-        reads, ``error`` was not damage, and it is raised as it is."""
+        files that the repository's own readers refuse (the game table, then each shard in
+        order), named with the record and problem.  TensorFlow's errors name no file, or a
+        staged copy; these name the lake's.  If every file reads, ``error`` was not damage,
+        and it is raised as it is.  Only ever run after a read failed, so its cost (reading
+        the window once in numpy, one record at a time) is paid only then."""
         manifest = layout.read_window_manifest(self.storage, window.target_generation)
-        table = None
+        games = manifest.document.get("games")
         try:
-            if manifest.game_table:
-                table = read_window_table(self.storage, manifest)
+            table = read_window_table(self.storage, manifest) if manifest.game_table else None
             for path in window.shards:
-                read_shard(self.storage.read(path), self.storage.url(path), manifest.document.get("games"), table)
+                source = self.storage.url(path)
+                raw = decompress_for(source, self.storage.read(path))
+                for i, record in enumerate(iter_framed_records(raw, source)):
+                    decode_records(record, f"{source}#{i}", games, table)
         except (FormatError, RecordError) as exc:
             return DamagedWindow(window.target_generation, f"damaged: {exc}")
         raise error
@@ -422,7 +442,10 @@ class TrainingRun:
         total = int(self.trainer.window_steps_total.numpy())
         if int(self.trainer.window_step.numpy()) >= total:
             return True
-        iterator = self._dataset_iterator(window)
+        try:
+            iterator = self._dataset_iterator(window)
+        except (FormatError, RecordError, *_READ_ERRORS) as exc:   # the game table is read here, once
+            raise self._damage(window, exc) from None
         sums = dict.fromkeys(METRIC_NAMES, 0.0)
         # Examples/s is timed from the end of the first call, so that tracing
         # and filling the input pipeline do not count.
@@ -435,7 +458,7 @@ class TrainingRun:
             steps = self._next_slice(done, total)
             try:
                 slice_sums = self.trainer.train_steps(iterator, steps)
-            except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError) as exc:
+            except _READ_ERRORS as exc:
                 raise self._damage(window, exc) from None
             self._check_finite(window, done + steps, slice_sums)
             for name, value in slice_sums.items():
@@ -556,6 +579,16 @@ class TrainingRun:
         _say(f"published generation {generation} to {self.storage.url(layout.model_dir(generation))}")
         return True
 
+    def _abandon(self, generation: int) -> None:
+        """Checkpoint with no window in progress, so that no later process resumes the damaged
+        window from its checkpoint forever (a resumed window comes before any newer one); the
+        steps it trained, on records that read, are kept.  A later process that finds it the
+        newest window starts it afresh and meets the damage again."""
+        self._check_state(generation)   # a divergence in the steps before the damage is named first
+        self.trainer.abandon_window()
+        self.save()
+        _say(f"window {layout.generation_dir(generation)} abandoned: the checkpoint resumes no window")
+
     # --- the whole run -----------------------------------------------------------
     def run(self) -> int:
         """Train and publish up to --windows windows (forever with --follow); exit status.
@@ -583,6 +616,7 @@ class TrainingRun:
                 # one-shot mode stops with the one line (a rerun finds the damage again).
                 self._damaged[damaged.generation] = damaged.reason
                 self._report_skipped([Skipped(damaged.generation, damaged.reason)])
+                self._abandon(damaged.generation)
                 if not self.config.follow:
                     raise LakeError(f"window {layout.generation_dir(damaged.generation)} {damaged.reason}") \
                         from None
