@@ -92,7 +92,8 @@ def test_the_ladder_plays_its_schedule_then_only_missing_games(lake_root, tmp_pa
     # index 2 with a as Black again.
     assert run(config(lake_root), log=lambda line: None)["games_played_now"] == 0
     more = run(config(lake_root, games=3), log=lambda line: None)
-    assert more["games_played_now"] == 6 and more["games_in_fit"] == 18
+    # Two games of untrained networks can repeat (the fit counts them once), so 18 less the repeats.
+    assert more["games_played_now"] == 6 and more["games_in_fit"] == 18 - more["duplicate_games_dropped"]
     games = read_results(storage)
     for pairing in pairings:
         mine = sorted(g.index for g in games if g.pairing == pairing)
