@@ -33,6 +33,39 @@ move cap): a rerun with the same ones plays only the games still missing
 from each pairing; one with other conditions starts its own set beside the
 old one.  Delete the results file to start afresh.
 
+Stored anchor games
+-------------------
+Anchor-against-anchor games are the same experiment in every lake, and the
+slow ones (GNU Go 10 against GNU Go 5) cost minutes, so zerolake ships them:
+``selfplay/anchor_games/<conditions>/`` (``ANCHOR_GAMES_DIR``; the folder
+name is the conditions with dashes for spaces, e.g.
+``9x9-komi-7.5-visits-64-opening-4-cap-0``) holds ``results.jsonl`` in the
+results format above (every line of that folder's conditions, with a digest;
+``sgf`` relative to the folder), the SGFs (``sgf/<pairing>/<index>.sgf``)
+and ``made.json`` (each recording session: command, date, games added, GNU
+Go's version).  A ladder loads the stored games of its own conditions
+between two of its ``--anchors`` (no folder: none) and counts them with the
+lake's: a pairing plays in the lake only the games the two lack together
+(none when the store holds ``--games``), and the fit uses both (a game in
+both, one the store took from this lake, once).  ``--no-stored-anchor-games``
+plays every anchor game in the lake.  ``--record-anchor-games`` makes the
+store: it plays only the anchor chain in ROOT (given a run.json with the
+default board size and komi when it has none), then adds ROOT's
+anchor-against-anchor games of its conditions that the store lacks.
+
+The closing match
+-----------------
+``pipeline.loop`` ends a long run with games of its last generation G
+against GNU Go level 1 with the network at V visits a move (V = 256), kept
+in ``loop/final-<G>.json`` (``layout.loop_marker``; ``vs_gnugo_1``, with
+``game_results`` and each game's SGF in the lake where the loop kept them).
+The ladder folds them into its fit as their own player ``gen:G@V``, the
+same network at V visits, so one table shows the ladder's view (``gen:G``
+at ``--visits``) and the closing match's, fitted together.  Games with an
+SGF get a digest and repeats count once; a closing result without per-game
+results (written by an older loop) adds its wins, draws and losses, every
+game counted as distinct.
+
 Ratings (`selfplay.elo`, whose docstring defines them exactly): one
 maximum-likelihood Bradley-Terry fit over the *distinct* games of the current
 conditions, with profile-likelihood 95% intervals.
@@ -67,6 +100,9 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
+import shlex
+import subprocess
 import sys
 import time
 import zlib
@@ -78,11 +114,11 @@ from format import layout
 from format import schema as S
 from format.cli import RoleCli, max_moves_setting, root_setting, setting, setting_problems
 from format.registry import RegistryError
-from format.run_config import read_run_config
+from format.run_config import RunConfig, ensure_run_config, read_run_config
 from format.sgf import game_from_sgf
 from selfplay import elo
-from selfplay.ladder_report import generation_name, parse_generation_name, write_report
-from selfplay.match import GameResult, PlayerSpec, build_player, play_games, sgf_bytes
+from selfplay.ladder_report import closing_player_name, generation_name, parse_generation_name, write_report
+from selfplay.match import GameResult, MatchConfig, PlayerSpec, build_player, play_games, sgf_bytes
 from selfplay.move_policy import MovePolicy
 from selfplay.player import EvaluatorSource, MctsConfig, SearchBudget, load_evaluator
 
@@ -93,6 +129,15 @@ DEFAULT_ANCHORS = "random,playouts:8,playouts:32,playouts:128,gnugo:1,gnugo:5,gn
 COMPARISON_PRIOR_DRAWS = 2.0
 """The prior the report compares with when the fit uses none (BayesElo's default, the ladder's earlier one)."""
 FIXED_ANCHOR_KINDS = ("random", "playouts", "gnugo")
+ANCHOR_GAMES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "anchor_games")
+"""The stored anchor games shipped with zerolake (module docstring, 'Stored anchor games')."""
+STORE_RESULTS = "results.jsonl"
+STORE_MADE = "made.json"
+STORE_VERSION = 1
+CLOSING_MATCHES = {"vs_gnugo_1": "gnugo:1"}
+"""The closing results of pipeline.loop's final marker that the ladder folds in: key -> the opponent."""
+_MATCH_DEFAULTS = {f.name: f.default for f in dataclasses.fields(MatchConfig)}
+"""selfplay.match's defaults: the loop's closing matches leave opening moves and the move cap to them."""
 
 
 def _parse_int_list(text: str, flag: str) -> tuple[int, ...]:
@@ -129,6 +174,12 @@ class LadderConfig:
                                       "maximum-likelihood fit); the report also shows the ratings under the "
                                       "other choice", at_least=0)
     seed: int = setting(0, "seed of the players' random choices")
+    stored_anchor_games: bool = setting(True, "count the anchor-against-anchor games stored with zerolake "
+                                              "(selfplay/anchor_games/) for these conditions, and play in ROOT "
+                                              "only the anchor games they lack")
+    record_anchor_games: bool = setting(False, "play only the anchor chain in ROOT (a root without run.json gets "
+                                               "the default board size and komi) and add ROOT's anchor games of "
+                                               "these conditions that the store lacks to selfplay/anchor_games/")
     plots: bool = setting(True, "write the PNG plots to ROOT/report/")
     json: bool = setting(False, "print the ratings as one JSON object instead of the table")
 
@@ -154,6 +205,10 @@ class LadderConfig:
         if len(set(anchors)) != len(anchors):
             raise ValueError(f"--anchors names a player twice: {self.anchors!r}")
         MovePolicy(sampled_moves=self.opening_moves)
+        if self.record_anchor_games and self.generations is not None:
+            raise ValueError("--record-anchor-games plays anchor games only: drop --generations")
+        if self.record_anchor_games and not self.stored_anchor_games:
+            raise ValueError("--record-anchor-games adds to the stored anchor games: drop --no-stored-anchor-games")
 
     def anchor_names(self) -> tuple[str, ...]:
         return tuple(part.strip() for part in self.anchors.split(",") if part.strip())
@@ -217,9 +272,15 @@ def pairing_name(a: str, b: str) -> str:
     return f"{a.replace(':', '-')}_vs_{b.replace(':', '-')}"
 
 
-def read_results(storage) -> list[LadderGame]:
-    """Every game of the results file (none when it does not exist); a bad line names the file and line."""
-    path = layout.ladder_results()
+def ladder_conditions(board_size: int, komi: float, visits: int, opening_moves: int, max_moves: int) -> str:
+    """The conditions a game counts under (module docstring): ``9x9 komi 7.5 visits 64 opening 4 cap 0``."""
+    return f"{board_size}x{board_size} komi {komi:g} visits {visits} opening {opening_moves} cap {max_moves}"
+
+
+def read_results(storage, path: str | None = None) -> list[LadderGame]:
+    """Every game of a results file (default the lake's; none when it does not exist); a bad line
+    names the file and line."""
+    path = path or layout.ladder_results()
     try:
         data = storage.read(path)
     except NotFound:
@@ -236,13 +297,13 @@ def read_results(storage) -> list[LadderGame]:
             games.append(LadderGame(**{k: v for k, v in document.items() if k in fields}))
         except (ValueError, TypeError, AttributeError) as exc:
             raise ValueError(f"{storage.url(path)} line {number}: not a ladder game ({exc}); "
-                             "fix or delete the file to start the ladder afresh") from None
+                             "fix or delete the file to start afresh") from None
     return games
 
 
-def write_results(storage, games: Sequence[LadderGame]) -> None:
+def write_results(storage, games: Sequence[LadderGame], path: str | None = None) -> None:
     data = "".join(game.to_json() + "\n" for game in games).encode("utf-8")
-    storage.write_replace(layout.ladder_results(), data)
+    storage.write_replace(path or layout.ladder_results(), data)
 
 
 def game_digest(black: str, white: str, moves: Sequence[int], winner: int, end_reason: str) -> str:
@@ -269,6 +330,152 @@ def distinct_games(games: Sequence[LadderGame], conditions: str) -> tuple[list[L
 def pair_records(games: Sequence[LadderGame], conditions: str) -> list[elo.PairRecord]:
     """The distinct games of ``conditions`` (`distinct_games`) as one Bradley-Terry record each."""
     return [elo.PairRecord(g.a, g.b, 1, g.score_a) for g in distinct_games(games, conditions)[0]]
+
+
+# --------------------------------------------------------------------------
+# stored anchor games (module docstring)
+# --------------------------------------------------------------------------
+
+def store_folder(store: str, conditions: str) -> str:
+    """The folder of ``conditions``' stored games: ``<store>/9x9-komi-7.5-visits-64-opening-4-cap-0``."""
+    return os.path.join(store, conditions.replace(" ", "-"))
+
+
+def store_sgf(pairing: str, index: int) -> str:
+    """A stored game's SGF, relative to its conditions' folder."""
+    return f"sgf/{pairing}/{int(index):05d}.sgf"
+
+
+def _is_fixed_anchor(name: str) -> bool:
+    try:
+        return PlayerSpec.parse(name).kind in FIXED_ANCHOR_KINDS
+    except ValueError:                                  # gen:G, gen:G@V
+        return False
+
+
+def read_stored_games(store: str, conditions: str, anchors: Sequence[str]) -> list[LadderGame]:
+    """The stored games of ``conditions`` between two of ``anchors``; none when the store has no
+    folder for them.  A line of other conditions, without a digest or with a player that is not a
+    fixed anchor is refused in one line naming the file."""
+    storage = open_storage(store_folder(store, conditions))
+    games = read_results(storage, STORE_RESULTS)
+    for game in games:
+        problem = ("is of other conditions" if game.conditions != conditions else
+                   "has no digest" if not game.digest else
+                   "is not between fixed anchors" if not (_is_fixed_anchor(game.a) and _is_fixed_anchor(game.b))
+                   else None)
+        if problem:
+            raise ValueError(f"{storage.url(STORE_RESULTS)}: {game.pairing} game {game.index} {problem}; "
+                             "a stored game must be an anchor game of its folder's conditions, with a digest")
+    wanted = set(anchors)
+    return [game for game in games if game.a in wanted and game.b in wanted]
+
+
+def gnugo_version() -> str | None:
+    """GNU Go's ``--version`` first line (stored games against it depend on it); None if it has none."""
+    from selfplay.gtp_client import find_gnugo
+
+    lines = subprocess.run([find_gnugo(), "--version"], capture_output=True, text=True, timeout=60).stdout
+    return lines.splitlines()[0].strip() if lines.strip() else None
+
+
+# --------------------------------------------------------------------------
+# the loop's closing match (module docstring)
+# --------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ClosingMatch:
+    """One closing result of ``pipeline.loop`` as the ladder folds it in.
+
+    ``player`` is ``gen:G@V`` and ``opponent`` the anchor it met; ``games``
+    holds one LadderGame a game when the loop kept per-game results
+    (``conditions`` the match's own), else ``total`` holds them all as one
+    record (every game counted as distinct).
+    """
+
+    player: str
+    opponent: str
+    source: str
+    visits: int
+    conditions: str
+    games: tuple[LadderGame, ...] = ()
+    total: elo.PairRecord | None = None
+
+    def distinct(self) -> tuple[list[LadderGame], int]:
+        return distinct_games(self.games, self.conditions)
+
+    def records(self) -> list[elo.PairRecord]:
+        return [self.total] if self.total is not None else pair_records(self.games, self.conditions)
+
+    def summary(self) -> dict:
+        """What the report says of it: player, source, games, distinct games, whether per game."""
+        kept, repeats = self.distinct()
+        games = self.total.games if self.total is not None else len(self.games)
+        return {"player": self.player, "opponent": self.opponent, "source": self.source, "visits": self.visits,
+                "games": games, "distinct": games if self.total is not None else len(kept),
+                "repeats": 0 if self.total is not None else repeats, "per_game": self.total is None}
+
+
+def _closing_match(storage, generation: int, source: str, key: str, result: dict, board_size: int,
+                   komi: float, log: Callable[[str], None]) -> ClosingMatch | None:
+    """The ClosingMatch of one closing result; None (with a line to ``log``) when it was played on
+    another board or komi than the lake's run.json."""
+    if (result["board_size"], float(result["komi"])) != (board_size, float(komi)):
+        log(f"{storage.url(source)}: {key} was played on {result['board_size']}x{result['board_size']} with "
+            f"komi {result['komi']:g}, not this lake's; left out of the fit")
+        return None
+    visits = int(result["visits"])
+    player, opponent = closing_player_name(generation, visits), CLOSING_MATCHES[key]
+    conditions = ladder_conditions(board_size, komi, visits, _MATCH_DEFAULTS["opening_moves"],
+                                   _MATCH_DEFAULTS["max_moves"])
+    match = ClosingMatch(player, opponent, source, visits, conditions)
+    if "game_results" not in result:
+        return dataclasses.replace(match, total=elo.PairRecord(player, opponent, int(result["games"]),
+                                                               result["wins"] + result["draws"] / 2))
+    games = []
+    for entry in result["game_results"]:
+        index = int(entry["index"])
+        black, white = (player, opponent) if index % 2 == 0 else (opponent, player)   # A is Black in even games
+        winner = {"B": S.BLACK, "W": S.WHITE}.get(entry["result"][:1], S.EMPTY)
+        digest = None
+        try:
+            _, _, moves, _ = game_from_sgf(storage.read(entry["sgf"]))
+            digest = game_digest(black, white, moves, winner, entry["end_reason"])
+        except (NotFound, ValueError, TypeError) as exc:       # TypeError: no SGF path (None)
+            log(f"  {storage.url(source)} game {index}: no digest ({exc}); counted as distinct")
+        games.append(LadderGame(
+            pairing=pairing_name(player, opponent), index=index, a=player, b=opponent, black=black, white=white,
+            winner=winner, score=entry["score"], end_reason=entry["end_reason"], moves=int(entry["moves"]),
+            conditions=conditions, sgf=entry["sgf"] or "", time=0.0, digest=digest))
+    return dataclasses.replace(match, games=tuple(games))
+
+
+def read_closing_matches(storage, board_size: int, komi: float,
+                         log: Callable[[str], None] = print) -> list[ClosingMatch]:
+    """Every closing result of ``loop/final-<G>.json`` in the lake that the ladder folds in, by
+    generation; a result the ladder cannot read is refused in one line naming the file and field."""
+    matches = []
+    prefix = layout.loop_marker("final-")
+    for info in sorted(storage.list(prefix), key=lambda info: info.path):
+        name = info.path[len(prefix):]
+        generation = layout.parse_generation(name[:-len(".json")]) if name.endswith(".json") else None
+        if generation is None:
+            continue
+        try:
+            document = json.loads(storage.read(info.path))
+        except ValueError as exc:
+            raise ValueError(f"{storage.url(info.path)}: not JSON ({exc})") from None
+        for key in CLOSING_MATCHES:
+            if key not in document:
+                continue
+            try:
+                match = _closing_match(storage, generation, info.path, key, document[key], board_size, komi, log)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise ValueError(f"{storage.url(info.path)}: {key} is not a match result the ladder reads "
+                                 f"({type(exc).__name__}: {exc})") from None
+            if match is not None:
+                matches.append(match)
+    return matches
 
 
 # --------------------------------------------------------------------------
@@ -302,23 +509,46 @@ def score_fraction(games: Sequence[LadderGame], pairing: Pairing, conditions: st
 class Ladder:
     """Plays a config's pairings into the results file and fits the ratings.
 
-    ``log`` receives one human line per game and per pairing.
+    ``log`` receives one human line per game and per pairing.  ``games`` are
+    the lake's, ``stored`` the stored anchor games of these conditions (from
+    ``anchor_store``, the shipped store by default; none with
+    ``--no-stored-anchor-games``), ``closing`` the loop's closing matches.
     """
 
-    def __init__(self, config: LadderConfig, storage=None, *, retry=None, log: Callable[[str], None] = print):
+    def __init__(self, config: LadderConfig, storage=None, *, retry=None, log: Callable[[str], None] = print,
+                 anchor_store: str = ANCHOR_GAMES_DIR):
         self.config = config
         self.storage = storage or open_storage(config.root, retry=retry)
         self.retry = retry
         self.log = log
         run = read_run_config(self.storage)
+        if run is None and config.record_anchor_games:
+            run = ensure_run_config(self.storage, RunConfig())     # anchor games need no run but its board
         if run is None:
             raise LookupError(f"{self.storage.url(layout.RUN_CONFIG)} does not exist: this root has no run")
         self.board_size, self.komi = run.board_size, run.komi
-        self.conditions = (f"{self.board_size}x{self.board_size} komi {self.komi:g} visits {config.visits} "
-                           f"opening {config.opening_moves} cap {config.max_moves}")
+        self.conditions = ladder_conditions(self.board_size, self.komi, config.visits, config.opening_moves,
+                                            config.max_moves)
         self.games = read_results(self.storage)
+        self.anchor_store = anchor_store if config.stored_anchor_games else None
+        self.stored = self._read_stored()
+        self.closing = ([] if config.record_anchor_games else
+                        read_closing_matches(self.storage, self.board_size, self.komi, log))
         self._loaded: dict[int, object] = {}
-        self.generations = self._choose_generations()
+        self.generations = [] if config.record_anchor_games else self._choose_generations()
+
+    def _read_stored(self) -> list[LadderGame]:
+        if self.anchor_store is None:
+            return []
+        return read_stored_games(self.anchor_store, self.conditions, self.config.anchor_names())
+
+    def all_games(self) -> list[LadderGame]:
+        """The stored anchor games, then the lake's games that the store does not hold: a game the
+        store took from this lake (same digest and time) counts once.  A lake game that merely
+        repeats a stored one still counts towards ``--games``, as a repeat within the lake does, so
+        a deterministic pairing is not replayed on every run; the fit counts it once."""
+        stored = {(g.a, g.b, g.digest, g.time) for g in self.stored}
+        return self.stored + [g for g in self.games if (g.a, g.b, g.digest, g.time) not in stored]
 
     # ---- what to rate --------------------------------------------------------
     def published_generations(self) -> list[int]:
@@ -356,8 +586,8 @@ class Ladder:
 
     # ---- one pairing -----------------------------------------------------------
     def play_pairing(self, pairing: Pairing) -> int:
-        """Play the pairing's missing games; returns how many were played."""
-        done, _ = score_fraction(self.games, pairing, self.conditions)
+        """Play the games the lake and the store lack together; returns how many were played."""
+        done, _ = score_fraction(self.all_games(), pairing, self.conditions)
         missing = self.config.games - done
         if missing <= 0:
             return 0
@@ -376,7 +606,7 @@ class Ladder:
         finally:
             player_a.close()
             player_b.close()
-        played, fraction = score_fraction(self.games, pairing, self.conditions)
+        played, fraction = score_fraction(self.all_games(), pairing, self.conditions)
         self.log(f"{pairing.a} vs {pairing.b}: {fraction:.2f} of the points for {pairing.a} over {played} games "
                  f"({missing} new, {time.monotonic() - started:.1f} s)")
         return missing
@@ -408,7 +638,7 @@ class Ladder:
             for anchor in anchors:
                 pairing = Pairing(generation_name(generation), anchor)
                 played += self.play_pairing(pairing)
-                _, fraction = score_fraction(self.games, pairing, self.conditions)
+                _, fraction = score_fraction(self.all_games(), pairing, self.conditions)
                 if fraction <= self.config.give_up_score:
                     break
         if self.config.adjacent:
@@ -436,10 +666,56 @@ class Ladder:
             write_results(self.storage, self.games)
         return added
 
+    def add_to_store(self, command: str) -> dict[str, int]:
+        """Add this lake's anchor games of its conditions that the store lacks (by digest) to the
+        store, with a session in its made.json (``command``, the date, GNU Go's version when it
+        played); returns the games added per pairing."""
+        store = open_storage(store_folder(self.anchor_store, self.conditions))
+        stored = read_results(store, STORE_RESULTS)
+        known = {(g.a, g.b, g.digest) for g in stored}
+        taken = {(g.pairing, g.index) for g in stored}
+        anchors = set(self.config.anchor_names())
+        added: dict[str, int] = {}
+        players: set[str] = set()
+        for game in self.games:
+            if (game.conditions != self.conditions or not {game.a, game.b} <= anchors or game.digest is None
+                    or (game.a, game.b, game.digest) in known):
+                continue
+            index = game.index
+            while (game.pairing, index) in taken:      # a lake game played before the store: a free index
+                index += 2                             # of its parity, so a is still Black in even ones
+            path = store_sgf(game.pairing, index)
+            store.write_replace(path, self.storage.read(game.sgf))
+            stored.append(dataclasses.replace(game, index=index, sgf=path))
+            known.add((game.a, game.b, game.digest))
+            taken.add((game.pairing, index))
+            added[game.pairing] = added.get(game.pairing, 0) + 1
+            players |= {game.a, game.b}
+        if not added:
+            return added
+        write_results(store, stored, STORE_RESULTS)
+        try:
+            made = json.loads(store.read(STORE_MADE))
+        except NotFound:
+            made = {"version": STORE_VERSION, "conditions": self.conditions, "sessions": []}
+        gnugo = any(PlayerSpec.parse(p).kind == "gnugo" for p in players)
+        made["sessions"].append({
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": command,
+            "games_added": added, "games_held": len(stored), "seed": self.config.seed,
+            "gnugo": gnugo_version() if gnugo else None})
+        store.write_replace(STORE_MADE, (json.dumps(made, indent=1, sort_keys=True) + "\n").encode())
+        self.stored = self._read_stored()
+        return added
+
+    def records(self) -> list[elo.PairRecord]:
+        """The fit's games: the distinct games of the lake and the store, and the closing matches'."""
+        return (pair_records(self.all_games(), self.conditions)
+                + [record for match in self.closing for record in match.records()])
+
     def fit(self) -> elo.Fit:
         """The fit of the distinct games (module docstring); ``anchor_reason`` says which anchor and why."""
         prior = self.config.prior_draws
-        records = pair_records(self.games, self.conditions)
+        records = self.records()
         anchor, why = elo.choose_anchor(records, self.config.anchor, self.config.anchor_names(),
                                         prior_draws=prior)
         return dataclasses.replace(elo.fit_ratings(records, anchor, prior_draws=prior), anchor_reason=why)
@@ -448,37 +724,53 @@ class Ladder:
         """The same games and anchor under the other prior (none, or COMPARISON_PRIOR_DRAWS when the
         fit has none): estimates only, for the report's sensitivity column."""
         prior = COMPARISON_PRIOR_DRAWS if fit.prior_draws == 0 else 0.0
-        return elo.fit_ratings(pair_records(self.games, self.conditions), fit.anchor, prior_draws=prior,
-                               interval="none")
+        return elo.fit_ratings(self.records(), fit.anchor, prior_draws=prior, interval="none")
 
     def close(self) -> None:
         self._loaded.clear()
 
 
-def run(config: LadderConfig, *, retry=None, log: Callable[[str], None] = print) -> dict:
-    """Play the ladder, fit it and write the report; returns the report document."""
-    ladder = Ladder(config, retry=retry, log=log)
+def run(config: LadderConfig, *, retry=None, log: Callable[[str], None] = print,
+        anchor_store: str = ANCHOR_GAMES_DIR, command: str = "") -> dict:
+    """Play the ladder, fit it and write the report; returns the report document.  ``command``: the
+    command line a recording session (--record-anchor-games) notes in the store."""
+    ladder = Ladder(config, retry=retry, log=log, anchor_store=anchor_store)
+    store = None if ladder.anchor_store is None else store_folder(ladder.anchor_store, ladder.conditions)
     try:
-        log(f"ladder on {ladder.storage.url('')}: generations {ladder.generations or 'none published'}; "
+        log(f"ladder on {ladder.storage.url('')}: generations {ladder.generations or 'none'}; "
             f"anchors {', '.join(config.anchor_names())}; {config.games} games per pairing; "
-            f"conditions: {ladder.conditions}")
+            f"conditions: {ladder.conditions}; "
+            + (f"{len(ladder.stored)} stored anchor games from {store}" if store else "no stored anchor games"))
+        for match in ladder.closing:
+            log(f"closing match {ladder.storage.url(match.source)}: {match.player} vs {match.opponent}")
         played = ladder.schedule_and_play()
         ladder.add_missing_digests()
+        if config.record_anchor_games:
+            added = ladder.add_to_store(command or "selfplay.ladder.run")
+            log(f"added to {store}: {added or 'nothing (it holds every anchor game of this lake)'}")
         fit = ladder.fit()
         comparison = ladder.comparison_fit(fit)
     finally:
         ladder.close()
-    distinct, duplicates = distinct_games(ladder.games, ladder.conditions)
+    distinct, duplicates = distinct_games(ladder.all_games(), ladder.conditions)
+    stored_ids = {id(game) for game in ladder.stored}
+    closing = [match.summary() for match in ladder.closing]
     return write_report(ladder.storage, fit, ladder.games, ladder.conditions, ladder.generations,
                         plots=config.plots, played=played, comparison=comparison,
-                        distinct=len(distinct), duplicates=duplicates)
+                        distinct=len(distinct) + sum(c["distinct"] for c in closing),
+                        duplicates=duplicates + sum(c["repeats"] for c in closing),
+                        stored=None if store is None else {
+                            "folder": store, "held": len(ladder.stored),
+                            "in_fit": sum(1 for game in distinct if id(game) in stored_ids)},
+                        closing=closing)
 
 
 def main(argv=None) -> int:
     config, retry = CLI.parse(argv)
     log = (lambda text: print(text, file=sys.stderr, flush=True))
+    command = shlex.join(["python", "-m", "selfplay.ladder", *(sys.argv[1:] if argv is None else argv)])
     try:
-        report = run(config, retry=retry, log=log)
+        report = run(config, retry=retry, log=log, command=command)
     except (OSError, ValueError, LookupError, RegistryError, StorageError) as exc:
         print(f"selfplay.ladder: {exc}", file=sys.stderr)
         return 2

@@ -28,7 +28,13 @@ generation).
 
 In ``ratings.json`` an infinite estimate or interval end is ``null`` (JSON
 has no infinity); ``estimate`` holds what the table shows (``412``,
-``>= 140``, ``<= -300`` or ``?``).
+``>= 140``, ``<= -300`` or ``?``).  ``stored_anchor_games`` says where the
+stored anchor games came from, how many the store holds for these conditions
+and how many distinct ones the fit counted (null with
+``--no-stored-anchor-games``); ``closing_matches`` lists the loop's closing
+matches folded in (player ``gen:G@V``, source, games, distinct games).  A
+closing player's row shows its generation's figures, and the rating plots
+draw it as a cross at its generation.
 """
 from __future__ import annotations
 
@@ -51,9 +57,26 @@ def generation_name(generation: int) -> str:
 
 
 def parse_generation_name(name: str) -> int | None:
-    """G for ``gen:G``; None for an anchor."""
+    """G for ``gen:G``; None for an anchor (and for a closing player)."""
     match = re.fullmatch(r"gen:(\d+)", name)
     return int(match[1]) if match else None
+
+
+def closing_player_name(generation: int, visits: int) -> str:
+    """The ladder's name of generation G's network at V visits in the loop's closing match: ``gen:G@V``."""
+    return f"gen:{generation}@{visits}"
+
+
+def parse_closing_player_name(name: str) -> tuple[int, int] | None:
+    """(G, V) for ``gen:G@V``; None for any other player."""
+    match = re.fullmatch(r"gen:(\d+)@(\d+)", name)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def _generation_of(name: str) -> int | None:
+    """The generation whose network a player is (``gen:G`` or ``gen:G@V``); None for an anchor."""
+    closing = parse_closing_player_name(name)
+    return closing[0] if closing else parse_generation_name(name)
 
 
 LOSS_NAMES = ("loss", "policy_loss", "value_loss", "ownership_loss", "score_loss")
@@ -152,15 +175,20 @@ def prior_sensitivity(fit: elo.Fit, comparison: elo.Fit) -> tuple[float, str | N
 
 
 def ratings_table(fit: elo.Fit, figures: dict[int, dict], conditions: str, *,
-                  comparison: elo.Fit | None = None, distinct: int | None = None, duplicates: int = 0) -> str:
-    """The printed table: one row per rated player, strongest first, then what the numbers mean."""
+                  comparison: elo.Fit | None = None, distinct: int | None = None, duplicates: int = 0,
+                  stored: dict | None = None, closing: Sequence[dict] = ()) -> str:
+    """The printed table: one row per rated player, strongest first, then what the numbers mean.
+
+    ``stored``: the stored anchor games (``folder``, ``held``, ``in_fit``), None when not used;
+    ``closing``: the closing matches folded in (`selfplay.ladder.ClosingMatch.summary`).
+    """
     other = (f"{comparison.prior_draws:g} draws" if comparison is not None else "")
     lines = [f"Elo ({conditions}): {fit.method_text()}",
              f"anchor: {fit.anchor_reason or fit.anchor}",
              f"{'player':<14} {'Elo':>8} {'95% interval':>17} {other:>9} {'games':>6} {'hours':>7} "
              f"{'sp games':>9} {'positions':>10}"]
     for rating in _strongest_first(fit):
-        generation = parse_generation_name(rating.player)
+        generation = _generation_of(rating.player)
         figure = figures.get(generation, {}) if generation is not None else {}
         hours = figure.get("hours")
         compared = comparison.ratings.get(rating.player) if comparison is not None else None
@@ -182,9 +210,23 @@ def ratings_table(fit: elo.Fit, figures: dict[int, dict], conditions: str, *,
         if only_one:
             text += f"; finite under only one of the two: {', '.join(only_one)}"
         lines.append(text)
+    for match in closing:
+        generation, visits = parse_closing_player_name(match["player"])
+        lines.append(f"{match['player']}: generation {generation}'s network at {visits} visits a move in the "
+                     f"loop's closing match ({match['source']}), {match['games']} games against {match['opponent']}"
+                     + ("" if match["per_game"] else " (no per-game results kept: every game counted as distinct)"))
     if distinct is not None:
-        lines.append(f"{distinct} distinct games in the fit; {duplicates} repeated games (same colours, "
-                     "moves and result as an earlier one) counted once")
+        parts = []
+        if stored is not None:
+            parts.append(f"{stored['in_fit']} stored anchor games")
+        if closing:
+            parts.append(f"{sum(m['distinct'] for m in closing)} closing-match games")
+        lines.append(f"{distinct} distinct games in the fit" + (f" ({', '.join(parts)})" if parts else "")
+                     + f"; {duplicates} repeated games (same colours, moves and result as an earlier one) "
+                     "counted once")
+    if stored is not None:
+        lines.append(f"stored anchor games: {stored['held']} for these conditions in {stored['folder']}"
+                     + ("" if stored["held"] else " (none: every anchor game is played in this lake)"))
     if fit.unrated:
         lines.append(f"not connected to {fit.anchor} by any game (unrated): {', '.join(fit.unrated)}")
     return "\n".join(lines)
@@ -216,6 +258,9 @@ def rating_plot(fit: elo.Fit, figures: dict[int, dict], axis: str, label: str) -
     points = [(figures[g][axis], fit.ratings[generation_name(g)]) for g in sorted(figures)
               if generation_name(g) in fit.ratings and figures[g][axis] is not None
               and not math.isnan(_position(fit.ratings[generation_name(g)]))]
+    closing = [(figures[c[0]][axis], r) for r in fit.ratings.values()
+               for c in [parse_closing_player_name(r.player)]
+               if c and c[0] in figures and figures[c[0]][axis] is not None and not math.isnan(_position(r))]
     estimated = [(x, r) for x, r in points if r.finite]
     if estimated:
         xs = np.array([x for x, _ in estimated], float)
@@ -227,15 +272,18 @@ def rating_plot(fit: elo.Fit, figures: dict[int, dict], axis: str, label: str) -
         bounded = [(x, r) for x, r in points if not r.finite and np.sign(r.elo) == sign]
         if bounded:
             ax.scatter([x for x, _ in bounded], [_position(r) for _, r in bounded], marker=marker, label=text)
-    for x, rating in points:
-        ax.annotate(str(parse_generation_name(rating.player)), (x, _position(rating)), textcoords="offset points",
-                    xytext=(4, 4), fontsize=8)
-    if points:
+    if closing:
+        ax.scatter([x for x, _ in closing], [_position(r) for _, r in closing], marker="x", color="black",
+                   label="the loop's closing match (gen:G@visits; a bound if no estimate)")
+    for x, rating in points + closing:
+        label = rating.player[len("gen:"):]
+        ax.annotate(label, (x, _position(rating)), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    if points or closing:
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no rated generation yet", transform=ax.transAxes, ha="center")
     for rating in fit.ratings.values():
-        if parse_generation_name(rating.player) is None and rating.finite:
+        if _generation_of(rating.player) is None and rating.finite:
             ax.axhline(rating.elo, linestyle="--", linewidth=0.8, color="grey")
             ax.annotate(rating.player, (0.0, rating.elo), xycoords=("axes fraction", "data"),
                         fontsize=8, color="grey", va="bottom")
@@ -286,15 +334,18 @@ def _number(value: float) -> float | None:
 
 def write_report(storage, fit: elo.Fit, games, conditions: str, generations: Sequence[int], *,
                  plots: bool = True, played: int = 0, comparison: elo.Fit | None = None,
-                 distinct: int | None = None, duplicates: int = 0) -> dict:
+                 distinct: int | None = None, duplicates: int = 0, stored: dict | None = None,
+                 closing: Sequence[dict] = ()) -> dict:
     """Write ratings.txt, ratings.json and the plots; returns the JSON document (with ``table``).
 
     ``comparison``: the same games fitted under the other prior (the sensitivity column);
-    ``distinct`` / ``duplicates``: the games the fit counted, and the repeats it dropped.
+    ``distinct`` / ``duplicates``: the games the fit counted, and the repeats it dropped;
+    ``stored`` and ``closing``: as for `ratings_table`.
     """
-    figures = generation_figures(storage, generations)
+    figures = generation_figures(storage, sorted(set(generations) | {
+        parse_closing_player_name(m["player"])[0] for m in closing}))
     table = ratings_table(fit, figures, conditions, comparison=comparison, distinct=distinct,
-                          duplicates=duplicates)
+                          duplicates=duplicates, stored=stored, closing=closing)
     written = []
     if plots:
         for name, (axis, label) in PLOTS.items():
@@ -323,6 +374,7 @@ def write_report(storage, fit: elo.Fit, games, conditions: str, generations: Seq
         "prior_sensitivity": None if comparison is None else {
             "compared_prior_draws": comparison.prior_draws, "largest_change": largest, "player": whose,
             "finite_under_one_prior_only": only_one},
+        "stored_anchor_games": stored, "closing_matches": list(closing),
         "generations": {str(g): figures[g] for g in generations},
         "plots": [layout.report_path(name) for name in written],
     }

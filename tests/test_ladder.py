@@ -21,9 +21,10 @@ from format.run_config import RunConfig, ensure_run_config
 from format.sgf import game_from_sgf
 from selfplay.board import Board
 from selfplay.elo import elo_gap
-from selfplay.ladder import (CLI, Ladder, LadderConfig, distinct_games, main, pair_records, read_results, run,
-                             write_results)
+from selfplay.ladder import (CLI, STORE_MADE, STORE_RESULTS, Ladder, LadderConfig, distinct_games, main,
+                             pair_records, read_results, run, store_folder, write_results)
 from selfplay.ladder_report import chunk_counts
+from selfplay.match import GameResult, sgf_bytes, summarize
 from testdata.models import publish_untrained_model
 from testdata.synthetic_games import synthetic_game
 
@@ -198,3 +199,117 @@ def test_the_report_says_what_the_fit_is_and_how_much_the_prior_moves_it(lake_ro
     assert "2 virtual draws per pairing" in with_prior["table"].splitlines()[0]
     assert with_prior["prior_sensitivity"]["compared_prior_draws"] == 0.0
     assert all(r["elo"] is not None for r in with_prior["ratings"].values())   # the prior makes all finite
+
+
+# --- stored anchor games and the loop's closing match --------------------------------------------
+
+def anchors_only(root, **overrides):
+    """A ladder of two anchors only (the roots below publish no generation)."""
+    values = dict(root=root, anchors="random,playouts:2", games=2, visits=4, opening_moves=2, parallel_games=4,
+                  plots=False)
+    values.update(overrides)
+    return LadderConfig(**values)
+
+
+def test_stored_anchor_games_are_recorded_once_then_counted_instead_of_replayed(tmp_path):
+    store = str(tmp_path / "store")
+    quiet = dict(log=lambda line: None, anchor_store=store)
+    # Recording: a fresh root gets the default run.json; the chain is played there and copied to the store.
+    recording = str(tmp_path / "recording")
+    report = run(anchors_only(recording, record_anchor_games=True), command="python -m selfplay.ladder ...", **quiet)
+    assert report["games_played_now"] == 2 and report["stored_anchor_games"]["held"] == 2
+    conditions = read_results(open_storage(recording))[0].conditions
+    assert conditions == "9x9 komi 7.5 visits 4 opening 2 cap 0"
+    folder = open_storage(store_folder(store, conditions))
+    stored = read_results(folder, STORE_RESULTS)
+    assert [(g.pairing, g.index) for g in stored] == [("playouts-2_vs_random", 0), ("playouts-2_vs_random", 1)]
+    assert all(game_from_sgf(folder.read(g.sgf))[0] == 9 for g in stored)
+    made = json.loads(folder.read(STORE_MADE))
+    assert made["conditions"] == conditions and made["sessions"][0]["command"] == "python -m selfplay.ladder ..."
+    assert made["sessions"][0]["games_added"] == {"playouts-2_vs_random": 2}
+    # Recording again adds nothing: the lake's games are the store's (counted once, not replayed).
+    again = run(anchors_only(recording, record_anchor_games=True), **quiet)
+    assert again["games_played_now"] == 0 and len(json.loads(folder.read(STORE_MADE))["sessions"]) == 1
+
+    # Another lake of the same conditions plays no anchor game and fits the stored ones.
+    lake = str(tmp_path / "lake")
+    ensure_run_config(open_storage(lake), RunConfig(board_size=9))
+    report = run(anchors_only(lake), **quiet)
+    assert report["games_played_now"] == 0 and read_results(open_storage(lake)) == []
+    assert report["games_in_fit"] == 2 and report["stored_anchor_games"]["in_fit"] == 2
+    assert "2 distinct games in the fit (2 stored anchor games)" in report["table"]
+    assert set(report["ratings"]) == {"random", "playouts:2"}
+    # One more game a pairing than the store holds: only that one is played in the lake, as index 2 (a Black).
+    more = run(anchors_only(lake, games=3), **quiet)
+    assert more["games_played_now"] == 1 and more["games_in_fit"] == 3
+    [new] = read_results(open_storage(lake))
+    assert (new.index, new.black) == (2, "playouts:2")
+    # Other conditions: the store holds nothing for them, so the lake plays the chain.
+    other = run(anchors_only(lake, visits=3), **quiet)
+    assert other["games_played_now"] == 2 and other["stored_anchor_games"]["held"] == 0
+    # --no-stored-anchor-games: the store is not read.
+    alone = run(anchors_only(lake, stored_anchor_games=False, games=3), **quiet)
+    assert alone["games_played_now"] == 2 and alone["stored_anchor_games"] is None
+
+
+def test_a_stored_game_that_is_not_an_anchor_game_of_its_folder_is_refused(tmp_path):
+    store = str(tmp_path / "store")
+    lake = str(tmp_path / "lake")
+    ensure_run_config(open_storage(lake), RunConfig(board_size=9))
+    run(anchors_only(lake), log=lambda line: None, anchor_store=str(tmp_path / "none"))
+    [game, *_] = read_results(open_storage(lake))
+    folder = open_storage(store_folder(store, game.conditions))
+    write_results(folder, [dataclasses.replace(game, conditions="9x9 komi 7.5 visits 5 opening 2 cap 0")],
+                  STORE_RESULTS)
+    with pytest.raises(ValueError, match="results.jsonl: playouts-2_vs_random game 0 is of other conditions"):
+        Ladder(anchors_only(lake), anchor_store=store)
+    write_results(folder, [dataclasses.replace(game, a="gen:1", pairing="gen-1_vs_random")], STORE_RESULTS)
+    with pytest.raises(ValueError, match="is not between fixed anchors"):
+        Ladder(anchors_only(lake), anchor_store=store)
+
+
+def write_closing_match(storage, generation, outcomes, *, per_game=True, visits=256):
+    """``loop/final-<G>.json`` as pipeline.loop writes it: ``vs_gnugo_1``, the match's JSON (A is the
+    network, Black in even-numbered games) with its visits, each game's SGF in the lake.  ``outcomes``:
+    per game, whether the network won and its moves."""
+    results = []
+    for index, (won, moves) in enumerate(outcomes):
+        a_black = index % 2 == 0
+        winner = S.BLACK if won == a_black else S.WHITE
+        result = GameResult(index, "model-g" if a_black else "gnugo-l1", "gnugo-l1" if a_black else "model-g",
+                            tuple(moves), winner, None, "resign")
+        path = layout.loop_marker(f"final-{layout.generation_dir(generation)}-gnugo-1/{index:05d}.sgf")
+        storage.write_replace(path, sgf_bytes(result, N, 7.5))
+        results.append(dataclasses.replace(result, sgf_path=path))
+    match = summarize("model-g", "gnugo-l1", N, 7.5, results, 1.0).to_json_dict()
+    if not per_game:
+        del match["game_results"]
+    storage.write_new(layout.loop_marker(f"final-{layout.generation_dir(generation)}.json"),
+                      json.dumps({"vs_gnugo_1": {**match, "visits": visits}}).encode())
+
+
+def test_the_loops_closing_games_are_their_own_player_in_the_fit(tmp_path):
+    lake = str(tmp_path / "lake")
+    storage = open_storage(lake)
+    ensure_run_config(storage, RunConfig(board_size=N))
+    # Generation 2's network won 3 of 4 distinct games (game 4 repeats game 0), generation 3's 1 of 4;
+    # generation 4's result was written by an older loop, without per-game results: 1 of 2.
+    write_closing_match(storage, 2, [(True, [1, 2]), (True, [3, 4]), (False, [5, 6]), (True, [7, 8]),
+                                     (True, [1, 2])])
+    write_closing_match(storage, 3, [(False, [1, 2]), (False, [3, 4]), (True, [5, 6]), (False, [7, 8])])
+    write_closing_match(storage, 4, [(True, [1]), (False, [2])], per_game=False)
+    report = run(anchors_only(lake, plots=True), log=lambda line: None, anchor_store=str(tmp_path / "none"))
+    assert storage.read(layout.report_path("rating-vs-games.png")).startswith(PNG_MAGIC)   # crosses drawn
+    ratings = report["ratings"]
+    assert report["anchor"] == "gnugo:1" and ratings["gnugo:1"]["elo"] == 0.0
+    assert ratings["gen:2@256"]["elo"] > 0 and ratings["gen:2@256"]["elo"] == pytest.approx(elo_gap(3 / 4), abs=0.5)
+    assert ratings["gen:3@256"]["elo"] < 0 and ratings["gen:3@256"]["elo"] == pytest.approx(elo_gap(1 / 4), abs=0.5)
+    assert ratings["gen:4@256"]["elo"] == pytest.approx(0.0, abs=0.5)
+    assert ratings["gen:2@256"]["games"] == 4                         # the repeat counts once
+    closing = {m["player"]: m for m in report["closing_matches"]}
+    assert (closing["gen:2@256"]["games"], closing["gen:2@256"]["distinct"], closing["gen:2@256"]["repeats"]) == (5, 4, 1)
+    assert closing["gen:4@256"]["per_game"] is False and closing["gen:4@256"]["distinct"] == 2
+    assert report["games_in_fit"] == 2 + 4 + 4 + 2 and report["duplicate_games_dropped"] == 1
+    assert "gen:2@256: generation 2's network at 256 visits a move in the loop's closing match" in report["table"]
+    assert "(2 stored anchor games" not in report["table"] and "10 closing-match games" in report["table"]
+
