@@ -423,16 +423,29 @@ class Loop:
                        events, on_event)
         return losses
 
-    def evaluate(self, player_a: str, player_b: str, games: int, seed: int, visits: int | None = None) -> dict:
+    def evaluate(self, player_a: str, player_b: str, games: int, seed: int, visits: int | None = None,
+                 sgf_prefix: str | None = None) -> dict:
+        """The match's JSON result with the model's ``visits``.  ``sgf_prefix``: keep its per-game
+        results and each game's SGF in the lake as ``<sgf_prefix>/<index:05d>.sgf`` (the rating
+        ladder folds such games into its fit: selfplay.ladder); without it, the totals only."""
+        # The match writes SGFs to a local folder only: the loop copies them into the lake.
+        sgf_dir = None if sgf_prefix is None else tempfile.mkdtemp(prefix="sgf-", dir=self.events_dir)
         lines = self.run_child("evaluate", [
             "selfplay.match", player_a, player_b, "--games", str(games),
             "--visits", str(visits or self.config.eval_visits),
             "--board-size", str(self.config.board_size), "--komi", str(self.config.komi), "--seed", str(seed),
+            *([] if sgf_dir is None else ["--sgf-dir", sgf_dir]),
             "--json", *([] if self.retry is None else retry_flags_argv(self.retry))])
         for line in reversed(lines):
             if line.startswith("{"):
                 result = json.loads(line)
-                result.pop("game_results", None)
+                if sgf_prefix is None:
+                    result.pop("game_results", None)
+                for game in result.get("game_results", ()):
+                    path = f"{sgf_prefix}/{game['index']:05d}.sgf"
+                    with open(game["sgf"], "rb") as handle:
+                        self.storage.write_replace(path, handle.read())
+                    game["sgf"] = path
                 result["visits"] = visits or self.config.eval_visits
                 return result
         raise PhaseFailed(f"evaluate printed no JSON result; last lines: {lines[-5:]}")
@@ -521,8 +534,9 @@ class Loop:
                                                      cfg.seed + 102),
                 }
                 if cfg.gnugo_games:
-                    final_results["vs_gnugo_1"] = self.evaluate(model, "gnugo:1", cfg.gnugo_games, cfg.seed + 103,
-                                                                visits=cfg.gnugo_visits)
+                    final_results["vs_gnugo_1"] = self.evaluate(
+                        model, "gnugo:1", cfg.gnugo_games, cfg.seed + 103, visits=cfg.gnugo_visits,
+                        sgf_prefix=self.marker(f"final-{layout.generation_dir(final)}-gnugo-1"))
                 self.storage.write_new(name, json.dumps(final_results).encode())
         self.status.phase = "done"
         say(self.status.line())

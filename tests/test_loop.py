@@ -1,5 +1,6 @@
 """The one-machine loop end to end, on a tiny budget: local, interrupted, gs://."""
 import ast
+import json
 import os
 import re
 import signal
@@ -204,3 +205,30 @@ def test_a_second_loop_on_a_root_is_refused_up_front(tmp_path, capsys):
     assert "another pipeline.loop" in err and first.holder in err and len(err.strip().splitlines()) == 1
     assert not storage.list(layout.settings_records_prefix("loop"))   # refused before writing anything
     first.release()
+
+
+def test_the_closing_gnu_go_games_keep_their_games_in_the_lake(tmp_path, monkeypatch):
+    """The ladder folds the closing match into its fit game by game: the loop keeps each
+    game's result and SGF in the lake (loop/final-<G>-gnugo-1/), and drops them elsewhere."""
+    root = str(tmp_path / "lake")
+    storage = open_storage(root)
+    loop = Loop(LoopConfig(root=root), storage)
+
+    def fake_match(phase, argv, *rest):
+        folder = argv[argv.index("--sgf-dir") + 1] if "--sgf-dir" in argv else None
+        games = []
+        for index in range(2):
+            sgf = None
+            if folder:
+                sgf = os.path.join(folder, f"{index:05d}-a-vs-b.sgf")
+                with open(sgf, "wb") as handle:
+                    handle.write(b"(;GM[1]SZ[9])")
+            games.append({"index": index, "result": "B+R", "sgf": sgf})
+        return ['{"wins": 1, "games": 2, "game_results": %s}' % json.dumps(games)]
+
+    monkeypatch.setattr(loop, "run_child", fake_match)
+    prefix = layout.loop_marker("final-000003-gnugo-1")
+    kept = loop.evaluate("model:x@3", "gnugo:1", 2, seed=1, visits=256, sgf_prefix=prefix)
+    assert [g["sgf"] for g in kept["game_results"]] == [f"{prefix}/00000.sgf", f"{prefix}/00001.sgf"]
+    assert storage.read(f"{prefix}/00001.sgf") == b"(;GM[1]SZ[9])" and kept["visits"] == 256
+    assert "game_results" not in loop.evaluate("model:x@3", "random", 2, seed=1)
