@@ -29,7 +29,9 @@ sha256 against the manifest, and refuses any mismatch with
 :class:`ModelIntegrityError` naming the file.  The SavedModel's
 ``serving_default`` signature takes ``planes`` float32 [B, N, N, 17] and
 returns ``policy_logits`` [B, N*N+1], ``value`` [B], ``ownership`` [B, N*N]
-and ``score`` [B], all from the side to move (``model.export`` writes it).
+and ``score`` [B], all from the side to move (``model.export`` writes it),
+N being the manifest's ``board_size``: a signature that declares other shapes
+is refused the same way, naming the manifest.
 
 TensorFlow is imported only by :func:`load_model`, so polling LATEST stays
 cheap.
@@ -407,9 +409,46 @@ def load_model(storage, generation: int, cache_dir: "ModelCache | str | None" = 
     if SIGNATURE not in saved.signatures:
         raise ModelIntegrityError(f"{storage.url(model_dir(generation))}: SavedModel has no "
                                   f"'{SIGNATURE}' signature", model_dir(generation))
-    return LoadedModel(generation=int(generation), board_size=manifest["metadata"]["board_size"],
+    board_size = manifest["metadata"]["board_size"]
+    _check_signature(storage, generation, saved.signatures[SIGNATURE], board_size)
+    return LoadedModel(generation=int(generation), board_size=board_size,
                        metadata=manifest["metadata"], local_dir=local,
                        _signature=saved.signatures[SIGNATURE], _saved=saved)
+
+
+def _shape_text(shape) -> str:
+    """[B, 9, 9, 17]: the batch dimension as B, any other unknown one as ?."""
+    return "[" + ", ".join(str(d) if d is not None else "B" if i == 0 else "?" for i, d in enumerate(shape)) + "]"
+
+
+def _check_signature(storage, generation: int, signature, board_size: int) -> None:
+    """The SavedModel's declared input and output shapes must be those of its manifest's board size.
+
+    A manifest that names another board than the network was built for (or a
+    network exported for the wrong board) otherwise loads fine and fails only
+    when the first batch runs, deep inside whoever evaluates it.  The shapes
+    are read from the signature itself, so nothing is run here.
+    """
+    n = board_size
+    expected = {"planes": (None, n, n, schema.INPUT_PLANES), "policy_logits": (None, n * n + 1),
+                "value": (None,), "ownership": (None, n * n), "score": (None,)}
+    try:
+        declared = dict(signature.structured_input_signature[1])
+        declared.update(signature.structured_outputs)
+        shapes = {name: tuple(spec.shape.as_list()) for name, spec in declared.items()}
+    except (AttributeError, TypeError, ValueError, IndexError):
+        return   # shapes not declared (unknown rank): nothing to compare before it runs
+    where = storage.url(manifest_path(generation))
+    for name, want in expected.items():
+        if name not in shapes:
+            raise ModelIntegrityError(f"{where}: the SavedModel's '{SIGNATURE}' signature has no "
+                                      f"'{name}'", manifest_path(generation))
+        got = shapes[name]
+        # An unknown dimension (None) may fit; only a declared size that differs is refused.
+        if len(got) != len(want) or any(None not in (g, w) and g != w for g, w in zip(got, want)):
+            raise ModelIntegrityError(
+                f"{where}: field 'metadata.board_size' is {n}, but the SavedModel's '{name}' is "
+                f"{_shape_text(got)}, not {_shape_text(want)}", manifest_path(generation))
 
 
 def clear_cache(cache: "ModelCache | str", keep_generations: set[int]) -> None:
