@@ -43,14 +43,27 @@ Data flow
   complete batches first, then loose games in new batches.  A re-upload of a
   batch whose chunk is already stored, with the same records, counts as done.
 * A watcher thread reads ``models/LATEST`` every ``--poll-seconds``; a newer
-  model is loaded (the registry verifies its checksums) and the games in
-  progress continue on it from their next move.  A broken LATEST or a model
-  that fails its checks is rejected (stderr line, ``model_rejected`` event)
-  and retried with backoff while play goes on with the current model; at
+  model is loaded (the registry verifies its checksums and that the
+  SavedModel's shapes are its manifest's board size), checked against the
+  run (its manifest's board size against run.json's) and probed: a few real
+  positions, each colour to move, must come back with outputs of the right
+  shapes, all finite (`probe_model`).  Only then do the games in progress
+  continue on it, from their next move.  A broken LATEST or a model that
+  fails a check is rejected (one stderr line, ``model_rejected`` event) and
+  retried with backoff while play goes on with the current model; at
   start-up the worker waits for a loadable model.  Only when LATEST does not
   exist does it play generation 0: MCTS valued by random playouts
   (`generation0_evaluator`; ``--generation0-playouts 0``: the uniform
   evaluator).
+* In play every batch's outputs are checked too (`check_outputs`, on the
+  inference thread): a model that answers a position the probe did not
+  cover with outputs that are not finite, or of the wrong shape, is refused
+  for good (`SelfPlayWorker._refuse_in_play`).  The batch is not backed up
+  but evaluated again by the model played before (never generation 0 once a
+  model exists; with none, play pauses until a newer model loads), and
+  every game in progress is dropped, since its search tree holds the
+  refused model's evaluations.  Games finished before are kept: every
+  evaluation they used was checked finite.
 * Every model evaluator is wrapped in an evaluation cache
   (`selfplay.eval_cache`), fresh for each model: rows whose input planes the
   model has already evaluated, in any of the worker's games, skip the network.
@@ -97,6 +110,8 @@ log = logging.getLogger("selfplay.worker")
 
 SPOOL_FULL_RETRY_SECONDS = 1.0
 """While the spool's disk is full: how often to upload and try the write again."""
+PAUSED_POLL_SECONDS = 0.2
+"""While no model may play (one was refused in play with none to fall back to): how often to look for a newer one."""
 POLICY_DENOMINATOR = 1023
 """Quantization of Gumbel's improved policy (PUCT targets are raw visit counts)."""
 
@@ -124,6 +139,8 @@ class GameInProgress:
     would_resign: int = 0
     accelerated_from: int = -1
     this_search_full: bool = False
+    dropped: bool = False
+    """Its model was refused in play (`SelfPlayWorker._refuse_in_play`): restarted, never written."""
 
     @property
     def accelerating(self) -> bool:
@@ -213,15 +230,15 @@ class ModelWatcher:
             self.failures = 0
             return None
         self._trying = generation
+        # The run's fixed settings first, from the manifest alone: a model for another board is
+        # refused before its files are fetched or TensorFlow is loaded.
+        self.check_fits_run(registry.read_manifest(self.storage, generation)["metadata"], generation)
         if self.placement is None:
             use_every_cpu_core()   # before TensorFlow builds its thread pools
             self.placement = configure_accelerator("")   # GPU memory growth before TF touches a GPU
         with self.placement.scope():   # the model's variables live where it runs
+            # Also refuses a SavedModel whose declared shapes are not its manifest's board size.
             model = registry.load_model(self.storage, generation, cache_dir=self.cache_dir)
-        if self.board_size is not None and model.board_size != self.board_size:
-            raise ModelMisfit(f"{self.storage.url(layout.model_manifest(generation))}: field 'board_size' is "
-                              f"{model.board_size}, but this run plays {self.board_size}x{self.board_size} "
-                              f"({self.storage.url(layout.RUN_CONFIG)})")
         evaluator = make_evaluator(model, self.placement, self.inference, threads=self.inference_threads,
                                    log=lambda line: print(f"[selfplay] {line}", flush=True))
         probe_model(evaluator, model.board_size, generation)
@@ -233,13 +250,28 @@ class ModelWatcher:
             self._ready = evaluator
         return evaluator
 
+    def check_fits_run(self, metadata: dict, generation: int) -> None:
+        """ModelMisfit unless the model's manifest says it plays this run's board.
+
+        run.json fixes the board size, komi, rules and feature set.  Komi and
+        rules are not the network's business (the search applies them), and
+        the feature set's planes are checked against the SavedModel's input
+        by `format.registry.load_model`; the board size is in the manifest.
+        """
+        if self.board_size is None:
+            return
+        if metadata.get("board_size") != self.board_size:
+            raise ModelMisfit(f"{self.storage.url(layout.model_manifest(generation))}: field 'board_size' is "
+                              f"{metadata.get('board_size')}, but this run plays {self.board_size}x{self.board_size} "
+                              f"({self.storage.url(layout.RUN_CONFIG)})")
+
     def reject(self, exc: BaseException, keeping: str) -> float:
         """Report a failed poll; returns how long to wait before the next one."""
         self.failures += 1
         delay = backoff_seconds(self.failures, self.poll_seconds)
         what = (f"model generation {self._trying}" if self._trying is not None
                 else f"{self.storage.url(layout.LATEST)}")
-        message = " ".join(str(exc).split()) or type(exc).__name__
+        message = one_line(str(exc)) or type(exc).__name__
         print(f"selfplay.worker: rejected {what}: {message}; {keeping}, retrying in {delay:.3g} s",
               file=sys.stderr, flush=True)
         self.events.emit("model_rejected", generation=self._trying, error=message[:500])
@@ -261,31 +293,72 @@ class ModelMisfit(ValueError):
     """A published model that this worker must not play with; the message names it and why."""
 
 
+MESSAGE_CHARACTERS = 300
+"""How much of an error's own text a rejection line quotes (TensorFlow's can run to pages)."""
+
+
+def one_line(text: str, limit: int = MESSAGE_CHARACTERS) -> str:
+    """``text`` on one line, cut to ``limit`` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def probe_positions(board_size: int) -> np.ndarray:
+    """float32 [6, N, N, 17]: the planes of real positions, each colour to move in each stage.
+
+    The empty board (Black to move) and the board after one move (White), then
+    two consecutive positions a quarter and half way through a game of the
+    engine's random-playout moves, with stones, history planes and captures.
+    Deterministic, so a model is always probed on the same positions.
+    """
+    from selfplay.board import Board
+
+    n = board_size
+    wanted = sorted({0, 1, n * n // 4, n * n // 4 + 1, n * n // 2, n * n // 2 + 1})
+    board, positions = Board(n, S.DEFAULT_KOMI), []
+    for move_number in range(wanted[-1] + 1):
+        if board.is_over:
+            break
+        if move_number in wanted:
+            positions.append(board.features())
+        board.play(board.playout_policy_move(move_number))
+    return np.stack(positions).astype(np.float32)
+
+
+def check_outputs(logits, values, rows: int, board_size: int) -> str | None:
+    """None when an evaluator's answer for ``rows`` positions is what a search can use, else what is wrong.
+
+    The search backs up whatever it is given: a NaN value poisons every node
+    above it and NaN priors make every move alike (a diverged network plays
+    moves 0, 1, 2, ...), so not-finite outputs are refused as firmly as
+    wrong shapes.
+    """
+    logits, values = np.asarray(logits), np.asarray(values)
+    actions = board_size * board_size + 1
+    if logits.shape != (rows, actions) or values.reshape(-1).shape != (rows,):
+        return (f"outputs of shapes {list(logits.shape)} and {list(values.shape)}, not [{rows}, {actions}] "
+                f"and [{rows}]")
+    if not (np.isfinite(logits).all() and np.isfinite(values).all()):
+        return "outputs that are not finite (a diverged network)"
+    return None
+
+
 def probe_model(evaluator, board_size: int, generation: int) -> None:
-    """Evaluate a few positions (the empty board with each side to move, and a random one) and
-    require the outputs a search needs: logits [k, N*N + 1] and values [k], all finite.
+    """Evaluate `probe_positions` and require the outputs a search needs (`check_outputs`).
 
     A diverged network passes its checksums and loads fine, then plays the same nonsense in
-    every game (NaN logits); a model of the wrong shape fails deep inside the search.  Both
-    are refused here, before a single game moves to them.
+    every game; a network that cannot take this board fails deep inside the search.  Both
+    are refused here, in one line, before a single game moves to them.
     """
-    planes = np.zeros((3, board_size, board_size, S.INPUT_PLANES), np.float32)
-    planes[0, :, :, -1] = 1.0                                   # Black to move
-    rng = np.random.default_rng(generation)
-    stones = rng.integers(0, 3, (board_size, board_size))
-    planes[2, :, :, 0], planes[2, :, :, 8] = stones == 1, stones == 2
+    planes = probe_positions(board_size)
     try:
         logits, values = evaluator(planes)
-    except (ValueError, TypeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever the backend raises, the model is what failed
         raise ModelMisfit(f"model generation {generation} cannot evaluate {board_size}x{board_size} positions "
-                          f"({' '.join(str(exc).split())})") from None
-    logits, values = np.asarray(logits), np.asarray(values)
-    if logits.shape != (3, board_size * board_size + 1) or values.shape != (3,):
-        raise ModelMisfit(f"model generation {generation} answers with shapes {logits.shape} and {values.shape}, "
-                          f"not (3, {board_size * board_size + 1}) and (3,)")
-    if not (np.isfinite(logits).all() and np.isfinite(values).all()):
-        raise ModelMisfit(f"model generation {generation} answers with values that are not finite "
-                          "(a diverged network)")
+                          f"({type(exc).__name__}: {one_line(str(exc), 200)})") from None
+    problem = check_outputs(logits, values, len(planes), board_size)
+    if problem is not None:
+        raise ModelMisfit(f"model generation {generation} answers {len(planes)} probe positions with {problem}")
 
 
 def generation0_evaluator(config: WorkerConfig):
@@ -339,6 +412,10 @@ class SelfPlayWorker:
         self.started = time.monotonic()
         self._game_serial = 0
         self._run_tag = f"{self.worker_name}.{int(time.time() * 1000)}"
+        self._previous = None
+        """The model played before the current one (never generation 0): the fallback should the current fail."""
+        self._refused: set[int] = set()
+        """Generations refused in play: no batch they evaluate is backed up."""
 
     # ---- games ------------------------------------------------------------
 
@@ -371,6 +448,9 @@ class SelfPlayWorker:
     def _finish_move(self, g: int) -> None:
         """Record the position, decide resignation, play the move."""
         game = self.games[g]
+        if game.dropped:
+            self._new_game(g)   # its search is done, so nothing of it is in flight
+            return
         board = self.batch.board(g)
         to_play = board.to_play
         value = float(self.batch.root_value(g))
@@ -457,9 +537,11 @@ class SelfPlayWorker:
     # ---- the loop ---------------------------------------------------------
 
     def _evaluate(self, evaluator, group: int, rows: int):
+        """On the inference thread: (logits, values, seconds, what is wrong with them or None)."""
         start = time.perf_counter()
         logits, values = evaluator(self.buffers[group][:rows])
-        return logits, values, time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        return logits, values, seconds, check_outputs(logits, values, rows, self.config.board_size)
 
     def _should_stop(self) -> bool:
         cfg = self.config
@@ -490,34 +572,51 @@ class SelfPlayWorker:
     def _play(self, watcher: ModelWatcher | None) -> None:
         for g in range(self.config.games):
             self._new_game(g)
-        in_flight: dict[int, concurrent.futures.Future] = {}
+        # group -> (evaluator, rows, future) of the batch the inference thread is evaluating
+        in_flight: dict[int, tuple[object, int, concurrent.futures.Future]] = {}
+        # group -> rows gathered whose evaluation was refused: the group's buffer still holds
+        # them (it is only refilled by the group's next gather), so another model evaluates them
+        unevaluated: dict[int, int] = {}
         next_progress = time.monotonic() + self.config.progress_seconds
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="inference") as inference:
             while not self._should_stop():
                 for group in (0, 1):
                     if group in in_flight:
-                        logits, values, seconds = in_flight.pop(group).result()
+                        evaluator, rows, future = in_flight.pop(group)
+                        logits, values, seconds, problem = future.result()
                         self.counters.network_seconds += seconds
-                        self.batch.apply(group, logits, values)
-                        for g in self.batch.done_games(group):
-                            self._finish_move(g)
+                        if problem is not None:
+                            self._refuse_in_play(evaluator, problem)
+                        if self.evaluator is None or evaluator.generation in self._refused:
+                            unevaluated[group] = rows
+                        else:
+                            self.batch.apply(group, logits, values)
+                            for g in self.batch.done_games(group):
+                                self._finish_move(g)
                     if watcher is not None:
                         self._maybe_switch_model(watcher)
-                    rows = self.batch.gather(group, self.buffers[group])
-                    if rows:
+                    if self.evaluator is None:
+                        continue   # paused: no model may play until a newer one loads
+                    rows = unevaluated.pop(group, 0)
+                    if not rows:
+                        rows = self.batch.gather(group, self.buffers[group])
+                        if not rows:
+                            # Every remaining simulation hit a game-over leaf.
+                            for g in self.batch.done_games(group):
+                                self._finish_move(g)
+                            continue
                         self.counters.evaluations += rows
                         self.counters.batches += 1
                         self.counters.batch_rows += self.batch.batch_rows
-                        in_flight[group] = inference.submit(self._evaluate, self.evaluator, group, rows)
-                    else:
-                        # Every remaining simulation hit a game-over leaf.
-                        for g in self.batch.done_games(group):
-                            self._finish_move(g)
+                    in_flight[group] = (self.evaluator, rows,
+                                        inference.submit(self._evaluate, self.evaluator, group, rows))
+                if self.evaluator is None and not in_flight:
+                    self.stop_requested.wait(PAUSED_POLL_SECONDS)
                 self._ship()
                 if time.monotonic() >= next_progress:
                     self._print_progress()
                     next_progress = time.monotonic() + self.config.progress_seconds
-            for future in in_flight.values():
+            for _, _, future in in_flight.values():
                 future.result()   # let the inference thread finish; results discarded
 
     # ---- the spool and the lake ---------------------------------------------
@@ -637,7 +736,41 @@ class SelfPlayWorker:
             log.info("switching to model generation %d", evaluator.generation)
             print(f"[selfplay] model generation {evaluator.generation} loaded; games in progress continue on it",
                   flush=True)
+            if self.evaluator is not None and self.evaluator.generation > 0:
+                self._previous = self.evaluator   # the fallback should this one fail in play
             self.evaluator = with_evaluation_cache(evaluator, self.config.eval_cache_entries)
+
+    def _refuse_in_play(self, evaluator, problem: str) -> None:
+        """A model answered a batch in play with outputs a search cannot use: refuse it for good.
+
+        The probe at load time covers a few positions only.  The batch is not
+        backed up (its rows go to the model played next), the model is never
+        used again (the watcher only loads newer generations), play falls back
+        to the model played before it, and with none (never generation 0 in a
+        lake with models) pauses until a newer model loads.  Every game in
+        progress is dropped at its next move: its tree holds this model's
+        evaluations.  Games finished earlier are kept: every evaluation they
+        used was checked finite.
+        """
+        generation = evaluator.generation
+        if generation in self._refused:
+            return   # a batch sent before the refusal: already reported
+        self._refused.add(generation)   # a generation is never republished: it names the model
+        if self._previous is not None and self._previous.generation == generation:
+            self._previous = None
+        if self.evaluator is not None and self.evaluator.generation == generation:
+            self.evaluator, self._previous = self._previous, None
+        dropped = 0
+        for game in self.games:
+            if game is not None and not game.dropped:
+                game.dropped = True
+                dropped += 1
+        keeping = (f"back to generation {self.evaluator.generation}" if self.evaluator is not None
+                   else "play paused until a newer model loads")
+        message = f"a batch of positions in play got {problem}"
+        print(f"selfplay.worker: rejected model generation {generation}: {message}; the {dropped} games "
+              f"in progress are dropped; {keeping}", file=sys.stderr, flush=True)
+        self.events.emit("model_rejected", generation=generation, error=message, in_play=True, games_dropped=dropped)
 
     def _print_progress(self) -> None:
         c = self.counters
@@ -645,12 +778,14 @@ class SelfPlayWorker:
         fill = c.evaluations / c.batch_rows if c.batch_rows else 0.0
         false_rate = (f"{c.false_resignations}/{c.would_resign_games}"
                       if c.would_resign_games else "0/0")
+        generation = self.evaluator.generation if self.evaluator is not None else None   # None: paused
         print(f"[selfplay] {elapsed:7.1f}s games {c.games} ({c.games / elapsed:.2f}/s) "
               f"positions {c.positions} ({c.positions / elapsed:.1f}/s) "
               f"evals {c.evaluations / elapsed:.0f}/s batch fill {fill:.1%} "
               f"network {c.network_seconds / elapsed:.0%} chunks {c.chunks} "
-              f"generation {self.evaluator.generation} false resign {false_rate}", flush=True)
-        self.events.emit("progress", games=c.games, positions=c.positions, generation=self.evaluator.generation,
+              f"generation {'none (paused)' if generation is None else generation} false resign {false_rate}",
+              flush=True)
+        self.events.emit("progress", games=c.games, positions=c.positions, generation=generation,
                          chunks=c.chunks, spooled=self.spool.spooled)
 
 
