@@ -9,14 +9,14 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTSIDE = ("../shared", "DESIGN.md", "STYLE.md")
+OUTSIDE = ("../" + "shared", "DESIGN" + ".md", "STYLE" + ".md")   # spelled apart: this file is no reference
 
 
 def test_no_file_refers_to_a_document_outside_the_repository():
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     hits = []
     for name in tracked:
-        if name == "tests/test_self_contained.py" or name.endswith((".png", ".gz", ".zst")):
+        if name.endswith((".png", ".gz", ".zst")):
             continue
         try:
             text = (ROOT / name).read_text(encoding="utf-8")
