@@ -181,7 +181,7 @@ def test_a_worker_keeps_playing_its_model_when_a_misfit_or_a_diverged_one_is_pub
     assert {e["generation"] for e in events if e["event"] == "model_rejected"} == {2, 3}
     assert not [e for e in events if e["event"] == "model_loaded" and e["generation"] in (2, 3)]
     games = lake_games(root)
-    assert games and all(path.startswith("games/000001/") for path in games), sorted(games)
+    assert games and all(path.startswith(layout.games_prefix(1)) for path in games), sorted(games)
     assert all(g.generation == 1 for chunk in games.values() for g in chunk)
 
 
@@ -205,7 +205,7 @@ def test_a_worker_whose_first_model_is_diverged_waits_for_a_good_one_and_never_p
     assert [e["generation"] for e in events if e["event"] == "started"] == [3]
     games = lake_games(root)
     # No game of the diverged model, and none of generation 0 in a lake that has models.
-    assert games and all(path.startswith("games/000003/") for path in games), sorted(games)
+    assert games and all(path.startswith(layout.games_prefix(3)) for path in games), sorted(games)
 
 
 class FlakyEvaluator:
