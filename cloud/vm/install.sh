@@ -2,7 +2,11 @@
 # Install zerolake into a virtual environment: the one install script, called by
 # the VMs' start-up script (cloud/vm/startup.sh) and by the Dockerfile.
 #
-#   install.sh --accelerator cpu|gpu|tpu --package SDIST_OR_SOURCE_DIR [--prefix /opt/zerolake]
+#   install.sh --accelerator cpu|gpu|tpu --package SDIST_OR_SOURCE_DIR [--prefix /opt/zerolake] [--system]
+#
+# --system installs into $PYTHON's own environment instead of PREFIX/venv: for
+# an image whose interpreter is the one that must import zerolake (Beam's SDK
+# image, which the Dataflow image cloud/dataflow/Dockerfile builds on).
 #
 # Steps: Debian/Ubuntu build packages (python3-venv, python3-dev, a C
 # compiler: the Cython extensions are compiled here) -> PREFIX/venv ->
@@ -16,12 +20,14 @@ set -euo pipefail
 ACCELERATOR=cpu
 PACKAGE=""
 PREFIX=/opt/zerolake
+SYSTEM=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --accelerator) ACCELERATOR="${2:-}"; shift ;;
         --package) PACKAGE="${2:-}"; shift ;;
         --prefix) PREFIX="${2:-}"; shift ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        --system) SYSTEM=1 ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -40,20 +46,26 @@ CONSTRAINTS="$HERE/constraints.txt"
 log() { echo "[install $(date +%H:%M:%S)] $*"; }
 
 if [[ "${ZEROLAKE_SKIP_APT:-0}" != 1 ]] && command -v apt-get >/dev/null; then
-    log "Debian packages: python3-venv python3-dev build-essential"
+    # --system: the interpreter and its headers are the image's own; only the compiler is missing.
+    packages=(build-essential ca-certificates)
+    (( SYSTEM )) || packages+=(python3 python3-venv python3-dev)
+    log "Debian packages: ${packages[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends python3 python3-venv python3-dev build-essential \
-        ca-certificates >/dev/null
+    apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 fi
 
 PYTHON="${PYTHON:-python3}"
-if [[ ! -x "$PREFIX/venv/bin/python" ]]; then
+if (( SYSTEM )); then
+    TARGET="$(command -v "$PYTHON")"
+    log "into $TARGET's own environment ($($PYTHON --version))"
+elif [[ ! -x "$PREFIX/venv/bin/python" ]]; then
     log "virtual environment $PREFIX/venv ($($PYTHON --version))"
     mkdir -p "$PREFIX"
     "$PYTHON" -m venv "$PREFIX/venv"
 fi
-PIP=("$PREFIX/venv/bin/python" -m pip --disable-pip-version-check)
+(( SYSTEM )) || TARGET="$PREFIX/venv/bin/python"
+PIP=("$TARGET" -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q -c "$CONSTRAINTS" --upgrade pip setuptools wheel Cython numpy
 
 # Another accelerator's TensorFlow installs the same `tensorflow` package
@@ -68,6 +80,6 @@ done
 log "zerolake for $ACCELERATOR from $PACKAGE (compiles the Cython extensions)"
 # --no-build-isolation: build against the venv's pinned Cython and numpy.
 ZEROLAKE_ACCELERATOR="$ACCELERATOR" "${PIP[@]}" install -q --no-build-isolation -c "$CONSTRAINTS" "$PACKAGE"
-"$PREFIX/venv/bin/python" -c "import selfplay.board, pipeline.shuffle, model.train" \
+"$TARGET" -c "import selfplay.board, pipeline.shuffle, model.train" \
     || { echo "install.sh: the installed package does not import" >&2; exit 1; }
-log "done: $("$PREFIX/venv/bin/python" -c 'import tensorflow as tf; print("tensorflow", tf.__version__)' 2>/dev/null)"
+log "done: $("$TARGET" -c 'import tensorflow as tf; print("tensorflow", tf.__version__)' 2>/dev/null)"

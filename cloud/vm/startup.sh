@@ -11,33 +11,54 @@
 #        ACCELERATOR  cpu | gpu | tpu
 #        PROCESSES    worker processes on this VM (one systemd unit each)
 #        ARGS         extra flags of the role
-#        KEEPER       on | off (default): run the worker keeper on this VM, with
+#        KEEPER       on | off (default): run the keeper on this VM, with
 #        DEPLOYMENT   the deployment name and
-#        PROJECT      its project (both needed when KEEPER is on)
-#   2. download the sdist (curl, with the VM service account's token from the
+#        PROJECT      its project (both needed when KEEPER is on), and
+#        KEEP_TRAINER on | off (default): the keeper also starts a stopped spot trainer
+#        LOGGING      on (default) | off: ship the journal to Cloud Logging (the Ops Agent)
+#   2. with LOGGING on, install Google's Ops Agent if missing and have it send
+#      the zerolake units' journal to Cloud Logging (a failure is logged and
+#      the role starts anyway: its log is then on this VM only);
+#   3. download the sdist (curl, with the VM service account's token from the
 #      metadata server; never printed or stored), unpack it to
 #      /opt/zerolake/src, and install it with cloud/vm/install.sh into
 #      /opt/zerolake/venv; skipped when that same sdist is installed already
-#      (a spot VM restarted after preemption starts within seconds);
-#   3. write /etc/zerolake/zerolake.env and start the role under systemd
+#      (a spot VM restarted after preemption starts within seconds).  A
+#      failure (the network, apt, PyPI) is retried, 30 s after the first and
+#      up to 10 minutes apart, for as long as it takes: a VM never sits
+#      RUNNING and idle because one download failed at boot;
+#   4. write /etc/zerolake/zerolake.env and start the role under systemd
 #      (cloud/vm/systemd/: Restart=always, output to the journal):
 #      `journalctl -u 'zerolake-*' -f` shows it;
-#   4. with KEEPER on, enable zerolake-keeper.timer: every 2 minutes
+#   5. with KEEPER on, enable zerolake-keeper.timer: every 2 minutes
 #      cloud/vm/keep-workers.sh starts the deployment's stopped (preempted)
-#      worker VMs (`journalctl -u zerolake-keeper`); with it off, disable it.
+#      VMs (`journalctl -u zerolake-keeper`); with it off, disable it.
+# Its progress goes to the guest attribute zerolake/state (installing,
+# install-failed, running), where the keeper reads it to notice a VM whose
+# role never started.
 #
 # Foreground mode (a chroot or container, where systemd does not run):
 # ZEROLAKE_FOREGROUND=1 runs process 0 of the role in the foreground instead of
 # installing units, and exits with its status; put --max-games N (worker) in
 # ZEROLAKE_ARGS to bound it.  scripts/check_vm_startup.sh runs it that way
 # against a GCS emulator (STORAGE_EMULATOR_HOST, which the download honours).
+# ZEROLAKE_PREFIX and ZEROLAKE_STATE move /opt/zerolake and /var/lib/zerolake
+# (run-role.sh reads the same two), and ZEROLAKE_INSTALL_RETRY_SECONDS the
+# first wait before an install is tried again (default 30): the tests run it
+# unprivileged, against a package that appears only after a failed try.
 set -euo pipefail
 
-PREFIX=/opt/zerolake
-STATE=/var/lib/zerolake
+PREFIX="${ZEROLAKE_PREFIX:-/opt/zerolake}"
+STATE="${ZEROLAKE_STATE:-/var/lib/zerolake}"
 METADATA=http://metadata.google.internal/computeMetadata/v1/instance
 
 log() { echo "[zerolake-startup $(date +%H:%M:%S)] $*"; }
+
+report() {   # report STATE: the guest attribute zerolake/state, which the keeper reads (nothing where there is none)
+    [[ "${ZEROLAKE_FOREGROUND:-0}" == 1 ]] && return 0
+    curl -fsS --max-time 5 -X PUT --data "$1" -H 'Metadata-Flavor: Google' \
+        "$METADATA/guest-attributes/zerolake/state" >/dev/null 2>&1 || true
+}
 
 setting() {   # setting NAME [DEFAULT]
     local var="ZEROLAKE_$(echo "$1" | tr 'a-z-' 'A-Z_')"
@@ -83,31 +104,94 @@ ARGS=$(setting args "")
 KEEPER=$(setting keeper off)
 DEPLOYMENT=$(setting deployment "")
 PROJECT=$(setting project "")
+KEEP_TRAINER=$(setting keep-trainer off)
+LOGGING=$(setting logging on)
 case "$ROLE" in worker|shuffle|trainer) ;; *) echo "startup.sh: role '$ROLE' is not worker, shuffle or trainer" >&2; exit 2 ;; esac
 [[ -n "$ROOT" && -n "$PACKAGE" ]] || { echo "startup.sh: root and package must be set (metadata zerolake-root, zerolake-package)" >&2; exit 2; }
 [[ "$PROCESSES" =~ ^[1-9][0-9]*$ ]] || { echo "startup.sh: processes '$PROCESSES' is not a positive number" >&2; exit 2; }
 case "$KEEPER" in on|off) ;; *) echo "startup.sh: keeper '$KEEPER' is not on or off (metadata zerolake-keeper)" >&2; exit 2 ;; esac
+if [[ "${ZEROLAKE_FOREGROUND:-0}" != 1 && ( "$PREFIX" != /opt/zerolake || "$STATE" != /var/lib/zerolake ) ]]; then
+    echo "startup.sh: ZEROLAKE_PREFIX and ZEROLAKE_STATE apply to foreground mode only (the systemd units name /opt/zerolake and /var/lib/zerolake)" >&2
+    exit 2
+fi
+case "$KEEP_TRAINER" in on|off) ;; *) echo "startup.sh: keep-trainer '$KEEP_TRAINER' is not on or off (metadata zerolake-keep-trainer)" >&2; exit 2 ;; esac
+case "$LOGGING" in on|off) ;; *) echo "startup.sh: logging '$LOGGING' is not on or off (metadata zerolake-logging)" >&2; exit 2 ;; esac
 [[ "$KEEPER" == off || ( -n "$DEPLOYMENT" && -n "$PROJECT" ) ]] || {
     echo "startup.sh: keeper is on but deployment or project is not set (metadata zerolake-deployment, zerolake-project)" >&2; exit 2; }
 
-ensure_tools
-command -v python3 >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends python3 >/dev/null; }
-mkdir -p "$PREFIX" "$STATE" /etc/zerolake
-log "role $ROLE, root $ROOT, accelerator $ACCELERATOR, package $PACKAGE"
-fetch "$PACKAGE" "$PREFIX/zerolake.tar.gz.new"
-digest=$(sha256sum "$PREFIX/zerolake.tar.gz.new" | cut -d' ' -f1)
-if [[ -x "$PREFIX/venv/bin/python" && "$(cat "$PREFIX/installed" 2>/dev/null)" == "$digest $ACCELERATOR" ]]; then
-    log "this package is installed already"
-    rm "$PREFIX/zerolake.tar.gz.new"
-else
-    mv "$PREFIX/zerolake.tar.gz.new" "$PREFIX/zerolake.tar.gz"
-    rm -rf "$PREFIX/src" && mkdir -p "$PREFIX/src"
-    tar -xzf "$PREFIX/zerolake.tar.gz" -C "$PREFIX/src" --strip-components=1
-    "$PREFIX/src/cloud/vm/install.sh" --accelerator "$ACCELERATOR" --package "$PREFIX/zerolake.tar.gz" --prefix "$PREFIX"
+install_package() {   # fetch and install the sdist unless installed; 1 on any failure (the caller retries)
+    # Called as a condition, where `set -e` does not act: every step says `|| return 1` itself.
+    ensure_tools || return 1
+    command -v python3 >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends python3 >/dev/null; } || return 1
+    fetch "$PACKAGE" "$PREFIX/zerolake.tar.gz.new" || return 1
+    local digest
+    digest=$(sha256sum "$PREFIX/zerolake.tar.gz.new" | cut -d' ' -f1) || return 1
+    if [[ -x "$PREFIX/venv/bin/python" && "$(cat "$PREFIX/installed" 2>/dev/null)" == "$digest $ACCELERATOR" ]]; then
+        log "this package is installed already"
+        rm "$PREFIX/zerolake.tar.gz.new"
+        return 0
+    fi
+    mv "$PREFIX/zerolake.tar.gz.new" "$PREFIX/zerolake.tar.gz" || return 1
+    rm -rf "$PREFIX/src" && mkdir -p "$PREFIX/src" || return 1
+    tar -xzf "$PREFIX/zerolake.tar.gz" -C "$PREFIX/src" --strip-components=1 || return 1
+    "$PREFIX/src/cloud/vm/install.sh" --accelerator "$ACCELERATOR" --package "$PREFIX/zerolake.tar.gz" --prefix "$PREFIX" \
+        || return 1
     echo "$digest $ACCELERATOR" > "$PREFIX/installed"
+}
+
+ship_logs() {   # the Ops Agent, sending the zerolake units' journal to Cloud Logging; never fatal
+    [[ "$LOGGING" == on && "${ZEROLAKE_FOREGROUND:-0}" != 1 ]] || return 0
+    if ! systemctl cat google-cloud-ops-agent.service >/dev/null 2>&1; then
+        log "installing the Ops Agent (logs to Cloud Logging)"
+        if ! (cd /tmp && curl -fsSO https://dl.google.com/cloudagents/add-google-cloud-ops-agent-repo.sh \
+                && bash add-google-cloud-ops-agent-repo.sh --also-install); then
+            log "WARNING: the Ops Agent did not install: this VM's log stays in its journal (journalctl -u 'zerolake-*')"
+            return 0
+        fi
+    fi
+    mkdir -p /etc/google-cloud-ops-agent
+    cat > /etc/google-cloud-ops-agent/config.yaml <<'YAML'
+# zerolake (cloud/vm/startup.sh): the systemd journal, where every zerolake unit and the start-up script write.
+logging:
+  receivers:
+    zerolake_journal:
+      type: systemd_journald
+  service:
+    pipelines:
+      zerolake:
+        receivers: [zerolake_journal]
+YAML
+    systemctl restart google-cloud-ops-agent >/dev/null 2>&1 \
+        || log "WARNING: the Ops Agent did not restart: this VM's log stays in its journal"
+}
+
+mkdir -p "$PREFIX" "$STATE"
+log "role $ROLE, root $ROOT, accelerator $ACCELERATOR, package $PACKAGE"
+ship_logs
+report installing
+attempt=1
+wait="${ZEROLAKE_INSTALL_RETRY_SECONDS:-30}"
+[[ "$wait" =~ ^[1-9][0-9]*$ ]] || { echo "startup.sh: ZEROLAKE_INSTALL_RETRY_SECONDS '$wait' is not a positive number" >&2; exit 2; }
+until install_package; do
+    report install-failed
+    log "installing the package failed (attempt $attempt, see above); trying again in ${wait}s"
+    sleep "$wait"
+    attempt=$((attempt + 1))
+    wait=$(( wait * 2 > 600 ? 600 : wait * 2 ))
+done
+
+RUN_ROLE="$PREFIX/src/cloud/vm/run-role.sh"
+
+if [[ "${ZEROLAKE_FOREGROUND:-0}" == 1 ]]; then
+    log "foreground: $ROLE process 0 (ZEROLAKE_FOREGROUND=1; no systemd)"
+    export ZEROLAKE_ROLE="$ROLE" ZEROLAKE_ROOT="$ROOT" ZEROLAKE_ACCELERATOR="$ACCELERATOR" ZEROLAKE_ARGS="$ARGS" \
+        ZEROLAKE_PREFIX="$PREFIX" ZEROLAKE_STATE="$STATE"
+    cd "$STATE"
+    exec "$RUN_ROLE" "$ROLE" 0
 fi
 
 # systemd EnvironmentFile: one KEY="value" a line.
+mkdir -p /etc/zerolake
 cat > /etc/zerolake/zerolake.env <<ENV
 ZEROLAKE_ROLE="$ROLE"
 ZEROLAKE_ROOT="$ROOT"
@@ -116,15 +200,10 @@ ZEROLAKE_ARGS="$ARGS"
 ZEROLAKE_PROCESSES="$PROCESSES"
 ZEROLAKE_DEPLOYMENT="$DEPLOYMENT"
 ZEROLAKE_PROJECT="$PROJECT"
+ZEROLAKE_KEEP_TRAINER="$KEEP_TRAINER"
+ZEROLAKE_PREFIX="$PREFIX"
+ZEROLAKE_STATE="$STATE"
 ENV
-RUN_ROLE="$PREFIX/src/cloud/vm/run-role.sh"
-
-if [[ "${ZEROLAKE_FOREGROUND:-0}" == 1 ]]; then
-    log "foreground: $ROLE process 0 (ZEROLAKE_FOREGROUND=1; no systemd)"
-    export ZEROLAKE_ROLE="$ROLE" ZEROLAKE_ROOT="$ROOT" ZEROLAKE_ACCELERATOR="$ACCELERATOR" ZEROLAKE_ARGS="$ARGS"
-    cd "$STATE"
-    exec "$RUN_ROLE" "$ROLE" 0
-fi
 
 install -m 0644 "$PREFIX"/src/cloud/vm/systemd/zerolake-*.service "$PREFIX"/src/cloud/vm/systemd/zerolake-*.timer \
     /etc/systemd/system/
@@ -137,6 +216,7 @@ esac
 systemctl enable "${units[@]}"
 systemctl restart "${units[@]}"
 log "started ${units[*]}: journalctl -u 'zerolake-*' -f"
+report running
 
 if [[ "$KEEPER" == on ]]; then
     # keep-workers.sh needs gcloud (Google's Debian 12 images carry it); say so now, not only in each pass's failure.
