@@ -1,27 +1,31 @@
 """What a deployment is made of: one frozen dataclass, its flags, and the machine tables.
 
 `DeployConfig` holds every choice a person makes when putting zerolake on
-Google Cloud: the project and zone, the lake root ``gs://BUCKET/RUN``, and the
-count, machine and accelerator of each role.  ``python -m cloud.deploy`` turns
-its fields into flags (format.cli) and validates them once, in
-``__post_init__``; `cloud.deploy.plan` turns a validated config into the shell
-plan.  Nothing here touches the network or the environment.
+Google Cloud: the project, each role's zone, the lake root ``gs://BUCKET/RUN``,
+and the count, machine and accelerator of each role.  ``python -m
+cloud.deploy`` turns its fields into flags (format.cli) and validates them
+once, in ``__post_init__``: a TPU or GPU type that the dated table in
+`cloud.deploy.zones` does not list in its role's zone is refused there.
+`cloud.deploy.plan` turns a validated config into the shell plan.  Nothing
+here touches the network or the environment.
 
 Terms
 -----
-* *deployment name* (``--name``): the prefix of every VM and TPU name and the
-  value of the ``zerolake-deployment`` label that ``down`` and scaling select on.
+* *deployment name* (``--name``): the prefix of every VM, TPU and service
+  account name, and the value of the ``zerolake-deployment`` label that
+  ``down`` and scaling select on.
 * *role*: ``worker`` (self-play), ``shuffle`` (the shuffle follower),
-  ``trainer``.
+  ``trainer``.  Each role has its own zone (``--worker-zone`` ...; ``--zone``
+  where none is given) and its own service account ``NAME-<role>`` with only
+  what that role needs (cloud.deploy.plan lists the grants).
 * *accelerator kind* of a role: ``cpu``, ``gpu`` (NVIDIA, through
   ``--*-gpu``), ``tpu`` (trainer only, a Cloud TPU VM through ``--trainer-tpu``).
 * *deploy area*: ``gs://BUCKET/zerolake-deploy/<name>/``, outside the lake
   root, where the plan puts the package (sdist) the VMs install and
   Dataflow's staging and temporary files.  It holds nothing secret.
-* *worker keeper*: a systemd timer on one always-on VM (`keeper_host`) that
-  starts this deployment's stopped (preempted) worker VMs again every 2
-  minutes (cloud/vm/keep-workers.sh), acting through the custom project role
-  `keeper_role_id` that the plan creates and binds to the runner account.
+* *keeper*: a systemd timer on one always-on VM (`keeper_host`) that starts
+  this deployment's stopped (preempted) worker VMs, and a stopped spot trainer
+  VM, again every 2 minutes (cloud/vm/keep-workers.sh).
 """
 from __future__ import annotations
 
@@ -29,12 +33,18 @@ import dataclasses
 import re
 
 from cloud.base import validate_prefix
+from cloud.deploy import zones
 from format.cli import flag_name, root_setting, setting, setting_problems, settings_error
 
 ROLES = ("worker", "shuffle", "trainer")
 
-SECTIONS = ("services", "bucket", "account", "package", "workers", "shuffle", "trainer")
-"""Plan sections in the order they run; ``--only`` picks some of them."""
+SECTIONS = ("services", "bucket", "account", "package", "image", "shuffle", "trainer", "workers")
+"""Plan sections in the order they run; ``--only`` picks some of them.  The
+follower and the trainer come before the workers: a worker VM that cannot be
+created (no capacity in its zone, often for spot GPUs) is reported and the
+plan goes on, so it must not stand in front of the roles there is one of.
+``image`` (the Dataflow workers' container) builds from the sdist that
+``package`` makes, so it needs ``package`` in the same run."""
 
 SHUFFLE_RUNNERS = ("auto", "local", "dataflow")
 
@@ -82,7 +92,6 @@ GPU_KINDS = {
 # are flags.  Not checked here (no cloud account is reachable from this machine).
 CPU_IMAGE = ("debian-cloud", "debian-12")
 GPU_IMAGE = ("deeplearning-platform-release", "common-cu128-ubuntu-2204-nvidia-570")
-TPU_RUNTIME = "tpu-ubuntu2204-base"
 
 LABEL_VALUE = re.compile(r"[a-z][a-z0-9-]{0,20}")
 PROJECT_ID = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
@@ -115,7 +124,16 @@ class DeployConfig:
 
     project: str = _field("", "Google Cloud project id", required=True)
     root: str = root_setting(note="here gs://BUCKET/RUN (the bucket is created if missing)")
-    zone: str = _field("us-central1-a", "zone of every VM and TPU (the bucket and Dataflow use its region)")
+    zone: str = _field("us-central1-a", "zone of each role not given one of its own (the bucket is created in "
+                                        "its region)")
+    worker_zone: str = _field("", "zone of the worker VMs ('' = --zone)")
+    shuffle_zone: str = _field("", "zone of the shuffle follower VM ('' = --zone); its Dataflow jobs run in "
+                                   "its region")
+    trainer_zone: str = _field("", "zone of the trainer ('' = --zone): each TPU generation exists in a few zones "
+                                   "only (see docs/deploy.md)")
+    check_zones: bool = _field(True, "refuse a TPU or GPU type that the dated table in cloud/deploy/zones.py "
+                                     "does not list in its role's zone; --no-check-zones trusts the zone (the "
+                                     "plan still asks gcloud, live, before creating anything)")
     name: str = _field("zerolake", "deployment name: prefix of VM names, label value, service account name")
     # --- workers ---
     workers: int = _field(0, "self-play worker VMs", at_least=0)
@@ -141,13 +159,17 @@ class DeployConfig:
     shuffle_args: str = _field("", "extra flags for pipeline.shuffle --follow")
     # --- trainer ---
     trainer_tpu: str = _field("", "train on a Cloud TPU VM of this type, e.g. v5litepod-8, v4-8")
-    trainer_tpu_runtime: str = _field(TPU_RUNTIME, "TPU VM software version (gcloud --version)")
+    trainer_tpu_runtime: str = _field("", "TPU VM software version (gcloud --version); '' = the base image "
+                                          "of the TPU's generation, to which install.sh adds the pinned "
+                                          "tensorflow-tpu (see cloud/deploy/zones.py)")
     trainer_gpu: str = _field("", f"or train on a GPU VM with this NVIDIA GPU ({', '.join(GPU_KINDS)})")
     trainer_gpu_count: int = _field(1, "GPUs of the trainer VM (more than one: MirroredStrategy)")
     trainer_machine: str = _field("", "machine type of a GPU or CPU trainer VM ('' = the GPU's default, "
                                       "or n2-standard-16)")
     trainer_cpu: bool = _field(False, "train on a CPU VM (small boards, trials)")
-    trainer_spot: bool = _field(False, "the trainer VM (or TPU) is spot; it resumes from ROOT/checkpoints")
+    trainer_spot: bool = _field(False, "the GPU or CPU trainer VM is spot: the keeper starts it again after a "
+                                       "preemption and it resumes from ROOT/checkpoints (not with --trainer-tpu: "
+                                       "a preempted TPU VM must be deleted and created again)")
     trainer_args: str = _field("", "extra flags for model.train --follow")
     # --- images ---
     cpu_image: str = _field("/".join(CPU_IMAGE), "image project/family of CPU VMs")
@@ -166,7 +188,10 @@ class DeployConfig:
 
         need(bool(PROJECT_ID.fullmatch(self.project)), "project",
              f"{self.project!r} is not a project id (6-30 of a-z, 0-9, '-', starting with a letter)")
-        need(bool(ZONE.fullmatch(self.zone)), "zone", f"{self.zone!r} is not a zone such as us-central1-a")
+        for field in ("zone", "worker_zone", "shuffle_zone", "trainer_zone"):
+            value = getattr(self, field)
+            need(bool(ZONE.fullmatch(value)) or (field != "zone" and not value), field,
+                 f"{value!r} is not a zone such as us-central1-a")
         need(bool(LABEL_VALUE.fullmatch(self.name)), "name",
              f"{self.name!r}: 1-21 of a-z, 0-9 and '-', starting with a letter (it prefixes VM names)")
         bucket, _ = split_root(self.root) if self.root.startswith("gs://") else ("", "")
@@ -191,36 +216,92 @@ class DeployConfig:
         trainers = [flag for flag, on in (("--trainer-tpu", self.trainer_tpu), ("--trainer-gpu", self.trainer_gpu),
                                           ("--trainer-cpu", self.trainer_cpu)) if on]
         need(len(trainers) <= 1, "trainer_tpu", f"give at most one of {', '.join(trainers)}")
+        need(not (self.trainer_tpu and self.trainer_spot), "trainer_spot",
+             "a preempted spot TPU VM cannot be started again, only deleted and created anew, and this plan "
+             "does not recreate TPUs: drop --trainer-spot (a standard TPU), or train on a spot GPU or CPU VM, "
+             "which the keeper starts again")
+        need(not self.trainer_spot or self.trainer_tpu or bool(self.keeper_host), "trainer_spot",
+             "a spot trainer is started again after a preemption by the keeper, which runs on the shuffle "
+             "follower: drop --no-shuffle, or --trainer-spot")
+        if self.trainer_tpu and not self.trainer_tpu_runtime and TPU_TYPE.fullmatch(self.trainer_tpu):
+            need(zones.tpu_runtime(self.trainer_tpu) is not None, "trainer_tpu_runtime",
+                 f"no runtime is known for {self.trainer_tpu!r} ({zones.known_tpu_generations()}); name "
+                 "one from https://cloud.google.com/tpu/docs/runtimes")
+        if self.check_zones and not errors:
+            for field, problem in self.zone_problems():
+                need(False, field, problem)
         for field in ("worker_args", "shuffle_args", "trainer_args"):
             need(bool(ARGS_TEXT.fullmatch(getattr(self, field))), field,
                  "may hold only letters, digits, spaces and _./:=- (it travels in instance metadata)")
         for field in ("cpu_image", "gpu_image"):
             need(getattr(self, field).count("/") == 1, field, "must be PROJECT/FAMILY")
-        unknown = sorted(set(self.sections) - set(SECTIONS))
+        unknown = sorted(set(self.chosen_sections) - set(SECTIONS))
         need(not unknown, "only", f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
+        need("image" not in self.sections or "package" in self.sections, "only",
+             "the image section builds from the package section's sdist: give them together")
         if errors:
             raise ValueError(settings_error(errors, "invalid deployment"))
 
     # --- derived values (one place each) ------------------------------------------
     @property
+    def chosen_sections(self) -> tuple[str, ...]:
+        """The names --only gives, as given."""
+        return tuple(s.strip() for s in self.only.split(",") if s.strip())
+
+    @property
     def sections(self) -> tuple[str, ...]:
-        return tuple(s.strip() for s in self.only.split(",") if s.strip()) or SECTIONS
+        """The sections to plan, always in SECTIONS' order (--only picks, it does not reorder)."""
+        chosen = self.chosen_sections
+        return tuple(s for s in SECTIONS if s in chosen) if chosen else SECTIONS
 
     @property
     def region(self) -> str:
-        return self.zone.rsplit("-", 1)[0]
+        """The bucket's region: --zone's."""
+        return region_of(self.zone)
+
+    def zone_of(self, role: str) -> str:
+        """The zone of one role's VMs: its own flag, else --zone."""
+        return getattr(self, f"{role}_zone") or self.zone
+
+    @property
+    def dataflow_region(self) -> str:
+        """Dataflow jobs run next to the follower that launches them."""
+        return region_of(self.zone_of("shuffle"))
+
+    @property
+    def tpu_runtime(self) -> str:
+        """The TPU VM's software version: --trainer-tpu-runtime, else its generation's base image."""
+        return self.trainer_tpu_runtime or zones.tpu_runtime(self.trainer_tpu) or ""
+
+    def zone_problems(self) -> list[tuple[str, str]]:
+        """(flag field, problem) for each accelerator the table does not list in its role's zone."""
+        found = []
+        checks = [("worker_zone", "worker", "gpu", self.worker_gpu if self.workers else ""),
+                  ("trainer_zone", "trainer", "gpu", self.trainer_gpu),
+                  ("trainer_zone", "trainer", "tpu", self.trainer_tpu)]
+        for field, role, kind, accelerator in checks:
+            if accelerator:
+                problem = zones.zone_problem(kind, accelerator, self.zone_of(role))
+                if problem:
+                    found.append((field if getattr(self, field) else "zone", problem))
+        return found
 
     @property
     def bucket(self) -> str:
         return split_root(self.root)[0]
 
-    @property
-    def service_account_id(self) -> str:
-        return f"{self.name}-runner"
+    def service_account_id(self, role: str) -> str:
+        """``NAME-worker``, ``NAME-shuffle``, ``NAME-trainer``: each role acts with its own grants only."""
+        return f"{self.name}-{role}"
+
+    def service_account(self, role: str) -> str:
+        return f"{self.service_account_id(role)}@{self.project}.iam.gserviceaccount.com"
 
     @property
-    def service_account(self) -> str:
-        return f"{self.service_account_id}@{self.project}.iam.gserviceaccount.com"
+    def planned_roles(self) -> tuple[str, ...]:
+        """The roles this plan has VMs for (their accounts are created; the others are left alone)."""
+        return tuple(role for role, planned in (("worker", self.workers > 0), ("shuffle", self.shuffle),
+                                                ("trainer", bool(self.trainer_kind))) if planned)
 
     @property
     def deploy_area(self) -> str:
@@ -229,7 +310,7 @@ class DeployConfig:
 
     @property
     def keeper_host(self) -> str:
-        """The role whose VM runs the worker keeper, or '' when no VM can.
+        """The role whose VM runs the keeper, or '' when no VM can.
 
         The keeper must live on a VM that is not itself preempted: the shuffle
         follower (a standard VM), else (``--no-shuffle``) a standard GPU or CPU
@@ -244,9 +325,14 @@ class DeployConfig:
         return ""
 
     @property
-    def keeper_role_id(self) -> str:
-        """The keeper's custom project role (role ids allow letters, digits, '_' and '.', not '-')."""
-        return "zerolake_keeper_" + self.name.replace("-", "_")
+    def keeps_trainer(self) -> bool:
+        """Whether the keeper also starts the trainer VM again (a spot GPU or CPU trainer)."""
+        return self.trainer_spot and self.trainer_kind in ("gpu", "cpu") and bool(self.keeper_host)
+
+    def keeper_role_id(self, scope: str) -> str:
+        """The keeper's custom roles: ``list`` (granted on the project: listing cannot be granted on one VM)
+        and ``start`` (granted on each VM it may start).  Role ids allow letters, digits, '_' and '.'."""
+        return f"zerolake_keeper_{scope}_" + self.name.replace("-", "_")
 
     @property
     def trainer_kind(self) -> str:
@@ -292,6 +378,11 @@ def root_prefix_problem(prefix: str) -> str | None:
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def region_of(zone: str) -> str:
+    """``us-central1-a`` -> ``us-central1``."""
+    return zone.rsplit("-", 1)[0]
 
 
 def split_root(root: str) -> tuple[str, str]:
