@@ -73,7 +73,7 @@ sys.path.insert(0, REPO)
 from format import codec  # noqa: E402
 from format.run_config import RunConfig  # noqa: E402
 from format import layout  # noqa: E402
-from format import schema as S  # noqa: E402
+from format import schema  # noqa: E402
 from format.symmetry import NUM_SYMMETRIES  # noqa: E402
 from testdata.models import publish_untrained_model  # noqa: E402
 from testdata.random_games import engine_game, resigned_copy, symmetric_copy  # noqa: E402

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from format import schema as S
+from format import schema
 from format.example_proto import Example
 
 
@@ -95,11 +95,11 @@ class FeatureReader:
 
     def header(self, version_field, size_field) -> tuple[int, int]:
         version = self.int(version_field)
-        if version not in S.SUPPORTED_VERSIONS:
+        if version not in schema.SUPPORTED_VERSIONS:
             raise self.error(version_field, f"unknown format version {version} (this reader knows "
-                                            f"{sorted(S.SUPPORTED_VERSIONS)})")
+                                            f"{sorted(schema.SUPPORTED_VERSIONS)})")
         size = self.int(size_field)
-        if not S.MIN_BOARD_SIZE <= size <= S.MAX_BOARD_SIZE:
+        if not schema.MIN_BOARD_SIZE <= size <= schema.MAX_BOARD_SIZE:
             raise self.error(size_field, f"impossible board size {size}")
         return version, size
 

@@ -20,7 +20,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from format import schema as S
+from format import schema
 from format.example_proto import Example
 from format.tfrecord import (
     RecordError,
@@ -119,7 +119,7 @@ class GameRecord:
     """schema.END_*"""
     ownership: np.ndarray | None = None
     """int8[N*N] in {-1, 0, 1} from Black's side, or None."""
-    ownership_source: int = S.OWNERSHIP_NONE
+    ownership_source: int = schema.OWNERSHIP_NONE
     resign_enabled: bool = True
     would_resign: int = 0
     """Colour that would have resigned while resignation was disabled, else 0."""
@@ -127,8 +127,8 @@ class GameRecord:
     """Move index where acceleration mode began, -1 if never."""
     seed: int = -1
     """Seed of the game's random stream (0 <= seed < 2**63), -1 if not recorded."""
-    rules: str = S.RULES_TROMP_TAYLOR
-    version: int = S.FORMAT_VERSION
+    rules: str = schema.RULES_TROMP_TAYLOR
+    version: int = schema.FORMAT_VERSION
 
     @property
     def num_positions(self) -> int:
@@ -143,14 +143,14 @@ class GameRecord:
 
 
 def _plane_bytes_per_position(board_size: int) -> int:
-    return S.packed_plane_bytes(board_size, 2)
+    return schema.packed_plane_bytes(board_size, 2)
 
 
 def pack_ownership(ownership: np.ndarray) -> bytes:
     """int8[P] in {-1,0,1} -> 2 bits a point, 4 points a byte, point p in bits 2*(p%4)."""
     codes = np.zeros(len(ownership), dtype=np.uint8)
-    codes[ownership == S.BLACK] = S.OWNERSHIP_CODE[S.BLACK]
-    codes[ownership == S.WHITE] = S.OWNERSHIP_CODE[S.WHITE]
+    codes[ownership == schema.BLACK] = schema.OWNERSHIP_CODE[schema.BLACK]
+    codes[ownership == schema.WHITE] = schema.OWNERSHIP_CODE[schema.WHITE]
     padded = np.zeros((len(codes) + 3) // 4 * 4, dtype=np.uint8)
     padded[: len(codes)] = codes
     quads = padded.reshape(-1, 4)
@@ -160,14 +160,14 @@ def pack_ownership(ownership: np.ndarray) -> bytes:
 def unpack_ownership(data: bytes, points: int, source: str = "<bytes>") -> np.ndarray:
     """Inverse of :func:`pack_ownership`; code 3 is corruption."""
     if len(data) != (points + 3) // 4:
-        raise FormatError(source, S.G_OWNERSHIP, f"has {len(data)} bytes, expected {(points + 3) // 4}")
+        raise FormatError(source, schema.G_OWNERSHIP, f"has {len(data)} bytes, expected {(points + 3) // 4}")
     raw = np.frombuffer(data, dtype=np.uint8)
     codes = np.stack([raw & 3, raw >> 2 & 3, raw >> 4 & 3, raw >> 6 & 3], axis=1).ravel()[:points]
     if (codes == 3).any():
-        raise FormatError(source, S.G_OWNERSHIP, "contains the invalid 2-bit code 3")
+        raise FormatError(source, schema.G_OWNERSHIP, "contains the invalid 2-bit code 3")
     out = np.zeros(points, dtype=np.int8)
-    out[codes == 1] = S.BLACK
-    out[codes == 2] = S.WHITE
+    out[codes == 1] = schema.BLACK
+    out[codes == 2] = schema.WHITE
     return out
 
 
@@ -176,16 +176,16 @@ def encode_game(game: GameRecord) -> bytes:
     n, m = game.board_size, game.num_positions
     _check_writable_game(game)
     ex = Example()
-    set_int64(ex, S.G_VERSION, [game.version])
-    set_int64(ex, S.G_BOARD_SIZE, [n])
-    set_float(ex, S.G_KOMI, [game.komi])
-    set_bytes(ex, S.G_RULES, game.rules.encode())
-    set_bytes(ex, S.G_GAME_ID, game.game_id.encode())
-    set_int64(ex, S.G_GENERATION, [game.generation])
-    set_bytes(ex, S.G_WORKER_ID, game.worker_id.encode())
-    set_bytes(ex, S.G_MOVES, np.asarray(game.moves, dtype="<u2").tobytes())
+    set_int64(ex, schema.G_VERSION, [game.version])
+    set_int64(ex, schema.G_BOARD_SIZE, [n])
+    set_float(ex, schema.G_KOMI, [game.komi])
+    set_bytes(ex, schema.G_RULES, game.rules.encode())
+    set_bytes(ex, schema.G_GAME_ID, game.game_id.encode())
+    set_int64(ex, schema.G_GENERATION, [game.generation])
+    set_bytes(ex, schema.G_WORKER_ID, game.worker_id.encode())
+    set_bytes(ex, schema.G_MOVES, np.asarray(game.moves, dtype="<u2").tobytes())
     planes = np.asarray(game.planes, dtype=np.uint8).reshape(m, 2 * n * n)
-    set_bytes(ex, S.G_PLANES, np.packbits(planes, axis=1, bitorder="big").tobytes())
+    set_bytes(ex, schema.G_PLANES, np.packbits(planes, axis=1, bitorder="big").tobytes())
 
     counts, deltas, values, denominators = [], [], [], []
     for indices, vals in zip(game.policy_indices, game.policy_values):
@@ -201,24 +201,24 @@ def encode_game(game: GameRecord) -> bytes:
             deltas.append(np.diff(indices, prepend=0))
             values.append(vals)
         denominators.append(int(vals.sum()))
-    set_int64(ex, S.G_POLICY_COUNT, counts)
-    set_int64(ex, S.G_POLICY_DENOMINATOR, denominators)
-    set_int64(ex, S.G_POLICY_INDEX_DELTA, np.concatenate(deltas) if deltas else [])
-    set_int64(ex, S.G_POLICY_VALUE, np.concatenate(values) if values else [])
-    root_q = np.clip(np.round(np.asarray(game.root_values, dtype=np.float64) * S.ROOT_VALUE_SCALE), -127, 127)
-    set_bytes(ex, S.G_ROOT_VALUE, root_q.astype(np.int8).tobytes())
-    set_bytes(ex, S.G_FULL_SEARCH, np.asarray(game.full_search, dtype=np.uint8).tobytes())
-    set_int64(ex, S.G_WINNER, [game.winner])
-    set_float(ex, S.G_SCORE, [game.score])
-    set_int64(ex, S.G_END_REASON, [game.end_reason])
+    set_int64(ex, schema.G_POLICY_COUNT, counts)
+    set_int64(ex, schema.G_POLICY_DENOMINATOR, denominators)
+    set_int64(ex, schema.G_POLICY_INDEX_DELTA, np.concatenate(deltas) if deltas else [])
+    set_int64(ex, schema.G_POLICY_VALUE, np.concatenate(values) if values else [])
+    root_q = np.clip(np.round(np.asarray(game.root_values, dtype=np.float64) * schema.ROOT_VALUE_SCALE), -127, 127)
+    set_bytes(ex, schema.G_ROOT_VALUE, root_q.astype(np.int8).tobytes())
+    set_bytes(ex, schema.G_FULL_SEARCH, np.asarray(game.full_search, dtype=np.uint8).tobytes())
+    set_int64(ex, schema.G_WINNER, [game.winner])
+    set_float(ex, schema.G_SCORE, [game.score])
+    set_int64(ex, schema.G_END_REASON, [game.end_reason])
     own = b"" if game.ownership is None else pack_ownership(np.asarray(game.ownership, dtype=np.int8))
-    set_bytes(ex, S.G_OWNERSHIP, own)
-    set_int64(ex, S.G_OWNERSHIP_SOURCE, [game.ownership_source])
-    set_int64(ex, S.G_RESIGN_ENABLED, [int(game.resign_enabled)])
-    set_int64(ex, S.G_WOULD_RESIGN, [game.would_resign])
-    set_int64(ex, S.G_ACCELERATED_FROM, [game.accelerated_from])
+    set_bytes(ex, schema.G_OWNERSHIP, own)
+    set_int64(ex, schema.G_OWNERSHIP_SOURCE, [game.ownership_source])
+    set_int64(ex, schema.G_RESIGN_ENABLED, [int(game.resign_enabled)])
+    set_int64(ex, schema.G_WOULD_RESIGN, [game.would_resign])
+    set_int64(ex, schema.G_ACCELERATED_FROM, [game.accelerated_from])
     if game.seed >= 0:
-        set_int64(ex, S.G_SEED, [game.seed])
+        set_int64(ex, schema.G_SEED, [game.seed])
     return ex.SerializeToString(deterministic=True)
 
 
@@ -226,22 +226,22 @@ def _check_writable_game(game: GameRecord) -> None:
     """Refuse to write what a reader would refuse to read."""
     source = f"game {game.game_id!r} (being written)"
     n, m = game.board_size, game.num_positions
-    if not S.MIN_BOARD_SIZE <= n <= S.MAX_BOARD_SIZE:
-        raise FormatError(source, S.G_BOARD_SIZE, f"{n} is outside {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
+    if not schema.MIN_BOARD_SIZE <= n <= schema.MAX_BOARD_SIZE:
+        raise FormatError(source, schema.G_BOARD_SIZE, f"{n} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
     if np.shape(game.planes) != (m, 2, n, n):
-        raise FormatError(source, S.G_PLANES, f"shape {np.shape(game.planes)} != {(m, 2, n, n)}")
+        raise FormatError(source, schema.G_PLANES, f"shape {np.shape(game.planes)} != {(m, 2, n, n)}")
     for name in ("policy_indices", "policy_values", "root_values", "full_search"):
         if len(getattr(game, name)) != m:
             raise FormatError(source, name, f"has {len(getattr(game, name))} entries for {m} positions")
     if m and (np.min(game.moves) < 0 or np.max(game.moves) > n * n):
-        raise FormatError(source, S.G_MOVES, f"move index outside 0..{n * n}")
+        raise FormatError(source, schema.G_MOVES, f"move index outside 0..{n * n}")
     for i, (idx, val) in enumerate(zip(game.policy_indices, game.policy_values)):
         if len(idx) != len(val):
             raise FormatError(source, "policy_values", f"position {i}: {len(idx)} indices, {len(val)} values")
         if len(idx) and (np.min(idx) < 0 or np.max(idx) > n * n or np.min(val) < 0):
             raise FormatError(source, "policy_indices", f"position {i}: index or value out of range")
     if game.ownership is not None and len(game.ownership) != n * n:
-        raise FormatError(source, S.G_OWNERSHIP, f"has {len(game.ownership)} points, expected {n * n}")
+        raise FormatError(source, schema.G_OWNERSHIP, f"has {len(game.ownership)} points, expected {n * n}")
 
 
 def _decode_policies(r, counts, denominators, deltas, values, actions):
@@ -262,21 +262,21 @@ def _decode_policies(r, counts, denominators, deltas, values, actions):
         if (deltas[is_first] < 0).any() or (deltas[~is_first] < 1).any():
             bad = int(np.searchsorted(offsets, np.flatnonzero((deltas < 1) & ~is_first | (deltas < 0))[0],
                                       side="right") - 1)
-            raise r.error(S.G_POLICY_INDEX_DELTA, f"position {bad}: indices are not strictly increasing")
+            raise r.error(schema.G_POLICY_INDEX_DELTA, f"position {bad}: indices are not strictly increasing")
         running = np.cumsum(deltas)
         base = np.where(starts > 0, running[np.maximum(starts - 1, 0)], 0)
         indices = running - np.repeat(base, counts[nonempty])
         if indices.max() >= actions:
             bad = int(np.searchsorted(offsets, int(np.argmax(indices >= actions)), side="right") - 1)
-            raise r.error(S.G_POLICY_INDEX_DELTA, f"position {bad}: index {int(indices.max())} "
+            raise r.error(schema.G_POLICY_INDEX_DELTA, f"position {bad}: index {int(indices.max())} "
                                                   f"outside 0..{actions - 1}")
         totals = np.add.reduceat(values, starts)
         dens = denominators[nonempty]
-        far = (dens <= 0) | (np.abs(totals / np.maximum(dens, 1) - 1.0) > S.POLICY_SUM_TOLERANCE)
+        far = (dens <= 0) | (np.abs(totals / np.maximum(dens, 1) - 1.0) > schema.POLICY_SUM_TOLERANCE)
         if far.any():
             k = int(np.argmax(far))
             bad = int(np.flatnonzero(nonempty)[k])
-            raise r.error(S.G_POLICY_DENOMINATOR, f"position {bad}: policy sums to {int(totals[k])}/"
+            raise r.error(schema.G_POLICY_DENOMINATOR, f"position {bad}: policy sums to {int(totals[k])}/"
                                                   f"{int(dens[k])}, far from 1")
     else:
         indices = deltas
@@ -286,85 +286,85 @@ def _decode_policies(r, counts, denominators, deltas, values, actions):
 def decode_game(data: bytes, source: str = "<bytes>") -> GameRecord:
     """Parse and validate one serialized game record."""
     r = FeatureReader(parse_example(data, source), source)
-    version, n = r.header(S.G_VERSION, S.G_BOARD_SIZE)
+    version, n = r.header(schema.G_VERSION, schema.G_BOARD_SIZE)
     actions = n * n + 1
-    rules = r.text(S.G_RULES)
-    if rules != S.RULES_TROMP_TAYLOR:
-        raise r.error(S.G_RULES, f"unsupported rules {rules!r}")
-    komi = r.float(S.G_KOMI)
+    rules = r.text(schema.G_RULES)
+    if rules != schema.RULES_TROMP_TAYLOR:
+        raise r.error(schema.G_RULES, f"unsupported rules {rules!r}")
+    komi = r.float(schema.G_KOMI)
     if not math.isfinite(komi) or abs(komi) > 2 * n * n:
-        raise r.error(S.G_KOMI, f"impossible komi {komi}")
+        raise r.error(schema.G_KOMI, f"impossible komi {komi}")
 
-    raw_moves = r.bytes(S.G_MOVES)
+    raw_moves = r.bytes(schema.G_MOVES)
     if len(raw_moves) % 2:
-        raise r.error(S.G_MOVES, "odd byte length")
+        raise r.error(schema.G_MOVES, "odd byte length")
     moves = np.frombuffer(raw_moves, dtype="<u2").astype(np.int16)
     m = len(moves)
     if m and int(moves.max()) >= actions:
-        raise r.error(S.G_MOVES, f"move index {int(moves.max())} outside 0..{actions - 1}")
+        raise r.error(schema.G_MOVES, f"move index {int(moves.max())} outside 0..{actions - 1}")
 
     per_position = _plane_bytes_per_position(n)
-    raw_planes = r.bytes(S.G_PLANES)
+    raw_planes = r.bytes(schema.G_PLANES)
     if len(raw_planes) != m * per_position:
-        raise r.error(S.G_PLANES, f"has {len(raw_planes)} bytes, expected {m} positions x {per_position}")
+        raise r.error(schema.G_PLANES, f"has {len(raw_planes)} bytes, expected {m} positions x {per_position}")
     packed = np.frombuffer(raw_planes, dtype=np.uint8).reshape(m, per_position)
     planes = np.unpackbits(packed, axis=1, count=2 * n * n, bitorder="big").reshape(m, 2, n, n)
     if (planes[:, 0] & planes[:, 1]).any():
-        raise r.error(S.G_PLANES, "a point holds both a black and a white stone")
+        raise r.error(schema.G_PLANES, "a point holds both a black and a white stone")
 
-    counts = r.ints(S.G_POLICY_COUNT)
-    denominators = r.ints(S.G_POLICY_DENOMINATOR)
-    deltas = r.ints(S.G_POLICY_INDEX_DELTA)
-    values = r.ints(S.G_POLICY_VALUE)
+    counts = r.ints(schema.G_POLICY_COUNT)
+    denominators = r.ints(schema.G_POLICY_DENOMINATOR)
+    deltas = r.ints(schema.G_POLICY_INDEX_DELTA)
+    values = r.ints(schema.G_POLICY_VALUE)
     if len(counts) != m or len(denominators) != m:
-        raise r.error(S.G_POLICY_COUNT, f"has {len(counts)} counts / {len(denominators)} denominators for {m} positions")
+        raise r.error(schema.G_POLICY_COUNT, f"has {len(counts)} counts / {len(denominators)} denominators for {m} positions")
     if (counts < 0).any() or counts.sum() != len(deltas) or len(deltas) != len(values):
-        raise r.error(S.G_POLICY_COUNT, f"counts sum to {counts.sum()} but there are {len(deltas)} "
+        raise r.error(schema.G_POLICY_COUNT, f"counts sum to {counts.sum()} but there are {len(deltas)} "
                                         f"indices and {len(values)} values")
     if len(values) and values.min() <= 0:
-        raise r.error(S.G_POLICY_VALUE, "holds a zero or negative value (zeros are dropped)")
+        raise r.error(schema.G_POLICY_VALUE, "holds a zero or negative value (zeros are dropped)")
     policy_indices, policy_values = _decode_policies(r, counts, denominators, deltas, values, actions)
 
-    root_raw = r.bytes(S.G_ROOT_VALUE)
+    root_raw = r.bytes(schema.G_ROOT_VALUE)
     if len(root_raw) != m:
-        raise r.error(S.G_ROOT_VALUE, f"has {len(root_raw)} entries for {m} positions")
-    root_values = np.frombuffer(root_raw, dtype=np.int8).astype(np.float32) / S.ROOT_VALUE_SCALE
-    full_raw = np.frombuffer(r.bytes(S.G_FULL_SEARCH), dtype=np.uint8)
+        raise r.error(schema.G_ROOT_VALUE, f"has {len(root_raw)} entries for {m} positions")
+    root_values = np.frombuffer(root_raw, dtype=np.int8).astype(np.float32) / schema.ROOT_VALUE_SCALE
+    full_raw = np.frombuffer(r.bytes(schema.G_FULL_SEARCH), dtype=np.uint8)
     if len(full_raw) != m or (full_raw > 1).any():
-        raise r.error(S.G_FULL_SEARCH, f"expected {m} flags of 0 or 1")
+        raise r.error(schema.G_FULL_SEARCH, f"expected {m} flags of 0 or 1")
 
-    winner = r.int(S.G_WINNER)
-    if winner not in (S.BLACK, S.WHITE, 0):
-        raise r.error(S.G_WINNER, f"impossible winner {winner}")
-    end_reason = r.int(S.G_END_REASON)
-    if end_reason not in S.END_REASONS:
-        raise r.error(S.G_END_REASON, f"unknown end reason {end_reason}")
-    source_code = r.int(S.G_OWNERSHIP_SOURCE)
-    if source_code not in S.OWNERSHIP_SOURCES:
-        raise r.error(S.G_OWNERSHIP_SOURCE, f"unknown ownership source {source_code}")
-    own_raw = r.bytes(S.G_OWNERSHIP)
+    winner = r.int(schema.G_WINNER)
+    if winner not in (schema.BLACK, schema.WHITE, 0):
+        raise r.error(schema.G_WINNER, f"impossible winner {winner}")
+    end_reason = r.int(schema.G_END_REASON)
+    if end_reason not in schema.END_REASONS:
+        raise r.error(schema.G_END_REASON, f"unknown end reason {end_reason}")
+    source_code = r.int(schema.G_OWNERSHIP_SOURCE)
+    if source_code not in schema.OWNERSHIP_SOURCES:
+        raise r.error(schema.G_OWNERSHIP_SOURCE, f"unknown ownership source {source_code}")
+    own_raw = r.bytes(schema.G_OWNERSHIP)
     ownership = None
-    if source_code != S.OWNERSHIP_NONE:
+    if source_code != schema.OWNERSHIP_NONE:
         ownership = unpack_ownership(own_raw, n * n, source)
     elif own_raw:
-        raise r.error(S.G_OWNERSHIP, "present although ownership_source is 'none'")
-    accelerated_from = r.int(S.G_ACCELERATED_FROM)
+        raise r.error(schema.G_OWNERSHIP, "present although ownership_source is 'none'")
+    accelerated_from = r.int(schema.G_ACCELERATED_FROM)
     if not -1 <= accelerated_from <= m:
-        raise r.error(S.G_ACCELERATED_FROM, f"{accelerated_from} outside -1..{m}")
-    seed = r.int(S.G_SEED) if S.G_SEED in r.features else -1   # optional: absent in older chunks
+        raise r.error(schema.G_ACCELERATED_FROM, f"{accelerated_from} outside -1..{m}")
+    seed = r.int(schema.G_SEED) if schema.G_SEED in r.features else -1   # optional: absent in older chunks
     if seed < -1:
-        raise r.error(S.G_SEED, f"{seed} is negative")
-    would_resign = r.int(S.G_WOULD_RESIGN)
-    if would_resign not in (S.BLACK, S.WHITE, 0):
-        raise r.error(S.G_WOULD_RESIGN, f"impossible colour {would_resign}")
+        raise r.error(schema.G_SEED, f"{seed} is negative")
+    would_resign = r.int(schema.G_WOULD_RESIGN)
+    if would_resign not in (schema.BLACK, schema.WHITE, 0):
+        raise r.error(schema.G_WOULD_RESIGN, f"impossible colour {would_resign}")
 
     return GameRecord(
-        board_size=n, komi=komi, game_id=r.text(S.G_GAME_ID), generation=r.int(S.G_GENERATION),
-        worker_id=r.text(S.G_WORKER_ID), moves=moves, planes=planes,
+        board_size=n, komi=komi, game_id=r.text(schema.G_GAME_ID), generation=r.int(schema.G_GENERATION),
+        worker_id=r.text(schema.G_WORKER_ID), moves=moves, planes=planes,
         policy_indices=policy_indices, policy_values=policy_values, root_values=root_values,
-        full_search=full_raw.astype(bool), winner=winner, score=r.float(S.G_SCORE),
+        full_search=full_raw.astype(bool), winner=winner, score=r.float(schema.G_SCORE),
         end_reason=end_reason, ownership=ownership, ownership_source=source_code,
-        resign_enabled=bool(r.int(S.G_RESIGN_ENABLED)), would_resign=would_resign,
+        resign_enabled=bool(r.int(schema.G_RESIGN_ENABLED)), would_resign=would_resign,
         accelerated_from=accelerated_from, seed=seed, rules=rules, version=version,
     )
 

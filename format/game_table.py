@@ -30,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
-from format import schema as S
+from format import schema
 from format.example_fields import FeatureReader, FormatError, parse_example, set_bytes, set_int64
 from format.example_proto import Example
 from format.position_records import code_colours, colour_codes, pack_trits, unpack_trits
@@ -90,7 +90,7 @@ class GameTable:
 
 def fractional(rows: np.ndarray) -> np.ndarray:
     """bool[R]: rows of int8 ownership that hold a value other than -127, 0, 127."""
-    scale = S.OWNERSHIP_SCALE
+    scale = schema.OWNERSHIP_SCALE
     return ((rows != 0) & (rows != scale) & (rows != -scale)).any(axis=1)
 
 
@@ -101,8 +101,8 @@ def label_rows(ownership_black: np.ndarray) -> np.ndarray:
     rows (negated for White to move), so a position's label equals its
     game's row exactly unless capping merged it with other games' labels.
     """
-    scaled = np.asarray(ownership_black, np.float32) * np.float32(S.OWNERSHIP_SCALE)
-    return np.clip(np.round(scaled), -S.OWNERSHIP_SCALE, S.OWNERSHIP_SCALE).astype(np.int8)
+    scaled = np.asarray(ownership_black, np.float32) * np.float32(schema.OWNERSHIP_SCALE)
+    return np.clip(np.round(scaled), -schema.OWNERSHIP_SCALE, schema.OWNERSHIP_SCALE).astype(np.int8)
 
 
 def encode_game_table(table: GameTable) -> bytes:
@@ -110,13 +110,13 @@ def encode_game_table(table: GameTable) -> bytes:
     fine = table.fine
     ternary = np.where(fine[:, None], 0, np.sign(table.ownership)).astype(np.int8)
     ex = Example()
-    set_int64(ex, S.GT_VERSION, [S.GAME_TABLE_VERSION])
-    set_int64(ex, S.GT_BOARD_SIZE, [table.board_size])
-    set_int64(ex, S.GT_COUNT, [len(table)])
-    set_int64(ex, S.GT_GENERATION, table.generation)
-    set_int64(ex, S.GT_FINE, fine.astype(np.int64))
-    set_bytes(ex, S.GT_OWNERSHIP, pack_trits(colour_codes(ternary)).tobytes())
-    set_bytes(ex, S.GT_OWNERSHIP_FINE, table.ownership[fine].tobytes())
+    set_int64(ex, schema.GT_VERSION, [schema.GAME_TABLE_VERSION])
+    set_int64(ex, schema.GT_BOARD_SIZE, [table.board_size])
+    set_int64(ex, schema.GT_COUNT, [len(table)])
+    set_int64(ex, schema.GT_GENERATION, table.generation)
+    set_int64(ex, schema.GT_FINE, fine.astype(np.int64))
+    set_bytes(ex, schema.GT_OWNERSHIP, pack_trits(colour_codes(ternary)).tobytes())
+    set_bytes(ex, schema.GT_OWNERSHIP_FINE, table.ownership[fine].tobytes())
     return compress_gzip(frame_records([ex.SerializeToString(deterministic=True)]), TABLE_GZIP_LEVEL)
 
 
@@ -131,40 +131,40 @@ def decode_game_table(data: bytes, source: str, *, board_size: int | None = None
     if len(records) != 1:
         raise FormatError(source, None, f"holds {len(records)} records; a game table is one record")
     r = FeatureReader(parse_example(records[0], source), source)
-    version = r.int(S.GT_VERSION)
-    if version != S.GAME_TABLE_VERSION:
-        raise r.error(S.GT_VERSION, f"unknown game-table version {version} (this reader knows "
-                                    f"{S.GAME_TABLE_VERSION}); update zerolake to read it")
-    n = r.int(S.GT_BOARD_SIZE)
-    if not S.MIN_BOARD_SIZE <= n <= S.MAX_BOARD_SIZE or (board_size is not None and n != board_size):
-        raise r.error(S.GT_BOARD_SIZE, f"is {n}" + (f", the window's board is {board_size}" if board_size else ""))
-    count = r.int(S.GT_COUNT)
+    version = r.int(schema.GT_VERSION)
+    if version != schema.GAME_TABLE_VERSION:
+        raise r.error(schema.GT_VERSION, f"unknown game-table version {version} (this reader knows "
+                                    f"{schema.GAME_TABLE_VERSION}); update zerolake to read it")
+    n = r.int(schema.GT_BOARD_SIZE)
+    if not schema.MIN_BOARD_SIZE <= n <= schema.MAX_BOARD_SIZE or (board_size is not None and n != board_size):
+        raise r.error(schema.GT_BOARD_SIZE, f"is {n}" + (f", the window's board is {board_size}" if board_size else ""))
+    count = r.int(schema.GT_COUNT)
     expected = games if isinstance(games, int) or games is None else len(games)
     if count < 0 or (expected is not None and count != expected):
-        raise r.error(S.GT_COUNT, f"is {count}, but the window's manifest lists {expected} games")
-    nn, width = n * n, S.trit_bytes(n)
-    generation = r.ints(S.GT_GENERATION)
+        raise r.error(schema.GT_COUNT, f"is {count}, but the window's manifest lists {expected} games")
+    nn, width = n * n, schema.trit_bytes(n)
+    generation = r.ints(schema.GT_GENERATION)
     if len(generation) != count or (generation < 0).any():
-        raise r.error(S.GT_GENERATION, f"has {len(generation)} entries (or a negative one), expected {count}")
-    fine = r.ints(S.GT_FINE)
+        raise r.error(schema.GT_GENERATION, f"has {len(generation)} entries (or a negative one), expected {count}")
+    fine = r.ints(schema.GT_FINE)
     if len(fine) != count or not np.isin(fine, (0, 1)).all():
-        raise r.error(S.GT_FINE, f"must hold {count} flags, each 0 or 1")
+        raise r.error(schema.GT_FINE, f"must hold {count} flags, each 0 or 1")
     fine = fine.astype(bool)
-    raw = r.bytes(S.GT_OWNERSHIP)
+    raw = r.bytes(schema.GT_OWNERSHIP)
     if len(raw) != count * width:
-        raise r.error(S.GT_OWNERSHIP, f"has {len(raw)} bytes, expected {count} games x {width}")
+        raise r.error(schema.GT_OWNERSHIP, f"has {len(raw)} bytes, expected {count} games x {width}")
     codes = unpack_trits(np.frombuffer(raw, np.uint8).reshape(count, width), nn)
     if (codes == 3).any():
-        raise r.error(S.GT_OWNERSHIP, "holds a byte above 242 (not 5 base-3 digits)")
+        raise r.error(schema.GT_OWNERSHIP, "holds a byte above 242 (not 5 base-3 digits)")
     if codes[fine].any():
-        raise r.error(S.GT_OWNERSHIP, "holds a nonzero row for a fine game")
-    fine_raw = r.bytes(S.GT_OWNERSHIP_FINE)
+        raise r.error(schema.GT_OWNERSHIP, "holds a nonzero row for a fine game")
+    fine_raw = r.bytes(schema.GT_OWNERSHIP_FINE)
     if len(fine_raw) != int(fine.sum()) * nn:
-        raise r.error(S.GT_OWNERSHIP_FINE, f"has {len(fine_raw)} bytes, expected {int(fine.sum())} fine games x {nn}")
+        raise r.error(schema.GT_OWNERSHIP_FINE, f"has {len(fine_raw)} bytes, expected {int(fine.sum())} fine games x {nn}")
     fine_rows = np.frombuffer(fine_raw, np.int8).reshape(-1, nn)
     if (fine_rows == -128).any():
-        raise r.error(S.GT_OWNERSHIP_FINE, f"holds -128 (ownership is -{S.OWNERSHIP_SCALE}..{S.OWNERSHIP_SCALE})")
-    ownership = code_colours(codes) * np.int8(S.OWNERSHIP_SCALE)
+        raise r.error(schema.GT_OWNERSHIP_FINE, f"holds -128 (ownership is -{schema.OWNERSHIP_SCALE}..{schema.OWNERSHIP_SCALE})")
+    ownership = code_colours(codes) * np.int8(schema.OWNERSHIP_SCALE)
     ownership[fine] = fine_rows
     return GameTable(board_size=n, generation=generation, ownership=ownership)
 

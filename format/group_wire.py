@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from format import schema as S
+from format import schema
 from format.example_fields import set_int64
 from format.example_proto import Example
 from format.position_records import CompactPositions, _index_deltas, _target_columns, _targets_rows
@@ -81,13 +81,13 @@ def _key_order(keys) -> list[str]:
     return sorted(keys, key=lambda k: data.index(b"\x0a" + _varint(len(k)) + k.encode() + b"\x12"))
 
 
-_INT_FIELDS = {2: (S.P2_CAPTURE_COUNT, S.P2_CAPTURES, S.P2_POLICY_COUNT, S.P2_POLICY_INDEX_DELTA,
-                   S.P2_POLICY_VALUE, S.P2_GENERATION, S.P2_GAME, S.P2_MOVE_NUMBER),
-               3: (S.P2_CAPTURE_COUNT, S.P2_CAPTURES, S.P2_POLICY_COUNT, S.P2_POLICY_INDEX_DELTA,
-                   S.P2_POLICY_VALUE, S.P2_GAME, S.P2_MOVE_NUMBER)}
-_BYTES_FIELDS = {2: (S.P2_BOARD, S.P2_MOVES, S.P2_OWNERSHIP, S.P2_OWNERSHIP_FINE, S.P2_TARGETS),
-                 3: (S.P2_BOARD, S.P2_MOVES, S.P2_OWNERSHIP_FINE, S.P2_TARGETS)}
-_SCALARS = (S.P_VERSION, S.P_BOARD_SIZE, S.P2_COUNT)
+_INT_FIELDS = {2: (schema.P2_CAPTURE_COUNT, schema.P2_CAPTURES, schema.P2_POLICY_COUNT, schema.P2_POLICY_INDEX_DELTA,
+                   schema.P2_POLICY_VALUE, schema.P2_GENERATION, schema.P2_GAME, schema.P2_MOVE_NUMBER),
+               3: (schema.P2_CAPTURE_COUNT, schema.P2_CAPTURES, schema.P2_POLICY_COUNT, schema.P2_POLICY_INDEX_DELTA,
+                   schema.P2_POLICY_VALUE, schema.P2_GAME, schema.P2_MOVE_NUMBER)}
+_BYTES_FIELDS = {2: (schema.P2_BOARD, schema.P2_MOVES, schema.P2_OWNERSHIP, schema.P2_OWNERSHIP_FINE, schema.P2_TARGETS),
+                 3: (schema.P2_BOARD, schema.P2_MOVES, schema.P2_OWNERSHIP_FINE, schema.P2_TARGETS)}
+_SCALARS = (schema.P_VERSION, schema.P_BOARD_SIZE, schema.P2_COUNT)
 _ORDER = {version: _key_order(_SCALARS + _INT_FIELDS[version] + _BYTES_FIELDS[version]) for version in (2, 3)}
 
 
@@ -120,8 +120,8 @@ def encode_groups(c: CompactPositions) -> list[bytes]:
     if version not in _ORDER:
         raise ValueError(f"CompactPositions of version {version}: groups are versions 2 and 3")
     n, count = c.board_size, len(c)
-    group = S.POSITION_GROUP
-    move_dtype = np.uint8 if S.move_bytes(n) == 1 else np.dtype("<u2")
+    group = schema.POSITION_GROUP
+    move_dtype = np.uint8 if schema.move_bytes(n) == 1 else np.dtype("<u2")
     fine = np.asarray(c.fine, bool)
     fine_offsets = np.zeros(count + 1, np.int64)
     np.cumsum(fine, out=fine_offsets[1:])
@@ -129,16 +129,16 @@ def encode_groups(c: CompactPositions) -> list[bytes]:
     capture_offsets = np.asarray(c.capture_offsets, np.int64)
     # Per position (row offsets = position index) or per entry (offsets: the ragged column's).
     int_columns = {
-        S.P2_CAPTURE_COUNT: (np.diff(capture_offsets), None),
-        S.P2_CAPTURES: (c.captures, capture_offsets),
-        S.P2_POLICY_COUNT: (np.diff(policy_offsets), None),
-        S.P2_POLICY_INDEX_DELTA: (_index_deltas(c.policy_index, policy_offsets), policy_offsets),
-        S.P2_POLICY_VALUE: (c.policy_value, policy_offsets),
-        S.P2_GAME: (c.game, None),
-        S.P2_MOVE_NUMBER: (c.move_number, None),
+        schema.P2_CAPTURE_COUNT: (np.diff(capture_offsets), None),
+        schema.P2_CAPTURES: (c.captures, capture_offsets),
+        schema.P2_POLICY_COUNT: (np.diff(policy_offsets), None),
+        schema.P2_POLICY_INDEX_DELTA: (_index_deltas(c.policy_index, policy_offsets), policy_offsets),
+        schema.P2_POLICY_VALUE: (c.policy_value, policy_offsets),
+        schema.P2_GAME: (c.game, None),
+        schema.P2_MOVE_NUMBER: (c.move_number, None),
     }
     if version == 2:
-        int_columns[S.P2_GENERATION] = (c.generation, None)
+        int_columns[schema.P2_GENERATION] = (c.generation, None)
     bounds = np.r_[np.arange(0, count, group), count]  # the records' first positions, then the end
     encoded = {}
     for key, (values, entry_offsets) in int_columns.items():
@@ -146,30 +146,30 @@ def encode_groups(c: CompactPositions) -> list[bytes]:
         at = bounds if entry_offsets is None else entry_offsets[bounds]  # value index at each record bound
         encoded[key] = (data.tobytes(), offsets[at].tolist())
     # Fixed-width columns: (every position's row end to end, bytes a row).
-    width = S.trit_bytes(n)
+    width = schema.trit_bytes(n)
     fixed = {
-        S.P2_BOARD: (np.ascontiguousarray(c.board, np.uint8).tobytes(), width),
-        S.P2_MOVES: (np.ascontiguousarray(np.asarray(c.moves).astype(move_dtype)).tobytes(),
-                     S.HISTORY_MOVES * S.move_bytes(n)),
+        schema.P2_BOARD: (np.ascontiguousarray(c.board, np.uint8).tobytes(), width),
+        schema.P2_MOVES: (np.ascontiguousarray(np.asarray(c.moves).astype(move_dtype)).tobytes(),
+                     schema.HISTORY_MOVES * schema.move_bytes(n)),
     }
     if version == 2:
-        fixed[S.P2_OWNERSHIP] = (np.ascontiguousarray(c.ownership, np.uint8).tobytes(), width)
+        fixed[schema.P2_OWNERSHIP] = (np.ascontiguousarray(c.ownership, np.uint8).tobytes(), width)
     fine_rows = np.ascontiguousarray(c.ownership_fine, np.int8).tobytes()
     nn = n * n
     fine_bounds = fine_offsets[bounds].tolist()
     targets = _targets_rows(c)
-    constants = {S.P_VERSION: _entry(S.P_VERSION, _int_feature(_varint(version))),
-                 S.P_BOARD_SIZE: _entry(S.P_BOARD_SIZE, _int_feature(_varint(n))),
-                 S.P2_COUNT: _entry(S.P2_COUNT, _int_feature(_varint(group)))}
+    constants = {schema.P_VERSION: _entry(schema.P_VERSION, _int_feature(_varint(version))),
+                 schema.P_BOARD_SIZE: _entry(schema.P_BOARD_SIZE, _int_feature(_varint(n))),
+                 schema.P2_COUNT: _entry(schema.P2_COUNT, _int_feature(_varint(group)))}
     order = _ORDER[version]
     records = []
     for r, lo in enumerate(range(0, count, group)):
         hi = min(lo + group, count)
         entries = dict(constants)
         if hi - lo != group:
-            entries[S.P2_COUNT] = _entry(S.P2_COUNT, _int_feature(_varint(hi - lo)))
-        entries[S.P2_TARGETS] = _entry(S.P2_TARGETS, _bytes_feature(_target_columns(targets[lo:hi])))
-        entries[S.P2_OWNERSHIP_FINE] = _entry(S.P2_OWNERSHIP_FINE, _bytes_feature(
+            entries[schema.P2_COUNT] = _entry(schema.P2_COUNT, _int_feature(_varint(hi - lo)))
+        entries[schema.P2_TARGETS] = _entry(schema.P2_TARGETS, _bytes_feature(_target_columns(targets[lo:hi])))
+        entries[schema.P2_OWNERSHIP_FINE] = _entry(schema.P2_OWNERSHIP_FINE, _bytes_feature(
             fine_rows[fine_bounds[r] * nn:fine_bounds[r + 1] * nn]))
         for key, (data, row) in fixed.items():
             entries[key] = _entry(key, _bytes_feature(data[lo * row:hi * row]))

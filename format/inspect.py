@@ -29,7 +29,7 @@ import numpy as np
 
 from format import codec
 from format import layout
-from format import schema as S
+from format import schema
 
 EXIT_OK, EXIT_BAD_DATA, EXIT_USAGE = 0, 1, 2
 
@@ -40,7 +40,7 @@ EXIT_OK, EXIT_BAD_DATA, EXIT_USAGE = 0, 1, 2
 
 
 def _is_record_file(path: str) -> bool:
-    return path.endswith(S.CHUNK_SUFFIX) or path.endswith(S.SHARD_SUFFIX) or path.endswith(S.GAME_TABLE_SUFFIX)
+    return path.endswith(schema.CHUNK_SUFFIX) or path.endswith(schema.SHARD_SUFFIX) or path.endswith(schema.GAME_TABLE_SUFFIX)
 
 
 def locate(target: str):
@@ -102,9 +102,9 @@ class Summary:
         self.full_search_positions += int(np.count_nonzero(game.full_search))
         self.generations[game.generation] += 1
         self.board_sizes[game.board_size] += 1
-        self.winners[{S.BLACK: "B", S.WHITE: "W"}.get(game.winner, "draw")] += 1
-        self.end_reasons[S.END_REASONS[game.end_reason]] += 1
-        self.ownership_sources[S.OWNERSHIP_SOURCES[game.ownership_source]] += 1
+        self.winners[{schema.BLACK: "B", schema.WHITE: "W"}.get(game.winner, "draw")] += 1
+        self.end_reasons[schema.END_REASONS[game.end_reason]] += 1
+        self.ownership_sources[schema.OWNERSHIP_SOURCES[game.ownership_source]] += 1
         if not game.resign_enabled:
             self.resign_disabled_games += 1
             if game.would_resign and game.would_resign == game.winner:
@@ -163,7 +163,7 @@ def scan(storage, paths, *, progress=True) -> Summary:
             # one record, in a compressed frame), so 0 bytes is damage.
             summary.bad_files[url] = "empty file (0 bytes): a chunk or shard always holds at least one record"
             continue
-        if path.endswith(S.CHUNK_SUFFIX):
+        if path.endswith(schema.CHUNK_SUFFIX):
             good, problems = [], []
             for item in codec.iter_chunk(data, url):
                 (problems if isinstance(item, codec.FormatError) else good).append(item)
@@ -176,7 +176,7 @@ def scan(storage, paths, *, progress=True) -> Summary:
             if not problems:
                 summary.chunks += 1
                 summary.chunk_bytes += len(data)
-        elif path.endswith(S.GAME_TABLE_SUFFIX):
+        elif path.endswith(schema.GAME_TABLE_SUFFIX):
             try:
                 codec.decode_game_table(data, url)
             except codec.FormatError as exc:
@@ -189,7 +189,7 @@ def scan(storage, paths, *, progress=True) -> Summary:
                 records = codec.read_shard(data, url, table=table if isinstance(table, codec.GameTable) else None)
             except codec.FormatError as exc:
                 why = str(exc)
-                if exc.field == S.P2_GAME and not isinstance(table, codec.GameTable):
+                if exc.field == schema.P2_GAME and not isinstance(table, codec.GameTable):
                     table_url = storage.url(layout.game_table_beside(path))
                     why += f" (its game table {table_url} is " + (f"damaged: {table})" if table else "missing)")
                 summary.bad_files[url] = why
@@ -259,8 +259,8 @@ def cmd_verify(args) -> int:
 
 def _load_game(target: str, index: int) -> codec.GameRecord:
     storage, paths = locate(target)
-    if len(paths) != 1 or not paths[0].endswith(S.CHUNK_SUFFIX):
-        raise SystemExit(f"error: {target} is not a chunk file (*{S.CHUNK_SUFFIX})")
+    if len(paths) != 1 or not paths[0].endswith(schema.CHUNK_SUFFIX):
+        raise SystemExit(f"error: {target} is not a chunk file (*{schema.CHUNK_SUFFIX})")
     games = codec.read_chunk(storage.read(paths[0]), storage.url(paths[0]))
     if not 0 <= index < len(games):
         raise SystemExit(f"error: --index/--game {index} out of range: {target} holds {len(games)} games")
@@ -277,9 +277,9 @@ def _top_moves(game: codec.GameRecord, move: int, k: int = 5) -> list[tuple[str,
 
 def _result_string(game: codec.GameRecord) -> str | None:
     if game.winner == 0:
-        return "0" if game.end_reason == S.END_TWO_PASSES else None
-    colour = "B" if game.winner == S.BLACK else "W"
-    if game.end_reason == S.END_RESIGN:
+        return "0" if game.end_reason == schema.END_TWO_PASSES else None
+    colour = "B" if game.winner == schema.BLACK else "W"
+    if game.end_reason == schema.END_RESIGN:
         return f"{colour}+R"
     if math.isfinite(game.score):
         return f"{colour}+{abs(game.score):g}"
@@ -346,7 +346,7 @@ def render_position(game: codec.GameRecord, move: int) -> str:
         lines.append("policy: " + "  ".join(f"{m} {p:.1%}" for m, p in _top_moves(game, move)))
     else:
         lines.append("policy: none recorded (fast search)")
-    lines.append(f"ownership from: {S.OWNERSHIP_SOURCES[game.ownership_source]}")
+    lines.append(f"ownership from: {schema.OWNERSHIP_SOURCES[game.ownership_source]}")
     return "\n".join(lines)
 
 

@@ -37,7 +37,7 @@ import json
 import math
 import re
 
-from format import schema as S
+from format import schema
 from format.tfrecord import MAX_EXPANSION
 
 RUN_CONFIG = "run.json"
@@ -76,7 +76,7 @@ def too_large(max_bytes: int) -> str:
 WINDOW_MANIFEST_VERSION = 1
 MODEL_MANIFEST_VERSION = 1
 
-_CHUNK_NAME = re.compile(r"(?P<worker>[A-Za-z0-9_.]+)-(?P<ms>\d{13})-(?P<seq>\d{6,})" + re.escape(S.CHUNK_SUFFIX))
+_CHUNK_NAME = re.compile(r"(?P<worker>[A-Za-z0-9_.]+)-(?P<ms>\d{13})-(?P<seq>\d{6,})" + re.escape(schema.CHUNK_SUFFIX))
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")
 
 
@@ -119,7 +119,7 @@ def chunk_path(generation: int, worker_id: str, time_ms: int, seq: int) -> str:
     """``games/<gen>/<worker>-<ms>-<seq>.tfrecord.zst``; ms and seq make names sort by time."""
     if not worker_id or not re.fullmatch(r"[A-Za-z0-9_.]+", worker_id):
         raise ValueError(f"worker id {worker_id!r} may hold only letters, digits, '_' and '.'")
-    return f"{games_prefix(generation)}{worker_id}-{int(time_ms):013d}-{int(seq):06d}{S.CHUNK_SUFFIX}"
+    return f"{games_prefix(generation)}{worker_id}-{int(time_ms):013d}-{int(seq):06d}{schema.CHUNK_SUFFIX}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +165,7 @@ def shard_path(generation: int, name: str) -> str:
 def shard_name(attempt: str, shard: int, num_shards: int) -> str:
     """``<attempt>-<k:05d>-of-<n:05d>.tfrecord.gz``: shard k of a job attempt's window."""
     _check_attempt(attempt)
-    return f"{attempt}-{int(shard):05d}-of-{int(num_shards):05d}{S.SHARD_SUFFIX}"
+    return f"{attempt}-{int(shard):05d}-of-{int(num_shards):05d}{schema.SHARD_SUFFIX}"
 
 
 def game_table_name(attempt: str) -> str:
@@ -176,7 +176,7 @@ def game_table_name(attempt: str) -> str:
 
 
 def _game_table_file(attempt: str) -> str:
-    return f"{attempt}-games{S.GAME_TABLE_SUFFIX}"
+    return f"{attempt}-games{schema.GAME_TABLE_SUFFIX}"
 
 
 def game_table_path(generation: int, name: str) -> str:
@@ -272,8 +272,8 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
     if generation < 0 or window_manifest(generation) != path:
         raise ManifestError(url, "target_generation", f"{generation} does not match the manifest's folder")
     board_size = need("board_size", int)
-    if not S.MIN_BOARD_SIZE <= board_size <= S.MAX_BOARD_SIZE:
-        raise ManifestError(url, "board_size", f"{board_size} is outside {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
+    if not schema.MIN_BOARD_SIZE <= board_size <= schema.MAX_BOARD_SIZE:
+        raise ManifestError(url, "board_size", f"{board_size} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
     shards = need("shards", list)
     if not shards or not all(isinstance(s, str) and _SAFE_NAME.fullmatch(s) and ".." not in s for s in shards):
         raise ManifestError(url, "shards", "must list the window's shard file names")
@@ -286,12 +286,12 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
     if not all(parse_generation(f"{g:0>6}") is not None for g in document.get("generations", {})):
         raise ManifestError(url, "generations", "must be keyed by generation numbers")
     komi = document.get("komi", 0.0)
-    if not isinstance(komi, (int, float)) or isinstance(komi, bool) or abs(komi) > S.MAX_KOMI:
-        raise ManifestError(url, "komi", f"is {komi!r}, expected a number in [-{S.MAX_KOMI:g}, {S.MAX_KOMI:g}]")
+    if not isinstance(komi, (int, float)) or isinstance(komi, bool) or abs(komi) > schema.MAX_KOMI:
+        raise ManifestError(url, "komi", f"is {komi!r}, expected a number in [-{schema.MAX_KOMI:g}, {schema.MAX_KOMI:g}]")
     record_version = need("record_version", int) if "record_version" in document else 1
-    if record_version not in S.POSITION_RECORD_VERSIONS:
+    if record_version not in schema.POSITION_RECORD_VERSIONS:
         raise ManifestError(url, "record_version", f"is {record_version}; this reader knows versions "
-                            f"{sorted(S.POSITION_RECORD_VERSIONS)} (update zerolake)")
+                            f"{sorted(schema.POSITION_RECORD_VERSIONS)} (update zerolake)")
     games = document.get("games", [])
     if not isinstance(games, list) or not all(isinstance(g, str) for g in games):
         raise ManifestError(url, "games", "must be a list of game ids (what a version-2 or 3 record's 'game' indexes)")
@@ -415,9 +415,9 @@ def parse_model_manifest(data: bytes, generation: int, url: str) -> dict:
     metadata = document.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("board_size"), int):
         raise ManifestError(url, "metadata", "must be an object with an int board_size")
-    if not S.MIN_BOARD_SIZE <= metadata["board_size"] <= S.MAX_BOARD_SIZE:
+    if not schema.MIN_BOARD_SIZE <= metadata["board_size"] <= schema.MAX_BOARD_SIZE:
         raise ManifestError(url, "metadata.board_size", f"{metadata['board_size']} is outside "
-                                                        f"{S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
+                                                        f"{schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
     _check_numbers(document, url)
     return document
 

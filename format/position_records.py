@@ -43,7 +43,7 @@ from typing import Sequence
 import numpy as np
 
 from format import planes as plane_layout
-from format import schema as S
+from format import schema
 from format.example_proto import Example
 from format.tfrecord import (
     RecordError,
@@ -94,22 +94,22 @@ def encode_position(
 ) -> bytes:
     """Serialize one position record.  Inputs are already in at-rest form."""
     ex = Example()
-    set_int64(ex, S.P_VERSION, [1])
-    set_int64(ex, S.P_BOARD_SIZE, [board_size])
-    set_bytes(ex, S.P_PLANES, bytes(planes_packed))
-    set_int64(ex, S.P_TO_PLAY, [to_play])
-    set_int64(ex, S.P_POLICY_INDEX, policy_index)
-    set_float(ex, S.P_POLICY_PROB, policy_prob)
-    set_float(ex, S.P_VALUE, [value])
-    set_float(ex, S.P_SCORE, [score])
-    set_bytes(ex, S.P_OWNERSHIP, bytes(ownership_int8))
-    set_float(ex, S.P_POLICY_WEIGHT, [policy_weight])
-    set_float(ex, S.P_VALUE_WEIGHT, [value_weight])
-    set_float(ex, S.P_OWNERSHIP_WEIGHT, [ownership_weight])
-    set_float(ex, S.P_SCORE_WEIGHT, [score_weight])
-    set_bytes(ex, S.P_GAME_ID, game_id.encode())
-    set_int64(ex, S.P_MOVE_NUMBER, [move_number])
-    set_int64(ex, S.P_GENERATION, [generation])
+    set_int64(ex, schema.P_VERSION, [1])
+    set_int64(ex, schema.P_BOARD_SIZE, [board_size])
+    set_bytes(ex, schema.P_PLANES, bytes(planes_packed))
+    set_int64(ex, schema.P_TO_PLAY, [to_play])
+    set_int64(ex, schema.P_POLICY_INDEX, policy_index)
+    set_float(ex, schema.P_POLICY_PROB, policy_prob)
+    set_float(ex, schema.P_VALUE, [value])
+    set_float(ex, schema.P_SCORE, [score])
+    set_bytes(ex, schema.P_OWNERSHIP, bytes(ownership_int8))
+    set_float(ex, schema.P_POLICY_WEIGHT, [policy_weight])
+    set_float(ex, schema.P_VALUE_WEIGHT, [value_weight])
+    set_float(ex, schema.P_OWNERSHIP_WEIGHT, [ownership_weight])
+    set_float(ex, schema.P_SCORE_WEIGHT, [score_weight])
+    set_bytes(ex, schema.P_GAME_ID, game_id.encode())
+    set_int64(ex, schema.P_MOVE_NUMBER, [move_number])
+    set_int64(ex, schema.P_GENERATION, [generation])
     return ex.SerializeToString(deterministic=True)
 
 
@@ -120,7 +120,7 @@ def decode_position(data: bytes, source: str = "<bytes>") -> PositionRecord:
     """
     records = decode_records(data, source)
     if records and records[0].version != 1:
-        raise FormatError(source, S.P_VERSION, f"is a version-{records[0].version} group of {len(records)} "
+        raise FormatError(source, schema.P_VERSION, f"is a version-{records[0].version} group of {len(records)} "
                                                f"positions; read it with decode_records")
     return records[0]
 
@@ -128,10 +128,10 @@ def decode_position(data: bytes, source: str = "<bytes>") -> PositionRecord:
 def decode_version(data: bytes, source: str = "<bytes>") -> int:
     """The version of one position record (either version), checked against the known ones."""
     r = FeatureReader(parse_example(data, source), source)
-    version = r.int(S.P_VERSION)
-    if version not in S.POSITION_RECORD_VERSIONS:
-        raise r.error(S.P_VERSION, f"unknown position-record version {version} (this reader knows "
-                                   f"{sorted(S.POSITION_RECORD_VERSIONS)}); update zerolake to read it")
+    version = r.int(schema.P_VERSION)
+    if version not in schema.POSITION_RECORD_VERSIONS:
+        raise r.error(schema.P_VERSION, f"unknown position-record version {version} (this reader knows "
+                                   f"{sorted(schema.POSITION_RECORD_VERSIONS)}); update zerolake to read it")
     return version
 
 
@@ -146,9 +146,9 @@ def decode_records(data: bytes, source: str = "<bytes>", games: Sequence[str] | 
     """
     version = decode_version(data, source)
     r = FeatureReader(parse_example(data, source), source)
-    n = r.int(S.P_BOARD_SIZE)
-    if not S.MIN_BOARD_SIZE <= n <= S.MAX_BOARD_SIZE:
-        raise r.error(S.P_BOARD_SIZE, f"impossible board size {n}")
+    n = r.int(schema.P_BOARD_SIZE)
+    if not schema.MIN_BOARD_SIZE <= n <= schema.MAX_BOARD_SIZE:
+        raise r.error(schema.P_BOARD_SIZE, f"impossible board size {n}")
     if version >= 2:
         return _decode_group(r, n, games, version, table)
     return [_decode_v1(r, n)]
@@ -156,34 +156,34 @@ def decode_records(data: bytes, source: str = "<bytes>", games: Sequence[str] | 
 
 def _decode_v1(r: FeatureReader, n: int) -> PositionRecord:
     version = 1
-    raw = r.bytes(S.P_PLANES)
-    expected = S.packed_plane_bytes(n, S.PACKED_PLANES)
+    raw = r.bytes(schema.P_PLANES)
+    expected = schema.packed_plane_bytes(n, schema.PACKED_PLANES)
     if len(raw) != expected:
-        raise r.error(S.P_PLANES, f"has {len(raw)} bytes, expected {expected}")
-    planes = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), count=S.PACKED_PLANES * n * n,
-                           bitorder="big").reshape(S.PACKED_PLANES, n, n)
-    to_play = r.int(S.P_TO_PLAY)
-    if to_play not in (S.BLACK, S.WHITE):
-        raise r.error(S.P_TO_PLAY, f"impossible colour {to_play}")
-    index = r.ints(S.P_POLICY_INDEX)
-    prob = r.floats(S.P_POLICY_PROB)
+        raise r.error(schema.P_PLANES, f"has {len(raw)} bytes, expected {expected}")
+    planes = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), count=schema.PACKED_PLANES * n * n,
+                           bitorder="big").reshape(schema.PACKED_PLANES, n, n)
+    to_play = r.int(schema.P_TO_PLAY)
+    if to_play not in (schema.BLACK, schema.WHITE):
+        raise r.error(schema.P_TO_PLAY, f"impossible colour {to_play}")
+    index = r.ints(schema.P_POLICY_INDEX)
+    prob = r.floats(schema.P_POLICY_PROB)
     if len(index) != len(prob):
-        raise r.error(S.P_POLICY_PROB, f"{len(prob)} probabilities for {len(index)} indices")
+        raise r.error(schema.P_POLICY_PROB, f"{len(prob)} probabilities for {len(index)} indices")
     if len(index) and (index.min() < 0 or index.max() > n * n):
-        raise r.error(S.P_POLICY_INDEX, f"index outside 0..{n * n}")
-    if len(prob) and abs(float(prob.sum()) - 1.0) > S.POLICY_SUM_TOLERANCE:
-        raise r.error(S.P_POLICY_PROB, f"sums to {float(prob.sum()):.4f}, far from 1")
-    own_raw = r.bytes(S.P_OWNERSHIP)
+        raise r.error(schema.P_POLICY_INDEX, f"index outside 0..{n * n}")
+    if len(prob) and abs(float(prob.sum()) - 1.0) > schema.POLICY_SUM_TOLERANCE:
+        raise r.error(schema.P_POLICY_PROB, f"sums to {float(prob.sum()):.4f}, far from 1")
+    own_raw = r.bytes(schema.P_OWNERSHIP)
     if len(own_raw) != n * n:
-        raise r.error(S.P_OWNERSHIP, f"has {len(own_raw)} bytes, expected {n * n}")
-    ownership = np.frombuffer(own_raw, dtype=np.int8).astype(np.float32) / S.OWNERSHIP_SCALE
+        raise r.error(schema.P_OWNERSHIP, f"has {len(own_raw)} bytes, expected {n * n}")
+    ownership = np.frombuffer(own_raw, dtype=np.int8).astype(np.float32) / schema.OWNERSHIP_SCALE
     return PositionRecord(
         board_size=n, planes=planes, to_play=to_play, policy_index=index, policy_prob=prob,
-        value=r.float(S.P_VALUE), score=r.float(S.P_SCORE), ownership=ownership,
-        policy_weight=r.float(S.P_POLICY_WEIGHT), value_weight=r.float(S.P_VALUE_WEIGHT),
-        ownership_weight=r.float(S.P_OWNERSHIP_WEIGHT), score_weight=r.float(S.P_SCORE_WEIGHT),
-        game_id=r.text(S.P_GAME_ID), move_number=r.int(S.P_MOVE_NUMBER),
-        generation=r.int(S.P_GENERATION), version=version,
+        value=r.float(schema.P_VALUE), score=r.float(schema.P_SCORE), ownership=ownership,
+        policy_weight=r.float(schema.P_POLICY_WEIGHT), value_weight=r.float(schema.P_VALUE_WEIGHT),
+        ownership_weight=r.float(schema.P_OWNERSHIP_WEIGHT), score_weight=r.float(schema.P_SCORE_WEIGHT),
+        game_id=r.text(schema.P_GAME_ID), move_number=r.int(schema.P_MOVE_NUMBER),
+        generation=r.int(schema.P_GENERATION), version=version,
     )
 
 
@@ -215,14 +215,14 @@ def pack_trits(codes: np.ndarray) -> np.ndarray:
     """uint8[P, NN] codes in 0..2 -> uint8[P, ceil(NN/5)]: point p is digit p % 5 (base 3) of byte p // 5."""
     codes = np.asarray(codes, dtype=np.uint8)
     rows, points = codes.shape
-    padded = np.zeros((rows, -(-points // S.TRIT_POINTS) * S.TRIT_POINTS), np.uint8)
+    padded = np.zeros((rows, -(-points // schema.TRIT_POINTS) * schema.TRIT_POINTS), np.uint8)
     padded[:, :points] = codes
-    digits = padded.reshape(rows, padded.shape[1] // S.TRIT_POINTS, S.TRIT_POINTS)  # (-1 fails for 0 rows)
+    digits = padded.reshape(rows, padded.shape[1] // schema.TRIT_POINTS, schema.TRIT_POINTS)  # (-1 fails for 0 rows)
     # Horner's rule over the five digits, most significant first, in uint8
     # (at most 3**5 - 1 = 242): a reduction over an axis of 5 in numpy costs
     # several times more than five strided adds over the whole array.
-    packed = digits[:, :, S.TRIT_POINTS - 1].copy()
-    for k in range(S.TRIT_POINTS - 2, -1, -1):
+    packed = digits[:, :, schema.TRIT_POINTS - 1].copy()
+    for k in range(schema.TRIT_POINTS - 2, -1, -1):
         packed *= 3
         packed += digits[:, :, k]
     return packed
@@ -231,8 +231,8 @@ def pack_trits(codes: np.ndarray) -> np.ndarray:
 def trit_table() -> np.ndarray:
     """uint8[256, 5]: the five base-3 digits of each byte, least significant first (bytes > 242: 3s)."""
     values = np.arange(256)
-    table = np.stack([values // 3 ** k % 3 for k in range(S.TRIT_POINTS)], axis=1)
-    table[values >= 3 ** S.TRIT_POINTS] = 3  # invalid: no code 3 exists
+    table = np.stack([values // 3 ** k % 3 for k in range(schema.TRIT_POINTS)], axis=1)
+    table[values >= 3 ** schema.TRIT_POINTS] = 3  # invalid: no code 3 exists
     return table.astype(np.uint8)
 
 
@@ -245,7 +245,7 @@ def unpack_trits(packed: np.ndarray, points: int) -> np.ndarray:
 def _colour_code_table() -> np.ndarray:
     """uint8[256]: the code of each int8 colour, indexed by the colour's byte (two's complement)."""
     table = np.zeros(256, np.uint8)
-    table[np.array([S.BLACK, S.WHITE], np.int8).view(np.uint8)] = (1, 2)
+    table[np.array([schema.BLACK, schema.WHITE], np.int8).view(np.uint8)] = (1, 2)
     return table
 
 
@@ -264,7 +264,7 @@ def colour_codes(colours: np.ndarray) -> np.ndarray:
 
 def code_colours(codes: np.ndarray) -> np.ndarray:
     """Inverse of `colour_codes`."""
-    return np.where(codes == 1, S.BLACK, np.where(codes == 2, S.WHITE, S.EMPTY)).astype(np.int8)
+    return np.where(codes == 1, schema.BLACK, np.where(codes == 2, schema.WHITE, schema.EMPTY)).astype(np.int8)
 
 
 def policy_small_integers(prob: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -376,10 +376,10 @@ def _targets_rows(c: CompactPositions) -> np.ndarray:
     half-point playout scores (64 by default: steps of 1/128 point), which
     no 16-bit fixed point holds over a 19x19 board's range.
     """
-    out = np.zeros((len(c), S.TARGET_BYTES), np.uint8)
-    out[:, 0] = ((c.to_play == S.WHITE).astype(np.uint8) * S.TARGET_FLAG_WHITE
-                 | np.asarray(c.fine, bool).astype(np.uint8) * S.TARGET_FLAG_OWN_OWNERSHIP)
-    out[:, 1] = np.clip(np.round(c.value * S.ROOT_VALUE_SCALE), -127, 127).astype(np.int8).view(np.uint8)
+    out = np.zeros((len(c), schema.TARGET_BYTES), np.uint8)
+    out[:, 0] = ((c.to_play == schema.WHITE).astype(np.uint8) * schema.TARGET_FLAG_WHITE
+                 | np.asarray(c.fine, bool).astype(np.uint8) * schema.TARGET_FLAG_OWN_OWNERSHIP)
+    out[:, 1] = np.clip(np.round(c.value * schema.ROOT_VALUE_SCALE), -127, 127).astype(np.int8).view(np.uint8)
     out[:, 2:6] = np.asarray(c.score, "<f4").view(np.uint8).reshape(-1, 4)
     weights = np.stack([c.policy_weight, c.value_weight, c.ownership_weight, c.score_weight], axis=1).astype("<f2")
     out[:, 6:14] = weights.view(np.uint8).reshape(-1, 8)
@@ -395,7 +395,7 @@ def _target_columns(rows: np.ndarray) -> bytes:
     better than interleaved rows; the fixed column length keeps one layout
     for a short last record, so tf.data unpacks every record alike.
     """
-    columns = np.zeros((S.TARGET_BYTES, S.POSITION_GROUP), np.uint8)
+    columns = np.zeros((schema.TARGET_BYTES, schema.POSITION_GROUP), np.uint8)
     columns[:, :len(rows)] = rows.T
     return columns.tobytes()
 
@@ -422,7 +422,7 @@ def encode_position_groups(c: CompactPositions) -> list[bytes]:
         raise ValueError(f"CompactPositions of version {c.version}: groups are versions 2 and 3")
     v2 = c.version == 2
     n = c.board_size
-    move_dtype = np.uint8 if S.move_bytes(n) == 1 else np.dtype("<u2")
+    move_dtype = np.uint8 if schema.move_bytes(n) == 1 else np.dtype("<u2")
     board = np.ascontiguousarray(c.board, np.uint8)
     ownership = np.ascontiguousarray(c.ownership, np.uint8) if v2 else None
     moves = np.ascontiguousarray(c.moves.astype(move_dtype))
@@ -433,29 +433,29 @@ def encode_position_groups(c: CompactPositions) -> list[bytes]:
     fine_offsets = np.concatenate([[0], np.cumsum(np.asarray(c.fine, np.int64))])
     fine_rows = np.ascontiguousarray(c.ownership_fine, np.int8)
     records = []
-    for lo in range(0, len(c), S.POSITION_GROUP):
-        hi = min(lo + S.POSITION_GROUP, len(c))
+    for lo in range(0, len(c), schema.POSITION_GROUP):
+        hi = min(lo + schema.POSITION_GROUP, len(c))
         p_lo, p_hi = c.policy_offsets[lo], c.policy_offsets[hi]
         c_lo, c_hi = c.capture_offsets[lo], c.capture_offsets[hi]
         ex = Example()
-        set_int64(ex, S.P_VERSION, [c.version])
-        set_int64(ex, S.P_BOARD_SIZE, [n])
-        set_int64(ex, S.P2_COUNT, [hi - lo])
-        set_bytes(ex, S.P2_BOARD, board[lo:hi].tobytes())
-        set_bytes(ex, S.P2_MOVES, moves[lo:hi].tobytes())
-        set_int64(ex, S.P2_CAPTURE_COUNT, capture_counts[lo:hi])
-        set_int64(ex, S.P2_CAPTURES, c.captures[c_lo:c_hi])
+        set_int64(ex, schema.P_VERSION, [c.version])
+        set_int64(ex, schema.P_BOARD_SIZE, [n])
+        set_int64(ex, schema.P2_COUNT, [hi - lo])
+        set_bytes(ex, schema.P2_BOARD, board[lo:hi].tobytes())
+        set_bytes(ex, schema.P2_MOVES, moves[lo:hi].tobytes())
+        set_int64(ex, schema.P2_CAPTURE_COUNT, capture_counts[lo:hi])
+        set_int64(ex, schema.P2_CAPTURES, c.captures[c_lo:c_hi])
         if v2:
-            set_bytes(ex, S.P2_OWNERSHIP, ownership[lo:hi].tobytes())
-        set_bytes(ex, S.P2_OWNERSHIP_FINE, fine_rows[fine_offsets[lo]:fine_offsets[hi]].tobytes())
-        set_bytes(ex, S.P2_TARGETS, _target_columns(targets[lo:hi]))
-        set_int64(ex, S.P2_POLICY_COUNT, policy_counts[lo:hi])
-        set_int64(ex, S.P2_POLICY_INDEX_DELTA, deltas[p_lo:p_hi])
-        set_int64(ex, S.P2_POLICY_VALUE, c.policy_value[p_lo:p_hi])
+            set_bytes(ex, schema.P2_OWNERSHIP, ownership[lo:hi].tobytes())
+        set_bytes(ex, schema.P2_OWNERSHIP_FINE, fine_rows[fine_offsets[lo]:fine_offsets[hi]].tobytes())
+        set_bytes(ex, schema.P2_TARGETS, _target_columns(targets[lo:hi]))
+        set_int64(ex, schema.P2_POLICY_COUNT, policy_counts[lo:hi])
+        set_int64(ex, schema.P2_POLICY_INDEX_DELTA, deltas[p_lo:p_hi])
+        set_int64(ex, schema.P2_POLICY_VALUE, c.policy_value[p_lo:p_hi])
         if v2:
-            set_int64(ex, S.P2_GENERATION, c.generation[lo:hi])
-        set_int64(ex, S.P2_GAME, c.game[lo:hi])
-        set_int64(ex, S.P2_MOVE_NUMBER, c.move_number[lo:hi])
+            set_int64(ex, schema.P2_GENERATION, c.generation[lo:hi])
+        set_int64(ex, schema.P2_GAME, c.game[lo:hi])
+        set_int64(ex, schema.P2_MOVE_NUMBER, c.move_number[lo:hi])
         records.append(ex.SerializeToString(deterministic=True))
     return records
 
@@ -470,14 +470,14 @@ def history_boards(board: np.ndarray, moves: np.ndarray, captures: np.ndarray, t
     """
     nn = board_size * board_size
     boards = [np.asarray(board, np.int8).copy()]
-    for age in range(1, S.HISTORY_LENGTH):
+    for age in range(1, schema.HISTORY_LENGTH):
         move = int(moves[age - 1])
-        if move == nn + S.NO_MOVE_OFFSET:
+        if move == nn + schema.NO_MOVE_OFFSET:
             break
         mover = to_play if age % 2 == 0 else -to_play  # who played move t-age
         older = boards[-1].copy()
         if move < nn:
-            older[move] = S.EMPTY
+            older[move] = schema.EMPTY
         captured = captures[captures // nn == age - 1] % nn
         older[captured] = -mover
         boards.append(older)
@@ -492,12 +492,12 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, version
     position keeps its own row, from ``table`` (the window's GameTable).
     """
     if version == 3 and table is None:
-        raise r.error(S.P2_GAME, "version-3 positions take their ownership and generation from the window's "
+        raise r.error(schema.P2_GAME, "version-3 positions take their ownership and generation from the window's "
                                  "game table (the manifest's 'game_table'); none was given to this reader")
-    nn, actions, width = n * n, S.num_actions(n), S.trit_bytes(n)
-    count = r.int(S.P2_COUNT)
-    if not 1 <= count <= S.POSITION_GROUP:
-        raise r.error(S.P2_COUNT, f"is {count}, outside 1..{S.POSITION_GROUP}")
+    nn, actions, width = n * n, schema.num_actions(n), schema.trit_bytes(n)
+    count = r.int(schema.P2_COUNT)
+    if not 1 <= count <= schema.POSITION_GROUP:
+        raise r.error(schema.P2_COUNT, f"is {count}, outside 1..{schema.POSITION_GROUP}")
 
     def fixed(field, row_bytes):
         raw = r.bytes(field)
@@ -514,80 +514,80 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, version
             raise r.error(count_field, f"sums to {int(counts.sum())} but '{values_field}' holds {len(values)} entries")
         return np.concatenate([[0], np.cumsum(counts)]), values
 
-    board_codes = unpack_trits(fixed(S.P2_BOARD, width), nn)
-    own_codes = unpack_trits(fixed(S.P2_OWNERSHIP, width), nn) if version == 2 else None
-    for field, codes in ((S.P2_BOARD, board_codes), (S.P2_OWNERSHIP, own_codes)):
+    board_codes = unpack_trits(fixed(schema.P2_BOARD, width), nn)
+    own_codes = unpack_trits(fixed(schema.P2_OWNERSHIP, width), nn) if version == 2 else None
+    for field, codes in ((schema.P2_BOARD, board_codes), (schema.P2_OWNERSHIP, own_codes)):
         if codes is not None and (codes == 3).any():
             raise r.error(field, "holds a byte above 242 (not 5 base-3 digits)")
-    move_width = S.move_bytes(n)
-    moves = fixed(S.P2_MOVES, S.HISTORY_MOVES * move_width).copy().view(
+    move_width = schema.move_bytes(n)
+    moves = fixed(schema.P2_MOVES, schema.HISTORY_MOVES * move_width).copy().view(
         np.uint8 if move_width == 1 else np.dtype("<u2")).astype(np.int64)
-    no_move = nn + S.NO_MOVE_OFFSET
+    no_move = nn + schema.NO_MOVE_OFFSET
     if (moves > no_move).any():
-        raise r.error(S.P2_MOVES, f"holds a move above {no_move}")
+        raise r.error(schema.P2_MOVES, f"holds a move above {no_move}")
     if ((moves[:, :-1] == no_move) & (moves[:, 1:] != no_move)).any():
-        raise r.error(S.P2_MOVES, "has a move older than the game's start")
-    raw_targets = r.bytes(S.P2_TARGETS)
-    if len(raw_targets) != S.TARGET_BYTES * S.POSITION_GROUP:
-        raise r.error(S.P2_TARGETS, f"has {len(raw_targets)} bytes, expected {S.TARGET_BYTES} x {S.POSITION_GROUP}")
-    targets = np.frombuffer(raw_targets, np.uint8).reshape(S.TARGET_BYTES, S.POSITION_GROUP)[:, :count].T.copy()
+        raise r.error(schema.P2_MOVES, "has a move older than the game's start")
+    raw_targets = r.bytes(schema.P2_TARGETS)
+    if len(raw_targets) != schema.TARGET_BYTES * schema.POSITION_GROUP:
+        raise r.error(schema.P2_TARGETS, f"has {len(raw_targets)} bytes, expected {schema.TARGET_BYTES} x {schema.POSITION_GROUP}")
+    targets = np.frombuffer(raw_targets, np.uint8).reshape(schema.TARGET_BYTES, schema.POSITION_GROUP)[:, :count].T.copy()
     if (targets[:, 0] > 3).any():
-        raise r.error(S.P2_TARGETS, "has a flags byte above 3 (bit 0: White to move, bit 1: "
+        raise r.error(schema.P2_TARGETS, "has a flags byte above 3 (bit 0: White to move, bit 1: "
                                     + ("fine ownership)" if version == 2 else "own ownership)"))
-    fine = (targets[:, 0] & S.TARGET_FLAG_OWN_OWNERSHIP) != 0
-    fine_raw = r.bytes(S.P2_OWNERSHIP_FINE)
+    fine = (targets[:, 0] & schema.TARGET_FLAG_OWN_OWNERSHIP) != 0
+    fine_raw = r.bytes(schema.P2_OWNERSHIP_FINE)
     if len(fine_raw) != int(fine.sum()) * nn:
-        raise r.error(S.P2_OWNERSHIP_FINE, f"has {len(fine_raw)} bytes, expected {int(fine.sum())} "
+        raise r.error(schema.P2_OWNERSHIP_FINE, f"has {len(fine_raw)} bytes, expected {int(fine.sum())} "
                                            f"{'fine' if version == 2 else 'own-label'} positions x {nn}")
     fine_rows = np.frombuffer(fine_raw, np.int8).reshape(-1, nn)
     if (fine_rows == -128).any():
-        raise r.error(S.P2_OWNERSHIP_FINE, f"holds -128 (ownership is -{S.OWNERSHIP_SCALE}..{S.OWNERSHIP_SCALE})")
+        raise r.error(schema.P2_OWNERSHIP_FINE, f"holds -128 (ownership is -{schema.OWNERSHIP_SCALE}..{schema.OWNERSHIP_SCALE})")
     fine_index = np.cumsum(fine) - 1
-    value = targets[:, 1].view(np.int8).astype(np.float32) / S.ROOT_VALUE_SCALE
+    value = targets[:, 1].view(np.int8).astype(np.float32) / schema.ROOT_VALUE_SCALE
     score = targets[:, 2:6].copy().view("<f4")[:, 0].astype(np.float32)
     if not np.isfinite(score).all():
-        raise r.error(S.P2_TARGETS, "has a score that is not finite")
+        raise r.error(schema.P2_TARGETS, "has a score that is not finite")
     weights = targets[:, 6:14].copy().view("<f2").astype(np.float32)
     if not np.isfinite(weights).all() or (weights < 0).any():
-        raise r.error(S.P2_TARGETS, "has a loss weight that is negative or not finite")
-    capture_offsets, captures = counted(S.P2_CAPTURE_COUNT, S.P2_CAPTURES)
-    if len(captures) and (captures.min() < 0 or captures.max() >= S.HISTORY_MOVES * nn):
-        raise r.error(S.P2_CAPTURES, f"holds an entry outside 0..{S.HISTORY_MOVES * nn - 1}")
-    policy_offsets, deltas = counted(S.P2_POLICY_COUNT, S.P2_POLICY_INDEX_DELTA)
-    values = r.ints(S.P2_POLICY_VALUE)
+        raise r.error(schema.P2_TARGETS, "has a loss weight that is negative or not finite")
+    capture_offsets, captures = counted(schema.P2_CAPTURE_COUNT, schema.P2_CAPTURES)
+    if len(captures) and (captures.min() < 0 or captures.max() >= schema.HISTORY_MOVES * nn):
+        raise r.error(schema.P2_CAPTURES, f"holds an entry outside 0..{schema.HISTORY_MOVES * nn - 1}")
+    policy_offsets, deltas = counted(schema.P2_POLICY_COUNT, schema.P2_POLICY_INDEX_DELTA)
+    values = r.ints(schema.P2_POLICY_VALUE)
     if len(values) != len(deltas) or (len(values) and (values.min() < 1 or values.max() > 255)):
-        raise r.error(S.P2_POLICY_VALUE, f"must hold {len(deltas)} integers in 1..255")
+        raise r.error(schema.P2_POLICY_VALUE, f"must hold {len(deltas)} integers in 1..255")
     columns = {}
-    for field in ((S.P2_GENERATION,) if version == 2 else ()) + (S.P2_GAME, S.P2_MOVE_NUMBER):
+    for field in ((schema.P2_GENERATION,) if version == 2 else ()) + (schema.P2_GAME, schema.P2_MOVE_NUMBER):
         columns[field] = r.ints(field)
         if len(columns[field]) != count or (columns[field] < 0).any():
             raise r.error(field, f"has {len(columns[field])} entries (or a negative one), expected {count}")
-    game, move_number = columns[S.P2_GAME], columns[S.P2_MOVE_NUMBER]
+    game, move_number = columns[schema.P2_GAME], columns[schema.P2_MOVE_NUMBER]
     if games is not None and len(game) and game.max() >= len(games):
-        raise r.error(S.P2_GAME, f"holds game {int(game.max())}, but the window's game table has {len(games)}")
+        raise r.error(schema.P2_GAME, f"holds game {int(game.max())}, but the window's game table has {len(games)}")
     if version == 3:
         if table.board_size != n:
-            raise r.error(S.P_BOARD_SIZE, f"is {n}, but the window's game table is "
+            raise r.error(schema.P_BOARD_SIZE, f"is {n}, but the window's game table is "
                                           f"{table.board_size}x{table.board_size}")
         if len(game) and game.max() >= len(table):
-            raise r.error(S.P2_GAME, f"holds game {int(game.max())}, but the window's game table has {len(table)}")
+            raise r.error(schema.P2_GAME, f"holds game {int(game.max())}, but the window's game table has {len(table)}")
         generation = table.generation[game]
     else:
-        generation = columns[S.P2_GENERATION]
+        generation = columns[schema.P2_GENERATION]
     out = []
     for i in range(count):
-        to_play = S.WHITE if targets[i, 0] & 1 else S.BLACK
+        to_play = schema.WHITE if targets[i, 0] & 1 else schema.BLACK
         lo, hi = policy_offsets[i], policy_offsets[i + 1]
         index = np.cumsum(deltas[lo:hi])
         if hi > lo and ((deltas[lo + 1:hi] < 1).any() or index[0] < 0 or index[-1] >= actions):
-            raise r.error(S.P2_POLICY_INDEX_DELTA, f"position {i}: indices not strictly increasing in 0..{nn}")
+            raise r.error(schema.P2_POLICY_INDEX_DELTA, f"position {i}: indices not strictly increasing in 0..{nn}")
         prob = (values[lo:hi] / max(1, values[lo:hi].sum())).astype(np.float32)
         boards = history_boards(code_colours(board_codes[i]), moves[i],
                                 captures[capture_offsets[i]:capture_offsets[i + 1]], to_play, n)
         if fine[i]:
-            ownership = fine_rows[fine_index[i]].astype(np.float32) * to_play / S.OWNERSHIP_SCALE
+            ownership = fine_rows[fine_index[i]].astype(np.float32) * to_play / schema.OWNERSHIP_SCALE
         elif version == 3:
-            ownership = table.ownership[game[i]].astype(np.float32) * to_play / S.OWNERSHIP_SCALE
+            ownership = table.ownership[game[i]].astype(np.float32) * to_play / schema.OWNERSHIP_SCALE
         else:
             ownership = code_colours(own_codes[i]).astype(np.float32) * to_play
         out.append(PositionRecord(

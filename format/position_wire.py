@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from format import schema as S
+from format import schema
 from format.tfrecord import (
     gather_segments,
     fill_data_crcs,
@@ -200,7 +200,7 @@ def _position_gather(
     count = len(planes_packed)
     planes_packed = np.ascontiguousarray(planes_packed, dtype=np.uint8)
     ownership = np.ascontiguousarray(ownership, dtype=np.int8)
-    if planes_packed.shape != (count, S.packed_plane_bytes(n, S.PACKED_PLANES)):
+    if planes_packed.shape != (count, schema.packed_plane_bytes(n, schema.PACKED_PLANES)):
         raise ValueError(f"planes_packed has shape {planes_packed.shape}")
     if ownership.shape != (count, nn):
         raise ValueError(f"ownership has shape {ownership.shape}")
@@ -218,9 +218,9 @@ def _position_gather(
 
     ids = np.asarray(game_id)
     if ids.dtype.kind == "U":
-        id_entries, id_which = _unique_entries(ids, lambda g: _entry(S.P_GAME_ID, _feature_bytes(g.encode())))
+        id_entries, id_which = _unique_entries(ids, lambda g: _entry(schema.P_GAME_ID, _feature_bytes(g.encode())))
     elif ids.dtype.kind == "S":
-        id_entries, id_which = _unique_entries(ids, lambda g: _entry(S.P_GAME_ID, _feature_bytes(g)))
+        id_entries, id_which = _unique_entries(ids, lambda g: _entry(schema.P_GAME_ID, _feature_bytes(g)))
     else:
         raise ValueError(f"game_id must hold strings, got dtype {ids.dtype}")
 
@@ -243,32 +243,32 @@ def _position_gather(
 
     body = _Gather(count)
     # Map entries in the order protobuf's deterministic serializer emits them.
-    body.const(_entry(S.P_BOARD_SIZE, _feature_ints(varint(n))))
+    body.const(_entry(schema.P_BOARD_SIZE, _feature_ints(varint(n))))
     body.table(id_entries, id_which)
-    body.table(*int_column(S.P_GENERATION, generation))
-    body.table(*int_column(S.P_MOVE_NUMBER, move_number))
-    body.const(float_prefix(S.P_OWNERSHIP_WEIGHT))
+    body.table(*int_column(schema.P_GENERATION, generation))
+    body.table(*int_column(schema.P_MOVE_NUMBER, move_number))
+    body.const(float_prefix(schema.P_OWNERSHIP_WEIGHT))
     body.fixed(floats(ownership_weight), 4)
-    body.const(_entry(S.P_OWNERSHIP, _feature_bytes(bytes(nn)))[:-nn])
+    body.const(_entry(schema.P_OWNERSHIP, _feature_bytes(bytes(nn)))[:-nn])
     body.fixed(ownership.view(np.uint8), nn)
-    body.const(_entry(S.P_PLANES, _feature_bytes(bytes(plane_len)))[:-plane_len])
+    body.const(_entry(schema.P_PLANES, _feature_bytes(bytes(plane_len)))[:-plane_len])
     body.fixed(planes_packed, plane_len)
-    body.table(*length_prefix(S.P_POLICY_INDEX, _feature_ints, index_lengths))
+    body.table(*length_prefix(schema.P_POLICY_INDEX, _feature_ints, index_lengths))
     body.rows(index_bytes, index_byte_offsets[policy_offsets[:-1]], index_lengths)
-    body.table(*length_prefix(S.P_POLICY_PROB, _feature_floats, 4 * policy_counts))
+    body.table(*length_prefix(schema.P_POLICY_PROB, _feature_floats, 4 * policy_counts))
     body.rows(floats(policy_prob), 4 * policy_offsets[:-1], 4 * policy_counts)
-    body.const(float_prefix(S.P_POLICY_WEIGHT))
+    body.const(float_prefix(schema.P_POLICY_WEIGHT))
     body.fixed(floats(policy_weight), 4)
-    body.const(float_prefix(S.P_SCORE_WEIGHT))
+    body.const(float_prefix(schema.P_SCORE_WEIGHT))
     body.fixed(floats(score_weight), 4)
-    body.const(float_prefix(S.P_SCORE))
+    body.const(float_prefix(schema.P_SCORE))
     body.fixed(floats(score), 4)
-    body.table(*int_column(S.P_TO_PLAY, to_play))
-    body.const(float_prefix(S.P_VALUE_WEIGHT))
+    body.table(*int_column(schema.P_TO_PLAY, to_play))
+    body.const(float_prefix(schema.P_VALUE_WEIGHT))
     body.fixed(floats(value_weight), 4)
-    body.const(float_prefix(S.P_VALUE))
+    body.const(float_prefix(schema.P_VALUE))
     body.fixed(floats(value), 4)
-    body.const(_entry(S.P_VERSION, _feature_ints(varint(1))))  # this encoder writes version 1
+    body.const(_entry(schema.P_VERSION, _feature_ints(varint(1))))  # this encoder writes version 1
 
     # Example.features (field 1) wraps the body: its tag and length go in
     # front, one entry per distinct body length.

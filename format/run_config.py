@@ -13,7 +13,7 @@ import json
 import math
 
 from format import layout
-from format import schema as S
+from format import schema
 
 FEATURE_SET = "agz17-v1"
 """Name of the network input layout described in format/schema.py."""
@@ -26,18 +26,18 @@ class RunConfigMismatch(ValueError):
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     board_size: int = 9
-    komi: float = S.DEFAULT_KOMI
-    rules: str = S.RULES_TROMP_TAYLOR
+    komi: float = schema.DEFAULT_KOMI
+    rules: str = schema.RULES_TROMP_TAYLOR
     feature_set: str = FEATURE_SET
-    format_version: int = S.FORMAT_VERSION
+    format_version: int = schema.FORMAT_VERSION
 
     def __post_init__(self):
-        if not S.MIN_BOARD_SIZE <= self.board_size <= S.MAX_BOARD_SIZE:
-            raise ValueError(f"board size {self.board_size} is outside {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE}")
-        if not math.isfinite(self.komi) or self.komi * 2 != round(self.komi * 2) or abs(self.komi) > S.MAX_KOMI:
-            raise ValueError(f"komi {self.komi} must be a multiple of 0.5 in [-{S.MAX_KOMI:g}, {S.MAX_KOMI:g}]")
-        if self.rules != S.RULES_TROMP_TAYLOR:
-            raise ValueError(f"rules {self.rules!r} are not supported (only {S.RULES_TROMP_TAYLOR!r})")
+        if not schema.MIN_BOARD_SIZE <= self.board_size <= schema.MAX_BOARD_SIZE:
+            raise ValueError(f"board size {self.board_size} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
+        if not math.isfinite(self.komi) or self.komi * 2 != round(self.komi * 2) or abs(self.komi) > schema.MAX_KOMI:
+            raise ValueError(f"komi {self.komi} must be a multiple of 0.5 in [-{schema.MAX_KOMI:g}, {schema.MAX_KOMI:g}]")
+        if self.rules != schema.RULES_TROMP_TAYLOR:
+            raise ValueError(f"rules {self.rules!r} are not supported (only {schema.RULES_TROMP_TAYLOR!r})")
 
     def to_json(self) -> bytes:
         return (json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n").encode()

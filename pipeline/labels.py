@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from format import schema as S
+from format import schema
 from format.codec import GameRecord
 
 PolicyFn = Callable[[np.ndarray], dict]
@@ -135,7 +135,7 @@ def replay(game: GameRecord):
 
 
 def winner_of(score: float) -> int:
-    return S.BLACK if score > 0 else (S.WHITE if score < 0 else 0)
+    return schema.BLACK if score > 0 else (schema.WHITE if score < 0 else 0)
 
 
 def ended_by_two_passes(game: GameRecord) -> bool:
@@ -147,7 +147,7 @@ def ended_by_two_passes(game: GameRecord) -> bool:
     Playing such a final board out again would only cost time and, worse,
     give an exact label the lower played-out weight.
     """
-    return game.end_reason == S.END_TWO_PASSES or game.ownership_source == S.OWNERSHIP_ACCELERATED
+    return game.end_reason == schema.END_TWO_PASSES or game.ownership_source == schema.OWNERSHIP_ACCELERATED
 
 
 def final_board_label(game: GameRecord, board, stats: dict) -> EndstateLabel:
@@ -168,7 +168,7 @@ def final_board_label(game: GameRecord, board, stats: dict) -> EndstateLabel:
         score = float(ownership.sum()) - game.komi
     if game.winner and winner_of(score) != game.winner:
         stats["final_board_result_disagreements"] += 1
-    source = S.OWNERSHIP_ACCELERATED if game.ownership_source == S.OWNERSHIP_ACCELERATED else S.OWNERSHIP_FINAL_BOARD
+    source = schema.OWNERSHIP_ACCELERATED if game.ownership_source == schema.OWNERSHIP_ACCELERATED else schema.OWNERSHIP_FINAL_BOARD
     return EndstateLabel(ownership.astype(np.float32), score, source, 1.0)
 
 
@@ -176,7 +176,7 @@ def random_playout_label(board, num_playouts: int, seed: int, weight: float) -> 
     """Mean ownership over random playouts (eye rule) from ``board``."""
     mean = _engine().playout_ownership(board, num_playouts, seed)
     score = float(mean.sum()) - board.komi
-    return EndstateLabel(mean.astype(np.float32), score, S.OWNERSHIP_RANDOM_PLAYOUTS, weight)
+    return EndstateLabel(mean.astype(np.float32), score, schema.OWNERSHIP_RANDOM_PLAYOUTS, weight)
 
 
 def _sample_moves(logits: np.ndarray, legal: np.ndarray, temperature: float, rng: np.random.Generator):
@@ -227,7 +227,7 @@ def model_playout_labels(boards: Sequence, policy_fn: PolicyFn, *, max_moves: in
         if not board.is_over:
             board.random_playout(int(rng.integers(1 << 62)))
         labels.append(EndstateLabel(board.ownership().astype(np.float32), float(board.area_score()),
-                                    S.OWNERSHIP_MODEL_PLAYOUT, weight))
+                                    schema.OWNERSHIP_MODEL_PLAYOUT, weight))
     return labels
 
 
@@ -269,6 +269,6 @@ def label_games(games: Sequence[GameRecord], *, policy_fn: PolicyFn | None, rand
     for i, game in enumerate(games):
         if labels[i] is None:  # not two passes and the moves do not replay
             stats["unlabelled"] += 1
-            labels[i] = EndstateLabel(np.zeros(game.board_size ** 2, np.float32), math.nan, S.OWNERSHIP_NONE, 0.0)
+            labels[i] = EndstateLabel(np.zeros(game.board_size ** 2, np.float32), math.nan, schema.OWNERSHIP_NONE, 0.0)
     stats["games_labelled"] += len(games)
     return labels

@@ -34,7 +34,7 @@ from typing import Sequence
 import numpy as np
 
 from format import codec
-from format import schema as S
+from format import schema
 from format.codec import GameRecord
 from format.game_table import fractional, label_rows
 from format.tfrecord import frame_records
@@ -147,7 +147,7 @@ class PositionBatch(codec.PositionHistory):
         else:
             fine = fractional(black_view)
             ternary = np.sign(black_view)                                               # +1 Black, -1 White
-            ternary[fine] = S.EMPTY
+            ternary[fine] = schema.EMPTY
             ownership = codec.pack_trits(codec.colour_codes(ternary))
         values = codec.policy_small_integers(self.policy_prob, self.policy_offsets)
         return codec.CompactPositions(
@@ -251,7 +251,7 @@ def history_planes(fresh: np.ndarray, move_number: np.ndarray) -> np.ndarray:
 
     p = len(fresh)
     fresh = np.ascontiguousarray(fresh, dtype=np.uint8).reshape(p, 2, -1)
-    out = np.empty((p, (S.PACKED_PLANES * fresh.shape[2] + 7) // 8), np.uint8)  # packed_plane_bytes(N, 16)
+    out = np.empty((p, (schema.PACKED_PLANES * fresh.shape[2] + 7) // 8), np.uint8)  # packed_plane_bytes(N, 16)
     _history.pack_history(fresh, np.ascontiguousarray(move_number, dtype=np.int32), out)
     return out
 
@@ -268,12 +268,12 @@ def recent_moves(fresh: np.ndarray, moves: np.ndarray, move_number: np.ndarray
     removes stones by capturing), entered as (k - 1) * NN + point.
     """
     positions, nn = fresh.shape[0], fresh.shape[2]
-    history = np.full((positions, S.HISTORY_MOVES), nn + S.NO_MOVE_OFFSET, np.int32)
+    history = np.full((positions, schema.HISTORY_MOVES), nn + schema.NO_MOVE_OFFSET, np.int32)
     lost = np.zeros((positions, nn), bool)  # lost[r]: points emptied by the move at row r
     if positions > 1:
         lost[:-1] = ((fresh[:-1] & ~fresh[1:]) != 0).any(axis=1)
     entries, owners = [], []
-    for age in range(1, S.HISTORY_MOVES + 1):
+    for age in range(1, schema.HISTORY_MOVES + 1):
         valid = np.flatnonzero(move_number >= age)
         history[valid, age - 1] = moves[valid - age]
         row, point = np.nonzero(lost[valid - age])
@@ -354,7 +354,7 @@ def games_positions(games: Sequence[GameRecord], labels: Sequence[EndstateLabel]
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     move_number = (np.arange(total) - np.repeat(starts, lengths)).astype(np.int32)
     black_to_move = move_number % 2 == 0
-    to_play = np.where(black_to_move, S.BLACK, S.WHITE).astype(np.int8)
+    to_play = np.where(black_to_move, schema.BLACK, schema.WHITE).astype(np.int8)
     fresh = np.concatenate([np.asarray(g.planes, dtype=np.uint8).reshape(-1, 2, n * n) for g in games])
     moves = np.concatenate([np.asarray(g.moves, np.int64) for g in games])
     history_moves, capture_offsets, captures = recent_moves(fresh, moves, move_number)
@@ -383,10 +383,10 @@ def games_positions(games: Sequence[GameRecord], labels: Sequence[EndstateLabel]
     # Value and score: the recorded result; the score of a two-pass game as
     # recorded, else the label's; both from the side to move.
     winner = per_game([g.winner for g in games], np.float32)
-    value_known = [g.winner != 0 or g.end_reason == S.END_TWO_PASSES for g in games]
-    score_black = [g.score if g.end_reason == S.END_TWO_PASSES and math.isfinite(g.score) else lab.score
+    value_known = [g.winner != 0 or g.end_reason == schema.END_TWO_PASSES for g in games]
+    score_black = [g.score if g.end_reason == schema.END_TWO_PASSES and math.isfinite(g.score) else lab.score
                    for g, lab in zip(games, labels)]
-    score_known = [math.isfinite(sc) and lab.source != S.OWNERSHIP_NONE for sc, lab in zip(score_black, labels)]
+    score_known = [math.isfinite(sc) and lab.source != schema.OWNERSHIP_NONE for sc, lab in zip(score_black, labels)]
     side = to_play.astype(np.float32)
     score = per_game([sc if known else 0.0 for sc, known in zip(score_black, score_known)], np.float32) * side
     label_weight = [lab.weight for lab in labels]

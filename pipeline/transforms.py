@@ -65,7 +65,7 @@ import numpy as np
 
 from format import codec
 from format import layout
-from format import schema as S
+from format import schema
 from format.tfrecord import compress_gzip
 from pipeline import labels as L
 from pipeline import positions as P
@@ -483,7 +483,7 @@ def build_manifest(context: JobContext, summary: dict, game_ids: Sequence[str] =
     label_keys = set(L.LABEL_STATS)
     return {
         "version": layout.WINDOW_MANIFEST_VERSION,
-        "record_version": S.POSITION_RECORD_VERSION,
+        "record_version": schema.POSITION_RECORD_VERSION,
         "target_generation": context.target_generation,
         "board_size": context.board_size,
         "komi": context.komi,

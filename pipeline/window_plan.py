@@ -30,7 +30,7 @@ from typing import Sequence
 
 from format import codec
 from format import layout
-from format import schema as S
+from format import schema
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +135,7 @@ def plan_window(storage, *, min_positions: int, scale: int, exponent: float, max
     """List games/, apply the window rule, and bundle the chosen chunks."""
     listed = list_chunks(storage)
     if not listed:
-        raise ValueError(f"{storage.url(layout.GAMES_DIR)} holds no chunk files (*{S.CHUNK_SUFFIX})")
+        raise ValueError(f"{storage.url(layout.GAMES_DIR)} holds no chunk files (*{schema.CHUNK_SUFFIX})")
     per_byte, per_game = estimate_positions_per_byte(storage, listed, sample_chunks)
     total = int(round(sum(c.size for c in listed) * per_byte))
     target = window_positions(total, min_positions, scale, exponent, max_positions)

@@ -59,7 +59,7 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from format import schema as S
+from format import schema
 
 log = logging.getLogger("selfplay.evaluator")
 
@@ -328,7 +328,7 @@ class FixedShapeFunction:
                 import tensorflow as tf
 
                 n = self.board_size
-                spec = tf.TensorSpec([size, n, n, S.INPUT_PLANES], tf.float32, name="planes")
+                spec = tf.TensorSpec([size, n, n, schema.INPUT_PLANES], tf.float32, name="planes")
                 function = self._functions[size] = tf.function(self._body, input_signature=[spec])
         return function
 

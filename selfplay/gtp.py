@@ -38,7 +38,7 @@ import time
 from typing import Callable
 
 from format.cli import RoleCli, board_size_setting, komi_setting, root_setting, setting, setting_problems
-from format import schema as S
+from format import schema
 from selfplay.board import Board, IllegalMove
 from format.coords import GTP_COLUMNS, gtp_to_move, move_to_gtp
 from selfplay.move_policy import MovePolicy
@@ -116,9 +116,9 @@ def format_score(score: float) -> str:
 def parse_color(text: str) -> int:
     lowered = text.lower()
     if lowered in ("b", "black"):
-        return S.BLACK
+        return schema.BLACK
     if lowered in ("w", "white"):
-        return S.WHITE
+        return schema.WHITE
     raise GtpFailure(f"syntax error: invalid color {text!r}")
 
 
@@ -131,7 +131,7 @@ def board_to_text(board: Board) -> str:
     lines = [letters]
     for row in range(size):
         label = f"{size - row:>2}"
-        cells = [{S.BLACK: "X", S.WHITE: "O", S.EMPTY: "."}[int(c)] for c in stones[row]]
+        cells = [{schema.BLACK: "X", schema.WHITE: "O", schema.EMPTY: "."}[int(c)] for c in stones[row]]
         # Separators around each cell; the last move is bracketed: ". (X) .".
         seps = [" "] * (size + 1)
         if 0 <= last < size * size and last // size == row:
@@ -139,7 +139,7 @@ def board_to_text(board: Board) -> str:
         text = "".join(sep + cell for sep, cell in zip(seps, cells)) + seps[size]
         lines.append(f"{label}{text}{size - row}")
     lines.append(letters)
-    side = "Black" if board.to_play == S.BLACK else "White"
+    side = "Black" if board.to_play == schema.BLACK else "White"
     lines.append(f"{side} to play, move {board.move_number}, komi {board.komi:g}")
     return "\n".join(lines)
 
@@ -152,7 +152,7 @@ class GtpEngine:
     on another size); `budget` is the per-move search budget."""
 
     def __init__(self, player_factory: Callable[[int], MctsPlayer], budget: SearchBudget,
-                 board_size: int = S.DEFAULT_BOARD_SIZE, komi: float = S.DEFAULT_KOMI, log: Callable[[str], None] | None = None):
+                 board_size: int = schema.DEFAULT_BOARD_SIZE, komi: float = schema.DEFAULT_KOMI, log: Callable[[str], None] | None = None):
         self._player_factory = player_factory
         self.budget = budget
         self.log = log or (lambda text: None)
@@ -287,8 +287,8 @@ class GtpEngine:
             size = int(args[0])
         except ValueError:
             raise GtpFailure(f"syntax error: board size {args[0]!r} is not an integer") from None
-        if not S.MIN_BOARD_SIZE <= size <= S.MAX_BOARD_SIZE:
-            raise GtpFailure(f"unacceptable size (this engine plays {S.MIN_BOARD_SIZE}..{S.MAX_BOARD_SIZE})")
+        if not schema.MIN_BOARD_SIZE <= size <= schema.MAX_BOARD_SIZE:
+            raise GtpFailure(f"unacceptable size (this engine plays {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE})")
         self._reset(size)
         return ""
 
@@ -302,7 +302,7 @@ class GtpEngine:
             komi = float(args[0])
         except ValueError:
             raise GtpFailure(f"syntax error: komi {args[0]!r} is not a number") from None
-        if not math.isfinite(komi) or abs(komi) > S.MAX_KOMI:
+        if not math.isfinite(komi) or abs(komi) > schema.MAX_KOMI:
             raise GtpFailure(f"syntax error: komi {args[0]!r} is out of range")
         self.komi = komi
         self.board = self._replay(self.moves)

@@ -111,7 +111,7 @@ from typing import Callable, Sequence
 from cloud.base import NotFound, StorageError
 from cloud.storage import open_storage
 from format import layout
-from format import schema as S
+from format import schema
 from format.cli import RoleCli, max_moves_setting, root_setting, setting, setting_problems
 from format.registry import RegistryError
 from format.run_config import RunConfig, ensure_run_config, read_run_config
@@ -235,7 +235,7 @@ class LadderGame:
     """One finished ladder game, as a line of the results file.
 
     ``a`` and ``b`` are the pairing's players (a is Black in even-numbered
-    games); ``winner`` is S.BLACK, S.WHITE or S.EMPTY (a draw); ``score`` is
+    games); ``winner`` is schema.BLACK, schema.WHITE or schema.EMPTY (a draw); ``score`` is
     the area score from Black's side, None after a resignation or a forfeit;
     ``digest`` is `game_digest` of the game, None in lines written before
     digests were kept.
@@ -259,9 +259,9 @@ class LadderGame:
     @property
     def score_a(self) -> float:
         """a's points from this game: 1 win, 1/2 draw, 0 loss."""
-        if self.winner == S.EMPTY:
+        if self.winner == schema.EMPTY:
             return 0.5
-        return 1.0 if (self.winner == S.BLACK) == (self.black == self.a) else 0.0
+        return 1.0 if (self.winner == schema.BLACK) == (self.black == self.a) else 0.0
 
     def to_json(self) -> str:
         return json.dumps({"version": RESULTS_VERSION, **dataclasses.asdict(self)}, sort_keys=True)
@@ -436,7 +436,7 @@ def _closing_match(storage, generation: int, source: str, key: str, result: dict
     for entry in result["game_results"]:
         index = int(entry["index"])
         black, white = (player, opponent) if index % 2 == 0 else (opponent, player)   # A is Black in even games
-        winner = {"B": S.BLACK, "W": S.WHITE}.get(entry["result"][:1], S.EMPTY)
+        winner = {"B": schema.BLACK, "W": schema.WHITE}.get(entry["result"][:1], schema.EMPTY)
         digest = None
         try:
             _, _, moves, _ = game_from_sgf(storage.read(entry["sgf"]))

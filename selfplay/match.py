@@ -50,7 +50,7 @@ from typing import Callable, Sequence
 
 from format.cli import (board_size_setting, config_from_namespace, komi_setting, max_moves_setting, RoleCli,
                         setting, setting_problems, storage_retry)
-from format import schema as S
+from format import schema
 from selfplay.board import Board, IllegalMove
 from selfplay.move_policy import MovePolicy
 from selfplay.player import (
@@ -61,9 +61,9 @@ from selfplay.player import (
 Z_95 = 1.959963984540054
 """Two-sided 95% quantile of the standard normal."""
 
-END_TWO_PASSES = S.END_REASONS[S.END_TWO_PASSES]
-END_RESIGN = S.END_REASONS[S.END_RESIGN]
-END_MOVE_CAP = S.END_REASONS[S.END_MOVE_CAP]
+END_TWO_PASSES = schema.END_REASONS[schema.END_TWO_PASSES]
+END_RESIGN = schema.END_REASONS[schema.END_RESIGN]
+END_MOVE_CAP = schema.END_REASONS[schema.END_MOVE_CAP]
 END_ILLEGAL = "illegal-move"
 
 
@@ -109,9 +109,9 @@ class GameResult:
     @property
     def result_text(self) -> str:
         """SGF/GTP style: 'B+3.5', 'W+R' (resign), 'B+F' (forfeit), '0' (draw)."""
-        if self.winner == S.EMPTY:
+        if self.winner == schema.EMPTY:
             return "0"
-        side = "B" if self.winner == S.BLACK else "W"
+        side = "B" if self.winner == schema.BLACK else "W"
         if self.end_reason == END_RESIGN:
             return f"{side}+R"
         if self.end_reason == END_ILLEGAL:
@@ -166,13 +166,13 @@ def summarize(player_a: str, player_b: str, board_size: int, komi: float,
     """Count A's wins (A is Black in even-numbered games) into an EvalResult."""
     wins = losses = draws = wins_black = wins_white = 0
     for game in results:
-        a_color = S.BLACK if game.index % 2 == 0 else S.WHITE
-        if game.winner == S.EMPTY:
+        a_color = schema.BLACK if game.index % 2 == 0 else schema.WHITE
+        if game.winner == schema.EMPTY:
             draws += 1
         elif game.winner == a_color:
             wins += 1
-            wins_black += a_color == S.BLACK
-            wins_white += a_color == S.WHITE
+            wins_black += a_color == schema.BLACK
+            wins_white += a_color == schema.WHITE
         else:
             losses += 1
     total = len(results)
@@ -203,7 +203,7 @@ class _LiveGame:
     moves: list[int] = dataclasses.field(default_factory=list)
 
     def player_to_move(self):
-        return self.black if self.board.to_play == S.BLACK else self.white
+        return self.black if self.board.to_play == schema.BLACK else self.white
 
 
 def _finish(game: _LiveGame, end_reason: str, loser: int | None = None) -> GameResult:
@@ -212,7 +212,7 @@ def _finish(game: _LiveGame, end_reason: str, loser: int | None = None) -> GameR
         winner, score = -loser, None
     else:
         score = float(game.board.area_score())
-        winner = S.BLACK if score > 0 else S.WHITE if score < 0 else S.EMPTY
+        winner = schema.BLACK if score > 0 else schema.WHITE if score < 0 else schema.EMPTY
     return GameResult(game.index, game.black.name, game.white.name, tuple(game.moves),
                       winner, score, end_reason)
 
@@ -392,7 +392,7 @@ class MatchConfig:
     player_b: PlayerSpec = setting(hidden=True)
     games: int = setting(20, "games to play", at_least=1)
     board_size: int | None = board_size_setting(None, note="default: the model's run.json, else 9")
-    komi: float | None = komi_setting(None, note=f"default: the model's run.json, else {S.DEFAULT_KOMI:g}")
+    komi: float | None = komi_setting(None, note=f"default: the model's run.json, else {schema.DEFAULT_KOMI:g}")
     max_moves: int = max_moves_setting()
     visits: int | None = setting(32, "MCTS simulations per move (0 = none, needs --seconds-per-move)")
     seconds_per_move: float | None = setting(None, "MCTS wall-clock limit per move")
@@ -479,7 +479,7 @@ def _run(config: MatchConfig, log: Callable[[str], None], retry, cache) -> EvalR
     if len(model_sizes) > 1 and config.board_size is None:
         raise ValueError(f"the two models come from runs of different board sizes {sorted(model_sizes)}")
     board_size = config.board_size or (model_sizes.pop() if model_sizes else 9)
-    komi = config.komi if config.komi is not None else (model_komis.pop() if len(model_komis) == 1 else S.DEFAULT_KOMI)
+    komi = config.komi if config.komi is not None else (model_komis.pop() if len(model_komis) == 1 else schema.DEFAULT_KOMI)
     mcts = MctsConfig(budget=SearchBudget(config.visits, config.seconds_per_move),
                       moves=MovePolicy(sampled_moves=config.opening_moves))
     players = []

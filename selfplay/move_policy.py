@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from format import schema as S
+from format import schema
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +49,7 @@ class ResignationCounter:
 
     def __init__(self, policy: MovePolicy):
         self.policy = policy
-        self.low_value_moves = {S.BLACK: 0, S.WHITE: 0}
+        self.low_value_moves = {schema.BLACK: 0, schema.WHITE: 0}
 
     def observe(self, to_play: int, value: float) -> bool:
         """Record the root value of ``to_play``'s search; True when that side should resign now."""
@@ -61,4 +61,4 @@ class ResignationCounter:
         return self.low_value_moves[to_play] >= self.policy.resign_consecutive
 
     def reset(self) -> None:
-        self.low_value_moves = {S.BLACK: 0, S.WHITE: 0}
+        self.low_value_moves = {schema.BLACK: 0, schema.WHITE: 0}

@@ -24,7 +24,7 @@ import os
 import numpy as np
 
 from format import layout
-from format import schema as S
+from format import schema
 from selfplay.evaluator import ModelEvaluator
 
 INFERENCE_CHOICES = ("auto", "tensorflow", "openvino")
@@ -77,8 +77,8 @@ class OpenVinoEvaluator:
     def __call__(self, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         planes = np.ascontiguousarray(planes, np.float32)
         n = self.board_size
-        if planes.ndim != 4 or planes.shape[1:] != (n, n, S.INPUT_PLANES):
-            raise ValueError(f"planes must be [B, {n}, {n}, {S.INPUT_PLANES}], got {planes.shape}")
+        if planes.ndim != 4 or planes.shape[1:] != (n, n, schema.INPUT_PLANES):
+            raise ValueError(f"planes must be [B, {n}, {n}, {schema.INPUT_PLANES}], got {planes.shape}")
         pieces = max(1, min(len(self._requests), len(planes) // MIN_ROWS_PER_REQUEST))
         bounds = np.linspace(0, len(planes), pieces + 1).astype(int)
         used = self._requests[:pieces]

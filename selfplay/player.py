@@ -38,7 +38,7 @@ from typing import Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from format import layout
-from format import schema as S
+from format import schema
 from format.coords import gtp_to_move, move_to_gtp
 from selfplay.board import Board, playout_values
 from selfplay.move_policy import MovePolicy, ResignationCounter
@@ -47,7 +47,7 @@ from selfplay.search import STATE_EXPANDED
 RESIGN = -1
 """What `select_move` returns to resign (never a board action)."""
 
-COLOR_NAMES = {S.BLACK: "b", S.WHITE: "w"}
+COLOR_NAMES = {schema.BLACK: "b", schema.WHITE: "w"}
 
 TIME_ONLY_VISIT_CAP = 1_000_000
 """Visit budget of a search limited by time only (the tree preallocates a
@@ -229,7 +229,7 @@ class MctsPlayer(BasePlayer):
             board_size, max(num_slots, 1), num_groups=1, leaves_per_game=c.leaves_per_game,
             c_puct_init=c.c_puct_init, c_puct_base=c.c_puct_base, fpu_reduction=c.fpu_reduction,
             fpu_reduction_root=0.0, seed=c.seed)
-        self._buffer = np.zeros((self._batch.batch_rows, board_size, board_size, S.INPUT_PLANES), np.float32)
+        self._buffer = np.zeros((self._batch.batch_rows, board_size, board_size, schema.INPUT_PLANES), np.float32)
         self._live_slots.clear()
         return self._batch
 
@@ -432,8 +432,8 @@ class PlayoutEvaluator:
 
     def __call__(self, planes: np.ndarray):
         rows, size = planes.shape[0], self.board_size
-        if planes.shape[1:] != (size, size, S.INPUT_PLANES):
-            raise ValueError(f"planes must be [B, {size}, {size}, {S.INPUT_PLANES}], got {planes.shape}")
+        if planes.shape[1:] != (size, size, schema.INPUT_PLANES):
+            raise ValueError(f"planes must be [B, {size}, {size}, {schema.INPUT_PLANES}], got {planes.shape}")
         values = playout_values(np.ascontiguousarray(planes, np.float32), self.komi, self.playouts,
                                 int(self._rng.integers(0, 2**63)))
         return np.zeros((rows, size * size + 1), np.float32), values

@@ -92,7 +92,7 @@ import time
 
 import numpy as np
 
-from format import schema as S
+from format import schema
 from format import layout
 from format.codec import GameRecord, encode_game, quantize_policy
 from format.events import EventLog
@@ -315,7 +315,7 @@ def probe_positions(board_size: int) -> np.ndarray:
 
     n = board_size
     wanted = sorted({0, 1, n * n // 4, n * n // 4 + 1, n * n // 2, n * n // 2 + 1})
-    board, positions = Board(n, S.DEFAULT_KOMI), []
+    board, positions = Board(n, schema.DEFAULT_KOMI), []
     for move_number in range(wanted[-1] + 1):
         if board.is_over:
             break
@@ -403,7 +403,7 @@ class SelfPlayWorker:
             dirichlet_alpha_total=config.dirichlet_alpha_total,
             dirichlet_epsilon=config.dirichlet_epsilon, seed=config.seed)
         n = config.board_size
-        self.buffers = [np.zeros((self.batch.batch_rows, n, n, S.INPUT_PLANES), np.float32) for _ in range(2)]
+        self.buffers = [np.zeros((self.batch.batch_rows, n, n, schema.INPUT_PLANES), np.float32) for _ in range(2)]
         self.counters = Counters()
         self.move_policy = MovePolicy(sampled_moves=config.sampled_moves, resign_threshold=config.resign_threshold,
                                       resign_consecutive=config.resign_consecutive)
@@ -457,7 +457,7 @@ class SelfPlayWorker:
         if not game.accelerating:
             self._update_resignation(game, to_play, value)
         stones = board.stones()
-        game.planes.append(np.stack([stones == S.BLACK, stones == S.WHITE]).astype(np.uint8))
+        game.planes.append(np.stack([stones == schema.BLACK, stones == schema.WHITE]).astype(np.uint8))
         game.root_values.append(value)
         recorded = game.this_search_full and game.accelerated_from < 0
         game.full_search.append(recorded)
@@ -504,18 +504,18 @@ class SelfPlayWorker:
         n = cfg.board_size
         two_passes = board.consecutive_passes >= 2
         score = float(board.area_score())
-        ownership, source = None, S.OWNERSHIP_NONE
+        ownership, source = None, schema.OWNERSHIP_NONE
         if game.resigned_by:
-            winner, end_reason = -game.resigned_by, S.END_RESIGN
+            winner, end_reason = -game.resigned_by, schema.END_RESIGN
             if two_passes:
-                ownership, source = board.ownership(), S.OWNERSHIP_ACCELERATED
+                ownership, source = board.ownership(), schema.OWNERSHIP_ACCELERATED
             else:
                 score = math.nan
         else:
             winner = int(np.sign(score))
-            end_reason = S.END_TWO_PASSES if two_passes else S.END_MOVE_CAP
+            end_reason = schema.END_TWO_PASSES if two_passes else schema.END_MOVE_CAP
             if two_passes:
-                ownership, source = board.ownership(), S.OWNERSHIP_FINAL_BOARD
+                ownership, source = board.ownership(), schema.OWNERSHIP_FINAL_BOARD
         if not game.resign_enabled:
             self.counters.resign_disabled_games += 1
             if game.would_resign:

@@ -27,7 +27,7 @@ import uuid
 
 import numpy as np
 
-from format import schema as S
+from format import schema
 from format import symmetry
 from format.codec import GameRecord
 from testdata.synthetic_games import synthetic_visit_counts
@@ -56,7 +56,7 @@ def random_move(board, rng: np.random.Generator, stones=None, legal_mask=None) -
     return int(rng.choice(playable)) if len(playable) else points
 
 
-def engine_game(rng: np.random.Generator, board_size: int, *, generation: int = 0, komi: float = S.DEFAULT_KOMI,
+def engine_game(rng: np.random.Generator, board_size: int, *, generation: int = 0, komi: float = schema.DEFAULT_KOMI,
                 worker_id: str = "test", visits: int = 0, full_search_fraction: float = 1.0) -> GameRecord:
     """A legal random game to two passes, recorded as self-play would.
 
@@ -79,7 +79,7 @@ def engine_game(rng: np.random.Generator, board_size: int, *, generation: int = 
     moves, planes, indices, values, full = [], [], [], [], []
     while not board.is_over:
         stones = board.stones()
-        planes.append(np.stack([stones == S.BLACK, stones == S.WHITE]).astype(np.uint8))
+        planes.append(np.stack([stones == schema.BLACK, stones == schema.WHITE]).astype(np.uint8))
         legal_mask = board.legal_mask()
         move = random_move(board, rng, stones, legal_mask)
         if visits == 0:
@@ -109,15 +109,15 @@ def engine_game(rng: np.random.Generator, board_size: int, *, generation: int = 
         root_values = np.zeros(m, np.float32)
     else:
         walk = np.clip(np.cumsum(rng.normal(0, 0.05, m)), -1, 1)
-        to_play = np.where(np.arange(m) % 2 == 0, S.BLACK, S.WHITE)
+        to_play = np.where(np.arange(m) % 2 == 0, schema.BLACK, schema.WHITE)
         root_values = (walk * to_play).astype(np.float32)
     score = float(board.area_score())
     return GameRecord(
         board_size=n, komi=komi, game_id=uuid.UUID(bytes=rng.bytes(16)).hex, generation=generation,
         worker_id=worker_id, moves=np.array(moves, np.int16), planes=np.array(planes, np.uint8),
         policy_indices=indices, policy_values=values, root_values=root_values,
-        full_search=np.array(full, bool), winner=S.BLACK if score > 0 else S.WHITE, score=score,
-        end_reason=S.END_TWO_PASSES, ownership=board.ownership(), ownership_source=S.OWNERSHIP_FINAL_BOARD)
+        full_search=np.array(full, bool), winner=schema.BLACK if score > 0 else schema.WHITE, score=score,
+        end_reason=schema.END_TWO_PASSES, ownership=board.ownership(), ownership_source=schema.OWNERSHIP_FINAL_BOARD)
 
 
 def resigned_copy(game: GameRecord, fraction: float) -> GameRecord:
@@ -132,7 +132,7 @@ def resigned_copy(game: GameRecord, fraction: float) -> GameRecord:
         worker_id=game.worker_id, moves=game.moves[:cut], planes=game.planes[:cut],
         policy_indices=game.policy_indices[:cut], policy_values=game.policy_values[:cut],
         root_values=game.root_values[:cut], full_search=game.full_search[:cut], winner=game.winner,
-        score=float("nan"), end_reason=S.END_RESIGN, ownership=None, ownership_source=S.OWNERSHIP_NONE)
+        score=float("nan"), end_reason=schema.END_RESIGN, ownership=None, ownership_source=schema.OWNERSHIP_NONE)
 
 
 def symmetric_copy(game: GameRecord, symmetry_index: int, game_id: str) -> GameRecord:

@@ -12,7 +12,7 @@ import uuid
 
 import numpy as np
 
-from format import schema as S
+from format import schema
 from format.codec import GameRecord
 
 
@@ -37,7 +37,7 @@ def synthetic_game(
     full_search_fraction: float = 1.0,
     generation: int = 0,
     worker_id: str = "synthetic",
-    komi: float = S.DEFAULT_KOMI,
+    komi: float = schema.DEFAULT_KOMI,
     max_moves: int | None = None,
 ) -> GameRecord:
     """One game of ``~0.8 N^2`` moves ending in two passes."""
@@ -46,10 +46,10 @@ def synthetic_game(
     length = max_moves or int(rng.integers(int(0.6 * points), int(0.9 * points)))
     board = np.zeros(points, dtype=np.int8)
     moves, planes, indices, values, roots, full = [], [], [], [], [], []
-    colour = S.BLACK
+    colour = schema.BLACK
     value = 0.0
     for i in range(length + 2):
-        planes.append(np.stack([board == S.BLACK, board == S.WHITE]).reshape(2, n, n))
+        planes.append(np.stack([board == schema.BLACK, board == schema.WHITE]).reshape(2, n, n))
         empty = np.flatnonzero(board == 0)
         passing = i >= length or len(empty) == 0
         move = points if passing else int(rng.choice(empty))
@@ -65,7 +65,7 @@ def synthetic_game(
             indices.append(np.zeros(0, dtype=np.int64))
             values.append(np.zeros(0, dtype=np.int64))
         value = float(np.clip(value + rng.normal(0, 0.05), -1, 1))
-        roots.append(value if colour == S.BLACK else -value)
+        roots.append(value if colour == schema.BLACK else -value)
         full.append(is_full)
         moves.append(move)
         if not passing:
@@ -75,8 +75,8 @@ def synthetic_game(
                 if len(enemy):
                     board[rng.choice(enemy)] = 0
         colour = -colour
-    black = int((board == S.BLACK).sum())
-    white = int((board == S.WHITE).sum())
+    black = int((board == schema.BLACK).sum())
+    white = int((board == schema.WHITE).sum())
     score = black - white - komi
     ownership = board.copy()
     return GameRecord(
@@ -84,6 +84,6 @@ def synthetic_game(
         generation=generation, worker_id=worker_id, moves=np.array(moves, dtype=np.int16),
         planes=np.array(planes, dtype=np.uint8), policy_indices=indices, policy_values=values,
         root_values=np.array(roots, dtype=np.float32), full_search=np.array(full),
-        winner=S.BLACK if score > 0 else S.WHITE, score=float(score), end_reason=S.END_TWO_PASSES,
-        ownership=ownership, ownership_source=S.OWNERSHIP_FINAL_BOARD,
+        winner=schema.BLACK if score > 0 else schema.WHITE, score=float(score), end_reason=schema.END_TWO_PASSES,
+        ownership=ownership, ownership_source=schema.OWNERSHIP_FINAL_BOARD,
     )

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from format import codec
-from format import schema as S
+from format import schema
 from format.example_proto import Example
 from testdata.synthetic_games import synthetic_game
 from format.tfrecord import compress_zstd, frame_records, iter_framed_records, select_frames
@@ -21,7 +21,7 @@ def assert_games_equal(a: codec.GameRecord, b: codec.GameRecord):
                 np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
         elif field.name == "root_values":
             # int8 at rest: within half a quantization step.
-            np.testing.assert_allclose(x, y, atol=0.5 / S.ROOT_VALUE_SCALE + 1e-6)
+            np.testing.assert_allclose(x, y, atol=0.5 / schema.ROOT_VALUE_SCALE + 1e-6)
         elif isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=field.name)
         elif isinstance(x, float) and math.isnan(x):
@@ -44,9 +44,9 @@ def test_game_round_trip_every_field(game):
 def test_game_round_trip_optional_fields():
     rng = np.random.default_rng(5)
     game = synthetic_game(rng, 9, visits=50, full_search_fraction=0.0)
-    game = dataclasses.replace(game, ownership=None, ownership_source=S.OWNERSHIP_NONE, score=float("nan"),
-                               end_reason=S.END_RESIGN, winner=S.WHITE, resign_enabled=False,
-                               would_resign=S.BLACK, accelerated_from=17)
+    game = dataclasses.replace(game, ownership=None, ownership_source=schema.OWNERSHIP_NONE, score=float("nan"),
+                               end_reason=schema.END_RESIGN, winner=schema.WHITE, resign_enabled=False,
+                               would_resign=schema.BLACK, accelerated_from=17)
     assert_games_equal(game, codec.decode_game(codec.encode_game(game), "t"))
 
 
@@ -63,17 +63,17 @@ def test_tensorflow_parses_our_example_bytes(game):
     import tensorflow as tf  # imported here: 5 s, and only these tests need it
     data = codec.encode_game(game)
     parsed = tf.io.parse_single_example(data, {
-        S.G_BOARD_SIZE: tf.io.FixedLenFeature([], tf.int64),
-        S.G_KOMI: tf.io.FixedLenFeature([], tf.float32),
-        S.G_MOVES: tf.io.FixedLenFeature([], tf.string),
-        S.G_POLICY_VALUE: tf.io.VarLenFeature(tf.int64),
+        schema.G_BOARD_SIZE: tf.io.FixedLenFeature([], tf.int64),
+        schema.G_KOMI: tf.io.FixedLenFeature([], tf.float32),
+        schema.G_MOVES: tf.io.FixedLenFeature([], tf.string),
+        schema.G_POLICY_VALUE: tf.io.VarLenFeature(tf.int64),
     })
-    assert int(parsed[S.G_BOARD_SIZE]) == game.board_size
-    assert float(parsed[S.G_KOMI]) == game.komi
-    moves = np.frombuffer(parsed[S.G_MOVES].numpy(), dtype="<u2")
+    assert int(parsed[schema.G_BOARD_SIZE]) == game.board_size
+    assert float(parsed[schema.G_KOMI]) == game.komi
+    moves = np.frombuffer(parsed[schema.G_MOVES].numpy(), dtype="<u2")
     np.testing.assert_array_equal(moves, game.moves)
     expected = np.concatenate([v for v in game.policy_values if len(v)])
-    np.testing.assert_array_equal(parsed[S.G_POLICY_VALUE].values.numpy(), expected)
+    np.testing.assert_array_equal(parsed[schema.G_POLICY_VALUE].values.numpy(), expected)
 
 
 def _tamper(data: bytes, name: str, mutate) -> bytes:
@@ -91,12 +91,12 @@ def _replace_ints(values):
 
 
 @pytest.mark.parametrize("name,mutate,field,words", [
-    (S.G_VERSION, _replace_ints([99]), S.G_VERSION, "unknown format version 99"),
-    (S.G_BOARD_SIZE, _replace_ints([40]), S.G_BOARD_SIZE, "impossible board size 40"),
-    (S.G_BOARD_SIZE, _replace_ints([19]), S.G_PLANES, "expected"),
-    (S.G_POLICY_INDEX_DELTA, _replace_ints([500] * 1000), S.G_POLICY_COUNT, "counts sum"),
-    (S.G_MOVES, lambda f: f.bytes_list.value.__setitem__(0, np.array([900], "<u2").tobytes()),
-     S.G_MOVES, "outside"),
+    (schema.G_VERSION, _replace_ints([99]), schema.G_VERSION, "unknown format version 99"),
+    (schema.G_BOARD_SIZE, _replace_ints([40]), schema.G_BOARD_SIZE, "impossible board size 40"),
+    (schema.G_BOARD_SIZE, _replace_ints([19]), schema.G_PLANES, "expected"),
+    (schema.G_POLICY_INDEX_DELTA, _replace_ints([500] * 1000), schema.G_POLICY_COUNT, "counts sum"),
+    (schema.G_MOVES, lambda f: f.bytes_list.value.__setitem__(0, np.array([900], "<u2").tobytes()),
+     schema.G_MOVES, "outside"),
 ])
 def test_decode_names_the_bad_field(name, mutate, field, words):
     rng = np.random.default_rng(2)
@@ -120,8 +120,8 @@ def test_policy_index_out_of_range_and_sum_far_from_one():
         _replace_ints(gaps)(feature)
 
     with pytest.raises(codec.FormatError, match="outside 0..81") as err:
-        codec.decode_game(_tamper(data, S.G_POLICY_INDEX_DELTA, bump_last_gap), "f")
-    assert err.value.field == S.G_POLICY_INDEX_DELTA
+        codec.decode_game(_tamper(data, schema.G_POLICY_INDEX_DELTA, bump_last_gap), "f")
+    assert err.value.field == schema.G_POLICY_INDEX_DELTA
 
     def double_denominator(feature):
         values = list(feature.int64_list.value)
@@ -129,8 +129,8 @@ def test_policy_index_out_of_range_and_sum_far_from_one():
         _replace_ints(values)(feature)
 
     with pytest.raises(codec.FormatError, match="far from 1") as err:
-        codec.decode_game(_tamper(data, S.G_POLICY_DENOMINATOR, double_denominator), "f")
-    assert err.value.field == S.G_POLICY_DENOMINATOR
+        codec.decode_game(_tamper(data, schema.G_POLICY_DENOMINATOR, double_denominator), "f")
+    assert err.value.field == schema.G_POLICY_DENOMINATOR
 
 
 def test_writer_refuses_what_readers_refuse():
@@ -160,7 +160,7 @@ def test_chunk_damage_is_detected(damage):
         data = compress_zstd(b"hello, this is not a TFRecord file at all" * 10)
     else:
         record = codec.encode_game(synthetic_game(rng, 9, visits=10))
-        record = _tamper(record, S.G_VERSION, _replace_ints([2]))
+        record = _tamper(record, schema.G_VERSION, _replace_ints([2]))
         data = compress_zstd(frame_records([record]))
     items = list(codec.iter_chunk(data, "bad.tfrecord.zst"))
     errors = [i for i in items if isinstance(i, codec.FormatError)]
@@ -173,7 +173,7 @@ def test_chunk_damage_is_detected(damage):
 def test_bad_record_costs_only_itself():
     rng = np.random.default_rng(8)
     good = [codec.encode_game(synthetic_game(rng, 9, visits=10)) for _ in range(3)]
-    bad = _tamper(good[1], S.G_BOARD_SIZE, _replace_ints([3]))
+    bad = _tamper(good[1], schema.G_BOARD_SIZE, _replace_ints([3]))
     items = list(codec.iter_chunk(compress_zstd(frame_records([good[0], bad, good[2]])), "c.tfrecord.zst"))
     assert [isinstance(i, codec.FormatError) for i in items] == [False, True, False]
     assert "c.tfrecord.zst#1" in str(items[1])
@@ -197,7 +197,7 @@ def _position_batch(rng, n, count):
     index = np.concatenate([np.sort(rng.choice(n * n + 1, c, replace=False)) for c in counts])
     prob = np.concatenate([rng.dirichlet(np.ones(c)) if c else np.zeros(0) for c in counts]).astype(np.float32)
     return dict(
-        board_size=n, planes_packed=rng.integers(0, 256, (count, S.packed_plane_bytes(n, 16)), dtype=np.uint8),
+        board_size=n, planes_packed=rng.integers(0, 256, (count, schema.packed_plane_bytes(n, 16)), dtype=np.uint8),
         to_play=rng.choice([1, -1], count), policy_offsets=offsets, policy_index=index, policy_prob=prob,
         value=rng.choice([-1.0, 1.0], count), score=rng.normal(0, 10, count),
         ownership=rng.integers(-127, 128, (count, n * n), dtype=np.int8),
@@ -286,7 +286,7 @@ def test_shard_round_trip_and_tensorflow_reads_gzip():
     assert len(records) == 30
     packed = np.packbits(records[3].planes.ravel(), bitorder="big")
     np.testing.assert_array_equal(packed, batch["planes_packed"][3])
-    np.testing.assert_allclose(records[5].ownership * S.OWNERSHIP_SCALE, batch["ownership"][5])
+    np.testing.assert_allclose(records[5].ownership * schema.OWNERSHIP_SCALE, batch["ownership"][5])
     import tempfile, os
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "s.tfrecord.gz")

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from format import schema as S
+from format import schema
 from format.example_proto import Example
 from format.position_records import PositionRecord
 
@@ -32,7 +32,7 @@ def _position(rng, n: int, to_play: int, with_policy: bool = True) -> PositionRe
                           generation=0, version=2)
 
 
-@pytest.mark.parametrize("to_play", [S.BLACK, S.WHITE])
+@pytest.mark.parametrize("to_play", [schema.BLACK, schema.WHITE])
 def test_leela_zero_text_reads_back_bit_for_bit(to_play):
     position = _position(np.random.default_rng(1), 19, to_play)
     lines = bench.leela_zero_text(position).splitlines()
@@ -41,7 +41,7 @@ def test_leela_zero_text_reads_back_bit_for_bit(to_play):
         assert len(line) == 91
         bits = bin(int(line[:90], 16))[2:].zfill(360) + line[90]
         assert [int(b) for b in bits] == plane.tolist()
-    assert lines[16] == ("0" if to_play == S.BLACK else "1")
+    assert lines[16] == ("0" if to_play == schema.BLACK else "1")
     probabilities = np.array(lines[17].split(), np.float32)
     assert probabilities.shape == (362,) and probabilities[3] == 0.5 and probabilities[361] == 0.25
     assert probabilities.sum() == pytest.approx(1.0)
@@ -50,13 +50,13 @@ def test_leela_zero_text_reads_back_bit_for_bit(to_play):
 
 def test_minigo_records_hold_the_planes_channels_last_and_a_dense_policy():
     rng = np.random.default_rng(2)
-    positions = [_position(rng, 9, S.WHITE), _position(rng, 9, S.BLACK, with_policy=False)]
+    positions = [_position(rng, 9, schema.WHITE), _position(rng, 9, schema.BLACK, with_policy=False)]
     for position, record in zip(positions, bench.minigo_records(positions)):
         ex = Example()
         ex.ParseFromString(record)
         x = np.frombuffer(ex.features.feature["x"].bytes_list.value[0], np.uint8).reshape(9, 9, 17)
         np.testing.assert_array_equal(x[..., :16], position.planes.transpose(1, 2, 0))
-        assert (x[..., 16] == (1 if position.to_play == S.BLACK else 0)).all()
+        assert (x[..., 16] == (1 if position.to_play == schema.BLACK else 0)).all()
         pi = np.frombuffer(ex.features.feature["pi"].bytes_list.value[0], np.float32)
         if len(position.policy_index):
             assert pi.shape == (82,) and pi[3] == 0.5 and pi[81] == 0.25
@@ -86,4 +86,4 @@ def test_shard_bytes_count_the_game_table(tmp_path):
     size, positions = bench.shard_positions(manifest)
     assert size == (tmp_path / shard).stat().st_size + (tmp_path / table_name).stat().st_size
     assert len(positions) == len(batch) and {p.game_id for p in positions} == {"g0", "g1"}
-    np.testing.assert_array_equal(positions[0].ownership, batch.ownership[0] / S.OWNERSHIP_SCALE)
+    np.testing.assert_array_equal(positions[0].ownership, batch.ownership[0] / schema.OWNERSHIP_SCALE)

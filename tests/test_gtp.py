@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from format import schema as S
+from format import schema
 from selfplay.board import Board, board_from_ascii
 from format.coords import gtp_to_move, move_to_gtp
 from format import layout
@@ -169,7 +169,7 @@ def test_final_score_on_an_ascii_position(engine):
     for row in range(5):
         for col in range(5):
             if stones[row, col]:
-                color = "b" if stones[row, col] == S.BLACK else "w"
+                color = "b" if stones[row, col] == schema.BLACK else "w"
                 engine.ok(f"play {color} {move_to_gtp(row * 5 + col, 5)}")   # same colour twice is allowed
     for komi, expected in ((0.5, "W+5.5"), (-5, "0"), (-6.5, "B+1.5")):
         engine.ok(f"komi {komi}")

@@ -41,7 +41,7 @@ import tensorflow as tf
 from format import layout
 from format import codec
 from format import planes
-from format import schema as S
+from format import schema
 from format.symmetry import NUM_SYMMETRIES, apply_symmetry_nhwc
 from format.tfdata import GroupDecoder, PositionDecoder, training_dataset
 from format.tfrecord import decompress_for, iter_framed_records
@@ -61,12 +61,12 @@ FINISHED_GAMES = {9: 6, 19: 2}
 
 
 def _to_play(move_number: int) -> int:
-    return S.BLACK if move_number % 2 == 0 else S.WHITE
+    return schema.BLACK if move_number % 2 == 0 else schema.WHITE
 
 
 def recorded_boards(game: codec.GameRecord) -> np.ndarray:
     """int8 [M, N, N] in schema colours: the board of every position, from the record."""
-    return game.planes[:, 0].astype(np.int8) * S.BLACK + game.planes[:, 1].astype(np.int8) * S.WHITE
+    return game.planes[:, 0].astype(np.int8) * schema.BLACK + game.planes[:, 1].astype(np.int8) * schema.WHITE
 
 
 def reference_planes(game: codec.GameRecord) -> np.ndarray:
@@ -280,7 +280,7 @@ def position_records(games):
     {(board size, "table"): the game table} for version 3."""
     out = {}
     for n in BOARD_SIZES:
-        decoded = codec.read_chunk(codec.encode_chunk(games[n]), f"chunk-{n}{S.CHUNK_SUFFIX}")  # suffix: zstd
+        decoded = codec.read_chunk(codec.encode_chunk(games[n]), f"chunk-{n}{schema.CHUNK_SUFFIX}")  # suffix: zstd
         labels = _labels(decoded)
         batch = P.games_positions(decoded, labels, list(range(len(decoded))), dedup_max_move=0)
         fresh = np.concatenate([g.planes.reshape(g.num_positions, 2, -1) for g in decoded])
@@ -305,7 +305,7 @@ def test_position_records_hold_the_reference_planes(n, version, games, position_
     decoded = [position for record in records
                for position in codec.decode_records(record, table=position_records[n, "table"])]
     assert len(decoded) == len(expected) == len(batch)
-    assert len(records) == (len(expected) if version == 1 else -(-len(expected) // S.POSITION_GROUP))
+    assert len(records) == (len(expected) if version == 1 else -(-len(expected) // schema.POSITION_GROUP))
     for row, rec in enumerate(decoded):
         where = f"{n}x{n} v{version} position {row} (move {batch.move_number[row]}): codec.decode_records"
         assert rec.version == version
@@ -384,9 +384,9 @@ def test_the_shuffle_job_and_training_dataset_deliver_the_reference_planes(tmp_p
     windows = os.path.join(root, layout.WINDOWS_DIR)
     (window,) = os.listdir(windows)
     shard_paths = sorted(os.path.join(windows, window, name) for name in os.listdir(os.path.join(windows, window))
-                         if name.endswith(S.SHARD_SUFFIX))
+                         if name.endswith(schema.SHARD_SUFFIX))
     (table_name,) = [name for name in os.listdir(os.path.join(windows, window))
-                     if name.endswith(S.GAME_TABLE_SUFFIX)]
+                     if name.endswith(schema.GAME_TABLE_SUFFIX)]
     with open(os.path.join(windows, window, table_name), "rb") as f:
         table = codec.decode_game_table(f.read(), table_name, board_size=n, games=len(games[n]))
     # The shards hold every position once (version 3 records keep no game id:
@@ -396,7 +396,7 @@ def test_the_shuffle_job_and_training_dataset_deliver_the_reference_planes(tmp_p
         with open(path, "rb") as f:
             for record in iter_framed_records(decompress_for(path, f.read()), path):
                 for rec in codec.decode_records(record, table=table):
-                    assert rec.version == S.POSITION_RECORD_VERSION
+                    assert rec.version == schema.POSITION_RECORD_VERSION
                     shard_planes.append((rec.planes.tobytes(), rec.to_play))
     assert sorted(shard_planes) == sorted((planes_i.tobytes(), _to_play(key[1]))
                                           for key, planes_i in expected_records.items())
@@ -415,9 +415,9 @@ def test_a_stored_positions_planes_turn_back_into_the_network_input(board_size):
     from format.planes import input_from_record_planes, input_planes, record_planes
 
     rng = np.random.default_rng(board_size)
-    for to_play in (S.BLACK, S.WHITE):
+    for to_play in (schema.BLACK, schema.WHITE):
         boards = [rng.integers(-1, 2, (board_size, board_size)).astype(np.int8) for _ in range(5)]
         expected = input_planes(boards, to_play)
         np.testing.assert_array_equal(input_from_record_planes(record_planes(boards, to_play), to_play), expected)
     with pytest.raises(ValueError, match="record planes must be"):
-        input_from_record_planes(np.zeros((17, board_size, board_size), np.uint8), S.BLACK)
+        input_from_record_planes(np.zeros((17, board_size, board_size), np.uint8), schema.BLACK)

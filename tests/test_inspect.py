@@ -9,7 +9,7 @@ import sgfmill.sgf
 
 from format import layout
 from format import codec
-from format import schema as S
+from format import schema
 from format.inspect import main as inspect_main
 from testdata.synthetic_games import synthetic_game
 from format.tfrecord import compress_zstd, frame_records
@@ -41,7 +41,7 @@ def _damage(storage, rng):
     flipped = good[:flip] + bytes([good[flip] ^ 0x5A]) + good[flip + 1:]
     from tests.test_codec import _replace_ints, _tamper
 
-    record = _tamper(codec.encode_game(_games(98, 1)[0]), S.G_VERSION, _replace_ints([7]))
+    record = _tamper(codec.encode_game(_games(98, 1)[0]), schema.G_VERSION, _replace_ints([7]))
     bad = {
         layout.games_prefix(1) + "bad-1-truncated.tfrecord.zst": good[:cut],
         layout.games_prefix(1) + "bad-2-flipped.tfrecord.zst": flipped,

@@ -16,7 +16,7 @@ import pytest
 
 from cloud.storage import open_storage
 from format import codec, layout
-from format import schema as S
+from format import schema
 from format.run_config import RunConfig, ensure_run_config
 from format.sgf import game_from_sgf
 from selfplay.board import Board
@@ -157,7 +157,7 @@ def test_gnugo_anchors_play_through_the_match_players(tmp_path):
     games = read_results(open_storage(root))
     assert [g.pairing for g in games] == ["gnugo-1_vs_random"] * 2
     assert all(g.score_a == 1.0 for g in games)                  # GNU Go beats random moves
-    assert games[0].winner == S.BLACK
+    assert games[0].winner == schema.BLACK
     # gnugo:1 is the anchor; random, which lost every game, has no estimate, only an upper bound:
     # where losing both games had a 2.5% chance, so two games bound it only at +290.
     assert report["anchor"] == "gnugo:1" and report["ratings"]["gnugo:1"]["elo"] == 0.0
@@ -276,7 +276,7 @@ def write_closing_match(storage, generation, outcomes, *, per_game=True, visits=
     results = []
     for index, (won, moves) in enumerate(outcomes):
         a_black = index % 2 == 0
-        winner = S.BLACK if won == a_black else S.WHITE
+        winner = schema.BLACK if won == a_black else schema.WHITE
         result = GameResult(index, "model-g" if a_black else "gnugo-l1", "gnugo-l1" if a_black else "model-g",
                             tuple(moves), winner, None, "resign")
         path = layout.loop_marker(f"final-{layout.generation_dir(generation)}-gnugo-1/{index:05d}.sgf")

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from format import schema as S
+from format import schema
 from pipeline import labels as L
 from testdata.random_games import engine_game, resigned_copy
 
@@ -27,8 +27,8 @@ from model.trainer import DRAW, LOSS, WIN, head_losses, occupied_mass, wdl_targe
 
 def accelerated_resignation(game):
     """``game`` (to two passes) recorded as self-play records a resignation it then played out."""
-    return dataclasses.replace(game, game_id=game.game_id + "a", end_reason=S.END_RESIGN, score=math.nan,
-                               winner=-game.winner, ownership_source=S.OWNERSHIP_ACCELERATED)
+    return dataclasses.replace(game, game_id=game.game_id + "a", end_reason=schema.END_RESIGN, score=math.nan,
+                               winner=-game.winner, ownership_source=schema.OWNERSHIP_ACCELERATED)
 
 
 @pytest.mark.parametrize("size", [9, 19])
@@ -39,13 +39,13 @@ def test_a_resignation_played_out_to_two_passes_gets_its_exact_final_board_at_fu
     stats = L.empty_stats()
     exact, played = L.label_games(games, policy_fn=None, random_playouts=8, model_playout_moves=0,
                                   temperature=1.0, playout_weight=0.5, rng=rng, stats=stats)
-    assert exact.weight == 1.0 and exact.source == S.OWNERSHIP_ACCELERATED
+    assert exact.weight == 1.0 and exact.source == schema.OWNERSHIP_ACCELERATED
     assert np.array_equal(exact.ownership, L.replay(finished).ownership())
     assert exact.score == pytest.approx(finished.score)
     # The recorded winner (the resignation's) disagrees with this board: counted, not changed.
     assert stats["final_board"] == 1 and stats["final_board_result_disagreements"] == 1
     # A resignation that was not played out is still played out by the labeller, at the lower weight.
-    assert played.weight == 0.5 and played.source == S.OWNERSHIP_RANDOM_PLAYOUTS
+    assert played.weight == 0.5 and played.source == schema.OWNERSHIP_RANDOM_PLAYOUTS
     assert stats["played_out_random"] == 1
 
 
@@ -68,7 +68,7 @@ def test_the_wdl_loss_is_smallest_at_the_merged_distribution():
     net = NetworkConfig(board_size=n, blocks=1, filters=4, value_head="wdl")
     batch = {
         "policy": tf.one_hot([0], n * n + 1), "value": tf.constant([0.2]), "score": tf.constant([0.0]),
-        "ownership": tf.zeros([1, n * n]), "planes": tf.zeros([1, n, n, S.INPUT_PLANES]),
+        "ownership": tf.zeros([1, n * n]), "planes": tf.zeros([1, n, n, schema.INPUT_PLANES]),
         "policy_weight": tf.constant([1.0]), "value_weight": tf.constant([1.0]),
         "ownership_weight": tf.constant([0.0]), "score_weight": tf.constant([0.0]),
     }
@@ -87,7 +87,7 @@ def test_the_wdl_loss_is_smallest_at_the_merged_distribution():
 
 def test_occupied_mass_counts_both_colours_and_never_pass():
     n = 5
-    planes = np.zeros((2, n, n, S.INPUT_PLANES), np.float32)
+    planes = np.zeros((2, n, n, schema.INPUT_PLANES), np.float32)
     planes[0, 0, 0, 0] = 1.0            # own stone now
     planes[0, 1, 1, 8] = 1.0            # opponent stone now
     planes[0, 2, 2, 1] = 1.0            # an own stone one move ago only: the point is empty now

@@ -14,7 +14,7 @@ import os
 import pytest
 from sgfmill import sgf
 
-from format import schema as S
+from format import schema
 from selfplay.board import Board
 from selfplay.match import (
     END_ILLEGAL, END_RESIGN, END_TWO_PASSES, GameResult, PlayerSpec, evaluate, main, play_games,
@@ -58,12 +58,12 @@ def test_wilson_interval_properties():
 def make_game(index, winner, moves=3):
     black, white = ("A", "B") if index % 2 == 0 else ("B", "A")
     return GameResult(index, black, white, tuple(range(moves)), winner,
-                      None if winner == S.EMPTY else 1.5 * winner, END_TWO_PASSES)
+                      None if winner == schema.EMPTY else 1.5 * winner, END_TWO_PASSES)
 
 
 def test_summarize_counts_from_a_side_with_colours_and_draws():
-    games = [make_game(0, S.BLACK), make_game(1, S.WHITE), make_game(2, S.WHITE),
-             make_game(3, S.EMPTY), make_game(4, S.BLACK, moves=7)]
+    games = [make_game(0, schema.BLACK), make_game(1, schema.WHITE), make_game(2, schema.WHITE),
+             make_game(3, schema.EMPTY), make_game(4, schema.BLACK, moves=7)]
     # A is Black in 0, 2, 4: wins 0 and 4; White in 1, 3: wins 1, draws 3.
     result = summarize("A", "B", 9, 7.5, games, seconds=1.0)
     assert (result.wins, result.losses, result.draws) == (3, 1, 1)
@@ -76,11 +76,11 @@ def test_summarize_counts_from_a_side_with_colours_and_draws():
 
 
 def test_result_text():
-    assert make_game(0, S.BLACK).result_text == "B+1.5"
-    assert make_game(0, S.WHITE).result_text == "W+1.5"
-    resigned = GameResult(0, "A", "B", (), S.WHITE, None, END_RESIGN)
+    assert make_game(0, schema.BLACK).result_text == "B+1.5"
+    assert make_game(0, schema.WHITE).result_text == "W+1.5"
+    resigned = GameResult(0, "A", "B", (), schema.WHITE, None, END_RESIGN)
     assert resigned.result_text == "W+R"
-    assert GameResult(0, "A", "B", (), S.BLACK, None, END_ILLEGAL).result_text == "B+F"
+    assert GameResult(0, "A", "B", (), schema.BLACK, None, END_ILLEGAL).result_text == "B+F"
 
 
 def test_player_specs():
@@ -194,7 +194,7 @@ def test_resignation_and_illegal_moves_end_the_game():
     assert [g.result_text for g in results] == ["W+R", "B+R"]
     assert [len(g.moves) for g in results] == [0, 1]
     results = play_games(Cheater(), RandomPlayer(), games=1, board_size=9, komi=7.5)
-    assert results[0].end_reason == END_ILLEGAL and results[0].winner == S.WHITE
+    assert results[0].end_reason == END_ILLEGAL and results[0].winner == schema.WHITE
 
 
 def test_sgf_files_are_written_and_readable(tmp_path):

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from format import schema as S
+from format import schema
 from selfplay.board import Board
 from selfplay.move_policy import MovePolicy, ResignationCounter
 from selfplay.player import RESIGN, MctsConfig, MctsPlayer, SearchBudget
@@ -17,15 +17,15 @@ def test_opening_moves_are_sampled_then_the_best_is_played():
 def test_resignation_needs_consecutive_low_values_of_the_same_side():
     counter = ResignationCounter(MovePolicy(resign_threshold=-0.8, resign_consecutive=3))
     # Black is low twice, White's values do not interrupt Black's count ...
-    assert not counter.observe(S.BLACK, -0.9)
-    assert not counter.observe(S.WHITE, 0.9)
-    assert not counter.observe(S.BLACK, -0.95)
+    assert not counter.observe(schema.BLACK, -0.9)
+    assert not counter.observe(schema.WHITE, 0.9)
+    assert not counter.observe(schema.BLACK, -0.95)
     # ... but one good value of Black's own resets it.
-    assert not counter.observe(S.BLACK, -0.5)
-    assert not counter.observe(S.BLACK, -0.9)
-    assert not counter.observe(S.BLACK, -0.9)
-    assert counter.observe(S.BLACK, -0.9)
-    assert not ResignationCounter(MovePolicy()).observe(S.BLACK, -1.0)      # no threshold: never
+    assert not counter.observe(schema.BLACK, -0.5)
+    assert not counter.observe(schema.BLACK, -0.9)
+    assert not counter.observe(schema.BLACK, -0.9)
+    assert counter.observe(schema.BLACK, -0.9)
+    assert not ResignationCounter(MovePolicy()).observe(schema.BLACK, -1.0)      # no threshold: never
 
 
 def test_bad_parameters_are_refused():

@@ -12,7 +12,7 @@ import numpy as np
 
 from format import layout
 from format import codec
-from format import schema as S
+from format import schema
 from format.run_config import RunConfig
 from testdata.synthetic_games import synthetic_game
 from pipeline.shuffle import main

@@ -19,7 +19,7 @@ import pytest
 
 from format import layout
 from format import codec
-from format import schema as S
+from format import schema
 from testdata.synthetic_games import synthetic_game
 from pipeline import labels as L
 from pipeline.shuffle import main
@@ -176,7 +176,7 @@ def test_manifest_is_complete_and_temporaries_are_gone(lake):
     manifest = lake["manifest"]
     assert manifest["target_generation"] == 1 and manifest["board_size"] == 9
     assert manifest["positions"] == sum(len(r) for r in lake["shards"].values())
-    assert all(name.startswith(manifest["attempt"]) and name.endswith(S.SHARD_SUFFIX)
+    assert all(name.startswith(manifest["attempt"]) and name.endswith(schema.SHARD_SUFFIX)
                for name in manifest["shards"])
     leftovers = [f for _, _, files in os.walk(os.path.join(lake["root"], "tmp")) for f in files]
     assert leftovers == []

@@ -18,7 +18,7 @@ import os
 
 from format import layout
 from format import codec
-from format import schema as S
+from format import schema
 from format.run_config import RunConfig
 from testdata.random_games import engine_game, resigned_copy  # noqa: F401 (re-exported)
 

@@ -8,7 +8,7 @@ from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from format import codec
-from format import schema as S
+from format import schema
 from testdata.synthetic_games import synthetic_game
 from pipeline import window_plan as W
 from pipeline.config import ShuffleConfig
@@ -49,5 +49,5 @@ def test_shuffle_window_writes_shards_and_outputs_the_manifest(tmp_path):
                     | beam.Map(lambda m: (m["positions"], len(m["shards"]), m["input"]["games_read"])))
         assert_that(manifest, equal_to([(2 * positions, 3, 10)]))
     written, shards = read_window(root, 3)
-    assert sorted(written["shards"]) == [f"testattempt-{i:05d}-of-00003{S.SHARD_SUFFIX}" for i in range(3)]
+    assert sorted(written["shards"]) == [f"testattempt-{i:05d}-of-00003{schema.SHARD_SUFFIX}" for i in range(3)]
     assert sum(len(r) for r in shards.values()) == 2 * positions

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from format import codec
-from format import schema as S
+from format import schema
 from format import layout
 from testdata.synthetic_games import synthetic_game
 from pipeline import labels as L
@@ -66,7 +66,7 @@ def test_config_names_every_bad_flag():
 
 
 def _label(game):
-    return L.EndstateLabel(np.asarray(game.ownership, np.float32), game.score, S.OWNERSHIP_FINAL_BOARD, 1.0)
+    return L.EndstateLabel(np.asarray(game.ownership, np.float32), game.score, schema.OWNERSHIP_FINAL_BOARD, 1.0)
 
 
 @pytest.mark.parametrize("size", [9, 19])
@@ -75,19 +75,19 @@ def test_history_planes_and_targets_round_trip_through_position_records(size):
     game = synthetic_game(rng, size, visits=40, full_search_fraction=0.5, generation=3)
     batch = P.games_positions([game], [_label(game)], [7], dedup_max_move=10)
     records = batch.encode()
-    assert len(records) == -(-game.num_positions // S.POSITION_GROUP)  # version 2: groups of positions
+    assert len(records) == -(-game.num_positions // schema.POSITION_GROUP)  # version 2: groups of positions
     decoded = [position for record in records for position in codec.decode_records(record)]
     assert len(decoded) == game.num_positions
     for i in (0, 1, 5, game.num_positions - 1):
         rec = decoded[i]
-        mover = S.BLACK if i % 2 == 0 else S.WHITE
+        mover = schema.BLACK if i % 2 == 0 else schema.WHITE
         assert rec.to_play == mover and rec.generation == 3
-        for k in range(S.HISTORY_LENGTH):
+        for k in range(schema.HISTORY_LENGTH):
             if i - k < 0:
                 assert not rec.planes[k].any() and not rec.planes[8 + k].any()
                 continue
             black, white = game.planes[i - k]
-            own, opp = (black, white) if mover == S.BLACK else (white, black)
+            own, opp = (black, white) if mover == schema.BLACK else (white, black)
             assert np.array_equal(rec.planes[k], own) and np.array_equal(rec.planes[8 + k], opp)
         index, prob = game.policy_probs(i)
         assert np.array_equal(rec.policy_index, index) and np.allclose(rec.policy_prob, prob)
@@ -110,7 +110,7 @@ def test_history_planes_of_games_laid_end_to_end(size):
     planes = np.unpackbits(packed, axis=1, count=16 * size * size, bitorder="big").reshape(-1, 16, size * size)
     for p, t in enumerate(move_number.tolist()):
         mover = t % 2
-        for k in range(S.HISTORY_LENGTH):
+        for k in range(schema.HISTORY_LENGTH):
             own = fresh[p - k, mover] if k <= t else 0
             opp = fresh[p - k, 1 - mover] if k <= t else 0
             assert np.array_equal(planes[p, k], np.broadcast_to(own, size * size))
@@ -244,7 +244,7 @@ def test_finished_games_get_tromp_taylor_of_their_final_board(size):
         final = L.replay(game)
         assert final is not None and final.is_over
         assert np.array_equal(label.ownership, final.ownership())
-        assert label.source == S.OWNERSHIP_FINAL_BOARD and label.weight == 1.0
+        assert label.source == schema.OWNERSHIP_FINAL_BOARD and label.weight == 1.0
         assert label.score == pytest.approx(game.score)
     assert stats["final_board"] == len(games) and stats["final_board_result_disagreements"] == 0
     assert stats["replay_failed"] == 0
@@ -289,7 +289,7 @@ def test_resigned_games_are_played_out_and_agree_with_the_result():
     labels = L.label_games(resigned, policy_fn=None, random_playouts=64, model_playout_moves=0,
                            temperature=1.0, playout_weight=0.5, rng=np.random.default_rng(99), stats=stats)
     assert stats["played_out_random"] == 100 and stats["playout_winner_checked"] == 100
-    assert all(l.source == S.OWNERSHIP_RANDOM_PLAYOUTS and l.weight == 0.5 for l in labels)
+    assert all(l.source == schema.OWNERSHIP_RANDOM_PLAYOUTS and l.weight == 0.5 for l in labels)
     agree = np.mean([L.winner_of(l.score) == g.winner for l, g in zip(labels, resigned)])
     assert agree >= 0.95, agree
     assert stats["playout_winner_agreements"] == round(agree * 100)
@@ -303,7 +303,7 @@ def test_model_playouts_batch_one_call_per_move_and_finish_the_game():
     calls = []
 
     def uniform_model(planes):
-        assert planes.dtype == np.float32 and planes.shape[1:] == (9, 9, S.INPUT_PLANES)
+        assert planes.dtype == np.float32 and planes.shape[1:] == (9, 9, schema.INPUT_PLANES)
         calls.append(len(planes))
         logits = np.zeros((len(planes), 82), np.float32)
         logits[:, 81] = -5.0  # rarely pass, as a trained model late in a game
@@ -315,7 +315,7 @@ def test_model_playouts_batch_one_call_per_move_and_finish_the_game():
     assert stats["played_out_model"] == 20
     assert calls[0] == 20 and len(calls) <= 30  # batched across the games, bounded moves
     for label in labels:
-        assert label.source == S.OWNERSHIP_MODEL_PLAYOUT and label.weight == 0.7
+        assert label.source == schema.OWNERSHIP_MODEL_PLAYOUT and label.weight == 0.7
         assert set(np.unique(label.ownership).tolist()) <= {-1.0, 0.0, 1.0}
     # A uniform "model" is a weak player, yet from clearly decided positions it mostly agrees.
     assert stats["playout_winner_agreements"] >= 14

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from format import codec
-from format import schema as S
+from format import schema
 from format.symmetry import NUM_SYMMETRIES, symmetry_permutations
 from selfplay.board import Board
 from testdata.random_games import engine_game, resigned_copy, symmetric_copy
@@ -33,8 +33,8 @@ def _replay_checking_planes(game) -> Board:
     board = Board(n, game.komi)
     for i, move in enumerate(game.moves.tolist()):
         stones = board.stones()
-        assert np.array_equal(game.planes[i, 0], stones == S.BLACK), i
-        assert np.array_equal(game.planes[i, 1], stones == S.WHITE), i
+        assert np.array_equal(game.planes[i, 0], stones == schema.BLACK), i
+        assert np.array_equal(game.planes[i, 1], stones == schema.WHITE), i
         board.play(move)  # raises IllegalMove on an illegal move
     return board
 
@@ -47,12 +47,12 @@ def searched_game():
 def test_a_searched_engine_game_replays_and_records_its_final_board(searched_game):
     game = searched_game
     final = _replay_checking_planes(game)
-    assert final.is_over and game.end_reason == S.END_TWO_PASSES
+    assert final.is_over and game.end_reason == schema.END_TWO_PASSES
     assert game.moves[-1] == game.moves[-2] == 81
     assert game.score == pytest.approx(final.area_score())
-    assert game.winner == (S.BLACK if game.score > 0 else S.WHITE)
+    assert game.winner == (schema.BLACK if game.score > 0 else schema.WHITE)
     assert np.array_equal(game.ownership, final.ownership())
-    assert game.ownership_source == S.OWNERSHIP_FINAL_BOARD
+    assert game.ownership_source == schema.OWNERSHIP_FINAL_BOARD
     # Survives the codec (its writer validates every field).
     decoded = codec.decode_game(codec.encode_game(game))
     assert np.array_equal(decoded.moves, game.moves) and decoded.score == pytest.approx(game.score)
@@ -119,9 +119,9 @@ def test_a_resigned_copy_is_the_games_start_with_its_winner():
     game = engine_game(np.random.default_rng(9), 9, visits=20, full_search_fraction=0.25)
     cut = resigned_copy(game, 0.6)
     assert cut.num_positions == int(game.num_positions * 0.6)
-    assert cut.end_reason == S.END_RESIGN and cut.winner == game.winner
-    assert math.isnan(cut.score) and cut.ownership is None and cut.ownership_source == S.OWNERSHIP_NONE
+    assert cut.end_reason == schema.END_RESIGN and cut.winner == game.winner
+    assert math.isnan(cut.score) and cut.ownership is None and cut.ownership_source == schema.OWNERSHIP_NONE
     assert np.array_equal(cut.moves, game.moves[: cut.num_positions])
     assert np.array_equal(cut.planes, game.planes[: cut.num_positions])
     decoded = codec.decode_game(codec.encode_game(cut))
-    assert decoded.end_reason == S.END_RESIGN and decoded.winner == game.winner
+    assert decoded.end_reason == schema.END_RESIGN and decoded.winner == game.winner

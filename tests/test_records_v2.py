@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from format import codec
-from format import schema as S
+from format import schema
 from format.example_fields import set_int64
 from format.example_proto import Example
 from format.tfdata import shard_record_version, training_dataset
@@ -40,7 +40,7 @@ def test_trits_round_trip_and_mark_bad_bytes():
     rng = np.random.default_rng(0)
     codes = rng.integers(0, 3, size=(7, 361)).astype(np.uint8)
     packed = codec.pack_trits(codes)
-    assert packed.shape == (7, S.trit_bytes(19)) == (7, 73) and packed.max() <= 242
+    assert packed.shape == (7, schema.trit_bytes(19)) == (7, 73) and packed.max() <= 242
     np.testing.assert_array_equal(codec.unpack_trits(packed, 361), codes)
     assert (codec.unpack_trits(np.array([[243]], np.uint8), 5) == 3).all()
 
@@ -59,7 +59,7 @@ def test_policy_small_integers_keep_visit_counts_and_scale_the_rest():
 def test_targets_survive_at_the_stated_precision(n, batches):
     batch = batches[n]
     records = batch.encode()
-    assert len(records) == -(-len(batch) // S.POSITION_GROUP)
+    assert len(records) == -(-len(batch) // schema.POSITION_GROUP)
     decoded = [p for r in records for p in codec.decode_records(r, "shard#0")]
     assert len(decoded) == len(batch)
     for i, rec in enumerate(decoded):
@@ -69,7 +69,7 @@ def test_targets_survive_at_the_stated_precision(n, batches):
         np.testing.assert_array_equal(rec.policy_index, index)
         np.testing.assert_allclose(rec.policy_prob, prob, atol=1e-6)  # visit counts: exact
         # Exact labels (ternary) and played-out ones (int8) both come back as version 1 gives them.
-        np.testing.assert_array_equal(rec.ownership, batch.ownership[i].astype(np.float32) / S.OWNERSHIP_SCALE)
+        np.testing.assert_array_equal(rec.ownership, batch.ownership[i].astype(np.float32) / schema.OWNERSHIP_SCALE)
         assert rec.value == batch.value[i] and rec.score == batch.score[i]
         assert (rec.policy_weight, rec.value_weight, rec.ownership_weight, rec.score_weight) == (
             batch.policy_weight[i], batch.value_weight[i], batch.ownership_weight[i], batch.score_weight[i])
@@ -91,13 +91,13 @@ def _record(fields: dict) -> bytes:
 
 
 @pytest.mark.parametrize("field, value, problem", [
-    (S.P_VERSION, [4], "unknown position-record version 4"),
-    (S.P2_COUNT, [65], "outside 1..64"),
-    (S.P2_BOARD, bytes([243]) * (64 * 17), "not 5 base-3 digits"),
-    (S.P2_MOVES, bytes([83]) * (64 * 7), "above 82"),
-    (S.P2_POLICY_VALUE, [0], "integers in 1..255"),
-    (S.P2_CAPTURE_COUNT, [1] * 64, "sums to 64"),
-    (S.P2_OWNERSHIP_FINE, bytes(5), "fine positions x 81"),
+    (schema.P_VERSION, [4], "unknown position-record version 4"),
+    (schema.P2_COUNT, [65], "outside 1..64"),
+    (schema.P2_BOARD, bytes([243]) * (64 * 17), "not 5 base-3 digits"),
+    (schema.P2_MOVES, bytes([83]) * (64 * 7), "above 82"),
+    (schema.P2_POLICY_VALUE, [0], "integers in 1..255"),
+    (schema.P2_CAPTURE_COUNT, [1] * 64, "sums to 64"),
+    (schema.P2_OWNERSHIP_FINE, bytes(5), "fine positions x 81"),
 ])
 def test_bad_records_are_refused_naming_the_field(field, value, problem, batches):
     data = _record({"compact": batches[9].take(np.arange(64)).compact(), field: value})
@@ -115,7 +115,7 @@ def test_game_ids_come_from_the_window_game_table(batches):
     assert [d.game_id for d in decoded] == batch.game_id.astype(str).tolist()
     with pytest.raises(codec.FormatError, match="game table has 2") as err:
         codec.decode_records(batch.encode(game)[0], "s#0", games=table[:2])
-    assert err.value.field == S.P2_GAME
+    assert err.value.field == schema.P2_GAME
 
 
 def test_decode_position_points_version_2_to_decode_records(batches):
@@ -157,8 +157,8 @@ def test_training_dataset_reads_either_version_by_its_records(tmp_path, batches)
 def test_an_unknown_record_version_is_refused_with_what_to_do(tmp_path, batches):
     ex = Example()
     ex.ParseFromString(batches[9].encode()[0])
-    del ex.features.feature[S.P_VERSION]
-    set_int64(ex, S.P_VERSION, [4])
+    del ex.features.feature[schema.P_VERSION]
+    set_int64(ex, schema.P_VERSION, [4])
     path = _write(tmp_path / "v4.tfrecord.gz", [ex.SerializeToString()])
     with pytest.raises(codec.FormatError, match="update zerolake"):
         training_dataset([path], board_size=9, batch_size=8, seed=0)

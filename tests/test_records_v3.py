@@ -24,7 +24,7 @@ import tensorflow as tf
 from cloud.storage import open_storage
 from format import codec
 from format import layout
-from format import schema as S
+from format import schema
 from format.example_fields import set_bytes, set_int64
 from format.example_proto import Example
 from format.tfdata import GroupDecoder, shard_record_version, training_dataset
@@ -67,8 +67,8 @@ def test_version_3_records_keep_no_label_or_generation_per_position(window):
     ex = Example()
     ex.ParseFromString(codec.encode_position_groups(compact)[0])
     features = set(ex.features.feature)
-    assert ex.features.feature[S.P_VERSION].int64_list.value == [3]
-    assert S.P2_OWNERSHIP not in features and S.P2_GENERATION not in features and S.P2_GAME in features
+    assert ex.features.feature[schema.P_VERSION].int64_list.value == [3]
+    assert schema.P2_OWNERSHIP not in features and schema.P2_GENERATION not in features and schema.P2_GAME in features
 
 
 def test_version_3_decodes_to_version_2s_positions(window):
@@ -87,7 +87,7 @@ def test_version_3_decodes_to_version_2s_positions(window):
         np.testing.assert_array_equal(three.policy_index, two.policy_index)
         np.testing.assert_array_equal(three.policy_prob, two.policy_prob)
     for i, position in enumerate(v3):  # and both are what the batch holds
-        np.testing.assert_array_equal(position.ownership, batch.ownership[i].astype(np.float32) / S.OWNERSHIP_SCALE)
+        np.testing.assert_array_equal(position.ownership, batch.ownership[i].astype(np.float32) / schema.OWNERSHIP_SCALE)
         assert position.generation == batch.generation[i]
 
 
@@ -139,15 +139,15 @@ def test_a_version_3_record_needs_its_table_and_a_game_inside_it(window):
     record = batch.encode(game, table)[0]
     with pytest.raises(codec.FormatError, match="game table") as err:
         codec.decode_records(record, "w/s.tfrecord.gz#0")
-    assert err.value.field == S.P2_GAME and "w/s.tfrecord.gz#0" in str(err.value)
+    assert err.value.field == schema.P2_GAME and "w/s.tfrecord.gz#0" in str(err.value)
     short = codec.GameTable(board_size=table.board_size, generation=table.generation[:1],
                             ownership=table.ownership[:1])
     with pytest.raises(codec.FormatError, match="game table has 1") as err:
         codec.decode_records(record, "w/s.tfrecord.gz#0", table=short)
-    assert err.value.field == S.P2_GAME
+    assert err.value.field == schema.P2_GAME
     decoder = GroupDecoder(table.board_size, version=3, table=short)
     with pytest.raises(tf.errors.InvalidArgumentError, match="'game' is outside the window's game table"):
-        decoder.decode(tf.constant([record]), tf.zeros([int(min(len(batch), S.POSITION_GROUP))], tf.int32))
+        decoder.decode(tf.constant([record]), tf.zeros([int(min(len(batch), schema.POSITION_GROUP))], tf.int32))
     with pytest.raises(ValueError, match="game table"):
         GroupDecoder(table.board_size, version=3)
 
@@ -181,15 +181,15 @@ def _table_file(table: codec.GameTable, **fields) -> bytes:
 
 
 @pytest.mark.parametrize("tamper, field, problem", [
-    (lambda t: _table_file(t, version=[2]), S.GT_VERSION, "unknown game-table version 2"),
-    (lambda t: _table_file(t, count=[len(t) + 1]), S.GT_COUNT, "manifest lists"),
-    (lambda t: _table_file(t, generation=[0]), S.GT_GENERATION, "expected"),
-    (lambda t: _table_file(t, fine=[2] * len(t)), S.GT_FINE, "each 0 or 1"),
-    (lambda t: _table_file(t, ownership=bytes([243]) * (len(t) * S.trit_bytes(t.board_size))), S.GT_OWNERSHIP,
+    (lambda t: _table_file(t, version=[2]), schema.GT_VERSION, "unknown game-table version 2"),
+    (lambda t: _table_file(t, count=[len(t) + 1]), schema.GT_COUNT, "manifest lists"),
+    (lambda t: _table_file(t, generation=[0]), schema.GT_GENERATION, "expected"),
+    (lambda t: _table_file(t, fine=[2] * len(t)), schema.GT_FINE, "each 0 or 1"),
+    (lambda t: _table_file(t, ownership=bytes([243]) * (len(t) * schema.trit_bytes(t.board_size))), schema.GT_OWNERSHIP,
      "not 5 base-3 digits"),
     (lambda t: _table_file(t, ownership_fine=bytes([128]) * (int(t.fine.sum()) * t.board_size ** 2)),
-     S.GT_OWNERSHIP_FINE, "holds -128"),
-    (lambda t: _table_file(t, ownership_fine=b""), S.GT_OWNERSHIP_FINE, "fine games"),
+     schema.GT_OWNERSHIP_FINE, "holds -128"),
+    (lambda t: _table_file(t, ownership_fine=b""), schema.GT_OWNERSHIP_FINE, "fine games"),
 ])
 def test_a_bad_game_table_is_refused_naming_the_file_and_field(window, tamper, field, problem):
     _, _, table = window
@@ -210,7 +210,7 @@ def test_a_damaged_or_foreign_game_table_file_is_refused(window):
         assert "w/x-games.table.gz" in str(err.value)
     with pytest.raises(codec.FormatError, match="board") as err:
         codec.decode_game_table(codec.encode_game_table(table), "t", board_size=7)
-    assert err.value.field == S.GT_BOARD_SIZE
+    assert err.value.field == schema.GT_BOARD_SIZE
 
 
 # --- the manifest names it; the readers check it ------------------------------------
@@ -259,7 +259,7 @@ def test_the_manifest_names_the_table_and_the_readers_check_it(tmp_path, window)
     storage.write_replace(layout.window_manifest(1), json.dumps(more_games).encode())
     with pytest.raises(codec.FormatError, match="manifest lists") as err:
         codec.read_window_table(storage, layout.read_window_manifest(storage, 1))
-    assert err.value.field == S.GT_COUNT and storage.url(manifest.game_table) in str(err.value)
+    assert err.value.field == schema.GT_COUNT and storage.url(manifest.game_table) in str(err.value)
 
 
 # --- the wire encoder the job uses ----------------------------------------------------
@@ -270,7 +270,7 @@ def test_the_wire_encoder_writes_the_reference_bytes(window, version):
     """codec.encode_groups (what the shuffle job writes) == the protobuf reference, byte for byte, on full
     and short records; and with game indices, move numbers and captures past one and two varint bytes."""
     batch, game, table = window
-    for rows in (np.arange(len(batch)), np.arange(S.POSITION_GROUP + 5), np.arange(3), np.arange(0)):
+    for rows in (np.arange(len(batch)), np.arange(schema.POSITION_GROUP + 5), np.arange(3), np.arange(0)):
         compact = batch.take(rows).compact(game[rows], table if version == 3 else None)
         assert codec.encode_groups(compact) == codec.encode_position_groups(compact)
     compact = batch.compact(game, table if version == 3 else None)

@@ -23,7 +23,7 @@ import pytest
 from cloud.storage import open_storage
 from format import layout
 from format import registry
-from format import schema as S
+from format import schema
 from format.codec import read_chunk
 from selfplay.config import WorkerConfig
 from selfplay.worker import SelfPlayWorker, game_seed
@@ -46,7 +46,7 @@ def make_lake_folders(root: Path) -> list[Path]:
     for generation in range(3):
         folder = root / layout.GAMES_DIR / layout.generation_dir(generation)
         folder.mkdir(parents=True)
-        chunk = folder / f"w0-0000000000001-00000{generation}{S.CHUNK_SUFFIX}"
+        chunk = folder / f"w0-0000000000001-00000{generation}{schema.CHUNK_SUFFIX}"
         chunk.write_bytes(b"a week of self-play")
         made.append(chunk)
     return made

@@ -18,7 +18,7 @@ import pytest
 from cloud.local import LocalStorage
 from cloud.storage import open_storage
 from format import layout
-from format import schema as S
+from format import schema
 from format.codec import read_chunk
 from format.events import read_events
 from selfplay.config import WorkerConfig

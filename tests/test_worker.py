@@ -19,7 +19,7 @@ import pytest
 from cloud.local import LocalStorage
 from cloud.storage import open_storage
 from format import layout
-from format import schema as S
+from format import schema
 from format.codec import read_chunk
 from format.run_config import RunConfig, ensure_run_config
 from selfplay.board import Board
@@ -76,7 +76,7 @@ def test_sigkill_never_exposes_a_partial_chunk_and_a_restart_carries_on(tmp_path
         listed = listed_chunks(tmp_path)
         # Nothing but whole chunks is visible, and every one decodes.
         for path in listed:
-            assert path.endswith(S.CHUNK_SUFFIX)
+            assert path.endswith(schema.CHUNK_SUFFIX)
         for path, games in decode_all(tmp_path).items():
             assert games and all(g.board_size == 9 and g.generation == 0 for g in games)
         on_disk = [p for p in chunk_files(tmp_path) if not p.name.startswith(".")]
@@ -155,7 +155,7 @@ def test_resigned_games_are_accelerated_to_the_end_with_exact_ownership(tmp_path
     SelfPlayWorker(config, storage, material_evaluator).run()
     games = [g for chunk in decode_all(lake).values() for g in chunk]
     assert len(games) >= 16
-    resigned = [g for g in games if g.end_reason == S.END_RESIGN]
+    resigned = [g for g in games if g.end_reason == schema.END_RESIGN]
     assert resigned, "no game resigned"
     for game in resigned:
         assert game.resign_enabled
@@ -164,18 +164,18 @@ def test_resigned_games_are_accelerated_to_the_end_with_exact_ownership(tmp_path
         tail = slice(game.accelerated_from, None)
         assert not game.full_search[tail].any()
         assert all(len(p) == 0 for p in game.policy_indices[tail])
-        if game.ownership_source == S.OWNERSHIP_ACCELERATED:
+        if game.ownership_source == schema.OWNERSHIP_ACCELERATED:
             assert board.consecutive_passes == 2
             np.testing.assert_array_equal(game.ownership, board.ownership())
             assert game.score == pytest.approx(board.area_score())
         else:                                  # stopped by the move cap instead
             assert game.ownership is None and np.isnan(game.score)
-    assert any(g.ownership_source == S.OWNERSHIP_ACCELERATED for g in resigned)
+    assert any(g.ownership_source == schema.OWNERSHIP_ACCELERATED for g in resigned)
     # Games with resignation disabled record who would have resigned.
     disabled = [g for g in games if not g.resign_enabled]
-    assert all(g.accelerated_from == -1 and g.end_reason != S.END_RESIGN for g in disabled)
+    assert all(g.accelerated_from == -1 and g.end_reason != schema.END_RESIGN for g in disabled)
     for game in games:
-        if game.end_reason == S.END_TWO_PASSES:
+        if game.end_reason == schema.END_TWO_PASSES:
             np.testing.assert_array_equal(game.ownership, replay(game).ownership())
 
 
