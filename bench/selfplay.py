@@ -48,9 +48,9 @@ compare within the run, through the ratios):
 * ``search_cpu_share``: of the process's CPU time, the share that is not the
   network: the play loop's thread (gather, backup, moves, records) plus the
   evaluation cache's own work.  ``search_cpu_us_per_visit``: that time per
-  visit.  (The old ``network_share``, the inference thread's busy fraction
-  of wall time, is dropped: it is near 1 whenever a network call outlasts a
-  half's search, and says nothing about the search's cost.)
+  visit.  (The inference thread's busy fraction of wall time is not reported:
+  it is near 1 whenever a network call outlasts a half's search, and says
+  nothing about the search's cost.)
 * ``cache_hit_share``: evaluations answered by the cache over evaluations
   asked for.
 * ``inference_gflops``: the network's arithmetic per evaluation, counted as

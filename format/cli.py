@@ -10,7 +10,7 @@ every role has the same conventions:
 * a field ``board_size`` is the flag ``--board-size`` (dashed); old
   spellings stay accepted as aliases (``aliases=("--board",)``, or every
   ``--snake_case`` form with ``underscore_aliases=True`` for a role whose
-  flags used to be spelled that way);
+  scripts may still spell them that way);
 * a ``bool`` field is ``--x`` / ``--no-x``;
 * a field typed ``int | None`` (or float/str) takes a value or stays None;
 * ``--help`` shows each field's help and its default;

@@ -302,9 +302,9 @@ def wdl_target(value, draws_possible: bool):
     and for every mean when draws cannot happen (a komi with a half point,
     the default 7.5).  When they can (``draws_possible``: a whole-number
     komi) a z of exactly 0 is read as a draw, which is exact for an
-    unmerged drawn game; a fractional z stays decisive.  The old rule,
-    ``round(1 - z)`` as a class, turned every merged value in (-0.5, 0.5)
-    into a certain draw.
+    unmerged drawn game; a fractional z stays decisive.  (Taking
+    ``round(1 - z)`` as a class instead would turn every merged value in
+    (-0.5, 0.5) into a certain draw.)
     """
     value = tf.cast(value, tf.float32)
     win, loss = (1.0 + value) / 2.0, (1.0 - value) / 2.0

@@ -366,8 +366,8 @@ class Loop:
         overhead = self.phase_seconds["shuffle"] + self.phase_seconds["train"] + self.phase_seconds["evaluate"]
         if cfg.generation_limit is None:
             # Long-run mode: full generations, the last one cut to the budget, but never below half a
-            # generation. The two-hour run's last two generations got 33 s (about 80 games each), so
-            # they trained again on the same window; 0 tells run() to stop for the closing matches.
+            # generation: a generation of a few dozen games would train again on nearly the same
+            # window. 0 tells run() to stop for the closing matches.
             seconds = min(LONG_RUN["selfplay_seconds"], remaining - overhead)
             return seconds if seconds >= LONG_RUN["selfplay_seconds"] / 2 else 0.0
         remaining_generations = max(1, cfg.generation_limit - generation)

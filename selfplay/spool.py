@@ -1,8 +1,8 @@
 """The worker's local spool: finished games live on local disk until their chunk is in the lake.
 
-A preemptible worker can be SIGKILLed at any moment.  Games used to wait in
-memory for their chunk (up to ``--chunk-seconds``), so a kill lost them.  Now
-a finished game is on local disk, checksummed and fsync'ed, before the worker
+A preemptible worker can be SIGKILLed at any moment, and a game that waited
+in memory for its chunk (up to ``--chunk-seconds``) would die with it.  So a
+finished game is on local disk, checksummed and fsync'ed, before the worker
 says it exists (the ``game_finished`` event), and it leaves the disk only once
 the chunk that holds it is in the lake.
 
