@@ -447,6 +447,7 @@ class Loop:
                         self.storage.write_replace(path, handle.read())
                     game["sgf"] = path
                 result["visits"] = visits or self.config.eval_visits
+                say(f"    evaluate: {result['player_a']} {_eval_text(result)}")
                 return result
         raise PhaseFailed(f"evaluate printed no JSON result; last lines: {lines[-5:]}")
 
@@ -559,8 +560,9 @@ class Loop:
 
 
 def _worth_echoing(line: str) -> bool:
-    """Progress and problems, not the children's library chatter."""
-    if not line.strip():
+    """Progress and problems, not the children's library chatter, nor the match's JSON result (the
+    loop reads it and reports it in one line)."""
+    if not line.strip() or line.startswith("{"):
         return False
     noisy = ("WARNING: All log messages", "oneDNN", "cpu_feature_guard", "TF_ENABLE_ONEDNN", "absl::",
              "rebuild TensorFlow", "I0000", "E0000", "W0000", "To enable the following instructions")

@@ -37,6 +37,9 @@ def assert_completed(result, storage):
     assert "summary" in result.stdout
     assert re.search(r"vs uniform random moves: \d+/6", result.stdout), result.stdout[-2000:]
     assert re.search(r"vs generation 0 .*: \d+/3", result.stdout)
+    # Each match is one line on the terminal; its JSON result is read by the loop, never shown.
+    assert not [line for line in result.stdout.splitlines() if line.lstrip().startswith(("{", "evaluate: {"))]
+    assert re.search(r"^    evaluate: \S+ \d+/\d+ vs ", result.stdout, re.M), result.stdout[-2000:]
     assert storage.exists(layout.model_manifest(1))
     assert storage.exists(layout.window_manifest(1))
     assert int(storage.read(layout.LATEST)) == 1
