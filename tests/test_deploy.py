@@ -466,19 +466,24 @@ def test_no_check_zones_trusts_the_zone_and_the_script_still_asks_gcloud(tmp_pat
     assert "tpu-vm create zerolake-trainer" in unknown.calls
 
 
+def _stand_in_gcloud(folder: pathlib.Path, body: str) -> tuple[pathlib.Path, pathlib.Path]:
+    """A stand-in ``gcloud`` in ``folder`` that logs each call's arguments, one line each, then runs ``body``
+    (bash); returns (the folder, to put first on PATH; the log)."""
+    log = folder / "calls"
+    folder.mkdir()
+    fake = folder / "gcloud"
+    fake.write_text(f"#!/usr/bin/env bash\necho \"$*\" >> {log}\n" + body)
+    fake.chmod(0o755)
+    return folder, log
+
+
 def test_a_worker_that_cannot_be_created_is_named_and_the_others_still_come_up(tmp_path, capsys):
     script = plan_text(["plan", "--only", "workers", "--workers", "3"] + BASE, capsys)
-    log = tmp_path / "calls"
-    fake = tmp_path / "bin" / "gcloud"
-    fake.parent.mkdir()
-    fake.write_text("#!/usr/bin/env bash\n"
-                    f"echo \"$*\" >> {log}\n"
-                    "[[ $* == *describe* ]] && exit 1\n"
-                    "[[ $* == *'create zerolake-worker-001'* ]] && { echo 'ZONE_RESOURCE_POOL_EXHAUSTED' >&2; exit 1; }\n"
-                    "exit 0\n")
-    fake.chmod(0o755)
+    folder, log = _stand_in_gcloud(tmp_path / "bin", "[[ $* == *describe* ]] && exit 1\n"
+                                   "[[ $* == *'create zerolake-worker-001'* ]] && "
+                                   "{ echo 'ZONE_RESOURCE_POOL_EXHAUSTED' >&2; exit 1; }\nexit 0\n")
     result = subprocess.run(["bash", "-c", script.replace("sleep \"$wait\"", ":")], capture_output=True, text=True,
-                            env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"})
+                            env={**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"})
     calls = log.read_text().splitlines()
     creates = [c.split()[3] for c in calls if " create " in c]
     assert creates == ["zerolake-worker-000"] + ["zerolake-worker-001"] * P.CREATE_TRIES + ["zerolake-worker-002"]
@@ -527,18 +532,12 @@ def test_down_selects_by_label_and_keeps_the_bucket(capsys):
 def test_scale_down_deletes_only_workers_from_the_index_up(tmp_path, capsys):
     """Run the scale-down plan with a stand-in gcloud that lists five workers, and one of another deployment
     (zerolake-b) that a word-matching label filter would let through."""
-    log = tmp_path / "calls"
-    fake = tmp_path / "bin" / "gcloud"
-    fake.parent.mkdir()
-    fake.write_text("#!/usr/bin/env bash\n"
-                    f"echo \"$*\" >> {log}\n"
-                    "if [[ $1 == compute && $3 == list ]]; then\n"
-                    "  for i in 000 001 003 004 009; do echo \"zerolake-worker-$i us-central1-a\"; done\n"
-                    "  echo 'zerolake-b-worker-007 us-central1-a'\nfi\n")
-    fake.chmod(0o755)
+    folder, log = _stand_in_gcloud(tmp_path / "bin", "if [[ $1 == compute && $3 == list ]]; then\n"
+                                   "  for i in 000 001 003 004 009; do echo \"zerolake-worker-$i us-central1-a\"; done\n"
+                                   "  echo 'zerolake-b-worker-007 us-central1-a'\nfi\n")
     script = tmp_path / "down.sh"
     script.write_text(plan_text(DOWN_SCENARIOS["scale-down-workers"] + BASE, capsys))
-    subprocess.run(["bash", str(script)], check=True, env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"})
+    subprocess.run(["bash", str(script)], check=True, env={**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"})
     deleted = [line.split()[3] for line in log.read_text().splitlines() if " delete " in line]
     assert deleted == ["zerolake-worker-004", "zerolake-worker-009"]
 
@@ -887,17 +886,11 @@ def test_down_removes_the_keepers_grant_first_and_keeps_the_roles(tmp_path, caps
     assert deleted == [_account(role) for role in ("worker", "shuffle", "trainer", "builder")]
     # rerunnable: a grant is removed only where get-iam-policy shows it, an account deleted only if it is there
     for bound in (True, False):
-        log = tmp_path / f"calls-{bound}"
-        fake = tmp_path / f"bin-{bound}" / "gcloud"
-        fake.parent.mkdir()
-        fake.write_text("#!/usr/bin/env bash\n"
-                        f"echo \"$*\" >> {log}\n"
-                        + (f"[[ $2 == get-iam-policy && $* == *zerolake-shuffle@* ]] && echo {KEEPER_ROLE.format('list')}\n"
-                           if bound else "")
-                        + ("" if bound else "[[ $3 == describe ]] && exit 1\n") + "exit 0\n")
-        fake.chmod(0o755)
-        subprocess.run(["bash", "-c", script], check=True,
-                       env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"})
+        folder, log = _stand_in_gcloud(
+            tmp_path / f"bin-{bound}",
+            (f"[[ $2 == get-iam-policy && $* == *zerolake-shuffle@* ]] && echo {KEEPER_ROLE.format('list')}\n"
+             if bound else "[[ $3 == describe ]] && exit 1\n") + "exit 0\n")
+        subprocess.run(["bash", "-c", script], check=True, env={**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"})
         calls = log.read_text().splitlines()
         assert len([line for line in calls if "remove-iam-policy-binding" in line]) == int(bound)
         assert len([line for line in calls if "service-accounts delete" in line]) == (4 if bound else 0)
