@@ -500,7 +500,9 @@ def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None, retry=
     A model's board size is the one in its manifest; its komi is the run's
     (run.json), or None when the root has no run.json.  Raises LookupError
     when the root has no published model yet, and `format.registry`'s
-    RegistryError for a generation that is not published or is corrupt.
+    RegistryError for a generation that is not published or is corrupt, and
+    `selfplay.model_probe.ModelMisfit` (a ValueError) for one whose outputs on
+    real positions are misshapen or not finite (a diverged network).
     ``retry`` is the storage RetryPolicy for a gs:// root (None: the default);
     an unreachable bucket raises `cloud.base.StorageError` naming the object."""
     from selfplay.evaluator import UniformEvaluator
@@ -510,6 +512,7 @@ def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None, retry=
     from format import registry
     from cloud.storage import open_storage
     from format.run_config import read_run_config
+    from selfplay.model_probe import probe_model
     from selfplay.openvino_evaluator import make_evaluator
 
     storage = open_storage(source.model_root, retry=retry)
@@ -520,5 +523,7 @@ def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None, retry=
             raise LookupError(f"{storage.url(layout.LATEST)} is missing: {source.model_root} has no published model yet")
     model = registry.load_model(storage, generation, cache_dir=cache_dir)
     run = read_run_config(storage)
-    return LoadedEvaluator(make_evaluator(model), f"model-g{generation}", generation,
+    evaluator = make_evaluator(model)
+    probe_model(evaluator, int(model.board_size), generation)    # a diverged model is refused, not played
+    return LoadedEvaluator(evaluator, f"model-g{generation}", generation,
                            board_size=int(model.board_size), komi=None if run is None else run.komi)

@@ -281,3 +281,19 @@ def test_a_first_model_that_turns_non_finite_in_play_pauses_play_until_a_newer_o
     assert "rejected model generation 4" in err and "play paused until a newer model loads" in err, err
     played = [g for chunk in games.values() for g in chunk]
     assert len(played) >= 4 and all(g.generation == 6 for g in played)
+
+
+@pytest.mark.parametrize("role", ["selfplay.match", "selfplay.gtp"])
+def test_a_match_or_the_gtp_engine_refuses_a_diverged_model_in_one_line(role, tmp_path, capsys):
+    # The worker is not the only player of models: a match (and the loop's evaluations, the ladder) or a
+    # GTP controller given a diverged model would otherwise play moves 0, 1, 2, ... and report them.
+    import importlib
+
+    root = new_lake(tmp_path)
+    publish_nan_model(root, 1)
+    argv = ([f"model:{root}", "random", "--games", "2", "--visits", "2"] if role == "selfplay.match"
+            else ["--root", root])
+    assert importlib.import_module(role).main(argv) == 2
+    err = capsys.readouterr().err
+    assert "generation 1 answers 6 probe positions with outputs that are not finite" in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
