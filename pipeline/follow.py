@@ -79,8 +79,8 @@ from format.registry import RegistryError
 from pipeline import window_plan as W
 from pipeline.config import FOLLOW_WINDOW_FRACTION, ShuffleConfig, window_argv
 from pipeline.process_groups import die_with_parent, stop_groups
-from pipeline.shuffle import (ShuffleError, _latest_model, _progress, check_run, delete_tmp_dir,
-                              existing_window, new_attempt_id)
+from pipeline.lake_windows import (ShuffleError, check_run_config, delete_tmp_dir, existing_window, latest_model,
+                                   new_attempt_id, progress)
 
 WAIT_REPORT_SECONDS = 30.0
 """At most one human 'waiting' line and one 'waiting' event per this many seconds."""
@@ -223,7 +223,7 @@ class Follower:
 
     def run(self) -> int:
         try:
-            check_run(self.config, self.storage)
+            check_run_config(self.config, self.storage)
         except ShuffleError as exc:
             if "does not exist" not in str(exc):
                 print(f"error: {exc}", file=sys.stderr)
@@ -234,7 +234,7 @@ class Follower:
             print(f"error: cannot reach the root {self.config.root}: {exc}", file=sys.stderr)
             return 2
         self.events.emit("started", follow=True, holder=self.holder)
-        _progress(f"following {self.config.root} as {self.holder}")
+        progress(f"following {self.config.root} as {self.holder}")
         self.clean()
         while not self.stop_reason:
             try:
@@ -245,7 +245,7 @@ class Follower:
                 self.say_once(("storage", str(exc)), f"warning: {exc}; retrying every {self.config.poll_seconds:g} s")
                 self.sleep(self.config.poll_seconds)
         self.events.emit("stopped", reason=self.stop_reason)
-        _progress(f"stopped ({self.stop_reason})")
+        progress(f"stopped ({self.stop_reason})")
         return 0
 
     def cycle(self) -> None:
@@ -267,7 +267,7 @@ class Follower:
 
     def clean(self, keep_attempt: str = "") -> None:
         for folder in remove_dead_tmp(self.storage, keep_attempt):
-            _progress(f"removed the temporary pieces of a dead attempt: {self.storage.url(folder)}")
+            progress(f"removed the temporary pieces of a dead attempt: {self.storage.url(folder)}")
 
     def window(self, generation: int) -> layout.WindowManifest | None:
         """A validated window (cached: a window is immutable once valid); ShuffleError if untrusted."""
@@ -280,11 +280,11 @@ class Follower:
 
     def look(self) -> Outlook:
         try:
-            check_run(self.config, self.storage)
+            check_run_config(self.config, self.storage)
         except ShuffleError as exc:
             return Outlook(0, 0, 1, refusal=f"{exc}; waiting for it")
         try:
-            target = (_latest_model(self.storage) or 0) + 1
+            target = (latest_model(self.storage) or 0) + 1
         except RegistryError as exc:
             return Outlook(0, 0, 1, refusal=f"{exc}; waiting for it to be fixed")
         while self.storage.exists(layout.window_manifest(target)):
@@ -337,7 +337,7 @@ class Follower:
         self._last_report = now
         self.events.emit("waiting", new_positions=outlook.new_positions, needed=outlook.needed,
                          generation=outlook.target)
-        _progress(f"window {outlook.target}: waiting for new games, ~{outlook.new_positions} of "
+        progress(f"window {outlook.target}: waiting for new games, ~{outlook.new_positions} of "
                   f"{outlook.needed} new positions")
 
     # ---- one window ----
@@ -353,7 +353,7 @@ class Follower:
             self.sleep(self.config.poll_seconds)
             return
         if held.took_over is not None:
-            _progress(f"window {generation}: took over the expired claim of {held.took_over.holder} "
+            progress(f"window {generation}: took over the expired claim of {held.took_over.holder} "
                       f"(attempt {claim_attempt(held.took_over)})")
             self.clean(keep_attempt=attempt)  # that attempt's pieces are dead now
         if self.storage.exists(layout.window_manifest(generation)):
@@ -361,18 +361,18 @@ class Follower:
             return
         command = self.window_command(generation, attempt, outlook.window_positions)
         where = "on Dataflow" if names_dataflow(command) else "in-process"
-        _progress(f"window {generation}: ~{outlook.new_positions} new positions (needed {outlook.needed}); "
+        progress(f"window {generation}: ~{outlook.new_positions} new positions (needed {outlook.needed}); "
                   f"building it ({where}, ~{outlook.window_positions} positions) as attempt {attempt}")
         outcome = self.run_child(held, generation, command)
         removed = delete_tmp_dir(self.storage, layout.job_tmp_dir(JOB, generation, attempt))
         if removed:
-            _progress(f"removed {removed} temporary pieces of attempt {attempt}")
+            progress(f"removed {removed} temporary pieces of attempt {attempt}")
         if outcome == "lost":
             self.lose(generation, None)
             return
         held.release()
         if outcome == "stopped":
-            _progress(f"window {generation} left unpublished (attempt {attempt} stopped)")
+            progress(f"window {generation} left unpublished (attempt {attempt} stopped)")
             return
         try:
             window = existing_window(self.storage, generation)
@@ -391,7 +391,7 @@ class Follower:
         self._last_report = -math.inf
         self.events.emit("window_published", generation=generation, positions=window.positions,
                          shards=len(window.shards), attempt=attempt)
-        _progress(f"window {generation} published: {window.positions} positions in {len(window.shards)} shards")
+        progress(f"window {generation} published: {window.positions} positions in {len(window.shards)} shards")
 
     def lose(self, generation: int, winner: LeaseRecord | None) -> None:
         """Another follower makes window ``generation`` (reported once per window)."""
@@ -401,7 +401,7 @@ class Follower:
         self.events.emit("claim_lost", generation=generation, holder=winner.holder if winner else "")
         until = (f" (its claim expires {describe_time(winner.expires, time.time())} unless renewed)"
                  if winner else "")
-        _progress(f"window {generation} is claimed by {winner.holder if winner else 'another follower'}; "
+        progress(f"window {generation} is claimed by {winner.holder if winner else 'another follower'}; "
                   f"waiting for it{until}")
 
     def window_command(self, generation: int, attempt: str, window_positions: int) -> list[str]:

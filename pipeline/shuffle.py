@@ -19,8 +19,8 @@ never deleted) and says what it deleted.
 claims the next window, builds it in a child process of this same command
 (hidden flags ``--window-generation G --attempt A``) and waits again.
 
-The driver (this module) does the cheap, global decisions: check run.json,
-choose the window's chunks by the power-law rule (pipeline.window_plan), size the
+The driver (this module) does the cheap, global decisions: check run.json
+(pipeline.lake_windows, which the follower shares), choose the window's chunks by the power-law rule (pipeline.window_plan), size the
 shards and dedup partitions, pick the attempt id; pipeline.transforms does
 the work.  Stages, elements and the memory bound are described there.
 
@@ -31,11 +31,12 @@ interpreter teardown at the end)::
 
     python -m pipeline.shuffle --root /data/lake
 
-Dataflow (the Cython engine reaches the workers through setup.py)::
+Dataflow (the workers run the image cloud/dataflow/Dockerfile builds, with the
+Cython engine compiled in; docs/deploy.md)::
 
     python -m pipeline.shuffle --root gs://BUCKET/lake \\
         --runner DataflowRunner --project PROJECT --region REGION \\
-        --temp_location gs://BUCKET/beam-tmp --setup_file ./setup.py
+        --temp_location gs://BUCKET/beam-tmp --sdk_container_image IMAGE
 """
 from __future__ import annotations
 
@@ -46,81 +47,29 @@ import os
 import shlex
 import sys
 import time
-import uuid
 
 from cloud.base import StorageError
 from format import layout
 from format.cli import role_parser
 from format.events import EventLog
 from format.registry import RegistryError
-from format.run_config import RunConfigMismatch, read_run_config
 from pipeline import window_plan as W
 from pipeline.config import LABEL_AUTO, LABEL_MODEL, LABEL_RANDOM, ShuffleConfig, from_args
+from pipeline.lake_windows import (ShuffleError, check_run_config, delete_tmp_dir, existing_window, latest_model,
+                                   new_attempt_id, progress)
 from pipeline.retention import apply_retention
 # pipeline.transforms (and with it Apache Beam, ~5 s to import on a busy
 # 2-core machine) is imported inside prepare() and run(): a follower that
 # only watches the lake never needs it; its child job does.
 
 
-class ShuffleError(Exception):
-    """A problem the user can fix; printed without a traceback."""
-
-
-def _progress(message: str) -> None:
-    print(f"[shuffle {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
 SKIPPED_CHUNKS_SHOWN = 10
 """Skipped chunks named on the console; the window's manifest names them all."""
-
-
-def _latest_model(storage):
-    from format.registry import latest_generation
-    return latest_generation(storage)
 
 
 def _round_up(count: int, multiple: int) -> int:
     """The least positive multiple of ``multiple`` that is at least ``count``."""
     return max(1, -(-count // multiple)) * multiple
-
-
-def new_attempt_id() -> str:
-    """Unique per run: shard names never collide with a killed attempt's leftovers."""
-    return f"{int(time.time()):x}{uuid.uuid4().hex[:6]}"
-
-
-def check_run(config: ShuffleConfig, storage):
-    """ROOT/run.json, checked against --board-size; ShuffleError names the file and the flag."""
-    try:
-        run = read_run_config(storage)
-    except RunConfigMismatch as exc:
-        raise ShuffleError(str(exc)) from None
-    if run is None:
-        raise ShuffleError(f"{storage.url(layout.RUN_CONFIG)} does not exist: {config.root} is not a lake yet")
-    if config.board_size and config.board_size != run.board_size:
-        raise ShuffleError(f"--board-size {config.board_size} disagrees with {storage.url(layout.RUN_CONFIG)} "
-                           f"(board_size {run.board_size})")
-    return run
-
-
-def untrusted_window(exc: layout.ManifestError, generation: int) -> str:
-    """The operator's message for a window manifest that does not validate."""
-    return (f"{exc}\n  window {generation} cannot be trusted and is never overwritten (its manifest is "
-            f"create-only): move {layout.window_dir(generation)}/ aside or delete it, and the job rebuilds it")
-
-
-def existing_window(storage, generation: int) -> layout.WindowManifest | None:
-    """The validated window ``generation`` (every shard present), None if it has no manifest yet.
-
-    A manifest that exists but does not validate raises ShuffleError.
-    """
-    from cloud.storage import NotFound
-    try:
-        return layout.read_window_manifest(storage, generation, check_shards=True)
-    except NotFound:
-        return None
-    except layout.ManifestError as exc:
-        raise ShuffleError(untrusted_window(exc, generation)) from None
 
 
 def prepare(config: ShuffleConfig, storage, *, target: int | None = None,
@@ -131,8 +80,8 @@ def prepare(config: ShuffleConfig, storage, *, target: int | None = None,
     its attempt id (default: a new one).  The follower passes both.
     """
     from pipeline.transforms import JobContext
-    run = check_run(config, storage)
-    latest = _latest_model(storage)
+    run = check_run_config(config, storage)
+    latest = latest_model(storage)
     target = (latest or 0) + 1 if target is None else target
     done = existing_window(storage, target)
     if done is not None:
@@ -174,10 +123,10 @@ def prepare(config: ShuffleConfig, storage, *, target: int | None = None,
         num_shards=_round_up(W.num_shards(window_estimate, config.reuse, config.shard_positions), config.workers),
         num_partitions=_round_up(int(-(-early_estimate // config.partition_positions)), config.workers),
         model_generation=model_generation, plan_summary=summary)
-    _progress(f"lake: {plan.lake_chunks} chunks, ~{plan.lake_positions_estimate} positions; window: "
+    progress(f"lake: {plan.lake_chunks} chunks, ~{plan.lake_positions_estimate} positions; window: "
               f"{len(plan.chunks)} chunks of generations {generations[0]}..{generations[-1]}, "
               f"~{window_estimate} positions (target {plan.window_positions_target}) in {len(plan.bundles)} bundles")
-    _progress(f"target generation {target}, attempt {attempt}, {context.num_shards} shards, "
+    progress(f"target generation {target}, attempt {attempt}, {context.num_shards} shards, "
               f"{context.num_partitions} dedup partitions, play-out labels: "
               f"{'model generation %d' % model_generation if model_generation is not None else 'random playouts'}")
     bundles = [(b, [(i, plan.chunks[i]) for i in chunk_indices]) for b, chunk_indices in enumerate(plan.bundles)]
@@ -249,13 +198,13 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
         raise ShuffleError(f"--root: {exc}") from None
     prepared = prepare(config, storage, target=target, attempt=attempt)
     if isinstance(prepared, layout.WindowManifest):
-        _progress(f"window {prepared.target_generation} already has a manifest; nothing to do")
+        progress(f"window {prepared.target_generation} already has a manifest; nothing to do")
         retain_windows(config, storage)
         return prepared.document
     context, bundles = prepared
     options, runner = pipeline_options(config, list(beam_args))
     started = time.monotonic()
-    _progress("running the Beam pipeline" + (f" on {runner}" if runner else
+    progress("running the Beam pipeline" + (f" on {runner}" if runner else
                                              f" locally (FnApiRunner, {config.workers} workers)"))
     pipeline = beam.Pipeline(runner=None if runner else local_runner(config), options=options)
     _ = (pipeline
@@ -266,7 +215,7 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
     finally:
         removed = cleanup_tmp(storage, context)
         if removed:
-            _progress(f"removed {removed} temporary files under {storage.url(context.tmp_dir)}")
+            progress(f"removed {removed} temporary files under {storage.url(context.tmp_dir)}")
     window = existing_window(storage, context.target_generation)
     if window is None:
         raise ShuffleError(f"window {context.target_generation} would hold no positions: every chunk in it was "
@@ -274,16 +223,16 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
                            f"{storage.url()}` names the bad chunks)")
     manifest = window.document
     elapsed = time.monotonic() - started
-    _progress(f"wrote {len(manifest['shards'])} shards, {manifest['positions']} records from "
+    progress(f"wrote {len(manifest['shards'])} shards, {manifest['positions']} records from "
               f"{manifest['input']['positions_read']} positions "
               f"({manifest['input']['positions_read'] / max(elapsed, 1e-9):.0f} positions/s); "
               f"skipped {len(manifest['chunks_skipped'])} chunks, dropped "
               f"{manifest['dedup']['duplicate_games']} duplicate games, capped "
               f"{manifest['dedup']['capped_positions_removed']} positions")
     for skipped in manifest["chunks_skipped"][:SKIPPED_CHUNKS_SHOWN]:
-        _progress(f"skipped {storage.url(skipped['chunk'])}: {skipped['reason']}")
+        progress(f"skipped {storage.url(skipped['chunk'])}: {skipped['reason']}")
     if len(manifest["chunks_skipped"]) > SKIPPED_CHUNKS_SHOWN:
-        _progress(f"... and {len(manifest['chunks_skipped']) - SKIPPED_CHUNKS_SHOWN} more skipped chunks, "
+        progress(f"... and {len(manifest['chunks_skipped']) - SKIPPED_CHUNKS_SHOWN} more skipped chunks, "
                   f"named in {storage.url(layout.window_manifest(context.target_generation))}")
     retain_windows(config, storage)
     return manifest
@@ -302,25 +251,13 @@ def retain_windows(config: ShuffleConfig, storage):
     except (StorageError, RegistryError) as exc:
         print(f"warning: window retention stopped ({exc}); the next run finishes it", file=sys.stderr)
         return None
-    _progress(result.describe())
+    progress(result.describe())
     return result
 
 
 def cleanup_tmp(storage, context) -> int:
     """Delete what is left of this attempt's temporary pieces."""
     return delete_tmp_dir(storage, context.tmp_dir)
-
-
-def delete_tmp_dir(storage, tmp_dir: str) -> int:
-    """Delete every object under one attempt's tmp folder; returns how many there were.
-
-    ``missing_ok``: a follower cleaning up after a dead attempt may race
-    the attempt's own cleanup; either delete is enough.
-    """
-    leftovers = storage.list(tmp_dir + "/")
-    for info in leftovers:
-        storage.delete(info.path, missing_ok=True)
-    return len(leftovers)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -104,3 +104,59 @@ def test_the_checker_sees_lazy_imports(tmp_path):
     found = [name for _, name in imported_modules(source, "format.probe")]
     assert "pipeline.loop" in found and any(name.startswith("selfplay") for name in found)
     assert layer("pipeline.loop") > layer("format.probe")
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or through others (strongly connected
+    components of more than one module; Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            module, edges = work[-1]
+            step = next((m for m in edges if m in graph), None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(sorted(graph[step]))))
+                elif step in on_stack:
+                    low[module] = min(low[module], index[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[module])
+            if low[module] == index[module]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == module:
+                        break
+                if len(group) > 1:
+                    cycles.append(sorted(group))
+    return cycles
+
+
+def test_no_modules_import_each_other_even_lazily_or_within_a_layer():
+    # Layers only say that imports point down; two modules of one layer could still import each other
+    # (the follower and the shuffle job once did, one of them through an import inside a function).
+    graph = {module: {imported for _, imported in imported_modules(path, module) if imported != module}
+             for module, path in project_modules()}
+    assert not import_cycles(graph), f"modules that import each other: {import_cycles(graph)}"
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_third_module():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
