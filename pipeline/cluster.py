@@ -44,7 +44,7 @@ seconds (uniform in [S/2, 3S/2]); the kind (worker, shuffle, train) is drawn
 among the kinds killed least so far, so a short run still kills each kind.
 At the end the launcher stops killing, restarts whatever is down, lets the
 workers come up (a restarted worker uploads its spool first), stops every
-role cleanly, and :func:`check_run` verifies the lake against the events:
+role cleanly, and :func:`audit_run` verifies the lake against the events:
 every chunk decodes, every game a worker reported finished is in exactly
 one chunk, generations were published in order and once each, LATEST never
 moved backwards, live workers play the newest model, no two games are
@@ -654,7 +654,7 @@ def _temporary_pieces(storage) -> tuple[list[str], list[str]]:
     return current, leftovers
 
 
-def check_run(storage, observer: Observer, roles: list[Role], *, wall_seconds: float, stopped_wall: float,
+def audit_run(storage, observer: Observer, roles: list[Role], *, wall_seconds: float, stopped_wall: float,
               kills_by_kind: dict) -> dict:
     """Verify the lake against what the roles reported; the final JSON report.
 
@@ -809,7 +809,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     cluster.stop(reason)
     if (config.check or config.chaos) and code == 0:
-        report = check_run(storage, cluster.observer, cluster.roles,
+        report = audit_run(storage, cluster.observer, cluster.roles,
                            wall_seconds=cluster.stopped_wall - cluster.started_wall,
                            stopped_wall=cluster.stopped_wall,
                            kills_by_kind=cluster.chaos.kills_by_kind if cluster.chaos else {})
