@@ -52,8 +52,9 @@ identical move for move, no temporary pieces are left.  It prints one JSON
 line (and writes it to ``--report``).
 
 Stopping: Ctrl-C or SIGTERM sends SIGTERM to every child's process group,
-waits ``--stop-grace`` seconds, SIGKILLs stragglers, and exits 130
-(pipeline.process_groups).
+waits the longest grace among them (each role's own, pipeline.launcher.
+STOP_GRACE_SECONDS, unless ``--stop-grace`` sets one for all), SIGKILLs
+stragglers, and exits 130.
 
 Example (a local lake, 3 workers, tiny 9x9 settings)::
 
@@ -83,7 +84,8 @@ from format.registry import latest_generation
 from model.config import TrainConfig
 from pipeline.config import ShuffleConfig
 from pipeline.follow import claim_attempt, live_claim
-from pipeline.process_groups import signal_group, stop_groups
+from pipeline.launcher import (STOP_GRACE_SECONDS, ignore_sigint_and_sigterm, say, signal_group, start_child,
+                               stop_groups, stop_on_sigint_and_sigterm)
 from selfplay.config import WorkerConfig
 
 KINDS = ("worker", "shuffle", "train")
@@ -147,7 +149,9 @@ class ClusterConfig:
                                            at_least=0)
     restart_backoff: float = setting(1.0, "seconds before restarting a role that exited (doubles while it keeps "
                                           "dying young)", above=0)
-    stop_grace: float = setting(30.0, "seconds a child has to exit after SIGTERM before SIGKILL", above=0)
+    stop_grace: float = setting(0.0, "seconds every child has to exit after SIGTERM before SIGKILL (0 = each "
+                                     "role's own: 25 for a worker, 60 for the follower, 120 for the trainer)",
+                                at_least=0)
     drain_seconds: float = setting(60.0, "at a planned end: at most this long to let every role come back up "
                                          "before stopping", at_least=0)
     check: bool = setting(False, "at the end, verify the lake against the events and print one JSON line (implied "
@@ -193,10 +197,6 @@ class ClusterConfig:
 def default_state_dir(root: str) -> str:
     """``./cluster-state/<12 hex of sha256(root)>``: one state folder per root."""
     return os.path.join("cluster-state", hashlib.sha256(root.encode()).hexdigest()[:12])
-
-
-def say(message: str) -> None:
-    print(message, flush=True)
 
 
 # --------------------------------------------------------------------------
@@ -303,7 +303,8 @@ class Role:
 
 
 def child_env(threads: int) -> dict[str, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    """What the roles' environment adds to the launcher's (`pipeline.launcher.start_child` adds the rest)."""
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2"}
     if threads:
         for name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
             env[name] = str(threads)
@@ -435,10 +436,8 @@ class Cluster:
             # A session of its own: a Ctrl-C at the terminal reaches only the
             # launcher, which then stops each child with SIGTERM.
             nice = self.config.worker_nice if role.kind == "worker" else 0
-            role.process = subprocess.Popen([sys.executable, "-m", *role.spec.argv], stdin=subprocess.DEVNULL,
-                                            stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                            start_new_session=True,
-                                            preexec_fn=(lambda: os.nice(nice)) if nice else None)
+            role.process = start_child(role.spec.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, preexec_fn=(lambda: os.nice(nice)) if nice else None)
         if role.pids:
             role.restarts += 1
         role.pids.append(role.process.pid)
@@ -478,12 +477,14 @@ class Cluster:
         say(f"    chaos: SIGKILL {role.name} (pid {pid})")
 
     def stop_all(self) -> None:
-        """SIGTERM every child, wait up to --stop-grace, then SIGKILL stragglers."""
+        """SIGTERM every child, wait up to the longest grace among them (--stop-grace, or each role's own:
+        pipeline.launcher.STOP_GRACE_SECONDS), then SIGKILL stragglers."""
         live = [r for r in self.roles if r.running]
-        killed = stop_groups([role.process for role in live], self.config.stop_grace)
+        grace = self.config.stop_grace or max((STOP_GRACE_SECONDS[role.kind] for role in live), default=0.0)
+        killed = stop_groups([role.process for role in live], grace)
         for role in live:
             if role.process in killed:
-                say(f"    {role.name} did not stop within {self.config.stop_grace:g}s: SIGKILL")
+                say(f"    {role.name} did not stop within {grace:g}s: SIGKILL")
                 self.events.emit("role_killed", name=role.name, pid=role.process.pid, kind=role.kind, by="stop")
             self.events.emit("role_exited", name=role.name, returncode=role.process.returncode,
                              pid=role.process.pid, uptime_s=round(time.monotonic() - role.started_at, 1))
@@ -775,10 +776,6 @@ def build_parser() -> argparse.ArgumentParser:
     return CLI.parser()
 
 
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
@@ -797,16 +794,14 @@ def main(argv=None) -> int:
         f"state in {state_dir}")
     say(f"    settings in {storage.url(record)}")
     cluster = Cluster(config, storage, state_dir, specs)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    stop_on_sigint_and_sigterm()
     code = 0
     try:
         reason = cluster.run()
     except KeyboardInterrupt:
         reason, code = "interrupted", 130
         say("interrupt: stopping every role (SIGTERM); rerun the same command to resume")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the stop itself is not interrupted
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ignore_sigint_and_sigterm()
     cluster.stop(reason)
     if (config.check or config.chaos) and code == 0:
         report = audit_run(storage, cluster.observer, cluster.roles,

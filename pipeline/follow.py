@@ -78,14 +78,12 @@ from format.leases import DAMAGED_EXPIRED, Lease, LeaseLost, LeaseRecord, Takeov
 from format.registry import RegistryError
 from pipeline import window_plan as W
 from pipeline.config import FOLLOW_WINDOW_FRACTION, ShuffleConfig, window_argv
-from pipeline.process_groups import die_with_parent, stop_groups
+from pipeline.launcher import STOP_GRACE_SECONDS, die_with_parent, stop_groups
 from pipeline.lake_windows import (ShuffleError, check_run_config, delete_tmp_dir, existing_window, latest_model,
                                    new_attempt_id, progress)
 
 WAIT_REPORT_SECONDS = 30.0
 """At most one human 'waiting' line and one 'waiting' event per this many seconds."""
-CHILD_STOP_SECONDS = 10.0
-"""How long a stopped child gets after SIGTERM before SIGKILL."""
 RETRY_SECONDS = 30.0
 """Pause after a child job failed before the window is tried again."""
 JOB = "shuffle"
@@ -427,14 +425,14 @@ class Follower:
             except subprocess.TimeoutExpired:
                 pass
             if self.stop_reason:
-                stop_groups([child], CHILD_STOP_SECONDS)
+                stop_groups([child], STOP_GRACE_SECONDS["window"])
                 return "stopped"
             if time.monotonic() >= next_renewal:
                 try:
                     held.renew()
                 except LeaseLost as exc:
                     print(f"warning: {exc}", file=sys.stderr, flush=True)
-                    stop_groups([child], CHILD_STOP_SECONDS)
+                    stop_groups([child], STOP_GRACE_SECONDS["window"])
                     return "lost"
                 except StorageError as exc:  # transient: try again soon; expiry leaves slack
                     print(f"warning: renewing the claim of window {generation}: {exc}", file=sys.stderr)

@@ -46,7 +46,7 @@ The time budget counts from the start of each invocation.
 
 On Ctrl-C or SIGTERM the loop sends SIGTERM to the process group of the
 phase in flight (the worker then writes every finished game; the group, so
-that the shuffle's Beam worker processes stop too: pipeline.process_groups),
+that the shuffle's Beam worker processes stop too: pipeline.launcher),
 SIGKILLs it after 60 s, and exits 130.
 
 How the loop knows what a phase is doing
@@ -64,7 +64,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -79,7 +78,8 @@ from format.events import EventLog, EventTail
 from format.leases import DAMAGED_EXPIRED, Lease, LeaseLost, Takeover, describe_time
 from model.config import TrainConfig
 from pipeline.config import ShuffleConfig
-from pipeline.process_groups import stop_groups
+from pipeline.launcher import (STOP_GRACE_SECONDS, say, start_child, stop_groups,
+                               stop_on_sigint_and_sigterm)
 from selfplay.config import WorkerConfig
 
 # The trainer's progress event fields shown as losses, and their short names.
@@ -107,8 +107,8 @@ LONG_RUN = {"selfplay_seconds": 300.0, "final_gnugo_games": 40, "final_gnugo_vis
 GNUGO_GAME_SECONDS = (1.5, 0.025)
 """One 9x9 game against GNU Go level 1 (one game at a time): about a + b x the model's visits seconds,
 rounded up from measured games (1.7 s at 32 visits, 6 s at 256)."""
-CHILD_STOP_SECONDS = 60.0
-"""How long a phase's process group gets after SIGTERM before SIGKILL (a trainer checkpoints first)."""
+PHASE_CHILD = {"selfplay": "worker", "shuffle": "window", "train": "train", "evaluate": "evaluate"}
+"""What each phase's child is, for its stop grace (pipeline.launcher.STOP_GRACE_SECONDS)."""
 WORKER_ALIASES = {"games": ("--games-at-once",), "visits": ("--visits",), "fast_visits": ("--fast-visits",)}
 TRAIN_ALIASES = {"steps_per_window": ("--train-steps",), "batch_size": ("--batch-size",), "blocks": ("--blocks",),
                  "filters": ("--filters",)}
@@ -240,10 +240,6 @@ class Status:
                 f"last eval {self.last_eval}")
 
 
-def say(message: str) -> None:
-    print(message, flush=True)
-
-
 # --------------------------------------------------------------------------
 # Phases
 # --------------------------------------------------------------------------
@@ -322,10 +318,8 @@ class Loop:
 
         # A session of its own: Ctrl-C reaches only the loop, which then
         # stops the child's group with SIGTERM (the worker's graceful path;
-        # pipeline.process_groups says why the group).
-        self.child = subprocess.Popen(
-            [sys.executable, "-m", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            bufsize=1, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        # pipeline.launcher says why the group).
+        self.child = start_child(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         next_status = time.monotonic() + 20
         try:
             for raw in self.child.stdout:
@@ -351,11 +345,11 @@ class Loop:
         return lines
 
     def stop_child(self) -> None:
-        """SIGTERM the phase's process group (the shuffle's Beam workers too), SIGKILL after 60 s."""
+        """SIGTERM the phase's process group (the shuffle's Beam workers too), SIGKILL after its grace."""
         if self.child is None or self.child.poll() is not None:
             return
         say(f"interrupt: stopping {self.status.phase} (SIGTERM), finished work is kept")
-        stop_groups([self.child], CHILD_STOP_SECONDS)
+        stop_groups([self.child], STOP_GRACE_SECONDS[PHASE_CHILD[self.status.phase]])
 
     # --- the phases -----------------------------------------------------------
     def selfplay_seconds(self, generation: int) -> float:
@@ -601,10 +595,6 @@ def summary_table(rows: list[GenerationRecord], final: int, final_results: dict)
 # --------------------------------------------------------------------------
 
 
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 CLI = RoleCli(
     LoopConfig, prog="python -m pipeline.loop",
     description="Run self-play, the shuffle job and the trainer in cycles on one machine against one lake "
@@ -664,11 +654,8 @@ def main(argv=None) -> int:
         print(f"pipeline.loop: error: {lease}", file=sys.stderr)
         return 2
     storage, record = open_launch(CLI.prog, "loop", config, retry=retry, argv=argv)
-    # Ctrl-C and SIGTERM (e.g. a preempted VM) both stop the phase in flight
-    # cleanly.  Installed explicitly: a shell that starts the loop in the
-    # background hands it SIGINT ignored, which would make Ctrl-C do nothing.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    # Ctrl-C and SIGTERM (e.g. a preempted VM) both stop the phase in flight cleanly.
+    stop_on_sigint_and_sigterm()
     loop = Loop(config, storage, retry)
     loop.lease = lease
     limit = config.generation_limit

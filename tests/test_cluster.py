@@ -133,7 +133,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_stopping_a_child_stops_its_whole_process_group_within_the_grace():
-    from pipeline.process_groups import stop_groups
+    from pipeline.launcher import stop_groups
 
     children = [subprocess.Popen([sys.executable, "-c", GROUP_PARENT, mode], stdout=subprocess.PIPE, text=True,
                                  start_new_session=True) for mode in ("EXIT", "IGNORE")]

@@ -1,9 +1,14 @@
-"""Child processes that run in a process group of their own, and the one way to stop them.
+"""The launcher core: how zerolake starts a role as a child process, stops it, and talks meanwhile.
 
 The launchers (pipeline.loop, pipeline.cluster) and the shuffle follower
-(pipeline.follow) start each child with ``start_new_session=True``: the child
-leads a new session and process group whose id is its pid, so a Ctrl-C at the
-terminal reaches only the parent, which then decides how to stop the child.
+(pipeline.follow) start each child with `start_child`: ``python -m`` in a
+session and process group of its own (its id is the child's pid), unbuffered,
+so a Ctrl-C at the terminal reaches only the parent, which then decides how
+to stop the child.  How long a child gets to stop is one table,
+`STOP_GRACE_SECONDS`, by role: the time its graceful path takes, the same as
+its systemd unit's ``TimeoutStopSec`` (cloud/vm/systemd/).  A launcher turns
+SIGTERM into KeyboardInterrupt (`stop_on_sigint_and_sigterm`), so a
+preempted VM stops it exactly as a Ctrl-C does, and prints with `say`.
 
 *Why the group, not only the child.*  A child may start processes of its own:
 the shuffle job runs Beam's SDK worker processes (``--workers``), which
@@ -23,8 +28,47 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 import typing
+
+STOP_GRACE_SECONDS = {"worker": 25.0, "shuffle": 60.0, "train": 120.0, "window": 10.0, "evaluate": 10.0}
+"""Seconds a child's process group has after SIGTERM before SIGKILL, by what it is: the time its
+graceful path takes.  A self-play worker uploads its spool (25 s), the shuffle follower stops its
+window job and releases its claim (60 s), a trainer saves and uploads a checkpoint (120 s): the same
+as each role's systemd unit's TimeoutStopSec, so a role stops alike on a VM and under a launcher.  A
+window job (one ``pipeline.shuffle`` run) and a match have nothing to save: 10 s."""
+
+
+def say(message: str) -> None:
+    """One line for the person at the terminal, flushed at once (a launcher's output is often piped)."""
+    print(message, flush=True)
+
+
+def start_child(module_argv: typing.Sequence[str], *, env: dict | None = None, **popen) -> subprocess.Popen:
+    """``python -m MODULE ARGS...`` as a child in a session of its own (module docstring), unbuffered;
+    ``env`` is added to this process's environment; other keywords go to `subprocess.Popen`."""
+    return subprocess.Popen([sys.executable, "-m", *module_argv], start_new_session=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, **popen)
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def stop_on_sigint_and_sigterm() -> None:
+    """Ctrl-C and SIGTERM (a preempted VM, systemd) both raise KeyboardInterrupt in the launcher.
+
+    Installed explicitly: a shell that starts a launcher in the background
+    hands it SIGINT ignored, which would make Ctrl-C do nothing."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+
+
+def ignore_sigint_and_sigterm() -> None:
+    """While a launcher stops its children: the stop itself is not interrupted."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def signal_group(process: subprocess.Popen, signum: int) -> bool:
