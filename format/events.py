@@ -1,8 +1,8 @@
 """Structured progress: one JSON event per line, beside each role's human status line.
 
 Every long-running role (``selfplay.worker``, ``pipeline.shuffle``,
-``model.train``, ``pipeline.loop``, ``pipeline.cluster``) takes ``--events
-PATH``.  It then appends one JSON object per line to PATH ('-' = stdout),
+``model.train``, ``selfplay.match``, ``pipeline.loop``, ``pipeline.cluster``)
+takes ``--events PATH``.  It then appends one JSON object per line to PATH ('-' = stdout),
 flushed as it is written, so a reader (the loop, the cluster launcher, a
 person with ``tail -f | jq``) learns what the role is doing without parsing
 its human log lines, and a line survives the writer being SIGKILLed the
@@ -12,7 +12,7 @@ every event and its fields.
 Every event carries::
 
     {"schema": "zerolake.event", "version": 1, "time": <unix seconds>,
-     "role": "worker" | "shuffle" | "train" | "loop" | "cluster",
+     "role": "worker" | "shuffle" | "train" | "match" | "loop" | "cluster",
      "pid": <int>, "event": <name>, ...fields}
 
 Readers call :func:`parse_event` on each line (None for a line that is not
@@ -29,7 +29,7 @@ import time
 
 SCHEMA = "zerolake.event"
 EVENTS_VERSION = 1
-ROLES = ("worker", "shuffle", "train", "loop", "cluster")
+ROLES = ("worker", "shuffle", "train", "match", "loop", "cluster")
 
 # Each event and the fields it must carry beyond the common ones.  The
 # writer checks them, so a typo fails in the role's own tests, not in a reader.
@@ -60,6 +60,12 @@ REQUIRED = {
                      "occupied_policy_mass", "examples_per_s"),
         "published": ("generation", "step"),
         "diverged": ("generation", "step", "learning_rate"),
+        "stopped": ("reason",),
+    },
+    "match": {
+        "started": ("player_a", "player_b", "games"),
+        "game_finished": ("index", "black", "white", "result", "moves"),
+        "result": ("result",),
         "stopped": ("reason",),
     },
     "loop": {

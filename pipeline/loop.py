@@ -54,9 +54,9 @@ How the loop knows what a phase is doing
 Each child gets ``--events PATH`` (format.events): a fresh JSON-lines file
 per phase in a local folder of this invocation.  The loop follows it with an
 EventTail while the child runs: the worker's ``progress`` events give games
-and positions, the trainer's ``progress`` events the losses.  The children's
-human lines are only echoed, never parsed; an evaluation's result is the
-JSON object ``selfplay.match --json`` prints.  Lake paths come from
+and positions, the trainer's ``progress`` events the losses, the match's
+``result`` event an evaluation's result.  The children's human lines are
+only echoed, never parsed.  Lake paths come from
 format.layout (markers: ``layout.loop_marker``).
 """
 from __future__ import annotations
@@ -419,31 +419,34 @@ class Loop:
 
     def evaluate(self, player_a: str, player_b: str, games: int, seed: int, visits: int | None = None,
                  sgf_prefix: str | None = None) -> dict:
-        """The match's JSON result with the model's ``visits``.  ``sgf_prefix``: keep its per-game
-        results and each game's SGF in the lake as ``<sgf_prefix>/<index:05d>.sgf`` (the rating
-        ladder folds such games into its fit: selfplay.ladder); without it, the totals only."""
+        """The match's result (its ``result`` event) with the model's ``visits``.  ``sgf_prefix``: keep
+        its per-game results and each game's SGF in the lake as ``<sgf_prefix>/<index:05d>.sgf`` (the
+        rating ladder folds such games into its fit: selfplay.ladder); without it, the totals only."""
         # The match writes SGFs to a local folder only: the loop copies them into the lake.
         sgf_dir = None if sgf_prefix is None else tempfile.mkdtemp(prefix="sgf-", dir=self.events_dir)
-        lines = self.run_child("evaluate", [
+        events = self.events_path("evaluate")
+        results = []
+        self.run_child("evaluate", [
             "selfplay.match", player_a, player_b, "--games", str(games),
             "--visits", str(visits or self.config.eval_visits),
             "--board-size", str(self.config.board_size), "--komi", str(self.config.komi), "--seed", str(seed),
             *([] if sgf_dir is None else ["--sgf-dir", sgf_dir]),
-            "--json", *([] if self.retry is None else retry_flags_argv(self.retry))])
-        for line in reversed(lines):
-            if line.startswith("{"):
-                result = json.loads(line)
-                if sgf_prefix is None:
-                    result.pop("game_results", None)
-                for game in result.get("game_results", ()):
-                    path = f"{sgf_prefix}/{game['index']:05d}.sgf"
-                    with open(game["sgf"], "rb") as handle:
-                        self.storage.write_replace(path, handle.read())
-                    game["sgf"] = path
-                result["visits"] = visits or self.config.eval_visits
-                say(f"    evaluate: {result['player_a']} {_eval_text(result)}")
-                return result
-        raise PhaseFailed(f"evaluate printed no JSON result; last lines: {lines[-5:]}")
+            "--events", events, *([] if self.retry is None else retry_flags_argv(self.retry))],
+            events=events, on_event=lambda event: results.append(event["result"]) if event["event"] == "result"
+            else None)
+        if not results:
+            raise PhaseFailed(f"evaluate reported no result in {events}")
+        result = results[-1]
+        if sgf_prefix is None:
+            result.pop("game_results", None)
+        for game in result.get("game_results", ()):
+            path = f"{sgf_prefix}/{game['index']:05d}.sgf"
+            with open(game["sgf"], "rb") as handle:
+                self.storage.write_replace(path, handle.read())
+            game["sgf"] = path
+        result["visits"] = visits or self.config.eval_visits
+        say(f"    evaluate: {result['player_a']} {_eval_text(result)}")
+        return result
 
     def evaluate_generation(self, generation: int) -> dict:
         name = self.marker(f"eval-{layout.generation_dir(generation)}.json")
@@ -554,9 +557,8 @@ class Loop:
 
 
 def _worth_echoing(line: str) -> bool:
-    """Progress and problems, not the children's library chatter, nor the match's JSON result (the
-    loop reads it and reports it in one line)."""
-    if not line.strip() or line.startswith("{"):
+    """Progress and problems, not the children's library chatter."""
+    if not line.strip():
         return False
     noisy = ("WARNING: All log messages", "oneDNN", "cpu_feature_guard", "TF_ENABLE_ONEDNN", "absl::",
              "rebuild TensorFlow", "I0000", "E0000", "W0000", "To enable the following instructions")

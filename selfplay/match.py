@@ -48,8 +48,8 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from format.cli import (board_size_setting, config_from_namespace, komi_setting, max_moves_setting, RoleCli,
-                        setting, setting_problems, storage_retry)
+from format.cli import (board_size_setting, config_from_namespace, events_setting, komi_setting,
+                        max_moves_setting, RoleCli, setting, setting_problems, storage_retry)
 from format import schema
 from selfplay.board import Board, IllegalMove
 from selfplay.move_policy import MovePolicy
@@ -406,6 +406,7 @@ class MatchConfig:
     sgf_dir: str | None = setting(None, "write every game there as SGF")
     seed: int = setting(0, "seed of the players' random choices")
     json: bool = setting(False, "print the result as one JSON object")
+    events: str = events_setting()
 
     def __post_init__(self):
         if self.visits == 0:
@@ -455,21 +456,23 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     return config_from_namespace(MatchConfig, args, parser, **players)
 
 
-def run(config: MatchConfig, log: Callable[[str], None] = lambda text: None, retry=None) -> EvalResult:
+def run(config: MatchConfig, log: Callable[[str], None] = lambda text: None, retry=None,
+        events=None) -> EvalResult:
     """Load the players of `config`, play the match, close the players; ``retry``
-    is the storage RetryPolicy for gs:// model roots.  Model files go to a
-    temporary cache that is removed when this returns or raises."""
+    is the storage RetryPolicy for gs:// model roots; ``events``: an EventLog
+    that gets each finished game.  Model files go to a temporary cache that is
+    removed when this returns or raises."""
     from format.registry import ModelCache
 
     cache = ModelCache() if any(spec.kind == "model" for spec in (config.player_a, config.player_b)) else None
     try:
-        return _run(config, log, retry, cache)
+        return _run(config, log, retry, cache, events)
     finally:
         if cache is not None:
             cache.close()
 
 
-def _run(config: MatchConfig, log: Callable[[str], None], retry, cache) -> EvalResult:
+def _run(config: MatchConfig, log: Callable[[str], None], retry, cache, events=None) -> EvalResult:
     loaded = {}
     for spec in (config.player_a, config.player_b):
         if spec.kind == "model" and spec not in loaded:
@@ -493,6 +496,9 @@ def _run(config: MatchConfig, log: Callable[[str], None], retry, cache) -> EvalR
         def on_game(game: GameResult):
             log(f"game {game.index}: {game.black} (B) vs {game.white} (W): {game.result_text} "
                 f"after {len(game.moves)} moves ({game.end_reason})")
+            if events is not None:
+                events.emit("game_finished", index=game.index, black=game.black, white=game.white,
+                            result=game.result_text, moves=len(game.moves))
 
         openings = (random_openings((config.games + 1) // 2, config.paired_openings, board_size, komi,
                                     config.seed) if config.paired_openings else ())
@@ -522,21 +528,29 @@ def main(argv=None) -> int:
     from cloud.base import StorageError
     from format.registry import RegistryError
 
+    from format.events import EventLog
+
     parser = build_arg_parser()
     args = parser.parse_args(argv)
     config = config_from_args(args, parser)
     log = (lambda text: print(text, file=sys.stderr, flush=True))
+    events = EventLog(config.events or None, "match")
+    events.emit("started", player_a=args.player_a, player_b=args.player_b, games=config.games)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        result = run(config, log, storage_retry(args, parser))
+        result = run(config, log, storage_retry(args, parser), events)
     except (OSError, ValueError, LookupError, RegistryError, StorageError) as exc:
         print(f"selfplay.match: {exc}", file=sys.stderr)
+        events.emit("stopped", reason="error", error=str(exc))
         return 2
     except Terminated:
         print("selfplay.match: stopped by SIGTERM; no result", file=sys.stderr)
+        events.emit("stopped", reason="SIGTERM")
         return 128 + signal.SIGTERM
     finally:
         signal.signal(signal.SIGTERM, previous)
+    events.emit("result", result=result.to_json_dict())
+    events.emit("stopped", reason="done")
     if config.json:
         print(json.dumps(result.to_json_dict(), sort_keys=True))
     else:

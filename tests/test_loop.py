@@ -217,7 +217,8 @@ def test_the_closing_gnu_go_games_keep_their_games_in_the_lake(tmp_path, monkeyp
     storage = open_storage(root)
     loop = Loop(LoopConfig(root=root), storage)
 
-    def fake_match(phase, argv, *rest):
+    def fake_match(phase, argv, events=None, on_event=None):
+        assert argv[argv.index("--events") + 1] == events      # the result comes as the match's event
         folder = argv[argv.index("--sgf-dir") + 1] if "--sgf-dir" in argv else None
         games = []
         for index in range(2):
@@ -227,7 +228,10 @@ def test_the_closing_gnu_go_games_keep_their_games_in_the_lake(tmp_path, monkeyp
                 with open(sgf, "wb") as handle:
                     handle.write(b"(;GM[1]SZ[9])")
             games.append({"index": index, "result": "B+R", "sgf": sgf})
-        return ['{"wins": 1, "games": 2, "game_results": %s}' % json.dumps(games)]
+        on_event({"event": "result", "result": {"player_a": "model-g3", "player_b": argv[2], "wins": 1,
+                                                 "games": 2, "win_rate": 0.5, "ci_low": 0.1, "ci_high": 0.9,
+                                                 "game_results": games}})
+        return []
 
     monkeypatch.setattr(loop, "run_child", fake_match)
     prefix = layout.loop_marker("final-000003-gnugo-1")

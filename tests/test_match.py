@@ -228,6 +228,21 @@ def test_cli_json_output(capsys, tmp_path):
     assert len(os.listdir(tmp_path)) == 2
 
 
+def test_the_match_reports_its_games_and_result_as_events_like_every_role(capsys, tmp_path):
+    # The loop reads an evaluation's result from these events, as it reads every other role's progress.
+    from format.events import read_events
+
+    events = tmp_path / "match.jsonl"
+    assert main(["random", "uniform", "--games", "3", "--visits", "4", "--board-size", "7", "--json",
+                 "--events", str(events)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    seen = list(read_events(str(events)))
+    assert [e["event"] for e in seen if e["event"] != "game_finished"] == ["started", "result", "stopped"]
+    assert sorted(e["index"] for e in seen if e["event"] == "game_finished") == [0, 1, 2]
+    assert next(e["result"] for e in seen if e["event"] == "result") == printed
+    assert seen[0]["player_a"] == "random" and seen[-1]["reason"] == "done"
+
+
 def test_cli_rejects_bad_input(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["random", "alphago"])
