@@ -7,7 +7,7 @@ workers, the shuffle follower and the trainer, tiny 9x9 settings, and a
 SIGKILL of a random role about every 20 s (each restarted by the launcher).
 The launcher's own status lines are echoed as progress.  At the end the
 launcher stops every role cleanly and checks the lake against the roles'
-events (pipeline.cluster.audit_run).
+events (pipeline.chaos_audit.audit_run).
 
 Acceptance: kills >= 10, games_lost = 0, games_in_spool_only = 0 (every
 finished game reached the bucket by the end, not only a worker's disk),

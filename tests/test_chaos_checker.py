@@ -1,6 +1,6 @@
 """The chaos checker fails when it should: each zero-loss key, on a lake doctored to break it.
 
-``pipeline.cluster.audit_run`` is what bench/cluster.py's acceptance reads
+``pipeline.chaos_audit.audit_run`` is what bench/cluster.py's acceptance reads
 (games_lost, games_in_spool_only, games_duplicated, chunk_verify_failures,
 latest_regressions, games_identical_moves).  A checker that was only ever
 seen reporting zeros proves nothing, so here one small real lake (worker
@@ -19,7 +19,8 @@ import pytest
 
 from cloud.storage import open_storage
 from format import layout
-from pipeline.cluster import Observer, Role, RoleSpec, ZERO_LOSS_KEYS, audit_run
+from pipeline.chaos_audit import ZERO_LOSS_KEYS, audit_run
+from pipeline.cluster import Observer, Role, RoleSpec
 
 KEYS = (*ZERO_LOSS_KEYS, "games_in_spool_only", "games_identical_moves")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import cluster as C
+from pipeline.chaos_audit import ZERO_LOSS_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -166,7 +167,7 @@ def test_chaos_cluster_on_fake_gcs_loses_nothing(fake_gcs, tmp_path):
     report = json.loads(report_path.read_text())
     print(f"chaos cluster: {wall:.0f}s wall; {json.dumps(report)}")
     context = json.dumps(report, indent=1) + result.stdout[-3000:] + logs
-    for key in C.ZERO_LOSS_KEYS:
+    for key in ZERO_LOSS_KEYS:
         assert report[key] == 0, f"{key}: {context}"
     assert report["generations"] >= 1, context
     assert report["published_in_order_once"], context
