@@ -101,7 +101,7 @@ from model.cpu_int8 import CALIBRATION_POSITIONS, CHECK_POSITIONS, add_cpu_int8
 from model.export import export_inference_model
 from model.staging import STATE_FILE, Stage, resolve_stage_dir
 from model.trainer import METRIC_NAMES, ResolvedStrategy, Trainer, network_config, summarize
-from model.windows import LakeError, Skipped, Window, plan_next, scan_windows
+from model.windows import LakeError, Skipped, Window, plan_next, scan_windows, window_steps
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +312,7 @@ class TrainingRun:
             _say(f"resuming window {layout.generation_dir(generation)} at step "
                  f"{int(self.trainer.window_step.numpy())}/{int(self.trainer.window_steps_total.numpy())}")
         else:
-            steps = self.config.steps_per_window or window.steps(self.trainer.global_batch,
+            steps = self.config.steps_per_window or window_steps(window, self.trainer.global_batch,
                                                                  self.config.epochs_per_window)
             self.trainer.start_window(generation, steps)
             self._saved_step = 0
@@ -545,7 +545,7 @@ class TrainingRun:
             "board_size": self.board_size, "generation": generation,
             "network": dataclasses.asdict(self.net_config),
             "global_step": self.trainer.global_step,
-            "window": window.manifest_path, "window_positions": window.positions,
+            "window": window.path, "window_positions": window.positions,
             "window_steps": int(self.trainer.window_steps_total.numpy()),
             "skipped_windows": [item.as_metadata() for item in self._skipped_below],
             "swa_decay": self.config.swa_decay, "feature_set_planes": schema.INPUT_PLANES,

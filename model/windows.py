@@ -48,29 +48,13 @@ class LakeError(RuntimeError):
     """The lake cannot be trained from as asked; the message says why and where."""
 
 
-@dataclass(frozen=True)
-class Window:
-    """A complete training window (from its MANIFEST.json)."""
+Window = layout.WindowManifest
+"""A complete training window: the window manifest's one typed owner, format.layout.WindowManifest."""
 
-    target_generation: int
-    board_size: int
-    shards: tuple[str, ...]
-    """Storage paths of the shards, relative to the lake root."""
-    positions: int
-    manifest_path: str
-    record_version: int = 1
-    """Position-record version of the shards (format.layout.WindowManifest)."""
-    game_table: str | None = None
-    """Storage path of the window's game table (record version 3), which tf.data reads beside the shards."""
 
-    @property
-    def files(self) -> tuple[str, ...]:
-        """What training reads: the shards, then the game table if the window has one."""
-        return self.shards + ((self.game_table,) if self.game_table else ())
-
-    def steps(self, global_batch: int, epochs: float) -> int:
-        """Training steps for ``epochs`` passes at ``global_batch`` (at least 1)."""
-        return max(1, math.ceil(self.positions * epochs / global_batch))
+def window_steps(window: Window, global_batch: int, epochs: float) -> int:
+    """Training steps for ``epochs`` passes over ``window`` at ``global_batch`` (at least 1)."""
+    return max(1, math.ceil(window.positions * epochs / global_batch))
 
 
 def lake_board_size(storage, flag_board_size: int) -> int:
@@ -108,12 +92,6 @@ class WindowScan:
     bad: tuple[Skipped, ...]
 
 
-def window_from_manifest(manifest: layout.WindowManifest) -> Window:
-    return Window(target_generation=manifest.target_generation, board_size=manifest.board_size,
-                  shards=manifest.shards, positions=manifest.positions, manifest_path=manifest.path,
-                  record_version=manifest.record_version, game_table=manifest.game_table)
-
-
 def manifest_generations(storage) -> list[int]:
     """Generations whose window manifest exists (complete or not valid), ascending."""
     return sorted(layout.window_generation(info.path) for info in storage.list(layout.windows_prefix())
@@ -130,7 +108,7 @@ def read_window(storage, generation: int, board_size: int) -> Window:
     if manifest.board_size != board_size:
         raise layout.ManifestError(storage.url(manifest.path), "board_size",
                                    f"is {manifest.board_size}; this run (run.json) is {board_size}x{board_size}")
-    return window_from_manifest(manifest)
+    return manifest
 
 
 def scan_windows(storage, board_size: int, newer_than: int | None, also: int = -1) -> WindowScan:

@@ -25,7 +25,7 @@ from testdata import synthetic_windows as synthetic
 from model.config import ConfigError, TrainConfig
 from model.network import NetworkConfig, build_network
 from model.trainer import Trainer, network_config, resolve_strategy, summarize
-from model.windows import Window
+from model.windows import Window, window_steps
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +77,9 @@ def test_network_output_shapes(n):
 
 def test_window_steps_follow_positions_and_epochs():
     window = Window(target_generation=1, board_size=9, shards=("a",), positions=1000,
-                    manifest_path=layout.window_manifest(1))
-    assert window.steps(global_batch=256, epochs=1.0) == 4
-    assert window.steps(global_batch=256, epochs=2.5) == 10
+                    path=layout.window_manifest(1))
+    assert window_steps(window, global_batch=256, epochs=1.0) == 4
+    assert window_steps(window, global_batch=256, epochs=2.5) == 10
 
 
 def test_config_validation_names_each_bad_flag():
