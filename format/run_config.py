@@ -23,9 +23,13 @@ class RunConfigMismatch(ValueError):
     """The settings of this process disagree with the root's run.json."""
 
 
+class NoRun(ValueError):
+    """The root has no run.json: no role has written to it yet."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    board_size: int = 9
+    board_size: int = schema.DEFAULT_BOARD_SIZE
     komi: float = schema.DEFAULT_KOMI
     rules: str = schema.RULES_TROMP_TAYLOR
     feature_set: str = FEATURE_SET
@@ -69,6 +73,22 @@ def read_run_config(storage) -> RunConfig | None:
     except TooLarge:
         raise RunConfigMismatch(f"{url}: {layout.too_large(layout.MAX_POINTER_BYTES)}") from None
     return RunConfig.from_json(data, url)
+
+
+def require_run_config(storage, board_size_flag: int | None = None, *, creator: str = "self-play") -> RunConfig:
+    """The root's run.json, which must exist and, given a ``--board-size`` (not 0 or None), agree with it.
+
+    The one check every role that reads a run makes before anything else: NoRun names the file and
+    who creates it (``creator``); RunConfigMismatch names the file and, for a disagreeing flag, the
+    flag and both values."""
+    run = read_run_config(storage)
+    if run is None:
+        raise NoRun(f"{storage.url(layout.RUN_CONFIG)} does not exist: this root has no run yet "
+                    f"({creator} creates it)")
+    if board_size_flag and board_size_flag != run.board_size:
+        raise RunConfigMismatch(f"--board-size {board_size_flag} disagrees with {storage.url(layout.RUN_CONFIG)}, "
+                                f"which says board_size {run.board_size}")
+    return run
 
 
 def ensure_run_config(storage, config: RunConfig) -> RunConfig:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from cloud.base import NotFound
 from format import layout
-from format.run_config import RunConfigMismatch, read_run_config
+from format.run_config import NoRun, RunConfigMismatch, require_run_config
 
 log = logging.getLogger(__name__)
 
@@ -58,19 +58,11 @@ def window_steps(window: Window, global_batch: int, epochs: float) -> int:
 
 
 def lake_board_size(storage, flag_board_size: int) -> int:
-    """The run's board size; refuses a missing run.json or a disagreeing flag."""
+    """The run's board size; refuses a missing run.json or a disagreeing flag (one LakeError line)."""
     try:
-        run = read_run_config(storage)
-    except RunConfigMismatch as exc:
+        return require_run_config(storage, flag_board_size, creator="self-play or the pipeline").board_size
+    except (NoRun, RunConfigMismatch) as exc:
         raise LakeError(str(exc)) from None
-    where = storage.url(layout.RUN_CONFIG)
-    if run is None:
-        raise LakeError(f"{where} does not exist: this root has no run yet "
-                        "(self-play or the pipeline creates it)")
-    if flag_board_size and flag_board_size != run.board_size:
-        raise LakeError(f"--board-size {flag_board_size} disagrees with {where}, "
-                        f"which says board_size {run.board_size}")
-    return run.board_size
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import time
 import uuid
 
 from format import layout
-from format.run_config import RunConfigMismatch, read_run_config
+from format.run_config import NoRun, RunConfigMismatch, require_run_config
 from pipeline.config import ShuffleConfig
 
 
@@ -36,17 +36,12 @@ def new_attempt_id() -> str:
 
 
 def check_run_config(config: ShuffleConfig, storage):
-    """ROOT/run.json, checked against --board-size; ShuffleError names the file and the flag."""
+    """ROOT/run.json, checked against --board-size (format.run_config.require_run_config); ShuffleError
+    names the file and the flag."""
     try:
-        run = read_run_config(storage)
-    except RunConfigMismatch as exc:
+        return require_run_config(storage, config.board_size, creator="self-play")
+    except (NoRun, RunConfigMismatch) as exc:
         raise ShuffleError(str(exc)) from None
-    if run is None:
-        raise ShuffleError(f"{storage.url(layout.RUN_CONFIG)} does not exist: {config.root} is not a lake yet")
-    if config.board_size and config.board_size != run.board_size:
-        raise ShuffleError(f"--board-size {config.board_size} disagrees with {storage.url(layout.RUN_CONFIG)} "
-                           f"(board_size {run.board_size})")
-    return run
 
 
 def untrusted_window(exc: layout.ManifestError, generation: int) -> str:

@@ -114,7 +114,7 @@ from format import layout
 from format import schema
 from format.cli import RoleCli, max_moves_setting, root_setting, setting, setting_problems
 from format.registry import RegistryError
-from format.run_config import RunConfig, ensure_run_config, read_run_config
+from format.run_config import RunConfig, ensure_run_config, read_run_config, require_run_config
 from format.sgf import game_from_sgf
 from selfplay import elo
 from selfplay.ladder_report import closing_player_name, generation_name, parse_generation_name, write_report
@@ -521,11 +521,9 @@ class Ladder:
         self.storage = storage or open_storage(config.root, retry=retry)
         self.retry = retry
         self.log = log
-        run = read_run_config(self.storage)
-        if run is None and config.record_anchor_games:
-            run = ensure_run_config(self.storage, RunConfig())     # anchor games need no run but its board
-        if run is None:
-            raise LookupError(f"{self.storage.url(layout.RUN_CONFIG)} does not exist: this root has no run")
+        if config.record_anchor_games and read_run_config(self.storage) is None:
+            ensure_run_config(self.storage, RunConfig())           # anchor games need no run but its board
+        run = require_run_config(self.storage, creator="self-play")
         self.board_size, self.komi = run.board_size, run.komi
         self.conditions = ladder_conditions(self.board_size, self.komi, config.visits, config.opening_moves,
                                             config.max_moves)
