@@ -182,4 +182,4 @@ def read_window_table(storage, window) -> GameTable:
     except NotFound:
         raise MissingGameTable(url, f"is missing: the window's manifest ({storage.url(window.path)}) names it, and "
                                     "version-3 positions take their ownership and generation from it") from None
-    return decode_game_table(data, url, board_size=window.board_size, games=window.document.get("games"))
+    return decode_game_table(data, url, board_size=window.board_size, games=window.games)

@@ -234,6 +234,18 @@ class WindowManifest:
     document: dict = dataclasses.field(repr=False, compare=False, default_factory=dict)
     game_table: str | None = None
     """Path (relative to the root) of the window's game table; None before record version 3."""
+    games: tuple[str, ...] | None = None
+    """The window's game ids, in the order a version-2 or 3 record's 'game' field indexes them (None:
+    the manifest lists none, as before record version 2)."""
+    attempt: str | None = None
+    """The id of the shuffle attempt that wrote the window (None in manifests that do not say)."""
+    positions_per_byte: float | None = None
+    """The planner's positions per compressed chunk byte ('window.positions_per_byte'), which the
+    follower reuses to estimate new games' positions; None when the manifest does not say."""
+    planned_lake_bytes: int | None = None
+    """The lake's chunk bytes when the window was planned ('window.lake_bytes'); None in older manifests."""
+    planned_chunks: tuple[str, ...] = ()
+    """The chunks the window took ('window.chunks'), for a manifest without 'window.lake_bytes'."""
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -301,9 +313,24 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
             raise ManifestError(url, "game_table", "must name the window's game table file (record version 3 "
                                                    "keeps each game's ownership label and generation there)")
         table = game_table_path(generation, table)
+    attempt = document.get("attempt")
+    if attempt is not None and not (isinstance(attempt, str) and _SAFE_NAME.fullmatch(attempt)):
+        raise ManifestError(url, "attempt", "must be the id of the attempt that wrote the window")
+    plan = document.get("window", {})
+    if not isinstance(plan, dict):
+        raise ManifestError(url, "window", "must be an object (the window's plan)")
+    per_byte = plan.get("positions_per_byte")
+    per_byte = float(per_byte) if isinstance(per_byte, (int, float)) and not isinstance(per_byte, bool) \
+        and per_byte > 0 else None
+    lake_bytes = plan.get("lake_bytes")
+    lake_bytes = lake_bytes if isinstance(lake_bytes, int) and not isinstance(lake_bytes, bool) else None
+    planned = plan.get("chunks", [])
+    planned = tuple(planned) if isinstance(planned, list) and all(isinstance(c, str) for c in planned) else ()
     return WindowManifest(target_generation=generation, board_size=board_size,
                           shards=tuple(shard_path(generation, s) for s in shards), positions=positions,
-                          path=path, record_version=record_version, document=document, game_table=table)
+                          path=path, record_version=record_version, document=document, game_table=table,
+                          games=tuple(games) if "games" in document else None, attempt=attempt,
+                          positions_per_byte=per_byte, planned_lake_bytes=lake_bytes, planned_chunks=planned)
 
 
 MAX_WINDOW_POSITIONS = 10 ** 9

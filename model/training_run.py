@@ -417,7 +417,7 @@ class TrainingRun:
         and it is raised as it is.  Only ever run after a read failed, so its cost (reading
         the window once in numpy, one record at a time) is paid only then."""
         manifest = layout.read_window_manifest(self.storage, window.target_generation)
-        games = manifest.document.get("games")
+        games = manifest.games
         try:
             table = read_window_table(self.storage, manifest) if manifest.game_table else None
             for path in window.shards:

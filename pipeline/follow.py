@@ -307,9 +307,8 @@ class Follower:
 
         ``lake_bytes``: the summed size of ``chunks``.
         """
-        plan = last.document.get("window", {}) if last else {}
-        per_byte = plan.get("positions_per_byte")
-        if not isinstance(per_byte, (int, float)) or per_byte <= 0:
+        per_byte = last.positions_per_byte if last else None
+        if per_byte is None:
             if self._sampled_per_byte is None:
                 try:
                     self._sampled_per_byte = W.estimate_positions_per_byte(
@@ -319,10 +318,10 @@ class Follower:
             per_byte = self._sampled_per_byte
         if last is None:
             return per_byte, lake_bytes
-        if isinstance(plan.get("lake_bytes"), int):
-            return per_byte, lake_bytes - plan["lake_bytes"]
+        if last.planned_lake_bytes is not None:
+            return per_byte, lake_bytes - last.planned_lake_bytes
         # An older manifest: count the chunks newer than the newest one it took.
-        taken = W.parse_chunk_listing([ObjectInfo(str(p), 0) for p in plan.get("chunks", [])])
+        taken = W.parse_chunk_listing([ObjectInfo(p, 0) for p in last.planned_chunks])
         if not taken:
             return per_byte, lake_bytes
         newest = (taken[0].generation, taken[0].time_ms, taken[0].path)
@@ -383,7 +382,7 @@ class Follower:
             self.sleep(RETRY_SECONDS)
             return
         remove_stray_shards(self.storage, window)
-        if window.document.get("attempt") != attempt:
+        if window.attempt != attempt:
             self.lose(generation, None)  # a racing attempt's manifest got there first
             return
         self._last_report = -math.inf
