@@ -57,7 +57,10 @@ class ShuffleConfig:
     window_exponent: float = _field(
         0.65, "growth exponent of the window beyond the minimum (1 = keep everything)", above=0, at_most=1)
     window_scale: int = _field(
-        250_000, "positions over which the power law bends; the window's slope is 1 at the minimum", at_least=1)
+        250_000, "positions over which the power law bends", at_least=1)
+    window_slope: float = _field(
+        1.0, "new window positions per new lake position just past the minimum, decaying by the power law "
+             "after (1 = every new position joins at first; KataGo uses 0.4)", above=0, at_most=1)
     window_max_positions: int = _field(0, "hard cap on the window (0 = none)", at_least=0)
     sample_chunks: int = _field(
         3, "newest chunks decoded up front to estimate positions per byte for the window rule", at_least=1)

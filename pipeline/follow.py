@@ -298,7 +298,7 @@ class Follower:
         per_byte, new_bytes = self.measure(last, chunks, lake_bytes)
         window = W.window_positions(int(lake_bytes * per_byte), self.config.window_min_positions,
                                     self.config.window_scale, self.config.window_exponent,
-                                    self.config.window_max_positions)
+                                    self.config.window_max_positions, self.config.window_slope)
         needed = self.config.follow_new_positions or max(1, math.ceil(FOLLOW_WINDOW_FRACTION * window))
         return Outlook(target, max(0, int(new_bytes * per_byte)), needed, window)
 

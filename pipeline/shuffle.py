@@ -92,7 +92,8 @@ def prepare(config: ShuffleConfig, storage, *, target: int | None = None,
     try:
         plan = W.plan_window(storage, min_positions=config.window_min_positions, scale=config.window_scale,
                              exponent=config.window_exponent, max_positions=config.window_max_positions,
-                             sample_chunks=config.sample_chunks, bundle_positions=config.bundle_positions)
+                             sample_chunks=config.sample_chunks, bundle_positions=config.bundle_positions,
+                             slope=config.window_slope)
     except ValueError as exc:
         raise ShuffleError(str(exc)) from None
     window_estimate = plan.window_positions_estimate
@@ -103,7 +104,8 @@ def prepare(config: ShuffleConfig, storage, *, target: int | None = None,
     generations = sorted({c.generation for c in plan.chunks})
     summary = (
         ("rule", f"min {config.window_min_positions}, scale {config.window_scale}, "
-                 f"exponent {config.window_exponent}, max {config.window_max_positions or 'none'}"),
+                 f"exponent {config.window_exponent}, slope {config.window_slope}, "
+                 f"max {config.window_max_positions or 'none'}"),
         ("lake_chunks", plan.lake_chunks),
         ("lake_positions_estimate", plan.lake_positions_estimate),
         # The follower measures "new positions since this window" against these two.

@@ -10,10 +10,13 @@ Terms
   generations drop out::
 
       W(T) = T                                           for T <= m
-      W(T) = m + s * ((1 + (T - m) / s) ** a - 1) / a    for T > m
+      W(T) = m + b * s * ((1 + (T - m) / s) ** a - 1) / a    for T > m
 
-  with m = window_min_positions, s = window_scale, a = window_exponent.
-  dW/dT is 1 at T = m and decays like T**(a-1).
+  with m = window_min_positions, s = window_scale, a = window_exponent and
+  b = window_slope.  dW/dT is b at T = m and decays like T**(a-1): with b = 1
+  every new position joins the window at first; KataGo grows its window by
+  0.4 positions per new one (its ``expand_window_per_row``), so that the
+  first generations' games leave it sooner.
 * Chunk file sizes are known from a listing, position counts are not (a
   chunk has no index).  So the driver decodes the newest few chunks to learn
   positions per compressed byte and estimates every chunk from its size.  The
@@ -66,13 +69,14 @@ class WindowPlan:
         return int(round(sum(c.size for c in self.chunks) * self.positions_per_byte))
 
 
-def window_positions(total: int, min_positions: int, scale: int, exponent: float, max_positions: int = 0) -> int:
+def window_positions(total: int, min_positions: int, scale: int, exponent: float, max_positions: int = 0,
+                     slope: float = 1.0) -> int:
     """Desired window size W(T) for T lake positions (module docstring)."""
     if total <= min_positions:
         desired = total
     else:
         x = 1.0 + (total - min_positions) / scale
-        desired = min_positions + scale * (x ** exponent - 1.0) / exponent
+        desired = min_positions + slope * scale * (x ** exponent - 1.0) / exponent
     desired = min(total, int(desired))
     return min(desired, max_positions) if max_positions else desired
 
@@ -131,14 +135,14 @@ def bundle_chunks(sizes: Sequence[int], positions_per_byte: float, bundle_positi
 
 
 def plan_window(storage, *, min_positions: int, scale: int, exponent: float, max_positions: int,
-                sample_chunks: int, bundle_positions: int) -> WindowPlan:
+                sample_chunks: int, bundle_positions: int, slope: float = 1.0) -> WindowPlan:
     """List games/, apply the window rule, and bundle the chosen chunks."""
     listed = list_chunks(storage)
     if not listed:
         raise ValueError(f"{storage.url(layout.GAMES_DIR)} holds no chunk files (*{schema.CHUNK_SUFFIX})")
     per_byte, per_game = estimate_positions_per_byte(storage, listed, sample_chunks)
     total = int(round(sum(c.size for c in listed) * per_byte))
-    target = window_positions(total, min_positions, scale, exponent, max_positions)
+    target = window_positions(total, min_positions, scale, exponent, max_positions, slope)
     chosen, filled = [], 0.0
     for chunk in listed:
         if filled >= target:

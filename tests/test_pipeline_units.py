@@ -33,6 +33,13 @@ def test_window_is_whole_lake_below_minimum_then_grows_sublinearly():
     assert W.window_positions(10 ** 9, m, s, a, max_positions=5000) == 5000
 
 
+def test_the_window_slope_scales_its_growth_past_the_minimum():
+    m, s, a = 1000, 1000, 0.65
+    assert W.window_positions(m + 1000, m, s, a, slope=0.4) == m + int(0.4 * (W.window_positions(m + 1000, m, s, a) - m))
+    assert W.window_positions(m + 100, m, s, a, slope=0.4) <= m + 40          # 0.4 new ones per new position
+    assert W.window_positions(800, m, s, a, slope=0.4) == 800                # the whole lake below the minimum
+
+
 def test_chunk_listing_is_newest_first_and_ignores_other_files():
     class Info:
         def __init__(self, path, size):
