@@ -137,6 +137,9 @@ class LoopConfig:
                                   "limit with --hours", at_least=0)
     selfplay_seconds: float = setting(0.0, "self-play time per generation; 0 = auto: planned from --minutes, or "
                                            f"{LONG_RUN['selfplay_seconds']:g} with --hours", at_least=0)
+    generation0_positions: int = setting(0, "end generation 0's self-play once its games hold this many "
+                                            "positions (at most its self-play time); 0 = by time only, like "
+                                            "every generation", at_least=0)
     eval_games: int = setting(20, "games against random moves after each generation", at_least=1)
     final_eval_games: int = setting(100, "games of the last generation against random moves, and against "
                                          "generation 0", at_least=1)
@@ -153,7 +156,7 @@ class LoopConfig:
         WorkerConfig, "self-play (python -m selfplay.worker's flags); the loop sets the seed, worker id, "
                       "time and events of each generation's worker",
         shared=("root", "board_size", "komi"),
-        managed=("seed", "worker_id", "max_seconds", "events"),
+        managed=("seed", "worker_id", "max_seconds", "max_positions", "events"),
         aliases=WORKER_ALIASES, games=64, progress_seconds=15.0)
     shuffle: ShuffleConfig = role_setting(
         ShuffleConfig, "the shuffle job (python -m pipeline.shuffle's flags); the loop sets its seed and runs "
@@ -391,9 +394,13 @@ class Loop:
                 self.status.positions = positions_before + int(event["positions"])
 
         events = self.events_path("selfplay")
+        # Generation 0 may be sized in positions: at 30 games/s, random-playout self-play fills several
+        # model generations' worth of window in the time one model generation gets.
+        positions = cfg.generation0_positions if generation == 0 else 0
         self.run_child("selfplay", ["selfplay.worker", *role_argv(
             cfg, "worker", retry=self.retry, max_seconds=f"{seconds:.0f}", seed=cfg.seed * 1000 + generation,
-            worker_id=f"loop{generation}", events=events)], events, on_event)
+            worker_id=f"loop{generation}", events=events,
+            **({"max_positions": str(positions)} if positions else {}))], events, on_event)
         self.storage.write_new(self.marker(f"selfplay-{layout.generation_dir(generation)}.done"),
                                json.dumps({"seconds": round(seconds)}).encode())
 

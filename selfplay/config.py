@@ -126,6 +126,8 @@ class WorkerConfig:
     events: str = events_setting()
     max_games: int = setting(0, "stop after this many finished games (0 = no limit)", at_least=0)
     max_seconds: float = setting(0.0, "stop after this long (0 = no limit)", at_least=0)
+    max_positions: int = setting(0, "stop once the finished games hold this many positions (0 = no limit)",
+                                 at_least=0)
     poll_seconds: float = poll_seconds_setting(5.0, looks_at="models/LATEST (for a newer model)")
     progress_seconds: float = setting(10.0, "seconds between status lines (and progress events)", above=0)
     seed: int = setting(-1, "seed of the worker's random streams; -1 = fresh from the OS's entropy, "

@@ -171,6 +171,8 @@ class Counters:
     would_resign_games: int = 0
     false_resignations: int = 0
     chunks: int = 0
+    finished_positions: int = 0
+    """Positions of the finished (spooled) games; ``positions`` also counts games still in play."""
 
 
 def backoff_seconds(failures: int, base: float, cap: float = 300.0) -> float:
@@ -476,6 +478,7 @@ class SelfPlayWorker:
         cfg = self.config
         return (self.stop_requested.is_set()
                 or (cfg.max_games and self.counters.games >= cfg.max_games)
+                or (cfg.max_positions and self.counters.finished_positions >= cfg.max_positions)
                 or (cfg.max_seconds and time.monotonic() - self.started >= cfg.max_seconds))
 
     def run(self, watcher: ModelWatcher | None = None) -> Counters:
@@ -496,6 +499,8 @@ class SelfPlayWorker:
             return "signal"
         if cfg.max_games and self.counters.games >= cfg.max_games:
             return "max_games"
+        if cfg.max_positions and self.counters.finished_positions >= cfg.max_positions:
+            return "max_positions"
         return "max_seconds"
 
     def _play(self, watcher: ModelWatcher | None) -> None:
@@ -559,6 +564,7 @@ class SelfPlayWorker:
                   f"{self.spool.directory} has no room for it", file=sys.stderr, flush=True)
             return
         self.counters.games += 1
+        self.counters.finished_positions += record.num_positions
         self.events.emit("game_finished", game_id=record.game_id, generation=record.generation,
                          moves=len(record.moves), spool_entry=entry)
 

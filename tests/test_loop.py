@@ -239,3 +239,17 @@ def test_the_closing_gnu_go_games_keep_their_games_in_the_lake(tmp_path, monkeyp
     assert [g["sgf"] for g in kept["game_results"]] == [f"{prefix}/00000.sgf", f"{prefix}/00001.sgf"]
     assert storage.read(f"{prefix}/00001.sgf") == b"(;GM[1]SZ[9])" and kept["visits"] == 256
     assert "game_results" not in loop.evaluate("model:x@3", "random", 2, seed=1)
+
+
+def test_generation_0_can_be_sized_in_positions(tmp_path, monkeypatch):
+    from pipeline import loop as L
+
+    config, retry = L.CLI.parse(["--root", str(tmp_path / "lake"), "--generation0-positions", "150000"])
+    loop = Loop(config, open_storage(config.root), retry)
+    commands = []
+    monkeypatch.setattr(loop, "run_child", lambda phase, argv, *rest, **named: commands.append(argv) or [])
+    loop.selfplay(0, 300)
+    loop.selfplay(1, 300)
+    first, second = commands
+    assert first[first.index("--max-positions") + 1] == "150000" and first[first.index("--max-seconds") + 1] == "300"
+    assert "--max-positions" not in second                  # model generations stay sized in time

@@ -218,3 +218,17 @@ def test_a_model_published_mid_run_is_picked_up_by_games_in_progress(tmp_path):
         generation = int(path.split("/")[1])
         assert all(g.generation == generation for g in games)
     assert any(p.split("/")[1] == "000000" for p in chunks)
+
+
+def test_a_worker_stops_once_its_games_hold_max_positions(tmp_path):
+    # How the loop sizes generation 0 in positions rather than seconds (--generation0-positions).
+    lake = tmp_path / "lake"
+    config = WorkerConfig(root=str(lake), games=4, visits=4, fast_visits=2, max_positions=150, chunk_games=2,
+                          worker_id="cap", seed=5, spool_dir=str(tmp_path / "spool"))
+    worker = SelfPlayWorker(config, LocalStorage(str(lake)), material_evaluator)
+    counters = worker.run()
+    games = [g for chunk in decode_all(lake).values() for g in chunk]
+    assert worker.stop_reason() == "max_positions" and counters.finished_positions >= 150
+    # The lake holds exactly the finished games' positions, and play stopped at the game that crossed the cap.
+    assert sum(g.num_positions for g in games) == counters.finished_positions
+    assert counters.finished_positions - max(g.num_positions for g in games) < 150
