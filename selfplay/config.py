@@ -87,6 +87,11 @@ class WorkerConfig:
                                                 "playout-cap randomization)", at_least=0.0, at_most=1.0)
     gumbel: bool = setting(False, "Gumbel root (sequential halving, improved-policy target) instead of PUCT + noise")
     gumbel_considered: int = setting(16, "moves the Gumbel root considers (sequential halving)", at_least=1)
+    gumbel_c_scale: float = setting(0.1, "Gumbel: weight of the values against the priors, sigma(q) = (c_visit + "
+                                         "max N) x c_scale x q (the Gumbel MuZero paper's 0.1)", above=0,
+                                    at_most=100)
+    gumbel_c_visit: float = setting(50.0, "Gumbel: visits added to the largest child count in sigma(q) (the "
+                                          "paper's 50)", at_least=0, at_most=1e6)
     leaves_per_game: int = setting(8, "leaves one game may put in a batch per pass (virtual loss keeps them apart)",
                                       at_least=1)
     c_puct: float = setting(1.25, "PUCT exploration constant", above=0)

@@ -331,6 +331,7 @@ class SelfPlayWorker:
             config.board_size, config.games, komi=config.komi, max_moves=config.max_moves,
             num_groups=2, leaves_per_game=config.leaves_per_game, c_puct_init=config.c_puct,
             fpu_reduction=config.fpu_reduction, gumbel_max_considered=config.gumbel_considered,
+            gumbel_c_visit=config.gumbel_c_visit, gumbel_c_scale=config.gumbel_c_scale,
             dirichlet_alpha_total=config.dirichlet_alpha_total,
             dirichlet_epsilon=config.dirichlet_epsilon, seed=config.seed)
         n = config.board_size

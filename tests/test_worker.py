@@ -232,3 +232,20 @@ def test_a_worker_stops_once_its_games_hold_max_positions(tmp_path):
     # The lake holds exactly the finished games' positions, and play stopped at the game that crossed the cap.
     assert sum(g.num_positions for g in games) == counters.finished_positions
     assert counters.finished_positions - max(g.num_positions for g in games) < 150
+
+
+def test_the_gumbel_constants_reach_the_search(tmp_path, monkeypatch):
+    import selfplay.worker as worker_module
+
+    seen = {}
+    real = worker_module.GameBatch
+
+    def capture(*args, **named):
+        seen.update(named)
+        return real(*args, **named)
+
+    monkeypatch.setattr(worker_module, "GameBatch", capture)
+    config = WorkerConfig(root=str(tmp_path / "lake"), games=2, gumbel=True, gumbel_c_scale=0.3, gumbel_c_visit=20,
+                          spool_dir=str(tmp_path / "spool"))
+    SelfPlayWorker(config, LocalStorage(str(tmp_path / "lake")), material_evaluator)
+    assert seen["gumbel_c_scale"] == pytest.approx(0.3) and seen["gumbel_c_visit"] == pytest.approx(20)
