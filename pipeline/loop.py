@@ -89,7 +89,7 @@ LOSS_FIELDS = {"loss": "loss", "policy_loss": "policy", "value_loss": "value", "
 
 DEMO_GENERATIONS = 3
 """Generations of a --minutes run (the 15-minute demo) unless --generations says otherwise."""
-LONG_RUN = {"selfplay_seconds": 300.0, "final_gnugo_games": 40, "final_gnugo_visits": 256}
+LONG_RUN = {"selfplay_seconds": 300.0, "final_gnugo_games": 40, "final_gnugo_visits": 256, "eval_every": 4}
 """The long-run mode's (--hours) settings where the loop's flags say auto.
 
 * Self-play 300 s a generation: about 110-170k 9x9 positions with the default
@@ -97,6 +97,9 @@ LONG_RUN = {"selfplay_seconds": 300.0, "final_gnugo_games": 40, "final_gnugo_vis
   100 s) reads each new position about 0.75 times and the trainer takes about a
   quarter of the machine; shuffle, training and evaluation add about 2.5
   minutes, so 2 hours give about 15 generations.
+* Evaluation against random moves every 4th generation (and the first): each
+  costs about 20 s, 4% of a two-hour run if done every generation, to learn
+  again that a model beats random moves; every 4th keeps it near 1%.
 * 40 games against GNU Go level 1 at the end: the yardstick the README's long
   run reports, with a 95% interval of about +-15 points at 50%.  The model
   searches 256 visits a move there (GNU Go thinks as long as it likes): a
@@ -140,7 +143,10 @@ class LoopConfig:
     generation0_positions: int = setting(0, "end generation 0's self-play once its games hold this many "
                                             "positions (at most its self-play time); 0 = by time only, like "
                                             "every generation", at_least=0)
-    eval_games: int = setting(20, "games against random moves after each generation", at_least=1)
+    eval_games: int = setting(20, "games against random moves after each evaluated generation", at_least=1)
+    eval_every: int = setting(0, "evaluate generation 1 and every this many generations after against random "
+                                 f"moves; 0 = auto: every one, or every {LONG_RUN['eval_every']} with --hours",
+                              at_least=0, at_most=1000)
     final_eval_games: int = setting(100, "games of the last generation against random moves, and against "
                                          "generation 0", at_least=1)
     eval_visits: int = setting(32, "simulations per move in evaluation games", at_least=1)
@@ -186,6 +192,16 @@ class LoopConfig:
         if self.generations:
             return self.generations
         return None if self.hours else DEMO_GENERATIONS
+
+    @property
+    def evaluation_period(self) -> int:
+        if self.eval_every:
+            return self.eval_every
+        return LONG_RUN["eval_every"] if self.hours else 1
+
+    def evaluates(self, generation: int) -> bool:
+        """Whether ``generation`` gets its match against random moves when it is published."""
+        return generation == 1 or generation % self.evaluation_period == 0
 
     @property
     def gnugo_games(self) -> int:
@@ -475,7 +491,7 @@ class Loop:
 
         for generation in range(1, self.current_generation() + 1):
             done = self.storage.exists(self.marker(f"eval-{layout.generation_dir(generation)}.json"))
-            if not done and is_published(self.storage, generation):
+            if not done and self.config.evaluates(generation) and is_published(self.storage, generation):
                 say(f"generation {generation} was published but not evaluated (the loop was stopped in "
                     "between); evaluating it now")
                 row = self.rows.setdefault(generation, GenerationRecord(generation))
@@ -512,10 +528,11 @@ class Loop:
             row.losses = self.train(generation)
             if self.current_generation() != generation + 1:
                 raise PhaseFailed(f"training finished but generation {generation + 1} was not published")
-            result = self.evaluate_generation(generation + 1)
-            next_row = self.rows.setdefault(generation + 1, GenerationRecord(generation + 1))
-            next_row.eval_vs_random = result
-            self.status.last_eval = _eval_text(result)
+            if cfg.evaluates(generation + 1):
+                result = self.evaluate_generation(generation + 1)
+                next_row = self.rows.setdefault(generation + 1, GenerationRecord(generation + 1))
+                next_row.eval_vs_random = result
+                self.status.last_eval = _eval_text(result)
             row.seconds += time.monotonic() - started
             say(self.status.line())
         return self.finish()

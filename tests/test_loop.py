@@ -253,3 +253,16 @@ def test_generation_0_can_be_sized_in_positions(tmp_path, monkeypatch):
     first, second = commands
     assert first[first.index("--max-positions") + 1] == "150000" and first[first.index("--max-seconds") + 1] == "300"
     assert "--max-positions" not in second                  # model generations stay sized in time
+
+
+def test_a_long_run_evaluates_against_random_every_4th_generation_the_demo_every_one(tmp_path):
+    from pipeline import loop as L
+
+    def due(*flags):
+        config, _ = L.CLI.parse(["--root", str(tmp_path / "lake"), *flags])
+        return [g for g in range(1, 13) if config.evaluates(g)]
+
+    assert due() == list(range(1, 13))                                   # the 15-minute demo
+    assert due("--hours", "2") == [1, 4, 8, 12]                          # about 1% of a two-hour run
+    assert due("--hours", "2", "--eval-every", "1") == list(range(1, 13))
+    assert due("--eval-every", "5") == [1, 5, 10]
