@@ -429,8 +429,48 @@ CPU_INT8_XML = "cpu_int8/model.xml"
 (``model.cpu_int8``); its weights are the .bin beside it."""
 
 
-def parse_model_manifest(data: bytes, generation: int, url: str) -> dict:
-    """Validate a model manifest (``{"version", "generation", "files", "metadata"}``)."""
+@dataclasses.dataclass(frozen=True)
+class ModelFile:
+    """One file of a published model: its sha256 (64 hex digits) and size in bytes."""
+
+    sha256: str
+    size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelManifest:
+    """A published generation's manifest, ``models/<gen>/MANIFEST.json``: the one owner of its schema.
+
+    ``files`` maps each file's '/'-separated path inside the model folder to
+    its ModelFile; ``board_size`` is the network's board; ``metadata`` is the
+    whole record the trainer wrote (board_size, global_step, network, the int8
+    copy's figures, ...), which readers may show but the format only requires
+    board_size of.  The registry writes it with `to_bytes` after the files and
+    reads it with `from_bytes`.
+    """
+
+    generation: int
+    files: dict
+    board_size: int
+    metadata: dict = dataclasses.field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        document = {"version": MODEL_MANIFEST_VERSION, "generation": self.generation,
+                    "files": {path: {"sha256": f.sha256, "size": f.size} for path, f in self.files.items()},
+                    "metadata": {**self.metadata, "board_size": self.board_size}}
+        return json.dumps(document, indent=2, sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, generation: int, url: str) -> "ModelManifest":
+        return parse_model_manifest(data, generation, url)
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def parse_model_manifest(data: bytes, generation: int, url: str) -> ModelManifest:
+    """Validate a model manifest (``{"version", "generation", "files", "metadata"}``); ManifestError
+    names the object and the field (a file entry by its name)."""
     document = _json_object(data, url)
     if document.get("version") != MODEL_MANIFEST_VERSION:
         raise ManifestError(url, "version", f"is {document.get('version')!r}; this reader knows "
@@ -439,6 +479,16 @@ def parse_model_manifest(data: bytes, generation: int, url: str) -> dict:
         raise ManifestError(url, "generation", f"is {document.get('generation')!r}, expected {generation}")
     if not isinstance(document.get("files"), dict) or not document["files"]:
         raise ManifestError(url, "files", "must map file names to {sha256, size}")
+    files = {}
+    for relative, entry in document["files"].items():
+        if (not relative or relative.startswith("/")
+                or any(part in ("", ".", "..") for part in relative.split("/"))):
+            raise ManifestError(url, "files", f"names a file {relative!r} outside the model's folder")
+        if (not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str)
+                or not _SHA256.fullmatch(entry["sha256"]) or not isinstance(entry.get("size"), int)
+                or isinstance(entry["size"], bool) or entry["size"] < 0):
+            raise ManifestError(url, f"files.{relative}", 'must be {"sha256": 64 hex digits, "size": int >= 0}')
+        files[relative] = ModelFile(entry["sha256"], entry["size"])
     metadata = document.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("board_size"), int):
         raise ManifestError(url, "metadata", "must be an object with an int board_size")
@@ -446,7 +496,7 @@ def parse_model_manifest(data: bytes, generation: int, url: str) -> dict:
         raise ManifestError(url, "metadata.board_size", f"{metadata['board_size']} is outside "
                                                         f"{schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
     _check_numbers(document, url)
-    return document
+    return ModelManifest(generation=generation, files=files, board_size=metadata["board_size"], metadata=metadata)
 
 
 # ---- the trainer's checkpoints, the loop, jobs, the cluster, reports -----

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import json
 import os
 import shutil
 import stat
@@ -53,7 +52,6 @@ from cloud.base import AlreadyExists, NotFound, PreconditionFailed, TooLarge
 from cloud.local import write_local_file
 from format import layout, schema
 
-MANIFEST_VERSION = 1
 SIGNATURE = "serving_default"
 LATEST_ATTEMPTS = 8
 """Conditional writes publish_model tries on LATEST before giving up (each
@@ -162,7 +160,7 @@ def _local_files(local_dir: str) -> list[str]:
     return sorted(found)
 
 
-def publish_model(storage, generation: int, local_dir: str, metadata: dict) -> dict:
+def publish_model(storage, generation: int, local_dir: str, metadata: dict) -> layout.ModelManifest:
     """Upload ``local_dir`` as ``models/<generation>/``, then its manifest, then LATEST.
 
     Raises AlreadyPublished if the generation's manifest exists (before
@@ -186,11 +184,11 @@ def publish_model(storage, generation: int, local_dir: str, metadata: dict) -> d
         # Unreferenced until the manifest exists, so replacing a leftover of
         # an interrupted publish is safe.
         storage.write_replace(layout.model_file(generation, relative), data)
-        files[relative] = {"sha256": _sha256(data), "size": len(data)}
-    manifest = {"version": MANIFEST_VERSION, "generation": generation, "files": files,
-                "metadata": metadata}
+        files[relative] = layout.ModelFile(_sha256(data), len(data))
+    manifest = layout.ModelManifest(generation=generation, files=files, board_size=metadata["board_size"],
+                                    metadata=metadata)
     try:
-        storage.write_new(manifest_path(generation), json.dumps(manifest, indent=2, sort_keys=True).encode())
+        storage.write_new(manifest_path(generation), manifest.to_bytes())
     except AlreadyExists:
         raise AlreadyPublished(f"{storage.url(manifest_path(generation))} was written by another "
                                "publisher first") from None
@@ -198,7 +196,7 @@ def publish_model(storage, generation: int, local_dir: str, metadata: dict) -> d
     return manifest
 
 
-def read_manifest(storage, generation: int) -> dict:
+def read_manifest(storage, generation: int) -> layout.ModelManifest:
     path = manifest_path(_check_generation(generation))
     try:
         data = storage.read(path, max_bytes=layout.MAX_DOCUMENT_BYTES)
@@ -209,7 +207,7 @@ def read_manifest(storage, generation: int) -> dict:
         raise ModelIntegrityError(f"{storage.url(path)}: {layout.too_large(layout.MAX_DOCUMENT_BYTES)}", path) \
             from None
     try:
-        return layout.parse_model_manifest(data, generation, storage.url(path))   # the one owner of its schema
+        return layout.ModelManifest.from_bytes(data, generation, storage.url(path))   # the one owner of its schema
     except layout.ManifestError as exc:
         raise ModelIntegrityError(str(exc), path) from None
 
@@ -315,19 +313,8 @@ def _as_cache(cache) -> ModelCache:
     return ModelCache(cache)
 
 
-def _check_entry(storage, generation: int, relative, entry) -> None:
-    """One ``files`` entry of a model manifest: a safe relative name -> {sha256, size}."""
-    where = storage.url(manifest_path(generation))
-    if (not isinstance(relative, str) or not relative or relative.startswith("/")
-            or any(part in ("", ".", "..") for part in relative.split("/"))):
-        raise ModelIntegrityError(f"{where}: bad file name {relative!r}", str(relative))
-    if (not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str)
-            or len(entry["sha256"]) != 64 or not isinstance(entry.get("size"), int)):
-        raise ModelIntegrityError(f"{where}: entry for {relative!r} must be "
-                                  '{"sha256": 64 hex digits, "size": int}', relative)
-
-
-def fetch_model_files(storage, generation: int, cache_dir: "ModelCache | str | None" = None) -> tuple[str, dict]:
+def fetch_model_files(storage, generation: int,
+                      cache_dir: "ModelCache | str | None" = None) -> tuple[str, layout.ModelManifest]:
     """Local directory holding the verified files of ``generation``, and its manifest.
 
     ``cache_dir`` is a :class:`ModelCache`, a folder for one, or None for a
@@ -336,14 +323,12 @@ def fetch_model_files(storage, generation: int, cache_dir: "ModelCache | str | N
     sha256 differs from the manifest raises ModelIntegrityError naming the
     file, and the cached copy is removed.
     """
-    manifest = read_manifest(storage, generation)
-    for relative, entry in manifest["files"].items():
-        _check_entry(storage, generation, relative, entry)
+    manifest = read_manifest(storage, generation)     # every file entry validated there
     cache = _as_cache(cache_dir)
     local = cache.generation_dir(generation)
-    for relative, entry in sorted(manifest["files"].items()):
+    for relative, entry in sorted(manifest.files.items()):
         target = cache.file_path(local, relative)
-        if os.path.exists(target) and _file_sha256(target) == entry["sha256"]:
+        if os.path.exists(target) and _file_sha256(target) == entry.sha256:
             continue
         remote = f"{model_dir(generation)}/{relative}"
         try:
@@ -351,12 +336,12 @@ def fetch_model_files(storage, generation: int, cache_dir: "ModelCache | str | N
         except NotFound:
             raise ModelIntegrityError(f"{storage.url(remote)} is listed in the manifest but missing",
                                       remote) from None
-        if _sha256(data) != entry["sha256"]:
+        if _sha256(data) != entry.sha256:
             if os.path.exists(target):
                 os.unlink(target)
             raise ModelIntegrityError(
                 f"{storage.url(remote)}: sha256 {_sha256(data)[:16]}... does not match the "
-                f"manifest's {entry['sha256'][:16]}... (file corrupted or replaced); refusing to load",
+                f"manifest's {entry.sha256[:16]}... (file corrupted or replaced); refusing to load",
                 remote)
         os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
         cache.file_path(local, relative)   # re-check: nothing may have become a symlink meanwhile
@@ -409,10 +394,10 @@ def load_model(storage, generation: int, cache_dir: "ModelCache | str | None" = 
     if SIGNATURE not in saved.signatures:
         raise ModelIntegrityError(f"{storage.url(model_dir(generation))}: SavedModel has no "
                                   f"'{SIGNATURE}' signature", model_dir(generation))
-    board_size = manifest["metadata"]["board_size"]
+    board_size = manifest.board_size
     _check_signature(storage, generation, saved.signatures[SIGNATURE], board_size)
     return LoadedModel(generation=int(generation), board_size=board_size,
-                       metadata=manifest["metadata"], local_dir=local,
+                       metadata=manifest.metadata, local_dir=local,
                        _signature=saved.signatures[SIGNATURE], _saved=saved)
 
 

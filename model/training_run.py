@@ -346,7 +346,7 @@ class TrainingRun:
             return latest
         generation = max(done)
         moved = advance_latest(self.storage, generation)
-        step = read_manifest(self.storage, generation)["metadata"].get("global_step", -1)
+        step = read_manifest(self.storage, generation).metadata.get("global_step", -1)
         _say(f"generation {generation} was published but {self.storage.url(layout.LATEST)} still named "
              f"{latest} (its publisher was stopped in between); moved LATEST to {moved}")
         self.events.emit("published", generation=generation, step=step, completed_after_restart=True)

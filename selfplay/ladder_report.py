@@ -121,7 +121,7 @@ def generation_figures(storage, generations: Sequence[int]) -> dict[int, dict]:
     figures = {}
     for generation in generations:
         try:
-            metadata = read_manifest(storage, generation)["metadata"]
+            metadata = read_manifest(storage, generation).metadata
         except RegistryError:
             metadata = {}
         created = metadata.get("created_unix")

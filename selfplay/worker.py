@@ -235,7 +235,7 @@ class ModelWatcher:
         self._trying = generation
         # The run's fixed settings first, from the manifest alone: a model for another board is
         # refused before its files are fetched or TensorFlow is loaded.
-        self.check_fits_run(registry.read_manifest(self.storage, generation)["metadata"], generation)
+        self.check_fits_run(registry.read_manifest(self.storage, generation).metadata, generation)
         if self.placement is None:
             use_every_cpu_core()   # before TensorFlow builds its thread pools
             self.placement = configure_accelerator("")   # GPU memory growth before TF touches a GPU

@@ -155,4 +155,4 @@ def test_a_model_manifest_with_any_hostile_number_is_a_named_error(data):
     except layout.ManifestError as exc:
         assert url in str(exc)
         return
-    assert 5 <= manifest["metadata"]["board_size"] <= 19 and manifest["generation"] == 3
+    assert 5 <= manifest.board_size <= 19 and manifest.generation == 3

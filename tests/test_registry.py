@@ -4,7 +4,6 @@ A tiny network is exported with model.export into a local lake; the loaded
 model must compute what the Keras model computes, a corrupted file must be
 refused with an error naming it, and a generation is never republished.
 """
-import json
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ import tensorflow as tf
 from format import layout
 from format.registry import (
     AlreadyPublished, ModelIntegrityError, is_published, latest_generation, load_model,
-    publish_model)
+    publish_model, read_manifest)
 from cloud.storage import open_storage
 from format import schema
 from model.export import export_inference_model
@@ -45,7 +44,7 @@ def test_published_model_loads_and_matches_the_keras_model(tmp_path, exported):
     assert latest_generation(storage) is None
     manifest = publish_model(storage, 1, local, {"board_size": 9})
     assert latest_generation(storage) == 1
-    assert set(manifest["files"]) >= {"saved_model.pb", VARIABLES_FILE}
+    assert set(manifest.files) >= {"saved_model.pb", VARIABLES_FILE}
 
     loaded = load_model(storage, 1, cache_dir=str(tmp_path / "cache"))
     assert (loaded.generation, loaded.board_size) == (1, 9)
@@ -97,7 +96,7 @@ def test_a_generation_is_never_republished_and_latest_only_moves_forward(tmp_pat
     first = publish_model(storage, 5, local, {"board_size": 9, "note": "first"})
     with pytest.raises(AlreadyPublished, match="000005"):
         publish_model(storage, 5, local, {"board_size": 9, "note": "second"})
-    assert json.loads(storage.read(layout.model_manifest(5))) == first
+    assert read_manifest(storage, 5) == first and first.metadata["note"] == "first"
     publish_model(storage, 4, local, {"board_size": 9})
     assert latest_generation(storage) == 5
     assert storage.read(layout.LATEST).strip() == b"5"
