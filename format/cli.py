@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import re
 import secrets
@@ -611,18 +610,12 @@ def record_settings(storage, launcher: str, config, *, argv: typing.Sequence[str
     """
     started = time.gmtime()
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', started)}-{secrets.token_hex(4)}"
-    document = {
-        "version": layout.SETTINGS_RECORD_VERSION,
-        "launcher": launcher,
-        "run_id": run_id,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", started),
-        "host": socket.gethostname(),
-        "argv": list(argv),
-        "settings": dataclasses.asdict(config),
-        "storage_retry": dataclasses.asdict(retry) if retry is not None else None,
-    }
+    record = layout.SettingsRecord(
+        launcher=launcher, run_id=run_id, started=time.strftime("%Y-%m-%dT%H:%M:%SZ", started),
+        host=socket.gethostname(), argv=tuple(argv), settings=dataclasses.asdict(config),
+        storage_retry=dataclasses.asdict(retry) if retry is not None else None)
     path = layout.settings_record(launcher, run_id)
-    data = (json.dumps(document, indent=1, sort_keys=True) + "\n").encode()
-    layout.parse_settings_record(data, path)
+    data = record.to_bytes()
+    layout.SettingsRecord.from_bytes(data, path)       # what is written must read back
     storage.write_new(path, data)
     return path

@@ -117,9 +117,9 @@ def test_the_settings_record_is_written_once_per_invocation(tmp_path):
     first = record_settings(storage, "loop", config, argv=["--seed", "1"], retry=RetryPolicy())
     second = record_settings(storage, "loop", config, argv=[])
     assert first != second and first.startswith(layout.settings_records_prefix("loop"))
-    document = layout.parse_settings_record(storage.read(first), first)
-    assert document["settings"]["role"]["visits"] == 16 and document["argv"] == ["--seed", "1"]
-    assert document["storage_retry"]["max_attempts"] == RetryPolicy().max_attempts
+    record = layout.SettingsRecord.from_bytes(storage.read(first), first)
+    assert record.settings["role"]["visits"] == 16 and record.argv == ("--seed", "1")
+    assert record.storage_retry["max_attempts"] == RetryPolicy().max_attempts
     with pytest.raises(layout.ManifestError, match="version"):
         layout.parse_settings_record(b'{"version": 99}', first)
 

@@ -98,9 +98,9 @@ def test_each_invocation_records_its_settings_in_the_lake(tmp_path, monkeypatch)
     storage = open_storage(root)
     records = [i.path for i in storage.list(layout.settings_records_prefix("loop"))]
     assert len(records) == 2                                  # a second run adds its own, overwriting none
-    document = layout.parse_settings_record(storage.read(records[0]), records[0])
-    assert document["launcher"] == "loop" and document["settings"]["worker"]["visits"] == 9
-    assert document["settings"]["generations"] == 2 and document["settings"]["train"]["steps_per_window"] == 500
+    record = layout.SettingsRecord.from_bytes(storage.read(records[0]), records[0])
+    assert record.launcher == "loop" and record.settings["worker"]["visits"] == 9
+    assert record.settings["generations"] == 2 and record.settings["train"]["steps_per_window"] == 500
 
 
 def test_loop_runs_a_generation_and_resumes_as_done(tmp_path):
