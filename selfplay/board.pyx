@@ -80,6 +80,8 @@ from libc.string cimport memcpy, memset
 
 cimport cython
 import numpy as np
+
+from format.schema import DEFAULT_KOMI  # the lake format owns the default komi
 cimport numpy as cnp
 
 from format.planes cimport COLOUR_PLANE, COLOUR_PLANE_SIDE, OPPONENT_STONES, OWN_STONES
@@ -104,7 +106,6 @@ BOUNDSCHECK = bool(ZEROLAKE_BOUNDSCHECK)
 
 BLACK_STONE = 1
 WHITE_STONE = -1
-DEFAULT_KOMI = 7.5
 
 MOVE_STATUS_NAMES = {
     MOVE_OK: "ok",
@@ -223,7 +224,7 @@ cdef inline bint _in_atari_root(Board b, int r) noexcept nogil:
 cdef class Board:
     """A Go position plus the game state around it (see the module docstring).
 
-    Board(size, komi=7.5, max_moves=0): an empty board, Black to play.
+    Board(size, komi=DEFAULT_KOMI, max_moves=0): an empty board, Black to play.
     ``max_moves=0`` means the default cap of 3 * size * size moves (passes
     count), which random games on 9x9 and 19x19 almost never reach.
     """

@@ -41,6 +41,8 @@ from libc.stdlib cimport malloc, free, calloc
 from libc.stdint cimport int16_t, int32_t, uint8_t, uint64_t
 
 import numpy as np
+
+from format.schema import DEFAULT_KOMI
 cimport numpy as cnp
 
 from selfplay.board cimport Board, MOVE_OK, NUM_PLANES
@@ -73,7 +75,7 @@ cdef inline float rules_value(Board board) noexcept nogil:
 cdef class GameBatch:
     """Many games searched together (see the module docstring).
 
-    GameBatch(board_size, num_games, *, komi=7.5, max_moves=0, num_groups=2,
+    GameBatch(board_size, num_games, *, komi=DEFAULT_KOMI, max_moves=0, num_groups=2,
               leaves_per_game=8, batch_rows=None, max_passes=4,
               c_puct_init=1.25, c_puct_base=19652, fpu_reduction=0.25,
               fpu_reduction_root=0.0, gumbel_max_considered=16,
@@ -91,7 +93,7 @@ cdef class GameBatch:
     uniform random moves).  Off gives the plain legal-move tree.
     """
 
-    def __cinit__(self, int board_size, int num_games, *, double komi=7.5, int max_moves=0,
+    def __cinit__(self, int board_size, int num_games, *, double komi=DEFAULT_KOMI, int max_moves=0,
                   int num_groups=2, int leaves_per_game=8, batch_rows=None, int max_passes=4,
                   float c_puct_init=1.25, float c_puct_base=19652.0,
                   float fpu_reduction=0.25, float fpu_reduction_root=0.0,
