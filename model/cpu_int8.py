@@ -12,7 +12,8 @@ Data flow, once per published generation (``model.training_run`` and
 ``testdata.models`` call `add_cpu_int8`)::
 
     SavedModel dir --ov.convert_model--> float32 OpenVINO model
-        (outputs pruned to policy_logits and value: all the search reads)
+        (selfplay.openvino_evaluator.float_openvino_model: outputs pruned to policy_logits
+        and value, all the search reads; the ownership and score heads are dropped)
         --nncf.quantize on calibration planes (the window's own positions)--> int8 model
         --accuracy check against the SavedModel on held-out planes-->
     SavedModel dir/<layout.CPU_INT8_XML, .bin>  (published with the model's other files)
@@ -22,8 +23,8 @@ positions, the int8 policy is within `MAX_POLICY_KL` (mean KL divergence from
 the float32 policy), the two networks agree on the top move at least
 `MIN_TOP1_AGREEMENT` of the time (not higher: an untrained network's
 near-tied moves swap places under any rounding, which the KL shows to be
-harmless), and their values differ by at most `MAX_VALUE_MAE` on average.  Otherwise nothing is written and CPU workers use
-TensorFlow.  Either way the measured figures go into the model manifest's
+harmless), and their values differ by at most `MAX_VALUE_MAE` on average.  Otherwise nothing is written and CPU workers run
+the float32 network through OpenVINO (`selfplay.openvino_evaluator`).  Either way the measured figures go into the model manifest's
 metadata (``cpu_int8``), so a person can see what each generation got.
 
 Quantization choices (measured on a 6x96 19x19 network): the PERFORMANCE
@@ -44,7 +45,7 @@ import time
 import numpy as np
 
 from format import layout
-from selfplay.openvino_evaluator import OpenVinoEvaluator, compile_for_cpu
+from selfplay.openvino_evaluator import OpenVinoEvaluator, compile_for_cpu, float_openvino_model
 
 CALIBRATION_POSITIONS = 256
 """Positions NNCF collects activation ranges on (512 took 1.5x as long for the same agreement:
@@ -59,8 +60,6 @@ MIN_TOP1_AGREEMENT = 0.80
 MAX_POLICY_KL = 0.02
 MAX_VALUE_MAE = 0.03
 KEEP_FLOAT_MAX_CHANNELS = 2
-SERVED_OUTPUTS = ("policy_logits", "value")
-"""What the search reads; the ownership and score heads are dropped from the copy."""
 
 
 def available() -> str | None:
@@ -71,26 +70,6 @@ def available() -> str | None:
     except ImportError as exc:
         return f"OpenVINO/NNCF not installed ({exc})"
     return None
-
-
-def _float_model(saved_model_dir: str):
-    """(the SavedModel's serving signature as an OpenVINO model with only `SERVED_OUTPUTS`,
-    the TensorFlow signature itself: the reference the copy is checked against)."""
-    import openvino as ov
-    import tensorflow as tf
-
-    loaded = tf.saved_model.load(saved_model_dir)
-    signature = loaded.signatures["serving_default"]
-    signature.keep_alive = loaded   # the signature's variables live as long as the loaded object
-    converted = ov.convert_model(signature)
-    by_name = {}
-    for output in converted.outputs:
-        for name in output.get_names():
-            by_name[name] = output
-    missing = [name for name in SERVED_OUTPUTS if name not in by_name]
-    if missing:
-        raise ValueError(f"{saved_model_dir}: the serving signature has no output {missing[0]!r}")
-    return ov.Model([by_name[name] for name in SERVED_OUTPUTS], converted.get_parameters(), "zerolake_cpu"), signature
 
 
 def _reference(signature, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -158,7 +137,7 @@ def add_cpu_int8(saved_model_dir: str, planes: np.ndarray, *, log=print) -> dict
 
         nncf.set_log_level(logging.ERROR)   # it lists every node it skips at INFO
 
-        float_model, signature = _float_model(saved_model_dir)
+        float_model, signature = float_openvino_model(saved_model_dir)
         # Batches of CALIBRATION_BATCH positions: NNCF runs the network once per item.
         items = np.array_split(calibrate, max(1, len(calibrate) // CALIBRATION_BATCH))
         quantized = nncf.quantize(

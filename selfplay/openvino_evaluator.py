@@ -1,12 +1,16 @@
-"""Self-play on a CPU with the int8 OpenVINO copy of a published model.
+"""Self-play on a CPU with OpenVINO: the int8 copy of a published model, or its float32 network.
 
 A model's folder may hold an int8 copy of its network (``format.layout.
 CPU_INT8_XML``; ``model.cpu_int8`` writes it at publish time, after checking
 it against the float32 SavedModel).  On a CPU-only worker it evaluates about
 2.5x as many positions per CPU second as TensorFlow (module docstring of
-``model.cpu_int8``), so `make_evaluator` picks it there by default.  GPU and
-TPU workers, and any worker for a model without the copy, use
-`selfplay.evaluator.ModelEvaluator` (TensorFlow, the reference).
+``model.cpu_int8``), so `make_evaluator` picks it there by default.  A model
+published without the copy (its int8 error was over the gate) still runs
+through OpenVINO on the CPU: the SavedModel's float32 network converted when
+it is loaded (`float_openvino_model`), the same function as TensorFlow's at
+float32 precision, and faster.  GPU and TPU workers use
+`selfplay.evaluator.ModelEvaluator` (TensorFlow, the reference), as does a
+CPU worker where OpenVINO is missing or the conversion fails.
 
 How a batch runs: the copy is compiled with one OpenVINO *stream* per core
 (throughput mode, one thread each).  A single synchronous call would use one
@@ -31,6 +35,8 @@ INFERENCE_CHOICES = ("auto", "tensorflow", "openvino")
 """``--inference``: auto = the int8 copy on a CPU-only worker when the model has one, else TensorFlow."""
 MIN_ROWS_PER_REQUEST = 8
 """Smaller pieces cost more in per-request overhead than they gain in parallelism."""
+SERVED_OUTPUTS = ("policy_logits", "value")
+"""The SavedModel signature's outputs that the search reads; an OpenVINO copy keeps only these."""
 
 
 def openvino_missing() -> str | None:
@@ -42,13 +48,38 @@ def openvino_missing() -> str | None:
     return None
 
 
-def compile_for_cpu(model_or_path, threads: int | None = None):
-    """An OpenVINO compiled model on the CPU, one single-threaded stream per core."""
+def compile_for_cpu(model_or_path, threads: int | None = None, *, float32: bool = False):
+    """An OpenVINO compiled model on the CPU, one single-threaded stream per core.
+
+    ``float32``: keep float32 arithmetic (OpenVINO would otherwise run a float
+    network in bf16 on a CPU that has it, which is not the published model)."""
     import openvino as ov
 
     threads = threads or len(os.sched_getaffinity(0))
-    return ov.Core().compile_model(model_or_path, "CPU", {
-        "PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": threads})
+    config = {"PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": threads}
+    if float32:
+        config["INFERENCE_PRECISION_HINT"] = "f32"
+    return ov.Core().compile_model(model_or_path, "CPU", config)
+
+
+def float_openvino_model(saved_model_dir: str):
+    """(the SavedModel's serving signature as a float32 OpenVINO model with only `SERVED_OUTPUTS`,
+    the TensorFlow signature itself, the reference for checking a copy made from it)."""
+    import openvino as ov
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(saved_model_dir)
+    signature = loaded.signatures["serving_default"]
+    signature.keep_alive = loaded   # the signature's variables live as long as the loaded object
+    converted = ov.convert_model(signature)
+    by_name = {}
+    for output in converted.outputs:
+        for name in output.get_names():
+            by_name[name] = output
+    missing = [name for name in SERVED_OUTPUTS if name not in by_name]
+    if missing:
+        raise ValueError(f"{saved_model_dir}: the serving signature has no output {missing[0]!r}")
+    return ov.Model([by_name[name] for name in SERVED_OUTPUTS], converted.get_parameters(), "zerolake_cpu"), signature
 
 
 def cpu_int8_path(model) -> str | None:
@@ -64,11 +95,11 @@ class OpenVinoEvaluator:
     ``value`` [B] (or [B, 1]), as ``model.cpu_int8`` writes them.
     """
 
-    def __init__(self, compiled, generation: int, board_size: int):
+    def __init__(self, compiled, generation: int, board_size: int, backend: str = "openvino-int8"):
         self.compiled = compiled
         self.generation = int(generation)
         self.board_size = int(board_size)
-        self.backend = "openvino-int8"
+        self.backend = backend
         streams = max(1, int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
         self._requests = [compiled.create_infer_request() for _ in range(streams)]
         self._logits = compiled.output("policy_logits")
@@ -102,11 +133,12 @@ def make_evaluator(model, placement=None, inference: str = "auto", *, threads: i
 
     ``inference`` (`INFERENCE_CHOICES`): ``tensorflow`` always uses the
     SavedModel; ``openvino`` requires the int8 copy and OpenVINO and raises
-    ValueError naming what is missing; ``auto`` uses the copy when this
-    process runs its network on the CPU (``placement`` of kind 'cpu', or the
-    default placement on a machine without accelerators), the model has one
-    and OpenVINO imports, else TensorFlow.  ``threads``: the copy's threads
-    (0 = every core this process may use).
+    ValueError naming what is missing; ``auto``, when this process runs its
+    network on the CPU (``placement`` of kind 'cpu', or the default placement
+    on a machine without accelerators) and OpenVINO imports, uses the int8
+    copy, or the float32 network through OpenVINO for a model published
+    without one; else TensorFlow.  ``threads``: OpenVINO's threads (0 = every
+    core this process may use).
     """
     if inference not in INFERENCE_CHOICES:
         raise ValueError(f"--inference must be one of {', '.join(INFERENCE_CHOICES)}, not {inference!r}")
@@ -120,12 +152,30 @@ def make_evaluator(model, placement=None, inference: str = "auto", *, threads: i
                              f"an int8 CPU copy ({layout.CPU_INT8_XML}); see its manifest's metadata.cpu_int8")
         if missing:
             raise ValueError(f"--inference openvino: {missing}")
-    elif path is None or missing or not _runs_on_cpu(placement):
+    elif missing or not _runs_on_cpu(placement):
         return ModelEvaluator(model, placement=placement)
+    elif path is None:
+        return _float32_on_openvino(model, threads, log)
     evaluator = OpenVinoEvaluator(compile_for_cpu(path, threads or None), model.generation, model.board_size)
     if log is not None:
         log(f"generation {model.generation}: int8 OpenVINO copy on the CPU")
     return evaluator
+
+
+def _float32_on_openvino(model, threads: int, log):
+    """A model published without an int8 copy, on the CPU: its float32 network through OpenVINO, or
+    TensorFlow when the conversion fails (the SavedModel is the reference and always loads there)."""
+    try:
+        network, _ = float_openvino_model(model.local_dir)
+        compiled = compile_for_cpu(network, threads or None, float32=True)
+    except Exception as exc:  # noqa: BLE001 - any converter failure: TensorFlow runs the same model
+        if log is not None:
+            log(f"generation {model.generation}: float32 OpenVINO failed ({type(exc).__name__}: "
+                f"{' '.join(str(exc).split())[:200]}); TensorFlow on the CPU")
+        return ModelEvaluator(model, placement=None)
+    if log is not None:
+        log(f"generation {model.generation}: float32 OpenVINO on the CPU (published without an int8 copy)")
+    return OpenVinoEvaluator(compiled, model.generation, model.board_size, backend="openvino-float32")
 
 
 def _runs_on_cpu(placement) -> bool:

@@ -90,10 +90,10 @@ def test_tensorflow_is_used_off_the_cpu_or_when_asked(published):
         make_evaluator(model, None, "int4")
 
 
-def test_a_model_without_the_copy_falls_back_or_is_refused_by_name(tmp_path):
+def test_a_model_without_the_copy_is_refused_by_name_when_openvino_int8_is_asked_for(tmp_path):
     publish_untrained_model(str(tmp_path), 1, N, seed=1)          # cpu_int8=False: no copy
     model = registry.load_model(open_storage(str(tmp_path)), 1, cache_dir=str(tmp_path / "cache"))
-    assert isinstance(make_evaluator(model, Placement("cpu", "/device:CPU:0"), "auto"), ModelEvaluator)
+    assert isinstance(make_evaluator(model, Placement("cpu", "/device:CPU:0"), "tensorflow"), ModelEvaluator)
     with pytest.raises(ValueError, match="generation 1 was published without an int8 CPU copy"):
         make_evaluator(model, Placement("cpu", "/device:CPU:0"), "openvino")
 
@@ -116,3 +116,20 @@ def test_a_failed_quantization_is_reported_not_raised(tmp_path):
     (tmp_path / "not-a-model").mkdir()
     entry = cpu_int8.add_cpu_int8(str(tmp_path / "not-a-model"), random_game_planes(N, 30, seed=2))
     assert entry["written"] is False and entry["reason"].startswith("quantization failed")
+
+
+def test_a_model_without_the_copy_runs_its_float32_network_through_openvino(tmp_path):
+    # A generation whose int8 error is over the gate is published without the copy; a CPU worker then
+    # runs the same float32 network through OpenVINO (about as exact as TensorFlow, and faster) rather
+    # than through TensorFlow.
+    publish_untrained_model(str(tmp_path), 1, N, seed=1)          # cpu_int8=False: no copy
+    model = registry.load_model(open_storage(str(tmp_path)), 1, cache_dir=str(tmp_path / "cache"))
+    said = []
+    evaluator = make_evaluator(model, Placement("cpu", "/device:CPU:0"), "auto", log=said.append)
+    assert isinstance(evaluator, OpenVinoEvaluator) and evaluator.backend == "openvino-float32"
+    assert said == ["generation 1: float32 OpenVINO on the CPU (published without an int8 copy)"]
+    planes = random_game_planes(N, 40, seed=12)
+    logits, values = evaluator(planes)
+    ref_logits, ref_values = ModelEvaluator(model, devices=[])(planes)
+    np.testing.assert_allclose(logits, ref_logits, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(values, ref_values, rtol=1e-3, atol=1e-3)
