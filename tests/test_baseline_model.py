@@ -1,0 +1,52 @@
+"""The baseline two-hour run's final model, published in the repository as a mini-lake.
+
+docs/baseline-2026-11-25/ holds run.json, models/LATEST and models/000016/, so that anyone can replay
+the claim (`python -m selfplay.match model:docs/baseline-2026-11-25/ gnugo:1 --games 100 --visits 256`).
+These tests keep that mini-lake loadable by the registry and show, on a trained network (the int8
+gate refused this generation's copy), that the float32 OpenVINO network a CPU worker then runs is the
+same function as TensorFlow's.
+"""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+
+from cloud.storage import open_storage
+from format import registry
+from format.run_config import read_run_config
+from selfplay.evaluator import ModelEvaluator, Placement
+from selfplay.match import main as match_main
+from selfplay.openvino_evaluator import OpenVinoEvaluator, make_evaluator
+from testdata.models import random_game_planes
+
+BASELINE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "baseline-2026-11-25"
+
+
+def test_the_baseline_mini_lake_loads_as_a_lake(tmp_path):
+    storage = open_storage(str(BASELINE))
+    assert registry.latest_generation(storage) == 16
+    run = read_run_config(storage)
+    assert (run.board_size, run.komi) == (9, 7.5)
+    model = registry.load_model(storage, 16, cache_dir=str(tmp_path / "cache"))
+    assert model.board_size == 9 and model.metadata["network"]["blocks"] == 4
+
+
+def test_a_cpu_worker_runs_the_trained_baseline_through_openvino_as_tensorflow_does(tmp_path):
+    model = registry.load_model(open_storage(str(BASELINE)), 16, cache_dir=str(tmp_path / "cache"))
+    evaluator = make_evaluator(model, Placement("cpu", "/device:CPU:0"), "auto")
+    assert isinstance(evaluator, OpenVinoEvaluator) and evaluator.backend == "openvino-float32"
+    planes = random_game_planes(9, 64, seed=21)
+    logits, values = evaluator(planes)
+    ref_logits, ref_values = ModelEvaluator(model, devices=[])(planes)
+    np.testing.assert_allclose(logits, ref_logits, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(values, ref_values, rtol=1e-3, atol=1e-3)
+    # A trained network: its policy on these positions is far from uniform over the 82 moves.
+    probabilities = np.exp(ref_logits - ref_logits.max(axis=1, keepdims=True))
+    probabilities /= probabilities.sum(axis=1, keepdims=True)
+    assert np.median(probabilities.max(axis=1)) > 5 / 82
+
+
+def test_the_baseline_beats_random_moves_through_the_match_command(capsys):
+    assert match_main([f"model:{BASELINE}", "random", "--games", "2", "--visits", "8", "--json"]) == 0
+    assert '"wins": 2' in capsys.readouterr().out
