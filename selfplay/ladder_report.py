@@ -276,8 +276,8 @@ def rating_plot(fit: elo.Fit, figures: dict[int, dict], axis: str, label: str) -
         ax.scatter([x for x, _ in closing], [_position(r) for _, r in closing], marker="x", color="black",
                    label="the loop's closing match (gen:G@visits; a bound if no estimate)")
     for x, rating in points + closing:
-        label = rating.player[len("gen:"):]
-        ax.annotate(label, (x, _position(rating)), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.annotate(rating.player[len("gen:"):], (x, _position(rating)), textcoords="offset points",
+                    xytext=(4, 4), fontsize=8)
     if points or closing:
         ax.legend(fontsize=8)
     else:

@@ -113,9 +113,18 @@ def test_the_ladder_plays_its_schedule_then_only_missing_games(lake_root, tmp_pa
     assert ("gen-1_vs_playouts-2" in mine) == climbed and len(mine) == 2 + climbed
 
 
-def test_the_report_holds_the_table_json_and_plots(lake_root):
+def test_the_report_holds_the_table_json_and_plots(lake_root, monkeypatch):
+    from selfplay import ladder_report
+
     storage = open_storage(lake_root)
+    titles = []
+    real_png = ladder_report._png
+    monkeypatch.setattr(ladder_report, "_png", lambda figure: titles.append(
+        (figure.axes[0].get_title(), figure.axes[0].get_xlabel())) or real_png(figure))
     report = run(config(lake_root), log=lambda line: None)
+    # Each rating plot is titled and labelled by its axis (a point's label once overwrote both).
+    for axis in ("hours", "games", "positions"):
+        assert any(axis in xlabel and axis in title for title, xlabel in titles), titles
     for name in ("rating-vs-hours.png", "rating-vs-games.png", "rating-vs-positions.png",
                  "training-losses.png", "illegal-move-mass.png"):
         assert storage.read(layout.report_path(name)).startswith(PNG_MAGIC), name
