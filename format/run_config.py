@@ -38,7 +38,8 @@ class RunConfig:
     def __post_init__(self):
         if not schema.MIN_BOARD_SIZE <= self.board_size <= schema.MAX_BOARD_SIZE:
             raise ValueError(f"board size {self.board_size} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
-        if not math.isfinite(self.komi) or self.komi * 2 != round(self.komi * 2) or abs(self.komi) > schema.MAX_KOMI:
+        # The range first: komi * 2 of a huge float is inf, and round(inf) raises OverflowError.
+        if not math.isfinite(self.komi) or abs(self.komi) > schema.MAX_KOMI or self.komi * 2 != round(self.komi * 2):
             raise ValueError(f"komi {self.komi} must be a multiple of 0.5 in [-{schema.MAX_KOMI:g}, {schema.MAX_KOMI:g}]")
         if self.rules != schema.RULES_TROMP_TAYLOR:
             raise ValueError(f"rules {self.rules!r} are not supported (only {schema.RULES_TROMP_TAYLOR!r})")

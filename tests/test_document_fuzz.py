@@ -127,6 +127,14 @@ def test_run_json_with_any_hostile_number_is_a_named_error(data):
     assert 5 <= config.board_size <= 19 and math.isfinite(config.komi)
 
 
+def test_a_run_json_komi_too_large_to_double_is_a_named_error():
+    # Hypothesis found it: 8.98e307 * 2 is inf, and the multiple-of-0.5 check's round(inf) raised
+    # OverflowError past the named error.
+    text = json.dumps({**json.loads(RunConfig().to_json()), "komi": 8.98846567431158e+307}).encode()
+    with pytest.raises(RunConfigMismatch, match="komi"):
+        RunConfig.from_json(text, "fuzz/" + layout.RUN_CONFIG)
+
+
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_a_lease_record_with_any_hostile_number_is_damaged(data):
