@@ -4,7 +4,7 @@ A value such as ``--komi 1e300`` used to pass: it was written to run.json
 (create-only) as float32 inf, and every later chunk of the lake verified
 bad.  Here each entry point's parser is read for its numeric flags (the
 launchers' ``--worker-*``, ``--train-*`` and ``--shuffle-*`` included), and
-each flag is given 1e300, -1e300, NaN and 2**63.  Parsing must exit with
+each flag is given 1e300, -1e300, NaN, 2**63 and 1.7e308.  Parsing must exit with
 status 2 and an ``error:`` line that names the flag (argparse's own
 "invalid int value" for an int flag given a float counts: it names the flag
 too); nothing is run, so the whole sweep takes a few seconds.
@@ -17,7 +17,7 @@ import io
 
 import pytest
 
-ABSURD = ("1e300", "-1e300", "nan", str(2 ** 63))
+ABSURD = ("1e300", "-1e300", "nan", str(2 ** 63), "1.7e308")   # 1.7e308: doubling it overflows to inf
 
 
 def _role_cli(module: str, *required: str):
