@@ -468,7 +468,6 @@ class Loop:
                 self.storage.write_replace(path, handle.read())
             game["sgf"] = path
         result["visits"] = visits or self.config.eval_visits
-        say(f"    evaluate: {result['player_a']} {_eval_text(result)}")
         return result
 
     def evaluate_generation(self, generation: int) -> dict:

@@ -37,9 +37,11 @@ def assert_completed(result, storage):
     assert "summary" in result.stdout
     assert re.search(r"vs uniform random moves: \d+/6", result.stdout), result.stdout[-2000:]
     assert re.search(r"vs generation 0 .*: \d+/3", result.stdout)
-    # Each match is one line on the terminal; its JSON result is read by the loop, never shown.
+    # Each match's result is its own one summary line on the terminal; the loop reads the result from
+    # the match's events and shows no JSON.
     assert not [line for line in result.stdout.splitlines() if line.lstrip().startswith(("{", "evaluate: {"))]
-    assert re.search(r"^    evaluate: \S+ \d+/\d+ vs ", result.stdout, re.M), result.stdout[-2000:]
+    assert re.search(r"^    evaluate: model-g1 vs random on 9x9.*: \d+ wins", result.stdout, re.M), \
+        result.stdout[-2000:]
     assert storage.exists(layout.model_manifest(1))
     assert storage.exists(layout.window_manifest(1))
     assert int(storage.read(layout.LATEST)) == 1
