@@ -21,7 +21,7 @@ from format import layout
 from format import schema
 from format.codec import read_chunk
 from format.events import read_events
-from selfplay.config import WorkerConfig
+from selfplay.config import WorkerConfig, default_spool_base
 from selfplay.spool import Spool, SpoolLocked, chunk_bytes, chunk_records
 from selfplay.worker import main
 from tests.test_worker import wait_for
@@ -196,9 +196,25 @@ def test_two_workers_given_the_same_worker_id_write_distinct_chunk_names(tmp_pat
     names = {layout.parse_chunk_path(path).worker_id for path in chunks}
     assert len(names) == 2 and all(name.startswith("same_") for name in names)
     assert sum(len(games) for games in chunks.values()) >= 6
-    slots = sorted(p.name for p in (tmp_path / "state" / "zerolake" / "spool").iterdir())
-    assert len(slots) == 2 and slots[0].endswith("-same-0") and slots[1].endswith("-same-1")
     assert WorkerConfig(root="x", worker_id="same").worker_name != WorkerConfig(root="x", worker_id="same").worker_name
+
+
+def test_a_worker_whose_default_spool_slot_is_held_takes_the_next_slot(tmp_path, monkeypatch):
+    # Holding slot 0 here stands in for a worker still running: two real
+    # workers race (the first may finish and free slot 0 before the second
+    # starts, which is correct reuse), so the test holds the lock itself.
+    lake, state = tmp_path / "lake", tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    base = default_spool_base(str(lake), "same")
+    held = Spool(f"{base}-0")
+    try:
+        code, out, err = run_worker(lake, "--worker-id", "same", "--max-games", "1", state=state)
+    finally:
+        held.close()
+    assert code == 0, out + err
+    slots = sorted(p.name for p in (state / "zerolake" / "spool").iterdir())
+    assert slots == [os.path.basename(base) + "-0", os.path.basename(base) + "-1"]
+    assert sum(len(games) for games in lake_games(lake).values()) >= 1
 
 
 # ---- models and roots ----------------------------------------------------------
