@@ -43,8 +43,8 @@ from cloud.storage import open_storage  # noqa: E402
 from format import layout, registry  # noqa: E402
 from model import cpu_int8  # noqa: E402
 from selfplay.evaluator import Placement, use_every_cpu_core  # noqa: E402
-from selfplay.openvino_evaluator import OpenVinoEvaluator, compile_for_cpu, float_openvino_model, \
-    make_evaluator  # noqa: E402
+from selfplay.openvino_evaluator import OpenVinoEvaluator, compile_for_cpu, make_evaluator, \
+    openvino_from_signature  # noqa: E402
 from testdata.models import random_game_planes  # noqa: E402
 
 DEFAULT_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
@@ -92,7 +92,7 @@ def main() -> int:
                                    positions[-BATCH:])
         cpu = Placement("cpu", "/device:CPU:0")
         tensorflow = make_evaluator(model, cpu, "tensorflow")
-        network, _ = float_openvino_model(model.local_dir)
+        network = openvino_from_signature(model.signature, model.local_dir)
         float32 = OpenVinoEvaluator(compile_for_cpu(network, float32=True), generation, n, "openvino-float32")
         # The int8 copy, made as the trainer makes it, in a copy of the model folder.
         copy_dir = os.path.join(scratch, "model")

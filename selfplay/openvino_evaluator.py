@@ -7,7 +7,7 @@ it against the float32 SavedModel).  On a CPU-only worker it evaluates about
 ``model.cpu_int8``), so `make_evaluator` picks it there by default.  A model
 published without the copy (its int8 error was over the gate) still runs
 through OpenVINO on the CPU: the SavedModel's float32 network converted when
-it is loaded (`float_openvino_model`), the same function as TensorFlow's at
+it is loaded (`openvino_from_signature`), the same function as TensorFlow's at
 float32 precision, and faster.  GPU and TPU workers use
 `selfplay.evaluator.ModelEvaluator` (TensorFlow, the reference), as does a
 CPU worker where OpenVINO is missing or the conversion fails.
@@ -65,12 +65,21 @@ def compile_for_cpu(model_or_path, threads: int | None = None, *, float32: bool 
 def float_openvino_model(saved_model_dir: str):
     """(the SavedModel's serving signature as a float32 OpenVINO model with only `SERVED_OUTPUTS`,
     the TensorFlow signature itself, the reference for checking a copy made from it)."""
-    import openvino as ov
     import tensorflow as tf
 
     loaded = tf.saved_model.load(saved_model_dir)
     signature = loaded.signatures["serving_default"]
     signature.keep_alive = loaded   # the signature's variables live as long as the loaded object
+    return openvino_from_signature(signature, saved_model_dir), signature
+
+
+def openvino_from_signature(signature, where: str):
+    """A loaded serving signature as a float32 OpenVINO model with only `SERVED_OUTPUTS`
+    (``where`` names the model in errors).  A worker that already holds the
+    model (`format.registry.LoadedModel.signature`) converts it without loading
+    the SavedModel a second time."""
+    import openvino as ov
+
     converted = ov.convert_model(signature)
     by_name = {}
     for output in converted.outputs:
@@ -78,8 +87,8 @@ def float_openvino_model(saved_model_dir: str):
             by_name[name] = output
     missing = [name for name in SERVED_OUTPUTS if name not in by_name]
     if missing:
-        raise ValueError(f"{saved_model_dir}: the serving signature has no output {missing[0]!r}")
-    return ov.Model([by_name[name] for name in SERVED_OUTPUTS], converted.get_parameters(), "zerolake_cpu"), signature
+        raise ValueError(f"{where}: the serving signature has no output {missing[0]!r}")
+    return ov.Model([by_name[name] for name in SERVED_OUTPUTS], converted.get_parameters(), "zerolake_cpu")
 
 
 def cpu_int8_path(model) -> str | None:
@@ -166,7 +175,7 @@ def _float32_on_openvino(model, threads: int, log):
     """A model published without an int8 copy, on the CPU: its float32 network through OpenVINO, or
     TensorFlow when the conversion fails (the SavedModel is the reference and always loads there)."""
     try:
-        network, _ = float_openvino_model(model.local_dir)
+        network = openvino_from_signature(model.signature, model.local_dir)
         compiled = compile_for_cpu(network, threads or None, float32=True)
     except Exception as exc:  # noqa: BLE001 - any converter failure: TensorFlow runs the same model
         if log is not None:
