@@ -75,6 +75,7 @@ import typing
 
 from format import layout
 from format import schema
+from format.run_config import komi_problem
 
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -149,13 +150,7 @@ def board_size_setting(default: int | None = schema.DEFAULT_BOARD_SIZE, *, note:
 
 
 def _check_komi(value, info) -> str | None:
-    # run.json's rule (format.run_config): area scoring makes any other
-    # fraction pointless, and one rule keeps a player's komi valid for a run.
-    # The range first: doubling a huge float gives inf, and round(inf) raises OverflowError.
-    if value is not None and not (math.isfinite(value) and abs(value) <= schema.MAX_KOMI
-                                  and value * 2 == round(value * 2)):
-        return f"must be a multiple of 0.5 in [-{schema.MAX_KOMI:g}, {schema.MAX_KOMI:g}], got {value}"
-    return None
+    return None if value is None else komi_problem(value)
 
 
 def komi_setting(default: float | None = schema.DEFAULT_KOMI, *, note: str = ""):

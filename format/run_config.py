@@ -19,6 +19,20 @@ FEATURE_SET = "agz17-v1"
 """Name of the network input layout described in format/schema.py."""
 
 
+def komi_problem(komi: float) -> str | None:
+    """What is wrong with ``komi`` as a run's komi, or None: the one rule that run.json and every
+    role's --komi flag (format.cli.komi_setting) apply.
+
+    A multiple of 0.5, because area scoring makes any other fraction pointless;
+    within +-schema.MAX_KOMI, because it is stored as float32.  The range is
+    checked first: doubling a huge float gives inf, and round(inf) raises
+    OverflowError.
+    """
+    if not (math.isfinite(komi) and abs(komi) <= schema.MAX_KOMI and komi * 2 == round(komi * 2)):
+        return f"must be a multiple of 0.5 in [-{schema.MAX_KOMI:g}, {schema.MAX_KOMI:g}], got {komi}"
+    return None
+
+
 class RunConfigMismatch(ValueError):
     """The settings of this process disagree with the root's run.json."""
 
@@ -38,9 +52,9 @@ class RunConfig:
     def __post_init__(self):
         if not schema.MIN_BOARD_SIZE <= self.board_size <= schema.MAX_BOARD_SIZE:
             raise ValueError(f"board size {self.board_size} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
-        # The range first: komi * 2 of a huge float is inf, and round(inf) raises OverflowError.
-        if not math.isfinite(self.komi) or abs(self.komi) > schema.MAX_KOMI or self.komi * 2 != round(self.komi * 2):
-            raise ValueError(f"komi {self.komi} must be a multiple of 0.5 in [-{schema.MAX_KOMI:g}, {schema.MAX_KOMI:g}]")
+        problem = komi_problem(self.komi)
+        if problem:
+            raise ValueError(f"komi {problem}")
         if self.rules != schema.RULES_TROMP_TAYLOR:
             raise ValueError(f"rules {self.rules!r} are not supported (only {schema.RULES_TROMP_TAYLOR!r})")
 
