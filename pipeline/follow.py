@@ -78,7 +78,7 @@ from format.leases import DAMAGED_EXPIRED, Lease, LeaseLost, LeaseRecord, Takeov
 from format.registry import RegistryError
 from pipeline import window_plan as W
 from pipeline.config import FOLLOW_WINDOW_FRACTION, ShuffleConfig, window_argv
-from pipeline.launcher import STOP_GRACE_SECONDS, die_with_parent, stop_groups
+from pipeline.launcher import STOP_GRACE_SECONDS, die_with_parent, start_child, stop_groups
 from pipeline.lake_windows import (ShuffleError, check_run_config, delete_tmp_dir, existing_window, latest_model,
                                    new_attempt_id, progress)
 
@@ -402,20 +402,20 @@ class Follower:
                   f"waiting for it{until}")
 
     def window_command(self, generation: int, attempt: str, window_positions: int) -> list[str]:
-        """The child job's command line for one window: the one-shot job's flags, then the Beam flags.
+        """The child job's ``python -m`` arguments for one window: the one-shot job's flags, then the Beam flags.
 
         With --dataflow-above-positions, a window of at most that many
         positions gets no Beam flags (the in-process runner on this machine);
         a larger one, or every window without the setting, gets them all.
         """
         local = 0 < window_positions <= self.config.dataflow_above_positions
-        return [sys.executable, "-m", "pipeline.shuffle", *window_argv(self.config),
+        return ["pipeline.shuffle", *window_argv(self.config),
                 "--window-generation", str(generation), "--attempt", attempt,
                 *([] if local else self.beam_args)]
 
-    def run_child(self, held: Lease, generation: int, argv: list[str]) -> str:
+    def run_child(self, held: Lease, generation: int, module_argv: list[str]) -> str:
         """Build the window in a child job, renewing the claim: 'done', 'lost', 'stopped' or 'exit N'."""
-        child = subprocess.Popen(argv, start_new_session=True, preexec_fn=die_with_parent(os.getpid()))
+        child = start_child(module_argv, preexec_fn=die_with_parent(os.getpid()))
         next_renewal = time.monotonic() + held.renew_every
         while True:
             try:
