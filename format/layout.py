@@ -442,22 +442,26 @@ class ModelManifest:
     """A published generation's manifest, ``models/<gen>/MANIFEST.json``: the one owner of its schema.
 
     ``files`` maps each file's '/'-separated path inside the model folder to
-    its ModelFile; ``board_size`` is the network's board; ``metadata`` is the
-    whole record the trainer wrote (board_size, global_step, network, the int8
-    copy's figures, ...), which readers may show but the format only requires
-    board_size of.  The registry writes it with `to_bytes` after the files and
-    reads it with `from_bytes`.
+    its ModelFile; ``metadata`` is the whole record the trainer wrote
+    (board_size, global_step, network, the int8 copy's figures, ...), which
+    readers may show but the format only requires board_size of (the
+    `board_size` property).  The registry writes it with `to_bytes` after the
+    files and reads it with `from_bytes`.
     """
 
     generation: int
     files: dict
-    board_size: int
-    metadata: dict = dataclasses.field(default_factory=dict)
+    metadata: dict
+
+    @property
+    def board_size(self) -> int:
+        """The network's board (``metadata.board_size``, checked by `parse_model_manifest`)."""
+        return self.metadata["board_size"]
 
     def to_bytes(self) -> bytes:
         document = {"version": MODEL_MANIFEST_VERSION, "generation": self.generation,
                     "files": {path: {"sha256": f.sha256, "size": f.size} for path, f in self.files.items()},
-                    "metadata": {**self.metadata, "board_size": self.board_size}}
+                    "metadata": self.metadata}
         return json.dumps(document, indent=2, sort_keys=True).encode()
 
     @classmethod
@@ -496,7 +500,7 @@ def parse_model_manifest(data: bytes, generation: int, url: str) -> ModelManifes
         raise ManifestError(url, "metadata.board_size", f"{metadata['board_size']} is outside "
                                                         f"{schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
     _check_numbers(document, url)
-    return ModelManifest(generation=generation, files=files, board_size=metadata["board_size"], metadata=metadata)
+    return ModelManifest(generation=generation, files=files, metadata=metadata)
 
 
 # ---- the trainer's checkpoints, the loop, jobs, the cluster, reports -----

@@ -185,8 +185,7 @@ def publish_model(storage, generation: int, local_dir: str, metadata: dict) -> l
         # an interrupted publish is safe.
         storage.write_replace(layout.model_file(generation, relative), data)
         files[relative] = layout.ModelFile(_sha256(data), len(data))
-    manifest = layout.ModelManifest(generation=generation, files=files, board_size=metadata["board_size"],
-                                    metadata=metadata)
+    manifest = layout.ModelManifest(generation=generation, files=files, metadata=metadata)
     try:
         storage.write_new(manifest_path(generation), manifest.to_bytes())
     except AlreadyExists:
