@@ -220,8 +220,9 @@ def is_window_manifest(path: str) -> bool:
 class WindowManifest:
     """A complete window, as its manifest describes it.
 
-    ``shards`` are paths relative to the root; ``document`` is the whole
-    manifest (statistics included) as read.
+    ``shards`` are paths relative to the root; the job's statistics that
+    readers report are typed fields too; ``document`` is the whole manifest
+    as read, for tools that show or rewrite it.
     """
 
     target_generation: int
@@ -246,6 +247,14 @@ class WindowManifest:
     """The lake's chunk bytes when the window was planned ('window.lake_bytes'); None in older manifests."""
     planned_chunks: tuple[str, ...] = ()
     """The chunks the window took ('window.chunks'), for a manifest without 'window.lake_bytes'."""
+    positions_read: int = 0
+    """Positions the job read from the window's chunks ('input.positions_read'), before dedup and caps."""
+    chunks_skipped: tuple[tuple[str, str], ...] = ()
+    """(chunk path, reason) of each chunk the job skipped as damaged ('chunks_skipped')."""
+    duplicate_games: int = 0
+    """Games dropped as copies of others ('dedup.duplicate_games')."""
+    capped_positions_removed: int = 0
+    """Positions removed by the per-game cap ('dedup.capped_positions_removed')."""
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -330,7 +339,29 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
                           shards=tuple(shard_path(generation, s) for s in shards), positions=positions,
                           path=path, record_version=record_version, document=document, game_table=table,
                           games=tuple(games) if "games" in document else None, attempt=attempt,
-                          positions_per_byte=per_byte, planned_lake_bytes=lake_bytes, planned_chunks=planned)
+                          positions_per_byte=per_byte, planned_lake_bytes=lake_bytes, planned_chunks=planned,
+                          **_window_statistics(document, url))
+
+
+def _window_statistics(document: dict, url: str) -> dict:
+    """The job's statistics as WindowManifest fields; absent ones are 0 (or none skipped), a
+    present one of the wrong type is a ManifestError naming it."""
+    def count(section: str, name: str) -> int:
+        part = document.get(section, {})
+        value = part.get(name, 0) if isinstance(part, dict) else None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ManifestError(url, f"{section}.{name}", f"is {value!r}, expected a count (int >= 0)")
+        return value
+
+    skipped = document.get("chunks_skipped", [])
+    if not isinstance(skipped, list) or not all(
+            isinstance(entry, dict) and isinstance(entry.get("chunk"), str) and isinstance(entry.get("reason"), str)
+            for entry in skipped):
+        raise ManifestError(url, "chunks_skipped", 'must list {"chunk": path, "reason": text} objects')
+    return {"positions_read": count("input", "positions_read"),
+            "chunks_skipped": tuple((entry["chunk"], entry["reason"]) for entry in skipped),
+            "duplicate_games": count("dedup", "duplicate_games"),
+            "capped_positions_removed": count("dedup", "capped_positions_removed")}
 
 
 MAX_WINDOW_POSITIONS = 10 ** 9

@@ -188,7 +188,7 @@ def local_runner(config: ShuffleConfig):
 
 
 def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None = None,
-        attempt: str | None = None) -> dict:
+        attempt: str | None = None) -> layout.WindowManifest:
     """Run the job; returns the window's manifest (the existing one if already done)."""
     import apache_beam as beam
     from cloud.storage import open_storage
@@ -202,7 +202,7 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
     if isinstance(prepared, layout.WindowManifest):
         progress(f"window {prepared.target_generation} already has a manifest; nothing to do")
         retain_windows(config, storage)
-        return prepared.document
+        return prepared
     context, bundles = prepared
     options, runner = pipeline_options(config, list(beam_args))
     started = time.monotonic()
@@ -223,21 +223,18 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
         raise ShuffleError(f"window {context.target_generation} would hold no positions: every chunk in it was "
                            f"skipped or empty, so no manifest was written (`python -m format.inspect verify "
                            f"{storage.url()}` names the bad chunks)")
-    manifest = window.document
     elapsed = time.monotonic() - started
-    progress(f"wrote {len(manifest['shards'])} shards, {manifest['positions']} records from "
-              f"{manifest['input']['positions_read']} positions "
-              f"({manifest['input']['positions_read'] / max(elapsed, 1e-9):.0f} positions/s); "
-              f"skipped {len(manifest['chunks_skipped'])} chunks, dropped "
-              f"{manifest['dedup']['duplicate_games']} duplicate games, capped "
-              f"{manifest['dedup']['capped_positions_removed']} positions")
-    for skipped in manifest["chunks_skipped"][:SKIPPED_CHUNKS_SHOWN]:
-        progress(f"skipped {storage.url(skipped['chunk'])}: {skipped['reason']}")
-    if len(manifest["chunks_skipped"]) > SKIPPED_CHUNKS_SHOWN:
-        progress(f"... and {len(manifest['chunks_skipped']) - SKIPPED_CHUNKS_SHOWN} more skipped chunks, "
-                  f"named in {storage.url(layout.window_manifest(context.target_generation))}")
+    progress(f"wrote {len(window.shards)} shards, {window.positions} records from {window.positions_read} "
+             f"positions ({window.positions_read / max(elapsed, 1e-9):.0f} positions/s); skipped "
+             f"{len(window.chunks_skipped)} chunks, dropped {window.duplicate_games} duplicate games, capped "
+             f"{window.capped_positions_removed} positions")
+    for chunk, reason in window.chunks_skipped[:SKIPPED_CHUNKS_SHOWN]:
+        progress(f"skipped {storage.url(chunk)}: {reason}")
+    if len(window.chunks_skipped) > SKIPPED_CHUNKS_SHOWN:
+        progress(f"... and {len(window.chunks_skipped) - SKIPPED_CHUNKS_SHOWN} more skipped chunks, "
+                 f"named in {storage.url(window.path)}")
     retain_windows(config, storage)
-    return manifest
+    return window
 
 
 def retain_windows(config: ShuffleConfig, storage):
@@ -285,15 +282,15 @@ def main(argv=None) -> int:
     events = EventLog(config.events or None, "shuffle")
     events.emit("started", follow=False)
     try:
-        manifest = run(config, beam_args, target=args.window_generation, attempt=args.attempt)
+        window = run(config, beam_args, target=args.window_generation, attempt=args.attempt)
     except (ShuffleError, StorageError, RegistryError) as exc:
         # The lake's own errors name the object (an unreachable bucket, a
         # broken LATEST): one line, not a traceback.
         print(f"error: {exc}", file=sys.stderr)
         events.emit("stopped", reason="error")
         return 2
-    events.emit("window_published", generation=manifest["target_generation"], positions=manifest["positions"],
-                shards=len(manifest["shards"]))
+    events.emit("window_published", generation=window.target_generation, positions=window.positions,
+                shards=len(window.shards))
     events.emit("stopped", reason="done")
     return 0
 

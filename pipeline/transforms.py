@@ -531,9 +531,9 @@ class WriteManifestFn(_LakeDoFn):
         except AlreadyExists:
             # A retried bundle of this attempt wrote it already; anyone else's
             # manifest (a racing follower that took over an expired claim) wins.
-            existing = layout.parse_window_manifest(storage.read(path), path, storage.url(path)).document
-            if existing.get("attempt") != self.context.attempt:
-                raise RuntimeError(f"{storage.url(path)} was written by attempt {existing.get('attempt')} "
+            existing = layout.parse_window_manifest(storage.read(path), path, storage.url(path))
+            if existing.attempt != self.context.attempt:
+                raise RuntimeError(f"{storage.url(path)} was written by attempt {existing.attempt} "
                                    f"while attempt {self.context.attempt} ran") from None
         yield manifest
 
