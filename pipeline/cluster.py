@@ -52,9 +52,8 @@ identical move for move, no temporary pieces are left.  It prints one JSON
 line (and writes it to ``--report``).
 
 Stopping: Ctrl-C or SIGTERM sends SIGTERM to every child's process group,
-waits the longest grace among them (each role's own, pipeline.launcher.
-STOP_GRACE_SECONDS, unless ``--stop-grace`` sets one for all), SIGKILLs
-stragglers, and exits 130.
+gives each child its own grace (pipeline.launcher.STOP_GRACE_SECONDS, unless
+``--stop-grace`` sets one for all), SIGKILLs stragglers, and exits 130.
 
 Example (a local lake, 3 workers, tiny 9x9 settings)::
 
@@ -475,14 +474,14 @@ class Cluster:
         say(f"    chaos: SIGKILL {role.name} (pid {pid})")
 
     def stop_all(self) -> None:
-        """SIGTERM every child, wait up to the longest grace among them (--stop-grace, or each role's own:
+        """SIGTERM every child, give each its grace (--stop-grace for all, or each role's own:
         pipeline.launcher.STOP_GRACE_SECONDS), then SIGKILL stragglers."""
         live = [r for r in self.roles if r.running]
-        grace = self.config.stop_grace or max((STOP_GRACE_SECONDS[role.kind] for role in live), default=0.0)
-        killed = stop_groups([role.process for role in live], grace)
+        graces = {role.name: self.config.stop_grace or STOP_GRACE_SECONDS[role.kind] for role in live}
+        killed = stop_groups([role.process for role in live], [graces[role.name] for role in live])
         for role in live:
             if role.process in killed:
-                say(f"    {role.name} did not stop within {grace:g}s: SIGKILL")
+                say(f"    {role.name} did not stop within {graces[role.name]:g}s: SIGKILL")
                 self.events.emit("role_killed", name=role.name, pid=role.process.pid, kind=role.kind, by="stop")
             self.events.emit("role_exited", name=role.name, returncode=role.process.returncode,
                              pid=role.process.pid, uptime_s=round(time.monotonic() - role.started_at, 1))

@@ -80,20 +80,30 @@ def signal_group(process: subprocess.Popen, signum: int) -> bool:
     return True
 
 
-def stop_groups(processes: typing.Iterable[subprocess.Popen], grace: float) -> list[subprocess.Popen]:
+def stop_groups(processes: typing.Iterable[subprocess.Popen],
+                grace: float | typing.Sequence[float]) -> list[subprocess.Popen]:
     """Stop the groups of ``processes`` (module docstring); returns those that needed SIGKILL.
 
-    Every group gets SIGTERM at once and the ``grace`` seconds run for all of
-    them together, so stopping N children takes at most ``grace``, not N
-    times it.  Each process is reaped (``returncode`` is set) on return.
+    ``grace``: seconds after SIGTERM, one for all or one per process (a
+    launcher passes each child's own `STOP_GRACE_SECONDS`).  Every group gets
+    SIGTERM at once and the graces run together, so stopping N children takes
+    at most the longest grace, not their sum, and a hung worker is killed at
+    its own 25 s even while a trainer still has its 120 s.  Each process is
+    reaped (``returncode`` is set) on return.
     """
-    processes = [p for p in processes if p is not None]
-    for process in processes:
+    processes = list(processes)
+    graces = [float(grace)] * len(processes) if isinstance(grace, (int, float)) else [float(g) for g in grace]
+    if len(graces) != len(processes):
+        raise ValueError(f"stop_groups: {len(graces)} grace periods for {len(processes)} processes")
+    started = time.monotonic()
+    # Shortest grace first: waiting is sequential, so a long grace waited first would delay the
+    # kill of a hung child whose own grace ended long before.
+    pending = sorted(((started + g, p) for g, p in zip(graces, processes) if p is not None), key=lambda d: d[0])
+    for _, process in pending:
         if process.poll() is None:
             signal_group(process, signal.SIGTERM)
-    deadline = time.monotonic() + grace
     killed = []
-    for process in processes:
+    for deadline, process in pending:
         try:
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:

@@ -13,6 +13,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -148,6 +149,32 @@ def test_stopping_a_child_stops_its_whole_process_group_within_the_grace():
     while any(_alive(pid) for pid in grandchildren) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_alive(pid) for pid in grandchildren)   # no orphan outlives the stop
+    for child in children:
+        child.stdout.close()
+
+
+def test_each_child_gets_its_own_grace_and_a_hung_one_is_not_kept_for_a_longer_one():
+    from pipeline.launcher import stop_groups
+
+    children = [subprocess.Popen([sys.executable, "-c", GROUP_PARENT, "IGNORE"], stdout=subprocess.PIPE, text=True,
+                                 start_new_session=True) for _ in range(2)]
+    for child in children:
+        child.stdout.readline()
+    died = {}
+
+    def watch():   # when the short-grace child dies (stop_groups returns only after the long one)
+        while _alive(children[1].pid) and time.monotonic() - started < 10:
+            time.sleep(0.02)
+        died["at"] = time.monotonic() - started
+
+    started = time.monotonic()
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    killed = stop_groups(children, grace=[3.0, 0.5])     # the long grace listed first
+    total = time.monotonic() - started
+    watcher.join()
+    assert sorted(p.pid for p in killed) == sorted(p.pid for p in children)
+    assert died["at"] < 2.0 and total >= 3.0
     for child in children:
         child.stdout.close()
 
