@@ -87,9 +87,10 @@ def main() -> int:
         model = registry.load_model(storage, generation, cache_dir=os.path.join(scratch, "cache"))
         n = int(model.board_size)
         positions = random_game_planes(n, CALIBRATION + CHECK + BATCH, seed=11)
-        # add_cpu_int8 calibrates on the first CALIBRATION and checks on the next CHECK, as in training.
-        calibrate, check, batch = (positions[:CALIBRATION + CHECK], positions[CALIBRATION:CALIBRATION + CHECK],
-                                   positions[-BATCH:])
+        # add_cpu_int8 takes both sets in one array, as in training: it calibrates on the first
+        # CALIBRATION and checks on the next CHECK (``check`` is the same held-out slice).
+        calibrate_then_check = positions[:CALIBRATION + CHECK]
+        check, batch = positions[CALIBRATION:CALIBRATION + CHECK], positions[-BATCH:]
         cpu = Placement("cpu", "/device:CPU:0")
         tensorflow = make_evaluator(model, cpu, "tensorflow")
         network = openvino_from_signature(model.signature, model.local_dir)
@@ -98,7 +99,7 @@ def main() -> int:
         copy_dir = os.path.join(scratch, "model")
         shutil.copytree(model.local_dir, copy_dir)
         shutil.rmtree(os.path.join(copy_dir, os.path.dirname(layout.CPU_INT8_XML)), ignore_errors=True)
-        entry = cpu_int8.add_cpu_int8(copy_dir, calibrate, log=lambda text: None)
+        entry = cpu_int8.add_cpu_int8(copy_dir, calibrate_then_check, log=lambda text: None)
         figures = {k: entry[k] for k in ("top1_agreement", "policy_kl", "value_mae") if k in entry}
         evaluators = {"tensorflow": tensorflow, "openvino_float32": float32}
         if entry.get("written"):               # a copy the gate refused is not written, so not timed
