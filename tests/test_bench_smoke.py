@@ -2,9 +2,8 @@
 
 A smoke run measures nothing worth quoting; it checks that the script still
 runs against the code as it is and reports every key its docstring names.
-bench/train.py (about 20 s at its smallest), bench/pipeline.py (about 50 s)
-and bench/cluster.py (minutes) cost more than the suite can spend on them:
-they are run by hand with the figures they report.
+Settings are the smallest each bench takes; the figures they print are not
+looked at beyond being positive.
 """
 from __future__ import annotations
 
@@ -28,3 +27,29 @@ def test_gpu_feed_search_side_reports_its_keys():
     assert result["bench"] == "gpu_feed"
     assert set(result) >= {"search_games", "search_visits", "search_sims_per_s_9", "search_sims_per_s_19"}
     assert result["search_sims_per_s_9"]["1"] > 0 and result["search_sims_per_s_19"]["1"] > 0
+
+
+def test_train_bench_reports_every_record_version_and_the_training_rate():
+    result = run_bench("train.py", "--seconds", "0.3", "--positions", "512")
+    assert result["bench"] == "train" and result["positions_9"] == 512
+    for n in (9, 19):
+        for version in (1, 2, 3):
+            assert result[f"input_examples_per_s_{n}_v{version}"] > 0
+            assert result[f"input_examples_per_cpu_s_{n}_v{version}"] > 0
+            assert result[f"shard_bytes_per_position_{n}_v{version}"] > 0
+        assert result[f"input_examples_per_s_{n}"] == result[f"input_examples_per_s_{n}_v{result['record_version']}"]
+    assert result["train_steps_per_s_9"] > 0 and result["train_batch_9"] > 0
+    assert result["supply_over_demand_9"] > 0
+
+
+def test_pipeline_bench_reports_both_9x9_windows_19x19_and_the_model_label_path():
+    result = run_bench("pipeline.py", "--positions_9", "1500", "--positions_19", "800", "--workers", "1")
+    assert result["bench"] == "pipeline" and result["workers"] == 1
+    for key in ("positions_per_s_9", "positions_per_s_9_small", "positions_per_s_19",
+                "positions_per_s_9_model_labels", "peak_rss_mb", "peak_rss_mb_model_labels"):
+        assert result[key] > 0, key
+    assert result["window_positions_9"] >= result["window_positions_9_small"] >= 1500   # equal at tiny sizes
+    assert result["window_positions_19"] >= 800
+    assert result["model_labels_games_played_out"] > 0      # the model path was timed, not random playouts
+    assert set(result["replay_failed"]) == {"9", "9x2", "19", "9x2_model"}
+    assert not any(result["replay_failed"].values())        # legal games replay
