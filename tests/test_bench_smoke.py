@@ -15,10 +15,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_bench(name: str, *args: str) -> dict:
+def run_bench(name: str, *args: str, exit_code: int = 0) -> dict:
     done = subprocess.run([sys.executable, str(REPO / "bench" / name), *args], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.returncode == exit_code, done.stdout[-2000:] + done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -53,3 +53,17 @@ def test_pipeline_bench_reports_both_9x9_windows_19x19_and_the_model_label_path(
     assert result["model_labels_games_played_out"] > 0      # the model path was timed, not random playouts
     assert set(result["replay_failed"]) == {"9", "9x2", "19", "9x2_model"}
     assert not any(result["replay_failed"].values())        # legal games replay
+
+
+def test_cluster_bench_on_the_emulator_reports_the_audit_and_its_acceptance():
+    # 15 s of one worker, the follower and the trainer: too short to meet the kill and generation
+    # criteria (so the bench exits 1), long enough for its own code to run end to end.
+    result = run_bench("cluster.py", "--minutes", "0.25", "--workers", "1", "--kill-every", "5",
+                       "--", "--drain-seconds", "5", exit_code=1)
+    assert result["root"] == "fake-gcs-server" and result["bench_wall_s"] > 0
+    assert set(result["acceptance"]) == {"kills", "games_lost", "games_in_spool_only", "games_duplicated",
+                                         "latest_regressions", "chunk_verify_failures", "generations"}
+    assert not result["acceptance"]["generations"]
+    for key in ("games_lost", "games_in_spool_only", "games_duplicated", "latest_regressions",
+                "chunk_verify_failures"):
+        assert result[key] == 0 and result["acceptance"][key], key
