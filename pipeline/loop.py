@@ -445,8 +445,16 @@ class Loop:
         """The match's result (its ``result`` event) with the model's ``visits``.  ``sgf_prefix``: keep
         its per-game results and each game's SGF in the lake as ``<sgf_prefix>/<index:05d>.sgf`` (the
         rating ladder folds such games into its fit: selfplay.ladder); without it, the totals only."""
-        # The match writes SGFs to a local folder only: the loop copies them into the lake.
+        # The match writes SGFs to a local folder only: the loop copies them into the lake, then
+        # removes the folder.
         sgf_dir = None if sgf_prefix is None else tempfile.mkdtemp(prefix="sgf-", dir=self.events_dir)
+        try:
+            return self._evaluate(player_a, player_b, games, seed, visits, sgf_prefix, sgf_dir)
+        finally:
+            if sgf_dir is not None:
+                shutil.rmtree(sgf_dir, ignore_errors=True)
+
+    def _evaluate(self, player_a, player_b, games, seed, visits, sgf_prefix, sgf_dir) -> dict:
         events = self.events_path("evaluate")
         results = []
         self.run_child("evaluate", [
@@ -464,6 +472,9 @@ class Loop:
             result.pop("game_results", None)
         for game in result.get("game_results", ()):
             path = f"{sgf_prefix}/{game['index']:05d}.sgf"
+            # Replace, not create-only: a closing match interrupted before its marker was written is
+            # played again from the start, and its games supersede the partial attempt's, which no
+            # marker or result names.
             with open(game["sgf"], "rb") as handle:
                 self.storage.write_replace(path, handle.read())
             game["sgf"] = path

@@ -241,6 +241,7 @@ def test_the_closing_gnu_go_games_keep_their_games_in_the_lake(tmp_path, monkeyp
     assert [g["sgf"] for g in kept["game_results"]] == [f"{prefix}/00000.sgf", f"{prefix}/00001.sgf"]
     assert storage.read(f"{prefix}/00001.sgf") == b"(;GM[1]SZ[9])" and kept["visits"] == 256
     assert "game_results" not in loop.evaluate("model:x@3", "random", 2, seed=1)
+    assert not [name for name in os.listdir(loop.events_dir) if name.startswith("sgf-")]   # no local copies left
 
 
 def test_generation_0_can_be_sized_in_positions(tmp_path, monkeypatch):
