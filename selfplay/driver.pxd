@@ -60,6 +60,8 @@ cdef class GameBatch:
     cdef int group_stop(self, int group) noexcept nogil
     cdef int gather_leaf(self, int game, Tree tree, Board root, Board scratch,
                          float* row_out, int32_t* leaf_out) except -2 nogil
+    cdef int32_t select_leaf(self, int game, Tree tree, Board root, Board scratch) except -2 nogil
+    cdef void score_terminal(self, Tree tree, int32_t node, Board board) noexcept nogil
     cdef int expand_leaf(self, Tree tree, int32_t node, Board board, float* row_out) except -1 nogil
     cdef int gather_group(self, int group, float* out) except -1 nogil
     cdef void apply_group(self, int group, const float* logits, const float* values) noexcept nogil

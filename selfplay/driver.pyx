@@ -181,7 +181,8 @@ cdef class GameBatch:
 
     cdef int gather_leaf(self, int game, Tree tree, Board root, Board scratch,
                          float* row_out, int32_t* leaf_out) except -2 nogil:
-        """One simulation of `game`: select a leaf and expand it.
+        """One simulation of `game`: select a leaf (`select_leaf`), then score it if the game is over
+        there (`score_terminal`) or expand it for the network (`expand_leaf`).
 
         Returns LEAF_QUEUED (features written at row_out, leaf in leaf_out),
         LEAF_SCORED (game-over leaf, backed up already) or LEAF_BLOCKED (the
@@ -189,9 +190,8 @@ cdef class GameBatch:
         a leaf already in flight: a collision, undone).  The objects are
         passed in (borrowed) because nogil code cannot assign object locals.
         """
-        cdef int32_t node, first
+        cdef int32_t node
         cdef uint8_t root_state = tree.state[ROOT_INDEX]
-        cdef float value
         if not self.searching[game] or root_state == PENDING or root_state == TERMINAL:
             return LEAF_BLOCKED
         if root_state == UNEXPANDED:
@@ -202,16 +202,35 @@ cdef class GameBatch:
             return LEAF_QUEUED
         if tree.sims_started >= tree.sims_budget:
             return LEAF_BLOCKED
+        node = self.select_leaf(game, tree, root, scratch)
+        if node == NO_NODE:
+            return LEAF_BLOCKED
+        tree.sims_started += 1
+        if tree.state[node] == TERMINAL or scratch.st.over:
+            self.score_terminal(tree, node, scratch)
+            return LEAF_SCORED
+        self.expand_leaf(tree, node, scratch, row_out)
+        leaf_out[0] = node
+        return LEAF_QUEUED
+
+    cdef int32_t select_leaf(self, int game, Tree tree, Board root, Board scratch) except -2 nogil:
+        """select: from the root (Gumbel's sequential halving there when the game uses it, PUCT
+        below), play each chosen move on ``scratch`` (a copy of ``root``) while the node has
+        children; their legality was checked when they were created.
+
+        Returns the leaf, or NO_NODE when the Gumbel root has no move to start this round or the
+        path ran into a leaf already in flight (a collision: the Gumbel root's selection undone,
+        counted in ``collisions``).
+        """
+        cdef int32_t node, first
         scratch.copy_from(root)
         if self.use_gumbel[game]:
             node = tree.select_root_gumbel(&self.gumbel, &self.rng[game])
             if node == NO_NODE:
-                return LEAF_BLOCKED
+                return NO_NODE
         else:
             node = tree.select_child(ROOT_INDEX, &self.puct)
         first = node
-        # select: play each chosen move on the scratch board while the node
-        # has children (their legality was checked when they were created).
         while True:
             if scratch.play_move(tree.move[node]) != MOVE_OK:
                 with gil:
@@ -224,23 +243,18 @@ cdef class GameBatch:
             if self.use_gumbel[game]:
                 tree.cancel_root_selection(first)
             self.collisions += 1
-            return LEAF_BLOCKED
-        tree.sims_started += 1
-        if tree.state[node] == TERMINAL:
-            tree.add_virtual_loss(node)
-            tree.backup(node, tree.raw_value[node])
-            self.terminal_visits += 1
-            return LEAF_SCORED
-        if scratch.st.over:
-            value = rules_value(scratch)
-            tree.set_terminal(node, value)
-            tree.add_virtual_loss(node)
-            tree.backup(node, value)
-            self.terminal_visits += 1
-            return LEAF_SCORED
-        self.expand_leaf(tree, node, scratch, row_out)
-        leaf_out[0] = node
-        return LEAF_QUEUED
+            return NO_NODE
+        return node
+
+    cdef void score_terminal(self, Tree tree, int32_t node, Board board) noexcept nogil:
+        """A game-over leaf, found by this simulation (``board`` is over: its value by the rules,
+        kept on the node) or an earlier one (TERMINAL: the kept value): a visit backed up with no
+        network evaluation."""
+        if tree.state[node] != TERMINAL:
+            tree.set_terminal(node, rules_value(board))
+        tree.add_virtual_loss(node)
+        tree.backup(node, tree.raw_value[node])
+        self.terminal_visits += 1
 
     cdef int expand_leaf(self, Tree tree, int32_t node, Board board, float* row_out) except -1 nogil:
         """expand: children for the legal moves (in action order), a virtual
