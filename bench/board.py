@@ -33,7 +33,8 @@ sys.path[:0] = [os.path.dirname(HERE), HERE]
 
 from naive_board import NaiveBoard  # noqa: E402
 
-from selfplay.board import BOUNDSCHECK, Board, run_playouts  # noqa: E402
+from selfplay.board import BOUNDSCHECK, Board  # noqa: E402
+from selfplay.playouts import run_playouts  # noqa: E402
 
 
 @dataclass(frozen=True)

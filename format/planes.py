@@ -15,7 +15,7 @@ bit on the same positions of many legal games (9x9 and 19x19):
   [B, N, N, 17] under one of the 8 symmetries, for training.
 * `format.codec.decode_position`: a record's packed channels as uint8
   [16, N, N] (inspection, tests).
-* `selfplay.board.playout_values` (the value of
+* `selfplay.playouts.playout_values` (the value of
   `selfplay.player.PlayoutEvaluator`): reads the position at t back out of
   the planes (the newest own and opponent stones and the colour plane).
 

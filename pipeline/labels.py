@@ -174,7 +174,8 @@ def final_board_label(game: GameRecord, board, stats: dict) -> EndstateLabel:
 
 def random_playout_label(board, num_playouts: int, seed: int, weight: float) -> EndstateLabel:
     """Mean ownership over random playouts (eye rule) from ``board``."""
-    mean = _engine().playout_ownership(board, num_playouts, seed)
+    from selfplay.playouts import playout_ownership  # late, as _engine: the compiled engine
+    mean = playout_ownership(board, num_playouts, seed)
     score = float(mean.sum()) - board.komi
     return EndstateLabel(mean.astype(np.float32), score, schema.OWNERSHIP_RANDOM_PLAYOUTS, weight)
 

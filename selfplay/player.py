@@ -40,7 +40,8 @@ import numpy as np
 from format import layout
 from format import schema
 from format.coords import gtp_to_move, move_to_gtp
-from selfplay.board import Board, playout_values
+from selfplay.board import Board
+from selfplay.playouts import playout_values
 from selfplay.move_policy import MovePolicy, ResignationCounter
 from selfplay.search import STATE_EXPANDED
 
@@ -411,7 +412,7 @@ class PlayoutEvaluator:
     random moves), it beats `RandomPlayer` with a few dozen visits, so it
     is a yardstick that a young network must pass.
 
-    The work is `selfplay.board.playout_values`, one Cython call per batch
+    The work is `selfplay.playouts.playout_values`, one Cython call per batch
     outside the GIL: each leaf position is rebuilt from its input planes
     (the stones at t and the colour plane) on a fresh board, so superko
     history before the leaf is not seen by the playouts.  A playout's

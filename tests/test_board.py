@@ -13,8 +13,8 @@ from selfplay.board import (
     IllegalMove,
     Board,
     board_from_ascii,
-    playout_ownership,
 )
+from selfplay.playouts import playout_ownership
 
 BLACK, WHITE = 1, -1
 

@@ -48,7 +48,8 @@ from format.tfrecord import decompress_for, iter_framed_records
 from pipeline import labels as L
 from pipeline import positions as P
 from pipeline.shuffle import main as shuffle_main
-from selfplay.board import Board, positions_from_planes
+from selfplay.board import Board
+from selfplay.playouts import positions_from_planes
 from selfplay.player import MctsConfig, MctsPlayer, PlayoutEvaluator, SearchBudget
 from testdata.random_games import engine_game, resigned_copy
 
@@ -232,7 +233,7 @@ def test_the_labellers_model_playouts_see_the_reference_planes(n, games, referen
 
 @pytest.mark.parametrize("n", BOARD_SIZES)
 def test_playout_evaluator_plays_out_the_position_the_planes_encode(n, games, references):
-    """The evaluator rebuilds each leaf from its planes (selfplay.board.positions_from_planes, the reading
+    """The evaluator rebuilds each leaf from its planes (selfplay.playouts.positions_from_planes, the reading
     playout_values uses): the stones at t and the side to move."""
     game, expected = games[n][0], references[n][0]
     rows = np.arange(0, game.num_positions, 7)

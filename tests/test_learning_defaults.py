@@ -1,6 +1,6 @@
 """The learning defaults of issue 16, part 3, each pinned by the behaviour that made it the default.
 
-* Generation 0 searches with random playouts (`selfplay.board.playout_values`
+* Generation 0 searches with random playouts (`selfplay.playouts.playout_values`
   behind `PlayoutEvaluator`): its values must be those of real playouts,
   seen from the side to move, reproducible, and a non-position must not
   crash a worker's batch.
@@ -15,7 +15,8 @@
 import numpy as np
 import pytest
 
-from selfplay.board import Board, board_from_ascii, playout_values
+from selfplay.board import Board, board_from_ascii
+from selfplay.playouts import playout_values
 from selfplay.config import WorkerConfig
 from selfplay.evaluator import UniformEvaluator
 from selfplay.player import PlayoutEvaluator

@@ -276,7 +276,7 @@ def _clearly_decided_resignations(rng, count):
     labeller's) must give the eventual winner a margin of at least 10 points:
     that is when a player would resign.
     """
-    from selfplay.board import playout_ownership
+    from selfplay.playouts import playout_ownership
 
     resigned = []
     while len(resigned) < count:
