@@ -68,7 +68,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cloud.storage import retry_flags_argv
 from format import layout
@@ -76,6 +76,7 @@ from format.cli import (RoleCli, board_size_setting, complete_roles, events_sett
                         role_argv, role_setting, root_setting, setting, setting_problems)
 from format.events import EventLog, EventTail
 from format.leases import DAMAGED_EXPIRED, Lease, LeaseLost, Takeover, describe_time
+from format.match_record import ClosingRecord, MatchRecord
 from model.config import TrainConfig
 from pipeline.config import ShuffleConfig
 from pipeline.launcher import (STOP_GRACE_SECONDS, say, start_child, stop_groups,
@@ -237,7 +238,7 @@ class GenerationRecord:
     games: int = 0
     positions: int = 0
     losses: dict = field(default_factory=dict)
-    eval_vs_random: dict | None = None
+    eval_vs_random: MatchRecord | None = None
     seconds: float = 0.0
 
 
@@ -441,7 +442,7 @@ class Loop:
         return losses
 
     def evaluate(self, player_a: str, player_b: str, games: int, seed: int, visits: int | None = None,
-                 sgf_prefix: str | None = None) -> dict:
+                 sgf_prefix: str | None = None) -> MatchRecord:
         """The match's result (its ``result`` event) with the model's ``visits``.  ``sgf_prefix``: keep
         its per-game results and each game's SGF in the lake as ``<sgf_prefix>/<index:05d>.sgf`` (the
         rating ladder folds such games into its fit: selfplay.ladder); without it, the totals only."""
@@ -454,7 +455,7 @@ class Loop:
             if sgf_dir is not None:
                 shutil.rmtree(sgf_dir, ignore_errors=True)
 
-    def _evaluate(self, player_a, player_b, games, seed, visits, sgf_prefix, sgf_dir) -> dict:
+    def _evaluate(self, player_a, player_b, games, seed, visits, sgf_prefix, sgf_dir) -> MatchRecord:
         events = self.events_path("evaluate")
         results = []
         self.run_child("evaluate", [
@@ -467,28 +468,39 @@ class Loop:
             else None)
         if not results:
             raise PhaseFailed(f"evaluate reported no result in {events}")
-        result = results[-1]
-        if sgf_prefix is None:
-            result.pop("game_results", None)
-        for game in result.get("game_results", ()):
-            path = f"{sgf_prefix}/{game['index']:05d}.sgf"
-            # Replace, not create-only: a closing match interrupted before its marker was written is
-            # played again from the start, and its games supersede the partial attempt's, which no
-            # marker or result names.
-            with open(game["sgf"], "rb") as handle:
-                self.storage.write_replace(path, handle.read())
-            game["sgf"] = path
-        result["visits"] = visits or self.config.eval_visits
-        return result
+        try:
+            result = MatchRecord.from_json_dict(results[-1], f"{events}: the result event")
+        except ValueError as exc:
+            raise PhaseFailed(str(exc)) from None
+        games = None
+        if sgf_prefix is not None:
+            games = []
+            for game in result.game_results or ():
+                path = f"{sgf_prefix}/{game.index:05d}.sgf"
+                # Replace, not create-only: a closing match interrupted before its marker was written
+                # is played again from the start, and its games supersede the partial attempt's,
+                # which no marker or result names.
+                with open(game.sgf, "rb") as handle:
+                    self.storage.write_replace(path, handle.read())
+                games.append(replace(game, sgf=path))
+        return replace(result, visits=visits or self.config.eval_visits,
+                       game_results=None if games is None else tuple(games))
 
-    def evaluate_generation(self, generation: int) -> dict:
+    def evaluate_generation(self, generation: int) -> MatchRecord:
         name = self.marker(f"eval-{layout.generation_dir(generation)}.json")
         if self.storage.exists(name):
-            return json.loads(self.storage.read(name))
+            return self.read_record(MatchRecord, name)
         result = self.evaluate(f"model:{self.config.root}@{generation}", "random", self.config.eval_games,
                                self.config.seed + generation)
-        self.storage.write_new(name, json.dumps(result).encode())
+        self.storage.write_new(name, result.to_bytes())
         return result
+
+    def read_record(self, kind, name: str):
+        """``kind.from_bytes`` of the loop marker ``name``; a damaged one is PhaseFailed naming it."""
+        try:
+            return kind.from_bytes(self.storage.read(name), self.storage.url(name))
+        except ValueError as exc:
+            raise PhaseFailed(f"{exc} (delete it to play that match again)") from None
 
     def evaluate_unevaluated(self) -> None:
         """Evaluate every published generation that has no evaluation marker yet.
@@ -542,7 +554,7 @@ class Loop:
                 result = self.evaluate_generation(generation + 1)
                 next_row = self.rows.setdefault(generation + 1, GenerationRecord(generation + 1))
                 next_row.eval_vs_random = result
-                self.status.last_eval = _eval_text(result)
+                self.status.last_eval = result.text()
             row.seconds += time.monotonic() - started
             say(self.status.line())
         return self.finish()
@@ -553,23 +565,22 @@ class Loop:
     def finish(self) -> int:
         cfg = self.config
         final = self.current_generation()
-        final_results = {}
+        final_results = None
         if final >= 1:
             name = self.marker(f"final-{layout.generation_dir(final)}.json")
             if self.storage.exists(name):
-                final_results = json.loads(self.storage.read(name))
+                final_results = self.read_record(ClosingRecord, name)
             else:
                 model = f"model:{cfg.root}@{final}"
-                final_results = {
-                    "vs_random": self.evaluate(model, "random", cfg.final_eval_games, cfg.seed + 101),
-                    "vs_generation_0": self.evaluate(model, cfg.generation0_player, cfg.final_eval_games // 2,
-                                                     cfg.seed + 102),
-                }
-                if cfg.gnugo_games:
-                    final_results["vs_gnugo_1"] = self.evaluate(
+                final_results = ClosingRecord(
+                    vs_random=self.evaluate(model, "random", cfg.final_eval_games, cfg.seed + 101),
+                    vs_generation_0=self.evaluate(model, cfg.generation0_player, cfg.final_eval_games // 2,
+                                                  cfg.seed + 102),
+                    vs_gnugo_1=self.evaluate(
                         model, "gnugo:1", cfg.gnugo_games, cfg.seed + 103, visits=cfg.gnugo_visits,
                         sgf_prefix=self.marker(f"final-{layout.generation_dir(final)}-gnugo-1"))
-                self.storage.write_new(name, json.dumps(final_results).encode())
+                    if cfg.gnugo_games else None)
+                self.storage.write_new(name, final_results.to_bytes())
         self.status.phase = "done"
         say(self.status.line())
         say(summary_table(self.fill_rows(final), final, final_results))
@@ -585,7 +596,7 @@ class Loop:
             if g >= 1 and row.eval_vs_random is None:
                 name = self.marker(f"eval-{layout.generation_dir(g)}.json")
                 if self.storage.exists(name):
-                    row.eval_vs_random = json.loads(self.storage.read(name))
+                    row.eval_vs_random = self.read_record(MatchRecord, name)
             rows.append(row)
         return rows
 
@@ -599,19 +610,14 @@ def _worth_echoing(line: str) -> bool:
     return not any(n in line for n in noisy)
 
 
-def _eval_text(result: dict) -> str:
-    return (f"{result['wins']}/{result['games']} vs {result['player_b']} "
-            f"({result['win_rate']:.0%}, 95% CI {result['ci_low']:.0%}-{result['ci_high']:.0%})")
-
-
-def summary_table(rows: list[GenerationRecord], final: int, final_results: dict) -> str:
+def summary_table(rows: list[GenerationRecord], final: int, final_results: ClosingRecord | None) -> str:
     header = f"{'gen':>4} {'games':>6} {'positions':>9} {'policy':>7} {'value':>6} {'acc':>6} {'loss':>6}  " \
              f"{'vs random (trained models)':<40} {'time':>6}"
     lines = ["", "summary", header, "-" * len(header)]
     for row in rows:
         losses = row.losses
         cells = [f"{losses[k]:.3f}" if k in losses else "-" for k in ("policy", "value", "acc", "loss")]
-        evaluation = _eval_text(row.eval_vs_random) if row.eval_vs_random else "-"
+        evaluation = row.eval_vs_random.text() if row.eval_vs_random else "-"
         seconds = f"{row.seconds:.0f}s" if row.seconds else "-"
         lines.append(f"{row.generation:>4} {row.games:>6} {row.positions:>9} {cells[0]:>7} {cells[1]:>6} "
                      f"{cells[2]:>6} {cells[3]:>6}  {evaluation:<40} {seconds:>6}")
@@ -619,12 +625,12 @@ def summary_table(rows: list[GenerationRecord], final: int, final_results: dict)
     if final_results:
         lines.append("")
         lines.append(f"final generation {final}:")
-        lines.append(f"  vs uniform random moves: {_eval_text(final_results['vs_random'])}")
-        opponent = final_results["vs_generation_0"]["player_b"]
-        lines.append(f"  vs generation 0 ({opponent} MCTS): {_eval_text(final_results['vs_generation_0'])}")
-        if "vs_gnugo_1" in final_results:
-            gnugo = final_results["vs_gnugo_1"]
-            lines.append(f"  vs GNU Go level 1 (the model at {gnugo['visits']} visits a move): {_eval_text(gnugo)}")
+        lines.append(f"  vs uniform random moves: {final_results.vs_random.text()}")
+        opponent = final_results.vs_generation_0.player_b
+        lines.append(f"  vs generation 0 ({opponent} MCTS): {final_results.vs_generation_0.text()}")
+        gnugo = final_results.vs_gnugo_1
+        if gnugo is not None:
+            lines.append(f"  vs GNU Go level 1 (the model at {gnugo.visits} visits a move): {gnugo.text()}")
     return "\n".join(lines)
 
 

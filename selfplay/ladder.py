@@ -113,6 +113,7 @@ from cloud.storage import open_storage
 from format import layout
 from format import schema
 from format.cli import RoleCli, max_moves_setting, root_setting, setting, setting_problems
+from format.match_record import ClosingRecord, MatchRecord
 from format.registry import RegistryError
 from format.run_config import RunConfig, ensure_run_config, read_run_config, require_run_config
 from format.sgf import game_from_sgf
@@ -416,37 +417,41 @@ class ClosingMatch:
                 "repeats": 0 if self.total is not None else repeats, "per_game": self.total is None}
 
 
-def _closing_match(storage, generation: int, source: str, key: str, result: dict, board_size: int,
+def _closing_match(storage, generation: int, source: str, key: str, result: MatchRecord, board_size: int,
                    komi: float, log: Callable[[str], None]) -> ClosingMatch | None:
     """The ClosingMatch of one closing result; None (with a line to ``log``) when it was played on
     another board or komi than the lake's run.json."""
-    if (result["board_size"], float(result["komi"])) != (board_size, float(komi)):
-        log(f"{storage.url(source)}: {key} was played on {result['board_size']}x{result['board_size']} with "
-            f"komi {result['komi']:g}, not this lake's; left out of the fit")
+    if (result.board_size, result.komi) != (board_size, float(komi)):
+        log(f"{storage.url(source)}: {key} was played on {result.board_size}x{result.board_size} with "
+            f"komi {result.komi:g}, not this lake's; left out of the fit")
         return None
-    visits = int(result["visits"])
+    if result.visits is None:
+        raise ValueError("the closing result does not say the model's visits")
+    visits = result.visits
     player, opponent = closing_player_name(generation, visits), CLOSING_MATCHES[key]
     conditions = ladder_conditions(board_size, komi, visits, _MATCH_DEFAULTS["opening_moves"],
                                    _MATCH_DEFAULTS["max_moves"])
     match = ClosingMatch(player, opponent, source, visits, conditions)
-    if "game_results" not in result:
-        return dataclasses.replace(match, total=elo.PairRecord(player, opponent, int(result["games"]),
-                                                               result["wins"] + result["draws"] / 2))
+    if result.game_results is None:
+        return dataclasses.replace(match, total=elo.PairRecord(player, opponent, result.games,
+                                                               result.wins + result.draws / 2))
     games = []
-    for entry in result["game_results"]:
-        index = int(entry["index"])
+    for entry in result.game_results:
+        index = entry.index
         black, white = (player, opponent) if index % 2 == 0 else (opponent, player)   # A is Black in even games
-        winner = {"B": schema.BLACK, "W": schema.WHITE}.get(entry["result"][:1], schema.EMPTY)
+        winner = {"B": schema.BLACK, "W": schema.WHITE}.get(entry.result[:1], schema.EMPTY)
         digest = None
         try:
-            _, _, moves, _ = game_from_sgf(storage.read(entry["sgf"]))
-            digest = game_digest(black, white, moves, winner, entry["end_reason"])
-        except (NotFound, ValueError, TypeError) as exc:       # TypeError: no SGF path (None)
+            if entry.sgf is None:
+                raise ValueError("the result names no SGF")
+            _, _, moves, _ = game_from_sgf(storage.read(entry.sgf))
+            digest = game_digest(black, white, moves, winner, entry.end_reason)
+        except (NotFound, ValueError) as exc:
             log(f"  {storage.url(source)} game {index}: no digest ({exc}); counted as distinct")
         games.append(LadderGame(
             pairing=pairing_name(player, opponent), index=index, a=player, b=opponent, black=black, white=white,
-            winner=winner, score=entry["score"], end_reason=entry["end_reason"], moves=int(entry["moves"]),
-            conditions=conditions, sgf=entry["sgf"] or "", time=0.0, digest=digest))
+            winner=winner, score=entry.score, end_reason=entry.end_reason, moves=entry.moves,
+            conditions=conditions, sgf=entry.sgf or "", time=0.0, digest=digest))
     return dataclasses.replace(match, games=tuple(games))
 
 
@@ -461,18 +466,16 @@ def read_closing_matches(storage, board_size: int, komi: float,
         generation = layout.parse_generation(name[:-len(".json")]) if name.endswith(".json") else None
         if generation is None:
             continue
-        try:
-            document = json.loads(storage.read(info.path))
-        except ValueError as exc:
-            raise ValueError(f"{storage.url(info.path)}: not JSON ({exc})") from None
+        closing = ClosingRecord.from_bytes(storage.read(info.path), storage.url(info.path))
         for key in CLOSING_MATCHES:
-            if key not in document:
+            if getattr(closing, key) is None:
                 continue
             try:
-                match = _closing_match(storage, generation, info.path, key, document[key], board_size, komi, log)
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                match = _closing_match(storage, generation, info.path, key, getattr(closing, key), board_size,
+                                       komi, log)
+            except ValueError as exc:
                 raise ValueError(f"{storage.url(info.path)}: {key} is not a match result the ladder reads "
-                                 f"({type(exc).__name__}: {exc})") from None
+                                 f"({exc})") from None
             if match is not None:
                 matches.append(match)
     return matches

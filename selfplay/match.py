@@ -51,6 +51,7 @@ from typing import Callable, Sequence
 from format.cli import (board_size_setting, config_from_namespace, events_setting, komi_setting,
                         max_moves_setting, RoleCli, setting, setting_problems, storage_retry)
 from format import schema
+from format.match_record import MatchGame, MatchRecord
 from selfplay.board import Board, IllegalMove
 from selfplay.move_policy import MovePolicy
 from selfplay.player import (
@@ -152,13 +153,15 @@ class EvalResult:
                 f"{self.distinct_games} distinct games; "
                 f"{self.mean_moves:.1f} moves per game, {self.seconds:.1f} s")
 
+    def to_record(self) -> MatchRecord:
+        """The result as the lake keeps it (format.match_record), each game with its move count."""
+        totals = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "game_results"}
+        return MatchRecord(**totals, game_results=tuple(
+            MatchGame(g.index, g.black, g.white, g.result_text, g.score, g.end_reason, len(g.moves), g.sgf_path)
+            for g in self.game_results))
+
     def to_json_dict(self) -> dict:
-        out = dataclasses.asdict(self)
-        out["game_results"] = [
-            {"index": g.index, "black": g.black, "white": g.white, "result": g.result_text,
-             "score": g.score, "end_reason": g.end_reason, "moves": len(g.moves), "sgf": g.sgf_path}
-            for g in self.game_results]
-        return out
+        return self.to_record().to_json_dict()
 
 
 def summarize(player_a: str, player_b: str, board_size: int, komi: float,

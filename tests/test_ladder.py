@@ -16,6 +16,7 @@ import pytest
 
 from cloud.storage import open_storage
 from format import codec, layout
+from format.match_record import ClosingRecord
 from format import schema
 from format.run_config import RunConfig, ensure_run_config
 from format.sgf import game_from_sgf
@@ -291,11 +292,11 @@ def write_closing_match(storage, generation, outcomes, *, per_game=True, visits=
         path = layout.loop_marker(f"final-{layout.generation_dir(generation)}-gnugo-1/{index:05d}.sgf")
         storage.write_replace(path, sgf_bytes(result, N, 7.5))
         results.append(dataclasses.replace(result, sgf_path=path))
-    match = summarize("model-g", "gnugo-l1", N, 7.5, results, 1.0).to_json_dict()
-    if not per_game:
-        del match["game_results"]
-    storage.write_new(layout.loop_marker(f"final-{layout.generation_dir(generation)}.json"),
-                      json.dumps({"vs_gnugo_1": {**match, "visits": visits}}).encode())
+    match = summarize("model-g", "gnugo-l1", N, 7.5, results, 1.0).to_record()
+    totals = dataclasses.replace(match, game_results=None)
+    closing = ClosingRecord(vs_random=totals, vs_generation_0=totals,   # not what the ladder reads
+                            vs_gnugo_1=dataclasses.replace(match if per_game else totals, visits=visits))
+    storage.write_new(layout.loop_marker(f"final-{layout.generation_dir(generation)}.json"), closing.to_bytes())
 
 
 def test_the_loops_closing_games_are_their_own_player_in_the_fit(tmp_path):

@@ -204,12 +204,15 @@ def test_the_long_run_mode_resolves_its_auto_settings(tmp_path):
 def test_the_summary_names_the_closing_opponents_and_the_gnugo_visits():
     from pipeline.loop import GenerationRecord, summary_table
 
-    def result(opponent, wins, visits=32):
-        return {"wins": wins, "games": 40, "player_b": opponent, "win_rate": wins / 40, "ci_low": 0.1,
-                "ci_high": 0.9, "visits": visits}
+    from format.match_record import ClosingRecord, MatchRecord
 
-    table = summary_table([GenerationRecord(0), GenerationRecord(1)], 1, {
-        "vs_random": result("random", 40), "vs_generation_0": result("playouts1", 38),
-        "vs_gnugo_1": result("gnugo-l1", 21, visits=256)})
+    def result(opponent, wins, visits=32):
+        return MatchRecord(player_a="model-g1", player_b=opponent, board_size=9, komi=7.5, games=40, wins=wins,
+                           losses=40 - wins, draws=0, wins_as_black=wins // 2, wins_as_white=wins - wins // 2,
+                           win_rate=wins / 40, ci_low=0.1, ci_high=0.9, mean_moves=60.0, seconds=1.0, visits=visits)
+
+    table = summary_table([GenerationRecord(0), GenerationRecord(1)], 1, ClosingRecord(
+        vs_random=result("random", 40), vs_generation_0=result("playouts1", 38),
+        vs_gnugo_1=result("gnugo-l1", 21, visits=256)))
     assert "vs generation 0 (playouts1 MCTS): 38/40" in table
     assert "vs GNU Go level 1 (the model at 256 visits a move): 21/40" in table

@@ -13,7 +13,8 @@ import pytest
 
 from cloud.storage import open_storage
 from format import layout
-from pipeline.loop import Loop, LoopConfig
+from format.match_record import MatchGame, MatchRecord
+from pipeline.loop import Loop, LoopConfig, PhaseFailed
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -171,14 +172,29 @@ def test_a_published_generation_without_an_evaluation_is_evaluated_on_resume(tmp
     publish_untrained_model(root, 1, 9, seed=1)
     publish_untrained_model(root, 2, 9, seed=2)
     storage = open_storage(root)
-    storage.write_new(layout.loop_marker(f"eval-{layout.generation_dir(1)}.json"), b'{"wins": 3}')
+    storage.write_new(layout.loop_marker(f"eval-{layout.generation_dir(1)}.json"), match_record(3).to_bytes())
     loop = Loop(LoopConfig(root=root), storage)
     played = []
-    monkeypatch.setattr(loop, "evaluate", lambda a, b, games, seed, visits=None: played.append(a) or {"wins": 1})
+    monkeypatch.setattr(loop, "evaluate", lambda a, b, games, seed, visits=None: played.append(a) or match_record(1))
     loop.evaluate_unevaluated()
     assert played == [f"model:{root}@2"]                       # only the one without a marker
-    assert storage.exists(layout.loop_marker(f"eval-{layout.generation_dir(2)}.json"))
-    assert loop.rows[2].eval_vs_random == {"wins": 1}
+    marker = layout.loop_marker(f"eval-{layout.generation_dir(2)}.json")
+    assert MatchRecord.from_bytes(storage.read(marker), marker) == match_record(1) == loop.rows[2].eval_vs_random
+
+
+def match_record(wins, games=4, opponent="random", **fields):
+    return MatchRecord(player_a="model-g1", player_b=opponent, board_size=9, komi=7.5, games=games, wins=wins,
+                       losses=games - wins, draws=0, wins_as_black=wins // 2, wins_as_white=wins - wins // 2,
+                       win_rate=wins / games, ci_low=0.0, ci_high=1.0, mean_moves=60.0, seconds=1.0, **fields)
+
+
+def test_a_damaged_evaluation_marker_is_one_error_naming_it(tmp_path):
+    root = str(tmp_path / "lake")
+    storage = open_storage(root)
+    marker = layout.loop_marker(f"eval-{layout.generation_dir(1)}.json")
+    storage.write_new(marker, b'{"wins": 3}')
+    with pytest.raises(PhaseFailed, match=r"eval-000001\.json.*no 'player_a'"):
+        Loop(LoopConfig(root=root), storage).evaluate_generation(1)
 
 
 def test_a_run_that_will_play_gnu_go_without_it_stops_at_once(tmp_path, monkeypatch, capsys):
@@ -229,18 +245,17 @@ def test_the_closing_gnu_go_games_keep_their_games_in_the_lake(tmp_path, monkeyp
                 sgf = os.path.join(folder, f"{index:05d}-a-vs-b.sgf")
                 with open(sgf, "wb") as handle:
                     handle.write(b"(;GM[1]SZ[9])")
-            games.append({"index": index, "result": "B+R", "sgf": sgf})
-        on_event({"event": "result", "result": {"player_a": "model-g3", "player_b": argv[2], "wins": 1,
-                                                 "games": 2, "win_rate": 0.5, "ci_low": 0.1, "ci_high": 0.9,
-                                                 "game_results": games}})
+            games.append(MatchGame(index, "a", "b", "B+R", None, "resign", 40, sgf))
+        record = match_record(1, games=2, opponent=argv[2], game_results=tuple(games))
+        on_event({"event": "result", "result": record.to_json_dict()})   # as selfplay.match emits it
         return []
 
     monkeypatch.setattr(loop, "run_child", fake_match)
     prefix = layout.loop_marker("final-000003-gnugo-1")
     kept = loop.evaluate("model:x@3", "gnugo:1", 2, seed=1, visits=256, sgf_prefix=prefix)
-    assert [g["sgf"] for g in kept["game_results"]] == [f"{prefix}/00000.sgf", f"{prefix}/00001.sgf"]
-    assert storage.read(f"{prefix}/00001.sgf") == b"(;GM[1]SZ[9])" and kept["visits"] == 256
-    assert "game_results" not in loop.evaluate("model:x@3", "random", 2, seed=1)
+    assert [g.sgf for g in kept.game_results] == [f"{prefix}/00000.sgf", f"{prefix}/00001.sgf"]
+    assert storage.read(f"{prefix}/00001.sgf") == b"(;GM[1]SZ[9])" and kept.visits == 256
+    assert loop.evaluate("model:x@3", "random", 2, seed=1).game_results is None
     assert not [name for name in os.listdir(loop.events_dir) if name.startswith("sgf-")]   # no local copies left
 
 
