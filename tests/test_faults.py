@@ -105,7 +105,8 @@ def first_chunk(storage) -> str:
 
 
 def only_shard(storage) -> str:
-    return layout.shard_path(TRAIN_WINDOW, synthetic.shard_name(0, 1))
+    [shard] = layout.read_window_manifest(storage, TRAIN_WINDOW).shards
+    return shard
 
 
 def _local(storage, path: str) -> str:

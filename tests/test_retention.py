@@ -32,6 +32,10 @@ from tests.test_pipeline_support import write_chunk
 BOARD = 9
 
 
+WINDOW_OBJECTS = 5
+"""Objects of one window make_lake writes: 3 shards, the game table and the manifest."""
+
+
 def make_lake(storage, generations, latest):
     write_run_config(storage, board_size=BOARD)
     for generation in generations:
@@ -107,8 +111,8 @@ def test_deletes_finished_windows_beyond_k_and_never_one_newer_than_latest(lake)
     make_lake(lake, [1, 2, 3, 4, 5], latest=3)
     result = apply_retention(lake, keep=1)
     assert result.deleted == (1, 2)
-    assert result.objects_deleted == 8           # 3 shards + the manifest, twice
-    assert present(lake) == {3: 4, 4: 4, 5: 4}
+    assert result.objects_deleted == 2 * WINDOW_OBJECTS
+    assert present(lake) == {3: WINDOW_OBJECTS, 4: WINDOW_OBJECTS, 5: WINDOW_OBJECTS}
     assert "deleted finished windows 000001, 000002" in result.describe()
     # The trainer's view is unchanged: windows 4 and 5 are still whole candidates.
     scan = scan_windows(lake, BOARD, newer_than=3)
@@ -122,7 +126,7 @@ def test_an_open_window_survives_any_k(lake):
     make_lake(lake, [1, 2], latest=1)           # window 2: newer than LATEST, a checkpoint may read it
     for keep in (1, 5):
         apply_retention(lake, keep=keep)
-        assert present(lake) == {1: 4, 2: 4}
+        assert present(lake) == {1: WINDOW_OBJECTS, 2: WINDOW_OBJECTS}
     assert apply_retention(lake, keep=KEEP_ALL).describe().startswith("retention: off")
 
 
@@ -161,8 +165,8 @@ def test_a_reader_never_trusts_a_half_deleted_window(lake):
     wrapped = CrashingStorage(lake, check=reader)
     assert apply_retention(wrapped, keep=1).deleted == (1,)
     assert wrapped.deletes[0] == layout.window_manifest(1)       # the manifest goes first
-    assert seen == ["gone"] * 4
-    assert present(lake) == {2: 4}
+    assert seen == ["gone"] * WINDOW_OBJECTS
+    assert present(lake) == {2: WINDOW_OBJECTS}
 
 
 @pytest.mark.parametrize("crash_after", [0, 1, 3])
@@ -171,13 +175,13 @@ def test_a_crash_mid_delete_is_finished_by_the_next_run(lake, crash_after):
     with pytest.raises(StorageError, match="simulated crash"):
         apply_retention(CrashingStorage(lake, crash_after=crash_after), keep=1)
     left = present(lake)
-    assert left[3] == 4                          # the kept window is never touched
+    assert left[3] == WINDOW_OBJECTS             # the kept window is never touched
     if crash_after >= 1:
         # The manifest of the first window went first: what is left of it is not a window.
         assert not lake.exists(layout.window_manifest(1))
         assert 1 not in [w.target_generation for w in scan_windows(lake, BOARD, newer_than=None).good]
     result = apply_retention(lake, keep=1)
-    assert present(lake) == {3: 4}
+    assert present(lake) == {3: WINDOW_OBJECTS}
     if crash_after >= 1:
         assert result.plan.leftovers == (1,) and "interrupted deletes 000001" in result.describe()
 
@@ -190,8 +194,8 @@ def test_the_shuffle_command_applies_retention(lake, capsys):
     assert shuffle_main(["--root", root, "--keep-windows", "2", "--playout-labels", "random"]) == 0
     out = capsys.readouterr().out
     assert "window 4 already has a manifest" in out
-    assert "retention: deleted finished windows 000001 (4 objects" in out
-    assert present(lake) == {2: 4, 3: 4, 4: 4}
+    assert f"retention: deleted finished windows 000001 ({WINDOW_OBJECTS} objects" in out
+    assert present(lake) == {2: WINDOW_OBJECTS, 3: WINDOW_OBJECTS, 4: WINDOW_OBJECTS}
     with pytest.raises(SystemExit) as exc:
         shuffle_main(["--root", root, "--keep-windows", "-1"])
     assert exc.value.code == 2 and "--keep-windows: must be >= 0" in capsys.readouterr().err

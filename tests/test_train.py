@@ -4,9 +4,9 @@
 tests/test_train_resume.py; Mirrored against default in
 tests/test_train_mirrored.py.)
 
-Training runs on a synthetic 9x9 window (testdata.synthetic_windows), whose targets are
-simple functions of the board, with a tiny network so the whole file takes
-well under a minute.
+Training runs on a synthetic 9x9 window (testdata.synthetic_windows), in the record
+version production writes, whose targets are simple functions of the board,
+with a tiny network so the whole file takes well under a minute.
 """
 import json
 import pathlib
@@ -36,6 +36,13 @@ def lake(tmp_path_factory):
     manifest = synthetic.write_synthetic_window(storage, target_generation=1, board_size=9,
                                                 positions=2000, shards=2, seed=1)
     return root, storage, manifest
+
+
+def test_the_test_window_is_the_record_version_production_writes(lake):
+    _, storage, _ = lake
+    window = layout.read_window_manifest(storage, 1, check_shards=True)
+    assert window.record_version == schema.POSITION_RECORD_VERSION and window.game_table in window.files
+    assert len(window.games) == window.positions == 2000     # each synthetic position is its own game
 
 
 def mean_over(trainer, iterator, steps, chunk=10):

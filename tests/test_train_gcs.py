@@ -229,7 +229,7 @@ def test_trainer_on_an_emulated_bucket_resumes_on_a_fresh_stage_dir_and_publishe
 
     killed = run_until_killed(train_command(root, "--stage-dir", str(tmp_path / "stage-1")),
                               "at window step 20 (uploaded", env)
-    assert "I/O: staged through" in killed and "2 file(s) copied" in killed
+    assert "I/O: staged through" in killed and "3 file(s) copied" in killed   # 2 shards and the game table
     last = int(re.findall(r"at window step (\d+) \(uploaded", killed)[-1])
     assert latest_generation(lake) is None
     assert f"ckpt-{last}.index" in remote_names(lake)
