@@ -10,7 +10,9 @@ one concern each:
 * `format.game_table`: a version-3 window's game table (each game's
   ownership label and generation, once per game);
 * `format.position_wire`: a batched version-1 encoder, which writes
-  protobuf wire bytes directly (byte-identical to the reference);
+  protobuf wire bytes directly (byte-identical to the reference); nothing in
+  production writes version 1, so only bench/train.py's version comparison
+  and the tests of older windows call it;
 * `format.group_wire`: the same for versions 2 and 3 (`encode_groups`,
   byte-identical to `encode_position_groups`), what the shuffle job uses;
 

@@ -12,6 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from format import schema
+from format.group_wire import varint
 from format.tfrecord import (
     gather_segments,
     fill_data_crcs,
@@ -19,11 +20,11 @@ from format.tfrecord import (
 )
 
 # --------------------------------------------------------------------------
-# Batched position encoder (the Beam job's hot path)
+# Batched position encoder
 # --------------------------------------------------------------------------
 #
-# Building one protobuf message per position costs ~15 us in Python; the
-# shuffle job writes tens of thousands of positions a second.  Position
+# Building one protobuf message per position costs ~15 us in Python, and a
+# bench writes tens of thousands of positions.  Position
 # records all share one shape, so this writes the protobuf wire format
 # directly: an Example is field 1 (Features), Features is a repeated map
 # entry (field 1) of {key: field 1, value: field 2 (Feature)}, and a Feature
@@ -39,17 +40,6 @@ from format.tfrecord import (
 # (constants, entries cached per distinct value such as a game id or a
 # policy length, and rows of the callers' arrays), and one gather writes all
 # records.  What is left per record is one crc32c call when framing.
-
-
-def varint(value: int) -> bytes:
-    """One int64 as a protobuf varint (negatives as 10-byte two's complement, as protobuf writes them)."""
-    value &= 0xFFFFFFFFFFFFFFFF  # int64 negatives are 10-byte two's complement
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _len_field(tag: int, payload: bytes) -> bytes:
