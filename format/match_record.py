@@ -69,6 +69,9 @@ class MatchRecord:
     mean_moves: float
     seconds: float
     distinct_games: int = 0
+    """Games that differ from every other in colours or moves.  Deterministic players
+    (two GNU Go processes, MCTS without sampled openings) can repeat a game exactly;
+    a repeat is no new evidence, so a rating should count distinct games."""
     visits: int | None = None
     """A's simulations a move, as the loop asked for them (None: the match's default)."""
     game_results: tuple[MatchGame, ...] | None = None

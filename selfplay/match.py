@@ -121,29 +121,11 @@ class GameResult:
 
 
 @dataclasses.dataclass(frozen=True)
-class EvalResult:
-    """A match from player A's side.  win_rate = (wins + draws / 2) / games."""
+class EvalResult(MatchRecord):
+    """A match from player A's side, as played: its record (`format.match_record.MatchRecord`: the
+    totals, win_rate = (wins + draws / 2) / games, and each game's result) plus each game's moves."""
 
-    player_a: str
-    player_b: str
-    board_size: int
-    komi: float
-    games: int
-    wins: int
-    losses: int
-    draws: int
-    wins_as_black: int
-    wins_as_white: int
-    win_rate: float
-    ci_low: float
-    ci_high: float
-    mean_moves: float
-    seconds: float
-    game_results: tuple[GameResult, ...] = ()
-    distinct_games: int = 0
-    """Games that differ from every other in colours or moves.  Deterministic players
-    (two GNU Go processes, MCTS without sampled openings) can repeat a game exactly;
-    a repeat is no new evidence, so a rating should count distinct games."""
+    played: tuple[GameResult, ...] = ()
 
     def summary(self) -> str:
         return (f"{self.player_a} vs {self.player_b} on {self.board_size}x{self.board_size}, komi {self.komi:g}: "
@@ -154,11 +136,8 @@ class EvalResult:
                 f"{self.mean_moves:.1f} moves per game, {self.seconds:.1f} s")
 
     def to_record(self) -> MatchRecord:
-        """The result as the lake keeps it (format.match_record), each game with its move count."""
-        totals = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "game_results"}
-        return MatchRecord(**totals, game_results=tuple(
-            MatchGame(g.index, g.black, g.white, g.result_text, g.score, g.end_reason, len(g.moves), g.sgf_path)
-            for g in self.game_results))
+        """The result as the lake keeps it (format.match_record), without the moves."""
+        return MatchRecord(**{f.name: getattr(self, f.name) for f in dataclasses.fields(MatchRecord)})
 
     def to_json_dict(self) -> dict:
         return self.to_record().to_json_dict()
@@ -186,8 +165,9 @@ def summarize(player_a: str, player_b: str, board_size: int, komi: float,
         wins=wins, losses=losses, draws=draws, wins_as_black=wins_black, wins_as_white=wins_white,
         win_rate=successes / total if total else 0.0, ci_low=low, ci_high=high,
         mean_moves=sum(len(g.moves) for g in results) / total if total else 0.0,
-        seconds=seconds, game_results=tuple(results),
-        distinct_games=len({(g.black, g.moves) for g in results}))
+        seconds=seconds, distinct_games=len({(g.black, g.moves) for g in results}), played=tuple(results),
+        game_results=tuple(MatchGame(g.index, g.black, g.white, g.result_text, g.score, g.end_reason, len(g.moves),
+                                     g.sgf_path) for g in results))
 
 
 # --------------------------------------------------------------------------

@@ -201,7 +201,7 @@ def test_sgf_files_are_written_and_readable(tmp_path):
     result = evaluate(RandomPlayer(1, name="alpha"), RandomPlayer(2, name="beta"), games=2,
                       board_size=9, komi=6.5, sgf_dir=str(tmp_path))
     assert sorted(os.listdir(tmp_path)) == ["00000-alpha-vs-beta.sgf", "00001-beta-vs-alpha.sgf"]
-    for game in result.game_results:
+    for game in result.played:
         with open(game.sgf_path, "rb") as handle:
             parsed = sgf.Sgf_game.from_bytes(handle.read())
         root = parsed.get_root()
@@ -260,7 +260,7 @@ def test_gnugo_player_plays_a_game():
     with gnugo_player(level=1) as gnugo:
         result = evaluate(gnugo, RandomPlayer(7), games=2, board_size=9, komi=7.5, parallel_games=8)
     assert result.games == 2 and result.wins == 2, result.summary()
-    assert all(g.end_reason in (END_TWO_PASSES, END_RESIGN) for g in result.game_results)
+    assert all(g.end_reason in (END_TWO_PASSES, END_RESIGN) for g in result.played)
 
 
 # ---- a published model ------------------------------------------------------
@@ -280,7 +280,7 @@ def test_model_spec_plays_a_published_generation(tmp_path):
     result = run(config)
     assert (result.player_a, result.player_b, result.board_size) == ("model-g3", "random", 9)
     assert result.games == 4 and len(os.listdir(tmp_path / "sgf")) == 4
-    for game in result.game_results:
+    for game in result.played:
         board = Board(9, 7.5)
         for move in game.moves:
             board.play(move)
