@@ -15,9 +15,18 @@ Terms
   loop's own "self-play 0 done" marker).  Every run starts from a copy of it,
   so the arms differ only from generation 1 on.
 * *CPU seconds* of a run: user + system time of the loop and every process
-  under it (``os.wait4``'s rusage), summed over its invocations.  A pair of
-  arms whose runs got CPU time differing by more than ``--max-cpu-gap``
-  (a loaded machine) is refused, not judged.
+  under it (``os.wait4``'s rusage), summed over its invocations.
+* *Outside load* of a run: CPU time the machine spent on anything else
+  while the run went (the busy time of /proc/stat's ``cpu`` line over the
+  run, less the run's own CPU seconds), as a share of the machine's
+  capacity (wall seconds x cores).  A result is refused, not judged, when
+  any run's outside load is above ``--max-outside-load``: the machine was
+  loaded, and that run got less than the others.  The arms' CPU seconds are
+  reported, not judged: a change that keeps the cores busier (fewer idle
+  phases) makes more of the same machine-hour, which is what is measured.
+  Runs recorded before the outside load was measured fall back to the old
+  rule: refused when the arms' mean CPU seconds differ by more than
+  ``--max-cpu-gap``.
 
 The protocol (what makes a result worth keeping):
 
@@ -100,16 +109,37 @@ def cpu_gap(cpu_a: list[float], cpu_b: list[float]) -> float:
     return abs(mean_a - mean_b) / max(mean_a, mean_b, 1e-9)
 
 
-def decide(cross: MatchTally, within: list[MatchTally], gap: float, max_gap: float) -> dict:
-    """The protocol's verdict: 'keep', 'drop', or 'refused' (CPU time too different)."""
+def outside_load(record: dict) -> float | None:
+    """A run's outside load (module docstring), or None for a run recorded before it was measured."""
+    if "outside_cpu_seconds" not in record or not record.get("wall_seconds"):
+        return None
+    return max(0.0, record["outside_cpu_seconds"]) / (record["wall_seconds"] * record.get("cores", 1))
+
+
+def decide(cross: MatchTally, within: list[MatchTally], gap: float, max_gap: float,
+           loads: dict[str, float | None] | None = None, max_load: float = 0.05) -> dict:
+    """The protocol's verdict: 'keep', 'drop', or 'refused' (a loaded machine).
+
+    ``loads``: each run's outside load; when every run has one, a run above
+    ``max_load`` refuses the result; otherwise (older records) a CPU-time
+    ``gap`` between the arms above ``max_gap`` does."""
     effect, low, high = cross.elo()
     spread = max((abs(t.elo()[0]) for t in within if t.games), default=float("nan"))
     verdict = {"cross_elo": round(effect, 1), "cross_elo_low": round(low, 1), "cross_elo_high": round(high, 1),
                "cross_games": cross.games, "within_spread_elo": round(spread, 1) if math.isfinite(spread) else None,
                "cpu_gap": round(gap, 3)}
-    if gap > max_gap:
+    measured = bool(loads) and all(load is not None for load in loads.values())
+    if measured:
+        verdict["outside_load"] = {run: round(load, 3) for run, load in loads.items()}
+    loaded = sorted(run for run, load in (loads or {}).items() if measured and load > max_load)
+    if loaded:
         verdict["decision"] = "refused"
-        verdict["why"] = f"the arms' CPU time differs by {gap:.0%} (more than {max_gap:.0%}): a loaded machine"
+        verdict["why"] = (f"the machine was loaded during run {', '.join(loaded)}: other processes took "
+                          f"{max(loads[r] for r in loaded):.0%} of its CPU (more than {max_load:.0%})")
+    elif not measured and gap > max_gap:
+        verdict["decision"] = "refused"
+        verdict["why"] = (f"the arms' CPU time differs by {gap:.0%} (more than {max_gap:.0%}), and the runs "
+                          f"do not record the outside load that would tell a loaded machine from the arm's own use")
     elif low > 0 and math.isfinite(spread) and effect > spread:
         verdict["decision"] = "keep"
         verdict["why"] = f"B is {effect:+.0f} Elo [{low:+.0f}, {high:+.0f}], above the within-arm spread {spread:.0f}"
@@ -148,12 +178,25 @@ def say(text: str) -> None:
     print(f"[learning {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def run_measured(argv: list[str], log_path: str) -> tuple[int, float]:
-    """Run ``argv`` with its output in ``log_path``; (exit status, CPU seconds of it and its children)."""
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has been busy since boot, all cores (/proc/stat's ``cpu`` line:
+    every field but idle and iowait; guest time is already inside user and nice)."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def run_measured(argv: list[str], log_path: str) -> tuple[int, float, float, float]:
+    """Run ``argv`` with its output in ``log_path``; (exit status, CPU seconds of it and its children,
+    CPU seconds the machine spent on anything else meanwhile, wall seconds)."""
+    busy, started = machine_busy_seconds(), time.monotonic()
     with open(log_path, "ab") as log:
         child = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(child.pid, 0)
-    return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
+    own = usage.ru_utime + usage.ru_stime
+    return (os.waitstatus_to_exitcode(status), own, machine_busy_seconds() - busy - own,
+            time.monotonic() - started)
 
 
 def make_base(args, base: str) -> None:
@@ -164,7 +207,7 @@ def make_base(args, base: str) -> None:
         return
     shutil.rmtree(base, ignore_errors=True)
     say(f"making the shared generation-0 lake in {base} ({args.base_seconds:g} s of self-play)")
-    code, _ = run_measured([sys.executable, "-m", "selfplay.worker", "--root", base, "--games", "64",
+    code, *_ = run_measured([sys.executable, "-m", "selfplay.worker", "--root", base, "--games", "64",
                             "--max-seconds", f"{args.base_seconds:g}", "--seed", "1000", "--worker-id", "loop0",
                             "--spool-dir", os.path.join(args.out, "spool-base"), *shlex.split(args.base_flags)],
                            os.path.join(args.out, "base.log"))
@@ -192,8 +235,12 @@ def run_arm(args, base: str, arm: str, flags: str, seed: int) -> dict:
     argv = [sys.executable, "-m", "pipeline.loop", "--root", root, "--hours", f"{args.minutes / 60:.6f}",
             "--seed", str(seed), "--final-gnugo-games", "0", "--final-eval-games", "2", "--eval-games", "2",
             *shlex.split(flags)]
-    code, cpu = run_measured(argv, os.path.join(args.out, "runs", f"{name}.log"))
+    code, cpu, outside, wall = run_measured(argv, os.path.join(args.out, "runs", f"{name}.log"))
     record["cpu_seconds"] += cpu
+    if record["invocations"] == 0 or "outside_cpu_seconds" in record:   # not for a run begun unmeasured
+        record["outside_cpu_seconds"] = record.get("outside_cpu_seconds", 0.0) + outside
+        record["wall_seconds"] = record.get("wall_seconds", 0.0) + wall
+        record["cores"] = len(os.sched_getaffinity(0))
     record["invocations"] += 1
     record["done"] = code == 0
     record["exit"] = code
@@ -243,12 +290,16 @@ def parse_args(argv=None):
     parser.add_argument("--visits", type=int, default=64, help="simulations a move in the matches (default: 64)")
     parser.add_argument("--paired-openings", type=int, default=4,
                         help="random opening moves shared by each pair of match games (default: 4)")
+    parser.add_argument("--max-outside-load", type=float, default=0.05,
+                        help="refuse the result when other processes took more than this share of the machine's "
+                             "CPU during any run (default: 0.05)")
     parser.add_argument("--max-cpu-gap", type=float, default=0.15,
-                        help="refuse a pair whose runs' CPU time differs by more than this share (default: 0.15)")
+                        help="for runs recorded without the outside load: refuse a pair whose runs' CPU time "
+                             "differs by more than this share (default: 0.15)")
     args = parser.parse_args(argv)
     for name, low, high in (("minutes", 1, 600), ("base_seconds", 10, 7200), ("cross_games", 2, 10000),
                             ("within_games", 2, 10000), ("visits", 1, 4096), ("paired_openings", 1, 60),
-                            ("max_cpu_gap", 0, 1)):
+                            ("max_cpu_gap", 0, 1), ("max_outside_load", 0, 1)):
         value = getattr(args, name)
         if not (math.isfinite(value) and low <= value <= high):
             parser.error(f"--{name.replace('_', '-')} must be in [{low}, {high}], got {value}")
@@ -271,7 +322,9 @@ def main(argv=None) -> int:
         cross += play_match(args, b_run, a_run, max(2, args.cross_games // len(pairs) // 2 * 2), 7000 + index)
     within = [play_match(args, f"{arm}{seeds[0]}", f"{arm}{other}", args.within_games, 8000 + other)
               for arm in ("a", "b") for other in seeds[1:]]
-    verdict = decide(cross, within, cpu_gap(cpu["a"], cpu["b"]), args.max_cpu_gap)
+    loads = {f"{arm}{seed}": outside_load(record) for arm, runs in records.items()
+             for seed, record in zip(seeds, runs)}
+    verdict = decide(cross, within, cpu_gap(cpu["a"], cpu["b"]), args.max_cpu_gap, loads, args.max_outside_load)
     say(f"{verdict['decision']}: {verdict['why']}")
     print(json.dumps({"bench": "learning", "arm_a": args.arm_a, "arm_b": args.arm_b, "seeds": args.seeds,
                       "minutes": args.minutes, "base_seconds": args.base_seconds, "visits": args.visits,

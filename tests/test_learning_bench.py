@@ -45,6 +45,27 @@ def test_the_verdict_needs_a_positive_lower_bound_an_effect_above_the_noise_and_
     assert bench.cpu_gap([100.0, 110.0], [100.0, 90.0]) == pytest.approx(10 / 105)
 
 
+def test_a_loaded_machine_refuses_the_result_and_an_arms_own_cpu_use_does_not():
+    strong, quiet = bench.MatchTally(400, 260.0), [bench.MatchTally(100, 52.0)]
+    idle = {"a1": 0.01, "a2": 0.0, "b1": 0.02, "b2": 0.01}
+    # B keeps the cores busier than A (30% more CPU seconds), on an idle machine: judged.
+    assert bench.decide(strong, quiet, gap=0.30, max_gap=0.15, loads=idle)["decision"] == "keep"
+    loaded = bench.decide(strong, quiet, gap=0.02, max_gap=0.15, loads={**idle, "a1": 0.17})
+    assert loaded["decision"] == "refused" and "during run a1" in loaded["why"] and "17%" in loaded["why"]
+    # Runs recorded before the outside load was measured: the CPU-gap rule, saying why.
+    old = bench.decide(strong, quiet, gap=0.30, max_gap=0.15, loads={**idle, "a1": None})
+    assert old["decision"] == "refused" and "outside load" in old["why"]
+
+
+def test_outside_load_is_the_other_processes_share_of_the_machine():
+    assert bench.outside_load({"outside_cpu_seconds": 180.0, "wall_seconds": 1800.0, "cores": 2}) == 0.05
+    assert bench.outside_load({"outside_cpu_seconds": -3.0, "wall_seconds": 1800.0, "cores": 2}) == 0.0
+    assert bench.outside_load({"cpu_seconds": 2000.0}) is None
+    before = bench.machine_busy_seconds()
+    sum(i * i for i in range(3_000_000))                  # this process's own work shows as machine time
+    assert bench.machine_busy_seconds() > before
+
+
 def test_a_match_counts_each_distinct_game_once_from_player_a_side(tmp_path):
     def game(index, black, white, moves, result):
         path = tmp_path / f"{index:05d}.sgf"
