@@ -132,9 +132,10 @@ _RECORD_TYPES = {"player_a": str, "player_b": str, "board_size": int, "komi": fl
                  "visits": (int, type(None))}
 
 
-def _checked(value, name: str, where: str):
-    """``value`` of the record field ``name`` if it has the field's type (an int stands for a float)."""
-    kind = _RECORD_TYPES[name]
+def _checked(value, name: str, where: str, kind=None):
+    """``value`` of the field ``name`` if it has the field's type (``kind``, else the record's):
+    an int stands for a float, a number is finite, an int is in 0..MAX_DOCUMENT_NUMBER."""
+    kind = _RECORD_TYPES[name] if kind is None else kind
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if float in kinds and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
@@ -149,17 +150,7 @@ def _checked(value, name: str, where: str):
 def _game(document, where: str) -> MatchGame:
     if not isinstance(document, dict):
         raise ValueError(f"{where}: not a game (a JSON object)")
-    values = {}
-    for name, kind in _GAME_FIELDS.items():
-        value = document.get(name)
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if isinstance(value, bool) or not isinstance(value, kinds) or \
-                (isinstance(value, float) and not math.isfinite(value)) or (isinstance(value, int) and value < 0):
-            raise ValueError(f"{where}: {name} is {value!r}, not {' or '.join(k.__name__ for k in kinds)}")
-        values[name] = value
-    return MatchGame(**values)
+    return MatchGame(**{name: _checked(document.get(name), name, where, kind) for name, kind in _GAME_FIELDS.items()})
 
 
 CLOSING_OPPONENTS = ("vs_random", "vs_generation_0", "vs_gnugo_1")
