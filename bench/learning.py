@@ -65,6 +65,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from format import layout  # noqa: E402
+from format.match_record import MatchRecord  # noqa: E402
 from format.sgf import game_from_sgf  # noqa: E402
 from selfplay.match import wilson_interval  # noqa: E402
 
@@ -150,22 +151,25 @@ def decide(cross: MatchTally, within: list[MatchTally], gap: float, max_gap: flo
     return verdict
 
 
-def tally_match(result: dict) -> MatchTally:
+def tally_match(record: MatchRecord) -> MatchTally:
     """Player A's tally over the distinct games of one ``selfplay.match --json`` result.
 
     Each game's moves come from its SGF file (the match's ``--sgf-dir``); two
     games with the same colours and moves are one game."""
+    if not record.game_results or any(game.sgf is None for game in record.game_results):
+        raise ValueError(f"the match {record.player_a} vs {record.player_b} kept no SGF of its games "
+                         "(bench/learning.py plays its matches with --sgf-dir)")
     seen, score = set(), 0.0
-    for game in result["game_results"]:
-        key = (game["black"], tuple(game_from_sgf(open(game["sgf"], "rb").read())[2]))
+    for game in record.game_results:
+        with open(game.sgf, "rb") as handle:
+            key = (game.black, tuple(game_from_sgf(handle.read())[2]))
         if key in seen:
             continue
         seen.add(key)
-        text = game["result"]
-        if text.startswith("0") or text.lower().startswith("draw"):
+        if game.result.startswith("0") or game.result.lower().startswith("draw"):
             score += 0.5
-        elif (text.startswith("B+") and game["black"] == result["player_a"]) or \
-                (text.startswith("W+") and game["white"] == result["player_a"]):
+        elif (game.result.startswith("B+") and game.black == record.player_a) or \
+                (game.result.startswith("W+") and game.white == record.player_a):
             score += 1.0
     return MatchTally(len(seen), score)
 
@@ -270,8 +274,8 @@ def play_match(args, first: str, second: str, games: int, seed: int) -> MatchTal
         with open(result_path + ".tmp", "w") as handle:
             handle.write(completed.stdout.strip().splitlines()[-1])
         os.replace(result_path + ".tmp", result_path)
-    with open(result_path) as handle:
-        return tally_match(json.load(handle))
+    with open(result_path, "rb") as handle:
+        return tally_match(MatchRecord.from_bytes(handle.read(), result_path))
 
 
 def parse_args(argv=None):

@@ -281,10 +281,9 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
     document = _json_object(data, url)
 
     def need(name, kind):
-        value = document.get(name)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise ManifestError(url, name, f"is missing or not {kind.__name__}")
-        return value
+        if name not in document:
+            raise ManifestError(url, name, "is missing")
+        return document_value(document[name], kind, lambda problem: ManifestError(url, name, problem))
 
     version = need("version", int)
     if version != WINDOW_MANIFEST_VERSION:
@@ -349,9 +348,8 @@ def _window_statistics(document: dict, url: str) -> dict:
     def count(section: str, name: str) -> int:
         part = document.get(section, {})
         value = part.get(name, 0) if isinstance(part, dict) else None
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ManifestError(url, f"{section}.{name}", f"is {value!r}, expected a count (int >= 0)")
-        return value
+        return document_value(value, int, lambda problem: ManifestError(url, f"{section}.{name}", problem),
+                              at_least=0)
 
     skipped = document.get("chunks_skipped", [])
     if not isinstance(skipped, list) or not all(
@@ -372,6 +370,27 @@ more is damaged, not a plan for billions of training steps."""
 MAX_DOCUMENT_NUMBER = 2 ** 53
 """No number in a lake document is larger in magnitude (the last integer a
 JSON reader's double holds exactly)."""
+
+
+def document_value(value, kinds, fail, at_least: int | None = None):
+    """``value``, read from a field of a lake document, if it is of one of the field's ``kinds``;
+    otherwise raises ``fail(problem)``, the reader's own error naming the document and field.
+
+    The one rule every document owner in format/ applies: a bool is no number; an int
+    stands for a float (and comes back as one); a number is finite and at most
+    MAX_DOCUMENT_NUMBER in magnitude; an int is at least ``at_least`` when given.
+    """
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, kinds) or \
+            (number and not (math.isfinite(value) and abs(value) <= MAX_DOCUMENT_NUMBER)) or \
+            (number and at_least is not None and isinstance(value, int) and value < at_least):
+        names = " or ".join("null" if kind is type(None) else kind.__name__ for kind in kinds)
+        bound = f" >= {at_least}" if at_least is not None and int in kinds else ""
+        raise fail(f"is {value!r}, expected {names}{bound}")
+    return value
 
 
 def _check_numbers(value, url: str, where: str = "") -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 
 from format import layout
 
@@ -133,18 +132,10 @@ _RECORD_TYPES = {"player_a": str, "player_b": str, "board_size": int, "komi": fl
 
 
 def _checked(value, name: str, where: str, kind=None):
-    """``value`` of the field ``name`` if it has the field's type (``kind``, else the record's):
-    an int stands for a float, a number is finite, an int is in 0..MAX_DOCUMENT_NUMBER."""
+    """``value`` of the field ``name`` if it has the field's type (``kind``, else the record's), by
+    the rule of every lake document (format.layout.document_value); an int is at least 0."""
     kind = _RECORD_TYPES[name] if kind is None else kind
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if isinstance(value, bool) or not isinstance(value, kinds) or \
-            (isinstance(value, float) and not math.isfinite(value)) or \
-            (isinstance(value, int) and not 0 <= value <= layout.MAX_DOCUMENT_NUMBER):
-        raise ValueError(f"{where}: {name} is {value!r}, not {' or '.join(k.__name__ for k in kinds)}"
-                         + (" >= 0" if int in kinds else ""))
-    return value
+    return layout.document_value(value, kind, lambda problem: ValueError(f"{where}: {name} {problem}"), at_least=0)
 
 
 def _game(document, where: str) -> MatchGame:

@@ -107,12 +107,13 @@ LONG_RUN = {"selfplay_seconds": 300.0, "final_gnugo_games": 40, "final_gnugo_vis
   strength measurement, not the quick check of every generation.
 """
 
-# The loop's flags of before the roles' configs were composed in, kept as aliases.
 GNUGO_GAME_SECONDS = (1.5, 0.025)
 """One 9x9 game against GNU Go level 1 (one game at a time): about a + b x the model's visits seconds,
 rounded up from measured games (1.7 s at 32 visits, 6 s at 256)."""
 PHASE_CHILD = {"selfplay": "worker", "shuffle": "window", "train": "train", "evaluate": "evaluate"}
 """What each phase's child is, for its stop grace (pipeline.launcher.STOP_GRACE_SECONDS)."""
+# Short flags the loop accepts beside the composed --worker-* and --train-* ones (--visits for
+# --worker-visits, ...): the names its users typed before the roles' configs were composed in.
 WORKER_ALIASES = {"games": ("--games-at-once",), "visits": ("--visits",), "fast_visits": ("--fast-visits",)}
 TRAIN_ALIASES = {"steps_per_window": ("--train-steps",), "batch_size": ("--batch-size",), "blocks": ("--blocks",),
                  "filters": ("--filters",)}

@@ -6,6 +6,7 @@ keep/drop/refuse rule, and counting a match's games once each.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from format.match_record import MatchGame, MatchRecord
 from format.sgf import game_to_sgf
 
 _SPEC = importlib.util.spec_from_file_location("learning_bench",
@@ -70,16 +72,22 @@ def test_a_match_counts_each_distinct_game_once_from_player_a_side(tmp_path):
     def game(index, black, white, moves, result):
         path = tmp_path / f"{index:05d}.sgf"
         path.write_bytes(game_to_sgf(9, 7.5, moves, result=result))
-        return {"index": index, "black": black, "white": white, "result": result, "sgf": str(path)}
+        return MatchGame(index=index, black=black, white=white, result=result, score=None, end_reason="score",
+                         moves=len(moves), sgf=str(path))
 
-    result = {"player_a": "A", "player_b": "B", "game_results": [
+    games = (
         game(0, "A", "B", [40, 41, 81, 81], "B+3.5"),     # A wins as Black
         game(1, "B", "A", [40, 41, 81, 81], "B+3.5"),     # same moves, colours swapped: a distinct game; A loses
         game(2, "A", "B", [40, 41, 81, 81], "B+3.5"),     # a repeat of game 0: not counted again
         game(3, "B", "A", [30, 31, 81, 81], "W+0.5"),     # A wins as White
         game(4, "A", "B", [20, 81, 81], "0"),             # a draw: half a point
-    ]}
+    )
+    result = MatchRecord(player_a="A", player_b="B", board_size=9, komi=7.5, games=5, wins=2, losses=2, draws=1,
+                         wins_as_black=1, wins_as_white=1, win_rate=0.5, ci_low=0.1, ci_high=0.9, mean_moves=3.8,
+                         seconds=1.0, game_results=games)
     tally = bench.tally_match(result)
     assert tally == bench.MatchTally(4, 2.5)
     assert math.isclose(tally.elo()[0], bench.elo_of(2.5 / 4))
     json.dumps(bench.decide(tally, [], 0.0, 0.15))        # the verdict is JSON as it stands (no NaN)
+    with pytest.raises(ValueError, match="kept no SGF"):
+        bench.tally_match(dataclasses.replace(result, game_results=None))
