@@ -19,7 +19,7 @@ from format.cli import (RoleCli, board_size_setting, events_setting, poll_second
                         setting_problems, settings_error)
 from format.leases import MAX_LEASE_SECONDS
 
-STRATEGIES = ("auto", "tpu", "mirrored", "default")
+STRATEGIES = ("auto", "tpu", "gpu", "mirrored", "default")
 PRECISIONS = ("auto", "float32", "bfloat16")
 LR_SCHEDULES = ("constant", "cosine", "step")
 VALUE_HEADS = ("tanh", "wdl")
@@ -36,7 +36,9 @@ class TrainConfig:
     board_size: int = board_size_setting(0)
     # --- devices -----------------------------------------------------------
     strategy: str = setting("auto",
-        "auto = TPU if one resolves, Mirrored if >1 GPU, else the default strategy", choices=STRATEGIES)
+        "auto = TPU if one resolves, Mirrored if >1 GPU, else the default strategy; tpu, gpu = that "
+        "accelerator or an error (gpu: Mirrored over several); mirrored = over every GPU, or the CPU's "
+        "--logical-cpus; default = TensorFlow's placement", choices=STRATEGIES)
     tpu: str = setting("", "TPU name or grpc:// address for --strategy tpu/auto")
     logical_cpus: int = setting(0,
         "split the CPU into this many logical devices (Mirrored on CPU, for tests); 0 = off", at_least=0)

@@ -112,7 +112,8 @@ def main(argv=None) -> int:
     from model.training_run import (CheckpointMismatch, CheckpointStateError, Diverged,  # TensorFlow from here on
                                     TrainingRun)
     from model.staging import StagingError
-    from model.trainer import StrategyUnavailable, resolve_strategy
+    from model.trainer import resolve_strategy
+    from selfplay.evaluator import AcceleratorMissing
 
     try:
         resolved = resolve_strategy(config)
@@ -128,7 +129,7 @@ def main(argv=None) -> int:
         events.emit("stopped", reason="diverged", error=str(exc))
         print(f"model.train: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_DIVERGED
-    except (LakeError, CheckpointMismatch, CheckpointStateError, StagingError, StorageError, StrategyUnavailable,
+    except (LakeError, CheckpointMismatch, CheckpointStateError, StagingError, StorageError, AcceleratorMissing,
             RegistryError, LeaseError, layout.ManifestError) as exc:
         return refuse(str(exc), "error")
     lease.release()

@@ -52,6 +52,7 @@ import tensorflow as tf
 from format import planes as plane_layout
 from model.config import TrainConfig
 from model.network import NetworkConfig, build_network
+from selfplay.evaluator import AcceleratorMissing, connect_tpu
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +65,6 @@ METRIC_NAMES = (
 
 WIN, DRAW, LOSS = 0, 1, 2
 """Classes of the wdl head's ``value_logits``, from the side to move."""
-
-
-class StrategyUnavailable(RuntimeError):
-    """The requested --strategy cannot run on this machine; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -86,16 +83,6 @@ def _split_cpu(logical_cpus: int) -> None:
     cpus = tf.config.list_physical_devices("CPU")
     tf.config.set_logical_device_configuration(
         cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(logical_cpus)])
-
-
-def _try_tpu(tpu: str):
-    try:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or None)
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-        return tf.distribute.TPUStrategy(resolver)
-    except (ValueError, RuntimeError, tf.errors.OpError) as exc:
-        return exc
 
 
 def _tpu_address(config: TrainConfig) -> str:
@@ -118,14 +105,17 @@ def resolve_strategy(config: TrainConfig) -> ResolvedStrategy:
     gpus = tf.config.list_logical_devices("GPU")
     tpu = _tpu_address(config)
     if config.strategy == "tpu" or (config.strategy == "auto" and tpu):
-        result = _try_tpu(tpu)
-        if isinstance(result, tf.distribute.TPUStrategy):
-            return ResolvedStrategy(result, "tpu", f"TPUStrategy ({result.num_replicas_in_sync} cores)")
-        if config.strategy == "tpu":
-            raise StrategyUnavailable(f"--strategy tpu: no TPU could be resolved"
-                                      f"{' for --tpu ' + config.tpu if config.tpu else ''} ({result})")
-        log.warning("--strategy auto: TPU %r did not resolve (%s); trying GPUs", tpu, result)
-    if config.strategy == "mirrored" or (config.strategy == "auto" and len(gpus) > 1):
+        flag = f"--strategy {config.strategy}" + (f" --tpu {config.tpu}" if config.tpu else "")
+        try:
+            strategy = connect_tpu(tpu, flag)
+            return ResolvedStrategy(strategy, "tpu", f"TPUStrategy ({strategy.num_replicas_in_sync} cores)")
+        except AcceleratorMissing as exc:
+            if config.strategy == "tpu":
+                raise
+            log.warning("%s; trying GPUs", exc)
+    if config.strategy == "gpu" and not gpus:
+        raise AcceleratorMissing("--strategy gpu", "gpu")
+    if config.strategy == "mirrored" or (config.strategy in ("auto", "gpu") and len(gpus) > 1):
         if gpus:
             devices, kind = [d.name for d in gpus], "gpu"
         else:

@@ -171,6 +171,22 @@ class Placement:
         return [self.device] if self.device else []
 
 
+class AcceleratorMissing(ValueError):
+    """The accelerator a flag asked for is not on this machine: one error, worded once, for every
+    role (the worker's --device, the trainer's --strategy), so that a role never runs on the host's
+    CPU while the accelerator it was started for is billed."""
+
+    REMEDY = {"gpu": "is the CPU-only TensorFlow installed? scripts/setup.sh --accelerator gpu installs the GPU "
+                     "build; on a VM, check the NVIDIA driver with nvidia-smi",
+              "tpu": "run on a Cloud TPU VM set up with scripts/setup.sh --accelerator tpu"}
+
+    def __init__(self, flag: str, kind: str, detail: str = ""):
+        super().__init__(f"{flag}: TensorFlow sees no {kind.upper()} on this machine"
+                         f"{f' ({detail})' if detail else ''}; {self.REMEDY[kind]}")
+        self.flag = flag
+        self.kind = kind
+
+
 def configure_accelerator(device: str = "") -> Placement:
     """Choose the worker's device and set GPU memory growth; call before the first model load.
 
@@ -182,7 +198,7 @@ def configure_accelerator(device: str = "") -> Placement:
     import tensorflow as tf
 
     if kind == "tpu":
-        return Placement("tpu", "", _tpu_strategy())
+        return Placement("tpu", "", connect_tpu("local", f"--device {device}"))
     gpus = tf.config.list_physical_devices("GPU")
     _grow_gpu_memory(gpus)
     if kind == "cpu":
@@ -191,8 +207,7 @@ def configure_accelerator(device: str = "") -> Placement:
     if kind == "gpu":
         index = index or 0
         if not gpus:
-            raise ValueError(f"--device {device}: TensorFlow sees no GPU (is the CPU-only TensorFlow "
-                             "installed? see scripts/setup.sh --accelerator gpu)")
+            raise AcceleratorMissing(f"--device {device}", "gpu")
         if index >= len(gpus):
             raise ValueError(f"--device {device}: this machine has {len(gpus)} GPU(s), gpu:0..gpu:{len(gpus) - 1}")
         # With only GPU K visible it is GPU 0 to this process.
@@ -226,18 +241,19 @@ def _show_gpus(gpus) -> bool:
         return False
 
 
-def _tpu_strategy():
-    """Connect to this TPU VM's cores (best effort: never run in this project's CI)."""
+def connect_tpu(address: str, flag: str):
+    """A TPUStrategy over the TPU at ``address`` ('local' on a TPU VM, a name or grpc:// address),
+    for the worker and the trainer alike; AcceleratorMissing naming ``flag`` when none comes up.
+    (Never run in this project's CI: no TPU here.)"""
     import tensorflow as tf
 
     try:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="local")
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=address or None)
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
     except (ValueError, RuntimeError, tf.errors.OpError) as exc:
-        raise ValueError(f"--device tpu: no TPU could be initialised ({exc}); run on a Cloud TPU VM "
-                         "set up with scripts/setup.sh --accelerator tpu") from exc
-    return tf.distribute.TPUStrategy(resolver)
+        raise AcceleratorMissing(flag, "tpu", f"{address or 'no address'}: {exc}") from None
 
 
 # ---- fixed-shape inference ------------------------------------------------

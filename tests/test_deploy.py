@@ -417,7 +417,9 @@ def test_tpu_trainers_boot_their_generations_runtime_and_train_on_the_tpu(capsys
     # run-role.sh starts the trainer with --strategy tpu on a TPU VM (never the host CPU while the TPU is billed).
     argv = _run_role(tmp_path, "trainer", accelerator="tpu")
     assert argv[:2] == ["-m", "model.train"] and argv[argv.index("--strategy") + 1] == "tpu"
-    assert "--strategy" not in _run_role(tmp_path, "trainer", accelerator="gpu")
+    gpu = _run_role(tmp_path, "trainer", accelerator="gpu")
+    assert gpu[gpu.index("--strategy") + 1] == "gpu"                # a GPU VM's trainer insists on the GPU too
+    assert "--strategy" not in _run_role(tmp_path, "trainer", accelerator="cpu")
 
 
 @pytest.mark.parametrize("argv, field, words", [

@@ -131,15 +131,21 @@ def test_bad_flags_are_usage_errors(tmp_path):
         assert done.returncode == 2 and needle in done.stderr, (argv, done.stderr)
 
 
-def test_unavailable_tpu_is_refused_clearly(tmp_path):
+@pytest.mark.parametrize("accelerator", ["tpu", "gpu"])
+def test_an_accelerator_asked_for_and_absent_is_one_error(tmp_path, accelerator):
+    """This machine has neither: the trainer says so in the one wording every role uses
+    (selfplay.evaluator.AcceleratorMissing) and exits 2, instead of training on the CPU."""
+    if accelerator == "gpu" and tf.config.list_physical_devices("GPU"):
+        pytest.skip("this machine has a GPU")
     root = tmp_path / "lake"
     storage = open_storage(str(root))
     synthetic.write_run_config(storage, board_size=9)
     synthetic.write_synthetic_window(storage, target_generation=1, board_size=9, positions=64, shards=1)
-    done = subprocess.run([sys.executable, "-m", "model.train", "--root", str(root), "--strategy", "tpu"],
+    done = subprocess.run([sys.executable, "-m", "model.train", "--root", str(root), "--strategy", accelerator],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2
-    assert "--strategy tpu: no TPU could be resolved" in done.stderr
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"--strategy {accelerator}: TensorFlow sees no {accelerator.upper()} on this machine" in done.stderr
+    assert "scripts/setup.sh --accelerator" in done.stderr
 
 
 def test_learning_rate_warms_up_then_follows_its_schedule():

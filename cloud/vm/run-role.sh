@@ -38,9 +38,12 @@ case "$ROLE" in
     shuffle)
         exec "$PY" -m pipeline.shuffle --root "$ZEROLAKE_ROOT" --follow --workers "$(nproc)" --events - "${EXTRA[@]}" ;;
     trainer)
-        # On a TPU VM, --strategy tpu: a TPU that does not come up is one clear error (model.trainer), and the
-        # unit restarts, rather than training on the host's CPU while the TPU is billed.
-        if [[ "${ZEROLAKE_ACCELERATOR:-cpu}" == tpu ]]; then EXTRA=(--strategy tpu "${EXTRA[@]}"); fi
+        # On a TPU or GPU VM, --strategy tpu or gpu: an accelerator that does not come up is one clear
+        # error (selfplay.evaluator.AcceleratorMissing) and the unit restarts, rather than training on
+        # the host's CPU while the accelerator is billed.
+        case "${ZEROLAKE_ACCELERATOR:-cpu}" in
+            tpu|gpu) EXTRA=(--strategy "$ZEROLAKE_ACCELERATOR" "${EXTRA[@]}") ;;
+        esac
         exec "$PY" -m model.train --root "$ZEROLAKE_ROOT" --follow --stage-dir "$STATE/stage" --events - "${EXTRA[@]}" ;;
     *)
         echo "run-role.sh: role '$ROLE' is not worker, shuffle or trainer" >&2; exit 2 ;;
