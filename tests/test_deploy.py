@@ -439,33 +439,51 @@ def test_an_accelerator_the_zone_lacks_is_refused_before_anything_is_printed(arg
     assert f"{field}: " in line and all(word in line for word in words), line
 
 
+def _apply_with_listing(tmp_path, script: str, listing_output: str, listing_status: int):
+    """Run a plan's script against a stand-in gcloud whose accelerator listing prints ``listing_output``
+    and exits ``listing_status``; nothing exists yet (describe fails).  The result gains ``calls``."""
+    fake = tmp_path / f"bin-{listing_status}-{len(listing_output)}" / "gcloud"
+    fake.parent.mkdir()
+    fake.write_text("#!/usr/bin/env bash\n"
+                    f"if [[ $* == *accelerator-types* ]]; then printf '{listing_output}'; exit {listing_status}; fi\n"
+                    "[[ $* == *describe* ]] && exit 1\n"
+                    'echo "$*" >> "$(dirname "$0")/calls"\n')
+    fake.chmod(0o755)
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                            env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"})
+    result.calls = (fake.parent / "calls").read_text() if (fake.parent / "calls").exists() else ""
+    return result
+
+
 def test_no_check_zones_trusts_the_zone_and_the_script_still_asks_gcloud(tmp_path, capsys):
     script = plan_text(["plan", "--only", "trainer", "--trainer-tpu", "v6e-8", "--no-check-zones"] + BASE, capsys)
     [listing] = _creates(script, ("compute", "tpus", "accelerator-types", "list"))
     assert "--zone=us-central1-a" in listing
     assert script.index("accelerator-types list") < script.index("tpu-vm create")
 
-    def apply_with(listing_output: str, listing_status: int) -> subprocess.CompletedProcess:
-        fake = tmp_path / f"bin-{listing_status}-{len(listing_output)}" / "gcloud"
-        fake.parent.mkdir()
-        fake.write_text("#!/usr/bin/env bash\n"
-                        f"if [[ $* == *accelerator-types* ]]; then printf '{listing_output}'; exit {listing_status}; fi\n"
-                        "[[ $* == *describe* ]] && exit 1\n"
-                        'echo "$*" >> "$(dirname "$0")/calls"\n')
-        fake.chmod(0o755)
-        result = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
-                                env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"})
-        result.calls = (fake.parent / "calls").read_text() if (fake.parent / "calls").exists() else ""
-        return result
-
-    absent = apply_with("v5litepod-8\n", 0)
+    absent = _apply_with_listing(tmp_path, script, "v5litepod-8\n", 0)
     assert absent.returncode == 2 and "zone us-central1-a offers no v6e-8 today" in absent.stderr
     assert "tpu-vm create" not in absent.calls
-    present = apply_with("v6e-8\n", 0)
+    present = _apply_with_listing(tmp_path, script, "v6e-8\n", 0)
     assert present.returncode == 0 and "tpu-vm create zerolake-trainer" in present.calls
-    unknown = apply_with("", 1)             # the listing itself failed: say so, and create anyway
+    unknown = _apply_with_listing(tmp_path, script, "", 1)      # the listing itself failed: say so, and create anyway
     assert unknown.returncode == 0 and "could not list the accelerators of us-central1-a" in unknown.stderr
     assert "tpu-vm create zerolake-trainer" in unknown.calls
+
+
+def test_a_gpu_type_is_checked_live_in_its_zone_before_its_vm_is_created(tmp_path, capsys):
+    """GPU types have no dated table (cloud.deploy.zones.GPU_ZONES is empty: Google offers each in dozens
+    of zones), so the script's live check is what stops a GPU VM in a zone without that GPU."""
+    script = plan_text(["plan", "--only", "trainer", "--trainer-gpu", "nvidia-l4"] + BASE, capsys)
+    [listing] = _creates(script, ("compute", "accelerator-types", "list"))
+    assert any("zone:us-central1-a" in word and "nvidia-l4" in word for word in listing), listing
+    assert script.index("accelerator-types list") < script.index("instances create")
+
+    absent = _apply_with_listing(tmp_path, script, "nvidia-tesla-t4\n", 0)
+    assert absent.returncode == 2 and "zone us-central1-a offers no nvidia-l4 today" in absent.stderr
+    assert "instances create" not in absent.calls
+    present = _apply_with_listing(tmp_path, script, "nvidia-l4\n", 0)
+    assert present.returncode == 0 and "instances create zerolake-trainer" in present.calls
 
 
 def _stand_in_gcloud(folder: pathlib.Path, body: str) -> tuple[pathlib.Path, pathlib.Path]:

@@ -2,9 +2,11 @@
 
 Accelerators exist only in some zones (v4 TPUs in one), and a plan that asks
 for one elsewhere fails half-way, after the bucket and accounts are made.  So
-`cloud.deploy.config.DeployConfig` refuses, before printing anything, a TPU or
-GPU type that these tables do not list in its role's zone, naming the zones
-that have it (``zone_problem``).  Tables age: Google adds zones, so
+`cloud.deploy.config.DeployConfig` refuses, before printing anything, a TPU
+type that the table below does not list in its role's zone, naming the zones
+that have it (``zone_problem``).  GPU types have no table (Google offers each
+in dozens of zones, and a partial table would refuse good ones): they are
+checked live only.  Tables age: Google adds zones, so
 ``--no-check-zones`` trusts the zone instead, and every generated script asks
 gcloud again, live, before it creates anything there
 (`cloud.deploy.plan.accelerator_check`).
@@ -58,8 +60,8 @@ TPU_RUNTIMES = {
 
 GPU_ZONES_SOURCE = "https://cloud.google.com/compute/docs/gpus/gpu-regions-zones"
 GPU_ZONES: dict[str, tuple[str, ...]] = {}
-"""NVIDIA GPU type -> the zones that offer it, where the table above was read; a type not here is
-checked live only."""
+"""NVIDIA GPU type -> the zones that offer it.  Empty on purpose (see the module docstring): every
+GPU type is checked live only, by the generated script, before its VM is created."""
 
 _TPU_TYPE = re.compile(r"(v[0-9][a-z0-9]*)-[0-9]+")
 
