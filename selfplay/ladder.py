@@ -286,20 +286,50 @@ def read_results(storage, path: str | None = None) -> list[LadderGame]:
         data = storage.read(path)
     except NotFound:
         return []
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{storage.url(path)}: not UTF-8 text, so not a ladder results file; "
+                         "fix or delete the file to start afresh") from None
     games = []
-    fields = {f.name for f in dataclasses.fields(LadderGame)}
-    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             document = json.loads(line)
             if document.get("version") != RESULTS_VERSION:
                 raise ValueError(f"version {document.get('version')!r}, this reader knows {RESULTS_VERSION}")
-            games.append(LadderGame(**{k: v for k, v in document.items() if k in fields}))
+            games.append(_ladder_game(document))
         except (ValueError, TypeError, AttributeError) as exc:
             raise ValueError(f"{storage.url(path)} line {number}: not a ladder game ({exc}); "
                              "fix or delete the file to start afresh") from None
     return games
+
+
+_LADDER_GAME_TYPES = {"pairing": str, "index": int, "a": str, "b": str, "black": str, "white": str, "winner": int,
+                      "score": (float, type(None)), "end_reason": str, "moves": int, "conditions": str, "sgf": str,
+                      "time": float, "digest": (str, type(None))}
+
+
+def _ladder_game(document: dict) -> LadderGame:
+    """One results line's game, each field of its type and in range (format.layout.document_value's rule);
+    ValueError names the field."""
+    values = {}
+    for field in dataclasses.fields(LadderGame):
+        if field.name not in document:
+            if field.default is dataclasses.MISSING:
+                raise ValueError(f"no {field.name!r}")
+            continue
+        values[field.name] = layout.document_value(
+            document[field.name], _LADDER_GAME_TYPES[field.name],
+            lambda problem, name=field.name: ValueError(f"{name} {problem}"),
+            at_least=None if field.name == "winner" else 0)
+    if values["winner"] not in (schema.BLACK, schema.WHITE, schema.EMPTY):
+        raise ValueError(f"winner is {values['winner']}, not {schema.BLACK} (Black), {schema.WHITE} (White) "
+                         f"or {schema.EMPTY} (a draw)")
+    if {values["black"], values["white"]} != {values["a"], values["b"]}:
+        raise ValueError("black and white are not the pairing's players a and b")
+    return LadderGame(**values)
 
 
 def write_results(storage, games: Sequence[LadderGame], path: str | None = None) -> None:

@@ -94,11 +94,13 @@ def chunk_counts(storage) -> dict[str, list[int]]:
         cached = json.loads(storage.read(cache_path))
     except (NotFound, ValueError, UnicodeDecodeError):
         cached = {}
+    if not isinstance(cached, dict):
+        cached = {}
     counts, changed = {}, False
     for info in storage.list(layout.games_prefix()):
         if layout.parse_chunk_path(info.path) is None:
             continue
-        if isinstance(cached.get(info.path), list):
+        if _counts_entry(cached.get(info.path)):
             counts[info.path] = cached[info.path]
             continue
         games = positions = 0
@@ -111,6 +113,14 @@ def chunk_counts(storage) -> dict[str, list[int]]:
     if changed:
         storage.write_replace(cache_path, json.dumps(counts, sort_keys=True).encode())
     return counts
+
+
+def _counts_entry(entry) -> bool:
+    """Whether a cache entry is ``[games, positions]`` as a chunk can hold them; any other (a damaged or
+    doctored cache) is counted again from the chunk, never trusted."""
+    return (isinstance(entry, list) and len(entry) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= layout.MAX_DOCUMENT_NUMBER
+                    for n in entry))
 
 
 def generation_figures(storage, generations: Sequence[int]) -> dict[int, dict]:

