@@ -247,6 +247,28 @@ def _magnitude_problem(value, info) -> str | None:
     return None
 
 
+def bounded_number(kind, *, at_least=None, above=None, at_most=None):
+    """An argparse ``type`` for a plain numeric flag (one no config dataclass declares: a subcommand's
+    own flag), under the settings' rules: its declared bounds, a finite value, and NUMBER_LIMIT on a
+    side with no bound.  A bad value is argparse's usage error naming the flag (exit 2)."""
+    bounds = tuple((op, limit) for op, limit in ((">=", at_least), (">", above), ("<=", at_most))
+                   if limit is not None)
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {text!r}") from None
+        problem = _declared_problem(value, {"bounds": bounds}) or _magnitude_problem(value, {"bounds": bounds})
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    parse.__name__ = kind.__name__          # argparse names the type in its own messages
+    parse.number_kind = kind                # what tests/test_flag_bounds.py looks for
+    return parse
+
+
 def _declared_problem(value, info) -> str | None:
     """The declared choices and bounds of a field (see :func:`setting`), checked on ``value``."""
     choices = info.get("choices")

@@ -19,24 +19,29 @@ import time
 import numpy as np
 
 from format import layout
-from format import codec
+from format import codec, schema
+from format.cli import bounded_number
 from format.inspect import main as inspect_main
 from format.run_config import RunConfig, ensure_run_config
 from testdata.synthetic_games import synthetic_game
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m testdata.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--root", default="./demo-lake",
                         help="an empty folder or gs:// root, or one this demo made (default ./demo-lake)")
-    parser.add_argument("--board", type=int, default=9, help="board size, 5..19 (default 9)")
-    parser.add_argument("--chunks", type=int, default=4, help="chunks to write, 1..100 (default 4)")
-    parser.add_argument("--games-per-chunk", type=int, default=16, help="games per chunk, 1..1000 (default 16)")
-    args = parser.parse_args(argv)
-    for flag, value, low, high in (("--board", args.board, 5, 19), ("--chunks", args.chunks, 1, 100),
-                                   ("--games-per-chunk", args.games_per_chunk, 1, 1000)):
-        if not low <= value <= high:
-            parser.error(f"{flag} must be in {low}..{high}, got {value}")
+    parser.add_argument("--board", type=bounded_number(int, at_least=schema.MIN_BOARD_SIZE,
+                                                       at_most=schema.MAX_BOARD_SIZE), default=9,
+                        help=f"board size, {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE} (default 9)")
+    parser.add_argument("--chunks", type=bounded_number(int, at_least=1, at_most=100), default=4,
+                        help="chunks to write, 1..100 (default 4)")
+    parser.add_argument("--games-per-chunk", type=bounded_number(int, at_least=1, at_most=1000), default=16,
+                        help="games per chunk, 1..1000 (default 16)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     from cloud.storage import open_storage
 
     storage = open_storage(args.root)

@@ -60,6 +60,32 @@ def _deploy():
     return parser, parse
 
 
+def _subcommand(build_parser, command: str, *required: str):
+    """(the subcommand's parser, parse) for a tool whose numeric flags belong to one subcommand."""
+    def parser():
+        [sub] = [action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)]
+        return sub.choices[command]
+
+    def parse(argv):
+        return build_parser().parse_args([command, *required, *argv])
+    return parser, parse
+
+
+def _deploy_subcommand(command: str, *required: str):
+    from cloud.deploy import __main__ as deploy
+    return _subcommand(deploy.build_parser, command, *required)
+
+
+def _inspect(command: str, *required: str):
+    from format import inspect
+    return _subcommand(inspect.build_parser, command, *required)
+
+
+def _demo():
+    from testdata import demo
+    return demo.build_parser, lambda argv: demo.build_parser().parse_args(argv)
+
+
 ROLES = {
     "worker": lambda: _role_cli("selfplay.config", "--root", "/tmp/unused"),
     "train": lambda: _role_cli("model.config", "--root", "/tmp/unused"),
@@ -70,6 +96,11 @@ ROLES = {
     "gtp": lambda: _role_cli("selfplay.gtp"),
     "ladder": lambda: _role_cli("selfplay.ladder", "--root", "/tmp/unused"),
     "deploy": _deploy,
+    "deploy-down": lambda: _deploy_subcommand("down", "--project", "p", "--root", "gs://bucket/run"),
+    "deploy-status": lambda: _deploy_subcommand("status", "--root", "/tmp/unused"),
+    "inspect-game": lambda: _inspect("game", "x.chunk", "--sgf", "/tmp/unused.sgf"),
+    "inspect-position": lambda: _inspect("position", "x.chunk", "--move", "0"),
+    "demo": _demo,
 }
 
 
@@ -77,7 +108,8 @@ def numeric_flags(parser: argparse.ArgumentParser) -> list[str]:
     """The first long spelling of every option whose value is an int or a float."""
     flags = []
     for action in parser._actions:
-        if action.type in (int, float) and action.option_strings and action.help != argparse.SUPPRESS:
+        kind = getattr(action.type, "number_kind", action.type)     # format.cli.bounded_number's, or plain
+        if kind in (int, float) and action.option_strings and action.help != argparse.SUPPRESS:
             flags.append(next(s for s in action.option_strings if s.startswith("--")))
     return flags
 

@@ -21,7 +21,7 @@ import tempfile
 
 from cloud.deploy import plan as P
 from cloud.deploy.config import DeployConfig
-from format.cli import add_config_flags, add_storage_flags, config_from_namespace, storage_retry
+from format.cli import add_config_flags, add_storage_flags, bounded_number, config_from_namespace, storage_retry
 
 
 class GcloudUnusable(Exception):
@@ -67,16 +67,16 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--apply", action="store_true", help="run the plan through gcloud instead of printing it")
     down = sub.add_parser("down", help="print the plan that deletes the VMs; the bucket and its lake stay")
     add_config_flags(down, DeployConfig, exclude=("only",))
-    down.add_argument("--keep-workers", type=int, default=0,
+    down.add_argument("--keep-workers", type=bounded_number(int, at_least=0), default=0,
                       help="keep worker VMs 0..K-1 and delete the rest (scale down); with --workers-only")
     down.add_argument("--workers-only", action="store_true", help="delete worker VMs only")
     down.add_argument("--delete-account", action="store_true", help="also delete the service account")
     down.add_argument("--apply", action="store_true", help="run it through gcloud")
     status = sub.add_parser("status", help="read the lake and print one table")
     status.add_argument("--root", required=True, help="the lake: gs://BUCKET/RUN or a local folder")
-    status.add_argument("--recent-minutes", type=float, default=60.0,
+    status.add_argument("--recent-minutes", type=bounded_number(float, above=0), default=60.0,
                         help="what counts as recent for games per hour and workers seen (default: 60)")
-    status.add_argument("--sample-chunks", type=int, default=3,
+    status.add_argument("--sample-chunks", type=bounded_number(int, at_least=1), default=3,
                         help="recent chunks decoded to measure games per byte (default: 3)")
     add_storage_flags(status)
     return parser
@@ -95,8 +95,6 @@ def main(argv=None) -> int:
         title = f"bring up deployment {config.name} of {config.root} in {config.project}/{config.zone}"
         script = P.render(P.build_plan(config), title)
     else:
-        if args.keep_workers < 0:
-            parser.error("--keep-workers must not be negative")
         if args.keep_workers and not args.workers_only:
             parser.error("--keep-workers scales the workers down: give it with --workers-only")
         title = f"take down deployment {config.name} in {config.project} (the bucket {config.bucket} is kept)"
@@ -120,8 +118,6 @@ def _status(args, parser) -> int:
     from model.lease import LeaseError
     from format.registry import RegistryError
 
-    if args.recent_minutes <= 0 or args.sample_chunks < 1:
-        parser.error("--recent-minutes must be positive and --sample-chunks at least 1")
     try:
         storage = open_storage(args.root, retry=storage_retry(args, parser))
         print(table(read_status(storage, recent_minutes=args.recent_minutes, sample_chunks=args.sample_chunks)))
