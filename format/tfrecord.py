@@ -237,8 +237,13 @@ def compress_gzip(data: bytes, level: int = SHARD_GZIP_LEVEL) -> bytes:
 def decompress_gzip(data: bytes, source: str, limit: int | None = None) -> bytes:
     """Decompress a gzip file (one or more members); damage raises RecordError, and
     output past ``limit`` bytes (default `decompressed_limit`) raises TooLarge."""
+    return b"".join(_gzip_pieces(data, source, limit))
+
+
+def _gzip_pieces(data: bytes, source: str, limit: int | None = None) -> Iterator[bytes]:
+    """The decompressed bytes of a gzip file, at most _OUTPUT_PIECE at a time (`decompress_gzip`)."""
     limit = decompressed_limit(len(data)) if limit is None else limit
-    out, total, rest = [], 0, bytes(data)
+    total, rest = 0, bytes(data)
     try:
         while rest:   # one gzip member a pass
             member = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
@@ -250,14 +255,57 @@ def decompress_gzip(data: bytes, source: str, limit: int | None = None) -> bytes
                 total += len(piece)
                 if total > limit:
                     raise _too_large(source, len(data), limit)
-                out.append(piece)
+                yield piece
                 if not pending and not member.eof:
                     raise RecordError(f"{source}: gzip stream is truncated")
                 pending = member.unconsumed_tail
             rest = member.unused_data
     except zlib.error as exc:
         raise RecordError(f"{source}: not a valid gzip stream ({exc})") from None
-    return b"".join(out)
+
+
+def check_gzip_frames(data: bytes, source: str, limit: int | None = None) -> int:
+    """How many records a GZIP TFRecord file holds, its framing checked in bounded memory.
+
+    For a reader that trusts the framing: tf.data allocates whatever a
+    record's length field says, so a few hundred KB of gzip whose first
+    length field says 900 MB (and whose zeros follow) would cost the
+    trainer 900 MB before anything fails.  Here the file is streamed one
+    piece at a time: it must stay within its expansion bound (TooLarge past
+    ``limit``, default `decompressed_limit`), every length field's CRC must
+    hold, no length may pass MAX_RECORD_BYTES, and nothing may be cut short
+    (RecordError naming the file and record).  Record bodies are only
+    skipped: their CRCs and contents are left to the reader.
+    """
+    header = bytearray()          # the current frame header, while it is incomplete
+    to_skip = 0                   # bytes of the current record (body, then its CRC) still ahead
+    records = 0
+    for piece in _gzip_pieces(data, source, limit):
+        view, offset = memoryview(piece), 0
+        while offset < len(view):
+            if to_skip:
+                step = min(to_skip, len(view) - offset)
+                to_skip -= step
+                offset += step
+                continue
+            taken = view[offset:offset + 12 - len(header)]
+            header += taken
+            offset += len(taken)
+            if len(header) < 12:
+                break                                     # the header goes on in the next piece
+            (length,) = _LENGTH.unpack_from(header, 0)
+            (length_crc,) = _CRC.unpack_from(header, 8)
+            if length_crc != masked_crc32c(bytes(header[:8])):
+                raise RecordError(f"{source}: record {records}: length CRC mismatch")
+            if length > MAX_RECORD_BYTES:
+                raise RecordError(f"{source}: record {records}: its length field says {length:,} bytes, more "
+                                  f"than any record of the lake ({MAX_RECORD_BYTES:,}); not read")
+            header.clear()
+            to_skip = length + 4
+            records += 1
+    if header or to_skip:
+        raise RecordError(f"{source}: record {records - 1 if to_skip else records}: truncated")
+    return records
 
 
 def decompress_for(path: str, data: bytes, limit: int | None = None) -> bytes:

@@ -95,7 +95,7 @@ from format.planes import input_from_record_planes
 from format.example_fields import FormatError
 from format.position_records import decode_records
 from format.tfdata import training_dataset
-from format.tfrecord import RecordError, decompress_for, iter_framed_records
+from format.tfrecord import RecordError, check_gzip_frames, decompress_for, iter_framed_records
 from model.config import TrainConfig
 from model.cpu_int8 import CALIBRATION_POSITIONS, CHECK_POSITIONS, add_cpu_int8
 from model.export import export_inference_model
@@ -382,9 +382,26 @@ class TrainingRun:
              f"({staged.bytes_copied / 1e6:.1f} MB), {staged.already_present} already there")
         return list(staged.paths[:len(window.shards)])
 
+    def _checked_framing(self, window: Window, files: list[str]) -> None:
+        """Each shard's framing, checked in bounded memory before tf.data reads it
+        (format.tfrecord.check_gzip_frames: tf.data would allocate whatever a length field
+        says).  A file that fails is the window's damage, named by its lake path."""
+        for path, file in zip(window.shards, files):
+            if self.stage:
+                with open(file, "rb") as handle:
+                    data = handle.read()
+            else:
+                data = self.storage.read(path)
+            try:
+                check_gzip_frames(data, self.storage.url(path))
+            except RecordError as exc:
+                raise DamagedWindow(window.target_generation, f"damaged: {exc}") from None
+
     def _dataset_iterator(self, window: Window):
+        files = self._shard_files(window)
+        self._checked_framing(window, files)
         dataset = training_dataset(
-            self._shard_files(window), board_size=self.board_size, record_version=window.record_version,
+            files, board_size=self.board_size, record_version=window.record_version,
             batch_size=self.trainer.global_batch,
             seed=window_seed(self.config.seed, window.target_generation),
             skip_batches=int(self.trainer.window_step.numpy()),

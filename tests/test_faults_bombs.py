@@ -13,6 +13,7 @@ its own: real files pass, and damage is still told apart from size.
 """
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -26,8 +27,9 @@ import zstandard
 
 from cloud.storage import open_storage
 from format import codec, layout
-from format.tfrecord import (MAX_EXPANSION, RecordError, TooLarge, compress_gzip, compress_zstd,
-                             decompress_gzip, decompress_zstd, decompressed_limit)
+from format.tfrecord import (MAX_EXPANSION, RecordError, TooLarge, check_gzip_frames, compress_gzip, compress_zstd,
+                             decompress_gzip, decompress_zstd, decompressed_limit, frame_header, frame_records,
+                             iter_framed_records)
 from testdata.random_games import engine_game
 from testdata.synthetic_windows import write_run_config
 
@@ -47,6 +49,20 @@ def gzip_bomb() -> bytes:
     compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     member = compressor.compress(bytes(256 << 20)) + compressor.flush()
     return member * 4
+
+
+LYING_LENGTH = 900 << 20
+
+
+def lying_frame_bomb() -> bytes:
+    """About a megabyte of gzip: one TFRecord frame whose length field (its CRC valid) says 900 MB,
+    then 900 MB of zeros.  A reader that trusts the framing (tf.data) allocates all of it."""
+    compressor = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = bytes(16 << 20)
+    parts = [compressor.compress(frame_header(LYING_LENGTH))]
+    parts += [compressor.compress(zeros) for _ in range(LYING_LENGTH // len(zeros))]
+    parts += [compressor.compress(bytes(4)), compressor.flush()]
+    return b"".join(parts)
 
 
 def run_capped(args: list[str], *, limit=resource.RLIMIT_AS, timeout: float = 180) -> subprocess.CompletedProcess:
@@ -169,3 +185,42 @@ def test_oversized_documents_are_named_damage(tmp_path):
             read()
         assert storage.url(path) in str(err.value)
     assert storage.read(layout.LATEST).startswith(b"1\n")   # refused, never replaced
+
+
+def test_a_shards_framing_is_checked_in_bounded_memory(lake):
+    """format.tfrecord.check_gzip_frames, what the trainer runs on each shard before tf.data reads it."""
+    storage = lake["storage"]
+    shard = layout.read_window_manifest(storage, 1).shards[0]
+    data = storage.read(shard)
+    assert check_gzip_frames(data, "real.gz") == len(list(iter_framed_records(decompress_gzip(data, "real.gz"),
+                                                                              "real.gz")))
+    with pytest.raises(RecordError, match=f"lie.gz: record 0: its length field says {LYING_LENGTH:,} bytes"):
+        check_gzip_frames(lying_frame_bomb(), "lie.gz")
+    many = compress_gzip(frame_records([bytes(1 << 20)] * 100), level=1)      # 100 MB of honest frames
+    with pytest.raises(TooLarge, match="many.gz: expands past"):
+        check_gzip_frames(many, "many.gz")
+    with pytest.raises(RecordError, match="zeros.gz: record 0: length CRC mismatch"):
+        check_gzip_frames(gzip_bomb(), "zeros.gz")
+    framed = frame_records([b"x" * 100, b"y" * 100])
+    with pytest.raises(RecordError, match="cut.gz: record 1: truncated"):
+        check_gzip_frames(compress_gzip(framed[:-10]), "cut.gz")
+    with pytest.raises(RecordError, match="cut.gz: gzip stream is truncated"):
+        check_gzip_frames(compress_gzip(framed)[:-12], "cut.gz")
+
+
+def test_the_trainer_refuses_a_shard_whose_length_field_lies_before_tf_data_reads_it(lake, tmp_path):
+    root = str(tmp_path / "lake")
+    shutil.copytree(lake["root"], root)
+    storage = open_storage(root)
+    shard = layout.read_window_manifest(storage, 1).shards[0]
+    os.remove(storage.url(shard))
+    storage.write_new(shard, lying_frame_bomb())
+    events = str(tmp_path / "train.jsonl")
+    run = subprocess.run([sys.executable, "-m", "model.train", "--root", root, "--blocks", "1", "--filters", "16",
+                          "--events", events], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and "MemoryError" not in run.stderr
+    # The framing check's words: tf.data never met the shard (it would have allocated 900 MB first).
+    assert f"{storage.url(shard)}: record 0: its length field says {LYING_LENGTH:,} bytes" in run.stderr
+    skipped = [json.loads(line) for line in open(events) if '"window_skipped"' in line]
+    assert [event["generation"] for event in skipped] == [1]

@@ -8,22 +8,26 @@ non-finite loss, or a non-finite weight before a checkpoint, stops it: exit
 checkpoint, nothing published, LATEST unmoved.  An absurd learning rate is
 refused at the command line.
 
-Damage: a shard (bytes flipped, truncated, or garbage) or a version-3 game
+Damage: a shard (bytes flipped, truncated, or garbage; or one record's body
+damaged, which only the reader that meets it finds) or a version-3 game
 table that does not read used to kill the trainer with a TensorFlow
 traceback naming no file, and ``--follow`` crash-looped on it.  Now the file
 is named in one line and a ``window_skipped`` event; one-shot exits 2, a
 follower goes on to the next window, and no later run resumes the damaged
-window from its checkpoint.
+window from its checkpoint.  A shard's framing is checked before tf.data
+reads it (tests/test_faults_bombs.py has the shard whose length field lies).
 
 Every run here is in-process (TensorFlow is imported once) on tiny windows.
 """
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import json
 import os
 import signal
+import struct
 import threading
 import time
 
@@ -160,8 +164,18 @@ def damage(path: str, how: str) -> None:
         data = data[:middle] + bytes(b ^ 0xFF for b in data[middle:middle + 64]) + data[middle + 64:]
     elif how == "truncated":
         data = data[:len(data) // 2]
-    elif how == "truncated late":
-        data = data[:len(data) * 9 // 10]
+    elif how == "record flipped late":
+        # A valid gzip stream and valid framing (format.tfrecord.check_gzip_frames passes it), but one
+        # record's body, about nine tenths in, is damaged: only the reader that meets it finds out.
+        raw = bytearray(gzip.decompress(data))
+        offset = 0
+        while True:
+            (length,) = struct.unpack_from("<Q", raw, offset)
+            if offset + 16 + length >= len(raw) * 9 // 10:
+                break
+            offset += 16 + length
+        raw[offset + 12 + length // 2] ^= 0xFF
+        data = compress_gzip(bytes(raw))
     else:
         data = b"\x1f\x8b" + os.urandom(len(data))
     with open(path, "wb") as handle:
@@ -247,13 +261,13 @@ def test_a_damaged_first_shard_met_by_the_int8_calibration_is_named_too(tmp_path
 
 
 def test_a_window_skipped_for_damage_is_never_resumed_from_its_checkpoint(tmp_path):
-    """A truncated shard, met after a checkpoint of its window: named and skipped, and the skip
+    """A damaged record, met after a checkpoint of its window: named and skipped, and the skip
     leaves a checkpoint that resumes no window, so the next run trains the next window instead
     of resuming the damaged one (and exiting 2) forever."""
     root = str(tmp_path / "lake")
     storage = lake_with_windows(root, [1])
     shard = layout.read_window_manifest(storage, 1).shards[1]
-    damage(storage.url(shard), "truncated late")
+    damage(storage.url(shard), "record flipped late")
     events = str(tmp_path / "train.jsonl")
     flags = [*TINY, "--steps-per-call", "2", "--checkpoint-every", "2", "--log-every", "2"]
     code, out, err = train(["--root", root, *flags, "--steps-per-window", "40", "--events", events])
