@@ -53,11 +53,18 @@ compare within the run, through the ratios):
   nothing about the search's cost.)
 * ``cache_hit_share``: evaluations answered by the cache over evaluations
   asked for.
-* ``inference_gflops``: the network's arithmetic per evaluation, counted as
-  direct convolution and dense layers (2 x multiply-adds), times visits/s:
-  the rate the network would need without the cache.  ``conv_gflops``: one
+* ``visits_per_s_6x96_19_float32`` / ``visits_vs_lz_float32``: the same loop
+  and network published without its int8 copy, which a CPU worker then runs
+  as float32 on OpenVINO (``float32_backend``): what every generation whose
+  int8 copy fails its accuracy check self-plays at.  The int8 agreement
+  figures come from this untrained network (``int8_checked_on``), where the
+  check passes easily; ``bench/cpu_inference.py`` checks a trained one.
+* ``network_gflops``: the network's arithmetic per row, counted as
+  direct convolution and dense layers (2 x multiply-adds), times the rows the
+  network computed per second (the cache's misses; padding rows not
+  counted): the arithmetic it really did.  ``conv_gflops``: one
   large 3x3, 96-channel 19x19 convolution in TensorFlow, timed in this run.
-  ``inference_vs_conv``: their ratio.
+  ``network_vs_conv``: their ratio.
 * ``positions_per_s``, ``batch_fill`` (rows filled over rows offered),
   ``search_cpu_share_default_9``: the same loop on 9x9 with the worker's
   default small network.  ``visits_per_s_6b96c_9``: 6x96 on 9x9 (KataGo's
@@ -297,7 +304,8 @@ class PublishedNetwork(NamedTuple):
     cpu_int8: dict
 
 
-def publish_network(scratch: str, board_size: int, blocks: int | None, filters: int | None) -> PublishedNetwork:
+def publish_network(scratch: str, board_size: int, blocks: int | None, filters: int | None,
+                    cpu_int8: bool = True) -> PublishedNetwork:
     from cloud.storage import open_storage
     from format import registry
     from testdata.models import publish_untrained_model
@@ -306,7 +314,7 @@ def publish_network(scratch: str, board_size: int, blocks: int | None, filters: 
     shape = dict(blocks=4 if blocks is None else blocks, filters=32 if filters is None else filters,
                  **PINNED_NETWORK_SETTINGS)
     root = tempfile.mkdtemp(prefix=f"models{board_size}-", dir=scratch)
-    cpu_int8 = publish_untrained_model(root, 1, board_size, network=shape, seed=board_size, cpu_int8=True)
+    cpu_int8 = publish_untrained_model(root, 1, board_size, network=shape, seed=board_size, cpu_int8=cpu_int8) or {}
     model = registry.load_model(open_storage(root), 1, cache_dir=tempfile.mkdtemp(prefix="cache-", dir=scratch))
     return PublishedNetwork(model, network, source, cpu_int8)
 
@@ -345,6 +353,10 @@ def end_to_end(published: PublishedNetwork, seconds: float, games: int, label: s
     visits = last.visits - first.visits
     search_cpu = (last.loop_cpu - first.loop_cpu) + (last.cache_cpu - first.cache_cpu)
     cache_rows = last.cache_rows - first.cache_rows
+    # Rows the network itself computed: the cache's misses (deduplicated), or every row gathered
+    # without a cache.  Padding rows of a fixed-shape batch are not counted: no useful arithmetic.
+    network_rows = (cache_rows - (last.cache_hits - first.cache_hits) if cache_rows
+                    else last.evaluations - first.evaluations)
     result = {
         "network": source,
         "positions_per_s": (last.positions - first.positions) / elapsed,
@@ -355,6 +367,7 @@ def end_to_end(published: PublishedNetwork, seconds: float, games: int, label: s
         "cache_hit_share": (last.cache_hits - first.cache_hits) / cache_rows if cache_rows else 0.0,
         "batch_fill": (last.evaluations - first.evaluations) / max(last.batch_rows - first.batch_rows, 1),
         "flops_per_evaluation": direct_flops_per_evaluation(network),
+        "network_rows_per_s": network_rows / elapsed,
         "window_s": elapsed,
         "backend": backend,
     }
@@ -470,15 +483,19 @@ def main(argv=None) -> int:
         default_9 = publish_network(scratch, 9, None, None)
         big_9_net = publish_network(scratch, 9, PEER_BLOCKS, PEER_FILTERS)
         big_19_net = publish_network(scratch, 19, PEER_BLOCKS, PEER_FILTERS)
+        # The same network published without its int8 copy (what a CPU worker meets when the copy
+        # fails its accuracy check, as 4 of 17 did in a two-hour run): the float32 network on OpenVINO.
+        big_19_float = publish_network(scratch, 19, PEER_BLOCKS, PEER_FILTERS, cpu_int8=False)
         small = end_to_end(default_9, e2e_seconds, games=128, label="default net 9x9")
         big_9 = end_to_end(big_9_net, e2e_seconds / 2, games=64, label="6x96 net 9x9")
         ours = end_to_end(big_19_net, e2e_seconds, games=GAMES_19, label="6x96 net 19x19")
+        ours_float = end_to_end(big_19_float, e2e_seconds / 2, games=GAMES_19, label="6x96 net 19x19, float32")
         ours_tf = end_to_end(big_19_net, e2e_seconds / 2, games=GAMES_19, label="6x96 net 19x19",
                              inference="tensorflow")
     peer = leela_zero(leelaz, peer_visits)
     conv = conv_gflops(5.0 if args.quick else 10.0)
-    inference = ours["flops_per_evaluation"] * ours["visits_per_s"] / 1e9
-    inference_tf = ours_tf["flops_per_evaluation"] * ours_tf["visits_per_s"] / 1e9
+    inference = ours["flops_per_evaluation"] * ours["network_rows_per_s"] / 1e9
+    inference_tf = ours_tf["flops_per_evaluation"] * ours_tf["network_rows_per_s"] / 1e9
     int8 = big_19_net.cpu_int8
     print(json.dumps({
         "bench": "selfplay",
@@ -491,6 +508,9 @@ def main(argv=None) -> int:
         "lz_visits_per_s_6x96_19": round(peer["visits_per_s"], 1),
         "lz_threads": peer["threads"],
         "visits_vs_lz": round(ours["visits_per_s"] / peer["visits_per_s"], 3),
+        "visits_per_s_6x96_19_float32": round(ours_float["visits_per_s"], 1),
+        "visits_vs_lz_float32": round(ours_float["visits_per_s"] / peer["visits_per_s"], 3),
+        "float32_backend": ours_float["backend"],
         "visits_per_cpu_s_6x96_19": round(ours["visits_per_cpu_s"], 1),
         "lz_visits_per_cpu_s_6x96_19": round(peer["visits_per_cpu_s"], 1),
         "visits_per_cpu_s_vs_lz": round(ours["visits_per_cpu_s"] / peer["visits_per_cpu_s"], 3),
@@ -498,15 +518,16 @@ def main(argv=None) -> int:
         "search_cpu_us_per_visit": round(ours["search_cpu_us_per_visit"], 1),
         "cache_hit_share": round(ours["cache_hit_share"], 4),
         "batch_fill_6x96_19": round(ours["batch_fill"], 4),
-        "inference_gflops": round(inference, 1),
+        "network_gflops": round(inference, 1),
         "conv_gflops": round(conv, 1),
-        "inference_vs_conv": round(inference / conv, 3),
+        "network_vs_conv": round(inference / conv, 3),
         "inference_backend": ours["backend"],
         "visits_per_s_6x96_19_tensorflow": round(ours_tf["visits_per_s"], 1),
         "visits_vs_lz_tensorflow": round(ours_tf["visits_per_s"] / peer["visits_per_s"], 3),
-        "inference_vs_conv_tensorflow": round(inference_tf / conv, 3),
+        "network_vs_conv_tensorflow": round(inference_tf / conv, 3),
         "int8_top1_agreement_19": int8.get("top1_agreement"),
         "int8_value_mae_19": int8.get("value_mae"),
+        "int8_checked_on": "an untrained network (random weights; bench/cpu_inference.py checks a trained one)",
         "positions_per_s": round(small["positions_per_s"], 2),
         "batch_fill": round(small["batch_fill"], 4),
         "search_cpu_share_default_9": round(small["search_cpu_share"], 4),
