@@ -85,3 +85,12 @@ def test_cluster_bench_without_the_emulator_refuses_instead_of_falling_back_to_a
     assert "Traceback" not in done.stderr and "{" not in done.stdout, done.stdout + done.stderr
     [line] = done.stderr.strip().splitlines()
     assert "fake-gcs-server is unavailable" in line and "--local-root" in line and "setup.sh --test" in line
+
+
+def test_board_bench_reports_both_boards_and_the_naive_peer():
+    result = run_bench("board.py", "--seconds", "0.2", "--naive-seconds", "0.2")
+    assert result["bench"] == "board"
+    for size in (9, 19):
+        assert result[f"playouts_per_s_{size}"] > 0 and result[f"moves_per_s_{size}"] > 0
+        assert result[f"vs_naive_{size}"] > 1            # the Cython engine beats the pure-Python board
+    assert isinstance(result["boundscheck"], bool)
