@@ -50,7 +50,12 @@ Takeover rules (:class:`Takeover`), each the caller's choice:
   would stop the pipeline);
 * ``dead_local_holder``: a held record whose holder ran on this host and
   whose pid no longer exists may be taken at once, so a SIGKILLed process
-  restarted on the same machine need not wait out the expiry.
+  restarted on the same machine need not wait out the expiry;
+* ``own_period``: a record counts as held only until its last renewal plus
+  the *reader's* own period too, whatever expiry its writer put in it (right
+  for window claims: a claim written with an hour's life by one follower
+  cannot stall the others for that hour; its holder, renewing every quarter
+  of its period, keeps it while its period is under four times the reader's).
 
 Times are the writer's wall clock (unix seconds): machines sharing a root
 must agree on the time to well under a lease's lifetime.  What a record may
@@ -197,6 +202,7 @@ class Takeover:
 
     damaged: str = DAMAGED_REFUSED
     dead_local_holder: bool = False
+    own_period: bool = False
 
     def __post_init__(self):
         if self.damaged not in (DAMAGED_REFUSED, DAMAGED_EXPIRED):
@@ -317,8 +323,11 @@ class Lease:
         return record, generation, record is None or self._takeable(record)
 
     def _takeable(self, record: LeaseRecord) -> bool:
-        if not record.held_at(self._clock()):
+        now = self._clock()
+        if not record.held_at(now):
             return True
+        if self.takeover.own_period and record.renewed + self.seconds <= now:
+            return True                   # past its last renewal plus this lease's own period
         # Same machine, process gone: a SIGKILLed holder being restarted here.
         return (self.takeover.dead_local_holder and record.host == self.host and record.pid != self.pid
                 and not process_exists(record.pid))

@@ -93,10 +93,12 @@ JOB = "shuffle"
 # Claims: format.leases records, with the claims' own takeover rules
 # ---------------------------------------------------------------------------
 
-CLAIM_TAKEOVER = Takeover(damaged=DAMAGED_EXPIRED)
+CLAIM_TAKEOVER = Takeover(damaged=DAMAGED_EXPIRED, own_period=True)
 """A damaged claim counts as expired: the window's manifest is the commit
 point, so two builders cost only work, while a claim nobody may replace would
-stop the pipeline until an operator came.  A claim of a dead follower on this
+stop the pipeline until an operator came.  For the same reason a claim lives
+at most its last renewal plus this follower's own ``--claim-seconds``,
+whatever expiry its writer gave it.  A claim of a dead follower on this
 host is still waited out (``--claim-seconds``): its child's Beam workers may
 outlive it for a moment."""
 

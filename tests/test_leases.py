@@ -217,3 +217,24 @@ def test_a_record_renewed_in_the_readers_future_is_damaged(storage):
     slightly = Lease(storage, "cluster/other.json", 180.0, clock=storage2_clock)
     assert slightly.try_acquire() is None
     assert held_record(storage, "cluster/other.json", now=clock.now) is not None
+
+
+def test_under_the_own_period_rule_a_record_lives_at_most_its_renewal_plus_the_readers_period(storage):
+    """Window claims (pipeline.follow.CLAIM_TAKEOVER): a claim its writer gave an hour's life stalls
+    another follower for that follower's own --claim-seconds at most, not for the hour."""
+    clock = Clock()
+    writer = lease(storage, clock, seconds=3000.0)
+    assert writer.try_acquire() is None
+    clock.now += 100
+    assert lease(storage, clock, seconds=60.0).try_acquire().holder == writer.holder   # the default rule waits
+    bounded = lease(storage, clock, seconds=60.0, takeover=Takeover(own_period=True))
+    assert bounded.try_acquire() is None and bounded.took_over.holder == writer.holder
+    clock.now += 10                                     # a holder renewed 10 s ago keeps its claim
+    rival = lease(storage, clock, seconds=60.0, takeover=Takeover(own_period=True))
+    assert rival.try_acquire().holder == bounded.holder
+
+
+def test_window_claims_use_the_own_period_rule():
+    from pipeline.follow import CLAIM_TAKEOVER
+
+    assert CLAIM_TAKEOVER.own_period and CLAIM_TAKEOVER.damaged == DAMAGED_EXPIRED
