@@ -90,7 +90,7 @@ TENSORFLOW_BY_ACCELERATOR = {
     # with "No TPU platform found", so pin the one 2.20 names.  (Before 2.19,
     # tensorflow-tpu took libtpu from Google's index,
     # https://storage.googleapis.com/libtpu-tf-releases/index.html.)
-    "tpu": ["tensorflow-tpu>=2.20,<2.21", "libtpu==0.0.14", "keras>=3.10,<3.12"],
+    "tpu": ["tensorflow-tpu==2.20.0", "libtpu==0.0.14", "keras==3.11.3"],
 }
 ACCELERATOR = os.environ.get("ZEROLAKE_ACCELERATOR", "") or "cpu"
 if ACCELERATOR not in TENSORFLOW_BY_ACCELERATOR:

@@ -814,6 +814,15 @@ def test_every_package_the_vms_install_is_pinned_for_both_image_interpreters(pyt
         assert pins["matplotlib"].startswith("3.10.")
 
 
+def test_the_tpu_flavour_pins_exact_versions():
+    # TPU VMs install tensorflow-tpu, libtpu and Keras from setup.py (constraints.txt leaves them out):
+    # each must be one exact release, or a TPU VM installs whatever PyPI has the day it boots.
+    from packaging.requirements import Requirement
+    for requirement in map(Requirement, _setup_literal("TENSORFLOW_BY_ACCELERATOR")["tpu"]):
+        specifiers = list(requirement.specifier)
+        assert len(specifiers) == 1 and specifiers[0].operator == "==", f"setup.py's {requirement} is not exact"
+
+
 def test_the_dataflow_image_is_beams_own_for_the_pinned_beam_and_python():
     text = P.DATAFLOW_DOCKERFILE.read_text()
     python = re.search(r"^FROM apache/beam_python(3\.[0-9]+)_sdk:\$\{BEAM_VERSION\}$", text, re.M)
