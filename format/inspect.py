@@ -374,13 +374,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_summary)
     p = sub.add_parser("game", help="export one game of a chunk as SGF")
     p.add_argument("target", help="a chunk file")
-    p.add_argument("--index", type=bounded_number(int, at_least=0), default=0, help="game number within the chunk (from 0)")
+    p.add_argument("--index", type=bounded_number(int, at_least=0), default=0,
+                   help="game number within the chunk (from 0)")
     p.add_argument("--sgf", required=True, help="output .sgf path")
     p.set_defaults(run=cmd_game)
     p = sub.add_parser("position", help="show one position: board, policy, value, ownership")
     p.add_argument("target", help="a chunk file")
-    p.add_argument("--game", type=bounded_number(int, at_least=0), default=0, help="game number within the chunk (from 0)")
-    p.add_argument("--move", type=bounded_number(int, at_least=0), required=True, help="position number (0 = empty board)")
+    p.add_argument("--game", type=bounded_number(int, at_least=0), default=0,
+                   help="game number within the chunk (from 0)")
+    p.add_argument("--move", type=bounded_number(int, at_least=0), required=True,
+                   help="position number (0 = empty board)")
     p.set_defaults(run=cmd_position)
     p = sub.add_parser("verify", help="check CRCs and decode every record; exit 1 on any bad file")
     p.add_argument("target", help="a chunk, shard or game table file, or a lake root / folder / gs:// prefix")

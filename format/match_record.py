@@ -135,7 +135,8 @@ def _checked(value, name: str, where: str, kind=None):
     """``value`` of the field ``name`` if it has the field's type (``kind``, else the record's), by
     the rule of every lake document (format.layout.document_value); an int is at least 0."""
     kind = _RECORD_TYPES[name] if kind is None else kind
-    return layout.document_value(value, kind, lambda problem: ValueError(f"{where}: {name} {problem}"), at_least=0)
+    return layout.document_value(value, kind, lambda problem: ValueError(f"{where}: {name} {problem}"),
+                                 at_least=0)
 
 
 def _game(document, where: str) -> MatchGame:
