@@ -381,15 +381,17 @@ def document_value(value, kinds, fail, at_least: int | None = None):
     MAX_DOCUMENT_NUMBER in magnitude; an int is at least ``at_least`` when given.
     """
     kinds = kinds if isinstance(kinds, tuple) else (kinds,)
-    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if isinstance(value, bool) or not isinstance(value, kinds) or \
-            (number and not (math.isfinite(value) and abs(value) <= MAX_DOCUMENT_NUMBER)) or \
+    # An int is compared as it is: a JSON integer of 400 digits overflows float() and isfinite().
+    in_range = number and abs(value) <= MAX_DOCUMENT_NUMBER and (isinstance(value, int) or math.isfinite(value))
+    if in_range and float in kinds and isinstance(value, int):
+        value = float(value)
+    if isinstance(value, bool) or not isinstance(value, kinds) or (number and not in_range) or \
             (number and at_least is not None and isinstance(value, int) and value < at_least):
         names = " or ".join("null" if kind is type(None) else kind.__name__ for kind in kinds)
         bound = f" >= {at_least}" if at_least is not None and int in kinds else ""
-        raise fail(f"is {value!r}, expected {names}{bound}")
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:36] + "..."
+        raise fail(f"is {shown}, expected {names}{bound}")
     return value
 
 
@@ -403,7 +405,7 @@ def _check_numbers(value, url: str, where: str = "") -> None:
         for index, item in enumerate(value):
             _check_numbers(item, url, f"{where}[{index}]")
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not (math.isfinite(value) and abs(value) <= MAX_DOCUMENT_NUMBER):
+        if not (abs(value) <= MAX_DOCUMENT_NUMBER and (isinstance(value, int) or math.isfinite(value))):
             raise ManifestError(url, where, f"is {value}, not a number a lake document holds "
                                             f"(finite, at most {MAX_DOCUMENT_NUMBER:,} in magnitude)")
 

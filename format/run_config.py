@@ -25,10 +25,10 @@ def komi_problem(komi: float) -> str | None:
 
     A multiple of 0.5, because area scoring makes any other fraction pointless;
     within +-schema.MAX_KOMI, because it is stored as float32.  The range is
-    checked first: doubling a huge float gives inf, and round(inf) raises
-    OverflowError.
+    checked first: doubling a huge float gives inf, round(inf) raises
+    OverflowError, and so does isfinite() of a JSON integer of 400 digits.
     """
-    if not (math.isfinite(komi) and abs(komi) <= schema.MAX_KOMI and komi * 2 == round(komi * 2)):
+    if not (abs(komi) <= schema.MAX_KOMI and math.isfinite(komi) and komi * 2 == round(komi * 2)):
         return f"must be a multiple of 0.5 in [-{schema.MAX_KOMI:g}, {schema.MAX_KOMI:g}], got {komi}"
     return None
 

@@ -112,7 +112,7 @@ def resolve_strategy(config: TrainConfig) -> ResolvedStrategy:
         except AcceleratorMissing as exc:
             if config.strategy == "tpu":
                 raise
-            log.warning("%s; trying GPUs", exc)
+            log.warning("--strategy auto: no TPU came up at %r (%s); trying GPUs", tpu, exc.detail)
     if config.strategy == "gpu" and not gpus:
         raise AcceleratorMissing("--strategy gpu", "gpu")
     if config.strategy == "mirrored" or (config.strategy in ("auto", "gpu") and len(gpus) > 1):

@@ -385,7 +385,9 @@ class TrainingRun:
     def _checked_framing(self, window: Window, files: list[str]) -> None:
         """Each shard's framing, checked in bounded memory before tf.data reads it
         (format.tfrecord.check_gzip_frames: tf.data would allocate whatever a length field
-        says).  A file that fails is the window's damage, named by its lake path."""
+        says).  A file that fails is the window's damage, named by its lake path.  In stage
+        mode the staged copy is read; without a stage each shard is read from the lake once
+        more (a window's shards are tens of MB, read once per window)."""
         for path, file in zip(window.shards, files):
             if self.stage:
                 with open(file, "rb") as handle:

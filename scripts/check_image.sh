@@ -61,8 +61,8 @@ if [[ ! -x "$BASE/usr/bin/python3" ]]; then
         || { tail -20 "$WORK/debootstrap.log"; exit 1; }
     cp /etc/resolv.conf "$BASE/etc/resolv.conf"
     mkdir -p "$BASE/etc/zerolake-check"
-    # This workplace reaches package registries through its own CA bundle and pip index (a real
-    # build reaches PyPI directly): both are copied in, as the VM check does.
+    # The host's CA bundle and pip settings, so that the build reaches the same package index
+    # the host does (as scripts/check_vm_startup.sh does for its root).
     cp /etc/ssl/certs/ca-certificates.crt "$BASE/etc/zerolake-check/ca-bundle.crt"
     [[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$BASE/etc/pip.conf"
     mount_system "$BASE"

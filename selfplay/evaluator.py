@@ -180,11 +180,10 @@ class AcceleratorMissing(ValueError):
                      "build; on a VM, check the NVIDIA driver with nvidia-smi",
               "tpu": "run on a Cloud TPU VM set up with scripts/setup.sh --accelerator tpu"}
 
-    def __init__(self, flag: str, kind: str, detail: str = ""):
-        super().__init__(f"{flag}: TensorFlow sees no {kind.upper()} on this machine"
+    def __init__(self, flag: str, kind: str, detail: str = "", where: str = "on this machine"):
+        super().__init__(f"{flag}: TensorFlow sees no {kind.upper()} {where}"
                          f"{f' ({detail})' if detail else ''}; {self.REMEDY[kind]}")
-        self.flag = flag
-        self.kind = kind
+        self.flag, self.kind, self.detail = flag, kind, detail
 
 
 def configure_accelerator(device: str = "") -> Placement:
@@ -253,7 +252,8 @@ def connect_tpu(address: str, flag: str):
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)
     except (ValueError, RuntimeError, tf.errors.OpError) as exc:
-        raise AcceleratorMissing(flag, "tpu", f"{address or 'no address'}: {exc}") from None
+        where = "on this machine" if address in ("", "local") else f"at {address}"
+        raise AcceleratorMissing(flag, "tpu", str(exc), where) from None
 
 
 # ---- fixed-shape inference ------------------------------------------------

@@ -72,8 +72,18 @@ def _subcommand(build_parser, command: str, *required: str):
 
 
 def _deploy_subcommand(command: str, *required: str):
+    """deploy down / status, parsed and then checked as their main() checks them (down: the deployment's
+    config; status: the storage retry flags)."""
     from cloud.deploy import __main__ as deploy
-    return _subcommand(deploy.build_parser, command, *required)
+    from cloud.deploy.config import DeployConfig
+    from format.cli import config_from_namespace, storage_retry
+    parser, _ = _subcommand(deploy.build_parser, command, *required)
+
+    def parse(argv):
+        full = deploy.build_parser()
+        args = full.parse_args([command, *required, *argv])
+        return config_from_namespace(DeployConfig, args, full) if command == "down" else storage_retry(args, full)
+    return parser, parse
 
 
 def _inspect(command: str, *required: str):

@@ -149,8 +149,8 @@ def test_an_expired_claim_of_a_killed_follower_is_taken_over(tmp_path):
     stray = layout.shard_path(1, layout.shard_name(attempt, 0, 1))
     storage.write_replace(stray, b"x")
     storage.write_replace(layout.game_table_path(1, layout.game_table_name(attempt)), b"x")  # its table, too
-    # No sleep-and-look here for "nothing published": below, the second follower must publish window 1
-    # itself (it would find it published otherwise), under an attempt other than the killed one.
+    # That nothing publishes window 1 now is shown below: the second follower must publish it itself
+    # (it would find it published otherwise), under an attempt other than the killed one.
     events = str(tmp_path / "b.jsonl")
     second = start_follower(root, events, "--claim-seconds", "3")
     try:

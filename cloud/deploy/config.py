@@ -131,9 +131,10 @@ class DeployConfig:
                                    "its region")
     trainer_zone: str = _field("", "zone of the trainer ('' = --zone): each TPU generation exists in a few zones "
                                    "only (see docs/deploy.md)")
-    check_zones: bool = _field(True, "refuse a TPU or GPU type that the dated table in cloud/deploy/zones.py "
-                                     "does not list in its role's zone; --no-check-zones trusts the zone (the "
-                                     "plan still asks gcloud, live, before creating anything)")
+    check_zones: bool = _field(True, "refuse a TPU type that the dated table in cloud/deploy/zones.py does "
+                                     "not list in its role's zone (GPU types are checked live only); "
+                                     "--no-check-zones trusts the zone (the plan still asks gcloud, live, "
+                                     "before creating anything)")
     name: str = _field("zerolake", "deployment name: prefix of VM names, label value, service account name")
     # --- workers ---
     workers: int = _field(0, "self-play worker VMs", at_least=0)
