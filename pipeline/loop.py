@@ -90,14 +90,16 @@ LOSS_FIELDS = {"loss": "loss", "policy_loss": "policy", "value_loss": "value", "
 
 DEMO_GENERATIONS = 3
 """Generations of a --minutes run (the 15-minute demo) unless --generations says otherwise."""
-LONG_RUN = {"selfplay_seconds": 300.0, "final_gnugo_games": 40, "final_gnugo_visits": 256, "eval_every": 4}
+LONG_RUN = {"selfplay_seconds": 150.0, "final_gnugo_games": 40, "final_gnugo_visits": 256, "eval_every": 4}
 """The long-run mode's (--hours) settings where the loop's flags say auto.
 
-* Self-play 300 s a generation: about 110-170k 9x9 positions with the default
-  4x32 network on 2 cores, so a generation's training (500 steps of 256, about
-  100 s) reads each new position about 0.75 times and the trainer takes about a
-  quarter of the machine; shuffle, training and evaluation add about 2.5
-  minutes, so 2 hours give about 15 generations.
+* Self-play 150 s a generation: about 250-400k 9x9 positions with the loop's
+  Gumbel search at 16/4 simulations (`LOOP_SEARCH`) and the default 4x32
+  network on 2 cores; a generation's training (500 steps of 256, about 50 s)
+  then comes twice as often as at 300 s, which won the A/B of
+  docs/results.md ("A/B: Gumbel self-play at 16/4 simulations") together
+  with the search; shuffle, training and evaluation add about 1.5 minutes,
+  so 2 hours give about 25 generations.
 * Evaluation against random moves every 4th generation (and the first): each
   costs about 20 s, 4% of a two-hour run if done every generation, to learn
   again that a model beats random moves; every 4th keeps it near 1%.
@@ -112,6 +114,14 @@ GNUGO_GAME_SECONDS = (1.5, 0.025)
 rounded up from measured games (1.7 s at 32 visits, 6 s at 256)."""
 PHASE_CHILD = {"selfplay": "worker", "shuffle": "window", "train": "train", "evaluate": "evaluate"}
 """What each phase's child is, for its stop grace (pipeline.launcher.STOP_GRACE_SECONDS)."""
+LOOP_SEARCH = {"gumbel": True, "visits": 16, "fast_visits": 4}
+"""The self-play search of the one-machine loop (its worker's defaults; ``--worker-*`` flags override
+them): a Gumbel root with sequential halving at 16 simulations for a move with a policy target and 4
+for the others.  On 2 cores it makes about 3x the positions an hour that PUCT at 64/16 makes, and its
+runs beat PUCT's by +173..+246 Elo in the A/B of docs/results.md.  The worker's own defaults (PUCT
+at 64/16, `selfplay.config.WorkerConfig`) stay what many-machine deployments run: the A/B measured
+this machine's network and budget, not theirs."""
+
 # Short flags the loop accepts beside the composed --worker-* and --train-* ones (--visits for
 # --worker-visits, ...): the names its users typed before the roles' configs were composed in.
 WORKER_ALIASES = {"games": ("--games-at-once",), "visits": ("--visits",), "fast_visits": ("--fast-visits",)}
@@ -165,7 +175,7 @@ class LoopConfig:
                       "time and events of each generation's worker",
         shared=("root", "board_size", "komi"),
         managed=("seed", "worker_id", "max_seconds", "max_positions", "events"),
-        aliases=WORKER_ALIASES, games=64, progress_seconds=15.0)
+        aliases=WORKER_ALIASES, games=64, progress_seconds=15.0, **LOOP_SEARCH)
     shuffle: ShuffleConfig = role_setting(
         ShuffleConfig, "the shuffle job (python -m pipeline.shuffle's flags); the loop sets its seed and runs "
                        "one window per generation (no follow mode)",

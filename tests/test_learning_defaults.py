@@ -194,11 +194,24 @@ def test_the_long_run_mode_resolves_its_auto_settings(tmp_path):
     assert loop.final_eval_seconds() - Loop(demo, storage=None).final_eval_seconds() >= 300
     # What the end of the budget must also hold: the closing matches and this generation's other phases.
     reserved = loop.final_eval_seconds() + sum(loop.phase_seconds.values())
-    loop.deadline = loop.status.started + reserved + 200  # near the end the last generation is cut short...
-    assert 150 <= loop.selfplay_seconds(7) <= 200
-    loop.deadline = loop.status.started + reserved + 100  # ...but never below half a generation: stop instead
+    full = LONG_RUN["selfplay_seconds"]
+    loop.deadline = loop.status.started + reserved + 0.8 * full   # near the end the last generation is cut...
+    assert full / 2 <= loop.selfplay_seconds(7) < full
+    loop.deadline = loop.status.started + reserved + 0.4 * full   # ...but never below half a generation
     assert loop.selfplay_seconds(7) == 0
     assert Loop(LoopConfig(root=root, hours=2, selfplay_seconds=60), storage=None).selfplay_seconds(0) == 60
+
+
+def test_the_loop_self_plays_with_its_own_search_and_flags_override_it(tmp_path):
+    from pipeline import loop as L
+
+    root = str(tmp_path / "lake")
+    config = L.CLI.parse(["--root", root])[0]
+    assert {name: getattr(config.worker, name) for name in L.LOOP_SEARCH} == L.LOOP_SEARCH
+    assert WorkerConfig(root=root).gumbel is False          # the worker's own defaults are not the loop's
+    config = L.CLI.parse(["--root", root, "--no-worker-gumbel", "--worker-visits", "64",
+                          "--worker-fast-visits", "16"])[0]
+    assert (config.worker.gumbel, config.worker.visits, config.worker.fast_visits) == (False, 64, 16)
 
 
 def test_the_summary_names_the_closing_opponents_and_the_gnugo_visits():
