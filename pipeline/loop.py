@@ -117,8 +117,9 @@ PHASE_CHILD = {"selfplay": "worker", "shuffle": "window", "train": "train", "eva
 LOOP_SEARCH = {"gumbel": True, "visits": 16, "fast_visits": 4}
 """The self-play search of the one-machine loop (its worker's defaults; ``--worker-*`` flags override
 them): a Gumbel root with sequential halving at 16 simulations for a move with a policy target and 4
-for the others.  On 2 cores it makes about 3x the positions an hour that PUCT at 64/16 makes, and its
-runs beat PUCT's by +173..+246 Elo in the A/B of docs/results.md.  The worker's own defaults (PUCT
+for the others.  On 2 cores it makes about 3x the positions an hour that PUCT at 64/16 makes, and with
+150 s of self-play a generation its 30-minute runs beat PUCT's by +198 Elo [+158, +238] in the A/B of
+docs/results.md ("A/B: Gumbel self-play at 16/4 simulations").  The worker's own defaults (PUCT
 at 64/16, `selfplay.config.WorkerConfig`) stay what many-machine deployments run: the A/B measured
 this machine's network and budget, not theirs."""
 

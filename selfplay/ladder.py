@@ -327,8 +327,6 @@ def _ladder_game(document: dict) -> LadderGame:
     if values["winner"] not in (schema.BLACK, schema.WHITE, schema.EMPTY):
         raise ValueError(f"winner is {values['winner']}, not {schema.BLACK} (Black), {schema.WHITE} (White) "
                          f"or {schema.EMPTY} (a draw)")
-    if {values["black"], values["white"]} != {values["a"], values["b"]}:
-        raise ValueError("black and white are not the pairing's players a and b")
     return LadderGame(**values)
 
 
