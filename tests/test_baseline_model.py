@@ -1,8 +1,9 @@
-"""The baseline two-hour run's final model, published in the repository as a mini-lake.
+"""The two-hour runs' final models, published in the repository as mini-lakes.
 
-docs/baseline-2026-11-25/ holds run.json, models/LATEST and models/000016/, so that anyone can replay
-the claim (`python -m selfplay.match model:docs/baseline-2026-11-25/ gnugo:1 --games 100 --visits 256`).
-These tests keep that mini-lake loadable by the registry and show, on a trained network (the int8
+docs/baseline-2026-11-25/ holds run.json, models/LATEST and models/000016/ (docs/record-2026-11-25/ the
+same with generation 21), so that anyone can replay the claim (`python -m selfplay.match
+model:docs/baseline-2026-11-25/ gnugo:1 --games 100 --visits 256`).
+These tests keep those mini-lakes loadable by the registry and show, on a trained network (the int8
 gate refused this generation's copy), that the float32 OpenVINO network a CPU worker then runs is the
 same function as TensorFlow's.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import pathlib
 
 import numpy as np
+import pytest
 
 from cloud.storage import open_storage
 from format import registry
@@ -20,15 +22,17 @@ from selfplay.match import main as match_main
 from selfplay.openvino_evaluator import OpenVinoEvaluator, make_evaluator
 from testdata.models import random_game_planes
 
-BASELINE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "baseline-2026-11-25"
+DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
+BASELINE = DOCS / "baseline-2026-11-25"
 
 
-def test_the_baseline_mini_lake_loads_as_a_lake(tmp_path):
-    storage = open_storage(str(BASELINE))
-    assert registry.latest_generation(storage) == 16
+@pytest.mark.parametrize("folder, generation", [("baseline-2026-11-25", 16), ("record-2026-11-25", 21)])
+def test_a_published_mini_lake_loads_as_a_lake(tmp_path, folder, generation):
+    storage = open_storage(str(DOCS / folder))
+    assert registry.latest_generation(storage) == generation
     run = read_run_config(storage)
     assert (run.board_size, run.komi) == (9, 7.5)
-    model = registry.load_model(storage, 16, cache_dir=str(tmp_path / "cache"))
+    model = registry.load_model(storage, generation, cache_dir=str(tmp_path / "cache"))
     assert model.board_size == 9 and model.metadata["network"]["blocks"] == 4
 
 
