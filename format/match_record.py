@@ -72,7 +72,8 @@ class MatchRecord:
     (two GNU Go processes, MCTS without sampled openings) can repeat a game exactly;
     a repeat is no new evidence, so a rating should count distinct games."""
     visits: int | None = None
-    """A's simulations a move, as the loop asked for them (None: the match's default)."""
+    """The searching players' simulations a move, as the match or the loop asked for them (None: no
+    visit limit, or a record that did not say)."""
     game_results: tuple[MatchGame, ...] | None = None
     """Each game, or None when the record keeps the totals only."""
 

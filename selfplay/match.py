@@ -485,9 +485,10 @@ def _run(config: MatchConfig, log: Callable[[str], None], retry, cache, events=N
 
         openings = (random_openings((config.games + 1) // 2, config.paired_openings, board_size, komi,
                                     config.seed) if config.paired_openings else ())
-        return evaluate(players[0], players[1], config.games, board_size, komi,
-                        max_moves=config.max_moves, parallel_games=config.parallel_games,
-                        sgf_dir=config.sgf_dir, openings=openings, on_game=on_game)
+        result = evaluate(players[0], players[1], config.games, board_size, komi,
+                          max_moves=config.max_moves, parallel_games=config.parallel_games,
+                          sgf_dir=config.sgf_dir, openings=openings, on_game=on_game)
+        return dataclasses.replace(result, visits=config.visits)    # the record says how it was played
     finally:
         for player in players:
             player.close()

@@ -53,7 +53,8 @@ def test_a_cpu_worker_runs_the_trained_baseline_through_openvino_as_tensorflow_d
 
 def test_the_baseline_beats_random_moves_through_the_match_command(capsys):
     assert match_main([f"model:{BASELINE}", "random", "--games", "2", "--visits", "8", "--json"]) == 0
-    assert '"wins": 2' in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert '"wins": 2' in out and '"visits": 8' in out         # the record says how it was played
 
 
 def test_the_int8_copy_of_the_trained_baseline_passes_the_trainers_gate(tmp_path):
