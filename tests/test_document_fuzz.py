@@ -203,7 +203,7 @@ def test_a_closing_match_record_with_any_hostile_number_is_a_named_error(data):
 def _ladder_line() -> dict:
     return {"a": "gen:1", "b": "random", "black": "random", "conditions": "9x9 komi 7.5 visits 64 opening 4 cap 0",
             "digest": "3dcd256d69c3aec6", "end_reason": "two-passes", "index": 9, "moves": 75,
-            "pairing": "gen-1_vs_random", "score": -20.5, "sgf": "report/ladder/games/gen-1_vs_random/00009.sgf",
+            "pairing": "gen-1_vs_random", "score": -20.5, "sgf": layout.ladder_game_sgf("gen-1_vs_random", 9),
             "time": 1795583308.730546, "version": 1, "white": "gen:1", "winner": -1}
 
 
