@@ -4,15 +4,16 @@ This module is the codec's public surface; the code lives in three modules,
 one concern each:
 
 * `format.game_records`: game records and chunks;
-* `format.position_records`: position records and shards: version 1 one
-  position at a time, versions 2 and 3 (what the shuffle job writes) in
-  groups of compact positions;
+* `format.position_records`: position records and shards: versions 2 and 3
+  (what the shuffle job writes) in groups of compact positions, and the one
+  decoder of every version;
 * `format.game_table`: a version-3 window's game table (each game's
   ownership label and generation, once per game);
-* `format.position_wire`: a batched version-1 encoder, which writes
-  protobuf wire bytes directly (byte-identical to the reference); nothing in
-  production writes version 1, so only bench/train.py's version comparison
-  and the tests of older windows call it;
+* `format.legacy.version1`: version 1 (one assembled position a record),
+  the version before groups: its reference encoder and a batched one that
+  writes protobuf wire bytes directly (byte-identical).  Nothing in
+  production writes version 1; bench/train.py's version comparison and the
+  tests of older windows do;
 * `format.group_wire`: the same for versions 2 and 3 (`encode_groups`,
   byte-identical to `encode_position_groups`), what the shuffle job uses;
 
@@ -61,7 +62,6 @@ from format.position_records import (
     colour_codes,
     decode_position,
     decode_records,
-    encode_position,
     encode_position_groups,
     encode_shard,
     pack_trits,
@@ -69,7 +69,7 @@ from format.position_records import (
     read_shard,
     unpack_trits,
 )
-from format.position_wire import encode_positions, encode_positions_framed
+from format.legacy.version1 import encode_position, encode_positions, encode_positions_framed
 from format.group_wire import encode_groups
 
 __all__ = [

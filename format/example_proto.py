@@ -8,6 +8,9 @@ types copied from ``tensorflow/core/example/{example,feature}.proto``) in a
 private descriptor pool.  The wire bytes are identical to TensorFlow's; a
 test parses our bytes with ``tf.io.parse_example`` to prove it.
 
+`varint` is the wire format's integer, for the writers that emit protobuf
+wire bytes directly (format.group_wire, format.legacy.version1).
+
 A private pool (not the default one) keeps this from clashing with
 TensorFlow's own registration of ``tensorflow.Example`` when both are loaded
 in one process.
@@ -63,3 +66,14 @@ _POOL.Add(_file_descriptor())
 
 Example = message_factory.GetMessageClass(_POOL.FindMessageTypeByName("tensorflow.Example"))
 Feature = message_factory.GetMessageClass(_POOL.FindMessageTypeByName("tensorflow.Feature"))
+
+
+def varint(value: int) -> bytes:
+    """One int64 as a protobuf varint (negatives as 10-byte two's complement, as protobuf writes them)."""
+    value &= 0xFFFFFFFFFFFFFFFF  # int64 negatives are 10-byte two's complement
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -25,19 +25,8 @@ import numpy as np
 
 from format import schema
 from format.example_fields import set_int64
-from format.example_proto import Example
+from format.example_proto import Example, varint
 from format.position_records import CompactPositions, _index_deltas, _target_columns, _targets_rows
-
-
-def varint(value: int) -> bytes:
-    """One int64 as a protobuf varint (negatives as 10-byte two's complement, as protobuf writes them)."""
-    value &= 0xFFFFFFFFFFFFFFFF  # int64 negatives are 10-byte two's complement
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 _SMALL_VARINTS = [varint(v) for v in range(1 << 14)]

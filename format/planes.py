@@ -11,9 +11,10 @@ bit on the same positions of many legal games (9x9 and 19x19):
 * `pipeline.positions.history_planes` (compiled in pipeline/_history.pyx,
   constants from format/planes.pxd): channels 0-15 of every position of
   whole games, bit-packed for position records.
-* `format.tfdata.PositionDecoder`: position records -> float32
-  [B, N, N, 17] under one of the 8 symmetries, for training.
-* `format.codec.decode_position`: a record's packed channels as uint8
+* `format.tfdata.GroupDecoder` (and, for version-1 records,
+  `format.legacy.tfdata_version1.PositionDecoder`): position records ->
+  float32 [B, N, N, 17] under one of the 8 symmetries, for training.
+* `format.codec.decode_records`: each position's channels 0-15 as uint8
   [16, N, N] (inspection, tests).
 * `selfplay.playouts.playout_values` (the value of
   `selfplay.player.PlayoutEvaluator`): reads the position at t back out of

@@ -2,11 +2,9 @@
 
 Three versions, all decoded here and by format.tfdata:
 
-* **version 1**: one assembled position per record (16 bit-packed history
-  planes, sparse float policy, int8 ownership, float targets, game id).
-  `encode_position` is its reference encoder; the batched
-  `format.position_wire` writes byte-identical records.  Kept so that
-  existing windows stay readable (and for bench/train.py's comparison).
+* **version 1**: one assembled position per record, the version before
+  groups.  Its encoders and its field decoding are `format.legacy.version1`
+  (nothing in production writes it); `decode_records` reads it through there.
 * **version 2**: a *group* of up to
   ``schema.POSITION_GROUP`` positions per record, stored column by column at
   about what a chunk costs: the board at t in base 3 (5 points a byte), the
@@ -52,7 +50,8 @@ from format.tfrecord import (
     frame_records,
     iter_framed_records,
 )
-from format.example_fields import FeatureReader, FormatError, parse_example, set_bytes, set_float, set_int64
+from format.example_fields import FeatureReader, FormatError, parse_example, set_bytes, set_int64
+from format.legacy import version1
 
 # --------------------------------------------------------------------------
 # Position records
@@ -85,32 +84,6 @@ class PositionRecord:
     version: int = 1
     game: int = -1
     """Versions 2 and 3: the game's index in the window's game table (the manifest's ``games``); -1 in version 1."""
-
-
-def encode_position(
-    *, board_size: int, planes_packed: bytes, to_play: int, policy_index, policy_prob,
-    value: float, score: float, ownership_int8: bytes, policy_weight: float, value_weight: float,
-    ownership_weight: float, score_weight: float, game_id: str, move_number: int, generation: int,
-) -> bytes:
-    """Serialize one position record.  Inputs are already in at-rest form."""
-    ex = Example()
-    set_int64(ex, schema.P_VERSION, [1])
-    set_int64(ex, schema.P_BOARD_SIZE, [board_size])
-    set_bytes(ex, schema.P_PLANES, bytes(planes_packed))
-    set_int64(ex, schema.P_TO_PLAY, [to_play])
-    set_int64(ex, schema.P_POLICY_INDEX, policy_index)
-    set_float(ex, schema.P_POLICY_PROB, policy_prob)
-    set_float(ex, schema.P_VALUE, [value])
-    set_float(ex, schema.P_SCORE, [score])
-    set_bytes(ex, schema.P_OWNERSHIP, bytes(ownership_int8))
-    set_float(ex, schema.P_POLICY_WEIGHT, [policy_weight])
-    set_float(ex, schema.P_VALUE_WEIGHT, [value_weight])
-    set_float(ex, schema.P_OWNERSHIP_WEIGHT, [ownership_weight])
-    set_float(ex, schema.P_SCORE_WEIGHT, [score_weight])
-    set_bytes(ex, schema.P_GAME_ID, game_id.encode())
-    set_int64(ex, schema.P_MOVE_NUMBER, [move_number])
-    set_int64(ex, schema.P_GENERATION, [generation])
-    return ex.SerializeToString(deterministic=True)
 
 
 def decode_position(data: bytes, source: str = "<bytes>") -> PositionRecord:
@@ -151,40 +124,7 @@ def decode_records(data: bytes, source: str = "<bytes>", games: Sequence[str] | 
         raise r.error(schema.P_BOARD_SIZE, f"impossible board size {n}")
     if version >= 2:
         return _decode_group(r, n, games, version, table)
-    return [_decode_v1(r, n)]
-
-
-def _decode_v1(r: FeatureReader, n: int) -> PositionRecord:
-    version = 1
-    raw = r.bytes(schema.P_PLANES)
-    expected = schema.packed_plane_bytes(n, schema.PACKED_PLANES)
-    if len(raw) != expected:
-        raise r.error(schema.P_PLANES, f"has {len(raw)} bytes, expected {expected}")
-    planes = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), count=schema.PACKED_PLANES * n * n,
-                           bitorder="big").reshape(schema.PACKED_PLANES, n, n)
-    to_play = r.int(schema.P_TO_PLAY)
-    if to_play not in (schema.BLACK, schema.WHITE):
-        raise r.error(schema.P_TO_PLAY, f"impossible colour {to_play}")
-    index = r.ints(schema.P_POLICY_INDEX)
-    prob = r.floats(schema.P_POLICY_PROB)
-    if len(index) != len(prob):
-        raise r.error(schema.P_POLICY_PROB, f"{len(prob)} probabilities for {len(index)} indices")
-    if len(index) and (index.min() < 0 or index.max() > n * n):
-        raise r.error(schema.P_POLICY_INDEX, f"index outside 0..{n * n}")
-    if len(prob) and abs(float(prob.sum()) - 1.0) > schema.POLICY_SUM_TOLERANCE:
-        raise r.error(schema.P_POLICY_PROB, f"sums to {float(prob.sum()):.4f}, far from 1")
-    own_raw = r.bytes(schema.P_OWNERSHIP)
-    if len(own_raw) != n * n:
-        raise r.error(schema.P_OWNERSHIP, f"has {len(own_raw)} bytes, expected {n * n}")
-    ownership = np.frombuffer(own_raw, dtype=np.int8).astype(np.float32) / schema.OWNERSHIP_SCALE
-    return PositionRecord(
-        board_size=n, planes=planes, to_play=to_play, policy_index=index, policy_prob=prob,
-        value=r.float(schema.P_VALUE), score=r.float(schema.P_SCORE), ownership=ownership,
-        policy_weight=r.float(schema.P_POLICY_WEIGHT), value_weight=r.float(schema.P_VALUE_WEIGHT),
-        ownership_weight=r.float(schema.P_OWNERSHIP_WEIGHT), score_weight=r.float(schema.P_SCORE_WEIGHT),
-        game_id=r.text(schema.P_GAME_ID), move_number=r.int(schema.P_MOVE_NUMBER),
-        generation=r.int(schema.P_GENERATION), version=version,
-    )
+    return [PositionRecord(**version1.decode_fields(r, n))]
 
 
 def encode_shard(records: Sequence[bytes]) -> bytes:

@@ -42,8 +42,9 @@ from format import layout
 from format import codec
 from format import planes
 from format import schema
+from format.legacy.tfdata_version1 import PositionDecoder
 from format.symmetry import NUM_SYMMETRIES, apply_symmetry_nhwc
-from format.tfdata import GroupDecoder, PositionDecoder, training_dataset
+from format.tfdata import GroupDecoder, training_dataset
 from format.tfrecord import decompress_for, iter_framed_records
 from pipeline import labels as L
 from pipeline import positions as P

@@ -11,8 +11,9 @@ import tensorflow as tf
 
 from format import schema
 from format.codec import encode_position, encode_shard
+from format.legacy.tfdata_version1 import PositionDecoder
 from format.symmetry import apply_symmetry_nhwc, apply_symmetry_to_policy, symmetry_permutations
-from format.tfdata import PositionDecoder, training_dataset
+from format.tfdata import training_dataset
 
 BOARD_SIZES = [9, 19]
 

@@ -1,9 +1,20 @@
-"""Batched encoder of version-1 position records: protobuf wire bytes written directly.
+"""Version-1 position records: one assembled training example a record.
 
-See the comment below for why: one protobuf message per position costs
-~15 us in Python, so a batch of positions is written straight in the wire
-format with numpy gathers, byte-identical to `format.position_records`'
-encode_position (a test parses both to equal messages).
+The shuffle job wrote this version before groups of compact positions
+(version 2, then 3, format/SPEC.md "Shards") replaced it; nothing in
+production writes it now.  It stays readable so that a window an earlier
+release wrote still trains, and `bench/train.py` writes it to measure what
+the group versions gained.  A record holds the 16 input planes bit-packed
+(plane-major, most significant bit first), the sparse float policy, int8
+ownership, the float targets and weights, and the game id.
+
+Data flow::
+
+    encode_position() (reference, one protobuf message)  \
+    encode_positions() / encode_positions_framed()        -> records, byte-identical
+        (batched: protobuf wire bytes written with numpy gathers)
+    record --format.position_records.decode_records()--> decode_fields() --> PositionRecord
+    shard --format.tfdata.training_dataset()--> format.legacy.tfdata_version1.PositionDecoder --> batch
 """
 from __future__ import annotations
 
@@ -12,12 +23,82 @@ from typing import Sequence
 import numpy as np
 
 from format import schema
-from format.group_wire import varint
+from format.example_fields import FeatureReader, set_bytes, set_float, set_int64
+from format.example_proto import Example, varint
 from format.tfrecord import (
     gather_segments,
     fill_data_crcs,
     frame_header,
 )
+
+VERSION = 1
+
+
+def encode_position(
+    *, board_size: int, planes_packed: bytes, to_play: int, policy_index, policy_prob,
+    value: float, score: float, ownership_int8: bytes, policy_weight: float, value_weight: float,
+    ownership_weight: float, score_weight: float, game_id: str, move_number: int, generation: int,
+) -> bytes:
+    """Serialize one position record, one protobuf message (the reference the batched writer matches).
+
+    Inputs are already in at-rest form.
+    """
+    ex = Example()
+    set_int64(ex, schema.P_VERSION, [VERSION])
+    set_int64(ex, schema.P_BOARD_SIZE, [board_size])
+    set_bytes(ex, schema.P_PLANES, bytes(planes_packed))
+    set_int64(ex, schema.P_TO_PLAY, [to_play])
+    set_int64(ex, schema.P_POLICY_INDEX, policy_index)
+    set_float(ex, schema.P_POLICY_PROB, policy_prob)
+    set_float(ex, schema.P_VALUE, [value])
+    set_float(ex, schema.P_SCORE, [score])
+    set_bytes(ex, schema.P_OWNERSHIP, bytes(ownership_int8))
+    set_float(ex, schema.P_POLICY_WEIGHT, [policy_weight])
+    set_float(ex, schema.P_VALUE_WEIGHT, [value_weight])
+    set_float(ex, schema.P_OWNERSHIP_WEIGHT, [ownership_weight])
+    set_float(ex, schema.P_SCORE_WEIGHT, [score_weight])
+    set_bytes(ex, schema.P_GAME_ID, game_id.encode())
+    set_int64(ex, schema.P_MOVE_NUMBER, [move_number])
+    set_int64(ex, schema.P_GENERATION, [generation])
+    return ex.SerializeToString(deterministic=True)
+
+
+def decode_fields(r: FeatureReader, n: int) -> dict:
+    """One version-1 record's fields, validated, as `format.position_records.PositionRecord`'s keywords.
+
+    ``r`` reads the parsed record (its version and board size ``n`` already
+    checked by the caller); an inconsistent field raises FormatError naming it.
+    """
+    raw = r.bytes(schema.P_PLANES)
+    expected = schema.packed_plane_bytes(n, schema.PACKED_PLANES)
+    if len(raw) != expected:
+        raise r.error(schema.P_PLANES, f"has {len(raw)} bytes, expected {expected}")
+    planes = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), count=schema.PACKED_PLANES * n * n,
+                           bitorder="big").reshape(schema.PACKED_PLANES, n, n)
+    to_play = r.int(schema.P_TO_PLAY)
+    if to_play not in (schema.BLACK, schema.WHITE):
+        raise r.error(schema.P_TO_PLAY, f"impossible colour {to_play}")
+    index = r.ints(schema.P_POLICY_INDEX)
+    prob = r.floats(schema.P_POLICY_PROB)
+    if len(index) != len(prob):
+        raise r.error(schema.P_POLICY_PROB, f"{len(prob)} probabilities for {len(index)} indices")
+    if len(index) and (index.min() < 0 or index.max() > n * n):
+        raise r.error(schema.P_POLICY_INDEX, f"index outside 0..{n * n}")
+    if len(prob) and abs(float(prob.sum()) - 1.0) > schema.POLICY_SUM_TOLERANCE:
+        raise r.error(schema.P_POLICY_PROB, f"sums to {float(prob.sum()):.4f}, far from 1")
+    own_raw = r.bytes(schema.P_OWNERSHIP)
+    if len(own_raw) != n * n:
+        raise r.error(schema.P_OWNERSHIP, f"has {len(own_raw)} bytes, expected {n * n}")
+    ownership = np.frombuffer(own_raw, dtype=np.int8).astype(np.float32) / schema.OWNERSHIP_SCALE
+    return dict(
+        board_size=n, planes=planes, to_play=to_play, policy_index=index, policy_prob=prob,
+        value=r.float(schema.P_VALUE), score=r.float(schema.P_SCORE), ownership=ownership,
+        policy_weight=r.float(schema.P_POLICY_WEIGHT), value_weight=r.float(schema.P_VALUE_WEIGHT),
+        ownership_weight=r.float(schema.P_OWNERSHIP_WEIGHT), score_weight=r.float(schema.P_SCORE_WEIGHT),
+        game_id=r.text(schema.P_GAME_ID), move_number=r.int(schema.P_MOVE_NUMBER),
+        generation=r.int(schema.P_GENERATION), version=VERSION,
+    )
+
 
 # --------------------------------------------------------------------------
 # Batched position encoder
@@ -258,7 +339,7 @@ def _position_gather(
     body.fixed(floats(value_weight), 4)
     body.const(float_prefix(schema.P_VALUE))
     body.fixed(floats(value), 4)
-    body.const(_entry(schema.P_VERSION, _feature_ints(varint(1))))  # this encoder writes version 1
+    body.const(_entry(schema.P_VERSION, _feature_ints(varint(VERSION))))
 
     # Example.features (field 1) wraps the body: its tag and length go in
     # front, one entry per distinct body length.

@@ -1,0 +1,19 @@
+"""The older record versions: what reads (and, for benches and tests, writes) them.
+
+Production writes version-3 position records (format.position_records,
+format.group_wire).  Windows written by an earlier release hold version 1:
+one assembled position a record.  Everything that is version 1 only lives
+here, so the production modules hold no branch of their own for it:
+
+* `format.legacy.version1`: its encoders (the reference and a batched wire
+  writer) and its field decoding, numpy only;
+* `format.legacy.tfdata_version1`: its tf.data decoder, which needs
+  TensorFlow (so the numpy tools need not import it).
+
+`format.position_records.decode_records` and `format.tfdata.training_dataset`
+pick the version from a record and hand version 1 to these modules.
+Version 2 is version 3 with two more columns (each position's ownership and
+generation, which version 3 keeps in the window's game table): the group
+decoders read it where they read those columns, since a copy of the group
+decoder would be the larger legacy.
+"""
