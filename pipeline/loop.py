@@ -93,13 +93,14 @@ DEMO_GENERATIONS = 3
 LONG_RUN = {"selfplay_seconds": 150.0, "final_gnugo_games": 40, "final_gnugo_visits": 256, "eval_every": 4}
 """The long-run mode's (--hours) settings where the loop's flags say auto.
 
-* Self-play 150 s a generation: about 250-400k 9x9 positions with the loop's
+* Self-play 150 s a generation: about 200-400k 9x9 positions with the loop's
   Gumbel search at 16/4 simulations (`LOOP_SEARCH`) and the default 4x32
-  network on 2 cores; a generation's training (500 steps of 256, about 50 s)
-  then comes twice as often as at 300 s, which won the A/B of
-  docs/results.md ("A/B: Gumbel self-play at 16/4 simulations") together
-  with the search; shuffle, training and evaluation add about 1.5 minutes,
-  so 2 hours give about 25 generations.
+  network on 2 cores (200k on an AVX2-only EPYC, docs/results.md's record
+  run); a generation's training (500 steps of 256, 50-80 s) then comes
+  twice as often as at 300 s, which won the A/B of docs/results.md ("A/B:
+  Gumbel self-play at 16/4 simulations") together with the search; shuffle,
+  training and evaluation add 1.5-2.5 minutes, so 2 hours give 21-25
+  generations.
 * Evaluation against random moves every 4th generation (and the first): each
   costs about 20 s, 4% of a two-hour run if done every generation, to learn
   again that a model beats random moves; every 4th keeps it near 1%.
