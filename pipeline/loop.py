@@ -473,7 +473,7 @@ class Loop:
         results = []
         self.run_child("evaluate", [
             "selfplay.match", player_a, player_b, "--games", str(games),
-            "--visits", str(visits or self.config.eval_visits),     # the match's record says so itself
+            "--visits", str(visits or self.config.eval_visits),
             "--board-size", str(self.config.board_size), "--komi", str(self.config.komi), "--seed", str(seed),
             *([] if sgf_dir is None else ["--sgf-dir", sgf_dir]),
             "--events", events, *([] if self.retry is None else retry_flags_argv(self.retry))],
@@ -496,8 +496,8 @@ class Loop:
                 with open(game.sgf, "rb") as handle:
                     self.storage.write_replace(path, handle.read())
                 games.append(replace(game, sgf=path))
-        # Per-game entries are kept only where their SGFs were copied into the lake.
-        return replace(result, game_results=None if games is None else tuple(games))
+        return replace(result, visits=visits or self.config.eval_visits,
+                       game_results=None if games is None else tuple(games))
 
     def evaluate_generation(self, generation: int) -> MatchRecord:
         name = self.marker(f"eval-{layout.generation_dir(generation)}.json")
