@@ -510,6 +510,11 @@ class ModelManifest:
         """The network's board (``metadata.board_size``, checked by `parse_model_manifest`)."""
         return self.metadata["board_size"]
 
+    @property
+    def input_planes(self) -> int:
+        """The network's input width, 17 or 22 (`model_input_planes`)."""
+        return model_input_planes(self.metadata)
+
     def to_bytes(self) -> bytes:
         document = {"version": MODEL_MANIFEST_VERSION, "generation": self.generation,
                     "files": {path: {"sha256": f.sha256, "size": f.size} for path, f in self.files.items()},
@@ -522,6 +527,12 @@ class ModelManifest:
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def model_input_planes(metadata: dict) -> int:
+    """A model's input width, 17 or 22, from its manifest's ``metadata.feature_set_planes``
+    (checked by `parse_model_manifest`; 17 when absent: every model before liberty planes)."""
+    return int(metadata.get("feature_set_planes", schema.BASIC_INPUT_PLANES))
 
 
 def parse_model_manifest(data: bytes, generation: int, url: str) -> ModelManifest:
@@ -551,6 +562,10 @@ def parse_model_manifest(data: bytes, generation: int, url: str) -> ModelManifes
     if not schema.MIN_BOARD_SIZE <= metadata["board_size"] <= schema.MAX_BOARD_SIZE:
         raise ManifestError(url, "metadata.board_size", f"{metadata['board_size']} is outside "
                                                         f"{schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
+    planes = metadata.get("feature_set_planes", schema.BASIC_INPUT_PLANES)
+    if planes not in schema.INPUT_PLANE_CHOICES or isinstance(planes, bool):
+        raise ManifestError(url, "metadata.feature_set_planes", f"is {planes!r}; a model takes one of "
+                                                                f"{schema.INPUT_PLANE_CHOICES} input planes")
     _check_numbers(document, url)
     return ModelManifest(generation=generation, files=files, metadata=metadata)
 

@@ -5,7 +5,7 @@ tests/test_input_planes.py checks each one against `input_planes` bit for
 bit on the same positions of many legal games (9x9 and 19x19):
 
 * `selfplay.board.Board.features` (compiled, constants from
-  format/planes.pxd): float32 [N, N, 17] for inference; the search driver
+  format/planes.pxd): float32 [N, N, C] for inference, C = 17 or 22; the search driver
   (selfplay/driver.pyx) writes leaves into its batch with the same C routine,
   and the shuffle job's model playouts (pipeline/labels.py) call it too.
 * `pipeline.positions.history_planes` (compiled in pipeline/_history.pyx,
@@ -13,14 +13,16 @@ bit on the same positions of many legal games (9x9 and 19x19):
   whole games, bit-packed for position records.
 * `format.tfdata.GroupDecoder` (and, for version-1 records,
   `format.legacy.tfdata_version1.PositionDecoder`): position records ->
-  float32 [B, N, N, 17] under one of the 8 symmetries, for training.
+  float32 [B, N, N, C] under one of the 8 symmetries, for training
+  (version-1 records: 17 channels only).
 * `format.codec.decode_records`: each position's channels 0-15 as uint8
   [16, N, N] (inspection, tests).
 * `selfplay.playouts.playout_values` (the value of
   `selfplay.player.PlayoutEvaluator`): reads the position at t back out of
   the planes (the newest own and opponent stones and the colour plane).
 
-The layout (AlphaGo Zero's 17 planes), NHWC ``[N, N, INPUT_PLANES]``, all 0/1:
+The layout, NHWC ``[N, N, INPUT_PLANES]``, all 0/1.  The first 17 channels
+are AlphaGo Zero's planes:
 
 * channel ``OWN_STONES + age`` (0-7): the stones of the side to move at
   t - age, for age 0 .. HISTORY_LENGTH - 1;
@@ -28,6 +30,34 @@ The layout (AlphaGo Zero's 17 planes), NHWC ``[N, N, INPUT_PLANES]``, all 0/1:
   times;
 * channel ``COLOUR_PLANE`` (16): all ones when ``COLOUR_PLANE_SIDE`` (Black)
   is to move, all zeros otherwise.
+
+Then five planes of the position at t that a small network cannot work out
+in a few layers (KataGo's inputs; capturing races are where GNU Go beat the
+basic planes):
+
+* ``ON_BOARD`` (17): all ones, so that the edge differs from an empty point
+  under zero padding whoever is to move;
+* ``LIBERTIES_1``, ``LIBERTIES_2``, ``LIBERTIES_3_OR_MORE`` (18-20): the
+  stones, of either colour, whose chain has exactly 1, exactly 2, or 3 or
+  more liberties;
+* ``LEGAL`` (21): the empty points where the side to move may play under
+  the *basic* rules: not suicide, and not the immediate recapture of a
+  single-stone ko.  Positional superko's longer cycles are left out on
+  purpose: every builder works from the boards at t and t-1 alone, so all
+  of them agree, and the training reader, which sees no game line, can
+  build it too.
+
+The recapture that the ko rule forbids is found from those two boards: the
+last move put a single stone at ``m`` (opponent's at t, empty at t-1) and
+took exactly one stone of the side to move at ``k`` (own at t-1, empty at
+t), and the chain at ``m`` is that one stone with one liberty.  Playing
+``k`` would then take ``m`` and bring back the board at t-1.
+
+A model takes the first ``BASIC_INPUT_PLANES`` (17) or all
+``INPUT_PLANES`` (22) channels (``schema.INPUT_PLANE_CHOICES``; the model
+manifest's ``feature_set_planes`` says which, 17 when absent), and every
+builder takes the number of channels to write (17 unless told), so a
+17-plane model costs nothing for the planes it does not read.
 
 "Side to move" is the player to move at t, for every age: the history planes
 of a White-to-move position show White's stones in channels 0-7 even at t-1,
@@ -38,7 +68,8 @@ stones.
 
 A position record (format/SPEC.md) stores channels 0 .. PACKED_PLANES - 1,
 plane-major and bit-packed, and the side to move as a scalar from which the
-readers rebuild the colour plane, which is the last channel.
+readers rebuild the colour plane; the five planes after it are functions of
+channels 0, 1, 8 and 9, and are rebuilt too.
 
 The numbers (HISTORY_LENGTH, INPUT_PLANES, PACKED_PLANES) are part of the
 on-disk contract and live in `format.schema`, re-exported here; compiled
@@ -56,21 +87,37 @@ from format import schema
 HISTORY_LENGTH = schema.HISTORY_LENGTH
 """Board positions in the input: t, t-1, ..., t - (HISTORY_LENGTH - 1)."""
 INPUT_PLANES = schema.INPUT_PLANES
-"""Channels of the network input."""
+"""Channels of the full layout (22)."""
+BASIC_INPUT_PLANES = schema.BASIC_INPUT_PLANES
+"""Channels of AlphaGo Zero's planes (17), the first of the layout."""
 PACKED_PLANES = schema.PACKED_PLANES
-"""Channels a position record stores (all but the colour plane)."""
+"""Channels a position record stores (the stone history)."""
 
 OWN_STONES = 0
 """First channel of the side to move's stones; age k is channel OWN_STONES + k."""
 OPPONENT_STONES = OWN_STONES + HISTORY_LENGTH
 """First channel of the opponent's stones; age k is channel OPPONENT_STONES + k."""
 COLOUR_PLANE = OPPONENT_STONES + HISTORY_LENGTH
-"""Channel that says who is to move: the last one, so records can leave it out."""
+"""Channel that says who is to move: right after the stones, so records can leave it out."""
 COLOUR_PLANE_SIDE = schema.BLACK
 """The colour plane is all ones when this side is to move, else all zeros."""
+ON_BOARD = COLOUR_PLANE + 1
+"""All ones."""
+LIBERTIES_1 = ON_BOARD + 1
+"""Stones whose chain has exactly one liberty (in atari); LIBERTIES_1 + 1 two, + 2 three or more."""
+LEGAL = LIBERTIES_1 + 3
+"""Empty points where the side to move may play under the basic rules (module docstring)."""
 
 # The layout above must tile the input exactly, stone planes first.
-assert PACKED_PLANES == 2 * HISTORY_LENGTH and COLOUR_PLANE == PACKED_PLANES == INPUT_PLANES - 1
+assert PACKED_PLANES == 2 * HISTORY_LENGTH and COLOUR_PLANE == PACKED_PLANES == BASIC_INPUT_PLANES - 1
+assert LEGAL == INPUT_PLANES - 1
+
+
+def check_channels(channels: int) -> int:
+    """``channels`` if it is a width a model may take (17 or 22), else ValueError naming both."""
+    if channels not in schema.INPUT_PLANE_CHOICES:
+        raise ValueError(f"input planes must be one of {schema.INPUT_PLANE_CHOICES}, got {channels!r}")
+    return channels
 
 
 def channel_name(channel: int) -> str:
@@ -79,12 +126,91 @@ def channel_name(channel: int) -> str:
         raise ValueError(f"channel {channel} is outside 0..{INPUT_PLANES - 1}")
     if channel == COLOUR_PLANE:
         return "colour (1 = Black to move)"
+    if channel == ON_BOARD:
+        return "on board (all ones)"
+    if LIBERTIES_1 <= channel < LEGAL:
+        return ("stones with 1 liberty", "stones with 2 liberties", "stones with 3 or more liberties")[
+            channel - LIBERTIES_1]
+    if channel == LEGAL:
+        return "legal moves of the side to move (basic rules)"
     whose, age = ("own", channel - OWN_STONES) if channel < OPPONENT_STONES else ("opponent", channel - OPPONENT_STONES)
     return f"{whose} stones at t" + (f"-{age}" if age else "")
 
 
-def input_planes(history_boards: Sequence[np.ndarray], to_play: int) -> np.ndarray:
-    """The reference builder: float32 [N, N, INPUT_PLANES] for one position.
+def _neighbours(row: int, col: int, n: int):
+    for r, c in ((row - 1, col), (row, col - 1), (row, col + 1), (row + 1, col)):
+        if 0 <= r < n and 0 <= c < n:
+            yield r, c
+
+
+def chain_liberties(board: np.ndarray) -> np.ndarray:
+    """int [N, N]: the liberty count of each stone's chain (0 on empty points), by flood fill."""
+    n = board.shape[0]
+    out = np.zeros((n, n), np.int32)
+    done = np.zeros((n, n), bool)
+    for row in range(n):
+        for col in range(n):
+            if board[row, col] == schema.EMPTY or done[row, col]:
+                continue
+            colour, chain, liberties, todo = board[row, col], [], set(), [(row, col)]
+            done[row, col] = True
+            while todo:
+                point = todo.pop()
+                chain.append(point)
+                for r, c in _neighbours(*point, n):
+                    if board[r, c] == schema.EMPTY:
+                        liberties.add((r, c))
+                    elif board[r, c] == colour and not done[r, c]:
+                        done[r, c] = True
+                        todo.append((r, c))
+            for point in chain:
+                out[point] = len(liberties)
+    return out
+
+
+def ko_ban(board: np.ndarray, previous: np.ndarray | None, to_play: int,
+           liberties: np.ndarray | None = None) -> tuple[int, int] | None:
+    """The point where ``to_play`` may not retake a ko at once, or None (module docstring's rule).
+
+    ``liberties``: `chain_liberties` of ``board`` when the caller has it."""
+    if previous is None:
+        return None
+    taken = np.argwhere((previous == to_play) & (board == schema.EMPTY))
+    placed = np.argwhere((board == -to_play) & (previous == schema.EMPTY))
+    if len(taken) != 1 or len(placed) != 1:
+        return None
+    row, col = placed[0]
+    alone = all(board[r, c] != -to_play for r, c in _neighbours(row, col, board.shape[0]))
+    if liberties is None:
+        liberties = chain_liberties(board)
+    return tuple(taken[0]) if alone and liberties[row, col] == 1 else None
+
+
+def legal_points(board: np.ndarray, previous: np.ndarray | None, to_play: int,
+                 liberties: np.ndarray | None = None) -> np.ndarray:
+    """bool [N, N]: the LEGAL plane: empty, not suicide, not the ko recapture."""
+    n = board.shape[0]
+    if liberties is None:
+        liberties = chain_liberties(board)
+    legal = np.zeros((n, n), bool)
+    for row in range(n):
+        for col in range(n):
+            if board[row, col] != schema.EMPTY:
+                continue
+            for r, c in _neighbours(row, col, n):
+                if (board[r, c] == schema.EMPTY                                    # a liberty of its own
+                        or (board[r, c] == to_play and liberties[r, c] >= 2)       # joins a chain that keeps one
+                        or (board[r, c] == -to_play and liberties[r, c] == 1)):   # takes a chain
+                    legal[row, col] = True
+    ban = ko_ban(board, previous, to_play, liberties)
+    if ban is not None:
+        legal[ban] = False
+    return legal
+
+
+def input_planes(history_boards: Sequence[np.ndarray], to_play: int,
+                 channels: int = BASIC_INPUT_PLANES) -> np.ndarray:
+    """The reference builder: float32 [N, N, channels] for one position (channels 17 or 22).
 
     ``history_boards`` are int8 [N, N] boards (schema colours: BLACK = 1,
     WHITE = -1, EMPTY = 0), newest first: the board at t, then t-1, ...
@@ -94,6 +220,7 @@ def input_planes(history_boards: Sequence[np.ndarray], to_play: int) -> np.ndarr
     Written for clarity, not speed: the compiled builders are checked
     against it.
     """
+    check_channels(channels)
     if to_play not in (schema.BLACK, schema.WHITE):
         raise ValueError(f"to_play must be BLACK ({schema.BLACK}) or WHITE ({schema.WHITE}), got {to_play!r}")
     boards = [np.asarray(b) for b in list(history_boards)[:HISTORY_LENGTH]]
@@ -102,38 +229,72 @@ def input_planes(history_boards: Sequence[np.ndarray], to_play: int) -> np.ndarr
     n = boards[0].shape[0]
     if any(b.shape != (n, n) for b in boards):
         raise ValueError(f"history boards must all be [{n}, {n}], got {[b.shape for b in boards]}")
-    out = np.zeros((n, n, INPUT_PLANES), np.float32)
+    out = np.zeros((n, n, channels), np.float32)
     opponent = -to_play
     for age, board in enumerate(boards):
         out[:, :, OWN_STONES + age] = board == to_play
         out[:, :, OPPONENT_STONES + age] = board == opponent
     out[:, :, COLOUR_PLANE] = 1.0 if to_play == COLOUR_PLANE_SIDE else 0.0
+    if channels > BASIC_INPUT_PLANES:
+        board, previous = boards[0], boards[1] if len(boards) > 1 else None
+        liberties = chain_liberties(board)
+        out[:, :, ON_BOARD] = 1.0
+        out[:, :, LIBERTIES_1] = liberties == 1
+        out[:, :, LIBERTIES_1 + 1] = liberties == 2
+        out[:, :, LIBERTIES_1 + 2] = liberties >= 3
+        out[:, :, LEGAL] = legal_points(board, previous, to_play, liberties)
     return out
 
 
 def record_planes(history_boards: Sequence[np.ndarray], to_play: int) -> np.ndarray:
     """uint8 [PACKED_PLANES, N, N]: the channels a position record stores, plane-major.
 
-    The same planes as `input_planes` without the colour plane (the record
-    keeps ``to_play`` as a scalar instead).
+    The stone planes of `input_planes`; the record keeps ``to_play`` as a
+    scalar instead of the colour plane and rebuilds the rest.
     """
-    planes = input_planes(history_boards, to_play)[:, :, :PACKED_PLANES]
+    planes = input_planes(history_boards, to_play, BASIC_INPUT_PLANES)[:, :, :PACKED_PLANES]
     return np.ascontiguousarray(np.moveaxis(planes, -1, 0)).astype(np.uint8)
 
 
-def input_from_record_planes(packed: np.ndarray, to_play: int) -> np.ndarray:
-    """float32 [N, N, INPUT_PLANES]: `record_planes`' inverse, the network input of a stored position.
+def input_from_record_planes(packed: np.ndarray, to_play: int,
+                             channels: int = BASIC_INPUT_PLANES) -> np.ndarray:
+    """float32 [N, N, channels]: `record_planes`' inverse, the network input of a stored position.
 
     ``packed`` is uint8 [PACKED_PLANES, N, N] (a decoded record's planes); the
-    colour plane comes from ``to_play`` as `input_planes` makes it.
+    colour plane comes from ``to_play`` and the five planes after it from the
+    boards at t and t-1, as `input_planes` makes them.
     """
+    check_channels(channels)
     packed = np.asarray(packed)
     if packed.ndim != 3 or packed.shape[0] != PACKED_PLANES or packed.shape[1] != packed.shape[2]:
         raise ValueError(f"record planes must be [{PACKED_PLANES}, N, N], got {packed.shape}")
     if to_play not in (schema.BLACK, schema.WHITE):
         raise ValueError(f"to_play must be BLACK ({schema.BLACK}) or WHITE ({schema.WHITE}), got {to_play!r}")
-    n = packed.shape[1]
-    out = np.zeros((n, n, INPUT_PLANES), np.float32)
+    boards = [np.where(packed[OWN_STONES + age] == 1, to_play, 0)
+              + np.where(packed[OPPONENT_STONES + age] == 1, -to_play, 0) for age in range(2)]
+    out = input_planes(boards, to_play, channels)
     out[:, :, :PACKED_PLANES] = np.moveaxis(packed, 0, -1)
-    out[:, :, COLOUR_PLANE] = 1.0 if to_play == COLOUR_PLANE_SIDE else 0.0
+    return out
+
+
+def convert_input_planes(planes: np.ndarray, channels: int) -> np.ndarray:
+    """float32 [B, N, N, channels]: network input rows of either width made ``channels`` wide.
+
+    Dropping planes is a slice; adding the five position planes rebuilds
+    each row's boards at t and t-1 from its stone channels and runs the
+    reference builder (slow: for the rare batch gathered for a model of the
+    other width, e.g. a worker's rows left over when a lake changes width).
+    """
+    check_channels(channels)
+    planes = np.asarray(planes, np.float32)
+    have = planes.shape[-1]
+    if have == channels or channels == BASIC_INPUT_PLANES:
+        return np.ascontiguousarray(planes[..., :channels])
+    out = np.empty((*planes.shape[:-1], channels), np.float32)
+    for row, position in enumerate(planes):
+        to_play = COLOUR_PLANE_SIDE if position[0, 0, COLOUR_PLANE] else -COLOUR_PLANE_SIDE
+        boards = [np.where(position[:, :, OWN_STONES + age] > 0, to_play, 0)
+                  + np.where(position[:, :, OPPONENT_STONES + age] > 0, -to_play, 0) for age in range(2)]
+        out[row] = input_planes(boards, to_play, channels)
+        out[row, :, :, :have] = position
     return out

@@ -16,7 +16,9 @@ from format import layout
 from format import schema
 
 FEATURE_SET = "agz17-v1"
-"""Name of the network input layout described in format/schema.py."""
+"""Name of the planes the lake's records store (AlphaGo Zero's stone history, format/schema.py);
+format/planes.py builds either model input width (17 or 22) from them, so models of both widths
+share one lake."""
 
 
 def komi_problem(komi: float) -> str | None:

@@ -61,8 +61,13 @@ RULES_TROMP_TAYLOR = "tromp-taylor"
 # compiled code gets the same numbers from format/planes.pxd (tested equal).
 HISTORY_LENGTH = 8
 """Board positions of history in the network input."""
-INPUT_PLANES = 2 * HISTORY_LENGTH + 1
-"""Channels of network input (AlphaGo Zero's 17)."""
+BASIC_INPUT_PLANES = 2 * HISTORY_LENGTH + 1
+"""Channels of AlphaGo Zero's input (stone history and colour), what every model before
+liberty planes takes: the first 17 channels of the full layout."""
+INPUT_PLANES = BASIC_INPUT_PLANES + 5
+"""Channels of the full network input: the basic 17, then on-board, liberties 1/2/3+ and legal."""
+INPUT_PLANE_CHOICES = (BASIC_INPUT_PLANES, INPUT_PLANES)
+"""The input widths a model may take: a model reads the first C channels of the layout."""
 PACKED_PLANES = 2 * HISTORY_LENGTH
 """Planes bit-packed in a position record (the colour plane is a scalar)."""
 

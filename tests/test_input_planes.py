@@ -24,9 +24,15 @@ runs, and must come out identical:
   `tfdata.training_dataset`;
 * `PlayoutEvaluator`, which reads the position back out of the planes.
 
+Each builder that serves a model builds both widths a model may take (17
+and 22 channels, `schema.INPUT_PLANE_CHOICES`), checked against the
+reference's first 17 and all 22 channels; version-1 records give 17 only.
+
 `test_the_games_tell_every_channel_apart` makes sure the data can catch a
 layout slip: every two channels differ on some position, so a builder that
-swaps, shifts or drops any plane fails here.  format/planes.pxd (the compiled
+swaps, shifts or drops any plane fails here; and the games hold what the
+position planes must get right (every liberty count, suicide points and ko
+recaptures that the LEGAL plane must leave out).  format/planes.pxd (the compiled
 builders' constants) is checked against format/planes.py.
 """
 from __future__ import annotations
@@ -55,6 +61,8 @@ from selfplay.player import MctsConfig, MctsPlayer, PlayoutEvaluator, SearchBudg
 from testdata.random_games import engine_game, resigned_copy
 
 BOARD_SIZES = (9, 19)
+WIDTHS = schema.INPUT_PLANE_CHOICES
+"""The input widths a model may take: every serving builder is checked at each."""
 FINISHED_GAMES = {9: 6, 19: 2}
 """Games per size: ~115 positions each on 9x9, ~450 on 19x19."""
 
@@ -72,14 +80,15 @@ def recorded_boards(game: codec.GameRecord) -> np.ndarray:
 
 
 def reference_planes(game: codec.GameRecord) -> np.ndarray:
-    """float32 [M, N, N, 17]: `format.planes.input_planes` of every position of ``game``.
+    """float32 [M, N, N, 22]: `format.planes.input_planes` of every position of ``game``, full width
+    (a 17-channel builder is compared with the first 17 channels).
 
     Built from the record's own boards (what self-play saw at each move),
     not by the engine's history ring, so each builder is checked against an
     independent source.
     """
     boards = recorded_boards(game)
-    return np.stack([planes.input_planes(boards[i::-1], _to_play(i))  # newest first: t, t-1, ...
+    return np.stack([planes.input_planes(boards[i::-1], _to_play(i), planes.INPUT_PLANES)  # newest first
                      for i in range(game.num_positions)])
 
 
@@ -96,13 +105,15 @@ def games():
 
 @pytest.fixture(scope="module")
 def references(games):
-    """{board size: [float32 [M, N, N, 17] per game]}."""
+    """{board size: [float32 [M, N, N, 22] per game]}."""
     return {n: [reference_planes(g) for g in games[n]] for n in BOARD_SIZES}
 
 
 def assert_same_planes(actual, expected, where: str) -> None:
-    """Bit-for-bit equality of float32 [..., N, N, 17] planes; names the first bad channel."""
+    """Bit-for-bit equality of float32 [..., N, N, C] planes with the reference's first C channels
+    (``expected`` may be wider); names the first bad channel."""
     actual = np.asarray(actual)
+    expected = expected[..., :actual.shape[-1]] if actual.ndim == expected.ndim else expected
     assert actual.dtype == np.float32 and actual.shape == expected.shape, (
         f"{where}: got {actual.dtype} {actual.shape}, expected float32 {expected.shape}")
     if actual.tobytes() == expected.tobytes():
@@ -152,38 +163,50 @@ def test_the_games_tell_every_channel_apart(games, references):
         # The opponent's move t-1 -> t captured some of the mover's stones.
         own_now, own_before = stacked[..., planes.OWN_STONES], stacked[..., planes.OWN_STONES + 1]
         assert (own_before > own_now).any(), f"{n}x{n}: no capture in the games"
+        # Chains of each liberty class, and empty points the LEGAL plane must leave out.
+        for c in range(planes.LIBERTIES_1, planes.LEGAL):
+            assert stacked[..., c].any(), f"{n}x{n}: no stone of the class {planes.channel_name(c)}"
+        empty = (stacked[..., planes.OWN_STONES] + stacked[..., planes.OPPONENT_STONES]) == 0
+        assert (empty & (stacked[..., planes.LEGAL] == 0)).any(), f"{n}x{n}: no illegal empty point"
+    # A ko recapture the LEGAL plane must ban (9x9's games are long enough to hold some).
+    bans = [planes.ko_ban(b[i], b[i - 1], _to_play(i)) for g in games[9]
+            for b in [recorded_boards(g)] for i in range(1, g.num_positions)]
+    assert any(ban is not None for ban in bans), "9x9: no ko recapture in the games"
 
 
 def test_the_compiled_layout_matches_format_planes():
     """format/planes.pxd states the same numbers as format/planes.py."""
     path = os.path.join(os.path.dirname(planes.__file__), "planes.pxd")
     with open(path) as f:
-        entries = re.findall(r"^\s+([A-Z_]+)\s*=\s*([^#\n]+)", f.read(), flags=re.MULTILINE)
+        entries = re.findall(r"^\s+([A-Z][A-Z_0-9]*)\s*=\s*([^#\n]+)", f.read(), flags=re.MULTILINE)
     values: dict = {}
     for name, expression in entries:
         values[name] = eval(expression, {}, dict(values))  # the enum's own constant expressions
     assert values == {name: getattr(planes, name) for name in values}
     assert set(values) >= {"HISTORY_LENGTH", "OWN_STONES", "OPPONENT_STONES", "COLOUR_PLANE",
-                           "PACKED_PLANES", "INPUT_PLANES", "COLOUR_PLANE_SIDE"}
+                           "PACKED_PLANES", "BASIC_INPUT_PLANES", "ON_BOARD", "LIBERTIES_1", "LEGAL",
+                           "INPUT_PLANES", "COLOUR_PLANE_SIDE"}
 
 
 # --- inference ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("n", BOARD_SIZES)
-def test_board_features_match_the_reference(n, games, references):
+def test_board_features_match_the_reference(n, width, games, references):
     for g, (game, expected) in enumerate(zip(games[n], references[n])):
         board = Board(n, game.komi)
         for i, move in enumerate(game.moves.tolist()):
             assert board.to_play == _to_play(i)
-            assert_same_planes(board.features(), expected[i], f"{n}x{n} game {g} move {i}: Board.features")
+            assert_same_planes(board.features(width), expected[i], f"{n}x{n} game {g} move {i}: Board.features")
             board.play(move)
 
 
 class _RecordingEvaluator:
-    """Uniform priors and value 0; keeps every batch of planes it is given."""
+    """Uniform priors and value 0, for ``input_planes`` channels; keeps every batch of planes it is given."""
 
-    def __init__(self):
+    def __init__(self, input_planes: int = planes.BASIC_INPUT_PLANES):
+        self.input_planes = input_planes
         self.calls = []
 
     def __call__(self, batch):
@@ -192,12 +215,13 @@ class _RecordingEvaluator:
         return np.zeros((rows, n * n + 1), np.float32), np.zeros(rows, np.float32)
 
 
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("n", BOARD_SIZES)
-def test_the_search_driver_batches_the_root_and_its_children_like_the_reference(n, games, references):
+def test_the_search_driver_batches_the_root_and_its_children_like_the_reference(n, width, games, references):
     """GameBatch writes leaves from scratch boards (copy of the root + moves):
-    its first batch is the root, its second the root's children."""
+    its first batch is the root, its second the root's children, as wide as the evaluator's input."""
     game, expected = games[n][0], references[n][0]
-    evaluator = _RecordingEvaluator()
+    evaluator = _RecordingEvaluator(width)
     player = MctsPlayer(evaluator, MctsConfig(budget=SearchBudget(visits=8), tree_reuse=False))
     for i in range(0, game.num_positions - 2, max(1, game.num_positions // 6)):
         board = _replay(game, i)
@@ -211,18 +235,24 @@ def test_the_search_driver_batches_the_root_and_its_children_like_the_reference(
         for move in np.flatnonzero(board.legal_mask()).tolist():
             child = board.copy()
             child.play(move)
-            children.add(planes.input_planes([child.stones()] + history, child.to_play).tobytes())
+            children.add(planes.input_planes([child.stones()] + history, child.to_play, width).tobytes())
         for row, leaf in enumerate(children_batch):
             assert leaf.tobytes() in children, f"{n}x{n} move {i}: leaf row {row} is no child of the root"
 
 
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("n", BOARD_SIZES)
-def test_the_labellers_model_playouts_see_the_reference_planes(n, games, references):
+def test_the_labellers_model_playouts_see_the_reference_planes(n, width, games, references):
     seen = []
 
-    def policy_fn(features):
-        seen.append(np.array(features))
-        return {"policy_logits": np.zeros((len(features), n * n + 1), np.float32)}
+    class Model:
+        input_planes = width   # as format.registry.LoadedModel says it
+
+        def __call__(self, features):
+            seen.append(np.array(features))
+            return {"policy_logits": np.zeros((len(features), n * n + 1), np.float32)}
+
+    policy_fn = Model()
 
     picks = [(g, i) for g, game in enumerate(games[n]) for i in (0, 1, game.num_positions // 2)]
     boards = [_replay(games[n][g], i) for g, i in picks]
@@ -238,12 +268,13 @@ def test_playout_evaluator_plays_out_the_position_the_planes_encode(n, games, re
     playout_values uses): the stones at t and the side to move."""
     game, expected = games[n][0], references[n][0]
     rows = np.arange(0, game.num_positions, 7)
-    stones, sides = positions_from_planes(np.ascontiguousarray(expected[rows]))
+    basic = np.ascontiguousarray(expected[rows][..., :planes.BASIC_INPUT_PLANES])
+    stones, sides = positions_from_planes(basic)
     boards = recorded_boards(game)
     for k, i in enumerate(rows.tolist()):
         assert sides[k] == _to_play(i), f"move {i}"
         np.testing.assert_array_equal(stones[k], boards[i], err_msg=f"{n}x{n} move {i}: position rebuilt from planes")
-    values = PlayoutEvaluator(n, game.komi, playouts=1, seed=3)(expected[rows])[1]
+    values = PlayoutEvaluator(n, game.komi, playouts=1, seed=3)(basic)[1]
     assert values.shape == (len(rows),) and set(np.unique(values)) <= {-1.0, 0.0, 1.0}
 
 
@@ -294,9 +325,10 @@ def position_records(games):
     return out
 
 
-def group_decoder(n: int, version: int, position_records) -> GroupDecoder:
+def group_decoder(n: int, version: int, position_records, width: int = planes.BASIC_INPUT_PLANES) -> GroupDecoder:
     """tf.data's decoder of a version-2 or 3 window (XLA-compiled, as training_dataset builds it)."""
-    return GroupDecoder(n, version=version, table=position_records[n, "table"] if version == 3 else None)
+    return GroupDecoder(n, version=version, table=position_records[n, "table"] if version == 3 else None,
+                        input_planes=width)
 
 
 @pytest.mark.parametrize("version", RECORD_VERSIONS)
@@ -315,13 +347,13 @@ def test_position_records_hold_the_reference_planes(n, version, games, position_
         assert_same_record_planes(rec.planes, expected[row], where)
 
 
-@pytest.mark.parametrize("version", RECORD_VERSIONS)
+@pytest.mark.parametrize("version, width", [(1, 17), (2, 17), (2, 22), (3, 17), (3, 22)])
 @pytest.mark.parametrize("n", BOARD_SIZES)
-def test_tfdata_decodes_the_reference_planes_under_every_symmetry(n, version, references, position_records):
+def test_tfdata_decodes_the_reference_planes_under_every_symmetry(n, version, width, references, position_records):
     """tf.data's augmented planes == format.symmetry applied to the reference (engine side)."""
     records, batch = position_records[n, version]
-    expected = np.concatenate(references[n])
-    decoder = PositionDecoder(n) if version == 1 else group_decoder(n, version, position_records)
+    expected = np.concatenate(references[n])[..., :width]
+    decoder = PositionDecoder(n) if version == 1 else group_decoder(n, version, position_records, width)
     symmetries = np.arange(len(batch), dtype=np.int32) % NUM_SYMMETRIES
     for shift in (0, 3):  # every position under two symmetries, every symmetry on ~M/4 positions
         ks = (symmetries + shift) % NUM_SYMMETRIES
@@ -329,7 +361,7 @@ def test_tfdata_decodes_the_reference_planes_under_every_symmetry(n, version, re
         assert decoded.shape[0] == len(expected)
         for row, k in enumerate(ks.tolist()):
             assert_same_planes(decoded[row], apply_symmetry_nhwc(expected[row], k),
-                               f"{n}x{n} v{version} position {row}, symmetry {k}: tfdata")
+                               f"{n}x{n} v{version} {width} planes, position {row}, symmetry {k}: tfdata")
 
 
 @pytest.mark.parametrize("n", BOARD_SIZES)
@@ -406,7 +438,8 @@ def test_the_shuffle_job_and_training_dataset_deliver_the_reference_planes(tmp_p
     # so compare the multisets of positions up to symmetry (the exact symmetry
     # is checked in test_tfdata_decodes_the_reference_planes_under_every_symmetry).
     # The dataset finds the window's game table beside the shards, as the trainer's does.
-    dataset = training_dataset(shard_paths, board_size=n, batch_size=1, seed=11, augment=True, repeat=False)
+    dataset = training_dataset(shard_paths, board_size=n, batch_size=1, seed=11, augment=True, repeat=False,
+                               input_planes=planes.INPUT_PLANES)
     streamed = sorted(_canonical(batch["planes"].numpy()[0]) for batch in dataset)
     assert streamed == sorted(_canonical(position) for position in expected.values())
 
@@ -419,7 +452,9 @@ def test_a_stored_positions_planes_turn_back_into_the_network_input(board_size):
     rng = np.random.default_rng(board_size)
     for to_play in (schema.BLACK, schema.WHITE):
         boards = [rng.integers(-1, 2, (board_size, board_size)).astype(np.int8) for _ in range(5)]
-        expected = input_planes(boards, to_play)
-        np.testing.assert_array_equal(input_from_record_planes(record_planes(boards, to_play), to_play), expected)
+        for width in WIDTHS:
+            expected = input_planes(boards, to_play, width)
+            np.testing.assert_array_equal(
+                input_from_record_planes(record_planes(boards, to_play), to_play, width), expected)
     with pytest.raises(ValueError, match="record planes must be"):
         input_from_record_planes(np.zeros((17, board_size, board_size), np.uint8), schema.BLACK)
