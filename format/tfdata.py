@@ -28,8 +28,10 @@ Version 2 and 3 data flow::
          [256, 5] lookup table, one random symmetry per example (one gather
          of points), then the 7 older boards by undoing one move at a time
          (lift the stone, restore its captures) on [B, NN] arrays, gathering
-         each point's 17 input bits into one int32 code, then the codes
-         expanded into the [B, N, N, 17] planes
+         each point's C input bits into one int32 code, then the codes
+         expanded into the [B, N, N, C] planes (C = 17, or 22 with the
+         five planes of the board at t: chains found by label propagation,
+         their liberties, the legal points and the ko recapture)
       -> prefetch
 
 Terms
@@ -44,7 +46,7 @@ The decoded batch is a dict of float32 tensors (B = batch size):
 ==================  ==============  ==========================================
 key                 shape           meaning
 ==================  ==============  ==========================================
-``planes``          [B, N, N, 17]   network input, NHWC (format/planes.py)
+``planes``          [B, N, N, C]    network input, NHWC (format/planes.py)
 ``policy``          [B, A]          dense search policy, sums to 1 (or all 0)
 ``value``           [B]             outcome from the side to move, in {-1,0,1}
 ``score``           [B]             final area score from the side to move
@@ -81,9 +83,13 @@ class GroupDecoder:
     ``table`` (format.game_table.GameTable), held as constants: the table's
     base-3 codes of each exact label, and the int8 rows of the fractional
     ones with an index per game (a game without one points at a zero row).
+    ``input_planes`` (17 or 22) is how many of format/planes.py's channels
+    the batch's ``planes`` hold: the training network's input width.
     """
 
-    def __init__(self, board_size: int, *, jit: bool = True, version: int = 2, table=None):
+    def __init__(self, board_size: int, *, jit: bool = True, version: int = 2, table=None,
+                 input_planes: int = schema.BASIC_INPUT_PLANES):
+        plane_layout.check_channels(input_planes)
         if not schema.MIN_BOARD_SIZE <= board_size <= schema.MAX_BOARD_SIZE:
             raise ValueError(f"board_size {board_size} outside "
                              f"[{schema.MIN_BOARD_SIZE}, {schema.MAX_BOARD_SIZE}]")
@@ -93,8 +99,14 @@ class GroupDecoder:
             raise ValueError("version-3 records need their window's game table "
                              f"for {board_size}x{board_size} (format.game_table)")
         self.version = version
+        self.input_planes = input_planes
         n = self.board_size = board_size
         self.points = n * n
+        # Each point's 4 neighbours (off the board: index NN, a padding column).
+        grid = np.arange(n * n).reshape(n, n)
+        padded = np.pad(grid, 1, constant_values=n * n)
+        self._neighbours = tf.constant(np.stack([padded[:-2, 1:-1], padded[1:-1, :-2], padded[1:-1, 2:],
+                                                 padded[2:, 1:-1]], axis=-1).reshape(n * n, 4).astype(np.int32))
         self.actions = schema.num_actions(n)
         self.width = schema.trit_bytes(n)
         self.move_width = schema.move_bytes(n)
@@ -314,6 +326,8 @@ class GroupDecoder:
         code = (tf.cast(tf.equal(state, 1), tf.int32) * (1 << own_bit)
                 + tf.cast(tf.equal(state, -1), tf.int32) * (1 << opponent_bit)
                 + colour_on[:, None] * (1 << plane_layout.COLOUR_PLANE))
+        if self.input_planes > plane_layout.BASIC_INPUT_PLANES:
+            code += self._position_codes(state, captured, moved[:, 0])
         present = tf.ones_like(side)
         for age in range(1, schema.HISTORY_LENGTH):
             move = moved[:, age - 1: age]  # [B, 1]
@@ -335,10 +349,90 @@ class GroupDecoder:
         return self._planes(code), ownership, policy
 
     def _planes(self, code):
-        """int32 [B, NN] codes -> float32 [B, N, N, 17] input planes."""
-        channel_bits = tf.bitwise.left_shift(1, tf.range(plane_layout.PACKED_PLANES + 1))
+        """int32 [B, NN] codes -> float32 [B, N, N, C] input planes (C = input_planes <= 22 < 32 bits)."""
+        channel_bits = tf.bitwise.left_shift(1, tf.range(self.input_planes))
         planes = tf.cast(tf.not_equal(tf.bitwise.bitwise_and(code[:, :, None], channel_bits), 0), tf.float32)
-        return tf.reshape(planes, [-1, self.board_size, self.board_size, plane_layout.PACKED_PLANES + 1])
+        return tf.reshape(planes, [-1, self.board_size, self.board_size, self.input_planes])
+
+    def _chain_liberties(self, state, neighbour_state):
+        """int32 [B, NN]: each stone's chain's liberties (0 on empty points), for boards [B, NN] in {-1, 0, 1}.
+
+        Chains are found by label propagation: every stone starts with its
+        own point as label and repeatedly takes the smallest label among its
+        same-coloured neighbours, then its label's label (pointer jumping,
+        which halves long chains each round), until nothing changes; each
+        chain ends labelled with its smallest point, in a few rounds on 9x9.
+        A chain's liberties are then the empty points next to one of its
+        stones, each counted once: an empty point adds 1 to each distinct
+        label among its (up to 4) neighbours.
+        """
+        nn = self.points
+        none = nn  # the label of empty points and of the padding column
+        stone = tf.not_equal(state, 0)
+        joined = tf.logical_and(tf.equal(neighbour_state, state[:, :, None]), stone[:, :, None])  # [B, NN, 4]
+
+        def neighbour_labels(label):
+            return tf.gather(tf.pad(label, [[0, 0], [0, 1]], constant_values=none), self._neighbours, axis=1)
+
+        def spread(label, _):
+            smallest = tf.reduce_min(tf.where(joined, neighbour_labels(label), none), axis=2)
+            step = tf.minimum(label, smallest)
+            step = tf.gather(tf.pad(step, [[0, 0], [0, 1]], constant_values=none), step, batch_dims=1)
+            return step, tf.reduce_any(tf.not_equal(step, label))
+
+        start = tf.where(stone, tf.range(nn)[None, :], none)
+        label, _ = tf.while_loop(lambda label, changed: changed, spread, (start, tf.constant(True)),
+                                 maximum_iterations=nn)
+        around = tf.where(tf.equal(state, 0)[:, :, None], neighbour_labels(label), none)  # [B, NN, 4]
+        first, second, third, fourth = tf.unstack(around, axis=2)
+        distinct = tf.stack([
+            first,
+            tf.where(tf.equal(second, first), none, second),
+            tf.where(tf.equal(third, first) | tf.equal(third, second), none, third),
+            tf.where(tf.equal(fourth, first) | tf.equal(fourth, second) | tf.equal(fourth, third), none, fourth),
+        ], axis=2)
+        batch = tf.shape(state)[0]
+        rows = tf.range(batch)[:, None, None] * (nn + 1)
+        per_label = tf.math.unsorted_segment_sum(tf.ones_like(distinct), rows + distinct, batch * (nn + 1))
+        per_label = tf.reshape(per_label, [batch, nn + 1])
+        return tf.where(stone, tf.gather(per_label, label, batch_dims=1), 0)
+
+    def _position_codes(self, state, captured, last_move):
+        """int32 [B, NN]: the bits of channels ON_BOARD .. LEGAL (format/planes.py) of the board at t.
+
+        ``state`` is the board at t from the side to move (+1 own, -1
+        opponent's), ``captured`` the capture bits (bit 0: taken by move
+        t-1) and ``last_move`` [B] that move, all after the symmetry, which
+        keeps neighbours neighbours.
+        """
+        nn = self.points
+        neighbour_state = tf.gather(tf.pad(state, [[0, 0], [0, 1]], constant_values=2), self._neighbours, axis=1)
+        liberties = self._chain_liberties(state, neighbour_state)
+        stone = tf.not_equal(state, 0)
+        neighbour_liberties = tf.gather(tf.pad(liberties, [[0, 0], [0, 1]]), self._neighbours, axis=1)
+        # The ko recapture: move t-1 took exactly one of our stones, and its
+        # stone stands alone with one liberty (the taken point).
+        taken = tf.not_equal(tf.bitwise.bitwise_and(captured, 1), 0)
+        placed = tf.minimum(last_move, nn)  # PASS or no move -> the padding column
+        placed_state = tf.gather(tf.pad(state, [[0, 0], [0, 1]]), placed[:, None], batch_dims=1)[:, 0]
+        placed_alone = tf.reduce_all(tf.not_equal(tf.gather(tf.pad(neighbour_state, [[0, 0], [0, 1], [0, 0]]),
+                                                            placed[:, None], batch_dims=1)[:, 0], -1), axis=1)
+        placed_liberties = tf.gather(tf.pad(liberties, [[0, 0], [0, 1]]), placed[:, None], batch_dims=1)[:, 0]
+        ko = ((last_move < nn) & tf.equal(placed_state, -1) & placed_alone & tf.equal(placed_liberties, 1)
+              & tf.equal(tf.reduce_sum(tf.cast(taken, tf.int32), axis=1), 1))
+        banned = taken & ko[:, None]
+        breathes = tf.reduce_any(tf.equal(neighbour_state, 0)
+                                 | (tf.equal(neighbour_state, 1) & (neighbour_liberties >= 2))
+                                 | (tf.equal(neighbour_state, -1) & tf.equal(neighbour_liberties, 1)), axis=2)
+        legal = tf.equal(state, 0) & breathes & tf.logical_not(banned)
+
+        def bit(mask, channel):
+            return tf.cast(mask, tf.int32) * (1 << channel)
+
+        first = plane_layout.LIBERTIES_1
+        return ((1 << plane_layout.ON_BOARD) + bit(stone & tf.equal(liberties, 1), first)
+                + bit(stone & tf.equal(liberties, 2), first + 1) + bit(liberties >= 3, first + 2)
+                + bit(legal, plane_layout.LEGAL))
 
 
 def load_game_table(path: str, board_size: int):
@@ -377,6 +471,7 @@ def training_dataset(
     reader_parallelism: int = 4,
     record_version: int | None = None,
     game_table: str | None = None,
+    input_planes: int = schema.BASIC_INPUT_PLANES,
 ) -> tf.data.Dataset:
     """Batches of decoded positions from GZIP shards, in a reproducible order.
 
@@ -386,6 +481,8 @@ def training_dataset(
     ``game_table`` (a path or URL), by default the one beside the shards
     (`format.layout.game_table_beside` of the first shard, which is where
     the lake keeps it and where a staged copy must put it).
+    ``input_planes`` is the network's input width, 17 or 22
+    (format/planes.py); version-1 windows hold 17 planes a position only.
 
     The order of batches depends only on ``shard_paths`` and ``seed`` (file
     order, shuffle and symmetries are all seeded, interleave is
@@ -404,10 +501,14 @@ def training_dataset(
         table = None
         if record_version == 3:
             table = load_game_table(game_table or layout.game_table_beside(shard_paths[0]), board_size)
-        decoder = GroupDecoder(board_size, version=record_version, table=table)
+        decoder = GroupDecoder(board_size, version=record_version, table=table, input_planes=input_planes)
         return _group_dataset(shard_paths, decoder, batch_size=batch_size, seed=seed,
                               skip_batches=skip_batches, shuffle_buffer=shuffle_buffer, augment=augment,
                               repeat=repeat, reader_parallelism=reader_parallelism)
+    if plane_layout.check_channels(input_planes) != schema.BASIC_INPUT_PLANES:
+        raise ValueError(f"{shard_paths[0]}: a version-1 window holds AlphaGo Zero's 17 input planes a position, "
+                         f"not the {input_planes} this network takes; rerun the shuffle job to write the window "
+                         "in the current record version")
     # Version 1: one position a record.  Each reader groups its records into
     # mini-batches (tfdata_version1.MINIBATCH says why), and the legacy
     # decoder takes a batch of serialized records.

@@ -41,7 +41,8 @@ from format import schema
 from format.codec import GameRecord
 
 PolicyFn = Callable[[np.ndarray], dict]
-"""A model: float32[B, N, N, 17] -> {'policy_logits': [B, N*N+1], ...}."""
+"""A model: float32[B, N, N, C] -> {'policy_logits': [B, N*N+1], ...}; C is its ``input_planes``
+attribute (format.registry.LoadedModel's), 17 when it has none."""
 
 LABEL_STATS = (
     "games_labelled", "final_board", "final_board_result_disagreements", "replay_failed",
@@ -205,10 +206,11 @@ def model_playout_labels(boards: Sequence, policy_fn: PolicyFn, *, max_moves: in
         return []
     n = boards[0].size
     playing = [i for i, b in enumerate(boards) if not b.is_over]
+    channels = getattr(policy_fn, "input_planes", schema.BASIC_INPUT_PLANES)
     for _ in range(max_moves):
         if not playing:
             break
-        features = np.stack([boards[i].features() for i in playing]).astype(np.float32)
+        features = np.stack([boards[i].features(channels) for i in playing]).astype(np.float32)
         logits = np.asarray(policy_fn(features)["policy_logits"], dtype=np.float64)
         if logits.shape != (len(playing), n * n + 1):
             raise ValueError(f"model returned policy_logits of shape {logits.shape}, "

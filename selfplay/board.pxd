@@ -19,7 +19,7 @@ because the superko history is shared read-only (see HashLog).
 """
 from libc.stdint cimport int8_t, int16_t, int32_t, uint8_t, uint32_t, uint64_t
 
-from format.planes cimport HISTORY_LENGTH, INPUT_PLANES
+from format.planes cimport BASIC_INPUT_PLANES, HISTORY_LENGTH, INPUT_PLANES
 
 # ---- status codes of `play_move` / `check_move` (0 = legal / played) ----
 cdef enum:
@@ -36,7 +36,7 @@ cdef enum:
     MAX_PADDED = 441      # (MAX_SIZE + 2) ** 2
     # The input-plane layout is format/planes.py's (cimported from its .pxd):
     HISTORY = HISTORY_LENGTH  # positions kept in the history ring (t .. t-7); a power of two
-    NUM_PLANES = INPUT_PLANES  # channels of `write_features_ptr`'s output
+    NUM_PLANES = INPUT_PLANES  # channels of the full layout; `write_features_ptr` writes 17 or all
 
 
 cdef struct HashLog:
@@ -123,9 +123,12 @@ cdef class Board:
     cdef int copy_from(self, Board other) noexcept nogil
     # Make self an exact copy of `other` (same N and max_moves, else returns
     # -1 and does nothing).  O(board) memcpy; history is shared, not copied.
-    cdef void write_features_ptr(self, float* out) noexcept nogil
-    # The network input (format/planes.py), NHWC [N, N, INPUT_PLANES] float32,
-    # C-contiguous at `out`.
+    cdef void write_features_ptr(self, float* out, int channels) noexcept nogil
+    # The network input (format/planes.py), NHWC [N, N, channels] float32,
+    # C-contiguous at `out`: the layout's first `channels` channels, which
+    # must be BASIC_INPUT_PLANES (17) or INPUT_PLANES (22); callers check.
+    cdef void _write_position_planes(self, float* out, int channels, bint has_previous) noexcept nogil
+    # write_features_ptr's channels ON_BOARD .. LEGAL (22-channel layout only).
     cdef void write_legal_mask_ptr(self, uint8_t* out) noexcept nogil
     # [N*N + 1] uint8; out[PASS] = 1 unless the game is over.
     cdef void write_sensible_mask_ptr(self, uint8_t* out) noexcept nogil

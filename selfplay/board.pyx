@@ -85,7 +85,8 @@ import numpy as np
 from format.schema import DEFAULT_KOMI  # the lake format owns the default komi
 cimport numpy as cnp
 
-from format.planes cimport COLOUR_PLANE, COLOUR_PLANE_SIDE, OPPONENT_STONES, OWN_STONES
+from format.planes cimport (BASIC_INPUT_PLANES, COLOUR_PLANE, COLOUR_PLANE_SIDE, LEGAL, LIBERTIES_1, ON_BOARD,
+                            OPPONENT_STONES, OWN_STONES)
 from selfplay.rng cimport rng_below, rng_seed, splitmix64
 
 cnp.import_array()
@@ -616,9 +617,10 @@ cdef class Board:
         self.komi_ = other.komi_
         return 0
 
-    cdef void write_features_ptr(self, float* out) noexcept nogil:
+    cdef void write_features_ptr(self, float* out, int channels) noexcept nogil:
         # The layout is format/planes.py's; tests/test_input_planes.py checks
-        # this against its reference builder.
+        # this against its reference builder.  `channels` is 17 or 22 (the
+        # callers check), and the row of point p starts at out[p * channels].
         cdef int N2 = self.num_points
         cdef int me = self.st.to_play
         cdef int m = self.st.move_number
@@ -626,7 +628,7 @@ cdef class Board:
         cdef int k, p, s
         cdef int8_t* slot
         cdef int16_t* to_padded = self.to_padded
-        memset(out, 0, N2 * NUM_PLANES * sizeof(float))
+        memset(out, 0, N2 * channels * sizeof(float))
         if num_valid > m + 1:
             num_valid = m + 1
         for k in range(num_valid):  # k = age: the position after move m - k
@@ -634,12 +636,94 @@ cdef class Board:
             for p in range(N2):
                 s = slot[to_padded[p]]
                 if s == me:
-                    out[p * NUM_PLANES + OWN_STONES + k] = 1.0
+                    out[p * channels + OWN_STONES + k] = 1.0
                 elif s == -me:
-                    out[p * NUM_PLANES + OPPONENT_STONES + k] = 1.0
+                    out[p * channels + OPPONENT_STONES + k] = 1.0
         if me == COLOUR_PLANE_SIDE:
             for p in range(N2):
-                out[p * NUM_PLANES + COLOUR_PLANE] = 1.0
+                out[p * channels + COLOUR_PLANE] = 1.0
+        if channels > BASIC_INPUT_PLANES:
+            self._write_position_planes(out, channels, num_valid >= 2)
+
+    cdef void _write_position_planes(self, float* out, int channels, bint has_previous) noexcept nogil:
+        # Channels ON_BOARD .. LEGAL (format/planes.py), from the position at t
+        # and, for the ko recapture, the history slot of t-1.
+        #
+        # True liberties per chain: walk each chain once (from the first of
+        # its stones met) and count its distinct empty neighbours, marking
+        # each counted point with the chain's root so that no reset is
+        # needed between chains.  O(stones * 4); the pseudo-liberty counters
+        # cannot tell 2 liberties from 3.
+        cdef int counted_by[MAX_PADDED]     # root of the chain that last counted this empty point
+        cdef int chain_libs[MAX_PADDED]     # true liberties, at each chain's root; -1 = not yet counted
+        cdef int N2 = self.num_points
+        cdef int S = self.stride
+        cdef int me = self.st.to_play
+        cdef int8_t* color = self.color
+        cdef int16_t* to_padded = self.to_padded
+        cdef int p, v, r, s, n, k, c, libs, count, taken_count, taken_at, placed
+        cdef int nbrs[4]
+        cdef bint legal
+        cdef int8_t* before
+        memset(counted_by, 0xff, self.num_padded * sizeof(int))
+        memset(chain_libs, 0xff, self.num_padded * sizeof(int))
+        nbrs[0] = -S
+        nbrs[1] = -1
+        nbrs[2] = 1
+        nbrs[3] = S
+        for p in range(N2):
+            v = to_padded[p]
+            out[p * channels + ON_BOARD] = 1.0
+            c = color[v]
+            if c != 1 and c != -1:
+                continue
+            r = self.chain_id[v]
+            if chain_libs[r] < 0:
+                count = 0
+                s = r
+                while True:
+                    for k in range(4):
+                        n = s + nbrs[k]
+                        if color[n] == 0 and counted_by[n] != r:
+                            counted_by[n] = r
+                            count += 1
+                    s = self.chain_next[s]
+                    if s == r:
+                        break
+                chain_libs[r] = count
+            libs = chain_libs[r]
+            out[p * channels + LIBERTIES_1 + (libs - 1 if libs < 3 else 2)] = 1.0
+        # The ko recapture: one stone of ours taken by the last move, which
+        # was a lone stone now in atari (format/planes.py).
+        taken_count = 0
+        taken_at = -1
+        placed = self.st.last_move
+        if has_previous and 0 <= placed < N2 and color[to_padded[placed]] == -me:
+            before = self.hist + ((self.st.move_number - 1) & (HISTORY - 1)) * self.num_padded
+            for p in range(N2):
+                v = to_padded[p]
+                if before[v] == me and color[v] == 0:
+                    taken_count += 1
+                    taken_at = p
+            v = to_padded[placed]
+            if taken_count != 1 or self.chain_size[self.chain_id[v]] != 1 or chain_libs[self.chain_id[v]] != 1:
+                taken_at = -1
+        else:
+            taken_at = -1
+        for p in range(N2):
+            v = to_padded[p]
+            if color[v] != 0 or p == taken_at:
+                continue
+            legal = False
+            for k in range(4):
+                n = v + nbrs[k]
+                c = color[n]
+                if (c == 0 or (c == me and chain_libs[self.chain_id[n]] >= 2)
+                        or (c == -me and chain_libs[self.chain_id[n]] == 1)):
+                    legal = True
+                    break
+            if legal:
+                out[p * channels + LEGAL] = 1.0
 
     cdef void write_legal_mask_ptr(self, uint8_t* out) noexcept nogil:
         cdef int p
@@ -895,17 +979,26 @@ cdef class Board:
         return out
 
     def write_features(self, float[:, :, ::1] out not None):
-        """Write the input planes (format/planes.py) into a caller's float32 [N, N, 17] buffer."""
-        if out.shape[0] != self.N or out.shape[1] != self.N or out.shape[2] != NUM_PLANES:
-            raise ValueError(
-                f"features buffer must have shape ({self.N}, {self.N}, {NUM_PLANES}), "
-                f"got {(out.shape[0], out.shape[1], out.shape[2])}")
-        with nogil:
-            self.write_features_ptr(&out[0, 0, 0])
+        """Write the input planes (format/planes.py) into a caller's float32 [N, N, C] buffer.
 
-    def features(self):
-        """A new float32 [N, N, 17] array of the input planes (layout: format/planes.py)."""
-        out = np.empty((self.N, self.N, NUM_PLANES), dtype=np.float32)
+        C, the buffer's last dimension, is 17 (AlphaGo Zero's planes) or 22
+        (the full layout): the layout's first C channels are written."""
+        if (out.shape[0] != self.N or out.shape[1] != self.N
+                or out.shape[2] not in (BASIC_INPUT_PLANES, NUM_PLANES)):
+            raise ValueError(
+                f"features buffer must have shape ({self.N}, {self.N}, {BASIC_INPUT_PLANES} or {NUM_PLANES}), "
+                f"got {(out.shape[0], out.shape[1], out.shape[2])}")
+        cdef int channels = out.shape[2]
+        with nogil:
+            self.write_features_ptr(&out[0, 0, 0], channels)
+
+    def features(self, int channels=BASIC_INPUT_PLANES):
+        """A new float32 [N, N, channels] array of the input planes (layout: format/planes.py).
+
+        ``channels`` is 17 (AlphaGo Zero's planes, the default) or 22 (the full layout)."""
+        if channels != BASIC_INPUT_PLANES and channels != NUM_PLANES:
+            raise ValueError(f"channels must be {BASIC_INPUT_PLANES} or {NUM_PLANES}, got {channels}")
+        out = np.empty((self.N, self.N, channels), dtype=np.float32)
         self.write_features(out)
         return out
 

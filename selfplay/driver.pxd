@@ -17,7 +17,8 @@ cdef class GameBatch:
     cdef readonly int max_passes        # passes over a group's games per gather
     cdef readonly bint sensible_moves   # expand only moves that don't fill the
                                         #   mover's own eye; PASS only when none is left
-    cdef int feature_size               # N * N * 17 floats per batch row
+    cdef int channels                   # input planes of the batch being gathered (17 or 22)
+    cdef int feature_size               # N * N * channels floats per batch row
 
     cdef PuctParams puct
     cdef GumbelParams gumbel

@@ -45,6 +45,7 @@ import numpy as np
 from format.schema import DEFAULT_KOMI
 cimport numpy as cnp
 
+from format.planes cimport BASIC_INPUT_PLANES
 from selfplay.board cimport Board, MOVE_OK, NUM_PLANES
 from selfplay.board import Board as PyBoard
 from selfplay.rng cimport rng_seed
@@ -120,6 +121,7 @@ cdef class GameBatch:
         self.batch_rows = int(batch_rows) if batch_rows is not None else largest_group * leaves_per_game
         if self.batch_rows < 1:
             raise ValueError("batch_rows must be >= 1")
+        self.channels = NUM_PLANES  # set by each gather from its buffer
         self.feature_size = board_size * board_size * NUM_PLANES
         self.puct.c_puct_init = c_puct_init
         self.puct.c_puct_base = c_puct_base
@@ -270,7 +272,7 @@ cdef class GameBatch:
                 count += 1
         tree.expand(node, self.legal_moves, count)
         tree.add_virtual_loss(node)
-        board.write_features_ptr(row_out)
+        board.write_features_ptr(row_out, self.channels)
         return 0
 
     cdef int gather_group(self, int group, float* out) except -1 nogil:
@@ -356,15 +358,20 @@ cdef class GameBatch:
             raise IndexError(f"game {game} not in 0..{self.num_games - 1}")
 
     def gather(self, int group, float[:, :, :, ::1] out not None):
-        """Gather the group's next batch into `out` [batch_rows, N, N, 17]; returns rows."""
+        """Gather the group's next batch into `out` [batch_rows, N, N, C]; returns rows.
+
+        C is the evaluating model's input planes, 17 or 22 (format/planes.py):
+        the leaves get the layout's first C channels."""
         self._check_group(group)
         if (out.shape[0] < self.batch_rows or out.shape[1] != self.board_size
-                or out.shape[2] != self.board_size or out.shape[3] != NUM_PLANES):
+                or out.shape[2] != self.board_size or out.shape[3] not in (BASIC_INPUT_PLANES, NUM_PLANES)):
             raise ValueError(f"batch buffer must be float32 [>= {self.batch_rows}, "
-                             f"{self.board_size}, {self.board_size}, {NUM_PLANES}]")
+                             f"{self.board_size}, {self.board_size}, {BASIC_INPUT_PLANES} or {NUM_PLANES}]")
         if self.rows_pending[group]:
             raise RuntimeError(f"group {group} still has {self.rows_pending[group]} rows in flight")
         cdef int rows
+        self.channels = out.shape[3]
+        self.feature_size = self.board_size * self.board_size * self.channels
         with nogil:
             rows = self.gather_group(group, &out[0, 0, 0, 0])
         return rows

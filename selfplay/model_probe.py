@@ -31,8 +31,8 @@ def one_line(text: str, limit: int = MESSAGE_CHARACTERS) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def probe_positions(board_size: int) -> np.ndarray:
-    """float32 [6, N, N, 17]: the planes of real positions, each colour to move in each stage.
+def probe_positions(board_size: int, channels: int = schema.BASIC_INPUT_PLANES) -> np.ndarray:
+    """float32 [6, N, N, channels]: the planes of real positions, each colour to move in each stage.
 
     The empty board (Black to move) and the board after one move (White), then
     two consecutive positions a quarter and half way through a game of the
@@ -48,7 +48,7 @@ def probe_positions(board_size: int) -> np.ndarray:
         if board.is_over:
             break
         if move_number in wanted:
-            positions.append(board.features())
+            positions.append(board.features(channels))
         board.play(board.playout_policy_move(move_number))
     return np.stack(positions).astype(np.float32)
 
@@ -78,7 +78,9 @@ def probe_model(evaluator, board_size: int, generation: int) -> None:
     every game; a network that cannot take this board fails deep inside the search.  Both
     are refused here, in one line, before a single game moves to them.
     """
-    planes = probe_positions(board_size)
+    from selfplay.evaluator import input_planes_of
+
+    planes = probe_positions(board_size, input_planes_of(evaluator))
     try:
         logits, values = evaluator(planes)
     except Exception as exc:  # noqa: BLE001 - whatever the backend raises, the model is what failed

@@ -20,8 +20,9 @@ TINY_NETWORK = dict(blocks=1, filters=8, global_pool_every=1, global_pool_channe
 """The smallest network that has every head: enough to exercise the code that loads and runs a model."""
 
 
-def random_game_planes(board_size: int, count: int, seed: int = 0, games: int = 16) -> np.ndarray:
-    """float32 [count, N, N, 17]: input planes of positions from legal random games.
+def random_game_planes(board_size: int, count: int, seed: int = 0, games: int = 16,
+                       channels: int = schema.BASIC_INPUT_PLANES) -> np.ndarray:
+    """float32 [count, N, N, channels]: input planes of positions from legal random games.
 
     Moves are uniformly random among the legal ones that do not fill the
     mover's own single-point eye (as in `testdata.random_games`); the
@@ -38,7 +39,7 @@ def random_game_planes(board_size: int, count: int, seed: int = 0, games: int = 
         board = Board(board_size, schema.DEFAULT_KOMI)
         game = []
         while not board.is_over:
-            game.append(board.features())
+            game.append(board.features(channels))
             board.play(random_move(board, rng))
         positions.extend(game)
     chosen = rng.choice(len(positions), size=min(count, len(positions)), replace=False)
@@ -75,10 +76,12 @@ def publish_untrained_model(root: str, generation: int, board_size: int, *, netw
         if cpu_int8:
             from model.cpu_int8 import CALIBRATION_POSITIONS, CHECK_POSITIONS, add_cpu_int8
 
-            planes = random_game_planes(board_size, CALIBRATION_POSITIONS + CHECK_POSITIONS, seed=seed or 0)
+            planes = random_game_planes(board_size, CALIBRATION_POSITIONS + CHECK_POSITIONS, seed=seed or 0,
+                                        channels=config.input_planes)
             extra["cpu_int8"] = add_cpu_int8(local, planes)
         publish_model(open_storage(root), generation, local,
                       {"board_size": board_size, "generation": generation,
-                       "network": dataclasses.asdict(config), "source": "untrained (testdata.models)",
+                       "network": dataclasses.asdict(config), "feature_set_planes": config.input_planes,
+                       "source": "untrained (testdata.models)",
                        **extra, **(metadata or {})})
     return extra.get("cpu_int8")
