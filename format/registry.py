@@ -27,7 +27,8 @@ Readers (self-play workers) poll :func:`latest_generation`, then
 :func:`load_model`, which copies the files into a local cache, checks every
 sha256 against the manifest, and refuses any mismatch with
 :class:`ModelIntegrityError` naming the file.  The SavedModel's
-``serving_default`` signature takes ``planes`` float32 [B, N, N, 17] and
+``serving_default`` signature takes ``planes`` float32 [B, N, N, C] (C, 17
+or 22, the manifest's ``metadata.feature_set_planes``, 17 when absent) and
 returns ``policy_logits`` [B, N*N+1], ``value`` [B], ``ownership`` [B, N*N]
 and ``score`` [B], all from the side to move (``model.export`` writes it),
 N being the manifest's ``board_size``: a signature that declares other shapes
@@ -357,9 +358,10 @@ def _file_sha256(path: str) -> str:
 class LoadedModel:
     """A published model ready to evaluate positions.
 
-    ``model(planes)`` takes float32 [B, N, N, 17] (numpy) and returns a dict
-    of numpy arrays: policy_logits [B, N*N+1], value [B], ownership [B, N*N],
-    score [B].  The call runs the SavedModel's compiled graph.
+    ``model(planes)`` takes float32 [B, N, N, C] (numpy), C = `input_planes`,
+    and returns a dict of numpy arrays: policy_logits [B, N*N+1], value [B],
+    ownership [B, N*N], score [B].  The call runs the SavedModel's compiled
+    graph.
     """
 
     generation: int
@@ -370,6 +372,11 @@ class LoadedModel:
     _saved: object = field(repr=False, default=None)  # keeps the SavedModel's variables alive
 
     @property
+    def input_planes(self) -> int:
+        """The network's input width, 17 or 22: the first C channels of format/planes.py's layout."""
+        return layout.model_input_planes(self.metadata)
+
+    @property
     def signature(self):
         """The SavedModel's serving function (``planes=`` float32 tensor -> dict of tensors),
         for callers that run it inside their own tf.function (fixed-shape inference)."""
@@ -378,8 +385,8 @@ class LoadedModel:
     def __call__(self, planes) -> dict:
         planes = np.asarray(planes, dtype=np.float32)
         n = self.board_size
-        if planes.ndim != 4 or planes.shape[1:] != (n, n, schema.INPUT_PLANES):
-            raise ValueError(f"planes must be [B, {n}, {n}, {schema.INPUT_PLANES}], got {planes.shape}")
+        if planes.ndim != 4 or planes.shape[1:] != (n, n, self.input_planes):
+            raise ValueError(f"planes must be [B, {n}, {n}, {self.input_planes}], got {planes.shape}")
         outputs = self._signature(planes=planes)
         return {name: outputs[name].numpy() for name in OUTPUTS}
 
@@ -394,7 +401,8 @@ def load_model(storage, generation: int, cache_dir: "ModelCache | str | None" = 
         raise ModelIntegrityError(f"{storage.url(model_dir(generation))}: SavedModel has no "
                                   f"'{SIGNATURE}' signature", model_dir(generation))
     board_size = manifest.board_size
-    _check_signature(storage, generation, saved.signatures[SIGNATURE], board_size)
+    _check_signature(storage, generation, saved.signatures[SIGNATURE], board_size,
+                     manifest.input_planes)
     return LoadedModel(generation=int(generation), board_size=board_size,
                        metadata=manifest.metadata, local_dir=local,
                        _signature=saved.signatures[SIGNATURE], _saved=saved)
@@ -405,8 +413,9 @@ def _shape_text(shape) -> str:
     return "[" + ", ".join(str(d) if d is not None else "B" if i == 0 else "?" for i, d in enumerate(shape)) + "]"
 
 
-def _check_signature(storage, generation: int, signature, board_size: int) -> None:
-    """The SavedModel's declared input and output shapes must be those of its manifest's board size.
+def _check_signature(storage, generation: int, signature, board_size: int, input_planes: int) -> None:
+    """The SavedModel's declared input and output shapes must be those of its manifest's board size
+    and input planes.
 
     A manifest that names another board than the network was built for (or a
     network exported for the wrong board) otherwise loads fine and fails only
@@ -414,7 +423,7 @@ def _check_signature(storage, generation: int, signature, board_size: int) -> No
     are read from the signature itself, so nothing is run here.
     """
     n = board_size
-    expected = {"planes": (None, n, n, schema.INPUT_PLANES), "policy_logits": (None, n * n + 1),
+    expected = {"planes": (None, n, n, input_planes), "policy_logits": (None, n * n + 1),
                 "value": (None,), "ownership": (None, n * n), "score": (None,)}
     try:
         declared = dict(signature.structured_input_signature[1])
@@ -430,8 +439,11 @@ def _check_signature(storage, generation: int, signature, board_size: int) -> No
         got = shapes[name]
         # An unknown dimension (None) may fit; only a declared size that differs is refused.
         if len(got) != len(want) or any(None not in (g, w) and g != w for g, w in zip(got, want)):
+            field_name = ("metadata.feature_set_planes" if name == "planes" and got[1:3] == want[1:3]
+                          else "metadata.board_size")
+            field_value = input_planes if field_name == "metadata.feature_set_planes" else n
             raise ModelIntegrityError(
-                f"{where}: field 'metadata.board_size' is {n}, but the SavedModel's '{name}' is "
+                f"{where}: field '{field_name}' is {field_value}, but the SavedModel's '{name}' is "
                 f"{_shape_text(got)}, not {_shape_text(want)}", manifest_path(generation))
 
 

@@ -119,8 +119,9 @@ def add_cpu_int8(saved_model_dir: str, planes: np.ndarray, *, log=print) -> dict
     """Quantize the SavedModel in ``saved_model_dir`` and, if it passes the gate, write the
     int8 copy into that directory at `layout.CPU_INT8_XML` (and its .bin).
 
-    ``planes``: float32 [M, N, N, 17] positions like the ones the network will
-    see (the trainer passes its window's); the first `CALIBRATION_POSITIONS`
+    ``planes``: float32 [M, N, N, C] (C: the network's input planes)
+    positions like the ones the network will see (the trainer passes its
+    window's); the first `CALIBRATION_POSITIONS`
     calibrate, the next `CHECK_POSITIONS` check.  Returns the manifest
     metadata entry: ``{"written": bool, ...figures or the reason}``.  Never
     raises for a failed quantization: the model is still published, without
@@ -149,7 +150,8 @@ def add_cpu_int8(saved_model_dir: str, planes: np.ndarray, *, log=print) -> dict
             float_model, nncf.Dataset(items), preset=nncf.QuantizationPreset.PERFORMANCE,
             subset_size=len(items), fast_bias_correction=False,
             ignored_scope=nncf.IgnoredScope(names=_kept_in_float(float_model), validate=False))
-        figures = agreement(_reference(signature, check), OpenVinoEvaluator(compile_for_cpu(quantized), 0, check.shape[1])(check))
+        int8 = OpenVinoEvaluator(compile_for_cpu(quantized), 0, check.shape[1], input_planes=check.shape[3])
+        figures = agreement(_reference(signature, check), int8(check))
     except Exception as exc:  # a failed quantization must not stop the publish
         return {"written": False, "reason": f"quantization failed: {type(exc).__name__}: {exc}"[:500]}
     entry = {"calibration_positions": len(calibrate), "check_positions": len(check),

@@ -4,10 +4,12 @@ The exported model is rebuilt in float32 (whatever precision training used)
 from a list of weights: the live model's, or their moving average when SWA
 is on.  Its one signature, ``serving_default``, is::
 
-    planes: float32 [None, N, N, 17]  ->  policy_logits [B, N*N+1]
+    planes: float32 [None, N, N, C]  ->  policy_logits [B, N*N+1]
                                           value         [B]   in [-1, 1], side to move
                                           ownership     [B, N*N] in [-1, 1], side to move
                                           score         [B]   points, side to move
+
+C is the network's ``input_planes`` (17 or 22, format/planes.py).
 
 ``format.registry`` publishes the directory and loads it back.
 """
@@ -27,7 +29,8 @@ class InferenceModule(tf.Module):
     def __init__(self, model, board_size: int):
         super().__init__(name="zerolake_inference")
         self.model = model
-        spec = tf.TensorSpec([None, board_size, board_size, schema.INPUT_PLANES], tf.float32, name="planes")
+        channels = model.input_shape[-1]  # the network's input_planes (format/planes.py)
+        spec = tf.TensorSpec([None, board_size, board_size, channels], tf.float32, name="planes")
         self.serve = tf.function(self._serve, input_signature=[spec])
 
     def _serve(self, planes):

@@ -1,6 +1,7 @@
 """The policy/value network: a residual tower with four heads.
 
-Input is the schema's NHWC planes ``[B, N, N, 17]`` (float, 0/1).  Outputs,
+Input is format/planes.py's NHWC planes ``[B, N, N, C]`` (float, 0/1), C =
+``input_planes``: 17 (AlphaGo Zero's) or 22 (with liberties).  Outputs,
 all float32 and from the side to move (``A = N*N + 1`` actions, pass last):
 
 =====================  ==========  ==========================================
@@ -56,6 +57,9 @@ class NetworkConfig:
     """Shape of the network; saved with every published model."""
 
     board_size: int
+    input_planes: int = schema.BASIC_INPUT_PLANES
+    """Channels of the input: 17 (AlphaGo Zero's planes) or 22 (with liberties and legal moves);
+    format/planes.py's layout, whose first ``input_planes`` channels the network reads."""
     blocks: int = 4
     filters: int = 32
     global_pool_every: int = 0
@@ -75,6 +79,8 @@ class NetworkConfig:
         if not schema.MIN_BOARD_SIZE <= self.board_size <= schema.MAX_BOARD_SIZE:
             raise ValueError(f"board_size {self.board_size} outside "
                              f"{schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
+        if self.input_planes not in schema.INPUT_PLANE_CHOICES:
+            raise ValueError(f"input_planes must be one of {schema.INPUT_PLANE_CHOICES}, got {self.input_planes}")
         for name in ("blocks", "filters", "head_filters", "value_hidden", "global_pool_channels",
                      "policy_channels"):
             if getattr(self, name) < 1:
@@ -165,11 +171,11 @@ def _conv_policy_head(x, config, dtype):
 
 
 def build_network(config: NetworkConfig, dtype_policy: str = "float32") -> keras.Model:
-    """A Keras functional model: planes [B, N, N, 17] -> dict of outputs (module doc)."""
+    """A Keras functional model: planes [B, N, N, input_planes] -> dict of outputs (module doc)."""
     n = config.board_size
     points = n * n
     actions = schema.num_actions(n)
-    planes = keras.Input(shape=(n, n, schema.INPUT_PLANES), dtype="float32", name="planes")
+    planes = keras.Input(shape=(n, n, config.input_planes), dtype="float32", name="planes")
     dt = dtype_policy
     x = _conv(config.filters, 3, dt, "stem_conv")(planes)
     x = _batchnorm(config, dt, "stem_bn")(x)

@@ -134,7 +134,7 @@ def dtype_policy_for(config: TrainConfig, kind: str) -> str:
 
 def network_config(config: TrainConfig, board_size: int) -> NetworkConfig:
     return NetworkConfig(
-        board_size=board_size, blocks=config.blocks, filters=config.filters,
+        board_size=board_size, input_planes=config.input_planes, blocks=config.blocks, filters=config.filters,
         global_pool_every=config.global_pool_every, global_pool_channels=config.global_pool_channels,
         value_head=config.value_head, value_hidden=config.value_hidden, policy_head=config.policy_head,
         sync_batchnorm=config.sync_batchnorm)
@@ -308,7 +308,7 @@ def wdl_target(value, draws_possible: bool):
 def occupied_mass(policy_logits, planes):
     """float32[B]: the softmax policy's mass on occupied points (moves the planes show are illegal).
 
-    ``planes`` is the network input [B, N, N, 17]: the side to move's and
+    ``planes`` is the network input [B, N, N, C]: the side to move's and
     the opponent's stones now are channels OWN_STONES and OPPONENT_STONES
     (format/planes.py).  Pass (the last action) is always legal.
     """

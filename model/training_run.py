@@ -246,7 +246,7 @@ class TrainingRun:
             self.trainer.checkpoint.restore(latest).assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.OpError) as exc:
             raise CheckpointMismatch(f"{latest} does not match this network (was it written with other "
-                               f"--blocks/--filters/--value-head/--policy-head/--swa-decay flags?): {exc}") from None
+                               f"--input-planes/--blocks/--filters/--value-head/--policy-head/--swa-decay flags?): {exc}") from None
         self._saved_step = int(self.trainer.window_step.numpy())
         generation = int(self.trainer.window_generation.numpy())
         where = (f"window {generation} at step {int(self.trainer.window_step.numpy())}/"
@@ -407,7 +407,7 @@ class TrainingRun:
             batch_size=self.trainer.global_batch,
             seed=window_seed(self.config.seed, window.target_generation),
             skip_batches=int(self.trainer.window_step.numpy()),
-            shuffle_buffer=self.config.shuffle_buffer)
+            shuffle_buffer=self.config.shuffle_buffer, input_planes=self.net_config.input_planes)
         return iter(self.trainer.strategy.experimental_distribute_dataset(dataset))
 
     def _calibration_planes(self, window: Window) -> np.ndarray:
@@ -423,7 +423,8 @@ class TrainingRun:
         planes = []
         for i, record in enumerate(iter_framed_records(raw, source)):
             for position in decode_records(record, f"{source}#{i}", table=table):
-                planes.append(input_from_record_planes(position.planes, position.to_play))
+                planes.append(input_from_record_planes(position.planes, position.to_play,
+                                                       self.net_config.input_planes))
             if len(planes) >= wanted:
                 break
         return np.stack(planes[:wanted]) if planes else np.zeros((0,), np.float32)
@@ -567,7 +568,7 @@ class TrainingRun:
             "window": window.path, "window_positions": window.positions,
             "window_steps": int(self.trainer.window_steps_total.numpy()),
             "skipped_windows": [item.as_metadata() for item in self._skipped_below],
-            "swa_decay": self.config.swa_decay, "feature_set_planes": schema.INPUT_PLANES,
+            "swa_decay": self.config.swa_decay, "feature_set_planes": self.net_config.input_planes,
             "created_unix": int(time.time()),
             # The window's last progress report (losses, accuracy, occupied policy mass):
             # the rating ladder's report plots them per generation.  Empty when the

@@ -2,7 +2,7 @@
 
 Terms:
 
-* *row*: one position's network input, float32 [N, N, 17] (format/planes.py);
+* *row*: one position's network input, float32 [N, N, C] (format/planes.py);
   it holds the last 8 positions and the side to move, so two rows are the
   same input exactly when the position, its recent history and the side to
   move agree.
@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-from selfplay.evaluator import UNIFORM_GENERATION
+from selfplay.evaluator import UNIFORM_GENERATION, input_planes_of
 
 DEFAULT_CAPACITY = 32768
 """Entries kept.  An entry holds N*N+1 logits and a value: 1.5 KB on 19x19,
@@ -62,6 +62,7 @@ class CachedEvaluator:
             raise ValueError(f"evaluation cache capacity must be >= 1, got {capacity}")
         self.evaluator = evaluator
         self.generation = evaluator.generation
+        self.input_planes = input_planes_of(evaluator)
         self.capacity = capacity
         self._entries: collections.OrderedDict[bytes, tuple[np.ndarray, np.float32]] = collections.OrderedDict()
         self.rows = 0

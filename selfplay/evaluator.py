@@ -70,17 +70,24 @@ UNIFORM_GENERATION = 0
 class Evaluator(Protocol):
     """The one evaluator interface (see the module docstring): what the search calls.
 
-    ``evaluator(planes)`` with float32 planes [B, N, N, 17] returns
+    ``evaluator(planes)`` with float32 planes [B, N, N, C] returns
     ``(logits, values)``: float32 [B, N*N + 1] policy logits and float32 [B]
     values in [-1, 1] for the side to move.  ``generation`` names the model
-    generation that plays (0 = the uniform evaluator).  `ModelEvaluator`
-    wraps a published model (whose own call returns every head as a dict)
-    into this shape.
+    generation that plays (0 = the uniform evaluator).  C is the
+    evaluator's ``input_planes`` (17 or 22, format/planes.py), 17 for one
+    that does not say (`input_planes_of`).  `ModelEvaluator` wraps a
+    published model (whose own call returns every head as a dict) into this
+    shape.
     """
 
     generation: int
 
     def __call__(self, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def input_planes_of(evaluator) -> int:
+    """The input width ``evaluator`` takes: its ``input_planes``, else 17 (AlphaGo Zero's planes)."""
+    return int(getattr(evaluator, "input_planes", schema.BASIC_INPUT_PLANES))
 
 
 class UniformEvaluator:
@@ -91,6 +98,7 @@ class UniformEvaluator:
     """
 
     generation = UNIFORM_GENERATION
+    input_planes = schema.BASIC_INPUT_PLANES   # reads none of them: the cheapest width
 
     def __init__(self, board_size: int):
         self.num_actions = board_size * board_size + 1
@@ -294,19 +302,21 @@ def padded_pieces(rows: int, buckets: Sequence[int]) -> list[tuple[int, int, int
 class FixedShapeFunction:
     """A TensorFlow network function run only at fixed batch sizes.
 
-    ``fn(planes)`` maps a float32 tensor [B, N, N, 17] to a dict with
+    ``fn(planes)`` maps a float32 tensor [B, N, N, C] to a dict with
     'policy_logits' [B, N*N+1] and 'value' [B] (a SavedModel's serving
-    signature).  Each batch size gets its own tf.function with the fixed
-    input signature [size, N, N, 17], traced on its first call, so a TPU
+    signature; C its ``input_planes``).  Each batch size gets its own
+    tf.function with the fixed input signature [size, N, N, C], traced on
+    its first call, so a TPU
     compiles one program per size.  ``traces`` counts traces.
 
     With a TPUStrategy every replica (TPU core) runs its own slice of the
     rows, so each size must be a multiple of the replica count.
     """
 
-    def __init__(self, fn: Callable, board_size: int, strategy=None):
+    def __init__(self, fn: Callable, board_size: int, strategy=None, input_planes: int = schema.BASIC_INPUT_PLANES):
         self._fn = fn
         self.board_size = board_size
+        self.input_planes = input_planes
         self.strategy = strategy
         self.traces = 0
         self._functions: dict[int, Callable] = {}
@@ -344,7 +354,7 @@ class FixedShapeFunction:
                 import tensorflow as tf
 
                 n = self.board_size
-                spec = tf.TensorSpec([size, n, n, schema.INPUT_PLANES], tf.float32, name="planes")
+                spec = tf.TensorSpec([size, n, n, self.input_planes], tf.float32, name="planes")
                 function = self._functions[size] = tf.function(self._body, input_signature=[spec])
         return function
 
@@ -388,6 +398,7 @@ class ModelEvaluator:
                  placement: Placement | None = None, pad_to=PAD_AUTO):
         self.model = model
         self.generation = int(model.generation)
+        self.input_planes = input_planes_of(model)
         if devices is None and placement is not None:
             devices = placement.run_devices()
         self.devices = accelerator_devices() if devices is None else list(devices)
@@ -399,7 +410,8 @@ class ModelEvaluator:
         if strategy is not None and self.buckets is None:
             raise ValueError("on a TPU the evaluator needs fixed shapes: pad_to must not be None")
         fn = _tensorflow_function(model) if self.buckets is not None else None
-        self.fixed = FixedShapeFunction(fn, int(model.board_size), strategy) if fn is not None else None
+        self.fixed = (FixedShapeFunction(fn, int(model.board_size), strategy, self.input_planes)
+                      if fn is not None else None)
         self._pool = (concurrent.futures.ThreadPoolExecutor(len(self.devices))
                       if len(self.devices) > 1 else None)
 

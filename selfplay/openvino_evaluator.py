@@ -101,13 +101,16 @@ class OpenVinoEvaluator:
     """An evaluator (``selfplay.evaluator.Evaluator``) running a compiled OpenVINO model.
 
     ``compiled`` must have the outputs ``policy_logits`` [B, N*N+1] and
-    ``value`` [B] (or [B, 1]), as ``model.cpu_int8`` writes them.
+    ``value`` [B] (or [B, 1]), as ``model.cpu_int8`` writes them, and take
+    planes [B, N, N, ``input_planes``] (the model's width, 17 or 22).
     """
 
-    def __init__(self, compiled, generation: int, board_size: int, backend: str = "openvino-int8"):
+    def __init__(self, compiled, generation: int, board_size: int, backend: str = "openvino-int8", *,
+                 input_planes: int = schema.BASIC_INPUT_PLANES):
         self.compiled = compiled
         self.generation = int(generation)
         self.board_size = int(board_size)
+        self.input_planes = int(input_planes)
         self.backend = backend
         streams = max(1, int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
         self._requests = [compiled.create_infer_request() for _ in range(streams)]
@@ -117,8 +120,8 @@ class OpenVinoEvaluator:
     def __call__(self, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         planes = np.ascontiguousarray(planes, np.float32)
         n = self.board_size
-        if planes.ndim != 4 or planes.shape[1:] != (n, n, schema.INPUT_PLANES):
-            raise ValueError(f"planes must be [B, {n}, {n}, {schema.INPUT_PLANES}], got {planes.shape}")
+        if planes.ndim != 4 or planes.shape[1:] != (n, n, self.input_planes):
+            raise ValueError(f"planes must be [B, {n}, {n}, {self.input_planes}], got {planes.shape}")
         pieces = max(1, min(len(self._requests), len(planes) // MIN_ROWS_PER_REQUEST))
         bounds = np.linspace(0, len(planes), pieces + 1).astype(int)
         used = self._requests[:pieces]
@@ -165,7 +168,8 @@ def make_evaluator(model, placement=None, inference: str = "auto", *, threads: i
         return ModelEvaluator(model, placement=placement)
     elif path is None:
         return _float32_on_openvino(model, threads, log)
-    evaluator = OpenVinoEvaluator(compile_for_cpu(path, threads or None), model.generation, model.board_size)
+    evaluator = OpenVinoEvaluator(compile_for_cpu(path, threads or None), model.generation, model.board_size,
+                                  input_planes=model.input_planes)
     if log is not None:
         log(f"generation {model.generation}: int8 OpenVINO copy on the CPU")
     return evaluator
@@ -184,7 +188,8 @@ def _float32_on_openvino(model, threads: int, log):
         return ModelEvaluator(model, placement=None)
     if log is not None:
         log(f"generation {model.generation}: float32 OpenVINO on the CPU (published without an int8 copy)")
-    return OpenVinoEvaluator(compiled, model.generation, model.board_size, backend="openvino-float32")
+    return OpenVinoEvaluator(compiled, model.generation, model.board_size, backend="openvino-float32",
+                             input_planes=model.input_planes)
 
 
 def _runs_on_cpu(placement) -> bool:

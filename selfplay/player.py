@@ -41,6 +41,7 @@ from format import layout
 from format import schema
 from format.coords import gtp_to_move, move_to_gtp
 from selfplay.board import Board
+from selfplay.evaluator import input_planes_of
 from selfplay.playouts import playout_values
 from selfplay.move_policy import MovePolicy, ResignationCounter
 from selfplay.search import STATE_EXPANDED
@@ -230,7 +231,8 @@ class MctsPlayer(BasePlayer):
             board_size, max(num_slots, 1), num_groups=1, leaves_per_game=c.leaves_per_game,
             c_puct_init=c.c_puct_init, c_puct_base=c.c_puct_base, fpu_reduction=c.fpu_reduction,
             fpu_reduction_root=0.0, seed=c.seed)
-        self._buffer = np.zeros((self._batch.batch_rows, board_size, board_size, schema.INPUT_PLANES), np.float32)
+        self._buffer = np.zeros((self._batch.batch_rows, board_size, board_size, input_planes_of(self.evaluator)),
+                                np.float32)
         self._live_slots.clear()
         return self._batch
 
@@ -421,6 +423,7 @@ class PlayoutEvaluator:
     """
 
     generation = 0
+    input_planes = schema.BASIC_INPUT_PLANES   # playout_values reads channels 0, 8 and 16
 
     def __init__(self, board_size: int, komi: float, playouts: int = 1, seed: int = 0):
         if playouts < 1:
@@ -433,8 +436,8 @@ class PlayoutEvaluator:
 
     def __call__(self, planes: np.ndarray):
         rows, size = planes.shape[0], self.board_size
-        if planes.shape[1:] != (size, size, schema.INPUT_PLANES):
-            raise ValueError(f"planes must be [B, {size}, {size}, {schema.INPUT_PLANES}], got {planes.shape}")
+        if planes.shape[1:] != (size, size, self.input_planes):
+            raise ValueError(f"planes must be [B, {size}, {size}, {self.input_planes}], got {planes.shape}")
         values = playout_values(np.ascontiguousarray(planes, np.float32), self.komi, self.playouts,
                                 int(self._rng.integers(0, 2**63)))
         return np.zeros((rows, size * size + 1), np.float32), values

@@ -101,7 +101,8 @@ from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
 from selfplay.config import CLI, WorkerConfig, default_spool_base
 from selfplay.driver import GameBatch
 from selfplay.eval_cache import with_evaluation_cache
-from selfplay.evaluator import UniformEvaluator, configure_accelerator, use_every_cpu_core
+from format.planes import convert_input_planes
+from selfplay.evaluator import UniformEvaluator, configure_accelerator, input_planes_of, use_every_cpu_core
 from selfplay.move_policy import MovePolicy, ResignationCounter
 from selfplay.openvino_evaluator import make_evaluator
 from selfplay.player import PlayoutEvaluator
@@ -334,8 +335,9 @@ class SelfPlayWorker:
             gumbel_c_visit=config.gumbel_c_visit, gumbel_c_scale=config.gumbel_c_scale,
             dirichlet_alpha_total=config.dirichlet_alpha_total,
             dirichlet_epsilon=config.dirichlet_epsilon, seed=config.seed)
-        n = config.board_size
-        self.buffers = [np.zeros((self.batch.batch_rows, n, n, schema.INPUT_PLANES), np.float32) for _ in range(2)]
+        # One batch buffer per group, as wide as the input of the evaluator that gathers into it
+        # (format/planes.py: 17 or 22 channels; `_buffer_for` follows a model of another width).
+        self.buffers = [self._new_buffer(input_planes_of(self.evaluator)) for _ in range(2)]
         self.counters = Counters()
         self.move_policy = MovePolicy(sampled_moves=config.sampled_moves, resign_threshold=config.resign_threshold,
                                       resign_consecutive=config.resign_consecutive)
@@ -468,10 +470,25 @@ class SelfPlayWorker:
 
     # ---- the loop ---------------------------------------------------------
 
+    def _new_buffer(self, channels: int) -> np.ndarray:
+        n = self.config.board_size
+        return np.zeros((self.batch.batch_rows, n, n, channels), np.float32)
+
+    def _buffer_for(self, group: int) -> np.ndarray:
+        """The group's batch buffer, as wide as the current evaluator's input (replaced if it was not)."""
+        channels = input_planes_of(self.evaluator)
+        if self.buffers[group].shape[3] != channels:
+            self.buffers[group] = self._new_buffer(channels)
+        return self.buffers[group]
+
     def _evaluate(self, evaluator, group: int, rows: int):
         """On the inference thread: (logits, values, seconds, what is wrong with them or None)."""
         start = time.perf_counter()
-        logits, values = evaluator(self.buffers[group][:rows])
+        planes = self.buffers[group][:rows]
+        if planes.shape[3] != input_planes_of(evaluator):
+            # Rows gathered for a model of the other width, left over when it was refused.
+            planes = convert_input_planes(planes, input_planes_of(evaluator))
+        logits, values = evaluator(planes)
         seconds = time.perf_counter() - start
         return logits, values, seconds, check_outputs(logits, values, rows, self.config.board_size)
 
@@ -534,7 +551,7 @@ class SelfPlayWorker:
                         continue   # paused: no model may play until a newer one loads
                     rows = unevaluated.pop(group, 0)
                     if not rows:
-                        rows = self.batch.gather(group, self.buffers[group])
+                        rows = self.batch.gather(group, self._buffer_for(group))
                         if not rows:
                             # Every remaining simulation hit a game-over leaf.
                             for g in self.batch.done_games(group):
