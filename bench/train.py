@@ -9,7 +9,11 @@
    game table), version 2 (the same groups with each position's label in
    its record) and version 1 (one assembled example a record).
    ``input_examples_per_s_<N>`` is the default version's figure;
-   ``..._v1`` / ``..._v2`` / ``..._v3`` name each version.
+   ``..._v1`` / ``..._v2`` / ``..._v3`` name each version.  All of them
+   decode the 17 planes of the default network; ``..._22_planes`` is the
+   default version decoded for a 22-plane network (format/planes.py: the
+   liberty and legal-move planes are computed in the graph, from the board
+   at t, not stored, so they cost examples/s here and no shard bytes).
 2. Training: steps/s of the default 9x9 network (TrainConfig defaults:
    4 blocks x 32 filters, batch 256, float32, default strategy) fed by the
    same pipeline.
@@ -102,11 +106,12 @@ def _rows_of(batch, games) -> np.ndarray:
     return starts[batch.instance] + batch.move_number
 
 
-def pipeline_rate(shards: list[str], board_size: int, seconds: float) -> tuple[float, float]:
+def pipeline_rate(shards: list[str], board_size: int, seconds: float, input_planes: int = 17) -> tuple[float, float]:
     """(examples per wall second, examples per CPU second of this process)."""
     from format.tfdata import training_dataset
 
-    dataset = training_dataset(shards, board_size=board_size, batch_size=PIPELINE_BATCH, seed=1)
+    dataset = training_dataset(shards, board_size=board_size, batch_size=PIPELINE_BATCH, seed=1,
+                               input_planes=input_planes)
     iterator = iter(dataset)
     for _ in range(5):  # warm-up: tracing, XLA compilation, buffers filling
         next(iterator)
@@ -172,6 +177,11 @@ def main(argv=None) -> int:
                 result[f"shard_bytes_per_position_{n}_v{version}"] = round(size, 1)
             for key in ("input_examples_per_s", "input_examples_per_cpu_s"):
                 result[f"{key}_{n}"] = result[f"{key}_{n}_v{POSITION_RECORD_VERSION}"]
+            rate, cpu = pipeline_rate(shards[n][POSITION_RECORD_VERSION], n, args.seconds, input_planes=22)
+            print(f"input pipeline {n:2d}x{n:<2d} v{POSITION_RECORD_VERSION}, 22 planes: {rate:10.0f} examples/s, "
+                  f"{cpu:8.0f} per CPU second (liberties and legal moves computed in the graph)")
+            result[f"input_examples_per_s_{n}_22_planes"] = round(rate)
+            result[f"input_examples_per_cpu_s_{n}_22_planes"] = round(cpu)
         steps, batch = train_rate(shards[9][POSITION_RECORD_VERSION], os.path.join(scratch, "lake9"), args.seconds)
         consumed = steps * batch
         print(f"training 9x9 default net: {steps:.2f} steps/s at batch {batch} = {consumed:.0f} examples/s")

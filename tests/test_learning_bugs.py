@@ -68,7 +68,7 @@ def test_the_wdl_loss_is_smallest_at_the_merged_distribution():
     net = NetworkConfig(board_size=n, blocks=1, filters=4, value_head="wdl")
     batch = {
         "policy": tf.one_hot([0], n * n + 1), "value": tf.constant([0.2]), "score": tf.constant([0.0]),
-        "ownership": tf.zeros([1, n * n]), "planes": tf.zeros([1, n, n, schema.INPUT_PLANES]),
+        "ownership": tf.zeros([1, n * n]), "planes": tf.zeros([1, n, n, schema.BASIC_INPUT_PLANES]),
         "policy_weight": tf.constant([1.0]), "value_weight": tf.constant([1.0]),
         "ownership_weight": tf.constant([0.0]), "score_weight": tf.constant([0.0]),
     }
@@ -87,7 +87,7 @@ def test_the_wdl_loss_is_smallest_at_the_merged_distribution():
 
 def test_occupied_mass_counts_both_colours_and_never_pass():
     n = 5
-    planes = np.zeros((2, n, n, schema.INPUT_PLANES), np.float32)
+    planes = np.zeros((2, n, n, schema.BASIC_INPUT_PLANES), np.float32)
     planes[0, 0, 0, 0] = 1.0            # own stone now
     planes[0, 1, 1, 8] = 1.0            # opponent stone now
     planes[0, 2, 2, 1] = 1.0            # an own stone one move ago only: the point is empty now

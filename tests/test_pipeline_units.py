@@ -310,7 +310,7 @@ def test_model_playouts_batch_one_call_per_move_and_finish_the_game():
     calls = []
 
     def uniform_model(planes):
-        assert planes.dtype == np.float32 and planes.shape[1:] == (9, 9, schema.INPUT_PLANES)
+        assert planes.dtype == np.float32 and planes.shape[1:] == (9, 9, schema.BASIC_INPUT_PLANES)
         calls.append(len(planes))
         logits = np.zeros((len(planes), 82), np.float32)
         logits[:, 81] = -5.0  # rarely pass, as a trained model late in a game

@@ -33,7 +33,7 @@ def exported(tmp_path_factory):
 
 
 def random_planes(rng, batch, n):
-    planes = (rng.random((batch, n, n, schema.INPUT_PLANES)) < 0.3).astype(np.float32)
+    planes = (rng.random((batch, n, n, schema.BASIC_INPUT_PLANES)) < 0.3).astype(np.float32)
     planes[..., 16] = rng.integers(0, 2, size=(batch, 1, 1))
     return planes
 

@@ -56,7 +56,7 @@ def test_shard_round_trip_through_the_pipeline(tmp_path, n):
                                shuffle_buffer=0, augment=False, repeat=False)
     batches = list(dataset)
     assert len(batches) == 3
-    assert batches[0]["planes"].shape == (8, n, n, schema.INPUT_PLANES)
+    assert batches[0]["planes"].shape == (8, n, n, schema.BASIC_INPUT_PLANES)
     assert batches[0]["policy"].shape == (8, n * n + 1)
     assert batches[0]["ownership"].shape == (8, n * n)
     for i, (_, expected) in enumerate(pairs):
@@ -98,7 +98,7 @@ def test_a_marked_point_moves_together_in_planes_policy_and_ownership(n):
     decoded = PositionDecoder(n).decode(tf.constant([record] * 8), tf.range(8, dtype=tf.int32))
     destinations = set()
     for k in range(8):
-        planes_k = decoded["planes"][k].numpy().reshape(n * n, schema.INPUT_PLANES)
+        planes_k = decoded["planes"][k].numpy().reshape(n * n, schema.BASIC_INPUT_PLANES)
         stone_at = np.flatnonzero(planes_k[:, 3])
         policy_at = np.flatnonzero(decoded["policy"][k].numpy())
         owned_at = np.flatnonzero(decoded["ownership"][k].numpy())

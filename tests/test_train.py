@@ -75,7 +75,7 @@ def test_tiny_run_lowers_every_heads_loss(lake, value_head):
 def test_network_output_shapes(n):
     model = build_network(NetworkConfig(board_size=n, blocks=1, filters=8, global_pool_every=1,
                                         global_pool_channels=4, value_head="wdl"))
-    out = model(np.zeros((2, n, n, schema.INPUT_PLANES), np.float32), training=False)
+    out = model(np.zeros((2, n, n, schema.BASIC_INPUT_PLANES), np.float32), training=False)
     assert tuple(out["policy_logits"].shape) == (2, n * n + 1)
     assert tuple(out["ownership"].shape) == (2, n * n)
     assert tuple(out["value"].shape) == (2,) and tuple(out["score"].shape) == (2,)

@@ -261,5 +261,5 @@ def test_trainer_on_an_emulated_bucket_resumes_on_a_fresh_stage_dir_and_publishe
     assert lake.read(layout.model_manifest(1)) == published
 
     model = load_model(lake, 1, cache_dir=str(tmp_path / "cache"))
-    outputs = model(np.zeros((2, 9, 9, schema.INPUT_PLANES), np.float32))
+    outputs = model(np.zeros((2, 9, 9, schema.BASIC_INPUT_PLANES), np.float32))
     assert outputs["policy_logits"].shape == (2, 82) and outputs["value"].shape == (2,)

@@ -62,5 +62,5 @@ def test_sigkill_mid_window_then_rerun_resumes_and_never_republishes(tmp_path):
     assert storage.read(layout.model_manifest(1)) == published
 
     model = load_model(storage, 1, cache_dir=str(tmp_path / "cache"))
-    out = model(np.zeros((2, 9, 9, schema.INPUT_PLANES), np.float32))
+    out = model(np.zeros((2, 9, 9, schema.BASIC_INPUT_PLANES), np.float32))
     assert out["policy_logits"].shape == (2, 82) and out["value"].shape == (2,)
