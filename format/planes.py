@@ -120,6 +120,12 @@ def check_channels(channels: int) -> int:
     return channels
 
 
+def input_planes_of(consumer) -> int:
+    """The input width a model or evaluator takes: its ``input_planes`` attribute, else 17
+    (every model and evaluator from before liberty planes)."""
+    return int(getattr(consumer, "input_planes", BASIC_INPUT_PLANES))
+
+
 def channel_name(channel: int) -> str:
     """What a channel holds, for error messages: 'own stones at t-3', 'colour (1 = Black to move)'."""
     if not 0 <= channel < INPUT_PLANES:

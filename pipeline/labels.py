@@ -39,6 +39,7 @@ import numpy as np
 
 from format import schema
 from format.codec import GameRecord
+from format.planes import input_planes_of
 
 PolicyFn = Callable[[np.ndarray], dict]
 """A model: float32[B, N, N, C] -> {'policy_logits': [B, N*N+1], ...}; C is its ``input_planes``
@@ -206,7 +207,7 @@ def model_playout_labels(boards: Sequence, policy_fn: PolicyFn, *, max_moves: in
         return []
     n = boards[0].size
     playing = [i for i, b in enumerate(boards) if not b.is_over]
-    channels = getattr(policy_fn, "input_planes", schema.BASIC_INPUT_PLANES)
+    channels = input_planes_of(policy_fn)
     for _ in range(max_moves):
         if not playing:
             break

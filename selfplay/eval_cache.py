@@ -35,7 +35,8 @@ import time
 
 import numpy as np
 
-from selfplay.evaluator import UNIFORM_GENERATION, input_planes_of
+from format.planes import input_planes_of
+from selfplay.evaluator import UNIFORM_GENERATION
 
 DEFAULT_CAPACITY = 32768
 """Entries kept.  An entry holds N*N+1 logits and a value: 1.5 KB on 19x19,

@@ -60,6 +60,7 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from format import schema
+from format.planes import input_planes_of
 
 log = logging.getLogger("selfplay.evaluator")
 
@@ -75,7 +76,7 @@ class Evaluator(Protocol):
     values in [-1, 1] for the side to move.  ``generation`` names the model
     generation that plays (0 = the uniform evaluator).  C is the
     evaluator's ``input_planes`` (17 or 22, format/planes.py), 17 for one
-    that does not say (`input_planes_of`).  `ModelEvaluator` wraps a
+    that does not say (`format.planes.input_planes_of`).  `ModelEvaluator` wraps a
     published model (whose own call returns every head as a dict) into this
     shape.
     """
@@ -83,11 +84,6 @@ class Evaluator(Protocol):
     generation: int
 
     def __call__(self, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
-
-
-def input_planes_of(evaluator) -> int:
-    """The input width ``evaluator`` takes: its ``input_planes``, else 17 (AlphaGo Zero's planes)."""
-    return int(getattr(evaluator, "input_planes", schema.BASIC_INPUT_PLANES))
 
 
 class UniformEvaluator:

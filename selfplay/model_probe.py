@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from format import schema
+from format.planes import input_planes_of
 
 
 class ModelMisfit(ValueError):
@@ -78,8 +79,6 @@ def probe_model(evaluator, board_size: int, generation: int) -> None:
     every game; a network that cannot take this board fails deep inside the search.  Both
     are refused here, in one line, before a single game moves to them.
     """
-    from selfplay.evaluator import input_planes_of
-
     planes = probe_positions(board_size, input_planes_of(evaluator))
     try:
         logits, values = evaluator(planes)

@@ -40,8 +40,8 @@ import numpy as np
 from format import layout
 from format import schema
 from format.coords import gtp_to_move, move_to_gtp
+from format.planes import input_planes_of
 from selfplay.board import Board
-from selfplay.evaluator import input_planes_of
 from selfplay.playouts import playout_values
 from selfplay.move_policy import MovePolicy, ResignationCounter
 from selfplay.search import STATE_EXPANDED

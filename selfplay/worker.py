@@ -101,8 +101,8 @@ from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
 from selfplay.config import CLI, WorkerConfig, default_spool_base
 from selfplay.driver import GameBatch
 from selfplay.eval_cache import with_evaluation_cache
-from format.planes import convert_input_planes
-from selfplay.evaluator import UniformEvaluator, configure_accelerator, input_planes_of, use_every_cpu_core
+from format.planes import convert_input_planes, input_planes_of
+from selfplay.evaluator import UniformEvaluator, configure_accelerator, use_every_cpu_core
 from selfplay.move_policy import MovePolicy, ResignationCounter
 from selfplay.openvino_evaluator import make_evaluator
 from selfplay.player import PlayoutEvaluator
