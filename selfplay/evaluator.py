@@ -76,9 +76,9 @@ class Evaluator(Protocol):
     values in [-1, 1] for the side to move.  ``generation`` names the model
     generation that plays (0 = the uniform evaluator).  C is the
     evaluator's ``input_planes`` (17 or 22, format/planes.py), 17 for one
-    that does not say (`format.planes.input_planes_of`).  `ModelEvaluator` wraps a
-    published model (whose own call returns every head as a dict) into this
-    shape.
+    that does not say (`format.planes.input_planes_of`).  `ModelEvaluator`
+    wraps a published model (whose own call returns every head as a dict)
+    into this shape.
     """
 
     generation: int
@@ -302,8 +302,8 @@ class FixedShapeFunction:
     'policy_logits' [B, N*N+1] and 'value' [B] (a SavedModel's serving
     signature; C its ``input_planes``).  Each batch size gets its own
     tf.function with the fixed input signature [size, N, N, C], traced on
-    its first call, so a TPU
-    compiles one program per size.  ``traces`` counts traces.
+    its first call, so a TPU compiles one program per size.  ``traces``
+    counts traces.
 
     With a TPUStrategy every replica (TPU core) runs its own slice of the
     rows, so each size must be a multiple of the replica count.

@@ -97,11 +97,11 @@ from selfplay.model_probe import ModelMisfit, check_outputs, one_line, probe_mod
 from format import layout
 from format.codec import GameRecord, encode_game, quantize_policy
 from format.events import EventLog
+from format.planes import convert_input_planes, input_planes_of
 from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
 from selfplay.config import CLI, WorkerConfig, default_spool_base
 from selfplay.driver import GameBatch
 from selfplay.eval_cache import with_evaluation_cache
-from format.planes import convert_input_planes, input_planes_of
 from selfplay.evaluator import UniformEvaluator, configure_accelerator, use_every_cpu_core
 from selfplay.move_policy import MovePolicy, ResignationCounter
 from selfplay.openvino_evaluator import make_evaluator
