@@ -270,17 +270,16 @@ def input_from_record_planes(packed: np.ndarray, to_play: int,
     colour plane comes from ``to_play`` and the five planes after it from the
     boards at t and t-1, as `input_planes` makes them.
     """
-    check_channels(channels)
     packed = np.asarray(packed)
     if packed.ndim != 3 or packed.shape[0] != PACKED_PLANES or packed.shape[1] != packed.shape[2]:
         raise ValueError(f"record planes must be [{PACKED_PLANES}, N, N], got {packed.shape}")
     if to_play not in (schema.BLACK, schema.WHITE):
         raise ValueError(f"to_play must be BLACK ({schema.BLACK}) or WHITE ({schema.WHITE}), got {to_play!r}")
-    boards = [np.where(packed[OWN_STONES + age] == 1, to_play, 0)
-              + np.where(packed[OPPONENT_STONES + age] == 1, -to_play, 0) for age in range(2)]
-    out = input_planes(boards, to_play, channels)
-    out[:, :, :PACKED_PLANES] = np.moveaxis(packed, 0, -1)
-    return out
+    n = packed.shape[1]
+    basic = np.zeros((1, n, n, BASIC_INPUT_PLANES), np.float32)
+    basic[0, :, :, :PACKED_PLANES] = np.moveaxis(packed, 0, -1)
+    basic[0, :, :, COLOUR_PLANE] = 1.0 if to_play == COLOUR_PLANE_SIDE else 0.0
+    return convert_input_planes(basic, channels)[0]
 
 
 def convert_input_planes(planes: np.ndarray, channels: int) -> np.ndarray:

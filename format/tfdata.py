@@ -406,19 +406,24 @@ class GroupDecoder:
         keeps neighbours neighbours.
         """
         nn = self.points
+        # Off the board (the padding column NN): colour 2, no liberties.
         neighbour_state = tf.gather(tf.pad(state, [[0, 0], [0, 1]], constant_values=2), self._neighbours, axis=1)
         liberties = self._chain_liberties(state, neighbour_state)
+        padded_liberties = tf.pad(liberties, [[0, 0], [0, 1]])
         stone = tf.not_equal(state, 0)
-        neighbour_liberties = tf.gather(tf.pad(liberties, [[0, 0], [0, 1]]), self._neighbours, axis=1)
+        neighbour_liberties = tf.gather(padded_liberties, self._neighbours, axis=1)
         # The ko recapture: move t-1 took exactly one of our stones, and its
         # stone stands alone with one liberty (the taken point).
         taken = tf.not_equal(tf.bitwise.bitwise_and(captured, 1), 0)
-        placed = tf.minimum(last_move, nn)  # PASS or no move -> the padding column
-        placed_state = tf.gather(tf.pad(state, [[0, 0], [0, 1]]), placed[:, None], batch_dims=1)[:, 0]
-        placed_alone = tf.reduce_all(tf.not_equal(tf.gather(tf.pad(neighbour_state, [[0, 0], [0, 1], [0, 0]]),
-                                                            placed[:, None], batch_dims=1)[:, 0], -1), axis=1)
-        placed_liberties = tf.gather(tf.pad(liberties, [[0, 0], [0, 1]]), placed[:, None], batch_dims=1)[:, 0]
-        ko = ((last_move < nn) & tf.equal(placed_state, -1) & placed_alone & tf.equal(placed_liberties, 1)
+        placed = tf.minimum(last_move, nn)[:, None]  # PASS or no move -> the padding column
+
+        def at_placed(values):
+            return tf.gather(tf.pad(values, [[0, 0], [0, 1]] + [[0, 0]] * (len(values.shape) - 2)), placed,
+                             batch_dims=1)[:, 0]
+
+        placed_alone = tf.reduce_all(tf.not_equal(at_placed(neighbour_state), -1), axis=1)
+        ko = ((last_move < nn) & tf.equal(at_placed(state), -1) & placed_alone
+              & tf.equal(tf.gather(padded_liberties, placed, batch_dims=1)[:, 0], 1)
               & tf.equal(tf.reduce_sum(tf.cast(taken, tf.int32), axis=1), 1))
         banned = taken & ko[:, None]
         breathes = tf.reduce_any(tf.equal(neighbour_state, 0)
