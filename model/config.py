@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from format.cli import (RoleCli, board_size_setting, events_setting, poll_seconds_setting, root_setting, setting,
                         setting_problems, settings_error)
+from format import schema
 from format.leases import MAX_LEASE_SECONDS
 
 STRATEGIES = ("auto", "tpu", "gpu", "mirrored", "default")
@@ -45,9 +46,10 @@ class TrainConfig:
     precision: str = setting("auto",
         "compute precision; auto = bfloat16 on TPU/GPU, float32 on CPU", choices=PRECISIONS)
     # --- network -----------------------------------------------------------
-    input_planes: int = setting(17, "input planes of a new network: 17 (AlphaGo Zero's stone history and "
-                                    "colour) or 22 (those, then on-board, liberties 1/2/3+ and legal moves; "
-                                    "format/planes.py); a checkpoint resumes only with its own", choices=(17, 22))
+    input_planes: int = setting(schema.BASIC_INPUT_PLANES,
+        "input planes of a new network: 17 (AlphaGo Zero's stone history and colour) or 22 (those, then "
+        "on-board, liberties 1/2/3+ and legal moves; format/planes.py); a checkpoint resumes only with its own",
+        choices=schema.INPUT_PLANE_CHOICES)
     blocks: int = setting(4, "residual blocks", at_least=1)
     filters: int = setting(32, "channels of the residual tower", at_least=1)
     global_pool_every: int = setting(0,
