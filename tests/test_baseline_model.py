@@ -1,8 +1,8 @@
 """The two-hour runs' final models, published in the repository as mini-lakes.
 
-docs/baseline-2026-11-25/ holds run.json, models/LATEST and models/000016/ (docs/record-2026-11-25/ the
-same with generation 21), so that anyone can replay the claim (`python -m selfplay.match
-model:docs/baseline-2026-11-25/ gnugo:1 --games 100 --visits 256`).
+docs/baseline-2026-11-25/ holds run.json, models/LATEST and models/000016/ (docs/record-2026-11-25/ and
+docs/record-2026-11-26/ the same with generation 21), so that anyone can replay the claim
+(`python -m selfplay.match model:docs/baseline-2026-11-25/ gnugo:1 --games 100 --visits 256`).
 These tests keep those mini-lakes loadable by the registry and show, on a trained network (the int8
 gate refused this generation's copy), that the float32 OpenVINO network a CPU worker then runs is the
 same function as TensorFlow's.
@@ -26,7 +26,8 @@ DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
 BASELINE = DOCS / "baseline-2026-11-25"
 
 
-@pytest.mark.parametrize("folder, generation", [("baseline-2026-11-25", 16), ("record-2026-11-25", 21)])
+@pytest.mark.parametrize("folder, generation", [("baseline-2026-11-25", 16), ("record-2026-11-25", 21),
+                                                  ("record-2026-11-26", 21)])
 def test_a_published_mini_lake_loads_as_a_lake(tmp_path, folder, generation):
     storage = open_storage(str(DOCS / folder))
     assert registry.latest_generation(storage) == generation
