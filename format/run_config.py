@@ -43,6 +43,12 @@ class NoRun(ValueError):
     """The root has no run.json: no role has written to it yet."""
 
 
+_FIELD_TYPES = (("board_size", int, "a JSON integer"), ("komi", (int, float), "a JSON number"),
+                ("rules", str, "a string"), ("feature_set", str, "a string"),
+                ("format_version", int, "a JSON integer"))
+"""Each run.json field, the Python types its JSON value may have (never a bool), and how to say it."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     board_size: int = schema.DEFAULT_BOARD_SIZE
@@ -52,6 +58,13 @@ class RunConfig:
     format_version: int = schema.FORMAT_VERSION
 
     def __post_init__(self):
+        # Types first: json.loads gives 9.0 for "9.0" and True for "true", which compare equal to
+        # 9 and 1, so a run.json saying 9.0 passed every role that compares and killed the one
+        # that builds a network of it (Keras refuses a float shape, deep inside).
+        for name, kinds, what in _FIELD_TYPES:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, kinds):
+                raise ValueError(f"field '{name}' must be {what}, got {value!r}")
         if not schema.MIN_BOARD_SIZE <= self.board_size <= schema.MAX_BOARD_SIZE:
             raise ValueError(f"board size {self.board_size} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
         problem = komi_problem(self.komi)
@@ -69,8 +82,10 @@ class RunConfig:
             fields = json.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
             raise RunConfigMismatch(f"{source}: not valid JSON ({exc})") from None
+        if not isinstance(fields, dict):
+            raise RunConfigMismatch(f"{source}: expected a JSON object, got {type(fields).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
-        if not isinstance(fields, dict) or set(fields) - known:
+        if set(fields) - known:
             raise RunConfigMismatch(f"{source}: unexpected fields {sorted(set(fields) - known)}")
         try:
             return cls(**fields)

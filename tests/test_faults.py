@@ -184,6 +184,12 @@ def foreign_run_json(storage) -> str:
     return overwrite(storage, layout.RUN_CONFIG, json.dumps({**document, "board_size": 13}).encode())
 
 
+def float_board_size_run_json(storage) -> str:
+    """9.0 == 9, so every role that only compared it accepted it, and the trainer died building a network."""
+    document = json.loads(storage.read(layout.RUN_CONFIG))
+    return overwrite(storage, layout.RUN_CONFIG, json.dumps({**document, "board_size": 9.0}).encode())
+
+
 def garbage_checkpoint_state(storage) -> str:
     os.makedirs(_local(storage, layout.CHECKPOINTS_DIR), exist_ok=True)
     return overwrite(storage, layout.checkpoint_file(STATE_FILE), b"model_checkpoint_path: \x00\xff garbage {{{")
@@ -290,6 +296,10 @@ FAULTS = [
     Fault("other board size in run.json / worker", foreign_run_json, worker_run, "error", also="board"),
     Fault("garbage run.json / shuffle", garbage_run_json, shuffle_default, "error"),
     Fault("garbage run.json / train", garbage_run_json, train, "error"),
+    Fault("board_size 9.0 in run.json / worker", float_board_size_run_json, worker_run, "error", also="board_size"),
+    Fault("board_size 9.0 in run.json / shuffle", float_board_size_run_json, shuffle_default, "error",
+          also="board_size"),
+    Fault("board_size 9.0 in run.json / train", float_board_size_run_json, train, "error", also="board_size"),
     # checkpoint state
     Fault("garbage checkpoint state / train", garbage_checkpoint_state, train, "error"),
     Fault("dangling checkpoint state / train", dangling_checkpoint_state, train, "error"),
