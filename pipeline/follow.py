@@ -198,7 +198,10 @@ class Follower:
         self.events = events
         self.holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.stop_reason = ""
-        self._windows: dict[int, layout.WindowManifest] = {}
+        self._newest_window: layout.WindowManifest | None = None
+        """The one window manifest kept: the newest read.  Only the newest window is ever looked at again
+        (``look`` measures new games against it), and a manifest lists every game id of its window (MBs at
+        scale), so keeping each one read would grow a follower that runs for weeks by one per window."""
         self._sampled_per_byte: float | None = None
         self._last_report = -math.inf
         self._reported: set = set()
@@ -270,13 +273,18 @@ class Follower:
             progress(f"removed the temporary pieces of a dead attempt: {self.storage.url(folder)}")
 
     def window(self, generation: int) -> layout.WindowManifest | None:
-        """A validated window (cached: a window is immutable once valid); ShuffleError if untrusted."""
-        if generation not in self._windows:
-            window = existing_window(self.storage, generation)
-            if window is None:
+        """A validated window; ShuffleError if untrusted.
+
+        The newest one read is cached (a window is immutable once valid), and
+        only it: reading another replaces it (see ``_newest_window``).
+        """
+        cached = self._newest_window
+        if cached is None or cached.target_generation != generation:
+            cached = existing_window(self.storage, generation)
+            if cached is None:
                 return None
-            self._windows[generation] = window
-        return self._windows[generation]
+            self._newest_window = cached
+        return cached
 
     def look(self) -> Outlook:
         try:

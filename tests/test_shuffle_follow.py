@@ -7,6 +7,7 @@ synthetic 9x9 games), so each window costs a few seconds of Beam.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ from pipeline import follow as F
 from pipeline.config import ShuffleConfig, window_argv
 from pipeline.shuffle import build_parser, main
 from testdata.synthetic_games import synthetic_game
+from testdata.synthetic_windows import write_run_config, write_synthetic_window
 from tests.test_pipeline_support import write_chunk, write_run_json
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -298,6 +300,24 @@ def test_only_tmp_pieces_of_dead_attempts_are_removed(tmp_path):
     storage.write_new(layout.window_manifest(2), b"{}")
     assert F.remove_dead_tmp(storage, keep_attempt="mine1") == [layout.job_tmp_dir("shuffle", 2, "live1")]
     assert [i.path for i in storage.list(layout.tmp_prefix())] == [layout.job_tmp_dir("shuffle", 3, "mine1") + piece]
+
+
+def test_a_follower_keeps_one_window_manifest_however_many_windows_it_reads(tmp_path):
+    """A manifest lists every game id of its window (MBs at scale): a follower running for weeks may
+    hold the newest one only, not one per window it has read."""
+    def manifests_alive() -> int:
+        gc.collect()
+        return sum(isinstance(o, layout.WindowManifest) for o in gc.get_objects())
+
+    storage = open_storage(str(tmp_path))
+    write_run_config(storage, board_size=9)
+    follower = F.Follower(ShuffleConfig(root=str(tmp_path), follow=True), [], storage, events=None)
+    before = manifests_alive()
+    for generation in range(1, 7):
+        write_synthetic_window(storage, target_generation=generation, board_size=9, positions=3, shards=1,
+                               seed=generation)
+        assert follower.look().target == generation + 1       # it read window `generation` to measure against
+        assert manifests_alive() - before <= 1
 
 
 # ---------------------------------------------------------------------------
