@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import urllib.parse
 
 from cloud.base import AlreadyExists, NotFound, ObjectInfo, PreconditionFailed, RetryPolicy, Storage, StorageError
@@ -30,7 +31,9 @@ __all__ = [
     "Storage",
     "StorageError",
     "add_retry_flags",
+    "canonical_root",
     "is_remote",
+    "local_folder_overlaps_root",
     "open_storage",
     "retry_flags_argv",
     "retry_policy_from_args",
@@ -80,6 +83,35 @@ def open_storage(root_url: str, *, retry: RetryPolicy | None = None, client=None
     if "://" in root_url:
         raise ValueError(f"unsupported storage URL {root_url!r}: use a local path, file:// or gs://")
     return LocalStorage(root_url)
+
+
+def canonical_root(root_url: str) -> str:
+    """The one spelling of the lake ``root_url`` names, for keying state kept outside the lake.
+
+    ``lake``, ``./lake``, ``/abs/lake/``, ``file:///abs/lake`` and a symlink to
+    it are one lake: a local root is its absolute path with symlinks resolved.
+    A gs:// root is ``gs://bucket[/prefix]`` without trailing slashes.  A
+    worker's spool is keyed by this, so a worker restarted on the same lake
+    spelled another way finds what its predecessor spooled, and two runs whose
+    roots are spelled alike but lie in different folders never share a spool.
+    Touches no network.  Raises ValueError as `open_storage` does.
+    """
+    storage = open_storage(root_url)
+    return storage.root_url if is_remote(storage.root_url) else os.path.realpath(storage.root_url)
+
+
+def local_folder_overlaps_root(folder: str, root_url: str) -> bool:
+    """Whether the local ``folder`` is the lake root, lies inside it, or holds it.
+
+    A folder a role keeps for itself (a spool, a model cache, a trainer's stage
+    dir) must do none of these: its clean-up would delete lake objects, or the
+    lake's listings would find its files.  Symlinks are resolved on both sides.
+    Always False for a gs:// root.
+    """
+    if is_remote(root_url):
+        return False
+    folder, root = os.path.realpath(os.path.expanduser(folder)), canonical_root(root_url)
+    return folder == root or folder.startswith(root + os.sep) or root.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def add_retry_flags(parser: argparse.ArgumentParser) -> None:

@@ -16,20 +16,12 @@ import re
 import secrets
 import socket
 
+from cloud.storage import canonical_root, local_folder_overlaps_root
 from format.cli import (RoleCli, board_size_setting, events_setting, komi_setting, max_moves_setting,
                         poll_seconds_setting, root_setting, setting, setting_problems)
 from selfplay.evaluator import parse_device
 from selfplay.openvino_evaluator import INFERENCE_CHOICES
 from selfplay.eval_cache import DEFAULT_CAPACITY
-
-
-def _inside_local_root(folder: str, root: str) -> bool:
-    """Whether a local ``folder`` is the lake root or below it (never for gs:// roots)."""
-    if root.startswith("gs://"):
-        return False
-    root = root[len("file://"):] if root.startswith("file://") else root
-    folder, root = os.path.realpath(folder), os.path.realpath(root)
-    return folder == root or folder.startswith(root + os.sep)
 
 
 def host_name() -> str:
@@ -59,13 +51,16 @@ def state_dir() -> str:
 
 
 def default_spool_base(root: str, worker_id_prefix: str) -> str:
-    """``<state>/zerolake/spool/<12 hex of sha256(root)>-<prefix>``; the spool is its first free ``-<k>`` slot.
+    """``<state>/zerolake/spool/<12 hex of sha256(canonical root)>-<prefix>``; the spool is its first free
+    ``-<k>`` slot.
 
-    Stable across restarts: the same root and --worker-id give the same
-    folders, so a restarted worker finds (and uploads) what a killed one
-    spooled.
+    Stable across restarts: the same lake and --worker-id give the same
+    folders however the root is spelled (``lake``, its absolute path, a
+    symlink: `cloud.storage.canonical_root`), so a restarted worker finds (and
+    uploads) what a killed one spooled; and one spelling (``lake``) used in two
+    folders names two lakes, so two runs never share a spool.
     """
-    digest = hashlib.sha256(root.rstrip("/").encode()).hexdigest()[:12]
+    digest = hashlib.sha256(canonical_root(root).encode()).hexdigest()[:12]
     return os.path.join(state_dir(), "zerolake", "spool", f"{digest}-{worker_id_prefix}")
 
 
@@ -163,15 +158,17 @@ class WorkerConfig:
         if self.seed == -1:
             # Resolved once here, so the config (and the worker's log) names the seed in use.
             object.__setattr__(self, "seed", secrets.randbits(63))
-        need(not self.model_cache or not _inside_local_root(self.model_cache, self.root), "model_cache",
-             f"{self.model_cache} is inside the lake root {self.root}; give the cache a folder of its own")
+        need(not self.model_cache or not local_folder_overlaps_root(self.model_cache, self.root), "model_cache",
+             f"{self.model_cache} is, holds or lies inside the lake root {self.root}; give the cache a folder "
+             "of its own")
         need(bool(re.fullmatch(r"[A-Za-z0-9_.]+", self.worker_id)), "worker_id",
              f"{self.worker_id!r} may hold only letters, digits, '_' and '.'")
         need(len(self.worker_id) <= 80, "worker_id", "must be at most 80 characters")
         # Resolved once here, like the seed, so the config names the worker in use.
         object.__setattr__(self, "worker_name", unique_worker_name(self.worker_id))
-        need(not self.spool_dir or not _inside_local_root(self.spool_dir, self.root), "spool_dir",
-             f"{self.spool_dir} is inside the lake root {self.root}; give the spool a folder of its own")
+        need(not self.spool_dir or not local_folder_overlaps_root(self.spool_dir, self.root), "spool_dir",
+             f"{self.spool_dir} is, holds or lies inside the lake root {self.root}; give the spool a folder "
+             "of its own")
         try:
             parse_device(self.device)
         except ValueError as exc:

@@ -48,6 +48,8 @@ file, so a batch whose entries are partly gone has its chunk in the lake.
 Folder::
 
     SPOOL/LOCK            fcntl.flock'ed by the one process using the spool; holds its pid
+    SPOOL/LAKE            the canonical root (`cloud.storage.canonical_root`) of the one lake
+                          whose games this spool holds: a spool never uploads into another lake
     SPOOL/RESERVE         room kept for batch files on a full disk (see "full disk")
     SPOOL/games/          entries
     SPOOL/batches/        batch files
@@ -102,6 +104,17 @@ class SpoolLocked(SpoolError):
                          f"give this worker its own --spool-dir")
         self.directory = directory
         self.holder = holder
+
+
+class SpoolOfOtherLake(SpoolError):
+    """The spool holds (or held) games of another lake than the one asked for."""
+
+    def __init__(self, directory: str, holds: str, wanted: str):
+        super().__init__(f"spool {directory} belongs to the lake {holds}, not {wanted}: its games are uploaded "
+                         f"only there (run a worker on that root to upload them); give this worker another "
+                         f"--spool-dir")
+        self.directory = directory
+        self.holds = holds
 
 
 class SpoolFull(SpoolError):
@@ -165,9 +178,13 @@ class Spool:
     """One worker's spool folder, locked for the life of the object (`close()` unlocks).
 
     ``reserve_bytes``: the size of ``RESERVE`` (0: none; see "full disk").
+    ``lake``: the canonical root of the lake it serves (`cloud.storage.
+    canonical_root`); a spool bound to another lake raises `SpoolOfOtherLake`
+    (its lock released), one bound to none is bound to this one.  None: no
+    check (tools that only read a spool).
     """
 
-    def __init__(self, directory: str, reserve_bytes: int = RESERVE_BYTES):
+    def __init__(self, directory: str, reserve_bytes: int = RESERVE_BYTES, *, lake: str | None = None):
         self.directory = os.path.abspath(os.path.expanduser(directory))
         self.reserve_path = os.path.join(self.directory, "RESERVE")
         self.reserve_bytes = reserve_bytes
@@ -181,6 +198,12 @@ class Spool:
         except OSError as exc:
             raise SpoolError(f"spool {self.directory}: cannot create it ({exc.strerror})") from None
         self._lock_fd = self._lock()
+        if lake is not None:
+            try:
+                self._bind_lake(lake)
+            except BaseException:
+                self.close()
+                raise
         # A killed writer's temp files (RESERVE's sits in the spool folder itself).
         for folder in (self.directory, self.games_dir, self.batches_dir, self.serials_dir):
             for name in os.listdir(folder):
@@ -230,6 +253,32 @@ class Spool:
             if exc.errno not in NO_ROOM:
                 raise
         return fd
+
+    def _bind_lake(self, lake: str) -> None:
+        """Check SPOOL/LAKE against ``lake``, writing it on first use (under the lock).
+
+        Without it a spool is found by its folder name alone, and a spool
+        reached from another lake (a reused --spool-dir, two runs on one
+        machine) would upload one run's games into the other's lake.
+        """
+        path = os.path.join(self.directory, "LAKE")
+        try:
+            with open(path, "rb") as handle:
+                holds = handle.read(4097).decode("utf-8", "replace").strip()
+        except FileNotFoundError:
+            for attempt in range(2):
+                try:
+                    write_local_file(path, (lake + "\n").encode())
+                    return
+                except StorageError as exc:
+                    # A full disk must not stop the worker whose uploads would make room:
+                    # the reserve pays for this small file as it does for batch files.
+                    if attempt or not (_no_room(exc) and self._release_reserve()):
+                        raise SpoolError(f"spool {self.directory}: cannot record its lake ({exc})") from None
+        except OSError as exc:
+            raise SpoolError(f"spool {self.directory}: cannot read {path} ({exc.strerror})") from None
+        if holds != lake:
+            raise SpoolOfOtherLake(self.directory, holds, lake)
 
     def close(self) -> None:
         if self._lock_fd is not None:
@@ -502,18 +551,20 @@ def _no_room(exc: BaseException) -> bool:
     return any(isinstance(e, OSError) and e.errno in NO_ROOM for e in (exc, exc.__cause__, exc.__context__))
 
 
-def open_spool(directory: str | None, default_base: str, max_slots: int = 64) -> Spool:
-    """The spool at ``directory``, or (None) the first unlocked slot ``<default_base>-<k>``.
+def open_spool(directory: str | None, default_base: str, max_slots: int = 64, *, lake: str) -> Spool:
+    """The spool at ``directory``, or (None) the first free slot ``<default_base>-<k>``, for ``lake``.
 
     Slots let several workers with the same root and --worker-id share a
     machine without flags; a restarted worker adopts any slot left unlocked by
-    a dead one (and uploads what it left).
+    a dead one (and uploads what it left).  ``lake`` is the canonical root
+    (`cloud.storage.canonical_root`): a slot bound to another lake is passed
+    over, an explicit ``directory`` bound to another raises `SpoolOfOtherLake`.
     """
     if directory:
-        return Spool(directory)
+        return Spool(directory, lake=lake)
     for k in range(max_slots):
         try:
-            return Spool(f"{default_base}-{k}")
-        except SpoolLocked:
+            return Spool(f"{default_base}-{k}", lake=lake)
+        except (SpoolLocked, SpoolOfOtherLake):
             continue
     raise SpoolError(f"all {max_slots} spool slots {default_base}-* are in use; give --spool-dir")

@@ -92,6 +92,7 @@ import time
 
 import numpy as np
 
+from cloud.storage import canonical_root
 from format import schema
 from selfplay.model_probe import ModelMisfit, check_outputs, one_line, probe_model
 from format import layout
@@ -305,6 +306,12 @@ def generation0_evaluator(config: WorkerConfig):
     return UniformEvaluator(config.board_size)
 
 
+def open_worker_spool(config: WorkerConfig) -> Spool:
+    """The spool ``config`` names (--spool-dir, else its default slot), bound to the config's lake."""
+    return open_spool(config.spool_dir or None, default_spool_base(config.root, config.worker_id),
+                      lake=canonical_root(config.root))
+
+
 class SelfPlayWorker:
     """The play loop (see the module docstring).  `run()` returns the Counters.
 
@@ -321,8 +328,7 @@ class SelfPlayWorker:
         self.worker_name = config.worker_name
         self.events = events or EventLog(None, "worker")
         self._own_spool = spool is None
-        self.spool = spool or open_spool(config.spool_dir or None,
-                                         default_spool_base(config.root, config.worker_id))
+        self.spool = spool or open_worker_spool(config)
         self.upload_failures = 0
         self._upload_retry_at = 0.0
         self._leftovers_done = False
@@ -822,7 +828,7 @@ def main(argv=None) -> int:
             print(f"selfplay.worker: {exc}", file=sys.stderr)
             return 2
     try:
-        spool = open_spool(config.spool_dir or None, default_spool_base(config.root, config.worker_id))
+        spool = open_worker_spool(config)
     except SpoolError as exc:
         print(f"selfplay.worker: --spool-dir: {exc}", file=sys.stderr)
         return 2

@@ -22,8 +22,8 @@ from format import schema
 from format.codec import read_chunk
 from format.events import read_events
 from selfplay.config import WorkerConfig, default_spool_base
-from selfplay.spool import Spool, SpoolLocked, chunk_bytes, chunk_records
-from selfplay.worker import main
+from selfplay.spool import Spool, SpoolLocked, SpoolOfOtherLake, chunk_bytes, chunk_records
+from selfplay.worker import main, open_worker_spool
 from tests.test_worker import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -215,6 +215,48 @@ def test_a_worker_whose_default_spool_slot_is_held_takes_the_next_slot(tmp_path,
     slots = sorted(p.name for p in (state / "zerolake" / "spool").iterdir())
     assert slots == [os.path.basename(base) + "-0", os.path.basename(base) + "-1"]
     assert sum(len(games) for games in lake_games(lake).values()) >= 1
+
+
+def test_the_default_spool_follows_the_lake_not_the_spelling_of_its_root(tmp_path, monkeypatch):
+    # A worker killed on `--root lake` and restarted on the same lake's absolute path
+    # (or a symlink to it) must find its spooled games; a run in another folder also
+    # given `--root lake` is another lake and must not (it would upload them there).
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    (tmp_path / "link").symlink_to(first / "lake", target_is_directory=False)
+    monkeypatch.chdir(first)
+    killed = open_worker_spool(WorkerConfig(root="lake", worker_id="w"))
+    killed.add(0, "killed.1", b"a finished game")
+    killed.close()
+    for spelling in (str(first / "lake"), str(first / "lake") + "/", str(tmp_path / "link"), "./lake"):
+        restarted = open_worker_spool(WorkerConfig(root=spelling, worker_id="w"))
+        try:
+            assert restarted.directory == killed.directory and restarted.loose == {0: [os.listdir(
+                os.path.join(killed.directory, "games"))[0]]}, spelling
+        finally:
+            restarted.close()
+    monkeypatch.chdir(second)
+    other_run = open_worker_spool(WorkerConfig(root="lake", worker_id="w"))
+    try:
+        assert other_run.directory != killed.directory and other_run.loose == {}
+    finally:
+        other_run.close()
+
+
+def test_a_spool_dir_that_holds_another_lakes_games_is_refused_in_one_line(tmp_path):
+    spool_dir = tmp_path / "spool"
+    first = Spool(str(spool_dir), lake=str(tmp_path / "a"))
+    first.add(0, "a.1", b"a game of lake a")
+    first.close()
+    with pytest.raises(SpoolOfOtherLake):
+        Spool(str(spool_dir), lake=str(tmp_path / "b"))
+    Spool(str(spool_dir), lake=str(tmp_path / "a")).close()   # its own lake still opens it (the lock was freed)
+    code, out, err = run_worker(tmp_path / "b", "--max-games", "1", "--spool-dir", str(spool_dir))
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().count("\n") == 0 and "--spool-dir" in err and str(tmp_path / "a") in err
+    assert not (tmp_path / "b" / "games").exists()
 
 
 # ---- models and roots ----------------------------------------------------------
