@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cloud.storage import local_folder_overlaps_root
 from format.cli import (RoleCli, board_size_setting, events_setting, poll_seconds_setting, root_setting, setting,
                         setting_problems, settings_error)
 from format import schema
@@ -141,6 +142,12 @@ class TrainConfig:
              "global-pool-channels", f"must be smaller than --filters ({self.filters})")
         need("://" not in self.stage_dir and not self.stage_dir.startswith("gs:"), "stage-dir",
              f"{self.stage_dir!r} must be a local directory, not a URL")
+        # The stage clean-up deletes every window folder of DIR/windows but the one in
+        # training: at, inside or above the lake root it would delete the lake's windows.
+        need(not self.stage_dir or "://" in self.stage_dir or self.stage_dir.startswith("gs:")
+             or not local_folder_overlaps_root(self.stage_dir, self.root), "stage-dir",
+             f"{self.stage_dir} is, holds or lies inside the lake root {self.root}; give the stage a folder "
+             "of its own")
         need(self.strategy != "tpu" or self.logical_cpus == 0, "logical-cpus", "cannot be used with --strategy tpu")
         try:
             boundaries = self.lr_boundary_steps()

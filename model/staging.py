@@ -58,7 +58,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 
 from cloud.base import AlreadyExists, NotFound, StorageError
@@ -83,10 +82,17 @@ class StagingError(RuntimeError):
 
 # --- choosing the mode ------------------------------------------------------------
 
-def default_stage_dir(root_url: str) -> str:
-    """``<temp>/zerolake-stage/<hash of the root>``: the same root always gets the same DIR."""
+def default_stage_dir(root_url: str, environ) -> str:
+    """``<cache>/zerolake/stage/<hash of the root>``: the same root always gets the same DIR.
+
+    ``<cache>`` is the user's ($XDG_CACHE_HOME, else ~/.cache), not the shared
+    temporary folder: a predictable name there could be made first by another
+    user (a symlink, or a folder they can write), and TensorFlow would then read
+    their shards and write our checkpoints into their hands.
+    """
+    cache = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     tag = hashlib.sha256(root_url.encode()).hexdigest()[:12]
-    return os.path.join(tempfile.gettempdir(), "zerolake-stage", tag)
+    return os.path.join(cache, "zerolake", "stage", tag)
 
 
 def resolve_stage_dir(stage_dir: str, root_url: str, environ) -> tuple[str, str]:
@@ -99,7 +105,7 @@ def resolve_stage_dir(stage_dir: str, root_url: str, environ) -> tuple[str, str]
     if stage_dir:
         return os.path.abspath(os.path.expanduser(stage_dir)), "--stage-dir"
     if is_remote(root_url) and environ.get(EMULATOR_VARIABLE):
-        return default_stage_dir(root_url), (f"${EMULATOR_VARIABLE} is set and TensorFlow's gs:// "
+        return default_stage_dir(root_url, environ), (f"${EMULATOR_VARIABLE} is set and TensorFlow's gs:// "
                                              "filesystem cannot reach an emulator")
     return "", "no --stage-dir"
 

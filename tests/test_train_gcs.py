@@ -84,10 +84,41 @@ def test_mode_is_stage_only_when_asked_or_when_an_emulator_is_in_use(tmp_path):
     assert resolve_stage_dir("", "gs://b/run", {})[0] == ""            # real GCS: TF reads it directly
     assert resolve_stage_dir("", str(tmp_path), emulator)[0] == ""     # local roots never need staging
     directory, why = resolve_stage_dir("", "gs://b/run", emulator)
-    assert directory == default_stage_dir("gs://b/run") != default_stage_dir("gs://b/other")
+    assert directory == default_stage_dir("gs://b/run", emulator) != default_stage_dir("gs://b/other", emulator)
     assert "STORAGE_EMULATOR_HOST" in why
     with pytest.raises(ConfigError, match="--stage-dir"):
         TrainConfig(root="gs://b/run", stage_dir="gs://b/stage")
+
+
+def test_the_default_stage_dir_is_the_users_not_a_predictable_name_in_the_shared_temp_folder(tmp_path):
+    import tempfile
+
+    emulator = {"STORAGE_EMULATOR_HOST": "http://127.0.0.1:9", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    directory, _ = resolve_stage_dir("", "gs://b/run", emulator)
+    assert os.path.dirname(directory) == str(tmp_path / "cache" / "zerolake" / "stage")
+    del emulator["XDG_CACHE_HOME"]
+    directory, _ = resolve_stage_dir("", "gs://b/run", emulator)
+    assert directory.startswith(os.path.expanduser("~") + os.sep)
+    assert not directory.startswith(tempfile.gettempdir() + os.sep)
+
+
+@pytest.mark.parametrize("where", ["root", "inside", "above", "symlink"])
+def test_a_stage_dir_at_inside_or_above_the_lake_root_is_refused(tmp_path, where):
+    # The stage clean-up deletes every window folder but the one in training: a
+    # stage dir at the root of a local lake removed the lake's other windows.
+    root = tmp_path / "lake"
+    root.mkdir()
+    (tmp_path / "alias").symlink_to(root)
+    stage = {"root": root, "inside": root / "stage", "above": tmp_path, "symlink": tmp_path / "alias"}[where]
+    with pytest.raises(ConfigError, match="--stage-dir.*lake root"):
+        TrainConfig(root=str(root), stage_dir=str(stage))
+    TrainConfig(root=str(root), stage_dir=str(tmp_path / "stage"))       # a folder of its own is fine
+    if where != "above":
+        return
+    proc = subprocess.run([sys.executable, "-m", "model.train", "--root", "lake", "--stage-dir", "."],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 2 and "--stage-dir" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_state_file_round_trip_keeps_names_and_refuses_garbage():
@@ -234,10 +265,10 @@ def test_trainer_on_an_emulated_bucket_resumes_on_a_fresh_stage_dir_and_publishe
     assert latest_generation(lake) is None
     assert f"ckpt-{last}.index" in remote_names(lake)
 
-    # A new machine: no --stage-dir, so the emulator default under the (test's) temp folder.
-    temp = tmp_path / "tmp"
+    # A new machine: no --stage-dir, so the emulator default under the (test's) cache folder.
+    temp = tmp_path / "cache"
     temp.mkdir()
-    resumed = subprocess.run(train_command(root), cwd=REPO, env={**env, "TMPDIR": str(temp)},
+    resumed = subprocess.run(train_command(root), cwd=REPO, env={**env, "XDG_CACHE_HOME": str(temp)},
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     out = resumed.stdout
