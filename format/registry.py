@@ -10,9 +10,12 @@ Layout (paths relative to the lake root)::
 path: {"sha256": hex, "size": bytes}}, "metadata": {...}}``; the metadata
 carries at least ``board_size``.  A generation *exists* once its manifest
 does; files without a manifest are leftovers of an interrupted publish and
-are overwritten by the next attempt.  Because the manifest is create-only,
-two trainers can never both publish one generation, and a generation is
-never republished.
+are replaced by the next attempt.  Because the manifest and the files are
+create-only, two trainers can never both publish one generation, a
+generation is never republished, and a published generation's files are
+never overwritten (a trainer that lost its lease stops with AlreadyPublished).
+A reader reads each file only up to the size its manifest gives (and at most
+MAX_MODEL_FILE_BYTES), so a file replaced by a huge one cannot fill memory.
 
 LATEST only moves forward, and never by a blind overwrite: publish_model
 reads it with its storage generation (``read_versioned``) and replaces it
@@ -58,6 +61,12 @@ LATEST_ATTEMPTS = 8
 """Conditional writes publish_model tries on LATEST before giving up (each
 failed one means another writer moved LATEST between our read and write)."""
 OUTPUTS = ("policy_logits", "value", "ownership", "score")
+MAX_MODEL_FILE_BYTES = 2 << 30
+"""The largest file a published model may hold.  A model file is read whole
+into memory, so the reader needs a bound even when the manifest itself lies;
+a 20-block, 256-filter network's variables are about 100 MB, so 2 GiB is past
+any network the trainer builds while still fitting a worker's memory.
+publish_model refuses to write a larger one."""
 
 
 class RegistryError(RuntimeError):
@@ -161,13 +170,20 @@ def _local_files(local_dir: str) -> list[str]:
     return sorted(found)
 
 
-def publish_model(storage, generation: int, local_dir: str, metadata: dict) -> layout.ModelManifest:
+def publish_model(storage, generation: int, local_dir: str, metadata: dict, *,
+                  before_commit=None) -> layout.ModelManifest:
     """Upload ``local_dir`` as ``models/<generation>/``, then its manifest, then LATEST.
 
     Raises AlreadyPublished if the generation's manifest exists (before
-    uploading anything, and again if another publisher wins the race).
-    LATEST moves only forward (:func:`advance_latest`): publishing 2 after 3
-    leaves it at 3.  Returns the manifest.
+    uploading anything, when a file is found written by a publisher that
+    won the race, and when another publisher's manifest comes first).
+    Every file is written create-only (:func:`_write_model_file`), so a
+    published generation's files are never overwritten.  ``before_commit``
+    is called after the files and before the manifest: the trainer renews
+    its lease there (raising to publish nothing), so the commit point comes
+    right after a proof that the root is still its own.  LATEST moves only
+    forward (:func:`advance_latest`): publishing 2 after 3 leaves it at 3.
+    Returns the manifest.
     """
     generation = _check_generation(generation)
     if "board_size" not in metadata:
@@ -180,13 +196,17 @@ def publish_model(storage, generation: int, local_dir: str, metadata: dict) -> l
         raise ValueError(f"{local_dir} holds no files to publish")
     files = {}
     for relative in relative_paths:
-        with open(os.path.join(local_dir, *relative.split("/")), "rb") as handle:
+        local_path = os.path.join(local_dir, *relative.split("/"))
+        if os.path.getsize(local_path) > MAX_MODEL_FILE_BYTES:
+            raise RegistryError(f"{local_path} is larger than {MAX_MODEL_FILE_BYTES:,} bytes, the most a model "
+                                "file may hold (readers would refuse it); not published")
+        with open(local_path, "rb") as handle:
             data = handle.read()
-        # Unreferenced until the manifest exists, so replacing a leftover of
-        # an interrupted publish is safe.
-        storage.write_replace(layout.model_file(generation, relative), data)
+        _write_model_file(storage, generation, relative, data)
         files[relative] = layout.ModelFile(_sha256(data), len(data))
     manifest = layout.ModelManifest(generation=generation, files=files, metadata=metadata)
+    if before_commit is not None:
+        before_commit()
     try:
         storage.write_new(manifest_path(generation), manifest.to_bytes())
     except AlreadyExists:
@@ -194,6 +214,41 @@ def publish_model(storage, generation: int, local_dir: str, metadata: dict) -> l
                                "publisher first") from None
     advance_latest(storage, generation)
     return manifest
+
+
+def _write_model_file(storage, generation: int, relative: str, data: bytes) -> None:
+    """Create one file of an unpublished generation, never overwriting a published one.
+
+    The write is create-only.  An object already there with the same bytes
+    is kept.  Other bytes under a manifest mean another publisher won
+    (AlreadyPublished: the generation's files stay as its manifest says).
+    Other bytes and no manifest are a leftover of an interrupted publish,
+    referenced by nothing: it is deleted and written again create-only, so
+    that if a second publisher recreates it meanwhile, one of the two stops
+    here with a RegistryError rather than both writing the same object.
+    """
+    path = layout.model_file(generation, relative)
+    try:
+        storage.write_new(path, data)
+        return
+    except AlreadyExists:
+        pass
+    try:
+        existing = storage.read(path, max_bytes=len(data))
+    except (NotFound, TooLarge):
+        existing = None
+    if existing == data:
+        return
+    if is_published(storage, generation):
+        raise AlreadyPublished(f"{storage.url(path)} belongs to generation {generation}, published by another "
+                               "publisher meanwhile; not overwriting it")
+    storage.delete(path, missing_ok=True)
+    try:
+        storage.write_new(path, data)
+    except AlreadyExists:
+        raise RegistryError(f"{storage.url(path)} was written again by another publisher of generation "
+                            f"{generation} while this one replaced a leftover; stopping (one trainer per root)") \
+            from None
 
 
 def read_manifest(storage, generation: int) -> layout.ModelManifest:
@@ -327,15 +382,27 @@ def fetch_model_files(storage, generation: int,
     cache = _as_cache(cache_dir)
     local = cache.generation_dir(generation)
     for relative, entry in sorted(manifest.files.items()):
+        if entry.size > MAX_MODEL_FILE_BYTES:    # before any file is fetched
+            raise ModelIntegrityError(
+                f"{storage.url(manifest_path(generation))}: field 'files.{relative}.size' is {entry.size:,}, "
+                f"more than the {MAX_MODEL_FILE_BYTES:,} bytes a model file may hold; refusing to load",
+                manifest_path(generation))
+    for relative, entry in sorted(manifest.files.items()):
+        remote = layout.model_file(generation, relative)
         target = cache.file_path(local, relative)
-        if os.path.exists(target) and _file_sha256(target) == entry.sha256:
+        if (os.path.isfile(target) and os.path.getsize(target) == entry.size
+                and _file_sha256(target) == entry.sha256):
             continue
-        remote = f"{model_dir(generation)}/{relative}"
         try:
-            data = storage.read(remote)
+            # At most the manifest's size (plus the one byte that shows it is more): a file
+            # replaced by a larger one must not fill memory before its hash refuses it.
+            data = storage.read(remote, max_bytes=entry.size)
         except NotFound:
             raise ModelIntegrityError(f"{storage.url(remote)} is listed in the manifest but missing",
                                       remote) from None
+        except TooLarge:
+            raise ModelIntegrityError(f"{storage.url(remote)} is larger than the {entry.size:,} bytes its manifest "
+                                      "says (file corrupted or replaced); refusing to load", remote) from None
         if _sha256(data) != entry.sha256:
             if os.path.exists(target):
                 os.unlink(target)

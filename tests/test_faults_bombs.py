@@ -224,3 +224,34 @@ def test_the_trainer_refuses_a_shard_whose_length_field_lies_before_tf_data_read
     assert f"{storage.url(shard)}: record 0: its length field says {LYING_LENGTH:,} bytes" in run.stderr
     skipped = [json.loads(line) for line in open(events) if '"window_skipped"' in line]
     assert [event["generation"] for event in skipped] == [1]
+
+
+FETCH_MODEL = ("import sys; from cloud.storage import open_storage; from format import registry\n"
+               "try:\n    registry.fetch_model_files(open_storage(sys.argv[1]), 1, sys.argv[2])\n"
+               "except registry.RegistryError as exc:\n    print(exc)\n")
+
+
+def test_a_model_file_larger_than_its_manifest_says_is_refused_in_bounded_memory(tmp_path):
+    """A model file is read up to the size its manifest gives, never whole: a variables file replaced by
+    a 1 GB one (sparse on disk) used to be read whole, MemoryError under the cap (a worker OOM-killed,
+    restarted and reading it again).  A manifest whose size itself is past the bound is refused unread."""
+    from format import registry
+
+    export = tmp_path / "export"
+    (export / "variables").mkdir(parents=True)
+    (export / "saved_model.pb").write_bytes(b"graph")
+    (export / "variables" / "data").write_bytes(b"weights" * 10)
+    storage = open_storage(str(tmp_path / "lake"))
+    manifest = registry.publish_model(storage, 1, str(export), {"board_size": BOARD})
+    os.truncate(storage.url(layout.model_file(1, "variables/data")), 1 << 30)
+    run = run_capped(["-c", FETCH_MODEL, storage.url(""), str(tmp_path / "cache")], timeout=60)
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert run.stdout.strip() == (f"{storage.url(layout.model_file(1, 'variables/data'))} is larger than the 70 "
+                                  "bytes its manifest says (file corrupted or replaced); refusing to load")
+
+    files = dict(manifest.files, **{"variables/data": layout.ModelFile("0" * 64, registry.MAX_MODEL_FILE_BYTES + 1)})
+    storage.write_new(registry.manifest_path(2), layout.ModelManifest(2, files, manifest.metadata).to_bytes())
+    with pytest.raises(registry.ModelIntegrityError, match=r"field 'files.variables/data.size' is 2,147,483,649, "
+                                                           "more than the 2,147,483,648 bytes") as err:
+        registry.fetch_model_files(storage, 2, str(tmp_path / "cache"))
+    assert storage.url(registry.manifest_path(2)) in str(err.value)
