@@ -13,8 +13,9 @@ Per window::
              the window.  Between slices (the step-call boundary) the run
              checks the trainer lease and SIGTERM
     publish  renew the lease, check LATEST is still older, export a float32
-             SavedModel, then format.registry.publish_model (files, manifest
-             create-only, LATEST moved forward by compare-and-swap)
+             SavedModel, then format.registry.publish_model (files create-only,
+             the lease renewed again, the manifest create-only, LATEST moved
+             forward by compare-and-swap)
 
 Follow mode (``--follow``) repeats choose/train/publish forever, polling
 every ``--poll-seconds`` when there is nothing new.  A window that appears
@@ -590,7 +591,10 @@ class TrainingRun:
                     raise self._damage(window, exc) from None
                 metadata["cpu_int8"] = add_cpu_int8(local, planes, log=_say)
             try:
-                publish_model(self.storage, generation, local, metadata)
+                # The lease is renewed again between the files and the manifest (the commit point):
+                # the export and the uploads take long enough for it to lapse to another trainer.
+                publish_model(self.storage, generation, local, metadata,
+                              before_commit=self.lease.renew if self.lease is not None else None)
             except AlreadyPublished as exc:
                 _say(f"not republishing: {exc}")
                 return False

@@ -61,6 +61,49 @@ def test_published_model_loads_and_matches_the_keras_model(tmp_path, exported):
         loaded(np.zeros((1, 19, 19, 17), np.float32))
 
 
+def fake_export(folder, weights: bytes) -> str:
+    """A folder shaped like a SavedModel (what publish_model uploads; nothing here loads it)."""
+    (folder / "variables").mkdir(parents=True)
+    (folder / "saved_model.pb").write_bytes(b"graph")
+    (folder / "variables" / "data").write_bytes(weights)
+    return str(folder)
+
+
+def test_a_late_publisher_never_overwrites_a_published_generations_files(tmp_path, monkeypatch):
+    """A trainer that lost its lease checked before its export that generation 5 was not published;
+    the new holder then published it.  Its uploads used to replace the published files (its manifest
+    write then failed), so every worker refused generation 5's sha256.  Files are create-only now."""
+    from format import registry
+
+    storage = open_storage(str(tmp_path / "lake"))
+    first = fake_export(tmp_path / "first", b"weights of the lease holder")
+    late = fake_export(tmp_path / "late", b"weights of the trainer that lost its lease")
+    publish_model(storage, 5, first, {"board_size": 9})
+    real_is_published = registry.is_published
+    checks = []
+
+    def stale_first_check(storage, generation):   # the late publisher's check came before the publish
+        checks.append(generation)
+        return len(checks) > 1 and real_is_published(storage, generation)
+
+    monkeypatch.setattr(registry, "is_published", stale_first_check)
+    with pytest.raises(AlreadyPublished, match="000005/variables/data belongs to generation 5"):
+        publish_model(storage, 5, late, {"board_size": 9})
+    monkeypatch.undo()
+    local, _ = registry.fetch_model_files(storage, 5, str(tmp_path / "cache"))   # every sha256 still matches
+    assert open(f"{local}/variables/data", "rb").read() == b"weights of the lease holder"
+
+    # The commit hook (the trainer's lease renewal) can stop a publish before its manifest.
+    def lease_lost():
+        raise RuntimeError("lease lost")
+
+    with pytest.raises(RuntimeError, match="lease lost"):
+        publish_model(storage, 6, late, {"board_size": 9}, before_commit=lease_lost)
+    assert not is_published(storage, 6) and latest_generation(storage) == 5
+    publish_model(storage, 6, first, {"board_size": 9})      # its files were leftovers: replaced
+    assert storage.read(layout.model_file(6, "variables/data")) == b"weights of the lease holder"
+
+
 def test_corrupted_file_is_refused_naming_the_file(tmp_path, exported):
     _, _, local = exported
     storage = open_storage(str(tmp_path / "lake"))
