@@ -41,11 +41,14 @@ Cython engine compiled in; docs/deploy.md)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import logging
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 
 from cloud.base import StorageError
@@ -205,6 +208,10 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
         return prepared
     context, bundles = prepared
     options, runner = pipeline_options(config, list(beam_args))
+    if runner is None and context.model_generation is not None:
+        # The local workers' model copies live in one folder of the job's, removed below however the
+        # workers ended (pipeline.transforms.LabelBundleFn.model_cache).
+        context = dataclasses.replace(context, model_cache_dir=tempfile.mkdtemp(prefix="zerolake-shuffle-"))
     started = time.monotonic()
     progress("running the Beam pipeline" + (f" on {runner}" if runner else
                                              f" locally (FnApiRunner, {config.workers} workers)"))
@@ -215,6 +222,8 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
     try:
         pipeline.run().wait_until_finish()
     finally:
+        if context.model_cache_dir is not None:
+            shutil.rmtree(context.model_cache_dir, ignore_errors=True)
         removed = cleanup_tmp(storage, context)
         if removed:
             progress(f"removed {removed} temporary files under {storage.url(context.tmp_dir)}")

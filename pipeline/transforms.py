@@ -57,6 +57,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import tempfile
 import time
 from typing import Sequence
 
@@ -93,6 +94,9 @@ class JobContext:
     """Published model used for play-outs, or None for random playouts."""
     plan_summary: tuple = ()
     """(key, value) pairs for the manifest (window rule, estimates)."""
+    model_cache_dir: str | None = None
+    """A local folder the driver made for this job's model copies and removes when the job ends, or
+    None (a remote runner: each worker machine keeps a private temporary cache)."""
 
     @property
     def window_dir(self) -> str:
@@ -163,7 +167,16 @@ class LabelBundleFn(_LakeDoFn):
         self.policy_fn = None
         if self.context.model_generation is not None:
             from format.registry import load_model
-            self.policy_fn = load_model(self.storage, self.context.model_generation)
+            self.policy_fn = load_model(self.storage, self.context.model_generation, cache_dir=self.model_cache())
+
+    def model_cache(self) -> str | None:
+        """This worker's model cache: a folder of its own (two workers never race to create one generation
+        folder) inside the job's, which the driver removes when the job ends.  Not a private temporary
+        cache of the worker's own: the local runner's workers end with os._exit (pipeline.beam_worker),
+        or are killed, so nothing of theirs runs at exit, and each run left one model copy per worker."""
+        if self.context.model_cache_dir is None:
+            return None
+        return tempfile.mkdtemp(prefix="worker-", dir=self.context.model_cache_dir)
 
     def process(self, element):
         bundle, chunks = element
