@@ -45,6 +45,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -171,19 +172,70 @@ class _DropHarmlessBeamWarnings(logging.Filter):
         return not any(text in message for text in self.HARMLESS)
 
 
-def _quiet_harmless_beam_warnings() -> None:
-    for name in ("apache_beam.runners.portability.fn_api_runner.fn_runner",
-                 "apache_beam.runners.portability.local_job_service"):
+LAKE_ERRORS = (StorageError, RegistryError)
+"""The lake's own errors: each names the object (a shard that could not be written, a model that
+does not load) and why, so the job prints it in one line instead of a traceback."""
+
+_ERROR_LINE = re.compile(r"^((?:cloud|format)\.[\w.]+): (.+)$", re.MULTILINE)
+"""The last line of a formatted traceback: ``module.Class: message``."""
+
+
+def _is_lake_error_class(qualified_name: str) -> bool:
+    module, _, name = qualified_name.rpartition(".")
+    found = getattr(sys.modules.get(module), name, None)  # only modules already imported, never an import
+    return isinstance(found, type) and issubclass(found, LAKE_ERRORS)
+
+
+def lake_error(error: BaseException | str) -> str | None:
+    """The message of the lake error that failed a Beam job (``error``: its exception or log text), else None.
+
+    In-process (one worker) Beam re-raises the DoFn's own exception.  A worker
+    process, or Dataflow, sends back only the worker's formatted traceback, in
+    the text of a RuntimeError, where the error is the line ``cloud.base.StorageError:
+    cannot write ...``; so the text is all there is to read.  Beam's suffix
+    naming the step (`` [while running '...']``) is dropped.
+    """
+    if isinstance(error, LAKE_ERRORS):
+        message = str(error)
+    else:
+        # A forwarded worker log entry is protobuf text, its newlines escaped.
+        text = str(error).replace("\\n", "\n")
+        found = [message for name, message in _ERROR_LINE.findall(text) if _is_lake_error_class(name)]
+        if not found:
+            return None
+        message = found[-1]
+    return message.split(" [while running ")[0]
+
+
+class _DropLakeErrorLogs(logging.Filter):
+    """Beam's logs of a lake error: the runner's, and each worker's forwarded to it.
+
+    The job stops on the error and prints it in one line (`lake_error`); Beam
+    logged it, traceback and all, once per worker and step that met it.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], LAKE_ERRORS):
+            return False
+        return lake_error(record.getMessage()) is None
+
+
+def _quiet_beam_logs() -> None:
+    """The two harmless warnings and the lake errors' logs, on the loggers that print them."""
+    for name, quiet in (("apache_beam.runners.portability.fn_api_runner.fn_runner", _DropHarmlessBeamWarnings),
+                        ("apache_beam.runners.portability.local_job_service", _DropHarmlessBeamWarnings),
+                        ("apache_beam.runners.portability.local_job_service", _DropLakeErrorLogs),
+                        ("apache_beam.runners.common", _DropLakeErrorLogs)):
         logger = logging.getLogger(name)
-        if not any(isinstance(f, _DropHarmlessBeamWarnings) for f in logger.filters):
-            logger.addFilter(_DropHarmlessBeamWarnings())
+        if not any(isinstance(f, quiet) for f in logger.filters):
+            logger.addFilter(quiet())
 
 
 def local_runner(config: ShuffleConfig):
     """Beam's in-process FnApiRunner; with several workers, one process each (pipeline.beam_worker)."""
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.transforms import environments
-    _quiet_harmless_beam_warnings()
+    _quiet_beam_logs()
     if config.workers == 1:
         return FnApiRunner()
     command = f"{shlex.quote(sys.executable)} -m pipeline.beam_worker"
@@ -221,12 +273,22 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
          | "Shuffle window" >> ShuffleWindow(context))
     try:
         pipeline.run().wait_until_finish()
+    except Exception as exc:
+        message = lake_error(exc)
+        if message is None:
+            raise            # a bug: its traceback, whole
+        raise ShuffleError(message) from None
     finally:
         if context.model_cache_dir is not None:
             shutil.rmtree(context.model_cache_dir, ignore_errors=True)
-        removed = cleanup_tmp(storage, context)
-        if removed:
-            progress(f"removed {removed} temporary files under {storage.url(context.tmp_dir)}")
+        try:
+            removed = cleanup_tmp(storage, context)
+        except StorageError as exc:  # the disk that failed the job may refuse deletes too
+            print(f"warning: the temporary files under {storage.url(context.tmp_dir)} stay ({exc}); "
+                  f"the next job removes them", file=sys.stderr)
+        else:
+            if removed:
+                progress(f"removed {removed} temporary files under {storage.url(context.tmp_dir)}")
     window = existing_window(storage, context.target_generation)
     if window is None:
         raise ShuffleError(f"window {context.target_generation} would hold no positions: every chunk in it was "

@@ -240,3 +240,26 @@ def test_a_lake_of_only_skipped_chunks_is_one_line_and_no_manifest(tmp_path, cap
     err = capsys.readouterr().err
     assert "would hold no positions" in err and "Traceback" not in err
     assert not os.path.exists(os.path.join(root, layout.window_manifest(1)))
+
+
+def test_a_write_that_fails_mid_job_is_one_line_naming_the_object(tmp_path):
+    """The disk refuses a shard (a file stands where the window's folder must be made): one line that
+    names the shard and why, exit 2, no traceback, from the driver or from either worker process
+    (two workers: Beam then sends their errors back as text)."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "lake"
+    write_run_json(str(root), 9)
+    rng = np.random.default_rng(3)
+    write_chunk(str(root), 0, [synthetic_game(rng, 9, visits=8, generation=0) for _ in range(6)], 0)
+    (root / layout.WINDOWS_DIR).mkdir()
+    (root / layout.window_dir(1)).write_bytes(b"")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-m", "pipeline.shuffle", "--root", str(root), "--workers", "2",
+                           "--random_playouts", "4"], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot write "), done.stderr
+    assert str(root / layout.window_dir(1)) + "/" in lines[0]
+    assert not (root / layout.TMP_DIR).exists()            # its temporary pieces removed all the same
