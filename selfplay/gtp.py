@@ -43,7 +43,8 @@ from selfplay.board import Board, IllegalMove
 from format.coords import GTP_COLUMNS, gtp_to_move, move_to_gtp
 from selfplay.move_policy import MovePolicy
 from selfplay.player import (
-    RESIGN, EvaluatorSource, MctsConfig, MctsPlayer, SearchBudget, load_evaluator,
+    EXIT_TERMINATED, RESIGN, EvaluatorSource, MctsConfig, MctsPlayer, SearchBudget, Terminated, load_evaluator,
+    terminated_by_sigterm,
 )
 
 ENGINE_NAME = "zerolake"
@@ -500,11 +501,22 @@ def serve(engine: GtpEngine, stdin, stdout) -> None:
 
 
 def main(argv=None) -> int:
+    config, retry = CLI.parse(argv)
+    log = None if config.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
+    # A GUI or systemd stops an engine with SIGTERM: unwinding closes the player and,
+    # at exit, removes the temporary copy of the model (format.registry.ModelCache).
+    try:
+        with terminated_by_sigterm():
+            return _load_and_serve(config, log, retry)
+    except Terminated:
+        print("selfplay.gtp: stopped by SIGTERM", file=sys.stderr)
+        return EXIT_TERMINATED
+
+
+def _load_and_serve(config: GtpConfig, log, retry) -> int:
     from cloud.base import StorageError
     from format.registry import RegistryError
 
-    config, retry = CLI.parse(argv)
-    log = None if config.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     try:
         engine = build_engine(config, log, retry)
     except (OSError, ValueError, LookupError, RegistryError, StorageError) as exc:

@@ -114,14 +114,15 @@ from format import layout
 from format import schema
 from format.cli import RoleCli, max_moves_setting, root_setting, setting, setting_problems
 from format.match_record import ClosingRecord, MatchRecord
-from format.registry import RegistryError
+from format.registry import ModelCache, RegistryError
 from format.run_config import RunConfig, ensure_run_config, read_run_config, require_run_config
 from format.sgf import game_from_sgf
 from selfplay import elo
 from selfplay.ladder_report import closing_player_name, generation_name, parse_generation_name, write_report
 from selfplay.match import GameResult, MatchConfig, PlayerSpec, build_player, play_games, sgf_bytes
 from selfplay.move_policy import MovePolicy
-from selfplay.player import EvaluatorSource, MctsConfig, SearchBudget, load_evaluator
+from selfplay.player import (EXIT_TERMINATED, EvaluatorSource, MctsConfig, SearchBudget, Terminated, load_evaluator,
+                             terminated_by_sigterm)
 
 DEFAULT_ANCHOR = "gnugo:1"
 """The player rated 0 unless no rating against it is finite (module docstring)."""
@@ -564,6 +565,8 @@ class Ladder:
         self.closing = ([] if config.record_anchor_games else
                         read_closing_matches(self.storage, self.board_size, self.komi, log))
         self._loaded: dict[int, object] = {}
+        self._model_cache = None
+        """Every generation's model files, in one temporary folder made at the first load and removed by close."""
         self.generations = [] if config.record_anchor_games else self._choose_generations()
 
     def _read_stored(self) -> list[LadderGame]:
@@ -608,8 +611,10 @@ class Ladder:
         if generation is None:
             return build_player(PlayerSpec.parse(name), self.board_size, self.komi, mcts, seed)
         if generation not in self._loaded:
+            if self._model_cache is None:
+                self._model_cache = ModelCache()
             self._loaded[generation] = load_evaluator(EvaluatorSource(self.config.root, generation),
-                                                      retry=self.retry)
+                                                      cache_dir=self._model_cache, retry=self.retry)
         spec = PlayerSpec("model", root=self.config.root, generation=generation)
         return build_player(spec, self.board_size, self.komi, mcts, seed, self._loaded[generation])
 
@@ -757,6 +762,9 @@ class Ladder:
 
     def close(self) -> None:
         self._loaded.clear()
+        if self._model_cache is not None:
+            self._model_cache.close()
+            self._model_cache = None
 
 
 def run(config: LadderConfig, *, retry=None, log: Callable[[str], None] = print,
@@ -799,10 +807,15 @@ def main(argv=None) -> int:
     log = (lambda text: print(text, file=sys.stderr, flush=True))
     command = shlex.join(["python", "-m", "selfplay.ladder", *(sys.argv[1:] if argv is None else argv)])
     try:
-        report = run(config, retry=retry, log=log, command=command)
+        with terminated_by_sigterm():     # run()'s finally removes the model cache, closes GNU Go
+            report = run(config, retry=retry, log=log, command=command)
     except (OSError, ValueError, LookupError, RegistryError, StorageError) as exc:
         print(f"selfplay.ladder: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("selfplay.ladder: stopped by SIGTERM; every game played so far is kept (rerun to go on)",
+              file=sys.stderr)
+        return EXIT_TERMINATED
     print(json.dumps(report, sort_keys=True) if config.json else report["table"])
     return 0
 

@@ -43,7 +43,6 @@ import json
 import math
 import os
 import re
-import signal
 import sys
 import time
 from typing import Callable, Sequence
@@ -55,8 +54,8 @@ from format.match_record import MatchGame, MatchRecord
 from selfplay.board import Board, IllegalMove
 from selfplay.move_policy import MovePolicy
 from selfplay.player import (
-    RESIGN, EvaluatorSource, MctsConfig, MctsPlayer, PlayoutEvaluator, RandomPlayer, SearchBudget,
-    gnugo_player, load_evaluator,
+    EXIT_TERMINATED, RESIGN, EvaluatorSource, MctsConfig, MctsPlayer, PlayoutEvaluator, RandomPlayer, SearchBudget,
+    Terminated, gnugo_player, load_evaluator, terminated_by_sigterm,
 )
 
 Z_95 = 1.959963984540054
@@ -494,20 +493,6 @@ def _run(config: MatchConfig, log: Callable[[str], None], retry, cache, events=N
             player.close()
 
 
-class Terminated(BaseException):
-    """SIGTERM arrived (a BaseException, so no player's ``except Exception`` swallows it)."""
-
-
-def _terminate(signum, frame):
-    # SIGTERM's default action ends the process without unwinding, which would
-    # leave the temporary model cache (format.registry.ModelCache, removed at
-    # exit) in TMPDIR and GNU Go running; an exception runs run()'s finally
-    # (players closed) and the atexit handlers.  A second SIGTERM must not
-    # interrupt that clean-up.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Terminated
-
-
 def main(argv=None) -> int:
     from cloud.base import StorageError
     from format.registry import RegistryError
@@ -520,9 +505,9 @@ def main(argv=None) -> int:
     log = (lambda text: print(text, file=sys.stderr, flush=True))
     events = EventLog(config.events or None, "match")
     events.emit("started", player_a=args.player_a, player_b=args.player_b, games=config.games)
-    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        result = run(config, log, storage_retry(args, parser), events)
+        with terminated_by_sigterm():     # run()'s finally removes the model cache, closes GNU Go
+            result = run(config, log, storage_retry(args, parser), events)
     except (OSError, ValueError, LookupError, RegistryError, StorageError) as exc:
         print(f"selfplay.match: {exc}", file=sys.stderr)
         events.emit("stopped", reason="error", error=str(exc))
@@ -530,9 +515,7 @@ def main(argv=None) -> int:
     except Terminated:
         print("selfplay.match: stopped by SIGTERM; no result", file=sys.stderr)
         events.emit("stopped", reason="SIGTERM")
-        return 128 + signal.SIGTERM
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        return EXIT_TERMINATED
     events.emit("result", result=result.to_json_dict())
     events.emit("stopped", reason="done")
     if config.json:

@@ -30,8 +30,10 @@ at each row (see `call_evaluator` for the accepted return shapes).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import signal
 import time
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -472,6 +474,38 @@ class EvaluatorSource:
         if models != layout.MODELS_DIR or not name.isdigit():
             raise ValueError(f"--model {path!r}: want a published model folder ROOT/{layout.MODELS_DIR}/<generation>")
         return cls(model_root=root or ".", generation=int(name))
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (a BaseException, so no player's ``except Exception`` swallows it)."""
+
+
+@contextlib.contextmanager
+def terminated_by_sigterm():
+    """Within the block, SIGTERM raises `Terminated` in the main thread: the one way the
+    programs that load models and start players (match, GTP, the ladder) stop on SIGTERM.
+
+    SIGTERM's default action (a GUI closing its engine, systemd stopping a
+    unit) ends the process without unwinding, so the temporary model cache
+    (`format.registry.ModelCache`, removed on close or at exit) stayed in
+    TMPDIR and GNU Go kept running.  An exception runs every ``finally``
+    (players closed, caches closed) and then the atexit handlers.  A second
+    SIGTERM is ignored so that it cannot interrupt that clean-up.  The caller
+    catches `Terminated`, says so in one line and exits 128 + SIGTERM.
+    """
+    def terminate(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+EXIT_TERMINATED = 128 + signal.SIGTERM
+"""The exit status of a program stopped by SIGTERM through `terminated_by_sigterm` (the shell's convention)."""
 
 
 @dataclasses.dataclass

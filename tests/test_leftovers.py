@@ -1,6 +1,7 @@
-"""Nothing is left behind: a match stopped by SIGTERM removes its model cache, a
-shuffle job that labels with a model leaves no copy of it in TMPDIR, and a local
-lake keeps no empty folders once their objects are deleted.
+"""Nothing is left behind: a match, the GTP engine or the ladder stopped by SIGTERM
+removes its model cache, a shuffle job that labels with a model leaves no copy
+of it in TMPDIR, and a local lake keeps no empty folders once their objects are
+deleted.
 
 The shuffle job's own case (no empty ``tmp/shuffle-*/{parts,shards}`` folders
 after a run) is checked where the job already runs, in
@@ -13,8 +14,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from cloud.local import LocalStorage
 from format import layout, registry
+from format.run_config import RunConfig, ensure_run_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,14 +33,29 @@ class saved_model:
 '''
 
 
-def test_a_match_stopped_by_sigterm_removes_its_model_cache(tmp_path):
-    """SIGTERM while the match loads its model: the cache's files are fetched, TMPDIR is empty afterwards.
+STOPPED_WHILE_LOADING = {
+    "match": (["selfplay.match", "model:{lake}@1", "random", "--games", "1"],
+              "selfplay.match: stopped by SIGTERM; no result"),
+    # GUIs (Sabaki, GoGui) and systemd stop an engine with SIGTERM.
+    "gtp": (["selfplay.gtp", "--root", "{lake}", "--quiet"], "selfplay.gtp: stopped by SIGTERM"),
+    # One generation against one anchor: the model is the first thing it loads.
+    "ladder": (["selfplay.ladder", "--root", "{lake}", "--anchors", "random", "--anchor", "random",
+                "--games", "1", "--no-stored-anchor-games"],
+               "selfplay.ladder: stopped by SIGTERM; every game played so far is kept (rerun to go on)"),
+}
 
-    A stand-in ``tensorflow`` whose ``saved_model.load`` blocks holds the match
+
+@pytest.mark.parametrize("program", sorted(STOPPED_WHILE_LOADING))
+def test_a_program_stopped_by_sigterm_removes_its_model_cache(tmp_path, program):
+    """SIGTERM while a match, the GTP engine or the ladder loads its model: the cache's files are
+    fetched, TMPDIR is empty afterwards (the engine and the ladder used to die leaving the copy).
+
+    A stand-in ``tensorflow`` whose ``saved_model.load`` blocks holds the program
     inside loading, its cache full, without paying TensorFlow's import
     (seconds); a match of two network-free players makes no cache at all.
     """
     lake = tmp_path / "lake"
+    ensure_run_config(LocalStorage(str(lake)), RunConfig(board_size=9))   # the ladder needs the run
     publish_fake_model(lake, tmp_path / "export")
     stub = tmp_path / "stub" / "tensorflow"
     stub.mkdir(parents=True)
@@ -44,8 +63,9 @@ def test_a_match_stopped_by_sigterm_removes_its_model_cache(tmp_path):
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
     env = dict(os.environ, PYTHONPATH=f"{stub.parent}{os.pathsep}{REPO}", TMPDIR=str(tmpdir))
-    proc = subprocess.Popen([sys.executable, "-m", "selfplay.match", f"model:{lake}@1", "random", "--games", "1"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args, last_line = STOPPED_WHILE_LOADING[program]
+    proc = subprocess.Popen([sys.executable, "-m", *(arg.format(lake=lake) for arg in args)], cwd=REPO, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while not list(tmpdir.glob(f"zerolake-models-*/{layout.generation_dir(1)}/variables/data")):
@@ -56,7 +76,7 @@ def test_a_match_stopped_by_sigterm_removes_its_model_cache(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, err
-    assert err.strip().splitlines()[-1] == "selfplay.match: stopped by SIGTERM; no result" and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == last_line and "Traceback" not in err, err
     assert os.listdir(tmpdir) == []
 
 
