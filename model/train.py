@@ -9,8 +9,8 @@ Exit status:
 * 0: done (one-shot), or stopped by SIGTERM (after saving a checkpoint);
 * 2: refused, with one clear line on stderr (bad flag, nothing to train, a
   bad window manifest in one-shot mode, a broken models/LATEST, another
-  trainer holding the lease...), before TensorFlow is imported where
-  possible;
+  trainer holding the lease, a checkpoint that cannot be written...), before
+  TensorFlow is imported where possible; the lease is released;
 * 3: the lease was taken by another trainer (or lapsed) while training:
   stopped at once, nothing published;
 * 4: training diverged (the loss stopped being finite): nothing since the
@@ -109,8 +109,8 @@ def main(argv=None) -> int:
     events.emit("lease_acquired", holder=record.holder, expires=record.expires)
     lease.start_renewing()
 
-    from model.training_run import (CheckpointMismatch, CheckpointStateError, Diverged,  # TensorFlow from here on
-                                    TrainingRun)
+    from model.training_run import (CheckpointMismatch, CheckpointStateError,  # TensorFlow from here on
+                                    CheckpointWriteError, Diverged, TrainingRun)
     from model.staging import StagingError
     from model.trainer import resolve_strategy
     from selfplay.evaluator import AcceleratorMissing
@@ -129,8 +129,8 @@ def main(argv=None) -> int:
         events.emit("stopped", reason="diverged", error=str(exc))
         print(f"model.train: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_DIVERGED
-    except (LakeError, CheckpointMismatch, CheckpointStateError, StagingError, StorageError, AcceleratorMissing,
-            RegistryError, LeaseError, layout.ManifestError) as exc:
+    except (LakeError, CheckpointMismatch, CheckpointStateError, CheckpointWriteError, StagingError, StorageError,
+            AcceleratorMissing, RegistryError, LeaseError, layout.ManifestError) as exc:
         return refuse(str(exc), "error")
     lease.release()
     events.emit("stopped", reason=run.stop_reason)

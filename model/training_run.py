@@ -149,6 +149,21 @@ class CheckpointStateError(RuntimeError):
     names a checkpoint whose files are missing; the message names the file."""
 
 
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (a full disk, no permission, something standing
+    in the way); the message names the checkpoint and says why, in one line.  The
+    checkpoints saved before stay as they were, and a rerun resumes the newest."""
+
+
+def _op_error_reason(error: Exception) -> str:
+    """TensorFlow's own reason, without the op's wrapping: ``{{function_node ...}} /x/ckpt-9.index; Is a
+    directory [Op:MergeV2Checkpoints]`` -> ``/x/ckpt-9.index; Is a directory``."""
+    text = (getattr(error, "message", None) or str(error)).strip().splitlines()[0]
+    if text.startswith("{{") and "}}" in text:
+        text = text.split("}}", 1)[1]
+    return text.split(" [Op:", 1)[0].strip()
+
+
 _READ_ERRORS = (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError)
 """What tf.data raises on a damaged shard or record: a bad gzip stream or record CRC (DataLoss),
 a record that does not parse or fails a decoder check (InvalidArgument), a stream that ends
@@ -265,7 +280,16 @@ class TrainingRun:
         self._check_state(int(self.trainer.window_generation.numpy()))
         if self.lease is not None:
             self.lease.renew()
-        path = self.manager.save(checkpoint_number=self.trainer.global_step)
+        step = self.trainer.global_step
+        try:
+            path = self.manager.save(checkpoint_number=step)
+        except (tf.errors.OpError, OSError) as exc:
+            prefix = f"{self.manager.directory}/ckpt-{step}"
+            self._remove_failed_save(prefix)
+            reason = _op_error_reason(exc) if isinstance(exc, tf.errors.OpError) else exc.strerror or str(exc)
+            raise CheckpointWriteError(
+                f"cannot write checkpoint {prefix}: {reason}; the checkpoints saved before are kept "
+                f"({self.manager.latest_checkpoint or 'none yet'} is the newest, where a rerun resumes)") from None
         self._saved_step = int(self.trainer.window_step.numpy())
         uploaded = ""
         if self.stage:
@@ -274,6 +298,23 @@ class TrainingRun:
                         + (f", deleted {pushed.deleted} old" if pushed.deleted else "") + ")")
         _say(f"checkpoint {path} at window step {int(self.trainer.window_step.numpy())}{uploaded}")
         return path
+
+    def _remove_failed_save(self, prefix: str) -> None:
+        """Remove what a failed save of ``prefix`` left: TensorFlow writes the shards into a
+        ``<prefix>_temp`` folder and merges them into ``<prefix>.index`` and ``.data-*``;
+        a failure in between left the folder and half the files, which no state file names.
+        Files of a checkpoint the manager keeps are never touched; what cannot be removed
+        (the very thing in the way, say) is left."""
+        if prefix in self.manager.checkpoints:
+            return
+        for leftover in tf.io.gfile.glob(f"{prefix}_temp*") + tf.io.gfile.glob(f"{prefix}.data-*"):
+            try:
+                if tf.io.gfile.isdir(leftover):
+                    tf.io.gfile.rmtree(leftover)
+                else:
+                    tf.io.gfile.remove(leftover)
+            except tf.errors.OpError:
+                pass
 
     def _check_state(self, generation: int) -> None:
         """Diverged (with its event) if a variable a checkpoint would hold is not finite."""

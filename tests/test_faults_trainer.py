@@ -142,6 +142,32 @@ def test_a_non_finite_weight_is_never_checkpointed(tmp_path, monkeypatch):
     assert [e["event"] for e in events_of(events)].count("diverged") == 1
 
 
+def test_a_checkpoint_that_cannot_be_written_is_one_line_and_releases_the_lease(tmp_path):
+    """A folder standing where the second checkpoint's index goes: TensorFlow fails after writing its
+    shards into ``ckpt-20_temp/``.  That used to be a traceback and exit 1, the lease held until it
+    expired and the temp folder left; now one line names the checkpoint and why, exit 2, the lease is
+    released, nothing half-written stays, and the checkpoint before is still the one a rerun resumes."""
+    from format.leases import read_record
+
+    root = str(tmp_path / "lake")
+    storage = lake_with_windows(root, [1])
+    in_the_way = os.path.join(storage.url(layout.CHECKPOINTS_DIR), "ckpt-20.index")
+    os.makedirs(in_the_way)
+    events = str(tmp_path / "train.jsonl")
+    code, out, err = train(["--root", root, *TINY, "--steps-per-window", "20", "--checkpoint-every", "10",
+                            "--events", events])
+    assert code == 2, out[-2000:] + err[-2000:]
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    prefix = f"{storage.url(layout.CHECKPOINTS_DIR)}/ckpt-"
+    assert lines[0].startswith(f"model.train: error: cannot write checkpoint {prefix}20: {in_the_way}; Is a directory; "
+                               f"the checkpoints saved before are kept ({prefix}10 is the newest"), lines[0]
+    assert read_record(storage, layout.TRAINER_LEASE)[0].released
+    assert sorted(os.listdir(storage.url(layout.CHECKPOINTS_DIR))) == [
+        "checkpoint", "ckpt-10.data-00000-of-00001", "ckpt-10.index", "ckpt-20.index"]   # the folder in the way
+    assert events_of(events)[-1]["event"] == "stopped" and not storage.exists(layout.LATEST)
+
+
 @pytest.mark.parametrize("flag,value", [("--learning-rate", "1e12"), ("--learning-rate", "1000"),
                                         ("--learning-rate", "nan"), ("--learning-rate", "-1"), ("--l2", "1e6"),
                                         ("--policy-loss-weight", "1e9"), ("--epochs-per-window", "1e8")])
