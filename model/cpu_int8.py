@@ -50,7 +50,8 @@ import time
 import numpy as np
 
 from format import layout
-from selfplay.openvino_evaluator import OpenVinoEvaluator, compile_for_cpu, float_openvino_model
+from selfplay.openvino_evaluator import (OpenVinoEvaluator, compile_for_cpu, float_openvino_model, import_nncf,
+                                         import_openvino)
 
 CALIBRATION_POSITIONS = 256
 """Positions NNCF collects activation ranges on (512 took 1.5x as long for the same agreement:
@@ -70,8 +71,8 @@ KEEP_FLOAT_MAX_CHANNELS = 2
 def available() -> str | None:
     """None when OpenVINO and NNCF import, else why not (for the log and the manifest)."""
     try:
-        import nncf  # noqa: F401
-        import openvino  # noqa: F401
+        import_nncf()
+        import_openvino()
     except ImportError as exc:
         return f"OpenVINO/NNCF not installed ({exc})"
     return None
@@ -138,8 +139,8 @@ def add_cpu_int8(saved_model_dir: str, planes: np.ndarray, *, log=print) -> dict
     check = planes[len(calibrate):len(calibrate) + held_out]
     started = time.time()
     try:
-        import nncf
-        import openvino as ov
+        nncf = import_nncf()
+        ov = import_openvino()
 
         nncf.set_log_level(logging.ERROR)   # it lists every node it skips at INFO
 

@@ -58,6 +58,15 @@ if [[ $WANT_TEST == 1 ]] && [[ ! -x /usr/lib/leelaz/bin/leelaz ]]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq leela-zero >/dev/null
 fi
 
+# strace, unshare (util-linux) and ip (iproute2): tests/test_no_telemetry.py runs
+# each role in a network namespace with only loopback, under strace, and fails on
+# any connection attempt (child processes and native code included).
+if [[ $WANT_TEST == 1 ]] && ! { command -v strace && command -v unshare && command -v ip; } >/dev/null; then
+    echo "[setup] installing strace, util-linux and iproute2 from Debian"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq strace util-linux iproute2 >/dev/null
+fi
+
 PYTHON="${PYTHON:-python3}"
 if [[ ! -x .venv/bin/python ]]; then
     echo "[setup] creating .venv"

@@ -19,11 +19,14 @@ together as asynchronous requests, and the results are put back in order.
 ``wait()`` releases the GIL, so the worker's search thread keeps playing
 while the network runs, as it does with TensorFlow.
 
-OpenVINO is imported only when a copy is actually compiled.
+OpenVINO is imported only when a copy is actually compiled, and only through
+`import_openvino` (NNCF through `import_nncf`), which turns their usage
+telemetry off first: nothing leaves the machine but what the run needs.
 """
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
@@ -39,10 +42,47 @@ SERVED_OUTPUTS = ("policy_logits", "value")
 """The SavedModel signature's outputs that the search reads; an OpenVINO copy keeps only these."""
 
 
+TELEMETRY_MODULE = "openvino_telemetry"
+"""The package through which OpenVINO's converter and NNCF send usage telemetry."""
+
+
+def block_usage_telemetry() -> None:
+    """Make OpenVINO and NNCF send no usage telemetry from this process (and its children).
+
+    Left alone, every ``ov.convert_model`` and ``nncf.quantize`` sends usage
+    events to an analytics service through the `TELEMETRY_MODULE` package
+    (about 55 from one GTP start; one batch per generation from the trainer's
+    int8 copy), writes a persistent client id under the home folder, and forks
+    a copy of the whole process for each send, which can deadlock or outlive a
+    stopped role.  Both libraries fall back to a silent stub when that package
+    cannot be imported, and a ``None`` entry in ``sys.modules`` makes every
+    import of a module fail (the import system's documented way to block one).
+    Done by the project's code, so no user environment or consent file is needed,
+    and before OpenVINO is first imported, so nothing has sent by then.
+    """
+    sys.modules[TELEMETRY_MODULE] = None
+
+
+def import_openvino():
+    """The ``openvino`` module, imported with its usage telemetry off (`block_usage_telemetry`)."""
+    block_usage_telemetry()
+    import openvino
+
+    return openvino
+
+
+def import_nncf():
+    """The ``nncf`` module (int8 quantization), imported with its usage telemetry off."""
+    block_usage_telemetry()
+    import nncf
+
+    return nncf
+
+
 def openvino_missing() -> str | None:
     """None when OpenVINO imports, else why not."""
     try:
-        import openvino  # noqa: F401
+        import_openvino()
     except ImportError as exc:
         return f"OpenVINO is not installed ({exc})"
     return None
@@ -53,7 +93,7 @@ def compile_for_cpu(model_or_path, threads: int | None = None, *, float32: bool 
 
     ``float32``: keep float32 arithmetic (OpenVINO would otherwise run a float
     network in bf16 on a CPU that has it, which is not the published model)."""
-    import openvino as ov
+    ov = import_openvino()
 
     threads = threads or len(os.sched_getaffinity(0))
     config = {"PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": threads}
@@ -78,7 +118,7 @@ def openvino_from_signature(signature, where: str):
     (``where`` names the model in errors).  A worker that already holds the
     model (`format.registry.LoadedModel.signature`) converts it without loading
     the SavedModel a second time."""
-    import openvino as ov
+    ov = import_openvino()
 
     converted = ov.convert_model(signature)
     by_name = {}
