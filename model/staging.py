@@ -99,7 +99,7 @@ def resolve_stage_dir(stage_dir: str, root_url: str, environ) -> tuple[str, str]
     """``(DIR, why)`` for stage mode, or ``("", why)`` for direct TensorFlow I/O on ROOT.
 
     ``--stage-dir`` wins.  Without it, a gs:// root is staged under the
-    system temp folder only when $STORAGE_EMULATOR_HOST is set, because an
+    user's cache folder only when $STORAGE_EMULATOR_HOST is set, because an
     emulator cannot be reached any other way; real GCS is read directly.
     """
     if stage_dir:

@@ -281,7 +281,7 @@ def test_a_broken_model_never_makes_the_worker_play_generation_0(tmp_path, broke
     else:
         data = publish_fake_model(storage, tmp_path)
         os.chmod(storage.url(data), 0o644)
-        Path(storage.url(data)).write_bytes(b"tampered" * 10)
+        Path(storage.url(data)).write_bytes(b"WEIGHTS" * 10)   # its manifest's size, other bytes
     events = tmp_path / "events.jsonl"
     # The checksum case imports TensorFlow (seconds) before its first rejection.
     code, out, err = run_worker(lake, "--max-seconds", "3" if broken == "latest" else "8", "--spool-dir", str(tmp_path / "spool"),
