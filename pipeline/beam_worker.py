@@ -20,6 +20,15 @@ worker's own runs at exit.  If the harness raises, the exception propagates
 and the process exits the ordinary way, with the traceback and a non-zero
 status.
 
+How it stops: SIGTERM is ignored.  The worker shares its driver's process
+group, so a launcher stopping the job's group (pipeline.loop, a follower)
+reaches every worker too; killed in the middle of a bundle, a worker left a
+half-written temporary file and made the runner's threads print tracebacks
+about it.  The driver stops on SIGTERM instead (pipeline.shuffle), and Beam's
+runner then closes the control channel, on which each worker finishes and
+exits, before the driver removes the job's temporary files.  A driver that
+dies outright closes the channel too; SIGKILL still ends a worker at once.
+
 What it prints: the harness prints the traceback of every instruction (a
 bundle) that failed to stderr, and also sends it to the runner, in the
 instruction's response and its log service.  The runner's side decides what
@@ -32,6 +41,7 @@ Dataflow and other runners start their own workers and never use this file.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 TRACEBACK_HEADER = "Traceback (most recent call last):\n"
@@ -62,6 +72,7 @@ class WithoutInstructionTracebacks:
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the driver stops its workers (module docstring)
     from apache_beam.runners.worker import sdk_worker_main
 
     stderr = sys.stderr

@@ -19,7 +19,7 @@ import os
 
 from format import layout
 from format.registry import latest_generation
-from pipeline.follow import claim_attempt, live_claim
+from pipeline.lake_windows import claim_attempt, live_claim
 
 FRESH_MODEL_SECONDS = 60.0
 """A worker must play the newest model within this long of its publication."""

@@ -23,7 +23,8 @@ Terms
   its window.  Before the first window every position is new, so the first
   window is written as soon as the lake holds a chunk.
 * *claim*: ``cluster/claims/window-<gen>.json`` (format.layout.window_claim),
-  a format.leases record whose ``details`` name the ``attempt``.  Taken,
+  a format.leases record whose ``details`` name the ``attempt``; the claims'
+  rules live in pipeline.lake_windows, as a one-shot job takes one too.  Taken,
   renewed and released by compare-and-swap (format.leases): of two followers
   taking it at once exactly one wins.  Its holder renews it every quarter of
   ``--claim-seconds`` while the window is built; a holder that was SIGKILLed
@@ -37,7 +38,8 @@ Data flow of one cycle::
 
     look:   models/LATEST, windows/<g>/MANIFEST.json (validated), games/ listing
             -> target, new positions, needed       (wait while new < needed)
-    clean:  delete tmp pieces of attempts that are not live
+    clean:  delete tmp pieces of attempts that are not live, and (at start, then
+            hourly) killed writers' temporary files (pipeline.lake_windows.clean_tmp)
     claim:  cluster/claims/window-<target>.json     (lost: wait for the winner)
     build:  child process ``python -m pipeline.shuffle ... --window-generation
             <target> --attempt <id>`` (the one-shot job), claim renewed meanwhile;
@@ -65,96 +67,31 @@ import dataclasses
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import uuid
 
 from cloud.base import ObjectInfo, StorageError
 from format import layout
 from format.events import EventLog
-from format.leases import DAMAGED_EXPIRED, Lease, LeaseLost, LeaseRecord, Takeover, describe_time, held_record
+from format.leases import Lease, LeaseLost, LeaseRecord, describe_time
 from format.registry import RegistryError
 from pipeline import window_plan as W
 from pipeline.config import FOLLOW_WINDOW_FRACTION, ShuffleConfig, window_argv
 from pipeline.launcher import STOP_GRACE_SECONDS, die_with_parent, start_child, stop_groups
-from pipeline.lake_windows import (ShuffleError, check_run_config, delete_tmp_dir, existing_window, latest_model,
-                                   new_attempt_id, progress)
+from pipeline.lake_windows import (JOB, STALE_TEMP_SECONDS, ShuffleError, check_run_config, claim_attempt, clean_tmp,
+                                   delete_tmp_dir, existing_window, holder_id, latest_model, new_attempt_id,
+                                   progress, try_claim)
 
 WAIT_REPORT_SECONDS = 30.0
 """At most one human 'waiting' line and one 'waiting' event per this many seconds."""
 RETRY_SECONDS = 30.0
 """Pause after a child job failed before the window is tried again."""
-JOB = "shuffle"
 
 
 # ---------------------------------------------------------------------------
-# Claims: format.leases records, with the claims' own takeover rules
+# Temporary pieces (claims and dead attempts: pipeline.lake_windows)
 # ---------------------------------------------------------------------------
-
-CLAIM_TAKEOVER = Takeover(damaged=DAMAGED_EXPIRED, own_period=True)
-"""A damaged claim counts as expired: the window's manifest is the commit
-point, so two builders cost only work, while a claim nobody may replace would
-stop the pipeline until an operator came.  For the same reason a claim lives
-at most its last renewal plus this follower's own ``--claim-seconds``,
-whatever expiry its writer gave it.  A claim of a dead follower on this
-host is still waited out (``--claim-seconds``): its child's Beam workers may
-outlive it for a moment."""
-
-
-def claim_lease(storage, generation: int, holder: str, attempt: str, ttl: float) -> Lease:
-    """This follower's (not yet taken) claim on window ``generation`` for ``attempt``."""
-    return Lease(storage, layout.window_claim(generation), ttl, takeover=CLAIM_TAKEOVER,
-                 details={"attempt": attempt}, holder=holder, name=f"claim of window {generation}")
-
-
-def claim_attempt(record: LeaseRecord) -> str:
-    """The attempt a claim record was taken for ('' for a record without one)."""
-    return record.details.get("attempt", "")
-
-
-def try_claim(storage, generation: int, holder: str, attempt: str, ttl: float) -> Lease | LeaseRecord:
-    """Claim window ``generation``: the held Lease, or the live record of whoever holds it."""
-    claim = claim_lease(storage, generation, holder, attempt, ttl)
-    winner = claim.try_acquire()
-    return claim if winner is None else winner
-
-
-def live_claim(storage, generation: int) -> LeaseRecord | None:
-    """The unexpired, unreleased claim of window ``generation``, else None (damaged counts as expired)."""
-    return held_record(storage, layout.window_claim(generation))
-
-
-# ---------------------------------------------------------------------------
-# Temporary pieces
-# ---------------------------------------------------------------------------
-
-def remove_dead_tmp(storage, keep_attempt: str = "") -> list[str]:
-    """Delete the tmp folders of shuffle attempts that are not live; returns the folders.
-
-    Live = the attempt holds the unexpired claim of its window and the window
-    has no manifest yet.  ``keep_attempt`` (this follower's own) is kept.
-    A one-shot job (no claim) running beside followers is not live: do not
-    mix the two on one lake.
-    """
-    folders: dict[str, tuple[int, str]] = {}
-    for info in storage.list(layout.tmp_prefix()):
-        parsed = layout.parse_job_tmp_dir(info.path)
-        if parsed and parsed[0] == JOB:
-            folders[layout.job_tmp_dir(JOB, parsed[1], parsed[2])] = (parsed[1], parsed[2])
-    removed = []
-    for folder, (generation, attempt) in sorted(folders.items()):
-        if attempt == keep_attempt:
-            continue
-        if not storage.exists(layout.window_manifest(generation)):
-            claim = live_claim(storage, generation)
-            if claim is not None and claim_attempt(claim) == attempt:
-                continue
-        delete_tmp_dir(storage, folder)
-        removed.append(folder)
-    return removed
-
 
 def remove_stray_shards(storage, window: layout.WindowManifest) -> int:
     """Delete objects in a published window's folder that its manifest does not name (shards, game table).
@@ -196,7 +133,7 @@ class Follower:
         self.beam_args = list(beam_args)
         self.storage = storage
         self.events = events
-        self.holder = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.holder = holder_id()
         self.stop_reason = ""
         self._newest_window: layout.WindowManifest | None = None
         """The one window manifest kept: the newest read.  Only the newest window is ever looked at again
@@ -205,6 +142,7 @@ class Follower:
         self._sampled_per_byte: float | None = None
         self._last_report = -math.inf
         self._reported: set = set()
+        self._next_temp_sweep = -math.inf
 
     # ---- stopping ----
 
@@ -238,7 +176,10 @@ class Follower:
             return 2
         self.events.emit("started", follow=True, holder=self.holder)
         progress(f"following {self.config.root} as {self.holder}")
-        self.clean()
+        try:
+            self.clean()
+        except StorageError as exc:  # a read-only disk, say: warned as below; each build cleans again
+            self.say_once(("storage", str(exc)), f"warning: {exc}; retrying every {self.config.poll_seconds:g} s")
         while not self.stop_reason:
             try:
                 self.cycle()
@@ -269,8 +210,12 @@ class Follower:
             self.build(outlook)
 
     def clean(self, keep_attempt: str = "") -> None:
-        for folder in remove_dead_tmp(self.storage, keep_attempt):
-            progress(f"removed the temporary pieces of a dead attempt: {self.storage.url(folder)}")
+        """Dead attempts' pieces every time; killed writers' temporary files (a walk of the
+        whole lake) at start and then at most once per STALE_TEMP_SECONDS."""
+        sweep = time.monotonic() >= self._next_temp_sweep
+        clean_tmp(self.storage, keep_attempt, stale_temp_files=sweep)
+        if sweep:
+            self._next_temp_sweep = time.monotonic() + STALE_TEMP_SECONDS
 
     def window(self, generation: int) -> layout.WindowManifest | None:
         """A validated window; ShuffleError if untrusted.

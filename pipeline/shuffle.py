@@ -10,6 +10,14 @@ is not redone; a manifest that does not validate
 the game table it names is missing) is an error (exit 2), never trusted and
 never overwritten.
 
+Beside followers: before it plans, the job deletes what killed jobs and
+writers left in the lake's temporary area (pipeline.lake_windows.clean_tmp),
+and it claims its window as a follower does (refused in one line while a
+live job holds the claim), so a follower neither builds the same window nor
+deletes the job's pieces.  SIGTERM ends it with one line and exit 143 once
+its temporary files are removed and its claim released; a lake error during
+the run (a shard the disk refuses) is one line naming the object, exit 2.
+
 Then, with the window complete, the job deletes the windows the trainer has
 finished beyond the newest ``--keep-windows`` (pipeline.retention: only
 generations <= models/LATEST, manifest first; a window newer than LATEST is
@@ -44,7 +52,6 @@ import argparse
 import dataclasses
 import hashlib
 import logging
-import os
 import re
 import shlex
 import shutil
@@ -56,14 +63,17 @@ from cloud.base import StorageError
 from format import layout
 from format.cli import role_parser
 from format.events import EventLog
+from format.leases import Lease, describe_time
 from format.registry import RegistryError
 from pipeline import window_plan as W
 from pipeline.config import LABEL_AUTO, LABEL_MODEL, LABEL_RANDOM, ShuffleConfig, from_args
-from pipeline.lake_windows import (ShuffleError, check_run_config, delete_tmp_dir, existing_window, latest_model,
-                                   new_attempt_id, progress)
+from pipeline.lake_windows import (ONE_SHOT_CLAIM_TAKEOVER, ShuffleError, check_run_config, claim_attempt, clean_tmp,
+                                   delete_tmp_dir, existing_window, holder_id, latest_model, new_attempt_id, progress,
+                                   try_claim)
 from pipeline.retention import apply_retention
+from selfplay.player import EXIT_TERMINATED, Terminated, terminated_by_sigterm
 # pipeline.transforms (and with it Apache Beam, ~5 s to import on a busy
-# 2-core machine) is imported inside prepare() and run(): a follower that
+# 2-core machine) is imported inside prepare() and build(): a follower that
 # only watches the lake never needs it; its child job does.
 
 
@@ -238,33 +248,99 @@ def local_runner(config: ShuffleConfig):
     _quiet_beam_logs()
     if config.workers == 1:
         return FnApiRunner()
-    command = f"{shlex.quote(sys.executable)} -m pipeline.beam_worker"
+    # Beam starts the command through a shell; exec makes the worker the process Beam waits on, not
+    # a shell that a SIGTERM to the job's group would kill under it (pipeline.beam_worker: stopping).
+    command = f"exec {shlex.quote(sys.executable)} -m pipeline.beam_worker"
     return FnApiRunner(default_environment=environments.SubprocessSDKEnvironment.from_command_string(command))
 
 
 def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None = None,
         attempt: str | None = None) -> layout.WindowManifest:
-    """Run the job; returns the window's manifest (the existing one if already done)."""
-    import apache_beam as beam
+    """Run the job; returns the window's manifest (the existing one if already done).
+
+    ``attempt`` given: a follower's child job, which builds under its
+    follower's claim and after its clean-up.  Otherwise a one-shot job: it
+    cleans the lake's temporary area first and claims its window itself.
+    """
     from cloud.storage import open_storage
-    from pipeline.transforms import ShuffleWindow
 
     try:
         storage = open_storage(config.root, retry=config.storage_retry)
     except ValueError as exc:
         raise ShuffleError(f"--root: {exc}") from None
+    one_shot = attempt is None
+    if one_shot:
+        clean_tmp(storage)
     prepared = prepare(config, storage, target=target, attempt=attempt)
     if isinstance(prepared, layout.WindowManifest):
         progress(f"window {prepared.target_generation} already has a manifest; nothing to do")
         retain_windows(config, storage)
         return prepared
     context, bundles = prepared
+    started = time.monotonic()
+    claim = claim_window(config, storage, context) if one_shot else None
+    try:
+        # A follower may have published it between the plan and the claim.
+        if claim is None or not storage.exists(layout.window_manifest(context.target_generation)):
+            build(config, storage, context, bundles, beam_args)
+    finally:
+        if claim is not None:
+            claim.release()
+    window = existing_window(storage, context.target_generation)
+    if window is None:
+        raise ShuffleError(f"window {context.target_generation} would hold no positions: every chunk in it was "
+                           f"skipped or empty, so no manifest was written (`python -m format.inspect verify "
+                           f"{storage.url()}` names the bad chunks)")
+    elapsed = time.monotonic() - started
+    progress(f"wrote {len(window.shards)} shards, {window.positions} records from {window.positions_read} "
+             f"positions ({window.positions_read / max(elapsed, 1e-9):.0f} positions/s); skipped "
+             f"{len(window.chunks_skipped)} chunks, dropped {window.duplicate_games} duplicate games, capped "
+             f"{window.capped_positions_removed} positions")
+    for chunk, reason in window.chunks_skipped[:SKIPPED_CHUNKS_SHOWN]:
+        progress(f"skipped {storage.url(chunk)}: {reason}")
+    if len(window.chunks_skipped) > SKIPPED_CHUNKS_SHOWN:
+        progress(f"... and {len(window.chunks_skipped) - SKIPPED_CHUNKS_SHOWN} more skipped chunks, "
+                 f"named in {storage.url(window.path)}")
+    retain_windows(config, storage)
+    return window
+
+
+def claim_window(config: ShuffleConfig, storage, context) -> Lease:
+    """A one-shot job's claim of its window, renewed in the background while it builds.
+
+    With it the job's attempt is live to a follower's clean-up
+    (pipeline.lake_windows.remove_dead_tmp), which would otherwise delete its
+    pieces under it, and a follower waits for the window instead of building
+    it too.  A window another job holds is refused in one line.
+    """
+    generation = context.target_generation
+    held = try_claim(storage, generation, holder_id(), context.attempt, config.claim_seconds,
+                     ONE_SHOT_CLAIM_TAKEOVER)
+    if not isinstance(held, Lease):
+        raise ShuffleError(f"window {generation} is being built by {held.holder} (attempt {claim_attempt(held)}); "
+                           f"its claim {storage.url(layout.window_claim(generation))} expires "
+                           f"{describe_time(held.expires, time.time())} unless renewed: wait for that job")
+    if held.took_over is not None:
+        progress(f"window {generation}: took over the claim of {held.took_over.holder} "
+                 f"(attempt {claim_attempt(held.took_over)})")
+        clean_tmp(storage, context.attempt, stale_temp_files=False)   # that attempt's pieces are dead now
+    held.start_renewing()
+    return held
+
+
+def build(config: ShuffleConfig, storage, context, bundles, beam_args) -> None:
+    """Run the Beam pipeline that writes the window; its temporary pieces and model copies are gone after.
+
+    A lake error that fails it (a shard the disk refuses) becomes a ShuffleError naming the object.
+    """
+    import apache_beam as beam
+    from pipeline.transforms import ShuffleWindow
+
     options, runner = pipeline_options(config, list(beam_args))
     if runner is None and context.model_generation is not None:
         # The local workers' model copies live in one folder of the job's, removed below however the
         # workers ended (pipeline.transforms.LabelBundleFn.model_cache).
         context = dataclasses.replace(context, model_cache_dir=tempfile.mkdtemp(prefix="zerolake-shuffle-"))
-    started = time.monotonic()
     progress("running the Beam pipeline" + (f" on {runner}" if runner else
                                              f" locally (FnApiRunner, {config.workers} workers)"))
     pipeline = beam.Pipeline(runner=None if runner else local_runner(config), options=options)
@@ -289,23 +365,6 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
         else:
             if removed:
                 progress(f"removed {removed} temporary files under {storage.url(context.tmp_dir)}")
-    window = existing_window(storage, context.target_generation)
-    if window is None:
-        raise ShuffleError(f"window {context.target_generation} would hold no positions: every chunk in it was "
-                           f"skipped or empty, so no manifest was written (`python -m format.inspect verify "
-                           f"{storage.url()}` names the bad chunks)")
-    elapsed = time.monotonic() - started
-    progress(f"wrote {len(window.shards)} shards, {window.positions} records from {window.positions_read} "
-             f"positions ({window.positions_read / max(elapsed, 1e-9):.0f} positions/s); skipped "
-             f"{len(window.chunks_skipped)} chunks, dropped {window.duplicate_games} duplicate games, capped "
-             f"{window.capped_positions_removed} positions")
-    for chunk, reason in window.chunks_skipped[:SKIPPED_CHUNKS_SHOWN]:
-        progress(f"skipped {storage.url(chunk)}: {reason}")
-    if len(window.chunks_skipped) > SKIPPED_CHUNKS_SHOWN:
-        progress(f"... and {len(window.chunks_skipped) - SKIPPED_CHUNKS_SHOWN} more skipped chunks, "
-                 f"named in {storage.url(window.path)}")
-    retain_windows(config, storage)
-    return window
 
 
 def retain_windows(config: ShuffleConfig, storage):
@@ -353,13 +412,20 @@ def main(argv=None) -> int:
     events = EventLog(config.events or None, "shuffle")
     events.emit("started", follow=False)
     try:
-        window = run(config, beam_args, target=args.window_generation, attempt=args.attempt)
+        # SIGTERM (pipeline.loop and a follower stop the job so) unwinds: the
+        # run's clean-up removes its temporary files and releases its claim.
+        with terminated_by_sigterm():
+            window = run(config, beam_args, target=args.window_generation, attempt=args.attempt)
     except (ShuffleError, StorageError, RegistryError) as exc:
         # The lake's own errors name the object (an unreachable bucket, a
         # broken LATEST): one line, not a traceback.
         print(f"error: {exc}", file=sys.stderr)
         events.emit("stopped", reason="error")
         return 2
+    except Terminated:
+        print("stopped by SIGTERM: no window published, the job's temporary files removed", file=sys.stderr)
+        events.emit("stopped", reason="SIGTERM")
+        return EXIT_TERMINATED
     events.emit("window_published", generation=window.target_generation, positions=window.positions,
                 shards=len(window.shards))
     events.emit("stopped", reason="done")

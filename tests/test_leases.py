@@ -235,6 +235,6 @@ def test_under_the_own_period_rule_a_record_lives_at_most_its_renewal_plus_the_r
 
 
 def test_window_claims_use_the_own_period_rule():
-    from pipeline.follow import CLAIM_TAKEOVER
+    from pipeline.lake_windows import CLAIM_TAKEOVER
 
     assert CLAIM_TAKEOVER.own_period and CLAIM_TAKEOVER.damaged == DAMAGED_EXPIRED

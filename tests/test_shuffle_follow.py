@@ -11,6 +11,7 @@ import gc
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from format import layout
 from format.events import read_events
 from format.leases import Lease, LeaseLost, LeaseRecord, read_record
 from pipeline import follow as F
+from pipeline import lake_windows as LW
 from pipeline.config import ShuffleConfig, window_argv
 from pipeline.shuffle import build_parser, main
 from testdata.synthetic_games import synthetic_game
@@ -140,13 +142,13 @@ def test_an_expired_claim_of_a_killed_follower_is_taken_over(tmp_path):
     storage.write_new(layout.job_tmp_dir("shuffle", 1, "old0") + "/parts/00000/b000000.npz", b"x")
     first = start_follower(root, str(tmp_path / "a.jsonl"), "--claim-seconds", "3")
     try:
-        claim = wait_for(lambda: F.live_claim(storage, 1), "the first follower's claim", processes=[first])
+        claim = wait_for(lambda: LW.live_claim(storage, 1), "the first follower's claim", processes=[first])
     finally:
         first.kill()
         first.communicate(timeout=30)
     # Its child job dies with it (PR_SET_PDEATHSIG): nothing may publish window 1 now.
     # Plant pieces under the killed attempt's name too, as if it had got that far.
-    attempt = F.claim_attempt(claim)
+    attempt = LW.claim_attempt(claim)
     storage.write_replace(layout.job_tmp_dir("shuffle", 1, attempt) + "/parts/00000/b000000.npz", b"x")
     stray = layout.shard_path(1, layout.shard_name(attempt, 0, 1))
     storage.write_replace(stray, b"x")
@@ -178,14 +180,14 @@ def test_sigterm_in_the_middle_of_a_window_leaves_it_unpublished(tmp_path):
     storage = open_storage(root)
     events = str(tmp_path / "events.jsonl")
     follower = start_follower(root, events)
-    claim = wait_for(lambda: F.live_claim(storage, 1), "the claim of window 1", processes=[follower])
+    claim = wait_for(lambda: LW.live_claim(storage, 1), "the claim of window 1", processes=[follower])
     code, _, err = stop(follower)
     assert code == 0, err
     assert not storage.exists(layout.window_manifest(1))
-    assert F.live_claim(storage, 1) is None            # released: the next follower need not wait
+    assert LW.live_claim(storage, 1) is None            # released: the next follower need not wait
     assert tmp_files(root) == []
     record, _ = read_record(storage, layout.window_claim(1))
-    assert record.released and F.claim_attempt(record) == F.claim_attempt(claim)
+    assert record.released and LW.claim_attempt(record) == LW.claim_attempt(claim)
     assert [e["event"] for e in read_events(events)][-1] == "stopped"
 
 
@@ -255,50 +257,122 @@ def test_one_shot_job_refuses_an_untrusted_manifest(tmp_path, kind, capsys):
     assert storage.read(layout.window_manifest(1)) == data
 
 
+def test_a_one_shot_job_stopped_by_sigterm_removes_its_pieces_and_releases_its_claim(tmp_path):
+    """Stopped as pipeline.loop stops it (SIGTERM to its process group, Beam's workers included):
+    one line, exit 143, no window, none of its pieces left, its claim released.  While it ran, its
+    attempt held the claim of its window, so a follower's clean-up kept its pieces."""
+    root = str(tmp_path / "lake")
+    make_lake(root, 4)
+    storage = open_storage(root)
+    # Bundles of one chunk each: the job is still labelling the others when the first pieces appear.
+    job = subprocess.Popen([sys.executable, "-m", "pipeline.shuffle", "--root", root, "--workers", "2",
+                            "--bundle-positions", "100", "--random_playouts", "16"], cwd=REPO, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        pieces = wait_for(lambda: storage.list(layout.tmp_prefix()), "the job's first pieces", processes=[job])
+        attempt = layout.parse_job_tmp_dir(pieces[0].path)[2]
+        assert LW.claim_attempt(LW.live_claim(storage, 1)) == attempt
+        assert LW.remove_dead_tmp(storage) == []                   # a follower's clean-up keeps them
+        os.killpg(job.pid, signal.SIGTERM)
+        out, err = job.communicate(timeout=120)
+    finally:
+        job.kill()
+    assert job.returncode == 128 + signal.SIGTERM, err
+    assert err.splitlines() == ["stopped by SIGTERM: no window published, the job's temporary files removed"]
+    assert storage.list(layout.tmp_prefix()) == []
+    assert not storage.exists(layout.window_manifest(1))
+    assert LW.live_claim(storage, 1) is None
+
+
+def test_a_one_shot_job_cleans_what_killed_jobs_and_writers_left(tmp_path, capsys):
+    """At start, the pieces of attempts no live job owns, and writers' temporary files older than an
+    hour (a young one may be a live writer's); then it builds its window as usual.  A one-shot job
+    SIGKILLed on this host left its claim unexpired: the rerun takes it over, not waits it out."""
+    root = str(tmp_path / "lake")
+    make_lake(root, 1)
+    storage = open_storage(root)
+    for attempt in ("killed0", "killed1"):
+        storage.write_new(layout.job_tmp_dir("shuffle", 1, attempt) + "/shards/00000/b000000.npz", b"x")
+    gone = subprocess.Popen(["true"])
+    gone.wait()                                                      # a pid of this host that no longer runs
+    now = time.time()
+    storage.write_new(layout.window_claim(1), LeaseRecord(
+        holder="killed-job", host=socket.gethostname(), pid=gone.pid, acquired=now, renewed=now, expires=now + 60,
+        details={"attempt": "killed1"}).to_bytes())
+    games = os.path.join(root, layout.GAMES_DIR)
+    old, young = (os.path.join(games, name) for name in (".zl-tmp-old.1.a", ".zl-tmp-young.1.b"))
+    for path in (old, young):
+        open(path, "wb").close()
+    os.utime(old, (time.time() - 2 * LW.STALE_TEMP_SECONDS,) * 2)
+    assert main(["--root", root, "--workers", "1", "--random_playouts", "4"]) == 0
+    assert storage.list(layout.tmp_prefix()) == [] and not os.path.exists(old) and os.path.exists(young)
+    assert storage.exists(layout.window_manifest(1))
+    out = capsys.readouterr().out
+    assert "killed0" in out and "killed1" in out and "removed 1 temporary files of killed writers" in out
+    assert "took over the claim of killed-job" in out
+
+
+def test_a_one_shot_job_waits_for_no_window_a_follower_builds(tmp_path, capsys):
+    """A live claim on its window (a follower building it): one line naming the holder, exit 2, and the
+    holder's pieces untouched."""
+    root = str(tmp_path / "lake")
+    make_lake(root, 1)
+    storage = open_storage(root)
+    held = LW.try_claim(storage, 1, "follower-a", "theirs1", ttl=60)
+    piece = layout.job_tmp_dir("shuffle", 1, "theirs1") + "/parts/00000/b000000.npz"
+    storage.write_new(piece, b"x")
+    assert main(["--root", root, "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "window 1 is being built by follower-a" in err
+    assert storage.url(layout.window_claim(1)) in err
+    assert storage.exists(piece) and not storage.exists(layout.window_manifest(1))
+    assert held.release()
+
+
 # ---------------------------------------------------------------------------
 # Claims and tmp cleanup, in-process
 # ---------------------------------------------------------------------------
 
 def test_claims_are_exclusive_until_they_expire(tmp_path):
     storage = open_storage(str(tmp_path))
-    held = F.try_claim(storage, 4, "a", "att1", ttl=0.3)
+    held = LW.try_claim(storage, 4, "a", "att1", ttl=0.3)
     assert isinstance(held, Lease) and held.took_over is None
-    other = F.try_claim(storage, 4, "b", "att2", ttl=60)
+    other = LW.try_claim(storage, 4, "b", "att2", ttl=60)
     assert isinstance(other, LeaseRecord) and other.holder == "a"      # lost: told who holds it
     assert held.renew().details == {"attempt": "att1"}
     time.sleep(0.35)
-    taken = F.try_claim(storage, 4, "b", "att2", ttl=60)                # expired: taken over
-    assert isinstance(taken, Lease) and F.claim_attempt(taken.took_over) == "att1"
+    taken = LW.try_claim(storage, 4, "b", "att2", ttl=60)                # expired: taken over
+    assert isinstance(taken, Lease) and LW.claim_attempt(taken.took_over) == "att1"
     with pytest.raises(LeaseLost, match="claim of window 4.* held by b"):
         held.renew()                                                    # the old holder learns it lost
     assert not held.release()                                           # and cannot release the new one
-    assert F.claim_attempt(F.live_claim(storage, 4)) == "att2"
+    assert LW.claim_attempt(LW.live_claim(storage, 4)) == "att2"
     assert taken.release()
-    assert F.live_claim(storage, 4) is None
+    assert LW.live_claim(storage, 4) is None
 
 
 def test_a_damaged_claim_counts_as_expired(tmp_path):
     storage = open_storage(str(tmp_path))
     storage.write_new(layout.window_claim(6), b"{not json")
-    assert F.live_claim(storage, 6) is None
-    taken = F.try_claim(storage, 6, "a", "att1", ttl=60)
+    assert LW.live_claim(storage, 6) is None
+    taken = LW.try_claim(storage, 6, "a", "att1", ttl=60)
     assert isinstance(taken, Lease) and taken.took_over is None
-    assert F.claim_attempt(F.live_claim(storage, 6)) == "att1"
+    assert LW.claim_attempt(LW.live_claim(storage, 6)) == "att1"
 
 
 def test_only_tmp_pieces_of_dead_attempts_are_removed(tmp_path):
     root = str(tmp_path)
     storage = open_storage(root)
     piece = "/parts/00000/b000000.npz"
-    live = F.try_claim(storage, 2, "a", "live1", ttl=60)
+    live = LW.try_claim(storage, 2, "a", "live1", ttl=60)
     assert isinstance(live, Lease)
     for generation, attempt in ((2, "live1"), (2, "dead1"), (3, "mine1"), (5, "noclaim1")):
         storage.write_new(layout.job_tmp_dir("shuffle", generation, attempt) + piece, b"x")
-    removed = F.remove_dead_tmp(storage, keep_attempt="mine1")
+    removed = LW.remove_dead_tmp(storage, keep_attempt="mine1")
     assert removed == [layout.job_tmp_dir("shuffle", 2, "dead1"), layout.job_tmp_dir("shuffle", 5, "noclaim1")]
     # Once its window is published, even the claim holder's pieces are dead.
     storage.write_new(layout.window_manifest(2), b"{}")
-    assert F.remove_dead_tmp(storage, keep_attempt="mine1") == [layout.job_tmp_dir("shuffle", 2, "live1")]
+    assert LW.remove_dead_tmp(storage, keep_attempt="mine1") == [layout.job_tmp_dir("shuffle", 2, "live1")]
     assert [i.path for i in storage.list(layout.tmp_prefix())] == [layout.job_tmp_dir("shuffle", 3, "mine1") + piece]
 
 
