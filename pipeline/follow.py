@@ -332,7 +332,7 @@ class Follower:
             self.say_once(str(exc), f"error: {exc}")
             return
         if window is None:
-            print(f"error: window {generation}: the job (attempt {attempt}) failed ({outcome}); "
+            print(f"warning: window {generation}: the job (attempt {attempt}) failed ({outcome}); "
                   f"trying again in {RETRY_SECONDS:g} s", file=sys.stderr, flush=True)
             self.sleep(RETRY_SECONDS)
             return
