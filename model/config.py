@@ -19,6 +19,9 @@ from cloud.storage import local_folder_overlaps_root
 from format.cli import (RoleCli, board_size_setting, events_setting, poll_seconds_setting, root_setting, setting,
                         setting_problems, settings_error)
 from format import schema
+
+LOSS_NORMALIZATIONS = ("batch", "weight")
+"""``--loss-normalization`` choices (`model.trainer.Trainer._replica_step` says what each does)."""
 from format.leases import MAX_LEASE_SECONDS
 
 STRATEGIES = ("auto", "tpu", "gpu", "mirrored", "default")
@@ -71,6 +74,12 @@ class TrainConfig:
     ownership_loss_weight: float = setting(0.5, "weight of the ownership loss", at_least=0, at_most=100)
     score_loss_weight: float = setting(0.2, "weight of the score loss", at_least=0, at_most=100)
     l2: float = setting(1e-4, "L2 penalty on convolution and dense kernels", at_least=0, at_most=1)
+    loss_normalization: str = setting(
+        "batch", "what divides each head's weighted loss sum: batch (the global batch size, so a head is "
+                 "as strong as the share of rows that carry its target: the policy about a quarter with "
+                 "playout-cap randomization) or weight (the global batch's sum of that head's weights, so "
+                 "each head's strength does not depend on how many rows carry its target)",
+        choices=LOSS_NORMALIZATIONS)
     # --- optimisation ------------------------------------------------------
     batch_size: int = setting(256, "examples per replica per step", at_least=1)
     steps_per_window: int = setting(0,

@@ -19,9 +19,11 @@ the side to move; ``A`` = actions, ``NN`` = points):
   ``sigmoid(2 * ownership_logit)`` (= ``(1 + tanh) / 2``), averaged over NN;
 * score: Huber (delta 1) on ``(predicted - actual) / N``.
 
-The step loss is ``sum_h lambda_h sum_i w_ih loss_ih / global_batch`` plus
+The step loss is ``sum_h lambda_h sum_i w_ih loss_ih / D_h`` plus
 ``l2 * sum ||kernel||^2`` (divided by the replica count, because Keras sums
-gradients across replicas).  Metrics leave the step as sums (weighted loss,
+gradients across replicas), where ``D_h`` is the global batch size
+(``--loss-normalization batch``) or the global batch's sum of head h's weights
+(``weight``; `Trainer._normalized_data_loss`).  Metrics leave the step as sums (weighted loss,
 weight, correct top-1 moves...) so that they can be added over steps and
 replicas and divided once.
 
@@ -262,16 +264,37 @@ class Trainer:
                 average.assign(decay * average + (1.0 - decay) * tf.cast(weight, average.dtype))
         return dict(zip(METRIC_NAMES, totals))
 
+    def _normalized_data_loss(self, weighted: dict, heads: dict):
+        """This replica's share of the step's data loss, each head's weighted sum divided per
+        ``--loss-normalization``.
+
+        ``batch``: by the global batch size.  A head's gradient then scales with the share of
+        rows carrying its target: with playout-cap randomization about a quarter of the rows
+        carry a policy target and nearly all a value target, so the policy trains at about a
+        quarter of its nominal weight and the value head at full weight.
+        ``weight``: by the global batch's sum of that head's weights (summed over replicas, so
+        every replica divides by the same number and the replica gradients still add up to the
+        gradient of one loss), at least 1: each head trains at its nominal weight whatever share
+        of rows carry its target.  A batch without any target of a head adds nothing for it.
+        """
+        if self.config.loss_normalization == "batch":
+            return tf.add_n(list(weighted.values())) / self.global_batch
+        context = tf.distribute.get_replica_context()
+        terms = []
+        for head, term in weighted.items():
+            weight_sum = context.all_reduce(tf.distribute.ReduceOp.SUM, heads[f"{head}_weight_sum"])
+            terms.append(term / tf.maximum(weight_sum, 1.0))
+        return tf.add_n(terms)
+
     def _replica_step(self, batch):
         with tf.GradientTape() as tape:
             outputs = self.model(batch["planes"], training=True)
             heads = head_losses(outputs, batch, self.net_config, draws_possible=self.draws_possible)
-            data_loss = (self.config.policy_loss_weight * heads["policy_loss_sum"]
-                         + self.config.value_loss_weight * heads["value_loss_sum"]
-                         + self.config.ownership_loss_weight * heads["ownership_loss_sum"]
-                         + self.config.score_loss_weight * heads["score_loss_sum"])
+            weighted = {head: getattr(self.config, f"{head}_loss_weight") * heads[f"{head}_loss_sum"]
+                        for head in LOSS_HEADS}
+            data_loss = tf.add_n(list(weighted.values()))
             penalty = self.config.l2 * tf.add_n([tf.reduce_sum(tf.square(k)) for k in self._kernels])
-            loss = data_loss / self.global_batch + penalty / self.replicas
+            loss = self._normalized_data_loss(weighted, heads) + penalty / self.replicas
         gradients = tape.gradient(loss, self.model.trainable_variables)
         self.optimizer.apply_gradients(zip(gradients, self.model.trainable_variables))
         heads["total_loss_sum"] = data_loss
@@ -317,6 +340,11 @@ def occupied_mass(policy_logits, planes):
     stones = planes[..., plane_layout.OWN_STONES] + planes[..., plane_layout.OPPONENT_STONES]
     occupied = tf.reshape(tf.minimum(stones, 1.0), [tf.shape(planes)[0], -1])
     return tf.reduce_sum(probs[:, :-1] * occupied, axis=-1)
+
+
+LOSS_HEADS = ("policy", "value", "ownership", "score")
+"""The heads with a loss; each has ``<head>_loss_weight`` in TrainConfig and ``<head>_loss_sum``,
+``<head>_weight_sum`` in `head_losses`."""
 
 
 def head_losses(outputs: dict, batch: dict, net_config: NetworkConfig, *, draws_possible: bool = False) -> dict:

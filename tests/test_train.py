@@ -71,6 +71,29 @@ def test_tiny_run_lowers_every_heads_loss(lake, value_head):
     assert trainer.global_step == 120
 
 
+def test_weight_normalization_gives_each_head_its_nominal_strength(lake):
+    # 32 rows of which 4 carry a policy target and 16 a value target: by the batch, the
+    # policy term is scaled by 4/32 and the value term by 16/32; by the weights, each head's
+    # term is its weighted mean loss times its weight, whatever share of rows carry it.
+    root, _, _ = lake
+    sums = {"policy_loss_sum": 8.0, "policy_weight_sum": 4.0, "value_loss_sum": 4.0, "value_weight_sum": 16.0,
+            "ownership_loss_sum": 0.0, "ownership_weight_sum": 0.0, "score_loss_sum": 6.0,
+            "score_weight_sum": 32.0}
+    expected = {"batch": (1.0 * 8 + 2.0 * 4 + 0.5 * 6) / 32, "weight": 1.0 * 8 / 4 + 2.0 * 4 / 16 + 0.5 * 6 / 32}
+    for normalization, want in expected.items():
+        config = TrainConfig(root=str(root), blocks=1, filters=8, value_hidden=8, batch_size=32,
+                             global_pool_every=1, global_pool_channels=4, loss_normalization=normalization,
+                             value_loss_weight=2.0, ownership_loss_weight=3.0, score_loss_weight=0.5)
+        trainer = Trainer(config, network_config(config, 9), resolve_strategy(config))
+        heads = {k: tf.constant(v) for k, v in sums.items()}
+        weighted = {h: getattr(config, f"{h}_loss_weight") * heads[f"{h}_loss_sum"]
+                    for h in ("policy", "value", "ownership", "score")}
+        got = trainer.strategy.run(lambda: trainer._normalized_data_loss(weighted, heads))
+        assert float(got) == pytest.approx(want, rel=1e-6), normalization
+    with pytest.raises(ConfigError, match="--loss-normalization"):
+        TrainConfig(root="x", loss_normalization="rows")
+
+
 @pytest.mark.parametrize("n", [9, 19])
 def test_network_output_shapes(n):
     model = build_network(NetworkConfig(board_size=n, blocks=1, filters=8, global_pool_every=1,

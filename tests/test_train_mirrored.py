@@ -16,6 +16,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""
@@ -28,13 +30,14 @@ SCRIPT = textwrap.dedent("""
     from model.config import TrainConfig
     from model.trainer import Trainer, network_config, resolve_strategy, summarize
 
-    root = sys.argv[1]
+    root, loss_normalization = sys.argv[1], sys.argv[2]
     storage = open_storage(root)
     manifest = synthetic.write_synthetic_window(storage, target_generation=1, board_size=9,
                                                 positions=512, shards=2, seed=9)
     shards = [storage.url("windows/000001/" + name) for name in manifest["shards"]]
     common = dict(root=root, blocks=2, filters=16, value_hidden=16, learning_rate=0.01,
-                  warmup_steps=1, global_pool_every=2, global_pool_channels=4, seed=5)
+                  warmup_steps=1, global_pool_every=2, global_pool_channels=4, seed=5,
+                  loss_normalization=loss_normalization)
     mirrored_config = TrainConfig(strategy="mirrored", logical_cpus=2, batch_size=16, **common)
     mirrored = resolve_strategy(mirrored_config)       # splits the CPU first
     default_config = TrainConfig(strategy="default", batch_size=32, **common)
@@ -55,8 +58,11 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_mirrored_on_two_logical_cpus_matches_default(tmp_path):
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "lake")], cwd=REPO,
+@pytest.mark.parametrize("loss_normalization", ["batch", "weight"])
+def test_mirrored_on_two_logical_cpus_matches_default(tmp_path, loss_normalization):
+    # "weight" divides each replica's head sums by the weight sum of the whole global
+    # batch (an all-reduce inside the step): both replicas must divide by the same number.
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "lake"), loss_normalization], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
@@ -66,7 +72,11 @@ def test_mirrored_on_two_logical_cpus_matches_default(tmp_path):
     for call, (m, d) in enumerate(zip(mirrored["losses"], default["losses"])):
         for head, a, b in zip(("policy", "value", "ownership", "score"), m, d):
             assert abs(a - b) <= 1e-4 * max(1.0, abs(b)), (call, head, a, b)
-    # Training moved the weights the same way (sums of |w| per tensor).
+    # Training moved the weights the same way (sums of |w| per tensor).  Dividing a head by its
+    # weight sum raises the step of a head whose targets are sparse, which amplifies the
+    # reassociation noise too (measured: 4e-4 on one tensor after 12 steps); a replica dividing by
+    # its own sum instead of the global one is off by ~1e-1 in the first call's policy loss.
+    tolerance = 1e-4 if loss_normalization == "batch" else 2e-3
     for a, b in zip(mirrored["weights"], default["weights"]):
-        assert abs(a - b) <= 1e-4 * max(1.0, abs(b)), (a, b)
+        assert abs(a - b) <= tolerance * max(1.0, abs(b)), (a, b)
     assert mirrored["losses"][0] != mirrored["losses"][-1]
