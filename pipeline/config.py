@@ -74,6 +74,10 @@ class ShuffleConfig:
     model_temperature: float = _field(1.0, "softmax temperature of the model's policy while playing out", above=0)
     playout_ownership_weight: float = _field(
         0.5, "ownership and score loss weight of played-out labels (exact endstates get 1)", at_least=0, at_most=1)
+    value_only_rows: float = _field(
+        1.0, "share of the positions without a policy target (moves chosen by a fast search) kept as "
+             "value-only training rows: 1 keeps them all, 0 drops them all (KataGo writes no row for a "
+             "cheap search). Windows are sized by the rows kept", at_least=0, at_most=1)
     # --- dedup ---
     dedup_max_move: int = _field(
         20, "only positions before this move number can be capped (bounds dedup memory; 0 = no cap)", at_least=0)

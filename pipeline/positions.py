@@ -614,6 +614,26 @@ def shard_frames(pieces, order: np.ndarray, table_instances: np.ndarray, table: 
     return frame_records(batch.encode(game_table_index(table_instances, batch.instance), table))
 
 
+def thin_value_only_rows(batch: PositionBatch, value_only_rows: float,
+                         rng: np.random.Generator) -> tuple[PositionBatch, int]:
+    """(``batch`` keeping every row with a policy target and ``value_only_rows`` of the others,
+    rows dropped).
+
+    A row without a policy target (its move had a fast search) still teaches the value,
+    ownership and score heads, but it is a near copy of its game's other rows for those
+    targets, and by the global-batch normalization it dilutes the policy's share of every
+    batch.  Each such row is kept with probability ``value_only_rows`` (independent draws,
+    so the expected count is what the window plan sized the window by).  1 keeps the batch
+    as it is without drawing.
+    """
+    if value_only_rows >= 1.0:
+        return batch, 0
+    value_only = batch.policy_weight == 0
+    keep = ~value_only | (rng.random(len(batch)) < value_only_rows)
+    dropped = int(len(batch) - np.count_nonzero(keep))
+    return (batch.take(np.flatnonzero(keep)) if dropped else batch), dropped
+
+
 def split_for_shards(batch: PositionBatch, reuse: float, num_shards: int,
                      rng: np.random.Generator) -> dict:
     """{shard: ShardPiece} for every copy of every position in ``batch``."""

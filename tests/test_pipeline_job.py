@@ -263,3 +263,20 @@ def test_a_write_that_fails_mid_job_is_one_line_naming_the_object(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: cannot write "), done.stderr
     assert str(root / layout.window_dir(1)) + "/" in lines[0]
     assert not (root / layout.TMP_DIR).exists()            # its temporary pieces removed all the same
+
+
+def test_value_only_rows_zero_writes_only_rows_with_a_policy_target(tmp_path):
+    # In-process runner, one worker: a few seconds.  Every record of the window then teaches
+    # the policy, the manifest counts the rows dropped, and reuse still copies what is kept.
+    root = str(tmp_path)
+    write_run_json(root, 9)
+    rng = np.random.default_rng(6)
+    games = [synthetic_game(rng, 9, visits=20, generation=0, full_search_fraction=0.25) for _ in range(12)]
+    write_chunk(root, 0, games, 0)
+    assert main(["--root", root, "--workers", "1", "--random_playouts", "4", "--reuse", "1",
+                 "--dedup_max_move", "0", "--value-only-rows", "0"]) == 0
+    manifest, shards = read_window(root, 1)
+    records = [rec for recs in shards.values() for rec in recs]
+    with_target = sum(int(np.count_nonzero(g.full_search)) for g in games)
+    assert len(records) == with_target and all(rec.policy_weight > 0 for rec in records)
+    assert manifest["input"]["value_only_rows_dropped"] == sum(g.num_positions for g in games) - with_target

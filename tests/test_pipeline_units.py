@@ -107,6 +107,27 @@ def test_history_planes_and_targets_round_trip_through_position_records(size):
     assert P.PositionBatch.from_bytes(batch.to_bytes()).encode() == records
 
 
+def test_value_only_rows_keep_every_policy_row_and_the_configured_share_of_the_others():
+    rng = np.random.default_rng(4)
+    games = [synthetic_game(rng, 9, visits=40, full_search_fraction=0.25, generation=1) for _ in range(40)]
+    batch = P.games_positions(games, [_label(g) for g in games], list(range(40)), dedup_max_move=10)
+    with_target = int(np.count_nonzero(batch.policy_weight > 0))
+    without = len(batch) - with_target
+    assert 0 < with_target < without
+    same, dropped = P.thin_value_only_rows(batch, 1.0, np.random.default_rng(0))
+    assert same is batch and dropped == 0
+    none, dropped = P.thin_value_only_rows(batch, 0.0, np.random.default_rng(0))
+    assert (none.policy_weight > 0).all() and len(none) == with_target and dropped == without
+    some, dropped = P.thin_value_only_rows(batch, 0.25, np.random.default_rng(0))
+    kept_without = len(some) - with_target
+    assert int(np.count_nonzero(some.policy_weight > 0)) == with_target and dropped == without - kept_without
+    assert abs(kept_without - 0.25 * without) < 4 * np.sqrt(0.25 * 0.75 * without)
+    # The window plan counts the rows a game will give, not its positions.
+    full = sum(int(np.count_nonzero(g.full_search)) for g in games)
+    assert sum(W.rows_kept(g, 0.25) for g in games) == pytest.approx(full + 0.25 * (len(batch) - full))
+    assert sum(W.rows_kept(g, 1.0) for g in games) == len(batch)
+
+
 @pytest.mark.parametrize("size", [9, 13, 19])
 def test_history_planes_of_games_laid_end_to_end(size):
     """Each position's 16 planes come from its own game only (compiled kernel vs the definition)."""
