@@ -30,6 +30,14 @@ cdef enum:
     MOVE_SUPERKO = -4     # would repeat an earlier whole-board position
     MOVE_GAME_OVER = -5
 
+# ---- candidate-move rules of `write_candidate_mask_ptr` (what search expands) ----
+cdef enum:
+    CANDIDATES_LEGAL = 0              # every legal move, PASS included
+    CANDIDATES_SENSIBLE = 1           # legal moves that don't fill the mover's own single-point
+                                      #   eye; PASS only when no such move is left
+    CANDIDATES_PASS_WHEN_WINNING = 2  # CANDIDATES_SENSIBLE, plus PASS whenever the board as it
+                                      #   stands wins for the mover (mover_score_c() > 0)
+
 cdef enum:
     BORDER = 2            # colour of the padding points around the board
     MAX_SIZE = 19
@@ -134,8 +142,14 @@ cdef class Board:
     cdef void write_sensible_mask_ptr(self, uint8_t* out) noexcept nogil
     # Legal mask without moves filling the mover's own single-point eye;
     # out[PASS] = 1 only when no other move is left.
+    cdef void write_candidate_mask_ptr(self, uint8_t* out, int rule) noexcept nogil
+    # [N*N + 1] uint8: the moves search may expand under `rule` (a CANDIDATES_*
+    # value; any other is CANDIDATES_LEGAL).  All zero once the game is over.
     cdef double area_score_c(self) noexcept nogil
     # Tromp-Taylor black_area - white_area - komi.
+    cdef double mover_score_c(self) noexcept nogil
+    # area_score_c() seen by the side to move: > 0 when the board as it stands
+    # (no stone judged dead) wins for the player to move, < 0 when it loses.
     cdef void ownership_ptr(self, int8_t* out) noexcept nogil
     # [N*N] +1 Black / -1 White / 0 neutral (Tromp-Taylor).
     cdef int playout(self, uint64_t* rng_state) noexcept nogil

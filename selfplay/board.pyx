@@ -757,11 +757,40 @@ cdef class Board:
                     any_move = 1
         out[self.num_points] = 0 if any_move else 1
 
+    cdef void write_candidate_mask_ptr(self, uint8_t* out, int rule) noexcept nogil:
+        """The moves search expands under `rule` (board.pxd's CANDIDATES_*).
+
+        CANDIDATES_PASS_WHEN_WINNING is the sensible mask plus PASS whenever
+        the Tromp-Taylor score of the board as it stands, komi included, wins
+        for the player to move (`mover_score_c` > 0), so a player that is
+        ahead may pass and the search decides whether it should: after the
+        opponent's pass, our PASS ends the game (two passes) and scores the
+        very board that made it a candidate, so the search sees it as a sure
+        win; and since nothing is judged dead, a pass never gives away stones
+        the final score would count, and a seki can be left alone.  A player
+        that is behind (or level) still passes only when no sensible move is
+        left, so the game goes on until the board as it stands says who won.
+        """
+        if rule == CANDIDATES_SENSIBLE or rule == CANDIDATES_PASS_WHEN_WINNING:
+            self.write_sensible_mask_ptr(out)
+            if rule == CANDIDATES_PASS_WHEN_WINNING and not self.st.over and self.mover_score_c() > 0.0:
+                out[self.num_points] = 1
+        else:
+            self.write_legal_mask_ptr(out)
+
     cdef void _ownership_padded(self, int8_t* owner) noexcept nogil:
         """Tromp-Taylor owner of every padded point (border left as is).
 
         Stones own their point; an empty region owns to a colour when it
         reaches stones of that colour only, else it is neutral (0).
+
+        This is the engine's one judge of who owns a point and of which
+        stones are dead (none: every stone on the board is alive, the rules'
+        "board as it stands").  The final score (`area_score_c`), the
+        ownership targets (`ownership_ptr`), the pass rule (`mover_score_c`,
+        `write_candidate_mask_ptr`) and GTP's scoring all read it; whatever
+        else must say which stones are dead (GTP's final_status_list) is to
+        build on it, not judge again.
         """
         cdef int16_t stack[MAX_PADDED]
         cdef int16_t region[MAX_PADDED]
@@ -820,6 +849,16 @@ cdef class Board:
         for p in range(self.num_points):
             total += owner[self.to_padded[p]]
         return total - self.komi_
+
+    cdef double mover_score_c(self) noexcept nogil:
+        """The Tromp-Taylor score of the board as it stands, for the player to move.
+
+        ``area_score_c() * to_play``: own area minus the opponent's, komi on
+        White's side; > 0 means the mover wins if the game ended now.  The
+        points' owners come from `_ownership_padded`, the one owner of that
+        judgement (see there).
+        """
+        return self.area_score_c() * self.st.to_play
 
     cdef bint _is_own_eye(self, int v, int c) noexcept nogil:
         """Empty v is a single-point eye of colour c, and not a false eye."""
@@ -978,6 +1017,21 @@ cdef class Board:
             self.write_sensible_mask_ptr(&view[0])
         return out
 
+    def candidate_mask(self, bint sensible=True, bint pass_when_winning=False):
+        """uint8[N*N + 1]: the moves search expands (`write_candidate_mask_ptr`).
+
+        ``sensible``: no own-eye fills, PASS only when nothing else is left
+        (`sensible_mask`); otherwise every legal move (`legal_mask`).
+        ``pass_when_winning`` (with ``sensible``): PASS also whenever the board
+        as it stands wins for the mover (`mover_score` > 0)."""
+        out = np.empty(self.num_points + 1, dtype=np.uint8)
+        cdef uint8_t[::1] view = out
+        cdef int rule = (CANDIDATES_LEGAL if not sensible else
+                         CANDIDATES_PASS_WHEN_WINNING if pass_when_winning else CANDIDATES_SENSIBLE)
+        with nogil:
+            self.write_candidate_mask_ptr(&view[0], rule)
+        return out
+
     def write_features(self, float[:, :, ::1] out not None):
         """Write the input planes (format/planes.py) into a caller's float32 [N, N, C] buffer.
 
@@ -1027,6 +1081,10 @@ cdef class Board:
     def area_score(self):
         """Tromp-Taylor black_area - white_area - komi of the current position."""
         return self.area_score_c()
+
+    def mover_score(self):
+        """`area_score` seen by the side to move (> 0: the board as it stands wins for it)."""
+        return self.mover_score_c()
 
     def ownership(self):
         """int8[N*N] Tromp-Taylor ownership (+1/-1; 0 for dame and seki)."""

@@ -17,6 +17,10 @@ cdef class GameBatch:
     cdef readonly int max_passes        # passes over a group's games per gather
     cdef readonly bint sensible_moves   # expand only moves that don't fill the
                                         #   mover's own eye; PASS only when none is left
+    cdef readonly bint pass_when_winning  # with sensible_moves: PASS also whenever the board
+                                          #   as it stands wins for the mover (Tromp-Taylor)
+    cdef int candidate_rule             # board.pxd's CANDIDATES_* from the two flags above;
+                                        #   what expand_leaf asks the board for
     cdef int channels                   # input planes of the batch being gathered (17 or 22)
     cdef int feature_size               # N * N * channels floats per batch row
 

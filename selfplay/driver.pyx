@@ -46,7 +46,8 @@ from format.schema import DEFAULT_KOMI
 cimport numpy as cnp
 
 from format.planes cimport BASIC_INPUT_PLANES
-from selfplay.board cimport Board, MOVE_OK, NUM_PLANES
+from selfplay.board cimport (Board, CANDIDATES_LEGAL, CANDIDATES_PASS_WHEN_WINNING, CANDIDATES_SENSIBLE, MOVE_OK,
+                             NUM_PLANES)
 from selfplay.board import Board as PyBoard
 from selfplay.rng cimport rng_seed
 from selfplay.search cimport (
@@ -65,7 +66,7 @@ cdef enum:
 
 cdef inline float rules_value(Board board) noexcept nogil:
     """+1/-1/0: the Tromp-Taylor result for the player to move on `board`."""
-    cdef double score = board.area_score_c() * board.st.to_play
+    cdef double score = board.mover_score_c()
     if score > 0.0:
         return 1.0
     if score < 0.0:
@@ -82,7 +83,7 @@ cdef class GameBatch:
               fpu_reduction_root=0.0, gumbel_max_considered=16,
               gumbel_c_visit=50, gumbel_c_scale=0.1,
               dirichlet_alpha_total=10.83, dirichlet_epsilon=0.25, seed=0,
-              sensible_moves=True)
+              sensible_moves=True, pass_when_winning=False)
 
     ``batch_rows`` defaults to games per group x leaves_per_game.
     ``sensible_moves`` restricts every node's children to legal moves that do
@@ -92,6 +93,12 @@ cdef class GameBatch:
     scores that carry no signal, and the first generations learn nothing
     (measured: a generation-1 model trained on such games lost 20/20 to
     uniform random moves).  Off gives the plain legal-move tree.
+    ``pass_when_winning`` (with ``sensible_moves``) adds PASS to those
+    children whenever the Tromp-Taylor score of the board as it stands wins
+    for the player to move (Board.write_candidate_mask_ptr's
+    CANDIDATES_PASS_WHEN_WINNING): the search may then end a won game by
+    answering a pass with a pass, and leave a seki alone.  Off (the default)
+    plays exactly as before.
     """
 
     def __cinit__(self, int board_size, int num_games, *, double komi=DEFAULT_KOMI, int max_moves=0,
@@ -100,7 +107,8 @@ cdef class GameBatch:
                   float fpu_reduction=0.25, float fpu_reduction_root=0.0,
                   int gumbel_max_considered=16, float gumbel_c_visit=50.0,
                   float gumbel_c_scale=0.1, float dirichlet_alpha_total=10.83,
-                  float dirichlet_epsilon=0.25, uint64_t seed=0, bint sensible_moves=True):
+                  float dirichlet_epsilon=0.25, uint64_t seed=0, bint sensible_moves=True,
+                  bint pass_when_winning=False):
         self.roots = NULL
         self.scratches = NULL
         self.trees = NULL
@@ -117,6 +125,10 @@ cdef class GameBatch:
         self.leaves_per_game = leaves_per_game
         self.max_passes = max_passes
         self.sensible_moves = sensible_moves
+        self.pass_when_winning = pass_when_winning
+        # Without sensible_moves every legal move is a child already, PASS included.
+        self.candidate_rule = (CANDIDATES_LEGAL if not sensible_moves else
+                               CANDIDATES_PASS_WHEN_WINNING if pass_when_winning else CANDIDATES_SENSIBLE)
         largest_group = -(-num_games // num_groups)
         self.batch_rows = int(batch_rows) if batch_rows is not None else largest_group * leaves_per_game
         if self.batch_rows < 1:
@@ -259,13 +271,10 @@ cdef class GameBatch:
         self.terminal_visits += 1
 
     cdef int expand_leaf(self, Tree tree, int32_t node, Board board, float* row_out) except -1 nogil:
-        """expand: children for the legal moves (in action order), a virtual
-        loss on the path, and the leaf's input planes into the batch row."""
+        """expand: children for the candidate moves (`candidate_rule`, in action
+        order), a virtual loss on the path, and the leaf's input planes into the batch row."""
         cdef int32_t count = 0, a
-        if self.sensible_moves:
-            board.write_sensible_mask_ptr(self.legal_mask)
-        else:
-            board.write_legal_mask_ptr(self.legal_mask)
+        board.write_candidate_mask_ptr(self.legal_mask, self.candidate_rule)
         for a in range(self.num_actions):
             if self.legal_mask[a]:
                 self.legal_moves[count] = <int16_t>a

@@ -357,6 +357,124 @@ def test_seki_shared_liberties_are_neutral():
     assert board_from_ascii(SEKI, to_play=-1).illegal_reason(pt(0, 0, 7)) == "suicide"
 
 
+# --- the score as it stands and the pass rule ------------------------------------
+
+# A 9x9 seki in the top-left corner: Black's chain A9-A7 and White's chain
+# C9-C8-B7-C7-A6-B6 share the liberties B9 and B8 and have no other.  Whoever
+# fills one puts its own chain in atari and the other side captures.  As the
+# board stands Black wins by 5.5 (46 points to White's 33, the shared
+# liberties are nobody's, komi 7.5); after Black fills B9 and White captures
+# three stones at B8, White wins by 2.5.  Every other empty point is a
+# single-point eye of its owner.
+SEKI_9 = """
+    X.OX.XO.O
+    X.OXXXOOO
+    XOOX.XO.O
+    OOXXXXOOO
+    XXX.XXO.O
+    X.XXXXOOO
+    XXX.XXO.O
+    X.XXXXOOO
+    XXX.XXO.O
+"""
+SEKI_9_SHARED = (pt(0, 1, 9), pt(1, 1, 9))
+
+# 19x19: Black walls off columns A-J, White K-T, and one Black stone sits
+# alone in White's area at P10.  Nothing is ever judged dead: as the board
+# stands that stone is Black's and makes White's whole area neutral.
+INVADED_19 = """
+    ........XO.........
+    ........XO.........
+    ........XO.........
+    ........XO.........
+    ........XO.........
+    ........XO.........
+    ........XO.........
+    ........XO.........
+    ........XO.........
+    ........XO....X....
+    ........XO.........
+    ........XO.........
+    ........XO.........
+    ........XO.........
+    ........XO.........
+    ........XO.........
+    ........XO.........
+    ........XO.........
+    ........XO.........
+"""
+
+
+def test_mover_score_is_the_tromp_taylor_score_as_it_stands_for_the_side_to_move():
+    for to_play in (BLACK, WHITE):
+        seki = board_from_ascii(SEKI_9, to_play=to_play, komi=7.5)
+        assert seki.area_score() == 46 - 33 - 7.5
+        assert seki.mover_score() == to_play * 5.5
+        assert all(seki.ownership()[p] == 0 for p in SEKI_9_SHARED)
+    # Filling a shared liberty loses the game: White captures and wins.
+    filled = board_from_ascii(SEKI_9, to_play=BLACK, komi=7.5)
+    filled.play(SEKI_9_SHARED[0])
+    assert filled.in_atari_at(SEKI_9_SHARED[0])
+    filled.play(SEKI_9_SHARED[1])
+    assert filled.stones()[0:3, 0].tolist() == [0, 0, 0]
+    assert filled.mover_score() == -2.5 and filled.to_play == BLACK
+    # 19x19: the lone stone counts for Black, and White's area is neutral.
+    invaded = board_from_ascii(INVADED_19, to_play=WHITE, komi=7.5)
+    assert invaded.area_score() == (9 * 19 + 1) - 19 - 7.5
+    assert invaded.mover_score() == -invaded.area_score()
+    assert invaded.ownership().reshape(19, 19)[0, 18] == 0
+
+
+def test_candidates_add_pass_exactly_when_the_board_as_it_stands_wins_for_the_mover():
+    # The seki: Black, ahead, may pass and leave it alone; the sensible rule
+    # alone offers only the two shared liberties, each a losing self-atari.
+    black = board_from_ascii(SEKI_9, to_play=BLACK, komi=7.5)
+    sensible = black.candidate_mask(sensible=True)
+    np.testing.assert_array_equal(sensible, black.sensible_mask())
+    assert np.flatnonzero(sensible).tolist() == list(SEKI_9_SHARED)
+    assert np.flatnonzero(black.candidate_mask(pass_when_winning=True)).tolist() == [*SEKI_9_SHARED, 81]
+    # White, behind, gets no PASS; nor does Black once komi makes it lose.
+    white = board_from_ascii(SEKI_9, to_play=WHITE, komi=7.5)
+    assert np.flatnonzero(white.candidate_mask(pass_when_winning=True)).tolist() == list(SEKI_9_SHARED)
+    losing = board_from_ascii(SEKI_9, to_play=BLACK, komi=13.5)
+    assert losing.mover_score() == -0.5
+    assert losing.candidate_mask(pass_when_winning=True)[81] == 0
+    # Without the sensible rule every legal move is a candidate, PASS included.
+    np.testing.assert_array_equal(white.candidate_mask(sensible=False, pass_when_winning=True),
+                                  white.legal_mask())
+    # 19x19: White, behind as the board stands, must capture the stone
+    # before it may pass; Black may pass all along.
+    board = board_from_ascii(INVADED_19, to_play=WHITE, komi=7.5)
+    for move in (pt(8, 14, 19), pt(10, 14, 19), pt(9, 13, 19)):
+        assert board.candidate_mask(pass_when_winning=True)[361] == 0     # White, behind
+        board.play(move)
+        assert board.candidate_mask(pass_when_winning=True)[361] == 1     # Black, ahead
+        board.play(361)
+    board.play(pt(9, 15, 19))                                             # White captures
+    assert board.stones()[9, 14] == 0 and board.mover_score() == 171 - 190 - 7.5
+    assert board.candidate_mask(pass_when_winning=True)[361] == 0         # now Black is behind
+    board.play(361)
+    assert board.candidate_mask(pass_when_winning=True)[361] == 1         # and White may end it
+    board.play(361)
+    assert board.is_over and not board.candidate_mask(pass_when_winning=True).any()
+
+
+@pytest.mark.parametrize("size", [9, 19])
+def test_the_pass_rule_changes_nothing_but_pass_along_random_games(size):
+    rng = np.random.default_rng(size)
+    added = 0
+    for game in range(2):
+        board = Board(size, komi=7.5)
+        while not board.is_over:
+            sensible = board.sensible_mask()
+            candidates = board.candidate_mask(pass_when_winning=True)
+            np.testing.assert_array_equal(candidates[:-1], sensible[:-1])
+            assert candidates[-1] == (sensible[-1] or board.mover_score() > 0)
+            added += int(candidates[-1] and not sensible[-1])
+            board.play(board.playout_policy_move(int(rng.integers(2 ** 63))))
+    assert added > 10      # the rule did add PASS along the way
+
+
 @pytest.mark.parametrize("size", [9, 13, 19])
 def test_random_games_finish_and_score_consistently(size):
     board = Board(size)

@@ -528,6 +528,56 @@ def test_gumbel_search_with_few_visits_gives_a_policy_target(budget):
     assert batch.choose_move(0) in moves
 
 
+@pytest.mark.parametrize("gumbel", [False, True])
+def test_with_the_pass_rule_the_winner_answers_a_pass_with_a_pass_and_leaves_the_seki(gumbel):
+    from tests.test_board import SEKI_9, SEKI_9_SHARED
+
+    # Black is ahead by 5.5 as the board stands and White has just passed.
+    # Black's only sensible moves fill a shared liberty of the seki, which
+    # loses; with the rule Black passes, which ends the game and wins it.
+    for rule, expect in ((True, "pass"), (False, "fill")):
+        board = board_from_ascii(SEKI_9, to_play=-1, komi=7.5)
+        board.play(81)
+        batch = GameBatch(9, 1, num_groups=1, seed=6, pass_when_winning=rule)
+        assert batch.pass_when_winning == rule and batch.sensible_moves
+        batch.set_board(0, board)
+        search(batch, 0, 32, uniform_evaluator, gumbel=gumbel)
+        move = batch.choose_move(0, 0.0)
+        if expect == "fill":
+            assert move in SEKI_9_SHARED
+            continue
+        assert move == 81
+        children = batch.tree(0).children(0)
+        assert sorted(children["move"].tolist()) == [*SEKI_9_SHARED, 81]
+        assert batch.tree(0).node(int(children["index"][children["move"] == 81][0]))["state"] == TERMINAL
+        batch.play(0, move)
+        final = batch.board(0)
+        assert final.is_over and final.consecutive_passes == 2
+        assert final.area_score() == 5.5           # Black wins, both seki chains standing
+        assert final.stones()[0:3, 0].tolist() == [1, 1, 1]
+
+
+def test_with_the_pass_rule_a_19x19_winner_passes_instead_of_filling_its_area():
+    from tests.test_board import INVADED_19
+
+    # White captures the lone Black stone, Black passes: White is ahead as the
+    # board stands (190 to 171, komi 7.5) and has a whole area to fill.
+    board = board_from_ascii(INVADED_19, to_play=-1, komi=7.5)
+    for move in (8 * 19 + 14, 361, 10 * 19 + 14, 361, 9 * 19 + 13, 361, 9 * 19 + 15, 361):
+        board.play(move)
+    assert board.to_play == -1 and board.mover_score() == 26.5
+    for rule in (True, False):
+        batch = GameBatch(19, 1, num_groups=1, seed=7, pass_when_winning=rule)
+        batch.set_board(0, board.copy())
+        # Uniform priors over about 190 children: the budget lets the search try them all.
+        search(batch, 0, 400, uniform_evaluator)
+        move = batch.choose_move(0, 0.0)
+        assert (move == 361) == rule
+        batch.play(0, move)
+        assert batch.board(0).is_over == rule
+    assert batch.board(0).stones()[move // 19, move % 19] == -1     # without it: a stone in its own area
+
+
 def test_sensible_moves_skip_own_eyes_and_pass_only_when_nothing_is_left():
     # Black owns the top-left corner with a real eye at A9 (point 0).
     board = board_from_ascii("""
