@@ -94,3 +94,28 @@ def test_board_bench_reports_both_boards_and_the_naive_peer():
         assert result[f"playouts_per_s_{size}"] > 0 and result[f"moves_per_s_{size}"] > 0
         assert result[f"vs_naive_{size}"] > 1            # the Cython engine beats the pure-Python board
     assert isinstance(result["boundscheck"], bool)
+
+
+def test_heldout_bench_scores_each_arm_on_another_runs_games(tmp_path):
+    import numpy as np
+
+    from testdata.synthetic_games import synthetic_game
+    from tests.test_pipeline_support import write_chunk, write_run_json
+
+    rng = np.random.default_rng(11)
+    for lake in ("a", "b"):
+        write_run_json(str(tmp_path / lake), 9)
+        for generation in (0, 1):
+            games = [synthetic_game(rng, 9, visits=12, generation=generation, full_search_fraction=0.5)
+                     for _ in range(4)]
+            write_chunk(str(tmp_path / lake), generation, games, generation)
+    tiny = "--train-blocks 1 --train-filters 8 --train-value-hidden 8 --train-global-pool-channels 4 " \
+           "--train-batch-size 16 --train-steps-per-call 2 --shuffle-workers 1 --shuffle-random-playouts 4"
+    result = run_bench("heldout.py", "--lake", str(tmp_path / "a"), "--heldout-lake", str(tmp_path / "b"),
+                       "--window", "2", "--steps", "2", "--seeds", "1", "--heldout-positions", "200",
+                       "--arm", f"base={tiny}", "--arm", f"value0={tiny} --shuffle-value-only-rows 0")
+    assert result["bench"] == "heldout" and result["policy_rows"] > 0 and result["value_rows"] > 0
+    for arm in ("base", "value0"):
+        assert result[f"policy_ce_{arm}"] > 0 and 0 <= result[f"policy_top1_{arm}"] <= 1
+        assert len(result[f"value_mse_{arm}_seeds"]) == 1
+    assert "delta_policy_ce_value0" in result
