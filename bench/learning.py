@@ -1,15 +1,24 @@
 """A/B test of a learning change: two arms of short loop runs from one generation-0 lake, then matches.
 
     python bench/learning.py --out /work/ab/gumbel --arm-b "--worker-gumbel --worker-visits 16"
+    python bench/learning.py --out /work/ab/bundle --arm-b-name held-out-bundle \
+        --arm-b "--train-steps 1000" --arm-b "--train-input-planes 22"
     python bench/learning.py --out /work/ab/gumbel ...      # the same command resumes where it stopped
 
 Terms
 -----
 * *arm*: the loop's flags of one side.  Arm A is the baseline (``--arm-a``,
   default none: current main's defaults), arm B the change (``--arm-b``).
+  An arm may be a *bundle*: ``--arm-b`` given several times, each one change
+  (one or more loop flags), all applied together, named by ``--arm-b-name``;
+  two changes of one arm may not set the same flag.  So the changes the
+  held-out checks support are tested as one arm against the defaults.
 * *run*: one ``python -m pipeline.loop`` of one arm with one seed, for
   ``--minutes`` of wall clock (long-run planning: full self-play generations,
-  no generation limit; the closing matches cut to a minimum).
+  no generation limit; the closing matches cut to a minimum).  The run, not
+  the game, is the unit of the result: runs of one configuration land about
+  60 Elo apart from each other (`PLANNED_RUN_SPREAD_ELO`), and more games
+  between the same runs do not shrink that.
 * *base*: the shared generation-0 lake (run.json and the generation-0 games
   of random-playout MCTS, made once by the worker as the loop would, and the
   loop's own "self-play 0 done" marker).  Every run starts from a copy of it,
@@ -27,39 +36,94 @@ Terms
   Runs recorded before the outside load was measured fall back to the old
   rule: refused when the arms' mean CPU seconds differ by more than
   ``--max-cpu-gap``.
+* *Provenance* of a cached thing (the base, a run, a match): the flags that
+  made it, the commit (git HEAD) and the machine (CPU model, cores, and
+  `machine_speed`), in ``NAME.provenance.json`` beside it.  A rerun reuses
+  it only when its flags and commit are the same and the machine has the
+  same CPU model and cores and a speed within `SPEED_TOLERANCE`; otherwise
+  it stops with one line naming what differs (exit 2).  ``--allow-stale-cache``
+  reuses it anyway, says so, and lists it in the JSON line's
+  ``stale_caches``.  (One A/B once reused an arm run days earlier, on
+  another machine, from a copied folder: this is what stops that.)
 
 The protocol (what makes a result worth keeping):
 
-1. ``--seeds`` runs per arm (2; 3 when the expected effect is under 75 Elo).
+1. ``--seeds`` runs per arm (5; 4-6).
 2. Cross-arm matches between the final models, every B run against every A
-   run, ``--cross-games`` games in all (400) at ``--visits`` (64) a move.
-   Each opening is played with both colours: games 2k and 2k+1 start with
-   the same ``--paired-openings`` random moves (``selfplay.match
-   --paired-openings``), and the players then search without sampling, so a
-   colour's edge in an opening cancels.  Only distinct games count (two
-   games with the same colours and moves are one).
-3. Within-arm matches (seed against seed, ``--within-games`` each) are the
-   noise control: how far apart two runs of the same code land.
-4. Keep B only if the cross-arm effect's 95% lower bound is above 0 and the
-   effect exceeds the within-arm spread (the larger |Elo| of the within-arm
-   matches).
+   run, each run playing about ``--cross-games-per-run`` (100) games spread
+   evenly over the other arm's runs (100 / seeds a pairing, rounded up to an
+   even number), at ``--visits`` (64) a move.  Each opening is played with
+   both colours: games 2k and 2k+1 start with the same ``--paired-openings``
+   random moves (``selfplay.match --paired-openings``), and the players then
+   search without sampling, so a colour's edge in an opening cancels.  Only
+   distinct games count (two games with the same colours and moves are one).
+3. Optional within-arm matches (seed 1 against each other seed,
+   ``--within-games`` each, default none): a direct look at how far apart
+   two runs of the same code land.  The verdict does not need them: the
+   cross-arm results measure the run spread already (below).
+4. Keep B only if the run-level 95% interval's lower end is above 0.
 
-Elo from a score fraction p is ``400 log10(p / (1 - p))``; its interval is
-the Wilson interval of p mapped the same way (monotone), clamped at
-+-800 for shut-outs.  Ends with one JSON line.
+The run-level interval
+----------------------
+Each run's cross-arm result is one number: a B run's Elo over all its
+games against arm A, and B's Elo over all the games against one A run,
+each from the score with half a point added to each side (so a shut-out
+stays finite: ``ELO_PER_NAT ln((s + 1/2) / (g - s + 1/2))``).  If run j of B
+is ``b_j`` above its arm's mean and run i of A is ``a_i`` above its own,
+those are ``effect + b_j - mean(a)`` and ``effect + mean(b) - a_i`` plus the
+games' noise.  The effect is the mean of the two arms' means (each run
+weighs the same).  Its variance counts runs as the units:
+``s_B^2 / n_B + s_A^2 / n_A - v_games``, where ``s^2`` is the sample
+variance of an arm's run numbers and ``v_games`` the binomial variance of
+the pooled games (each ``s^2 / n`` holds the games' noise once, and it
+belongs in the total once), and at least ``v_games``.  The interval is the
+effect +- the Student t 97.5% point (Welch-Satterthwaite degrees of
+freedom) times its square root.  At 5 seeds an arm and 100 games a run,
+against simulated A/Bs with runs 60 Elo apart, it holds the true effect
+95% of the time (tests/test_learning_bench.py), where the games-pooled
+Wilson interval held it about half the time.
+
+The games-pooled figure stays as a secondary one (``pooled_elo``): Elo from
+the pooled score fraction p, ``400 log10(p / (1 - p))``, with the Wilson
+interval of p mapped the same way (monotone), clamped at +-800 for
+shut-outs.  It treats every game as independent, which they are not.
+
+What the protocol can resolve: with runs 60 Elo apart (SD of one run about
+its configuration's mean) and equal arms, the expected half-width of the
+interval and the effect kept 4 times in 5 are (`planned_precision`):
+
+    seeds an arm  cross games a run   half-width   effect kept 4 in 5
+    2             100                 +-279        348
+    4             100                 +-112        154
+    5             100                 +-95         131
+    6             100                 +-83         116
+
+More games a run buy little: at 5 seeds, 400 games a run instead of 100
+narrow the half-width from 95 to 89 Elo.  The JSON line reports the
+planned figures and the run spread the cross-arm results measured.
+
+Ends with one JSON line (``allow_nan=False``): the verdict, both intervals,
+each run's number, and each match's players, seed, tally and the sha256 of
+its JSON and SGFs (``digest``), so every figure can be rebuilt from the
+files under ``--out``.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import hashlib
 import json
 import math
 import os
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
+
+import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -67,10 +131,20 @@ sys.path.insert(0, REPO)
 from format import layout  # noqa: E402
 from format.match_record import MatchRecord  # noqa: E402
 from format.sgf import game_from_sgf  # noqa: E402
+from selfplay.elo import ELO_PER_NAT  # noqa: E402
 from selfplay.match import wilson_interval  # noqa: E402
 
 ELO_CLAMP = 800.0
 """|Elo| reported for a shut-out (a score of 0 or 1 has no finite Elo)."""
+PLANNED_RUN_SPREAD_ELO = 60.0
+"""SD of one run's strength about its configuration's mean, for planning.  From the eight
+within-arm matches of docs/results.md (7-139 Elo apart, root mean square 94): a match between two
+runs varies by twice the run variance plus 100 games' own noise (about 35 Elo), so
+sqrt((94^2 - 35^2) / 2) = 62."""
+SPEED_TOLERANCE = 0.2
+"""A cached thing's machine counts as this one when their speeds differ by less than this share."""
+DEFAULT_SEEDS = 5
+DEFAULT_CROSS_GAMES_PER_RUN = 100
 
 
 # --------------------------------------------------------------------------
@@ -97,11 +171,108 @@ class MatchTally:
         return MatchTally(self.games + other.games, self.score + other.score)
 
     def elo(self) -> tuple[float, float, float]:
-        """(Elo, 95% low, 95% high) of this side."""
+        """(Elo, 95% low, 95% high) of this side, every game taken as independent (games-pooled)."""
         if not self.games:
             return 0.0, -ELO_CLAMP, ELO_CLAMP
         low, high = wilson_interval(self.score, self.games)
         return elo_of(self.score / self.games), elo_of(low), elo_of(high)
+
+    def smoothed_elo(self) -> float:
+        """Elo with half a point added to each side: finite for a shut-out (module docstring)."""
+        return ELO_PER_NAT * math.log((self.score + 0.5) / (self.games - self.score + 0.5))
+
+    def game_variance(self) -> float:
+        """Binomial variance of `smoothed_elo` from these games alone (Elo squared)."""
+        p = (self.score + 0.5) / (self.games + 1.0)
+        return ELO_PER_NAT ** 2 / ((self.games + 1.0) * p * (1.0 - p))
+
+
+def student_t_quantile(probability: float, degrees_of_freedom: float) -> float:
+    """Student t quantile for a fractional number of degrees of freedom (>= 1): bisection on the
+    CDF, the CDF by Simpson's rule on the density (SciPy is no dependency of zerolake)."""
+    nu = max(1.0, degrees_of_freedom)
+    log_norm = math.lgamma((nu + 1) / 2) - math.lgamma(nu / 2) - 0.5 * math.log(nu * math.pi)
+
+    def cdf(x: float, steps: int = 2000) -> float:
+        points = np.linspace(0.0, x, steps + 1)
+        density = np.exp(log_norm - (nu + 1) / 2 * np.log1p(points ** 2 / nu))
+        weights = np.where(np.arange(steps + 1) % 2, 4.0, 2.0)
+        weights[[0, -1]] = 1.0
+        return 0.5 + float(weights @ density) * (x / steps) / 3
+
+    if probability == 0.5:
+        return 0.0
+    if probability < 0.5:
+        return -student_t_quantile(1.0 - probability, nu)
+    low, high = 0.0, 1.0
+    while cdf(high) < probability:
+        low, high = high, high * 2
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (middle, high) if cdf(middle) < probability else (low, middle)
+    return (low + high) / 2
+
+
+@dataclasses.dataclass(frozen=True)
+class RunLevelEffect:
+    """B's effect over A with the runs as the units (module docstring, "The run-level interval")."""
+
+    elo: float
+    low: float
+    high: float
+    standard_error: float
+    degrees_of_freedom: float
+    run_spread: float
+    """Estimated SD of one run about its arm's mean, the games' own noise taken out (0 if they explain it all)."""
+    b_runs: dict[str, float]
+    """Each B run's Elo over all its games against arm A."""
+    a_runs: dict[str, float]
+    """B's Elo over all the games against each A run."""
+
+    def as_json(self) -> dict:
+        rounded = {key: round(value, 1) for key, value in dataclasses.asdict(self).items()
+                   if not isinstance(value, dict)}
+        return {**rounded, "b_runs": {k: round(v, 1) for k, v in self.b_runs.items()},
+                "a_runs": {k: round(v, 1) for k, v in self.a_runs.items()}}
+
+
+def run_level_effect(cross: dict[tuple[str, str], MatchTally]) -> RunLevelEffect:
+    """The run-level effect and 95% interval from the cross-arm tallies, keyed (B run, A run), B's side."""
+    b_names = sorted({b for b, _ in cross})
+    a_names = sorted({a for _, a in cross})
+    if min(len(b_names), len(a_names)) < 2:
+        raise ValueError("a run-level interval needs at least two runs an arm (--seeds 2 or more)")
+    rows = {b: sum((t for (bb, _), t in cross.items() if bb == b), MatchTally(0, 0.0)) for b in b_names}
+    columns = {a: sum((t for (_, aa), t in cross.items() if aa == a), MatchTally(0, 0.0)) for a in a_names}
+    b_runs = {b: t.smoothed_elo() for b, t in rows.items()}
+    a_runs = {a: t.smoothed_elo() for a, t in columns.items()}
+    effect = (statistics.fmean(b_runs.values()) + statistics.fmean(a_runs.values())) / 2
+    share_b = statistics.variance(b_runs.values()) / len(b_names)
+    share_a = statistics.variance(a_runs.values()) / len(a_names)
+    games_only = sum(cross.values(), MatchTally(0, 0.0)).game_variance()
+    variance = max(share_b + share_a - games_only, games_only)
+    if share_b + share_a > 0:     # Welch-Satterthwaite
+        df = (share_b + share_a) ** 2 / (share_b ** 2 / (len(b_names) - 1) + share_a ** 2 / (len(a_names) - 1))
+    else:
+        df = len(b_names) + len(a_names) - 2
+    half = student_t_quantile(0.975, df) * math.sqrt(variance)
+    # An arm's run numbers vary by the run spread plus each run's games' own noise.
+    run_variance = statistics.fmean(
+        [statistics.variance(b_runs.values()) - statistics.fmean(t.game_variance() for t in rows.values()),
+         statistics.variance(a_runs.values()) - statistics.fmean(t.game_variance() for t in columns.values())])
+    return RunLevelEffect(effect, effect - half, effect + half, math.sqrt(variance), df,
+                          math.sqrt(max(0.0, run_variance)), b_runs, a_runs)
+
+
+def planned_precision(seeds: int, cross_games_per_run: int,
+                      run_spread: float = PLANNED_RUN_SPREAD_ELO) -> tuple[float, float]:
+    """(expected half-width of the run-level 95% interval, the effect it keeps 4 times in 5), for
+    ``seeds`` runs an arm of equal spread, each playing ``cross_games_per_run`` cross games near 50%."""
+    games = seeds * cross_games_per_run
+    error = math.sqrt(2 * run_spread ** 2 / seeds + 4 * ELO_PER_NAT ** 2 / games)
+    df = 2 * (seeds - 1)
+    return (student_t_quantile(0.975, df) * error,
+            (student_t_quantile(0.975, df) + student_t_quantile(0.8, df)) * error)
 
 
 def cpu_gap(cpu_a: list[float], cpu_b: list[float]) -> float:
@@ -117,22 +288,29 @@ def outside_load(record: dict) -> float | None:
     return max(0.0, record["outside_cpu_seconds"]) / (record["wall_seconds"] * record.get("cores", 1))
 
 
-def decide(cross: MatchTally, within: list[MatchTally], gap: float, max_gap: float,
+def decide(cross: dict[tuple[str, str], MatchTally], within: list[MatchTally], gap: float, max_gap: float,
            loads: dict[str, float | None] | None = None, max_load: float = 0.05) -> dict:
-    """The protocol's verdict: 'keep', 'drop', or 'refused' (a loaded machine).
+    """The protocol's verdict: 'keep', 'drop', or 'refused' (a loaded machine), judged on the
+    run-level interval; the games-pooled figure and the within-arm spread are reported beside it.
 
     ``loads``: each run's outside load; when every run has one, a run above
     ``max_load`` refuses the result; otherwise (older records) a CPU-time
     ``gap`` between the arms above ``max_gap`` does."""
-    effect, low, high = cross.elo()
-    spread = max((abs(t.elo()[0]) for t in within if t.games), default=float("nan"))
-    verdict = {"cross_elo": round(effect, 1), "cross_elo_low": round(low, 1), "cross_elo_high": round(high, 1),
-               "cross_games": cross.games, "within_spread_elo": round(spread, 1) if math.isfinite(spread) else None,
-               "cpu_gap": round(gap, 3)}
+    effect = run_level_effect(cross)
+    pooled = sum(cross.values(), MatchTally(0, 0.0))
+    pooled_elo, pooled_low, pooled_high = pooled.elo()
+    spread = max((abs(t.elo()[0]) for t in within if t.games), default=None)
+    verdict = {"elo": round(effect.elo, 1), "elo_low": round(effect.low, 1), "elo_high": round(effect.high, 1),
+               "interval": "run-level: runs as the units, Welch t", "run_level": effect.as_json(),
+               "pooled_elo": round(pooled_elo, 1), "pooled_elo_low": round(pooled_low, 1),
+               "pooled_elo_high": round(pooled_high, 1), "pooled_interval": "games-pooled Wilson (games as "
+               "independent: too narrow)", "cross_games": pooled.games, "cross_score": pooled.score,
+               "within_spread_elo": None if spread is None else round(spread, 1), "cpu_gap": round(gap, 3)}
     measured = bool(loads) and all(load is not None for load in loads.values())
     if measured:
         verdict["outside_load"] = {run: round(load, 3) for run, load in loads.items()}
     loaded = sorted(run for run, load in (loads or {}).items() if measured and load > max_load)
+    interval = f"{effect.elo:+.0f} Elo [{effect.low:+.0f}, {effect.high:+.0f}] (run-level 95%)"
     if loaded:
         verdict["decision"] = "refused"
         verdict["why"] = (f"the machine was loaded during run {', '.join(loaded)}: other processes took "
@@ -141,13 +319,12 @@ def decide(cross: MatchTally, within: list[MatchTally], gap: float, max_gap: flo
         verdict["decision"] = "refused"
         verdict["why"] = (f"the arms' CPU time differs by {gap:.0%} (more than {max_gap:.0%}), and the runs "
                           f"do not record the outside load that would tell a loaded machine from the arm's own use")
-    elif low > 0 and math.isfinite(spread) and effect > spread:
+    elif effect.low > 0:
         verdict["decision"] = "keep"
-        verdict["why"] = f"B is {effect:+.0f} Elo [{low:+.0f}, {high:+.0f}], above the within-arm spread {spread:.0f}"
+        verdict["why"] = f"B is {interval}: the low end is above 0"
     else:
         verdict["decision"] = "drop"
-        verdict["why"] = (f"B is {effect:+.0f} Elo [{low:+.0f}, {high:+.0f}]; keeping needs the low end above 0 "
-                          f"and the effect above the within-arm spread ({spread:.0f})")
+        verdict["why"] = f"B is {interval}; keeping needs the low end above 0"
     return verdict
 
 
@@ -172,6 +349,145 @@ def tally_match(record: MatchRecord) -> MatchTally:
                 (game.result.startswith("W+") and game.white == record.player_a):
             score += 1.0
     return MatchTally(len(seen), score)
+
+
+def match_digest(result_path: str, record: MatchRecord) -> str:
+    """sha256 of a match's JSON and its games' SGFs, in game order: what the tally was made of."""
+    digest = hashlib.sha256()
+    with open(result_path, "rb") as handle:
+        digest.update(handle.read())
+    for game in record.game_results or ():
+        with open(game.sgf, "rb") as handle:
+            digest.update(handle.read())
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------
+# Arms: bundles of flag changes
+# --------------------------------------------------------------------------
+
+def bundle_flags(changes: list[str], option: str) -> str:
+    """The loop flags of an arm made of ``changes`` (each one or more flags), or ValueError naming
+    a flag two changes both set (the bundle would mean whichever came last)."""
+    owner: dict[str, str] = {}
+    for change in changes:
+        for word in shlex.split(change):
+            flag = word.split("=", 1)[0]
+            if not flag.startswith("--"):
+                continue
+            if flag in owner and owner[flag] != change:
+                raise ValueError(f"{option}: {flag} is set by two changes ({owner[flag]!r} and {change!r})")
+            owner[flag] = change
+    return " ".join(change.strip() for change in changes if change.strip())
+
+
+# --------------------------------------------------------------------------
+# Provenance: what a cached base, run or match was made with
+# --------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def current_commit() -> tuple[str, bool]:
+    """(git HEAD of the repository, whether tracked files have uncommitted changes); ("unknown", True)
+    outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                                capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown", True
+    return head.stdout.strip(), bool(status.stdout.strip())
+
+
+@functools.lru_cache(maxsize=None)
+def machine_speed() -> float:
+    """Millions of steps a second of a fixed pure-Python loop, best of five (one core, as the
+    interpreter runs; the best of five shrugs off a moment of other load)."""
+    best = math.inf
+    for _ in range(5):
+        started = time.perf_counter()
+        total = 0
+        for i in range(200_000):
+            total += i * i % 7
+        best = min(best, time.perf_counter() - started)
+    return round(0.2 / best, 2)
+
+
+def machine() -> dict:
+    """This machine as provenance records it: CPU model, cores this process may use, speed."""
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as info:
+            model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return {"cpu": model, "cores": len(os.sched_getaffinity(0)), "speed": machine_speed()}
+
+
+def provenance(flags: dict) -> dict:
+    """What a cached thing is made with: ``flags`` (what it depends on), the commit, the machine."""
+    commit, uncommitted = current_commit()
+    return {"flags": flags, "commit": commit, "uncommitted": uncommitted, "machine": machine()}
+
+
+def provenance_digest(record: dict) -> str:
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def provenance_differences(recorded: dict, current: dict) -> list[str]:
+    """What differs between a cached thing's provenance and now's, one phrase each ([] = reusable)."""
+    differences = []
+    old_flags, new_flags = recorded.get("flags", {}), current["flags"]
+    for key in sorted(set(old_flags) | set(new_flags)):
+        if old_flags.get(key) != new_flags.get(key):
+            differences.append(f"{key} {old_flags.get(key)!r}, now {new_flags.get(key)!r}")
+    if recorded.get("commit") != current["commit"]:
+        differences.append(f"commit {recorded.get('commit')}, now {current['commit']}")
+    old_machine, new_machine = recorded.get("machine", {}), current["machine"]
+    for key in ("cpu", "cores"):
+        if old_machine.get(key) != new_machine[key]:
+            differences.append(f"machine {key} {old_machine.get(key)!r}, now {new_machine[key]!r}")
+    old_speed = old_machine.get("speed")
+    if not (isinstance(old_speed, (int, float)) and old_speed > 0
+            and abs(new_machine["speed"] / old_speed - 1) < SPEED_TOLERANCE):
+        differences.append(f"machine speed {old_speed}, now {new_machine['speed']} (more than "
+                           f"{SPEED_TOLERANCE:.0%} apart)")
+    return differences
+
+
+def refuse(message: str) -> SystemExit:
+    """Exit 2 with one line: the input (flags, a cached thing) is what is wrong, not the machine."""
+    print(f"bench/learning.py: {message}", file=sys.stderr)
+    return SystemExit(2)
+
+
+def check_cache(args, what: str, path: str, current: dict) -> None:
+    """Reuse the thing whose provenance file is ``path`` only if it matches ``current`` (module
+    docstring); else stop, or with --allow-stale-cache say so and note it."""
+    try:
+        with open(path) as handle:
+            recorded = json.load(handle)
+    except FileNotFoundError:
+        recorded = None
+    differences = (["no provenance recorded (made before it was kept)"] if recorded is None
+                   else provenance_differences(recorded, current))
+    if not differences:
+        return
+    if not args.allow_stale_cache:
+        raise refuse(f"{what} was made with other settings: {'; '.join(differences)}. Remove it to make it "
+                         f"again, or pass --allow-stale-cache to reuse it")
+    say(f"REUSING {what} although {'; '.join(differences)} (--allow-stale-cache)")
+    args.stale_caches.append(what)
+
+
+def write_provenance(path: str, record: dict) -> None:
+    with open(path + ".tmp", "w") as handle:
+        json.dump(record, handle, allow_nan=False)
+    os.replace(path + ".tmp", path)
+
+
+def read_provenance(path: str) -> dict:
+    with open(path) as handle:
+        return json.load(handle)
 
 
 # --------------------------------------------------------------------------
@@ -203,43 +519,74 @@ def run_measured(argv: list[str], log_path: str) -> tuple[int, float, float, flo
             time.monotonic() - started)
 
 
+def run_match(argv: list[str]) -> subprocess.CompletedProcess:
+    """Run one ``selfplay.match`` command line; its output captured."""
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+
+
+def base_argv(args, base: str) -> list[str]:
+    return [sys.executable, "-m", "selfplay.worker", "--root", base, "--games", "64",
+            "--max-seconds", f"{args.base_seconds:g}", "--seed", "1000", "--worker-id", "loop0",
+            "--spool-dir", os.path.join(args.out, "spool-base"), *shlex.split(args.base_flags)]
+
+
+def loop_argv(args, root: str, flags: str, seed: int) -> list[str]:
+    return [sys.executable, "-m", "pipeline.loop", "--root", root, "--hours", f"{args.minutes / 60:.6f}",
+            "--seed", str(seed), "--final-gnugo-games", "0", "--final-eval-games", "2", "--eval-games", "2",
+            *shlex.split(flags)]
+
+
+def base_provenance(args) -> dict:
+    return provenance({"base_seconds": args.base_seconds, "base_flags": args.base_flags, "base_seed": 1000})
+
+
 def make_base(args, base: str) -> None:
     """The shared generation-0 lake: the worker plays generation 0 as the loop would, then the
     loop's own marker says so (format.layout.loop_marker), so each run starts at generation 1."""
     marker = os.path.join(base, layout.loop_marker(f"selfplay-{layout.generation_dir(0)}.done"))
+    wanted = base_provenance(args)
     if os.path.exists(marker):
+        check_cache(args, f"the shared generation-0 lake {base}", base + ".provenance.json", wanted)
         return
     shutil.rmtree(base, ignore_errors=True)
     say(f"making the shared generation-0 lake in {base} ({args.base_seconds:g} s of self-play)")
-    code, *_ = run_measured([sys.executable, "-m", "selfplay.worker", "--root", base, "--games", "64",
-                            "--max-seconds", f"{args.base_seconds:g}", "--seed", "1000", "--worker-id", "loop0",
-                            "--spool-dir", os.path.join(args.out, "spool-base"), *shlex.split(args.base_flags)],
-                           os.path.join(args.out, "base.log"))
+    code, *_ = run_measured(base_argv(args, base), os.path.join(args.out, "base.log"))
     if code:
         sys.exit(f"bench/learning.py: the generation-0 worker failed (exit {code}); see {args.out}/base.log")
     os.makedirs(os.path.dirname(marker), exist_ok=True)
     with open(marker, "w") as handle:
         json.dump({"seconds": round(args.base_seconds)}, handle)
+    write_provenance(base + ".provenance.json", wanted)
+
+
+def digest_of(path: str) -> str:
+    """The provenance digest of a cached thing, or "none" for one made before provenance was kept."""
+    return provenance_digest(read_provenance(path)) if os.path.exists(path) else "none"
 
 
 def run_arm(args, base: str, arm: str, flags: str, seed: int) -> dict:
-    """One run (resumable: the loop resumes from its lake, CPU seconds add up in run.json)."""
+    """One run (resumable: the loop resumes from its lake, CPU seconds add up in its record)."""
     name = f"{arm}{seed}"
     root = os.path.join(args.out, "runs", name)
     record_path = os.path.join(args.out, "runs", f"{name}.json")
+    wanted = provenance({"loop_flags": flags, "seed": seed, "minutes": args.minutes,
+                         "base": digest_of(base + ".provenance.json")})
     record = {"cpu_seconds": 0.0, "invocations": 0}
-    if os.path.exists(record_path):
-        with open(record_path) as handle:
-            record = json.load(handle)
-        if record.get("done"):
-            return record
-    if not os.path.exists(root):
-        shutil.copytree(base, root)
+    if os.path.exists(root):       # begun before: resumed only if it is made the same way
+        check_cache(args, f"run {name} ({root})", root + ".provenance.json", wanted)
+        if os.path.exists(record_path):
+            with open(record_path) as handle:
+                record = json.load(handle)
+            if record.get("done"):
+                return record
+    else:
+        shutil.rmtree(root + ".tmp", ignore_errors=True)      # a copy an earlier invocation did not finish
+        shutil.copytree(base, root + ".tmp")
+        write_provenance(root + ".provenance.json", wanted)
+        os.replace(root + ".tmp", root)
     say(f"run {name}: {args.minutes:g} min, loop flags: {flags or '(defaults)'}")
-    argv = [sys.executable, "-m", "pipeline.loop", "--root", root, "--hours", f"{args.minutes / 60:.6f}",
-            "--seed", str(seed), "--final-gnugo-games", "0", "--final-eval-games", "2", "--eval-games", "2",
-            *shlex.split(flags)]
-    code, cpu, outside, wall = run_measured(argv, os.path.join(args.out, "runs", f"{name}.log"))
+    code, cpu, outside, wall = run_measured(loop_argv(args, root, flags, seed),
+                                            os.path.join(args.out, "runs", f"{name}.log"))
     record["cpu_seconds"] += cpu
     if record["invocations"] == 0 or "outside_cpu_seconds" in record:   # not for a run begun unmeasured
         record["outside_cpu_seconds"] = record.get("outside_cpu_seconds", 0.0) + outside
@@ -249,48 +596,123 @@ def run_arm(args, base: str, arm: str, flags: str, seed: int) -> dict:
     record["done"] = code == 0
     record["exit"] = code
     with open(record_path, "w") as handle:
-        json.dump(record, handle)
+        json.dump(record, handle, allow_nan=False)
     if code:
         sys.exit(f"bench/learning.py: run {name} failed (exit {code}); see its log; rerun to resume")
     return record
 
 
-def play_match(args, first: str, second: str, games: int, seed: int) -> MatchTally:
-    """``first``'s distinct-game tally against ``second`` (run names); the result and SGFs are kept."""
+def play_match(args, first: str, second: str, games: int, seed: int) -> tuple[MatchTally, dict]:
+    """``first``'s distinct-game tally against ``second`` (run names), and the match's entry for the
+    JSON line (players, seed, tally, digest); the result, its SGFs and its provenance are kept."""
     name = f"{first}-vs-{second}"
-    result_path = os.path.join(args.out, "matches", f"{name}.json")
-    if not os.path.exists(result_path):
-        say(f"match {first} vs {second}: {games} games at {args.visits} visits")
-        runs = os.path.join(args.out, "runs")
-        completed = subprocess.run(
+    runs, matches = os.path.join(args.out, "runs"), os.path.join(args.out, "matches")
+    result_path = os.path.join(matches, f"{name}.json")
+    wanted = provenance({"games": games, "visits": args.visits, "paired_openings": args.paired_openings,
+                         "seed": seed, first: digest_of(os.path.join(runs, first + ".provenance.json")),
+                         second: digest_of(os.path.join(runs, second + ".provenance.json"))})
+    if os.path.exists(result_path):
+        check_cache(args, f"match {name} ({result_path})", os.path.join(matches, f"{name}.provenance.json"), wanted)
+    else:
+        say(f"match {first} vs {second}: {games} games at {args.visits} visits, seed {seed}")
+        sgf_dir = os.path.join(matches, name)
+        shutil.rmtree(sgf_dir, ignore_errors=True)      # games of an attempt that did not finish
+        completed = run_match(
             [sys.executable, "-m", "selfplay.match", f"model:{os.path.join(runs, first)}",
              f"model:{os.path.join(runs, second)}", "--games", str(games), "--visits", str(args.visits),
              "--opening-moves", "0", "--paired-openings", str(args.paired_openings), "--seed", str(seed), "--json",
-             "--sgf-dir", os.path.join(args.out, "matches", name)],
-            cwd=REPO, capture_output=True, text=True)
+             "--sgf-dir", sgf_dir])
         if completed.returncode:
             sys.exit(f"bench/learning.py: match {name} failed (exit {completed.returncode}): "
                      f"{completed.stderr.strip().splitlines()[-1:]}")
         with open(result_path + ".tmp", "w") as handle:
             handle.write(completed.stdout.strip().splitlines()[-1])
         os.replace(result_path + ".tmp", result_path)
+        write_provenance(os.path.join(matches, f"{name}.provenance.json"), wanted)
     with open(result_path, "rb") as handle:
-        return tally_match(MatchRecord.from_bytes(handle.read(), result_path))
+        record = MatchRecord.from_bytes(handle.read(), result_path)
+    tally = tally_match(record)
+    return tally, {"match": name, "seed": seed, "games_played": len(record.game_results), "games": tally.games,
+                   "score": tally.score, "digest": match_digest(result_path, record)}
+
+
+def games_per_pairing(cross_games_per_run: int, seeds: int) -> int:
+    """Games of each cross-arm pairing: a run's games spread over the other arm's runs, even."""
+    return max(2, 2 * math.ceil(cross_games_per_run / seeds / 2))
+
+
+def run_ab(args) -> dict:
+    """The whole A/B (resumable); the JSON line's contents."""
+    os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
+    os.makedirs(os.path.join(args.out, "matches"), exist_ok=True)
+    base = os.path.join(args.out, "base")
+    make_base(args, base)
+    seeds = list(range(1, args.seeds + 1))
+    records = {arm: [run_arm(args, base, arm, flags, seed) for seed in seeds]
+               for arm, flags in (("a", args.arm_a_flags), ("b", args.arm_b_flags))}
+    cpu = {arm: [r["cpu_seconds"] for r in runs] for arm, runs in records.items()}
+    pairing_games = games_per_pairing(args.cross_games_per_run, args.seeds)
+    cross, matches = {}, []
+    for sb in seeds:
+        for sa in seeds:
+            # The seed names the pairing, so a pairing's games do not change with --seeds.
+            cross[(f"b{sb}", f"a{sa}")], entry = play_match(args, f"b{sb}", f"a{sa}", pairing_games,
+                                                            7000 + 100 * sb + sa)
+            matches.append(entry)
+    within = []
+    if args.within_games:
+        for arm in ("a", "b"):
+            for other in seeds[1:]:
+                tally, entry = play_match(args, f"{arm}1", f"{arm}{other}", args.within_games, 8000 + other)
+                within.append(tally)
+                matches.append(entry)
+    loads = {f"{arm}{seed}": outside_load(record) for arm, runs in records.items()
+             for seed, record in zip(seeds, runs)}
+    verdict = decide(cross, within, cpu_gap(cpu["a"], cpu["b"]), args.max_cpu_gap, loads, args.max_outside_load)
+    half_width, resolvable = planned_precision(args.seeds, args.cross_games_per_run)
+    say(f"protocol: {args.seeds} runs an arm, {pairing_games * args.seeds} cross-arm games a run. With runs "
+        f"{PLANNED_RUN_SPREAD_ELO:.0f} Elo apart it gives about +-{half_width:.0f} Elo, and keeps an effect of "
+        f"{resolvable:.0f} Elo 4 times in 5; these runs spread {verdict['run_level']['run_spread']:.0f} Elo")
+    say(f"games-pooled (every game as independent, too narrow): {verdict['pooled_elo']:+.0f} Elo "
+        f"[{verdict['pooled_elo_low']:+.0f}, {verdict['pooled_elo_high']:+.0f}] over {verdict['cross_games']} games")
+    if args.stale_caches:
+        say(f"REUSED despite other settings (--allow-stale-cache): {', '.join(args.stale_caches)}")
+    say(f"{verdict['decision']}: {verdict['why']}")
+    commit, uncommitted = current_commit()
+    return {"bench": "learning", "arm_a": args.arm_a_flags, "arm_a_name": args.arm_a_name,
+            "arm_a_changes": args.arm_a, "arm_b": args.arm_b_flags, "arm_b_name": args.arm_b_name,
+            "arm_b_changes": args.arm_b, "seeds": args.seeds, "minutes": args.minutes,
+            "base_seconds": args.base_seconds, "visits": args.visits, "paired_openings": args.paired_openings,
+            "cross_games_per_run": args.cross_games_per_run, "games_per_pairing": pairing_games,
+            "planned_run_spread_elo": PLANNED_RUN_SPREAD_ELO, "planned_half_width_elo": round(half_width, 1),
+            "resolvable_elo": round(resolvable, 1), "commit": commit, "uncommitted": uncommitted,
+            "machine": machine(), "stale_caches": args.stale_caches,
+            "cpu_seconds_a": [round(c) for c in cpu["a"]], "cpu_seconds_b": [round(c) for c in cpu["b"]],
+            "within": [dataclasses.asdict(t) for t in within], "matches": matches, **verdict}
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="python bench/learning.py", description=__doc__.split("\n")[0],
                                      epilog="Everything lives under --out; rerunning the same command resumes.")
     parser.add_argument("--out", required=True, help="folder for the base lake, the runs, the matches and logs")
-    parser.add_argument("--arm-a", default="", help="pipeline.loop flags of the baseline arm (default: none)")
-    parser.add_argument("--arm-b", required=True, help="pipeline.loop flags of the change, e.g. '--worker-gumbel'")
-    parser.add_argument("--seeds", type=int, default=2, choices=(1, 2, 3), help="runs per arm (default: 2)")
+    parser.add_argument("--arm-a", action="append", default=[],
+                        help="pipeline.loop flags of one change of the baseline arm; repeat for a bundle "
+                             "(default: none, main's defaults)")
+    parser.add_argument("--arm-a-name", default="", help="the baseline arm's name (default: its flags, or 'defaults')")
+    parser.add_argument("--arm-b", action="append", required=True,
+                        help="pipeline.loop flags of one change, e.g. '--train-steps 1000' (a lone flag: "
+                             "--arm-b=--worker-gumbel); repeat for a bundle")
+    parser.add_argument("--arm-b-name", default="", help="the change's name, e.g. of a bundle (default: its flags)")
+    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help=f"runs per arm (default: {DEFAULT_SEEDS})")
     parser.add_argument("--minutes", type=float, default=35.0, help="wall clock of each run (default: 35)")
     parser.add_argument("--base-seconds", type=float, default=300.0,
                         help="self-play seconds of the shared generation 0 (default: 300, the loop's)")
     parser.add_argument("--base-flags", default="", help="extra selfplay.worker flags for generation 0")
-    parser.add_argument("--cross-games", type=int, default=400, help="cross-arm games in all (default: 400)")
-    parser.add_argument("--within-games", type=int, default=100, help="games of each within-arm match")
+    parser.add_argument("--cross-games-per-run", type=int, default=DEFAULT_CROSS_GAMES_PER_RUN,
+                        help="cross-arm games each run plays, spread over the other arm's runs (default: "
+                             f"{DEFAULT_CROSS_GAMES_PER_RUN})")
+    parser.add_argument("--within-games", type=int, default=0,
+                        help="games of each within-arm match, seed 1 against each other seed (default: 0, none)")
     parser.add_argument("--visits", type=int, default=64, help="simulations a move in the matches (default: 64)")
     parser.add_argument("--paired-openings", type=int, default=4,
                         help="random opening moves shared by each pair of match games (default: 4)")
@@ -300,41 +722,46 @@ def parse_args(argv=None):
     parser.add_argument("--max-cpu-gap", type=float, default=0.15,
                         help="for runs recorded without the outside load: refuse a pair whose runs' CPU time "
                              "differs by more than this share (default: 0.15)")
+    parser.add_argument("--allow-stale-cache", action="store_true",
+                        help="reuse a base, run or match made with other flags, at another commit or on another "
+                             "machine, saying so (default: refuse it)")
     args = parser.parse_args(argv)
-    for name, low, high in (("minutes", 1, 600), ("base_seconds", 10, 7200), ("cross_games", 2, 10000),
-                            ("within_games", 2, 10000), ("visits", 1, 4096), ("paired_openings", 1, 60),
-                            ("max_cpu_gap", 0, 1), ("max_outside_load", 0, 1)):
+    for name, low, high in (("seeds", 2, 8), ("minutes", 1, 600), ("base_seconds", 10, 7200),
+                            ("cross_games_per_run", 2, 10000), ("within_games", 0, 10000), ("visits", 1, 4096),
+                            ("paired_openings", 1, 60), ("max_cpu_gap", 0, 1), ("max_outside_load", 0, 1)):
         value = getattr(args, name)
         if not (math.isfinite(value) and low <= value <= high):
             parser.error(f"--{name.replace('_', '-')} must be in [{low}, {high}], got {value}")
+    if args.within_games == 1:
+        parser.error("--within-games must be 0 (none) or at least 2, got 1")
+    try:
+        args.arm_a_flags = bundle_flags(args.arm_a, "--arm-a")
+        args.arm_b_flags = bundle_flags(args.arm_b, "--arm-b")
+    except ValueError as exc:
+        parser.error(str(exc))
+    args.arm_a_name = args.arm_a_name or args.arm_a_flags or "defaults"
+    args.arm_b_name = args.arm_b_name or args.arm_b_flags
+    args.stale_caches = []
     return args
+
+
+def check_arm_flags(args) -> None:
+    """Refuse, before hours of runs, an arm whose flags pipeline.loop would refuse."""
+    from pipeline.loop import CLI as LOOP_CLI
+
+    for option, flags in (("--arm-a", args.arm_a_flags), ("--arm-b", args.arm_b_flags)):
+        try:
+            LOOP_CLI.parse(loop_argv(args, os.path.join(args.out, "runs", "check"), flags, 1)[3:])
+        except SystemExit as exc:
+            if exc.code:
+                raise refuse(f"{option}: pipeline.loop refuses {flags!r} (its message above)") from None
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
-    os.makedirs(os.path.join(args.out, "matches"), exist_ok=True)
-    base = os.path.join(args.out, "base")
-    make_base(args, base)
-    seeds = list(range(1, args.seeds + 1))
-    records = {arm: [run_arm(args, base, arm, flags, seed) for seed in seeds]
-               for arm, flags in (("a", args.arm_a), ("b", args.arm_b))}
-    cpu = {arm: [r["cpu_seconds"] for r in runs] for arm, runs in records.items()}
-    pairs = [(f"b{sb}", f"a{sa}") for sb in seeds for sa in seeds]
-    cross = MatchTally(0, 0.0)
-    for index, (b_run, a_run) in enumerate(pairs):
-        cross += play_match(args, b_run, a_run, max(2, args.cross_games // len(pairs) // 2 * 2), 7000 + index)
-    within = [play_match(args, f"{arm}{seeds[0]}", f"{arm}{other}", args.within_games, 8000 + other)
-              for arm in ("a", "b") for other in seeds[1:]]
-    loads = {f"{arm}{seed}": outside_load(record) for arm, runs in records.items()
-             for seed, record in zip(seeds, runs)}
-    verdict = decide(cross, within, cpu_gap(cpu["a"], cpu["b"]), args.max_cpu_gap, loads, args.max_outside_load)
-    say(f"{verdict['decision']}: {verdict['why']}")
-    print(json.dumps({"bench": "learning", "arm_a": args.arm_a, "arm_b": args.arm_b, "seeds": args.seeds,
-                      "minutes": args.minutes, "base_seconds": args.base_seconds, "visits": args.visits,
-                      "paired_openings": args.paired_openings, "cpu_seconds_a": [round(c) for c in cpu["a"]],
-                      "cpu_seconds_b": [round(c) for c in cpu["b"]],
-                      "within": [dataclasses.asdict(t) for t in within], **verdict}))
+    check_arm_flags(args)
+    result = run_ab(args)
+    print(json.dumps(result, allow_nan=False))
     return 0
 
 
