@@ -168,6 +168,15 @@ def max_moves_setting(default: int = 0):
     return setting(default, "move cap per game, passes included (0 = the engine's 3 x N x N)", check=_check_max_moves)
 
 
+def pass_when_winning_setting():
+    """The search's pass rule (``--pass-when-winning``), one wording for every role that searches."""
+    return setting(False, "the search may also pass whenever the Tromp-Taylor score of the board as it stands "
+                          "(no stone judged dead, komi included) wins for the player to move, so a won game "
+                          "ends by answering a pass with a pass and a seki can be left alone; off: PASS only "
+                          "when every other legal move fills one's own eye (selfplay.board's "
+                          "CANDIDATES_PASS_WHEN_WINNING)")
+
+
 def events_setting(*, what: str = "", empty: str = "none", **metadata):
     """The JSON-lines progress events file (``--events``, format/events.py).
 

@@ -475,6 +475,8 @@ class Loop:
             "selfplay.match", player_a, player_b, "--games", str(games),
             "--visits", str(visits or self.config.eval_visits),
             "--board-size", str(self.config.board_size), "--komi", str(self.config.komi), "--seed", str(seed),
+            # The model plays its matches under the pass rule it learnt in self-play.
+            *(["--pass-when-winning"] if self.config.worker.pass_when_winning else []),
             *([] if sgf_dir is None else ["--sgf-dir", sgf_dir]),
             "--events", events, *([] if self.retry is None else retry_flags_argv(self.retry))],
             events=events, on_event=lambda event: results.append(event["result"]) if event["event"] == "result"

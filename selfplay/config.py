@@ -18,7 +18,7 @@ import socket
 
 from cloud.storage import canonical_root, local_folder_overlaps_root
 from format.cli import (RoleCli, board_size_setting, events_setting, komi_setting, max_moves_setting,
-                        poll_seconds_setting, root_setting, setting, setting_problems)
+                        pass_when_winning_setting, poll_seconds_setting, root_setting, setting, setting_problems)
 from selfplay.evaluator import parse_device
 from selfplay.openvino_evaluator import INFERENCE_CHOICES
 from selfplay.eval_cache import DEFAULT_CAPACITY
@@ -95,6 +95,7 @@ class WorkerConfig:
                                                   "(0.03 on empty 19x19)", above=0)
     dirichlet_epsilon: float = setting(0.25, "weight of the Dirichlet noise in the root priors",
                                              at_least=0.0, at_most=1.0)
+    pass_when_winning: bool = pass_when_winning_setting()
     temperature_moves: int = setting(-1, "moves sampled in proportion to visits before playing the best; "
                                          "-1 = N*N // 12", at_least=-1)
     generation0_playouts: int = setting(1, "before any model is published (generation 0), each leaf's value is "

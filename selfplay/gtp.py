@@ -37,7 +37,8 @@ import sys
 import time
 from typing import Callable
 
-from format.cli import RoleCli, board_size_setting, komi_setting, root_setting, setting, setting_problems
+from format.cli import (RoleCli, board_size_setting, komi_setting, pass_when_winning_setting, root_setting, setting,
+                        setting_problems)
 from format import schema
 from selfplay.board import Board, IllegalMove
 from format.coords import GTP_COLUMNS, gtp_to_move, move_to_gtp
@@ -418,6 +419,7 @@ class GtpConfig:
                                                    "below this (e.g. -0.95; default: never resign)")
     resign_consecutive: int = setting(1, "...for this many of our consecutive moves (self-play's rule, "
                                          "selfplay.move_policy)")
+    pass_when_winning: bool = pass_when_winning_setting()
     seed: int = setting(0, "seed of the search's random draws")
     quiet: bool = setting(False, "no per-move search line on stderr")
 
@@ -454,7 +456,8 @@ def build_engine(config: GtpConfig, log: Callable[[str], None] | None = None, re
     loaded = load_evaluator(evaluator_source(config), retry=retry)
     mcts = MctsConfig(budget=SearchBudget(config.visits, config.seconds_per_move),
                       moves=MovePolicy(resign_threshold=config.resign_threshold,
-                                       resign_consecutive=config.resign_consecutive), seed=config.seed)
+                                       resign_consecutive=config.resign_consecutive), seed=config.seed,
+                      pass_when_winning=config.pass_when_winning)
 
     def player_for(board_size: int) -> MctsPlayer:
         return MctsPlayer(loaded.for_board_size(board_size), mcts, name=loaded.name)

@@ -48,7 +48,8 @@ import time
 from typing import Callable, Sequence
 
 from format.cli import (board_size_setting, config_from_namespace, events_setting, komi_setting,
-                        max_moves_setting, RoleCli, setting, setting_problems, storage_retry)
+                        max_moves_setting, pass_when_winning_setting, RoleCli, setting, setting_problems,
+                        storage_retry)
 from format import schema
 from format.match_record import MatchGame, MatchRecord
 from selfplay.board import Board, IllegalMove
@@ -385,6 +386,7 @@ class MatchConfig:
                                       "so a colour's advantage in an opening cancels; 0 = off",
                                    at_least=0, at_most=60)
     parallel_games: int = setting(32, "games played at once (1 when GNU Go plays)", at_least=1)
+    pass_when_winning: bool = pass_when_winning_setting()
     sgf_dir: str | None = setting(None, "write every game there as SGF")
     seed: int = setting(0, "seed of the players' random choices")
     json: bool = setting(False, "print the result as one JSON object")
@@ -466,7 +468,8 @@ def _run(config: MatchConfig, log: Callable[[str], None], retry, cache, events=N
     board_size = config.board_size or (model_sizes.pop() if model_sizes else 9)
     komi = config.komi if config.komi is not None else (model_komis.pop() if len(model_komis) == 1 else schema.DEFAULT_KOMI)
     mcts = MctsConfig(budget=SearchBudget(config.visits, config.seconds_per_move),
-                      moves=MovePolicy(sampled_moves=config.opening_moves))
+                      moves=MovePolicy(sampled_moves=config.opening_moves),
+                      pass_when_winning=config.pass_when_winning)
     players = []
     try:
         for side, spec in enumerate((config.player_a, config.player_b)):

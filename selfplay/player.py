@@ -158,6 +158,10 @@ class MctsConfig:
         ``moves.resign_threshold`` (None = never).
     tree_reuse: keep the subtree of the moves played between two searches.
     seed: seeds the search's random draws and the tie-breaks.
+    pass_when_winning: the search may also pass whenever the board as it
+        stands wins for the mover under Tromp-Taylor (selfplay.driver's
+        ``pass_when_winning``, the rule self-play's ``--pass-when-winning``
+        uses); off, PASS only when every other move fills one's own eye.
     """
 
     budget: SearchBudget = SearchBudget()
@@ -168,6 +172,7 @@ class MctsConfig:
     moves: MovePolicy = MovePolicy()
     tree_reuse: bool = True
     seed: int = 0
+    pass_when_winning: bool = False
 
     def __post_init__(self):
         if not 1 <= self.leaves_per_game <= 256:
@@ -232,7 +237,7 @@ class MctsPlayer(BasePlayer):
         self._batch = GameBatch(
             board_size, max(num_slots, 1), num_groups=1, leaves_per_game=c.leaves_per_game,
             c_puct_init=c.c_puct_init, c_puct_base=c.c_puct_base, fpu_reduction=c.fpu_reduction,
-            fpu_reduction_root=0.0, seed=c.seed)
+            fpu_reduction_root=0.0, seed=c.seed, pass_when_winning=c.pass_when_winning)
         self._buffer = np.zeros((self._batch.batch_rows, board_size, board_size, input_planes_of(self.evaluator)),
                                 np.float32)
         self._live_slots.clear()

@@ -340,7 +340,8 @@ class SelfPlayWorker:
             fpu_reduction=config.fpu_reduction, gumbel_max_considered=config.gumbel_considered,
             gumbel_c_visit=config.gumbel_c_visit, gumbel_c_scale=config.gumbel_c_scale,
             dirichlet_alpha_total=config.dirichlet_alpha_total,
-            dirichlet_epsilon=config.dirichlet_epsilon, seed=config.seed)
+            dirichlet_epsilon=config.dirichlet_epsilon, seed=config.seed,
+            pass_when_winning=config.pass_when_winning)
         # One batch buffer per group, as wide as the input of the evaluator that gathers into it
         # (format/planes.py: 17 or 22 channels; `_buffer_for` follows a model of another width).
         self.buffers = [self._new_buffer(input_planes_of(self.evaluator)) for _ in range(2)]

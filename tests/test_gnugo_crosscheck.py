@@ -28,6 +28,11 @@ it agrees that no stone comes off and no region is shared.  The test also
 asserts that this holds for most finished games, so the comparison can't
 quietly cover nothing.
 
+The pass rule (``--pass-when-winning``) ends games on boards that are not
+filled: the last test plays games under it and checks that GNU Go's own
+score of each finished board (dead stones removed) names the winner that
+the Tromp-Taylor score as it stands names.
+
 If GNU Go is missing the module fails (not skips) and says how to install it.
 """
 import random
@@ -163,3 +168,66 @@ def test_random_games_agree_with_gnugo(gnugo):
     assert stats["scored"] >= 0.8 * finished, f"only {stats['scored']} of {finished} finished games were scored"
     assert stats["reasons"]["suicide"] > 0 and stats["reasons"]["superko"] > 0
     assert stats["captures"] > 0
+
+
+# ---- the pass rule's finished boards --------------------------------------
+
+PASS_RULE_GAMES_9 = 8
+PASS_RULE_GAMES_19 = 2
+
+
+def _gnugo_score(gnugo, size, moves):
+    """GNU Go's final_score (it removes the stones it judges dead) after `moves`, Black first."""
+    colours = ("b", "w")
+    commands = [f"boardsize {size}", "clear_board", f"komi {KOMI}"]
+    commands += [f"play {colours[i % 2]} {move_to_gtp(move, size)}" for i, move in enumerate(moves)]
+    replies = gnugo.send_many(commands + ["final_score"])
+    assert all(r.ok for r in replies), [r.text for r in replies if not r.ok]
+    text = replies[-1].text
+    return 0.0 if text == "0" else (1 if text[0] == "B" else -1) * float(text[2:])
+
+
+def _ended_by_the_rule(size, moves):
+    """Whether one of the game's two closing passes was one the sensible rule alone would not offer."""
+    board = Board(size, KOMI)
+    offered = []
+    for move in moves:
+        if len(moves) - board.move_number <= 2:
+            offered.append(bool(board.sensible_mask()[-1]))
+        board.play(move)
+    return not all(offered)
+
+
+def test_games_ended_by_the_pass_rule_are_won_by_whom_gnugo_says(gnugo):
+    """Under the pass rule a game ends when a player ahead on the board as it stands
+    answers a pass with a pass.  On such finished boards the Tromp-Taylor score as it
+    stands must name the same winner as GNU Go's own score, which judges dead stones
+    and seki.  9x9: searches valued by random playouts on both sides; 19x19: uniform
+    draws from the candidate moves (PASS, once a side is ahead, one draw among many)."""
+    from selfplay.match import END_TWO_PASSES, play_games
+    from selfplay.player import MctsConfig, MctsPlayer, PlayoutEvaluator, SearchBudget
+
+    finished = []
+    players = [MctsPlayer(PlayoutEvaluator(9, KOMI, playouts=2, seed=side),
+                          MctsConfig(budget=SearchBudget(24), seed=side, pass_when_winning=True), name=f"p{side}")
+               for side in (0, 1)]
+    for game in play_games(*players, games=PASS_RULE_GAMES_9, board_size=9, komi=KOMI, parallel_games=8):
+        assert game.end_reason == END_TWO_PASSES
+        finished.append((9, game.moves, game.score))
+    rng = np.random.default_rng(19)
+    for _ in range(PASS_RULE_GAMES_19):
+        board, moves = Board(19, KOMI), []
+        while not board.is_over:
+            moves.append(int(rng.choice(np.flatnonzero(board.candidate_mask(pass_when_winning=True)))))
+            board.play(moves[-1])
+        assert board.consecutive_passes == 2
+        finished.append((19, tuple(moves), board.area_score()))
+    early = 0
+    for size, moves, ours in finished:
+        theirs = _gnugo_score(gnugo, size, moves)
+        assert np.sign(theirs) == np.sign(ours), (
+            f"{size}x{size}: GNU Go scores {theirs}, Tromp-Taylor as it stands {ours}; moves {moves}")
+        early += _ended_by_the_rule(size, moves)
+    print(f"\n{len(finished)} games under the pass rule, {early} ended by it; "
+          f"lengths {[len(m) for _, m, _ in finished]}")
+    assert early >= 3, "the rule ended too few games for the check to mean much"

@@ -363,6 +363,27 @@ def test_genmove_resigns_a_hopeless_position_only_when_enabled():
         assert engine.handle("genmove w").strip() != "= resign"
 
 
+def test_genmove_answers_a_pass_with_a_pass_when_ahead_only_with_the_pass_rule():
+    from selfplay.gtp import CLI, GtpConfig, build_engine
+    from tests.test_board import SEKI_9
+
+    # The seki of tests/test_board.py: Black is ahead by 5.5 as the board stands and
+    # its only other moves fill a shared liberty, B9 or B8, which loses the seki.
+    stones = board_from_ascii(SEKI_9).stones().reshape(-1)
+    setup = [f"play {'b' if stones[p] > 0 else 'w'} {move_to_gtp(p, 9)}"
+             for p in sorted(range(81), key=lambda p: stones[p]) if stones[p]]      # White's first, Black's last
+    for rule, expected in ((True, {"PASS"}), (False, {"B9", "B8"})):
+        config = GtpConfig(visits=16, komi=7.5, pass_when_winning=rule)
+        engine = build_engine(config)
+        for command in ["boardsize 9", "clear_board", *setup, "play w pass"]:
+            assert engine.handle(command).startswith("="), command
+        assert engine.handle("genmove b").strip()[2:].upper() in expected
+        if rule:
+            assert engine.handle("final_score").strip() == "= B+5.5"
+    assert CLI.parse(["--pass-when-winning"])[0].pass_when_winning
+    assert not CLI.parse([])[0].pass_when_winning
+
+
 class _EndlessLine:
     """A controller that sends `size` bytes with no newline, then real commands."""
 

@@ -197,6 +197,52 @@ def test_resignation_and_illegal_moves_end_the_game():
     assert results[0].end_reason == END_ILLEGAL and results[0].winner == schema.WHITE
 
 
+class Passer(BasePlayer):
+    name = "passer"
+
+    def select_move(self, board):
+        return board.pass_move
+
+
+@pytest.mark.parametrize("size", [9, 19])
+def test_with_the_pass_rule_a_player_answers_a_pass_once_it_is_ahead(size):
+    """A player that passes every move: with the pass rule the searcher ends the game as
+    soon as the board as it stands wins for it (Black after one stone, White at once by
+    komi); without it, the searcher must fill its whole area first."""
+    pass_move = size * size
+    for rule in (True, False):
+        # Uniform priors: PUCT tries PASS, the last child, once it has tried the others.
+        visits = size * size + 20 if rule else 4
+        config = MctsConfig(budget=SearchBudget(visits), seed=3, pass_when_winning=rule)
+        games = play_games(MctsPlayer(UniformEvaluator(size), config, name="searcher"), Passer(), games=2,
+                           board_size=size, komi=7.5, parallel_games=2)
+        assert [g.winner for g in games] == [schema.BLACK, schema.WHITE]
+        assert all(g.end_reason == END_TWO_PASSES for g in games)
+        if rule:
+            black_game, white_game = games
+            assert len(black_game.moves) == 3 and black_game.moves[1:] == (pass_move, pass_move)
+            assert black_game.score == size * size - 7.5
+            assert white_game.moves == (pass_move, pass_move) and white_game.score == -7.5
+        else:
+            assert min(len(g.moves) for g in games) > size * size // 2
+
+
+def test_the_match_passes_its_pass_rule_to_its_search_players(monkeypatch):
+    import selfplay.match as match_module
+    from selfplay.match import MatchConfig, run
+
+    seen = []
+    original = match_module.build_player
+    monkeypatch.setattr(match_module, "build_player",
+                        lambda spec, size, komi, mcts, seed, loaded=None:
+                        seen.append(mcts.pass_when_winning) or original(spec, size, komi, mcts, seed, loaded))
+    for rule in (False, True):
+        run(MatchConfig(PlayerSpec.parse("uniform"), PlayerSpec.parse("random"), games=1, visits=2,
+                        board_size=5, pass_when_winning=rule))
+    assert seen == [False, False, True, True]
+    assert match_module.CLI.parse(["uniform", "random", "--pass-when-winning"])[0].pass_when_winning
+
+
 def test_sgf_files_are_written_and_readable(tmp_path):
     result = evaluate(RandomPlayer(1, name="alpha"), RandomPlayer(2, name="beta"), games=2,
                       board_size=9, komi=6.5, sgf_dir=str(tmp_path))
