@@ -4,17 +4,17 @@ This module is the codec's public surface; the code lives in three modules,
 one concern each:
 
 * `format.game_records`: game records and chunks;
-* `format.position_records`: position records and shards: versions 2 and 3
-  (what the shuffle job writes) in groups of compact positions, and the one
-  decoder of every version;
-* `format.game_table`: a version-3 window's game table (each game's
+* `format.position_records`: position records and shards: versions 2, 3
+  and 4 (what the shuffle job writes) in groups of compact positions, and
+  the one decoder of every version;
+* `format.game_table`: a version-3 or 4 window's game table (each game's
   ownership label and generation, once per game);
 * `format.legacy.version1`: version 1 (one assembled position a record),
   the version before groups: its reference encoder and a batched one that
   writes protobuf wire bytes directly (byte-identical).  Nothing in
   production writes version 1; bench/train.py's version comparison and the
   tests of older windows do;
-* `format.group_wire`: the same for versions 2 and 3 (`encode_groups`,
+* `format.group_wire`: the same for versions 2, 3 and 4 (`encode_groups`,
   byte-identical to `encode_position_groups`), what the shuffle job uses;
 
 with `format.example_fields` holding what both record kinds share (typed
@@ -24,17 +24,18 @@ Data flow::
 
     selfplay.worker --GameRecord--> encode_chunk() --bytes--> Storage.write_new(games/...)
     Storage.read() --bytes--> read_chunk() --GameRecord...--> pipeline, format.inspect
-    pipeline --encode_groups()--> shards (GZIP TFRecord) --> format.tfdata --> trainer
+    pipeline --written_positions()--> --encode_groups()--> shards (GZIP TFRecord) --> format.tfdata --> trainer
     pipeline --encode_game_table()--> the window's game table --> format.tfdata, read_shard(table=)
 
 *Game records* keep one game each: the moves, the fresh board planes of every
 position (bit-packed; history is rebuilt by the Beam job), a sparse quantized
 policy target per fully searched position, root values, the result and the
-endstate.  *Position records* keep training examples: version 3 groups of 64 compact
-positions (board, last moves and captures, small-integer policy; ownership
-and generation as rows of the window's game table) that format.tfdata
-expands in the graph, so the trainer needs no Go engine; versions 1 (one
-assembled example each) and 2 (ownership in each record) are still read.
+endstate.  *Position records* keep training examples: version 4 groups of 64 compact
+positions (board, last moves and captures, the policy as integers proportional
+to it; ownership and generation as rows of the window's game table) that
+format.tfdata expands in the graph, so the trainer needs no Go engine;
+versions 1 (one assembled example each), 2 (ownership in each record) and 3
+(policy values of 1..255, every entry raised to at least 1) are still read.
 
 Every decode validates what it reads and raises :class:`FormatError` naming
 the source (file and record index) and the field.  Nothing read is unpickled
@@ -65,9 +66,11 @@ from format.position_records import (
     encode_position_groups,
     encode_shard,
     pack_trits,
+    policy_integers,
     policy_small_integers,
     read_shard,
     unpack_trits,
+    written_positions,
 )
 from format.legacy.version1 import encode_position, encode_positions, encode_positions_framed
 from format.group_wire import encode_groups
@@ -90,7 +93,9 @@ __all__ = [
     "pack_trits",
     "unpack_trits",
     "colour_codes",
+    "policy_integers",
     "policy_small_integers",
+    "written_positions",
     "encode_game",
     "decode_game",
     "encode_chunk",

@@ -1,12 +1,12 @@
-"""Wire encoder of version-2 and 3 position records: protobuf bytes written directly.
+"""Wire encoder of version-2, 3 and 4 position records: protobuf bytes written directly.
 
 `format.position_records.encode_position_groups` is the reference: one
 ``tf.train.Example`` per group of 64 positions, built with the protobuf
 API.  Filling its int64 lists (``set_int64``: a numpy array to a Python
 list, then the repeated field's ``extend``) was two thirds of its time, so
 the shuffle job writes the same bytes here instead (`encode_groups`; a test
-asserts byte identity with the reference on both versions and both board
-sizes).
+asserts byte identity with the reference on every group version and both
+board sizes).
 
 The wire format of an Example: field 1 (Features) holds the map entries
 (field 1 each: {key: field 1, value: field 2, a Feature}); a Feature is
@@ -87,7 +87,10 @@ _INT_FIELDS = {2: (schema.P2_CAPTURE_COUNT, schema.P2_CAPTURES, schema.P2_POLICY
 _BYTES_FIELDS = {2: (schema.P2_BOARD, schema.P2_MOVES, schema.P2_OWNERSHIP, schema.P2_OWNERSHIP_FINE, schema.P2_TARGETS),
                  3: (schema.P2_BOARD, schema.P2_MOVES, schema.P2_OWNERSHIP_FINE, schema.P2_TARGETS)}
 _SCALARS = (schema.P_VERSION, schema.P_BOARD_SIZE, schema.P2_COUNT)
-_ORDER = {version: _key_order(_SCALARS + _INT_FIELDS[version] + _BYTES_FIELDS[version]) for version in (2, 3)}
+# Version 4 has version 3's columns (only its policy values are wider).
+_INT_FIELDS[4], _BYTES_FIELDS[4] = _INT_FIELDS[3], _BYTES_FIELDS[3]
+_ORDER = {version: _key_order(_SCALARS + _INT_FIELDS[version] + _BYTES_FIELDS[version])
+          for version in schema.GROUP_RECORD_VERSIONS}
 
 
 def _entry(key: str, feature: bytes) -> bytes:
@@ -113,11 +116,11 @@ def _bytes_feature(value: bytes) -> bytes:
 
 
 def encode_groups(c: CompactPositions) -> list[bytes]:
-    """Version-2 or 3 records (``c.version``) of every position of ``c`` in order, POSITION_GROUP a record;
+    """Version-2, 3 or 4 records (``c.version``) of every position of ``c`` in order, POSITION_GROUP a record;
     byte-identical to `format.position_records.encode_position_groups`."""
     version = c.version
     if version not in _ORDER:
-        raise ValueError(f"CompactPositions of version {version}: groups are versions 2 and 3")
+        raise ValueError(f"CompactPositions of version {version}: groups are versions {schema.GROUP_RECORD_VERSIONS}")
     n, count = c.board_size, len(c)
     group = schema.POSITION_GROUP
     move_dtype = np.uint8 if schema.move_bytes(n) == 1 else np.dtype("<u2")

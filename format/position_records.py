@@ -1,6 +1,6 @@
 """Position records: training examples in shards (format/SPEC.md "Shards").
 
-Three versions, all decoded here and by format.tfdata:
+Four versions, all decoded here and by format.tfdata:
 
 * **version 1**: one assembled position per record, the version before
   groups.  Its encoders and its field decoding are `format.legacy.version1`
@@ -17,19 +17,25 @@ Three versions, all decoded here and by format.tfdata:
   `encode_position_groups` writes it, `decode_records` reads either
   version back to `PositionRecord` (history rebuilt with the reference
   builder `format.planes.record_planes`).
-* **version 3** (written by the shuffle job): version 2 without the
+* **version 3**: version 2 without the
   per-position ownership label and generation, which are properties of the
   source game: they are rows of the window's game table
   (`format.game_table`), indexed by the record's ``game`` column.  A
   position whose label differs from its game's row (a capped opening's
   merged mean) keeps its own int8 row in ``ownership_fine`` (flag bit 1).
+* **version 4** (written by the shuffle job): version 3 whose policy values
+  keep every target the worker records exactly (`policy_integers`): version
+  3's values are 1..255, a target that is not visit counts scaled so its
+  largest is 255 and every other entry raised to at least 1, which made a
+  Gumbel improved policy's tail of small entries heavier than the search said.
 
-Data flow of versions 2 and 3::
+Data flow of versions 2, 3 and 4::
 
-    pipeline.positions.PositionBatch --compact(game, table)--> CompactPositions
+    pipeline.positions.PositionBatch --compact(game, table)--> CompactPositions (version 3)
+        --written_positions(compact, policy_prob)--> CompactPositions (version 4: the policy without the floor)
         --encode_position_groups() (reference) / group_wire.encode_groups() (the job)--> records
         --encode_shard()--> GZIP shard
-    (version 3: + the window's GameTable --format.game_table--> its table file)
+    (versions 3 and 4: + the window's GameTable --format.game_table--> its table file)
     shard (+ table) --format.tfdata (in the graph)--> training batches
     shard (+ table) --read_shard()/decode_records() (numpy, tools and tests)--> PositionRecord
 """
@@ -99,7 +105,7 @@ def decode_position(data: bytes, source: str = "<bytes>") -> PositionRecord:
 
 
 def decode_version(data: bytes, source: str = "<bytes>") -> int:
-    """The version of one position record (either version), checked against the known ones."""
+    """The version of one position record (any version), checked against the known ones."""
     r = FeatureReader(parse_example(data, source), source)
     version = r.int(schema.P_VERSION)
     if version not in schema.POSITION_RECORD_VERSIONS:
@@ -110,11 +116,11 @@ def decode_version(data: bytes, source: str = "<bytes>") -> int:
 
 def decode_records(data: bytes, source: str = "<bytes>", games: Sequence[str] | None = None,
                    table=None) -> list[PositionRecord]:
-    """Every position in one record of any version (one for v1, a group for v2 and v3).
+    """Every position in one record of any version (one for v1, a group for v2, v3 and v4).
 
-    ``games`` is the manifest's list of game ids: given, each version-2 or 3
+    ``games`` is the manifest's list of game ids: given, each version-2, 3 or 4
     position's ``game_id`` is looked up in it.  ``table`` is the window's
-    `format.game_table.GameTable`, required by version 3 (each position's
+    `format.game_table.GameTable`, required by versions 3 and 4 (each position's
     ownership label and generation are its game's row there).
     """
     version = decode_version(data, source)
@@ -136,7 +142,7 @@ def read_shard(data: bytes, source: str, games: Sequence[str] | None = None, tab
     """Decode a whole shard (tools and tests; the trainer streams with tf.data).
 
     ``games``: the manifest's game ids, to fill game ids; ``table``: the
-    window's game table, which version 3 needs (`decode_records`).
+    window's game table, which versions 3 and 4 need (`decode_records`).
     """
     try:
         raw = decompress_for(source, data)
@@ -207,39 +213,95 @@ def code_colours(codes: np.ndarray) -> np.ndarray:
     return np.where(codes == 1, schema.BLACK, np.where(codes == 2, schema.WHITE, schema.EMPTY)).astype(np.int8)
 
 
-def policy_small_integers(prob: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """uint8[K] in 1..255: each position's positive probabilities as integers proportional to them.
+def policy_integers(prob: np.ndarray, offsets: np.ndarray,
+                    version: int = schema.POSITION_RECORD_VERSION) -> np.ndarray:
+    """Each position's positive probabilities as integers proportional to them: a group record's policy values.
 
-    Position i's entries are ``prob[offsets[i]:offsets[i+1]]``.  Visit-count
-    policies whose smallest count is 1..16 and largest at most 255 come out
-    as the visit counts themselves, exactly; any
-    other is scaled so its largest entry is 255 and rounded (no entry below
-    1, so none is lost).  Small integers keep the gzip'd shard small: a
-    one-visit entry costs a few bits, not a float.  One pass over all
-    positions (segment reductions), no loop.
+    Position i's entries are ``prob[offsets[i]:offsets[i+1]]``.  A target
+    made of whole multiples of one unit ``min(p) / k`` (the first k in
+    1..schema.POLICY_UNITS that works, the largest multiple at most
+    ``schema.policy_value_max(version)``) comes out as those multiples:
+    visit counts whose smallest is 1..16 as the counts, and (version 4) the
+    worker's quantized Gumbel targets as the integers its chunk holds, up
+    to a common factor.  Any other target is scaled so its largest entry is
+    the version's maximum and rounded; versions 2 and 3 then raise every
+    entry to at least 1 (uint8 in 1..255), version 4 raises none (uint16 in
+    0..65535, where 0 marks an entry below ``max(p) / 131070`` that the
+    record drops: `written_positions`).  Small integers keep the gzip'd
+    shard small: a one-visit entry costs a few bits, not a float.  One pass
+    over all positions (segment reductions), no loop over positions.
+
+    Exact multiples: version 4 accepts ``|p / u - v| <= 1e-3 + 1e-6 * v`` (the
+    float32 rounding of probabilities as large as 65535 units), version 3
+    ``< 1e-3``; SPEC.md "Position records, version 4" states the error bounds.
     """
+    if version not in schema.GROUP_RECORD_VERSIONS:
+        raise ValueError(f"policy values are those of group records (versions {schema.GROUP_RECORD_VERSIONS}), "
+                         f"not version {version}")
+    limit = schema.policy_value_max(version)
+    dtype = np.uint8 if limit <= np.iinfo(np.uint8).max else np.uint16
     prob = np.asarray(prob, dtype=np.float64)
     offsets = np.asarray(offsets, dtype=np.int64)
     counts = np.diff(offsets)
     if not len(prob):
-        return np.zeros(0, np.uint8)
-    if (prob <= 0).any():
-        raise ValueError("policy entries must be positive")
+        return np.zeros(0, dtype)
+    if not (prob > 0).all() or not np.isfinite(prob).all():
+        raise ValueError("policy entries must be positive and finite")
     starts = offsets[:-1][counts > 0]
     counts = counts[counts > 0]
     smallest = np.repeat(np.minimum.reduceat(prob, starts), counts)
     largest = np.repeat(np.maximum.reduceat(prob, starts), counts)
-    out = np.clip(np.round(prob / largest * 255), 1, 255)
+    out = np.round(prob / largest * limit)
+    if version < 4:
+        out = np.maximum(out, 1)  # the floor version 4 removed
     settled = np.zeros(len(counts), bool)
-    # Visit counts: the smallest count is small (1 in real searches); try 1..16 as the unit.
-    for unit in range(1, 17):
+    # Whole multiples: the smallest entry is a small multiple of the unit (1 visit in real searches).
+    for unit in range(1, schema.POLICY_UNITS + 1):
         ratio = prob / smallest * unit
         whole = np.round(ratio)
-        exact = ((np.maximum.reduceat(whole, starts) <= 255)
-                 & (np.maximum.reduceat(np.abs(ratio - whole), starts) < 1e-3) & ~settled)
+        if version < 4:
+            off = np.abs(ratio - whole) < 1e-3
+        else:
+            off = np.abs(ratio - whole) <= 1e-3 + 1e-6 * whole
+        exact = (np.maximum.reduceat(whole, starts) <= limit) & np.logical_and.reduceat(off, starts) & ~settled
         out = np.where(np.repeat(exact, counts), whole, out)
         settled |= exact
-    return out.astype(np.uint8)
+        if settled.all():
+            break
+    return out.astype(dtype)
+
+
+def policy_small_integers(prob: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """uint8[K] in 1..255: version 3's policy values (`policy_integers` of version 3, with its floor)."""
+    return policy_integers(prob, offsets, 3)
+
+
+def written_positions(c: "CompactPositions", policy_prob: np.ndarray) -> "CompactPositions":
+    """``c`` (version 3, as `pipeline.positions.PositionBatch.compact` builds it with the window's game table)
+    in the version the shuffle job writes, ``schema.POSITION_RECORD_VERSION`` (4).
+
+    The same columns, but the policy values are recomputed from
+    ``policy_prob`` (the probabilities of ``c.policy_index``'s entries, in
+    that order) by `policy_integers` without version 3's floor; an entry
+    below ``max(p) / 131070`` of a target that is not whole multiples is
+    dropped (index and offsets with it).
+    """
+    if c.version not in schema.TABLE_RECORD_VERSIONS:
+        raise ValueError(f"CompactPositions of version {c.version}: version {schema.POSITION_RECORD_VERSION} "
+                         "is written from version-3 columns (a window's game table)")
+    policy_prob = np.asarray(policy_prob)
+    if len(policy_prob) != len(c.policy_index):
+        raise ValueError(f"{len(policy_prob)} probabilities for {len(c.policy_index)} policy entries")
+    values = policy_integers(policy_prob, c.policy_offsets, schema.POSITION_RECORD_VERSION)
+    offsets, index = np.asarray(c.policy_offsets, np.int64), np.asarray(c.policy_index, np.int64)
+    kept = values > 0
+    if not kept.all():
+        entry_position = np.repeat(np.arange(len(c)), np.diff(offsets))
+        offsets = np.zeros(len(c) + 1, np.int64)
+        np.cumsum(np.bincount(entry_position[kept], minlength=len(c)), out=offsets[1:])
+        index, values = index[kept], values[kept]
+    return dataclasses.replace(c, policy_offsets=offsets, policy_index=index, policy_value=values,
+                               version=schema.POSITION_RECORD_VERSION)
 
 
 @dataclasses.dataclass
@@ -269,13 +331,14 @@ class PositionHistory:
 
 @dataclasses.dataclass
 class CompactPositions(PositionHistory):
-    """P positions in the at-rest form of a version-2 or 3 record, column by column.
+    """P positions in the at-rest form of a version-2, 3 or 4 record, column by column.
 
     Colours are absolute (codes 0 empty/neutral, 1 Black, 2 White); the
     targets are from the side to move's view, as in version 1.  ``version``
-    says which record they are for: version 3 has no ternary ``ownership``
+    says which record they are for: versions 3 and 4 have no ternary ``ownership``
     (None) and ``fine`` marks the positions whose label is their own, not
-    their game's row of the window's game table.
+    their game's row of the window's game table; version 4's policy values
+    are `policy_integers` without version 3's floor.
     """
 
     ownership: np.ndarray | None
@@ -298,7 +361,8 @@ class CompactPositions(PositionHistory):
     policy_index: np.ndarray
     """int64[K]: action indices, ascending per position."""
     policy_value: np.ndarray
-    """uint8[K] in 1..255: probability = value / (sum of the position's values)."""
+    """uint8[K] in 1..255 (versions 2, 3), uint16[K] in 1..65535 (version 4): probability = value / (sum of
+    the position's values)."""
     generation: np.ndarray
     """int64[P]: generation of the model that played the source game."""
     game: np.ndarray
@@ -306,7 +370,7 @@ class CompactPositions(PositionHistory):
     move_number: np.ndarray
     """int64[P]: the position's index in its game."""
     version: int = 2
-    """The record version these columns are for (2 or 3)."""
+    """The record version these columns are for (2, 3 or 4)."""
 
 
 def _targets_rows(c: CompactPositions) -> np.ndarray:
@@ -351,15 +415,15 @@ def _index_deltas(index: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 def encode_position_groups(c: CompactPositions) -> list[bytes]:
-    """Version-2 or 3 records (``c.version``) of every position of ``c`` in order, POSITION_GROUP to a record.
+    """Version-2, 3 or 4 records (``c.version``) of every position of ``c`` in order, POSITION_GROUP to a record.
 
     The reference encoder, through the protobuf API; the shuffle job writes
     the same bytes with `format.group_wire.encode_groups` (~3x faster).  The
     per-position byte rows are built once for all positions; each record
     then takes a contiguous slice of every column.
     """
-    if c.version not in (2, 3):
-        raise ValueError(f"CompactPositions of version {c.version}: groups are versions 2 and 3")
+    if c.version not in schema.GROUP_RECORD_VERSIONS:
+        raise ValueError(f"CompactPositions of version {c.version}: groups are versions {schema.GROUP_RECORD_VERSIONS}")
     v2 = c.version == 2
     n = c.board_size
     move_dtype = np.uint8 if schema.move_bytes(n) == 1 else np.dtype("<u2")
@@ -426,14 +490,15 @@ def history_boards(board: np.ndarray, moves: np.ndarray, captures: np.ndarray, t
 
 def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, version: int,
                   table) -> list[PositionRecord]:
-    """Validate a version-2 or 3 record and rebuild each position (history planes by the reference builder).
+    """Validate a version-2, 3 or 4 record and rebuild each position (history planes by the reference builder).
 
-    Version 3 takes each position's generation, and its ownership unless the
+    Versions 3 and 4 take each position's generation, and its ownership unless the
     position keeps its own row, from ``table`` (the window's GameTable).
     """
-    if version == 3 and table is None:
-        raise r.error(schema.P2_GAME, "version-3 positions take their ownership and generation from the window's "
-                                 "game table (the manifest's 'game_table'); none was given to this reader")
+    with_table = version in schema.TABLE_RECORD_VERSIONS
+    if with_table and table is None:
+        raise r.error(schema.P2_GAME, f"version-{version} positions take their ownership and generation from the "
+                                 "window's game table (the manifest's 'game_table'); none was given to this reader")
     nn, actions, width = n * n, schema.num_actions(n), schema.trit_bytes(n)
     count = r.int(schema.P2_COUNT)
     if not 1 <= count <= schema.POSITION_GROUP:
@@ -495,8 +560,9 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, version
         raise r.error(schema.P2_CAPTURES, f"holds an entry outside 0..{schema.HISTORY_MOVES * nn - 1}")
     policy_offsets, deltas = counted(schema.P2_POLICY_COUNT, schema.P2_POLICY_INDEX_DELTA)
     values = r.ints(schema.P2_POLICY_VALUE)
-    if len(values) != len(deltas) or (len(values) and (values.min() < 1 or values.max() > 255)):
-        raise r.error(schema.P2_POLICY_VALUE, f"must hold {len(deltas)} integers in 1..255")
+    most = schema.policy_value_max(version)
+    if len(values) != len(deltas) or (len(values) and (values.min() < 1 or values.max() > most)):
+        raise r.error(schema.P2_POLICY_VALUE, f"must hold {len(deltas)} integers in 1..{most}")
     columns = {}
     for field in ((schema.P2_GENERATION,) if version == 2 else ()) + (schema.P2_GAME, schema.P2_MOVE_NUMBER):
         columns[field] = r.ints(field)
@@ -505,7 +571,7 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, version
     game, move_number = columns[schema.P2_GAME], columns[schema.P2_MOVE_NUMBER]
     if games is not None and len(game) and game.max() >= len(games):
         raise r.error(schema.P2_GAME, f"holds game {int(game.max())}, but the window's game table has {len(games)}")
-    if version == 3:
+    if with_table:
         if table.board_size != n:
             raise r.error(schema.P_BOARD_SIZE, f"is {n}, but the window's game table is "
                                           f"{table.board_size}x{table.board_size}")
@@ -526,7 +592,7 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, version
                                 captures[capture_offsets[i]:capture_offsets[i + 1]], to_play, n)
         if fine[i]:
             ownership = fine_rows[fine_index[i]].astype(np.float32) * to_play / schema.OWNERSHIP_SCALE
-        elif version == 3:
+        elif with_table:
             ownership = table.ownership[game[i]].astype(np.float32) * to_play / schema.OWNERSHIP_SCALE
         else:
             ownership = code_colours(own_codes[i]).astype(np.float32) * to_play

@@ -26,14 +26,20 @@ FORMAT_VERSION = 1
 
 SUPPORTED_VERSIONS = frozenset({1})
 
-POSITION_RECORD_VERSION = 3
-"""Version of the position records the shuffle job writes (SPEC.md "Shards": v3,
+POSITION_RECORD_VERSION = 4
+"""Version of the position records the shuffle job writes (SPEC.md "Shards": v4,
 groups of compact positions whose ownership label and generation are rows of
-the window's game table).  Bumped alone (from 1 to 2, then 3): chunks and
-run.json did not change, so existing lakes keep their games."""
+the window's game table, policy targets stored without v3's floor).  Bumped
+alone (from 1 to 2, 3, then 4): chunks and run.json did not change, so
+existing lakes keep their games."""
 
-POSITION_RECORD_VERSIONS = frozenset({1, 2, 3})
+POSITION_RECORD_VERSIONS = frozenset({1, 2, 3, 4})
 """Position-record versions every reader (codec, tf.data) decodes."""
+
+GROUP_RECORD_VERSIONS = (2, 3, 4)
+"""The versions that hold groups of compact positions (`format.position_records`, `format.tfdata.GroupDecoder`)."""
+TABLE_RECORD_VERSIONS = (3, 4)
+"""The group versions whose ownership labels and generations are rows of the window's game table."""
 
 MIN_BOARD_SIZE = 5
 MAX_BOARD_SIZE = 19
@@ -184,15 +190,33 @@ P2_GAME = "game"
 """v2: each position's game, an index into the window's game table (the manifest's ``games``)."""
 P2_MOVE_NUMBER = "move_number"
 
-# Version 3 position records: version 2 without ``ownership`` and
+# Version 3 (and 4) position records: version 2 without ``ownership`` and
 # ``generation``; flags bit 1 marks a position whose label is its own (in
 # ``ownership_fine``), every other position takes its game's row of the
 # window's game table (SPEC.md "Window game table").
 TARGET_FLAG_WHITE = 1
-"""Bit of a v2/v3 targets row's flags byte: White to move."""
+"""Bit of a v2-v4 targets row's flags byte: White to move."""
 TARGET_FLAG_OWN_OWNERSHIP = 2
-"""Bit of a v2/v3 targets row's flags byte: the ownership row lies in ``ownership_fine``
-(v2: a fractional label; v3: a label that is not the game table's row)."""
+"""Bit of a v2-v4 targets row's flags byte: the ownership row lies in ``ownership_fine``
+(v2: a fractional label; v3 and v4: a label that is not the game table's row)."""
+
+# Policy values of a group record (SPEC.md "Position records, version 4"): a
+# position's probabilities as integers proportional to them.
+POLICY_UNITS = 16
+"""A target is stored as whole multiples of one unit ``min(p) / k``, the first k in 1..POLICY_UNITS that works
+(visit counts whose smallest is at most this come out as the counts)."""
+SMALL_POLICY_VALUE_MAX = 255
+"""v2/v3: values are 1..255; a target that is not whole multiples is scaled so its largest is 255 and every
+other entry is raised to at least 1 (the floor v4 removed)."""
+POLICY_VALUE_MAX = 65535
+"""v4: values are 1..65535; a target that is not whole multiples is ``round(65535 * p / max(p))``, the entries
+that round to 0 dropped (none raised)."""
+
+
+def policy_value_max(version: int) -> int:
+    """The largest policy value a group record of ``version`` may hold."""
+    return POLICY_VALUE_MAX if version >= 4 else SMALL_POLICY_VALUE_MAX
+
 
 GAME_TABLE_VERSION = 1
 """Version of a window's game table file (one Example, SPEC.md "Window game table")."""

@@ -1,25 +1,27 @@
 """tf.data reader for training shards: position records -> training batches.
 
-Three record versions (format/SPEC.md), chosen per window from its first
-record (`shard_record_version`): versions 3 (what the shuffle job writes)
-and 2 hold groups of 64 compact positions that are expanded here, in the
+Four record versions (format/SPEC.md), chosen per window from its first
+record (`shard_record_version`): versions 4 (what the shuffle job writes),
+3 and 2 hold groups of 64 compact positions that are expanded here, in the
 graph (`GroupDecoder`); version 1 (one assembled position a record) is
-still read, decoded by `format.legacy.tfdata_version1`.  A version-3
+still read, decoded by `format.legacy.tfdata_version1`.  A version-3 or 4
 window's ownership labels are rows of its game table (format.game_table),
 which `training_dataset` loads once, from the shards' folder unless told
-where it is.
+where it is.  Version 4 differs from 3 only in its policy values' range
+(1..65535, not 1..255), so the dense policy between the stages is uint16
+instead of uint8.
 
-Version 2 and 3 data flow::
+Version 2, 3 and 4 data flow::
 
     shard files (GZIP TFRecord), each record a group of up to 64 positions
-      (version 3: + the window's game table, loaded once into constants)
+      (versions 3 and 4: + the window's game table, loaded once into constants)
       -> interleave over files (fixed order), shuffle groups (seeded)
       -> batch batch_size / 64 groups, then *stage 1* on the whole batch:
          parse_example, fixed columns cut to one row per position, the
-         sparse policy scattered dense (uint8 values; stage 2 normalizes), the captures turned
+         sparse policy scattered dense (uint8 values, uint16 in version 4; stage 2 normalizes), the captures turned
          into a bit mask per point (bit k-1: move t-k captured a stone here),
          the fine (int8) ownership rows scattered to their positions;
-         version 3: every other position's ternary codes or int8 row
+         versions 3 and 4: every other position's ternary codes or int8 row
          gathered from the game table by its ``game`` (so stage 2 sees the
          same two columns as for version 2)
       -> rebatch to exactly batch_size positions, enumerate, skip batches
@@ -74,12 +76,12 @@ HEAD_WEIGHT_KEYS = ("policy_weight", "value_weight", "ownership_weight", "score_
 
 
 class GroupDecoder:
-    """Decodes version-2 or 3 records (groups of compact positions) for one board size.
+    """Decodes version-2, 3 or 4 records (groups of compact positions) for one board size.
 
     `stage1` runs on a batch of serialized records and returns one row per
     position, unexpanded; `stage2` (XLA-compiled) expands a batch of rows
     into the decoded batch the module docstring describes (the dict every
-    record version decodes to), and gives the data flow.  Version 3 needs the window's game
+    record version decodes to), and gives the data flow.  Versions 3 and 4 need the window's game
     ``table`` (format.game_table.GameTable), held as constants: the table's
     base-3 codes of each exact label, and the int8 rows of the fractional
     ones with an index per game (a game without one points at a zero row).
@@ -93,12 +95,16 @@ class GroupDecoder:
         if not schema.MIN_BOARD_SIZE <= board_size <= schema.MAX_BOARD_SIZE:
             raise ValueError(f"board_size {board_size} outside "
                              f"[{schema.MIN_BOARD_SIZE}, {schema.MAX_BOARD_SIZE}]")
-        if version not in (2, 3):
-            raise ValueError(f"GroupDecoder reads record versions 2 and 3, not {version}")
-        if version == 3 and (table is None or table.board_size != board_size):
-            raise ValueError("version-3 records need their window's game table "
+        if version not in schema.GROUP_RECORD_VERSIONS:
+            raise ValueError(f"GroupDecoder reads record versions {schema.GROUP_RECORD_VERSIONS}, not {version}")
+        self.with_table = version in schema.TABLE_RECORD_VERSIONS
+        if self.with_table and (table is None or table.board_size != board_size):
+            raise ValueError(f"version-{version} records need their window's game table "
                              f"for {board_size}x{board_size} (format.game_table)")
         self.version = version
+        self.policy_value_max = schema.policy_value_max(version)
+        # The dense policy's dtype between the stages: the narrowest that holds every value.
+        self._policy_dtype = tf.uint8 if self.policy_value_max <= tf.uint8.max else tf.uint16
         self.input_planes = input_planes
         n = self.board_size = board_size
         self.points = n * n
@@ -135,7 +141,7 @@ class GroupDecoder:
             schema.P2_POLICY_INDEX_DELTA: tf.io.VarLenFeature(tf.int64),
             schema.P2_POLICY_VALUE: tf.io.VarLenFeature(tf.int64),
         }
-        if version == 3:
+        if self.with_table:
             del self._spec[schema.P2_OWNERSHIP]
             self._spec[schema.P2_GAME] = tf.io.VarLenFeature(tf.int64)
             codes, slot, rows = table.planes()
@@ -181,7 +187,7 @@ class GroupDecoder:
         weights = tf.bitcast(tf.reshape(targets[:, 6:14], [-1, 4, 2]), tf.float16)  # little-endian hosts
         score = tf.bitcast(targets[:, 2:6], tf.float32)
         fine = self._fine_ownership(parsed, targets, positions)
-        if self.version == 3:
+        if self.with_table:
             codes, fine = self._table_ownership(parsed, targets, fine)
         else:
             codes = self._rows(parsed, schema.P2_OWNERSHIP, self.width, valid)
@@ -216,7 +222,7 @@ class GroupDecoder:
         return tf.not_equal(tf.bitwise.bitwise_and(targets[:, 0], schema.TARGET_FLAG_OWN_OWNERSHIP), 0)
 
     def _table_ownership(self, parsed, targets, own) -> tuple[tf.Tensor, tf.Tensor]:
-        """Version 3: (uint8 [P, W] ternary codes, int8 [P, NN] fine rows) of every position.
+        """Versions 3 and 4: (uint8 [P, W] ternary codes, int8 [P, NN] fine rows) of every position.
 
         A position flagged own keeps its record's row (``own``, zero codes);
         every other one takes its game's row of the table: base-3 codes for
@@ -257,19 +263,29 @@ class GroupDecoder:
         return tf.cast(tf.reshape(mask, [-1, self.points]), tf.uint8)
 
     def _dense_policy(self, parsed, positions) -> tf.Tensor:
-        """uint8 [P, A]: the small-integer policy values, indices un-gap-coded (stage 2 normalizes).
+        """uint8 or uint16 [P, A]: the integer policy values, indices un-gap-coded (stage 2 normalizes).
 
-        Kept as uint8 (each action appears once a position, values 1..255)
-        so the rebatch between the stages copies a quarter of the bytes.
+        Kept as uint8 (versions 2, 3: each action appears once a position,
+        values 1..255) or uint16 (version 4: values 1..65535) so the rebatch
+        between the stages copies a quarter or half of int32's bytes.  A
+        value outside 1..max is refused, naming the field.
         """
         rows, starts = self._entry_rows(parsed[schema.P2_POLICY_COUNT].values)
         deltas = tf.cast(parsed[schema.P2_POLICY_INDEX_DELTA].values, tf.int32)
         running = tf.cumsum(deltas)
         first = tf.gather(starts, rows)  # each entry's position's first entry
         index = running - tf.gather(running - deltas, first)
-        value = tf.cast(parsed[schema.P2_POLICY_VALUE].values, tf.int32)
+        value = parsed[schema.P2_POLICY_VALUE].values
+        field = f"position record field '{schema.P2_POLICY_VALUE}'"
+        checks = [
+            tf.debugging.assert_less_equal(value, tf.constant(self.policy_value_max, tf.int64),
+                                           message=f"{field} holds a value above {self.policy_value_max}"),
+            tf.debugging.assert_positive(value, message=f"{field} holds a value below 1"),
+        ]
+        with tf.control_dependencies(checks):
+            value = tf.cast(value, tf.int32)
         dense = tf.math.unsorted_segment_sum(value, rows * self.actions + index, positions * self.actions)
-        return tf.cast(tf.reshape(dense, [-1, self.actions]), tf.uint8)
+        return tf.cast(tf.reshape(dense, [-1, self.actions]), self._policy_dtype)
 
     def decode_rows(self, rows: dict, symmetries: tf.Tensor) -> dict:
         """Stage 2: a batch of stage-1 rows and int32 [B] symmetry ids -> the training batch."""
@@ -441,7 +457,7 @@ class GroupDecoder:
 
 
 def load_game_table(path: str, board_size: int):
-    """A version-3 window's game table (format.game_table.GameTable) from a local path or URL tf reads.
+    """A version-3 or 4 window's game table (format.game_table.GameTable) from a local path or URL tf reads.
 
     Read once per dataset; missing or damaged, it raises FormatError naming the file.
     """
@@ -451,7 +467,7 @@ def load_game_table(path: str, board_size: int):
         with tf.io.gfile.GFile(path, "rb") as f:
             data = f.read()
     except tf.errors.NotFoundError:
-        raise MissingGameTable(path, "is missing: a version-3 window's ownership labels and generations are its "
+        raise MissingGameTable(path, "is missing: a version-3 or 4 window's ownership labels and generations are its "
                                      "game table, kept beside its shards (the manifest's 'game_table')") from None
     return decode_game_table(data, path, board_size=board_size)
 
@@ -480,9 +496,9 @@ def training_dataset(
 ) -> tf.data.Dataset:
     """Batches of decoded positions from GZIP shards, in a reproducible order.
 
-    ``record_version`` (1, 2 or 3) is read from the first shard when not
+    ``record_version`` (1, 2, 3 or 4) is read from the first shard when not
     given; a window's shards all hold one version (the job writes them
-    together).  Version 3 reads the window's game table, once: the file
+    together).  Versions 3 and 4 read the window's game table, once: the file
     ``game_table`` (a path or URL), by default the one beside the shards
     (`format.layout.game_table_beside` of the first shard, which is where
     the lake keeps it and where a staged copy must put it).
@@ -502,9 +518,9 @@ def training_dataset(
     if record_version not in schema.POSITION_RECORD_VERSIONS:
         raise ValueError(f"{shard_paths[0]}: position-record version {record_version} is unknown to this reader "
                          f"(it knows {sorted(schema.POSITION_RECORD_VERSIONS)}); update zerolake to read it")
-    if record_version in (2, 3):
+    if record_version in schema.GROUP_RECORD_VERSIONS:
         table = None
-        if record_version == 3:
+        if record_version in schema.TABLE_RECORD_VERSIONS:
             table = load_game_table(game_table or layout.game_table_beside(shard_paths[0]), board_size)
         decoder = GroupDecoder(board_size, version=record_version, table=table, input_planes=input_planes)
         return _group_dataset(shard_paths, decoder, batch_size=batch_size, seed=seed,
@@ -571,7 +587,7 @@ def _symmetries(augment: bool, seed: int, batch_number, batch_size: int) -> tf.T
 
 def _group_dataset(shard_paths, decoder: GroupDecoder, *, batch_size, seed, skip_batches, shuffle_buffer, augment,
                    repeat, reader_parallelism) -> tf.data.Dataset:
-    """training_dataset for version-2 and 3 shards (module docstring, "Version 2 and 3 data flow")."""
+    """training_dataset for group shards, versions 2, 3 and 4 (module docstring, "Version 2, 3 and 4 data flow")."""
     files, cycle = _shuffled_files(shard_paths, seed, repeat, reader_parallelism)
     # A record already holds 64 positions, so each element here is what a
     # version-1 mini-batch was, with no .batch() per reader.

@@ -21,7 +21,7 @@ Stages (each a composite PTransform, each tested with TestPipeline)::
                              targets, serialize, -> more shard pieces
       pieces | WriteShards (side inputs: duplicates, game table) per shard: read its pieces,
                              drop duplicate games, permute, write the shard
-                             create-only (version-3 records: groups of 64
+                             create-only (version-4 records: groups of 64
                              positions of the permuted order), delete the pieces
       all the small outputs | WriteManifest  one combined element (side input: the
                              game table) -> the game table file, then MANIFEST.json
@@ -67,7 +67,7 @@ import numpy as np
 from format import codec
 from format import layout
 from format import schema
-from format.tfrecord import compress_gzip
+from format.tfrecord import compress_gzip, frame_records
 from pipeline import labels as L
 from pipeline import positions as P
 from pipeline.config import ShuffleConfig
@@ -423,7 +423,14 @@ class WriteShardFn(_LakeDoFn):
         generation = np.concatenate([piece.generation for piece in pieces])
         keep = np.flatnonzero(~_drop_mask(instance, dropped))
         order = keep[ctx.rng(3, shard).permutation(len(keep))]
-        frames = P.shard_frames(pieces, order, game_table.instances, game_table.table)
+        # The positions in order, as records of the version the manifest names (codec.written_positions:
+        # version 4, the policy targets without version 3's floor).
+        batch = P.concat([piece.batch for piece in pieces])
+        frames = b""
+        if batch is not None and len(order):
+            batch = batch.take(order)
+            compact = batch.compact(P.game_table_index(game_table.instances, batch.instance), game_table.table)
+            frames = frame_records(codec.encode_groups(codec.written_positions(compact, batch.policy_prob)))
         self.storage.write_new(path, compress_gzip(frames, ctx.config.shard_gzip_level))
         gens, counts = np.unique(generation[order], return_counts=True)
         yield {"name": name, "positions": int(len(order)),

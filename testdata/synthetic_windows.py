@@ -111,15 +111,16 @@ def _policy_target(rng, board, neighbours):
 
 def compact_positions(positions: list[SyntheticPosition], *, board_size: int, generation: int,
                       first_game: int) -> codec.CompactPositions:
-    """The positions in version-3 at-rest form; position i is game ``first_game + i`` of the
-    window's game table (its ownership is that row, so no position keeps its own)."""
+    """The positions in the at-rest form of the version the shuffle job writes (codec.written_positions);
+    position i is game ``first_game + i`` of the window's game table (its ownership is that row, so no
+    position keeps its own)."""
     count, nn = len(positions), board_size * board_size
     policy_counts = [p.policy_index.size for p in positions]
     offsets = np.concatenate([[0], np.cumsum(policy_counts)]).astype(np.int64)
     policy_prob = np.concatenate([p.policy_prob for p in positions]) if count else np.zeros(0, np.float32)
     has_policy = np.array([c > 0 for c in policy_counts], np.float32)
     ones = np.ones(count, np.float32)
-    return codec.CompactPositions(
+    return codec.written_positions(codec.CompactPositions(
         board_size=board_size,
         board=codec.pack_trits(codec.colour_codes(np.stack([p.board.reshape(-1) for p in positions]))),
         moves=np.stack([p.last_moves for p in positions]),
@@ -133,7 +134,7 @@ def compact_positions(positions: list[SyntheticPosition], *, board_size: int, ge
         policy_value=codec.policy_small_integers(policy_prob, offsets),
         generation=np.full(count, generation, np.int64),
         game=np.arange(first_game, first_game + count, dtype=np.int64),
-        move_number=np.arange(count, dtype=np.int64), version=3)
+        move_number=np.arange(count, dtype=np.int64), version=3), policy_prob)
 
 
 def write_synthetic_window(storage, *, target_generation: int, board_size: int,

@@ -21,6 +21,9 @@ from pipeline import labels as L
 from pipeline import positions as P
 from testdata.random_games import engine_game, resigned_copy
 
+UNKNOWN_VERSION = max(schema.POSITION_RECORD_VERSIONS) + 1
+"""A position-record version no reader knows (yet)."""
+
 
 @pytest.fixture(scope="module")
 def batches():
@@ -91,7 +94,7 @@ def _record(fields: dict) -> bytes:
 
 
 @pytest.mark.parametrize("field, value, problem", [
-    (schema.P_VERSION, [4], "unknown position-record version 4"),
+    (schema.P_VERSION, [UNKNOWN_VERSION], f"unknown position-record version {UNKNOWN_VERSION}"),
     (schema.P2_COUNT, [65], "outside 1..64"),
     (schema.P2_BOARD, bytes([243]) * (64 * 17), "not 5 base-3 digits"),
     (schema.P2_MOVES, bytes([83]) * (64 * 7), "above 82"),
@@ -158,8 +161,8 @@ def test_an_unknown_record_version_is_refused_with_what_to_do(tmp_path, batches)
     ex = Example()
     ex.ParseFromString(batches[9].encode()[0])
     del ex.features.feature[schema.P_VERSION]
-    set_int64(ex, schema.P_VERSION, [4])
-    path = _write(tmp_path / "v4.tfrecord.gz", [ex.SerializeToString()])
+    set_int64(ex, schema.P_VERSION, [UNKNOWN_VERSION])
+    path = _write(tmp_path / "unknown.tfrecord.gz", [ex.SerializeToString()])
     with pytest.raises(codec.FormatError, match="update zerolake"):
         training_dataset([path], board_size=9, batch_size=8, seed=0)
     with pytest.raises(tf.errors.InvalidArgumentError, match="mixes record versions"):
@@ -178,6 +181,6 @@ def test_window_manifest_names_its_record_version_and_refuses_an_unknown_one():
     assert layout.parse_window_manifest(json.dumps(document).encode(), path).record_version == 1
     document["record_version"] = 2
     assert layout.parse_window_manifest(json.dumps(document).encode(), path).record_version == 2
-    document["record_version"] = 4
+    document["record_version"] = UNKNOWN_VERSION
     with pytest.raises(layout.ManifestError, match="record_version.*update zerolake"):
         layout.parse_window_manifest(json.dumps(document).encode(), path)

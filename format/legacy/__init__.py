@@ -1,6 +1,6 @@
 """The older record versions: what reads (and, for benches and tests, writes) them.
 
-Production writes version-3 position records (format.position_records,
+Production writes version-4 position records (format.position_records,
 format.group_wire).  Windows written by an earlier release hold version 1:
 one assembled position a record.  Everything that is version 1 only lives
 here, so the production modules hold no branch of their own for it:
@@ -13,7 +13,10 @@ here, so the production modules hold no branch of their own for it:
 `format.position_records.decode_records` and `format.tfdata.training_dataset`
 pick the version from a record and hand version 1 to these modules.
 Version 2 is version 3 with two more columns (each position's ownership and
-generation, which version 3 keeps in the window's game table): the group
-decoders read it where they read those columns, since a copy of the group
-decoder would be the larger legacy.
+generation, which version 3 keeps in the window's game table), and version 3
+is version 4 with a narrower policy value (1..255, every entry raised to at
+least 1, where version 4 keeps the target the worker recorded): the group
+decoders read both where they read those columns (`schema.policy_value_max`
+gives each version's range), since a copy of the group decoder would be the
+larger legacy.
 """
