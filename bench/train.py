@@ -3,13 +3,14 @@
 1. Input pipeline, no model: examples/s that ``format.tfdata.training_dataset``
    delivers from GZIP shards (read, shuffle, batch, parse, unpack, random
    symmetry per example), for 9x9 and 19x19, batch 1024, for every position
-   record version in the same run, on the same positions: version 3 (the
+   record version in the same run, on the same positions: version 4 (the
    default the shuffle job writes: groups of compact positions whose history
    planes the graph rebuilds, ownership labels gathered from the window's
-   game table), version 2 (the same groups with each position's label in
-   its record) and version 1 (one assembled example a record).
+   game table, policy values up to 65535), version 3 (the same with policy
+   values up to 255), version 2 (the same groups with each position's label
+   in its record) and version 1 (one assembled example a record).
    ``input_examples_per_s_<N>`` is the default version's figure;
-   ``..._v1`` / ``..._v2`` / ``..._v3`` name each version.  All of them
+   ``..._v1`` / ``..._v2`` / ``..._v3`` / ``..._v4`` name each version.  All of them
    decode the 17 planes of the default network; ``..._22_planes`` is the
    default version decoded for a 22-plane network (format/planes.py: the
    liberty and legal-move planes are computed in the graph, from the board
@@ -24,7 +25,7 @@ The positions are those of legal random games played by the engine
 (`testdata.random_games.engine_game`, search-shaped policy targets on a
 quarter of the moves, as playout-cap randomization leaves them), built into
 records by the shuffle job's own code (`pipeline.positions`), 4 shards per
-version in a temporary folder (version 3: and its game table, named as the
+version in a temporary folder (versions 3 and 4: and the game table, named as the
 job names it, so that `training_dataset` finds it beside the shards).  Timings on a
 shared 2-core machine are noisy, so the pipeline is also measured per CPU
 second of this process (all its threads), which other load disturbs much
@@ -55,7 +56,7 @@ SHARDS = 4
 
 def write_shards(folder: str, board_size: int, positions: int) -> dict:
     """{record version: shard paths} holding the same ``positions`` positions, shuffled alike."""
-    from format import codec, layout
+    from format import codec, layout, schema
     from pipeline import labels as L
     from pipeline import positions as P
     from testdata.random_games import engine_game
@@ -83,17 +84,22 @@ def write_shards(folder: str, board_size: int, positions: int) -> dict:
     # instance = game index: the game table's rows are the games in order.
     table = codec.GameTable(board_size=board_size, generation=np.array([g.generation for g in games]),
                             ownership=P.game_label_rows(labels))
+    def v4(rows):  # what the shuffle job writes (pipeline.transforms.WriteShardFn)
+        part = batch.take(rows)
+        return codec.encode_groups(codec.written_positions(part.compact(table=table), part.policy_prob))
+
     out = {}
     for version, records_of in ((1, lambda rows: [v1[i] for i in rows]),
                                 (2, lambda rows: batch.take(rows).encode()),
-                                (3, lambda rows: batch.take(rows).encode(table=table))):
+                                (3, lambda rows: batch.take(rows).encode(table=table)),
+                                (4, v4)):
         paths, attempt = [], f"v{version}n{board_size}"
         for shard, rows in enumerate(np.array_split(np.arange(len(batch)), SHARDS)):
             path = os.path.join(folder, layout.shard_name(attempt, shard, SHARDS))
             with open(path, "wb") as f:
                 f.write(codec.encode_shard(records_of(rows)))
             paths.append(path)
-        if version == 3:
+        if version in schema.TABLE_RECORD_VERSIONS:
             with open(os.path.join(folder, layout.game_table_name(attempt)), "wb") as f:
                 f.write(codec.encode_game_table(table))
         out[version] = paths
@@ -159,16 +165,17 @@ def main(argv=None) -> int:
                         help="9x9 positions per record version (19x19: half); fewer only for a smoke run")
     args = parser.parse_args(argv)
     from format import layout
-    from format.schema import POSITION_RECORD_VERSION
+    from format.schema import POSITION_RECORD_VERSION, TABLE_RECORD_VERSIONS
 
     result = {"bench": "train"}
     with tempfile.TemporaryDirectory(prefix="zerolake-bench-") as scratch:
         counts = {9: args.positions, 19: args.positions // 2}
         shards = {n: write_shards(scratch, n, counts[n]) for n in (9, 19)}
         for n in (9, 19):
-            for version in (1, 2, 3):
+            for version in sorted(shards[n]):
                 rate, cpu = pipeline_rate(shards[n][version], n, args.seconds)
-                files = shards[n][version] + ([layout.game_table_beside(shards[n][version][0])] if version == 3 else [])
+                with_table = version in TABLE_RECORD_VERSIONS
+                files = shards[n][version] + ([layout.game_table_beside(shards[n][version][0])] if with_table else [])
                 size = sum(os.path.getsize(p) for p in files) / counts[n]
                 print(f"input pipeline {n:2d}x{n:<2d} v{version}: {rate:10.0f} examples/s, {cpu:8.0f} per CPU "
                       f"second (batch {PIPELINE_BATCH}, no model; {size:.0f} bytes a position at rest)")

@@ -33,7 +33,7 @@ def test_train_bench_reports_every_record_version_and_the_training_rate():
     result = run_bench("train.py", "--seconds", "0.3", "--positions", "512")
     assert result["bench"] == "train" and result["positions_9"] == 512
     for n in (9, 19):
-        for version in (1, 2, 3):
+        for version in (1, 2, 3, 4):
             assert result[f"input_examples_per_s_{n}_v{version}"] > 0
             assert result[f"input_examples_per_cpu_s_{n}_v{version}"] > 0
             assert result[f"shard_bytes_per_position_{n}_v{version}"] > 0
