@@ -37,7 +37,6 @@ from format import codec
 from format import schema
 from format.codec import GameRecord
 from format.game_table import fractional, label_rows
-from format.tfrecord import frame_records
 from pipeline.labels import EndstateLabel
 
 INSTANCE_SHIFT = 20
@@ -601,17 +600,6 @@ def game_table_index(table_instances: np.ndarray, instance: np.ndarray) -> np.nd
     if len(instance) and (index.max() >= len(table_instances) or (table_instances[index] != instance).any()):
         raise ValueError("a position's game instance is missing from the window's game table")
     return index.astype(np.int64)
-
-
-def shard_frames(pieces, order: np.ndarray, table_instances: np.ndarray, table: codec.GameTable) -> bytes:
-    """The shard's TFRecord frames: the positions of ``pieces`` (read as one list) in ``order``,
-    grouped into version-3 records; ``table_instances``: the window's games (sorted instances),
-    ``table``: their game table (one row per instance, in that order)."""
-    batch = concat([p.batch for p in pieces])
-    if batch is None or not len(order):
-        return b""
-    batch = batch.take(order)
-    return frame_records(batch.encode(game_table_index(table_instances, batch.instance), table))
 
 
 def thin_value_only_rows(batch: PositionBatch, value_only_rows: float,
