@@ -83,9 +83,22 @@ class TrainConfig:
     # --- optimisation ------------------------------------------------------
     batch_size: int = setting(256, "examples per replica per step", at_least=1)
     steps_per_window: int = setting(0,
-        "steps per window; 0 = positions x epochs-per-window / global batch", at_least=0)
-    epochs_per_window: float = setting(1.0, "passes over a window when steps are automatic", above=0,
-                                       at_most=1000)
+        "steps per window; 0 = automatic: --samples-per-row's rule, or positions x epochs-per-window / "
+        "global batch", at_least=0)
+    epochs_per_window: float = setting(1.0, "passes over a window when steps are automatic and "
+                                            "--samples-per-row is 0 (or the window's new rows are unknown)",
+                                       above=0, at_most=1000)
+    samples_per_row: float = setting(0.0,
+        "automatic steps: train each window ceil(new rows x this / global batch) steps, where new rows are "
+        "those that arrived in the lake between the plan of the window the published model (LATEST) was "
+        "trained on and this window's plan (KataGo's samples per new row; 4-8 there), so each row is trained "
+        "about this many times over the windows it is in; 0 = off: --epochs-per-window", at_least=0,
+        at_most=1000)
+    min_steps_per_window: int = setting(1, "with --samples-per-row: at least this many steps per window",
+                                        at_least=1)
+    max_steps_per_window: int = setting(0, "with --samples-per-row: at most this many steps per window, so "
+                                           "that a trainer slower than self-play still publishes a model "
+                                           "every so often (0 = no limit)", at_least=0)
     steps_per_call: int = setting(20, "training steps per tf.function call", at_least=1)
     # At most 10: SGD with momentum diverges within a few steps far below that (about 5 on
     # the small test networks), and a rate past it is a typo, not an experiment.
@@ -157,6 +170,8 @@ class TrainConfig:
              or not local_folder_overlaps_root(self.stage_dir, self.root), "stage-dir",
              f"{self.stage_dir} is, holds or lies inside the lake root {self.root}; give the stage a folder "
              "of its own")
+        need(not self.max_steps_per_window or self.max_steps_per_window >= self.min_steps_per_window,
+             "max-steps-per-window", f"must be 0 or at least --min-steps-per-window ({self.min_steps_per_window})")
         need(self.strategy != "tpu" or self.logical_cpus == 0, "logical-cpus", "cannot be used with --strategy tpu")
         try:
             boundaries = self.lr_boundary_steps()

@@ -57,6 +57,31 @@ def window_steps(window: Window, global_batch: int, epochs: float) -> int:
     return max(1, math.ceil(window.positions * epochs / global_batch))
 
 
+def new_rows(window: Window, previous_lake_bytes: int | None) -> int | None:
+    """Rows that arrived in the lake between the plan of the previous window trained and ``window``'s plan.
+
+    The window's plan records the lake's chunk bytes and the rows kept per byte
+    ('window.lake_bytes', 'window.positions_per_byte'); ``previous_lake_bytes``
+    is the former of the window the trainer trained before (0 before any model:
+    every row is new).  None when either is unknown (an older manifest or model).
+    Bytes, not two row estimates, are subtracted: each window estimates rows per
+    byte afresh, and the difference of two estimates of a large lake would drown
+    the new rows in the estimates' noise.
+    """
+    if previous_lake_bytes is None or window.planned_lake_bytes is None or window.positions_per_byte is None:
+        return None
+    return max(0, round((window.planned_lake_bytes - previous_lake_bytes) * window.positions_per_byte))
+
+
+def samples_per_row_steps(rows: int, samples_per_row: float, global_batch: int, min_steps: int = 1,
+                          max_steps: int = 0) -> int:
+    """``ceil(rows x samples_per_row / global_batch)`` within ``[min_steps, max_steps]`` (0 = no maximum):
+    the steps that train each of ``rows`` new rows about ``samples_per_row`` times (KataGo's samples per new
+    row), bounded so that a window is never empty nor so long that the workers wait on one model for ever."""
+    steps = max(min_steps, math.ceil(rows * samples_per_row / global_batch))
+    return min(steps, max_steps) if max_steps else steps
+
+
 def lake_board_size(storage, flag_board_size: int) -> int:
     """The run's board size; refuses a missing run.json or a disagreeing flag (one LakeError line)."""
     try:

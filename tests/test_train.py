@@ -9,6 +9,7 @@ version production writes, whose targets are simple functions of the board,
 with a tiny network so the whole file takes well under a minute.
 """
 import json
+import math
 import pathlib
 import subprocess
 import sys
@@ -110,6 +111,28 @@ def test_window_steps_follow_positions_and_epochs():
                     path=layout.window_manifest(1))
     assert window_steps(window, global_batch=256, epochs=1.0) == 4
     assert window_steps(window, global_batch=256, epochs=2.5) == 10
+
+
+def test_samples_per_row_steps_train_each_new_row_about_that_often_within_the_bounds():
+    from model.windows import new_rows, samples_per_row_steps
+
+    # 10,000 new rows x 4 samples per row / 256 = 156.25 -> 157 steps.
+    assert samples_per_row_steps(10_000, 4.0, 256) == 157
+    assert samples_per_row_steps(10_000, 4.0, 256, min_steps=200) == 200      # never fewer than the minimum
+    assert samples_per_row_steps(10_000, 4.0, 256, max_steps=100) == 100      # nor more than the maximum
+    assert samples_per_row_steps(0, 4.0, 256, min_steps=5, max_steps=100) == 5
+    assert samples_per_row_steps(10**9, 8.0, 512) == math.ceil(10**9 * 8 / 512)   # 0 = no maximum
+    # New rows: the lake's chunk bytes between the two windows' plans, at this window's rows per byte.
+    plan = {"lake_bytes": 150_000, "positions_per_byte": 0.05}
+    window = layout.parse_window_manifest(json.dumps({
+        "version": layout.WINDOW_MANIFEST_VERSION, "target_generation": 3, "board_size": 9,
+        "shards": ["a.tfrecord.gz"], "positions": 1000, "window": plan}).encode(), layout.window_manifest(3))
+    assert new_rows(window, 100_000) == 2500
+    assert new_rows(window, 0) == 7500                                        # before any model: the whole lake
+    assert new_rows(window, 200_000) == 0                                     # never negative
+    assert new_rows(window, None) is None                                     # a model that does not say
+    older = Window(target_generation=1, board_size=9, shards=("a",), positions=1000, path=layout.window_manifest(1))
+    assert new_rows(older, 0) is None                                         # a manifest without the plan's bytes
 
 
 def test_config_validation_names_each_bad_flag():
