@@ -109,6 +109,21 @@ class ShuffleConfig:
     follow_new_positions: int = _field(
         0, f"with --follow: new positions since the last window that trigger the next one (0 = "
            f"{FOLLOW_WINDOW_FRACTION:g} of the window the rule would take now)", follow=True, at_least=0)
+    follow_max_untrained: int = _field(
+        0, "with --follow: build a window only while fewer than this many windows newer than models/LATEST "
+           "exist (2 = the one the trainer is training and one ready for it), so that no window is built only "
+           "to be superseded before the trainer reaches it (0 = no limit)", follow=True, at_least=0)
+    samples_per_row: float = _field(
+        0.0, "with --follow: size each window's shards to what the trainer will read, about this many samples "
+             "per row new since the previous window (the trainer's --samples-per-row), by lowering --reuse for "
+             "that window; never above --reuse (0 = off: every window holds its positions x --reuse)",
+        follow=True, at_least=0, at_most=1000)
+    follow_min_rows: int = _field(
+        0, "with --samples-per-row: at least this many rows in a window's shards (the trainer's "
+           "--min-steps-per-window x global batch)", follow=True, at_least=0)
+    follow_max_rows: int = _field(
+        0, "with --samples-per-row: at most this many rows in a window's shards (the trainer's "
+           "--max-steps-per-window x global batch; 0 = no limit)", follow=True, at_least=0)
     poll_seconds: float = poll_seconds_setting(5.0, looks_at="the lake with --follow", follow=True)
     claim_seconds: float = _field(
         180.0, "with --follow: a window claim expires this long after its last renewal (renewed every "

@@ -22,6 +22,18 @@ Terms
   shuffle loop, which reshuffles after a fixed amount of new data relative to
   its window.  Before the first window every position is new, so the first
   window is written as soon as the lake holds a chunk.
+* *work in hand*: with ``--follow-max-untrained K`` the follower builds no
+  window while K windows newer than models/LATEST exist: the trainer trains
+  only the newest, so a window built then would supersede one it has not
+  reached, and the shuffle spent on that one would be lost.  K = 2 keeps one
+  window ready while the trainer trains another (pipeline.loop's concurrent
+  mode).
+* *sizing*: with ``--samples-per-row S`` a window's shards hold about S x new
+  positions rows (within ``--follow-min-rows``/``--follow-max-rows``), drawn
+  evenly from the whole window by giving its job a lower ``--reuse``
+  (`Follower.window_reuse`): what the trainer's samples-per-row rule will read
+  of it (model.windows.samples_per_row_steps), not a reshuffle of the whole
+  window.  The job still reads, labels and deduplicates the whole window.
 * *claim*: ``cluster/claims/window-<gen>.json`` (format.layout.window_claim),
   a format.leases record whose ``details`` name the ``attempt``; the claims'
   rules live in pipeline.lake_windows, as a one-shot job takes one too.  Taken,
@@ -87,6 +99,8 @@ WAIT_REPORT_SECONDS = 30.0
 """At most one human 'waiting' line and one 'waiting' event per this many seconds."""
 RETRY_SECONDS = 30.0
 """Pause after a child job failed before the window is tried again."""
+MIN_REUSE = 0.001
+"""The least --reuse `Follower.window_reuse` gives a window, so that even a huge window holds some rows."""
 
 
 # ---------------------------------------------------------------------------
@@ -123,6 +137,8 @@ class Outlook:
     """The window the power-law rule would take from the lake now (an estimate: the job plans the exact one)."""
     refusal: str = ""
     """Non-empty: why no window may be built now (an untrusted manifest, no run.json)."""
+    untrained: int = 0
+    """Windows newer than models/LATEST (the trainer's work in hand), for --follow-max-untrained."""
 
 
 class Follower:
@@ -203,7 +219,7 @@ class Follower:
         if outlook.refusal:
             self.say_once(outlook.refusal, f"error: {outlook.refusal}")
             self.sleep(self.config.poll_seconds)
-        elif outlook.new_positions < outlook.needed:
+        elif outlook.new_positions < outlook.needed or self.trainer_behind(outlook):
             self.report_waiting(outlook)
             self.sleep(self.config.poll_seconds)
         else:
@@ -237,25 +253,27 @@ class Follower:
         except ShuffleError as exc:
             return Outlook(0, 0, 1, refusal=f"{exc}; waiting for it")
         try:
-            target = (latest_model(self.storage) or 0) + 1
+            latest = latest_model(self.storage) or 0
         except RegistryError as exc:
             return Outlook(0, 0, 1, refusal=f"{exc}; waiting for it to be fixed")
+        target = latest + 1
         while self.storage.exists(layout.window_manifest(target)):
             target += 1
+        untrained = target - 1 - latest
         try:
             last = self.window(target - 1) if target > 1 else None
         except ShuffleError as exc:
             return Outlook(target, 0, 1, refusal=str(exc))
         chunks = W.list_chunks(self.storage)
         if not chunks:
-            return Outlook(target, 0, max(1, self.config.follow_new_positions))
+            return Outlook(target, 0, max(1, self.config.follow_new_positions), untrained=untrained)
         lake_bytes = sum(c.size for c in chunks)
         per_byte, new_bytes = self.measure(last, chunks, lake_bytes)
         window = W.window_positions(int(lake_bytes * per_byte), self.config.window_min_positions,
                                     self.config.window_scale, self.config.window_exponent,
                                     self.config.window_max_positions, self.config.window_slope)
         needed = self.config.follow_new_positions or max(1, math.ceil(FOLLOW_WINDOW_FRACTION * window))
-        return Outlook(target, max(0, int(new_bytes * per_byte)), needed, window)
+        return Outlook(target, max(0, int(new_bytes * per_byte)), needed, window, untrained=untrained)
 
     def measure(self, last: layout.WindowManifest | None, chunks, lake_bytes: int) -> tuple[float, int]:
         """(positions per byte, bytes that arrived since ``last`` was planned).
@@ -282,15 +300,28 @@ class Follower:
         newest = (taken[0].generation, taken[0].time_ms, taken[0].path)
         return per_byte, sum(c.size for c in chunks if (c.generation, c.time_ms, c.path) > newest)
 
+    def trainer_behind(self, outlook: Outlook) -> bool:
+        """--follow-max-untrained: the trainer already has that many windows in hand, so a window
+        built now would supersede one it has not reached (it trains only the newest), and the
+        work of building that one would be lost."""
+        limit = self.config.follow_max_untrained
+        return bool(limit) and outlook.untrained >= limit
+
     def report_waiting(self, outlook: Outlook) -> None:
         now = time.monotonic()
         if now - self._last_report < WAIT_REPORT_SECONDS:
             return
         self._last_report = now
+        behind = self.trainer_behind(outlook)
         self.events.emit("waiting", new_positions=outlook.new_positions, needed=outlook.needed,
-                         generation=outlook.target)
-        progress(f"window {outlook.target}: waiting for new games, ~{outlook.new_positions} of "
-                  f"{outlook.needed} new positions")
+                         generation=outlook.target, untrained=outlook.untrained)
+        if behind:
+            progress(f"window {outlook.target}: waiting for the trainer, {outlook.untrained} windows newer than "
+                      f"models/LATEST (--follow-max-untrained {self.config.follow_max_untrained}); "
+                      f"~{outlook.new_positions} new positions")
+        else:
+            progress(f"window {outlook.target}: waiting for new games, ~{outlook.new_positions} of "
+                      f"{outlook.needed} new positions")
 
     # ---- one window ----
 
@@ -311,10 +342,12 @@ class Follower:
         if self.storage.exists(layout.window_manifest(generation)):
             held.release()  # published between the look and the claim
             return
-        command = self.window_command(generation, attempt, outlook.window_positions)
+        reuse = self.window_reuse(outlook.new_positions, outlook.window_positions)
+        command = self.window_command(generation, attempt, outlook.window_positions, reuse)
         where = "on Dataflow" if names_dataflow(command) else "in-process"
+        sized = "" if reuse is None else f", reuse {reuse:g} for ~{round(reuse * outlook.window_positions)} rows"
         progress(f"window {generation}: ~{outlook.new_positions} new positions (needed {outlook.needed}); "
-                  f"building it ({where}, ~{outlook.window_positions} positions) as attempt {attempt}")
+                  f"building it ({where}, ~{outlook.window_positions} positions{sized}) as attempt {attempt}")
         outcome = self.run_child(held, generation, command)
         removed = delete_tmp_dir(self.storage, layout.job_tmp_dir(JOB, generation, attempt))
         if removed:
@@ -356,15 +389,34 @@ class Follower:
         progress(f"window {generation} is claimed by {winner.holder if winner else 'another follower'}; "
                   f"waiting for it{until}")
 
-    def window_command(self, generation: int, attempt: str, window_positions: int) -> list[str]:
-        """The child job's ``python -m`` arguments for one window: the one-shot job's flags, then the Beam flags.
+    def window_reuse(self, new_positions: int, window_positions: int) -> float | None:
+        """--samples-per-row: the window's --reuse that makes its shards hold about what the trainer
+        will read of it, samples per row x new rows (within --follow-min-rows, --follow-max-rows),
+        drawn evenly from the whole window; never above --reuse.  None: the setting is off.
+
+        Each row then appears in about samples-per-row x new / window of each window it is in, and
+        is in about window / new windows, so it is read about samples-per-row times in all: the
+        trainer's rule, without writing (and staging) shards of rows nobody reads."""
+        cfg = self.config
+        if not cfg.samples_per_row or window_positions <= 0:
+            return None
+        rows = max(cfg.samples_per_row * new_positions, cfg.follow_min_rows)
+        if cfg.follow_max_rows:
+            rows = min(rows, cfg.follow_max_rows)
+        return float(f"{min(cfg.reuse, max(MIN_REUSE, rows / window_positions)):.4g}")
+
+    def window_command(self, generation: int, attempt: str, window_positions: int,
+                       reuse: float | None = None) -> list[str]:
+        """The child job's ``python -m`` arguments for one window: the one-shot job's flags (with
+        ``reuse`` for --reuse when given: `window_reuse`), then the Beam flags.
 
         With --dataflow-above-positions, a window of at most that many
         positions gets no Beam flags (the in-process runner on this machine);
         a larger one, or every window without the setting, gets them all.
         """
         local = 0 < window_positions <= self.config.dataflow_above_positions
-        return ["pipeline.shuffle", *window_argv(self.config),
+        config = self.config if reuse is None else dataclasses.replace(self.config, reuse=reuse)
+        return ["pipeline.shuffle", *window_argv(config),
                 "--window-generation", str(generation), "--attempt", attempt,
                 *([] if local else self.beam_args)]
 

@@ -461,3 +461,42 @@ def test_the_threshold_without_dataflow_flags_is_one_clear_error(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--dataflow-above-positions" in err and "DataflowRunner" in err
     assert "--dataflow-above-positions" in build_parser().format_help()
+
+
+# ---------------------------------------------------------------------------
+# Shuffle only what training reads (issue 41): pacing by the trainer, windows sized to its reads
+# ---------------------------------------------------------------------------
+
+def test_a_window_holds_about_what_the_trainer_reads_and_none_is_built_to_be_superseded(tmp_path):
+    config = ShuffleConfig(root=str(tmp_path), follow=True, reuse=1.5, samples_per_row=4.0, follow_min_rows=1000,
+                           follow_max_rows=64_000, follow_max_untrained=2)
+    follower = F.Follower(config, [], open_storage(str(tmp_path)), events=None)
+    # 10,000 new rows x 4 = 40,000 rows drawn from a window of 400,000: reuse 0.1.
+    assert follower.window_reuse(10_000, 400_000) == 0.1
+    assert follower.window_reuse(100_000, 400_000) == 0.16                # at most --follow-max-rows
+    assert follower.window_reuse(10, 400_000) == 0.0025                   # at least --follow-min-rows
+    assert follower.window_reuse(1_000_000, 400_000) == 0.16
+    assert follower.window_reuse(10_000, 20_000) == 1.5                    # never above --reuse
+    command = follower.window_command(3, "att", 400_000, follower.window_reuse(10_000, 400_000))
+    assert command[command.index("--reuse") + 1] == "0.1"
+    # Two windows newer than LATEST (one in training, one ready): a third would supersede the ready one.
+    assert not follower.trainer_behind(F.Outlook(target=2, new_positions=5, needed=1, untrained=1))
+    assert follower.trainer_behind(F.Outlook(target=3, new_positions=5, needed=1, untrained=2))
+    off = F.Follower(ShuffleConfig(root=str(tmp_path), follow=True), [], None, events=None)
+    assert off.window_reuse(10_000, 400_000) is None and not off.trainer_behind(F.Outlook(9, 5, 1, untrained=8))
+
+
+def test_the_follower_counts_the_windows_newer_than_latest(tmp_path):
+    from testdata.models import publish_untrained_model
+
+    storage = open_storage(str(tmp_path))
+    write_run_config(storage, board_size=9)
+    for generation in (1, 2, 3):
+        write_synthetic_window(storage, target_generation=generation, board_size=9, positions=3, shards=1,
+                               seed=generation)
+    follower = F.Follower(ShuffleConfig(root=str(tmp_path), follow=True, follow_max_untrained=2), [], storage,
+                          events=None)
+    assert (follower.look().target, follower.look().untrained) == (4, 3)
+    publish_untrained_model(str(tmp_path), 1, 9, seed=1)
+    outlook = follower.look()
+    assert (outlook.target, outlook.untrained) == (4, 2) and follower.trainer_behind(outlook)
