@@ -43,19 +43,16 @@ import numpy as np
 import pytest
 
 from cloud.deploy import plan as P
-from cloud.deploy.__main__ import main as deploy_main
 from cloud.deploy.config import DeployConfig
 from cloud.deploy.status import read_status, table
 from cloud.storage import open_storage
 from format import codec, layout
 from model.lease import LeaseRecord
 from testdata.synthetic_games import synthetic_game
+from tests.deploy_support import (BASE, GCLOUD, REPO, VM, check_invocation, gcloud_help, gcloud_invocations,
+                                  metadata_of, needs_gcloud, plan_text, run_deploy, run_role, stand_in_gcloud)
+from tests.deploy_support import creates as _creates
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-GCLOUD = shutil.which("gcloud")
-needs_gcloud = pytest.mark.skipif(GCLOUD is None, reason="the Google Cloud CLI (gcloud) is not installed")
-
-BASE = ["--project", "zl-test-project", "--root", "gs://zl-test-bucket/run1"]
 SCENARIOS = {
     # the issue's acceptance example: GPU workers, TPU trainer
     "gpu-workers-tpu-trainer": ["--workers", "8", "--worker-gpu", "nvidia-l4", "--trainer-tpu", "v5litepod-8"],
@@ -78,145 +75,6 @@ DOWN_SCENARIOS = {
     "down-all": ["down", "--delete-account"],
     "scale-down-workers": ["down", "--workers-only", "--keep-workers", "4"],
 }
-
-
-def run_deploy(argv, capsys) -> tuple[int, str, str]:
-    try:
-        code = deploy_main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def plan_text(argv, capsys) -> str:
-    code, out, err = run_deploy(argv, capsys)
-    assert code == 0, err
-    return out
-
-
-# ---- reading gcloud's own help ---------------------------------------------------------
-
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _sdk_version() -> str:
-    root = pathlib.Path(os.path.realpath(GCLOUD)).parent.parent
-    version = root / "VERSION"
-    return version.read_text().strip() if version.exists() else "unknown"
-
-
-@pytest.fixture(scope="module")
-def gcloud_help(request):
-    """help(path) -> gcloud's --help text for a command path, cached per SDK version."""
-    cache, memory = request.config.cache, {}
-    version = _sdk_version() if GCLOUD else "none"
-
-    def help_text(path: tuple[str, ...]) -> str:
-        if path not in memory:
-            key = f"zerolake/gcloud-help/{version}/{'_'.join(path) or 'gcloud'}"
-            text = cache.get(key, None)
-            if text is None:
-                result = subprocess.run([GCLOUD, *path, "--help"], capture_output=True, text=True, timeout=120,
-                                        env={**os.environ, "CLOUDSDK_CORE_DISABLE_PROMPTS": "1", "PAGER": "cat"})
-                text = ANSI.sub("", result.stdout + result.stderr)
-                if result.returncode == 0:
-                    cache.set(key, text)
-            memory[path] = text
-        return memory[path]
-
-    return help_text
-
-
-@dataclasses.dataclass
-class HelpPage:
-    """What one leaf command's help documents."""
-
-    name: str
-    flags: dict          # flag -> True if it takes a value
-    choices: dict        # flag -> allowed values (only where the help lists them)
-
-
-def is_group(text: str) -> bool:
-    return bool(re.search(r"^(GROUPS|COMMANDS)$", text, re.M))
-
-
-def parse_help(text: str) -> HelpPage:
-    name = re.search(r"^NAME\n\s+(gcloud[^\n]*?) - ", text, re.M)
-    flags: dict = {}
-    metavars: dict = {}
-    for match in re.finditer(r"(?<![\w-])--(\[no-\])?([a-z0-9][a-z0-9-]*)(=\[?([A-Za-z][A-Za-z0-9_]*)?)?", text):
-        negatable, flag, valued, metavar = match.group(1), "--" + match.group(2), match.group(3), match.group(4)
-        flags[flag] = flags.get(flag, False) or bool(valued)
-        metavar = metavar if metavar and metavar.isupper() else None
-        if negatable:
-            flags["--no-" + match.group(2)] = False
-        if metavar:
-            metavars.setdefault(metavar, flag)
-    wide = re.search(r"GCLOUD WIDE FLAGS\n\s+These flags are available to all commands: (.*?)\.\n", text, re.S)
-    assert wide, "no GCLOUD WIDE FLAGS section in the help"
-    for flag in re.findall(r"--[a-z-]+", wide.group(1)):
-        flags[flag] = flag not in ("--help", "--log-http", "--quiet", "--user-output-enabled")
-    choices = {}
-    for match in re.finditer(r"([A-Z][A-Z0-9_]*) must be one of:(.*?)(?:\n\n(?=\s{5}--)|\n\S|\Z)", text, re.S):
-        body = match.group(2)
-        inline = body.split("\n")[0].strip()
-        values = re.findall(r"[A-Za-z0-9_.-]+", inline) if inline else \
-            re.findall(r"^\s{8,10}([A-Za-z0-9_.-]+)\s*$", body, re.M)
-        if match.group(1) in metavars and values:
-            choices[metavars[match.group(1)]] = set(values)
-    return HelpPage(name.group(1) if name else "", flags, choices)
-
-
-def gcloud_invocations(script: str) -> list[list[str]]:
-    """Every gcloud command line in a shell script, as words (up to a shell operator)."""
-    joined = script.replace("\\\n", " ")
-    invocations = []
-    for line in joined.splitlines():
-        if line.lstrip().startswith("#"):
-            continue
-        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|()<>")
-        lexer.whitespace_split = True
-        words = list(lexer)
-        for i, word in enumerate(words):
-            if word == "gcloud":
-                rest = []
-                for w in words[i + 1:]:
-                    if w and set(w) <= set(";&|()<>"):
-                        break
-                    rest.append(w)
-                invocations.append(rest)
-    return invocations
-
-
-def check_invocation(words: list[str], help_text) -> list[str]:
-    """Problems of one gcloud command line against gcloud's help ([] = none)."""
-    positional = [w for w in words if not w.startswith("-")]
-    path: tuple[str, ...] = ()
-    for word in positional:
-        text = help_text(path)
-        if not is_group(text):
-            break
-        path += (word,)
-    text = help_text(path)
-    if is_group(text) or "ERROR" in text[:200]:
-        return [f"`gcloud {' '.join(path)}` is not a gcloud command: {text[:200]}"]
-    page = parse_help(text)
-    if page.name.split() != ["gcloud", *path]:
-        return [f"help of `gcloud {' '.join(path)}` names {page.name!r}"]
-    problems = []
-    for word in words:
-        if not word.startswith("--"):
-            continue
-        flag, has_value, value = word.partition("=")
-        if flag not in page.flags:
-            problems.append(f"gcloud {' '.join(path)}: {flag} is not documented")
-        elif page.flags[flag] != bool(has_value):
-            problems.append(f"gcloud {' '.join(path)}: {word} " +
-                            ("needs =VALUE" if page.flags[flag] else "takes no value"))
-        elif flag in page.choices and value not in page.choices[flag]:
-            problems.append(f"gcloud {' '.join(path)}: {word}: not one of {sorted(page.choices[flag])}")
-    return problems
 
 
 # ---- the plans -------------------------------------------------------------------------
@@ -262,11 +120,6 @@ def test_invocations_are_found_inside_conditions_and_pipelines():
                                           ["g", "$n", "--w"]]
 
 
-def _creates(script: str, what: tuple[str, ...]) -> list[list[str]]:
-    n = len(what)
-    return [w for w in gcloud_invocations(script) if tuple(w[:n]) == what]
-
-
 def test_the_acceptance_plan_holds_every_part(capsys):
     script = plan_text(["plan"] + SCENARIOS["gpu-workers-tpu-trainer"] + BASE, capsys)
     workers = [w for w in _creates(script, ("compute", "instances", "create")) if "-worker-" in w[3]]
@@ -278,9 +131,9 @@ def test_the_acceptance_plan_holds_every_part(capsys):
         metadata = next(w for w in words if w.startswith("--metadata="))
         assert "zerolake-accelerator=gpu" in metadata and "install-nvidia-driver=True" in metadata
         assert f"--metadata-from-file=startup-script={P.STARTUP_SCRIPT}" in words
-    [tpu] = _creates(script, ("compute", "tpus", "tpu-vm", "create"))
+    [tpu] = _creates(script, ("compute", "tpus", "queued-resources", "create"))
     assert "--accelerator-type=v5litepod-8" in tpu and "zerolake-accelerator=tpu" in " ".join(tpu)
-    assert "--version=v2-alpha-tpuv5-lite" in tpu
+    assert "--runtime-version=tpu-vm-tf-2.16.1-pjrt" in tpu and "--node-id=zerolake-trainer" in tpu
     [shuffle] = [w for w in _creates(script, ("compute", "instances", "create")) if w[3] == "zerolake-shuffle"]
     # auto: 8 workers' windows start small, on the follower VM; the large ones later go to Dataflow.
     assert "--image-family=debian-12" in shuffle and "--dataflow-above-positions=1000000" in " ".join(shuffle)
@@ -291,7 +144,7 @@ def test_the_acceptance_plan_holds_every_part(capsys):
     # workers last (a worker's stockout must not hold up the follower or the trainer).
     order = [script.index(marker) for marker in ("buckets create", "service-accounts create", "storage cp",
                                                  "builds submit", "instances create zerolake-shuffle",
-                                                 "tpu-vm create zerolake-trainer",
+                                                 "queued-resources create zerolake-trainer",
                                                  "instances create zerolake-worker-000")]
     assert order == sorted(order)
 
@@ -308,7 +161,7 @@ def test_accelerator_kinds(capsys):
     assert "--image-family=debian-12" in creates["zerolake-worker-002"]
     assert not any("SPOT" in w or "nvidia" in w for w in creates["zerolake-worker-002"])         # --no-spot, CPU
     assert "zerolake-accelerator=cpu" in " ".join(creates["zerolake-trainer"])
-    assert "tpu.googleapis.com" not in cpu and not _creates(cpu, ("compute", "tpus", "tpu-vm", "create"))
+    assert "tpu.googleapis.com" not in cpu and not _creates(cpu, ("compute", "tpus", "queued-resources", "create"))
 
 
 def _account(role: str) -> str:
@@ -376,10 +229,10 @@ def test_dataflow_shuffle_gets_its_apis_roles_image_and_beam_flags(capsys):
 
 def test_each_role_runs_as_its_own_account_with_only_its_grants(capsys):
     script = plan_text(["plan"] + SCENARIOS["gpu-workers-tpu-trainer"] + BASE, capsys)
-    creates = {w[3]: w for w in _creates(script, ("compute", "instances", "create"))}
-    assert f"--service-account={_account('worker')}" in creates["zerolake-worker-000"]
-    assert f"--service-account={_account('shuffle')}" in creates["zerolake-shuffle"]
-    [tpu] = _creates(script, ("compute", "tpus", "tpu-vm", "create"))
+    vms = {w[3]: w for w in _creates(script, ("compute", "instances", "create"))}
+    assert f"--service-account={_account('worker')}" in vms["zerolake-worker-000"]
+    assert f"--service-account={_account('shuffle')}" in vms["zerolake-shuffle"]
+    [tpu] = _creates(script, ("compute", "tpus", "queued-resources", "create"))
     assert f"--service-account={_account('trainer')}" in tpu
     by_member: dict = {}
     for kind, resource, who, role in _grants(script):
@@ -404,31 +257,15 @@ def test_each_role_runs_as_its_own_account_with_only_its_grants(capsys):
             f"--member=serviceAccount:{_account(role)}")
 
 
-def test_tpu_trainers_boot_their_generations_runtime_and_train_on_the_tpu(capsys, tmp_path):
-    runtimes = {}
-    for tpu, zone in (("v5litepod-8", "us-central1-a"), ("v6e-8", "us-east5-b"), ("v5p-8", "us-east5-a"),
-                      ("v4-8", "us-central2-b")):
-        script = plan_text(["plan", "--trainer-tpu", tpu, "--trainer-zone", zone] + BASE, capsys)
-        [create] = _creates(script, ("compute", "tpus", "tpu-vm", "create"))
-        runtimes[tpu] = next(w for w in create if w.startswith("--version=")).removeprefix("--version=")
-        assert f"--zone={zone}" in create
-    assert runtimes == {"v5litepod-8": "v2-alpha-tpuv5-lite", "v6e-8": "v2-alpha-tpuv6e", "v5p-8": "v2-alpha-tpuv5",
-                        "v4-8": "tpu-ubuntu2204-base"}
-    # run-role.sh starts the trainer with --strategy tpu on a TPU VM (never the host CPU while the TPU is billed).
-    argv = _run_role(tmp_path, "trainer", accelerator="tpu")
-    assert argv[:2] == ["-m", "model.train"] and argv[argv.index("--strategy") + 1] == "tpu"
-    gpu = _run_role(tmp_path, "trainer", accelerator="gpu")
-    assert gpu[gpu.index("--strategy") + 1] == "gpu"                # a GPU VM's trainer insists on the GPU too
-    assert "--strategy" not in _run_role(tmp_path, "trainer", accelerator="cpu")
-
-
 @pytest.mark.parametrize("argv, field, words", [
     (["--trainer-tpu", "v6e-8"], "--zone", ["us-central1-a has no v6e-8", "us-east5-b", "--no-check-zones"]),
     (["--trainer-tpu", "v4-8", "--trainer-zone", "us-central1-a"], "--trainer-zone",
      ["us-central1-a has no v4-8", "us-central2-b"]),
     (["--trainer-tpu", "v4-8", "--trainer-zone", "us-central2-b", "--trainer-spot"], "--trainer-spot",
      ["cannot be started again"]),
-    (["--trainer-tpu", "v9x-8", "--trainer-zone", "us-central2-b"], "--trainer-tpu-runtime", ["no runtime is known"]),
+    (["--trainer-tpu", "v9x-8", "--trainer-zone", "us-central2-b"], "--trainer-tpu",
+     ["no TensorFlow software version is documented", "https://cloud.google.com/tpu/docs/runtimes"]),
+    (["--trainer-tpu", "v5litepod-16"], "--trainer-tpu", ["multi-host", "v5litepod-8"]),
     (["--trainer-gpu", "nvidia-l4", "--trainer-spot", "--no-shuffle"], "--trainer-spot", ["keeper"]),
     (["--worker-zone", "central"], "--worker-zone", ["is not a zone"]),
 ])
@@ -456,19 +293,20 @@ def _apply_with_listing(tmp_path, script: str, listing_output: str, listing_stat
 
 
 def test_no_check_zones_trusts_the_zone_and_the_script_still_asks_gcloud(tmp_path, capsys):
-    script = plan_text(["plan", "--only", "trainer", "--trainer-tpu", "v6e-8", "--no-check-zones"] + BASE, capsys)
+    script = plan_text(["plan", "--only", "trainer", "--trainer-tpu", "v6e-8", "--no-check-zones",
+                        "--trainer-wait-minutes", "0"] + BASE, capsys)
     [listing] = _creates(script, ("compute", "tpus", "accelerator-types", "list"))
     assert "--zone=us-central1-a" in listing
-    assert script.index("accelerator-types list") < script.index("tpu-vm create")
+    assert script.index("accelerator-types list") < script.index("queued-resources create")
 
     absent = _apply_with_listing(tmp_path, script, "v5litepod-8\n", 0)
     assert absent.returncode == 2 and "zone us-central1-a offers no v6e-8 today" in absent.stderr
-    assert "tpu-vm create" not in absent.calls
+    assert "queued-resources create" not in absent.calls
     present = _apply_with_listing(tmp_path, script, "v6e-8\n", 0)
-    assert present.returncode == 0 and "tpu-vm create zerolake-trainer" in present.calls
+    assert "queued-resources create zerolake-trainer" in present.calls
     unknown = _apply_with_listing(tmp_path, script, "", 1)      # the listing itself failed: say so, and create anyway
-    assert unknown.returncode == 0 and "could not list the accelerators of us-central1-a" in unknown.stderr
-    assert "tpu-vm create zerolake-trainer" in unknown.calls
+    assert "could not list the accelerators of us-central1-a" in unknown.stderr
+    assert "queued-resources create zerolake-trainer" in unknown.calls
 
 
 def test_a_gpu_type_is_checked_live_in_its_zone_before_its_vm_is_created(tmp_path, capsys):
@@ -486,20 +324,9 @@ def test_a_gpu_type_is_checked_live_in_its_zone_before_its_vm_is_created(tmp_pat
     assert present.returncode == 0 and "instances create zerolake-trainer" in present.calls
 
 
-def _stand_in_gcloud(folder: pathlib.Path, body: str) -> tuple[pathlib.Path, pathlib.Path]:
-    """A stand-in ``gcloud`` in ``folder`` that logs each call's arguments, one line each, then runs ``body``
-    (bash); returns (the folder, to put first on PATH; the log)."""
-    log = folder / "calls"
-    folder.mkdir()
-    fake = folder / "gcloud"
-    fake.write_text(f"#!/usr/bin/env bash\necho \"$*\" >> {log}\n" + body)
-    fake.chmod(0o755)
-    return folder, log
-
-
 def test_a_worker_that_cannot_be_created_is_named_and_the_others_still_come_up(tmp_path, capsys):
     script = plan_text(["plan", "--only", "workers", "--workers", "3"] + BASE, capsys)
-    folder, log = _stand_in_gcloud(tmp_path / "bin", "[[ $* == *describe* ]] && exit 1\n"
+    folder, log = stand_in_gcloud(tmp_path / "bin", "[[ $* == *describe* ]] && exit 1\n"
                                    "[[ $* == *'create zerolake-worker-001'* ]] && "
                                    "{ echo 'ZONE_RESOURCE_POOL_EXHAUSTED' >&2; exit 1; }\nexit 0\n")
     result = subprocess.run(["bash", "-c", script.replace("sleep \"$wait\"", ":")], capture_output=True, text=True,
@@ -552,7 +379,7 @@ def test_down_selects_by_label_and_keeps_the_bucket(capsys):
 def test_scale_down_deletes_only_workers_from_the_index_up(tmp_path, capsys):
     """Run the scale-down plan with a stand-in gcloud that lists five workers, and one of another deployment
     (zerolake-b) that a word-matching label filter would let through."""
-    folder, log = _stand_in_gcloud(tmp_path / "bin", "if [[ $1 == compute && $3 == list ]]; then\n"
+    folder, log = stand_in_gcloud(tmp_path / "bin", "if [[ $1 == compute && $3 == list ]]; then\n"
                                    "  for i in 000 001 003 004 009; do echo \"zerolake-worker-$i us-central1-a\"; done\n"
                                    "  echo 'zerolake-b-worker-007 us-central1-a'\nfi\n")
     script = tmp_path / "down.sh"
@@ -608,12 +435,13 @@ def test_apply_runs_the_plan_through_gcloud(tmp_path, capsys, monkeypatch):
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     argv = ["plan", "--only", "workers,trainer", "--workers", "2", "--trainer-tpu", "v4-8", "--trainer-zone",
-            "us-central2-b", "--apply"] + BASE
+            "us-central2-b", "--trainer-wait-minutes", "0", "--apply"] + BASE
     code, _, err = run_deploy(argv, capsys)
-    assert code == 0, err
+    # The stand-in never reports the queued TPU ACTIVE: the plan names it and ends with status 3.
+    assert code == 3 and "not up yet: zerolake-trainer (queued: UNKNOWN)" in err, err
     calls = log.read_text().splitlines()
     assert [c.split()[:4] for c in calls if "create" in c] == [          # the trainer first, then the workers
-        ["compute", "tpus", "tpu-vm", "create"],
+        ["compute", "tpus", "queued-resources", "create"],
         ["compute", "instances", "create", "zerolake-worker-000"],
         ["compute", "instances", "create", "zerolake-worker-001"]]
 
@@ -655,10 +483,7 @@ def test_status_of_an_empty_lake_and_of_a_released_lease(tmp_path):
 
 # ---- the VM files -----------------------------------------------------------------------
 
-VM = REPO / "cloud" / "vm"
-
-
-@pytest.mark.parametrize("script", ["install.sh", "startup.sh", "run-role.sh", "keep-workers.sh"])
+@pytest.mark.parametrize("script", ["install.sh", "startup.sh", "run-role.sh", "keep-workers.sh", "ship-logs.sh"])
 def test_vm_scripts_are_valid_bash_and_executable(script):
     path = VM / script
     assert os.access(path, os.X_OK), f"{path} is not executable"
@@ -666,26 +491,11 @@ def test_vm_scripts_are_valid_bash_and_executable(script):
     assert result.returncode == 0, result.stderr
 
 
-def _run_role(tmp_path, role: str, *, accelerator: str, processes: str = "1") -> list[str]:
-    """The command line run-role.sh gives the role's Python (a stand-in that prints it)."""
-    python = tmp_path / "venv" / "bin" / "python"
-    python.parent.mkdir(parents=True, exist_ok=True)
-    python.write_text("#!/bin/sh\necho \"$@\"\n")          # prints the command line it was given
-    python.chmod(0o755)
-    env = {"PATH": os.environ["PATH"], "ZEROLAKE_PREFIX": str(tmp_path), "ZEROLAKE_STATE": str(tmp_path / "state"),
-           "ZEROLAKE_ROOT": "gs://b/run", "ZEROLAKE_ACCELERATOR": accelerator, "ZEROLAKE_PROCESSES": processes,
-           "ZEROLAKE_ARGS": "--visits 8"}
-    result = subprocess.run(["bash", str(VM / "run-role.sh"), role, "0"], env=env, capture_output=True,
-                            text=True, timeout=30)
-    assert result.returncode == 0, result.stderr
-    return result.stdout.split()
-
-
 @pytest.mark.parametrize("accelerator, processes, threads", [
     ("cpu", "2", max(1, len(os.sched_getaffinity(0)) // 2)), ("cpu", "64", 1), ("gpu", "2", None)])
 def test_cpu_worker_processes_share_the_cores_between_their_networks(tmp_path, accelerator, processes, threads):
     """run-role.sh gives each CPU worker process cores / processes threads for its int8 network."""
-    argv = _run_role(tmp_path, "worker", accelerator=accelerator, processes=processes)
+    argv = run_role(tmp_path, "worker", accelerator=accelerator, processes=processes)
     assert argv[:2] == ["-m", "selfplay.worker"] and argv[-2:] == ["--visits", "8"]
     if threads is None:
         assert "--inference-threads" not in argv
@@ -695,19 +505,23 @@ def test_cpu_worker_processes_share_the_cores_between_their_networks(tmp_path, a
 
 ROLE_UNITS = ["zerolake-shuffle.service", "zerolake-trainer.service", "zerolake-worker@.service"]
 KEEPER_UNITS = ["zerolake-keeper.service", "zerolake-keeper.timer"]
+LOGGING_UNIT = "zerolake-logging.service"
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_systemd_units_verify(tmp_path):
     """systemd-analyze verify of every unit, the keeper's timer and service included, with ExecStart pointed
     at this checkout's scripts (verify checks that the command exists; on a VM it is /opt/zerolake/src/...)."""
-    assert sorted(p.name for p in (VM / "systemd").iterdir()) == sorted(ROLE_UNITS + KEEPER_UNITS)
+    assert sorted(p.name for p in (VM / "systemd").iterdir()) == sorted(ROLE_UNITS + KEEPER_UNITS + [LOGGING_UNIT])
     units = []
     for unit in sorted((VM / "systemd").iterdir()):
         text = unit.read_text()
         if unit.name in ROLE_UNITS:
             assert "Restart=always" in text and "StandardOutput=journal" in text and "KillSignal=SIGTERM" in text
             assert "ExecStart=/opt/zerolake/src/cloud/vm/run-role.sh" in text
+        elif unit.name == LOGGING_UNIT:      # retried until the Ops Agent installs, never holding up a role
+            assert "Restart=on-failure" in text and "RestartSec=120" in text and "StartLimitIntervalSec=0" in text
+            assert "ExecStart=/opt/zerolake/src/cloud/vm/ship-logs.sh ${ZEROLAKE_LOGGING}\n" in text
         elif unit.suffix == ".service":      # the keeper: one pass per timer tick, to the journal
             assert "Type=oneshot" in text and "StandardOutput=journal" in text
             assert not re.search(r"^\[Install\]", text, re.M)      # only the timer starts it
@@ -833,16 +647,6 @@ def test_the_dataflow_image_is_beams_own_for_the_pinned_beam_and_python():
     assert "ENTRYPOINT" not in text            # Beam's boot stays the entrypoint Dataflow starts
 
 
-def _metadata_of(script: str) -> dict:
-    """VM or TPU name -> its --metadata entries."""
-    found = {}
-    for words in gcloud_invocations(script):
-        if "create" in words and any(w.startswith("--metadata=") for w in words):
-            name = words[words.index("create") + 1]
-            found[name] = next(w for w in words if w.startswith("--metadata=")).removeprefix("--metadata=")
-    return found
-
-
 def test_the_plan_creates_the_keepers_roles_grants_them_and_turns_it_on_on_the_follower(capsys):
     script = plan_text(["plan", "--shuffle-runner", "local"] + SCENARIOS["gpu-workers-tpu-trainer"] + BASE, capsys)
     creates = {w[3]: w for w in _creates(script, ("iam", "roles", "create"))}
@@ -864,7 +668,7 @@ def test_the_plan_creates_the_keepers_roles_grants_them_and_turns_it_on_on_the_f
     assert ("iam service-accounts", _account("worker"), f"serviceAccount:{KEEPER_SA}",
             "roles/iam.serviceAccountUser") in grants
     assert script.index("roles create") < script.index(KEEPER_ROLE.format("list")) < script.index("instances create")
-    metadata = _metadata_of(script)
+    metadata = metadata_of(script)
     keepers = [name for name, entries in metadata.items() if "zerolake-keeper=on" in entries]
     assert keepers == ["zerolake-shuffle"]
     assert "zerolake-deployment=zerolake,zerolake-project=zl-test-project,zerolake-keep-trainer=off" in \
@@ -877,7 +681,7 @@ def test_a_spot_gpu_trainer_is_kept_too(capsys):
     script = plan_text(["plan"] + SCENARIOS["dataflow-shuffle-spot-gpu-trainer"] + BASE, capsys)
     [trainer] = [w for w in _creates(script, ("compute", "instances", "create")) if w[3] == "zerolake-trainer"]
     assert "--provisioning-model=SPOT" in trainer and "--instance-termination-action=STOP" in trainer
-    assert "zerolake-keep-trainer=on" in _metadata_of(script)["zerolake-shuffle"]
+    assert "zerolake-keep-trainer=on" in metadata_of(script)["zerolake-shuffle"]
     grants = _grants(script)
     assert ("compute instances", "zerolake-trainer", f"serviceAccount:{KEEPER_SA}", KEEPER_ROLE.format("start")) in grants
     assert ("iam service-accounts", _account("trainer"), f"serviceAccount:{KEEPER_SA}",
@@ -887,13 +691,13 @@ def test_a_spot_gpu_trainer_is_kept_too(capsys):
 
 def test_without_a_follower_the_keeper_runs_on_a_standard_trainer_vm_or_the_plan_says_none_does(capsys):
     gpu = plan_text(["plan"] + SCENARIOS["no-shuffle-keeper-on-gpu-trainer"] + BASE, capsys)
-    keepers = [name for name, entries in _metadata_of(gpu).items() if "zerolake-keeper=on" in entries]
+    keepers = [name for name, entries in metadata_of(gpu).items() if "zerolake-keeper=on" in entries]
     assert keepers == ["zerolake-trainer"] and _creates(gpu, ("iam", "roles", "create"))
     trainer_sa = f"serviceAccount:{_account('trainer')}"
     assert ("projects", "zl-test-project", trainer_sa, KEEPER_ROLE.format("list")) in _grants(gpu)
     assert "roles/dataflow" not in gpu
     script = plan_text(["plan"] + SCENARIOS["no-shuffle-tpu-trainer-no-keeper"] + BASE, capsys)
-    assert not any("zerolake-keeper=on" in e for e in _metadata_of(script).values())
+    assert not any("zerolake-keeper=on" in e for e in metadata_of(script).values())
     assert not _creates(script, ("iam", "roles", "create")) and "zerolake_keeper" not in script
     assert not [g for g in _grants(script) if g[3] == "roles/iam.serviceAccountUser"]
     assert "# no worker keeper: with --no-shuffle" in script       # said in the plan ...
@@ -915,7 +719,7 @@ def test_down_removes_the_keepers_grant_first_and_keeps_the_roles(tmp_path, caps
     assert deleted == [_account(role) for role in ("worker", "shuffle", "trainer", "builder")]
     # rerunnable: a grant is removed only where get-iam-policy shows it, an account deleted only if it is there
     for bound in (True, False):
-        folder, log = _stand_in_gcloud(
+        folder, log = stand_in_gcloud(
             tmp_path / f"bin-{bound}",
             (f"[[ $2 == get-iam-policy && $* == *zerolake-shuffle@* ]] && echo {KEEPER_ROLE.format('list')}\n"
              if bound else "[[ $3 == describe ]] && exit 1\n") + "exit 0\n")
@@ -1132,5 +936,5 @@ def test_a_root_whose_run_is_unsafe_in_metadata_or_the_env_file_is_refused(run, 
 def test_a_nested_run_prefix_reaches_the_metadata_unchanged(capsys):
     script = plan_text(["plan", "--project", "zl-test-project", "--root", "gs://zl-test-bucket/team-a/run_1.v2/",
                         "--workers", "1", "--trainer-cpu"], capsys)
-    entries = [m.split(",") for m in _metadata_of(script).values()]
+    entries = [m.split(",") for m in metadata_of(script).values()]
     assert entries and all("zerolake-root=gs://zl-test-bucket/team-a/run_1.v2/" in e for e in entries)

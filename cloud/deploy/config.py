@@ -95,7 +95,14 @@ GPU_IMAGE = ("deeplearning-platform-release", "common-cu128-ubuntu-2204-nvidia-5
 
 LABEL_VALUE = re.compile(r"[a-z][a-z0-9-]{0,20}")
 PROJECT_ID = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
-ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")
+ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z][a-z0-9]*")
+"""A zone: ``us-central1-a``, and the AI zones such as ``us-central1-ai1`` or ``us-south1-ai1b``."""
+ANY_ZONE = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)+")
+"""With ``--no-check-zones``: any name of that shape (it is only ever quoted into gcloud's flags)."""
+DURATION = re.compile(r"[1-9][0-9]*[smhd]")
+"""A gcloud duration (``gcloud topic datetimes``): ``30m``, ``6h``, ``7d``."""
+NETWORK_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+"""A VPC network or subnet name (RFC 1035, as Compute Engine names resources)."""
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
 MACHINE_TYPE = re.compile(r"[a-z0-9]+-[a-z0-9-]+")
 TPU_TYPE = re.compile(r"v[0-9][a-z0-9]*-[0-9]+")
@@ -132,9 +139,16 @@ class DeployConfig:
     trainer_zone: str = _field("", "zone of the trainer ('' = --zone): each TPU generation exists in a few zones "
                                    "only (see docs/deploy.md)")
     check_zones: bool = _field(True, "refuse a TPU type that the dated table in cloud/deploy/zones.py does "
-                                     "not list in its role's zone (GPU types are checked live only); "
-                                     "--no-check-zones trusts the zone (the plan still asks gcloud, live, "
-                                     "before creating anything)")
+                                     "not list in its role's zone, and a zone not shaped like us-central1-a or "
+                                     "us-central1-ai1 (GPU types are checked live only); --no-check-zones trusts "
+                                     "the zone (the plan still asks gcloud, live, before creating anything)")
+    network: str = _field("", "VPC network of every VM, TPU VM and Dataflow worker ('' = the project's "
+                              "'default' network)")
+    subnet: str = _field("", "subnet of that network in the roles' region (every role must then be in one "
+                             "region); '' = the network's own choice (auto-mode networks)")
+    external_ip: bool = _field(True, "give VMs external IPs; --no-external-ip for organisations that forbid "
+                                     "them (the subnet then needs Private Google Access, and Cloud NAT for "
+                                     "the packages the VMs install: docs/deploy.md, 'Networks')")
     name: str = _field("zerolake", "deployment name: prefix of VM names, label value, service account name")
     # --- workers ---
     workers: int = _field(0, "self-play worker VMs", at_least=0)
@@ -160,9 +174,15 @@ class DeployConfig:
     shuffle_args: str = _field("", "extra flags for pipeline.shuffle --follow")
     # --- trainer ---
     trainer_tpu: str = _field("", "train on a Cloud TPU VM of this type, e.g. v5litepod-8, v4-8")
-    trainer_tpu_runtime: str = _field("", "TPU VM software version (gcloud --version); '' = the base image "
-                                          "of the TPU's generation, to which install.sh adds the pinned "
-                                          "tensorflow-tpu (see cloud/deploy/zones.py)")
+    trainer_tpu_runtime: str = _field("", "TPU VM software version (--runtime-version); '' = the TensorFlow "
+                                          "PJRT image Google documents for the generation (cloud/deploy/zones.py)")
+    trainer_tpu_valid_for: str = _field("24h", "how long the TPU trainer's queued request waits for capacity "
+                                               "(gcloud --valid-until-duration: 30m, 6h, 7d); after that it "
+                                               "fails and a rerun of the plan queues a new one")
+    trainer_wait_minutes: int = _field(20, "how long the plan waits for a queued TPU to become ACTIVE before it "
+                                           "goes on without it (the request stays queued: the TPU VM starts "
+                                           "training whenever it comes; the plan then exits 3 naming it)",
+                                       at_least=0)
     trainer_gpu: str = _field("", f"or train on a GPU VM with this NVIDIA GPU ({', '.join(GPU_KINDS)})")
     trainer_gpu_count: int = _field(1, "GPUs of the trainer VM (more than one: MirroredStrategy)")
     trainer_machine: str = _field("", "machine type of a GPU or CPU trainer VM ('' = the GPU's default, "
@@ -189,10 +209,12 @@ class DeployConfig:
 
         need(bool(PROJECT_ID.fullmatch(self.project)), "project",
              f"{self.project!r} is not a project id (6-30 of a-z, 0-9, '-', starting with a letter)")
+        zone_shape = ZONE if self.check_zones else ANY_ZONE      # --no-check-zones overrides the shape too
         for field in ("zone", "worker_zone", "shuffle_zone", "trainer_zone"):
             value = getattr(self, field)
-            need(bool(ZONE.fullmatch(value)) or (field != "zone" and not value), field,
-                 f"{value!r} is not a zone such as us-central1-a")
+            need(bool(zone_shape.fullmatch(value)) or (field != "zone" and not value), field,
+                 f"{value!r} is not a zone such as us-central1-a or us-central1-ai1"
+                 + (" (--no-check-zones accepts other names)" if self.check_zones else ""))
         need(bool(LABEL_VALUE.fullmatch(self.name)), "name",
              f"{self.name!r}: 1-21 of a-z, 0-9 and '-', starting with a letter (it prefixes VM names)")
         bucket, _ = split_root(self.root) if self.root.startswith("gs://") else ("", "")
@@ -224,10 +246,20 @@ class DeployConfig:
         need(not self.trainer_spot or self.trainer_tpu or bool(self.keeper_host), "trainer_spot",
              "a spot trainer is started again after a preemption by the keeper, which runs on the shuffle "
              "follower: drop --no-shuffle, or --trainer-spot")
-        if self.trainer_tpu and not self.trainer_tpu_runtime and TPU_TYPE.fullmatch(self.trainer_tpu):
-            need(zones.tpu_runtime(self.trainer_tpu) is not None, "trainer_tpu_runtime",
-                 f"no runtime is known for {self.trainer_tpu!r} ({zones.known_tpu_generations()}); name "
-                 "one from https://cloud.google.com/tpu/docs/runtimes")
+        if self.trainer_tpu and TPU_TYPE.fullmatch(self.trainer_tpu):
+            # Also with --trainer-tpu-runtime: the environment TensorFlow needs comes from the same table.
+            problem = zones.tpu_problem(self.trainer_tpu)
+            need(problem is None, "trainer_tpu", problem or "")
+        need(bool(DURATION.fullmatch(self.trainer_tpu_valid_for)), "trainer_tpu_valid_for",
+             f"{self.trainer_tpu_valid_for!r} is not a duration such as 30m, 6h or 7d")
+        for field in ("network", "subnet"):
+            value = getattr(self, field)
+            need(not value or bool(NETWORK_NAME.fullmatch(value)), field,
+                 f"{value!r} is not a network or subnet name (a-z, 0-9, '-', starting with a letter)")
+        regions = sorted({region_of(self.zone_of(role)) for role in self.planned_roles} | {self.region})
+        need(not self.subnet or len(regions) == 1, "subnet",
+             f"a subnet lives in one region, and these roles run in {', '.join(regions)}: put every role in one "
+             "region (--zone), or drop --subnet")
         if self.check_zones and not errors:
             for field, problem in self.zone_problems():
                 need(False, field, problem)
@@ -271,8 +303,13 @@ class DeployConfig:
 
     @property
     def tpu_runtime(self) -> str:
-        """The TPU VM's software version: --trainer-tpu-runtime, else its generation's base image."""
+        """The TPU VM's software version: --trainer-tpu-runtime, else its generation's TensorFlow image."""
         return self.trainer_tpu_runtime or zones.tpu_runtime(self.trainer_tpu) or ""
+
+    @property
+    def tpu_generation(self) -> str:
+        """``v5litepod`` for ``--trainer-tpu v5litepod-8`` ('' without a TPU trainer)."""
+        return zones.tpu_generation(self.trainer_tpu) or ""
 
     def zone_problems(self) -> list[tuple[str, str]]:
         """(flag field, problem) for each accelerator the table does not list in its role's zone."""

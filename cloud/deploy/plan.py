@@ -16,9 +16,15 @@ it.  Flags that take a value are always written ``--flag=value``.
 What can fail for a while and then pass is retried (the script's ``retry``
 function, in its header): IAM grants right after an account is created (the
 account is eventually consistent) and creating a VM (capacity).  A worker VM
-that still cannot be created is named on stderr and the plan goes on; it ends
-with exit status 3 so that a rerun adds what is missing.  The follower and the
-trainer come before the workers, so a zone out of spot GPUs delays nothing else.
+or a GPU/CPU trainer VM that still cannot be created is named on stderr and
+the plan goes on; it ends with exit status 3, naming what is missing, so that
+a rerun adds it.  A TPU trainer is asked for through a *queued resource*
+(``gcloud compute tpus queued-resources create``), which waits for capacity
+for ``--trainer-tpu-valid-for``: the plan queues it before the workers, polls
+it after them (at most ``--trainer-wait-minutes``) until it is ACTIVE or
+FAILED, and deletes a FAILED or SUSPENDED (expired) request before queueing a
+new one.  The follower and the trainer come before the workers, so a zone out
+of spot GPUs delays nothing else.
 
 Accounts and grants (least privilege; ``NAME-<role>`` for each planned role)::
 
@@ -47,6 +53,8 @@ act through their attached service account, and no key is ever created)::
     zerolake-accelerator    cpu | gpu | tpu  (which TensorFlow install.sh installs)
     zerolake-processes      worker processes on this VM (one systemd unit each)
     zerolake-args           extra flags of the role (no commas)
+    zerolake-tpu-generation on a TPU trainer: its row of cloud/deploy/zones.py, whose TensorFlow
+                            environment run-role.sh exports before the role imports TensorFlow
     zerolake-keeper         on, on the one VM that runs the keeper (DeployConfig.keeper_host),
                             with zerolake-deployment (NAME), zerolake-project (P) and
                             zerolake-keep-trainer (on: also start a stopped spot trainer)
@@ -107,11 +115,17 @@ retry() {
     echo "retry: try $n of $tries failed; again in ${wait}s: ${*:1:5} ..." >&2
     sleep "$wait"; n=$((n + 1)); wait=$((wait * 2))
   done
-}"""
+}
+# What could not be had yet (worker VMs, the trainer): named at the end, with exit status 3.
+zerolake_missing="""""
 GRANT_TRIES = 7
 """Tries of an IAM grant: 5+10+...+160 s, over five minutes, as IAM's propagation can take."""
 CREATE_TRIES = 3
 """Tries of creating a VM before it is reported as missing (a stockout can last hours)."""
+POLL_SECONDS = 30
+"""Seconds between two looks at the TPU trainer's queued request (``ZEROLAKE_POLL_SECONDS`` in the
+script's environment overrides it: the tests run the script with 0)."""
+TPU_QUOTA_PAGE = "https://cloud.google.com/tpu/docs/quota"
 
 
 class Raw(str):
@@ -197,6 +211,28 @@ def project_flag(config: DeployConfig) -> str:
 
 def member(config: DeployConfig, role: str) -> str:
     return f"--member=serviceAccount:{config.service_account(role)}"
+
+
+def vm_network_flags(config: DeployConfig) -> list[str]:
+    """Where a Compute Engine VM attaches (``gcloud compute instances create --help``)."""
+    flags = [f"--network={config.network}"] if config.network else []
+    flags += [f"--subnet={config.subnet}"] if config.subnet else []
+    return flags + ([] if config.external_ip else ["--no-address"])
+
+
+def tpu_network_flags(config: DeployConfig) -> list[str]:
+    """The same for a TPU VM's queued request (``gcloud compute tpus queued-resources create --help``)."""
+    flags = [f"--network={config.network}"] if config.network else []
+    flags += [f"--subnetwork={config.subnet}"] if config.subnet else []
+    return flags + ([] if config.external_ip else ["--internal-ips"])
+
+
+def dataflow_network_args(config: DeployConfig) -> list[str]:
+    """The same for Dataflow's workers (Beam's WorkerOptions: --network, --subnetwork, --no_use_public_ips)."""
+    args = [f"--network={config.network}"] if config.network else []
+    if config.subnet:
+        args.append(f"--subnetwork=regions/{config.dataflow_region}/subnetworks/{config.subnet}")
+    return args + ([] if config.external_ip else ["--no_use_public_ips"])
 
 
 # ---- sections ------------------------------------------------------------------------
@@ -448,7 +484,7 @@ def _vm_create(config: DeployConfig, name: str, role: str, *, machine: str, gpu:
         ("enable-guest-attributes=TRUE",)
     flags = [f"--zone={config.zone_of(role)}", project_flag(config), f"--machine-type={machine}",
              *_image_flags(config.gpu_image if gpu else config.cpu_image),
-             f"--boot-disk-size={disk_gb}GB", "--boot-disk-type=pd-balanced",
+             f"--boot-disk-size={disk_gb}GB", "--boot-disk-type=pd-balanced", *vm_network_flags(config),
              f"--service-account={config.service_account(role)}", f"--scopes={CLOUD_PLATFORM_SCOPE}",
              f"--metadata-from-file=startup-script={STARTUP_SCRIPT}",
              metadata(config, role, accelerator, args, processes, extra),
@@ -487,7 +523,8 @@ def worker_steps(config: DeployConfig) -> list[Step]:
     if config.workers and config.worker_gpu:
         steps.append(accelerator_check(config, "worker", "gpu", config.worker_gpu))
     if config.workers:
-        steps.append(Step("workers", "worker VMs that cannot be created are collected here", 'zerolake_missing=""'))
+        steps.append(Step("workers", "worker VMs that cannot be created are collected here",
+                          'zerolake_missing_workers=""'))
     for i in range(config.workers):
         name = worker_name(config, i)
         create = retried(CREATE_TRIES, *_vm_create(config, name, "worker", machine=config.worker_machine_type(),
@@ -496,16 +533,16 @@ def worker_steps(config: DeployConfig) -> list[Step]:
                                                    args=config.worker_args, processes=config.processes_per_worker))
         then = keeper_start_grant(config, name, zone) if config.keeper_host else ":"
         shell = (f"if {_vm_describe(config, name, 'worker')} >/dev/null 2>&1 \\\n    || {create}; then\n"
-                 f"{indent(then)}\nelse\n  zerolake_missing+=\" {name}\"\nfi")
+                 f"{indent(then)}\nelse\n  zerolake_missing_workers+=\" {name}\"\nfi")
         steps.append(Step("workers", f"self-play worker {i + 1} of {config.workers} ({what})", shell))
     if config.workers:
         note = (f"note: these worker VMs could not be created in {zone} (see the gcloud messages above; often no "
                 "spot capacity there right now):")
-        steps.append(Step("workers", "name the missing workers, if any: the rest of the deployment is up, and a "
-                                     "rerun adds them (or choose another --worker-zone)",
-                          f"if [[ -n $zerolake_missing ]]; then\n"
-                          f"  echo {shlex.quote(note)}\"$zerolake_missing; rerun this plan to add them\" >&2\n"
-                          "  exit 3\nfi"))
+        steps.append(Step("workers", "name the missing workers, if any, and go on: a rerun adds them (or choose "
+                                     "another --worker-zone); the plan ends with status 3",
+                          f"if [[ -n $zerolake_missing_workers ]]; then\n"
+                          f"  echo {shlex.quote(note)}\"$zerolake_missing_workers; rerun this plan to add them\" >&2\n"
+                          "  zerolake_missing+=\"$zerolake_missing_workers\"\nfi"))
     if not config.keeper_host:
         # Said in the plan and, when it is applied, on stderr: the deployment will not keep its size.
         steps.append(Step("workers", NO_KEEPER_NOTE, command("echo", f"note: {NO_KEEPER_NOTE}", Raw(">&2"))))
@@ -521,7 +558,8 @@ def dataflow_args(config: DeployConfig) -> str:
         # The image section's build: Beam's SDK image with zerolake installed; workers install nothing at boot.
         f"--sdk_container_image={image_name(config)}:{IMAGE_TAG}",
         f"--service_account_email={config.service_account('shuffle')}",
-        f"--max_num_workers={config.dataflow_max_workers}", f"--machine_type={config.dataflow_machine}"])
+        f"--max_num_workers={config.dataflow_max_workers}", f"--machine_type={config.dataflow_machine}",
+        *dataflow_network_args(config)])
 
 
 def shuffle_runner_args(config: DeployConfig) -> str:
@@ -550,16 +588,7 @@ def trainer_steps(config: DeployConfig) -> list[Step]:
     name = f"{config.name}-trainer"
     zone = config.zone_of("trainer")
     if config.trainer_kind == "tpu":
-        flags = [f"--zone={zone}", project_flag(config), f"--accelerator-type={config.trainer_tpu}",
-                 f"--version={config.tpu_runtime}", f"--service-account={config.service_account('trainer')}",
-                 f"--scopes={CLOUD_PLATFORM_SCOPE}", f"--metadata-from-file=startup-script={STARTUP_SCRIPT}",
-                 metadata(config, "trainer", "tpu", config.trainer_args),
-                 labels(config, "trainer")]
-        describe = gcloud("compute", "tpus", "tpu-vm", "describe", name, f"--zone={zone}", project_flag(config))
-        shell = unless_exists(describe, retried(CREATE_TRIES, "compute", "tpus", "tpu-vm", "create", name, *flags))
-        return [accelerator_check(config, "trainer", "tpu", config.trainer_tpu),
-                Step("trainer", f"the trainer on a Cloud TPU VM ({config.trainer_tpu}, runtime {config.tpu_runtime}; "
-                                "install.sh adds the pinned tensorflow-tpu)", shell)]
+        return [accelerator_check(config, "trainer", "tpu", config.trainer_tpu), tpu_queue_step(config)]
     gpu = config.trainer_gpu
     what = f"{config.trainer_gpu_count} x {gpu}" + (", MirroredStrategy" if config.trainer_gpu_count > 1 else "") \
         if gpu else "CPU"
@@ -568,11 +597,127 @@ def trainer_steps(config: DeployConfig) -> list[Step]:
     create = retried(CREATE_TRIES, *_vm_create(config, name, "trainer", machine=config.trainer_machine_type(),
                                                gpu=gpu, gpu_count=config.trainer_gpu_count, spot=config.trainer_spot,
                                                disk_gb=200 if gpu else 100, args=config.trainer_args))
-    shell = unless_exists(_vm_describe(config, name, "trainer"), create)
-    if config.keeps_trainer:
-        shell += "\n" + keeper_start_grant(config, name, zone)
+    then = keeper_start_grant(config, name, zone) if config.keeps_trainer else ":"
+    note = (f"note: the trainer VM {name} could not be created in {zone} (see the gcloud messages above; often "
+            "no capacity there right now); the other roles go on, and a rerun of this plan adds it")
+    # Not fatal: without a trainer the workers still play (generation 0 or the last model) and the follower
+    # still builds windows, and a rerun creates the trainer, which resumes from ROOT/checkpoints.
+    shell = (f"if {_vm_describe(config, name, 'trainer')} >/dev/null 2>&1 \\\n    || {create}; then\n"
+             f"{indent(then)}\nelse\n  echo {shlex.quote(note)} >&2\n  zerolake_missing+=\" {name}\"\nfi")
     steps = [accelerator_check(config, "trainer", "gpu", gpu)] if gpu else []
     return steps + [Step("trainer", f"the trainer on a {what} VM{keeper}{spot}", shell)]
+
+
+def _queued(config: DeployConfig, verb: str, *words) -> str:
+    """``gcloud compute tpus queued-resources VERB NAME-trainer --zone --project ...`` as words."""
+    return gcloud("compute", "tpus", "queued-resources", verb, f"{config.name}-trainer",
+                  f"--zone={config.zone_of('trainer')}", project_flag(config), *words)
+
+
+def quota_line(config: DeployConfig) -> str:
+    return (f"error: the project has no TPU quota left for {config.trainer_tpu} in {config.zone_of('trainer')} "
+            f"(zero, or used up): ask for it under IAM & Admin > Quotas ({TPU_QUOTA_PAGE}); "
+            "the other roles go on without a trainer")
+
+
+def tpu_queue_step(config: DeployConfig) -> Step:
+    """Queue the TPU trainer (unless queued or there), deleting a FAILED or SUSPENDED request first.
+
+    ``queued-resources create`` returns once the request is in the queue; the
+    TPU VM is created (and its start-up script starts the trainer) whenever
+    capacity comes, until ``--valid-until-duration``.  The request and its TPU
+    VM share the name ``NAME-trainer``.  A TPU VM of that name created without
+    a request (an older plan's ``tpu-vm create``) is left alone.
+    """
+    name = f"{config.name}-trainer"
+    zone = config.zone_of("trainer")
+    create = _queued(config, "create", f"--node-id={name}", f"--accelerator-type={config.trainer_tpu}",
+                     f"--runtime-version={config.tpu_runtime}",
+                     f"--valid-until-duration={config.trainer_tpu_valid_for}",
+                     f"--service-account={config.service_account('trainer')}", f"--scopes={CLOUD_PLATFORM_SCOPE}",
+                     f"--metadata-from-file=startup-script={STARTUP_SCRIPT}",
+                     metadata(config, "trainer", "tpu", config.trainer_args,
+                              extra=(f"zerolake-tpu-generation={config.tpu_generation}",)),
+                     labels(config, "trainer"), *tpu_network_flags(config))
+    state = _queued(config, "describe", "--format=value(state.state)")
+    node = gcloud("compute", "tpus", "tpu-vm", "describe", name, f"--zone={zone}", project_flag(config))
+    delete = _queued(config, "delete", "--force", "--quiet")
+    shell = "\n".join([
+        f"zerolake_tpu_state=$({state} 2>/dev/null || true)",
+        'if [[ $zerolake_tpu_state == FAILED || $zerolake_tpu_state == SUSPENDED ]]; then',
+        f"  echo \"note: the trainer's earlier TPU request is $zerolake_tpu_state (failed, or expired after "
+        f"--trainer-tpu-valid-for); deleting it to queue a new one\" >&2",
+        indent(delete),
+        '  zerolake_tpu_state=""',
+        "fi",
+        f"if [[ -z $zerolake_tpu_state ]] && {node} >/dev/null 2>&1; then",
+        "  zerolake_tpu_state=NODE        # a TPU VM made without a request: nothing to queue or wait for",
+        "elif [[ -z $zerolake_tpu_state ]]; then",
+        f"  if zerolake_out=$({create.replace(chr(10), chr(10) + '    ')} 2>&1); then",
+        '    zerolake_tpu_state=QUEUED',
+        "  else",
+        '    if grep -qi quota <<< "$zerolake_out"; then',
+        f"      echo {shlex.quote(quota_line(config))} >&2",
+        "    else",
+        '      printf \'%s\\n\' "$zerolake_out" >&2',
+        "    fi",
+        f'    zerolake_tpu_state=NONE; zerolake_missing+=" {name}"',
+        "  fi",
+        "fi"])
+    return Step("trainer", f"queue the trainer's Cloud TPU VM ({config.trainer_tpu}, runtime {config.tpu_runtime}, "
+                           f"waiting for capacity up to {config.trainer_tpu_valid_for}; install.sh adds the pinned "
+                           "tensorflow-tpu, run-role.sh its PJRT environment)", shell)
+
+
+def tpu_wait_step(config: DeployConfig) -> Step:
+    """After the workers: poll the queued request until ACTIVE or FAILED, or ``--trainer-wait-minutes``."""
+    name = f"{config.name}-trainer"
+    state = _queued(config, "describe", "--format=value(state.state)")
+    reason = _queued(config, "describe", "--format=value(state.failedData.error.message)")
+    minutes = config.trainer_wait_minutes
+    still = (f"note: the trainer's TPU request is still $zerolake_tpu_state after {minutes} minutes; it stays "
+             f"queued until --trainer-tpu-valid-for ({config.trainer_tpu_valid_for}) and the TPU VM starts "
+             "training when capacity comes (see it with: gcloud compute tpus queued-resources list "
+             f"--zone={config.zone_of('trainer')})")
+    failed = ("error: the trainer's TPU request is $zerolake_tpu_state: ${zerolake_reason:-no reason given}; "
+              "a rerun of this plan deletes it and queues a new one")
+    waiting = " || ".join(f"$zerolake_tpu_state == {s}" for s in ("QUEUED", "CREATING", "ACCEPTED",
+                                                                 "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"))
+    shell = "\n".join([
+        f"if [[ {waiting} ]]; then",
+        f"  zerolake_deadline=$((SECONDS + {minutes * 60}))",
+        "  while :; do",
+        f"    zerolake_tpu_state=$({state} 2>/dev/null || echo UNKNOWN)",
+        '    case "$zerolake_tpu_state" in',
+        "      ACTIVE)",
+        "        echo \"the trainer's TPU is ACTIVE: its start-up script installs and starts the trainer\" >&2",
+        "        break ;;",
+        "      FAILED|SUSPENDED)",
+        f"        zerolake_reason=$({reason} 2>/dev/null || true)",
+        '        if grep -qi quota <<< "$zerolake_reason"; then',
+        f"          echo {shlex.quote(quota_line(config))} >&2",
+        "        else",
+        f'          echo "{failed}" >&2',
+        "        fi",
+        f'        zerolake_missing+=" {name}"; break ;;',
+        "    esac",
+        "    if (( SECONDS >= zerolake_deadline )); then",
+        f'      echo "{still}" >&2',
+        f'      zerolake_missing+=" {name} (queued: $zerolake_tpu_state)"; break',
+        "    fi",
+        f'    sleep "${{ZEROLAKE_POLL_SECONDS:-{POLL_SECONDS}}}"',
+        "  done",
+        "fi"])
+    return Step("trainer", f"wait for the trainer's TPU (ACTIVE or FAILED, at most {minutes} minutes; the "
+                           "workers were created meanwhile)", shell)
+
+
+def missing_step() -> Step:
+    return Step("summary", "name what could not be had yet; everything else is up, and a rerun adds the rest",
+                'if [[ -n $zerolake_missing ]]; then\n'
+                '  echo "note: not up yet:$zerolake_missing; the other roles are running, and a rerun of this plan '
+                'adds what is missing" >&2\n'
+                "  exit 3\nfi")
 
 
 def build_plan(config: DeployConfig) -> list[Step]:
@@ -581,7 +726,12 @@ def build_plan(config: DeployConfig) -> list[Step]:
                 "package": package_steps, "image": image_steps, "workers": worker_steps,
                 "shuffle": lambda c: shuffle_steps(c) if c.shuffle else [],
                 "trainer": lambda c: trainer_steps(c) if c.trainer_kind else []}
-    return [step for section in config.sections for step in builders[section](config)]
+    steps = [step for section in config.sections for step in builders[section](config)]
+    if "trainer" in config.sections and config.trainer_kind == "tpu":
+        steps.append(tpu_wait_step(config))         # after the workers: they need not wait for a TPU
+    if {"trainer", "workers"} & set(config.sections):
+        steps.append(missing_step())
+    return steps
 
 
 # ---- down -------------------------------------------------------------------------------
@@ -624,6 +774,10 @@ def build_down_plan(config: DeployConfig, *, keep_workers: int = 0, workers_only
     steps.append(Step("trainer", "a TPU trainer (it saves a checkpoint and releases its lease on SIGTERM)",
                       f'{tpu_list} | while read -r name; do\n  if [[ $name == "{config.name}-trainer" ]]; then\n'
                       f"    {tpu_delete}\n  fi\ndone"))
+    steps.append(Step("trainer", "the TPU trainer's queued request (--force: with its TPU VM, if any is left), so "
+                                 "it cannot bring a TPU back later",
+                      f"if {_queued(config, 'describe')} >/dev/null 2>&1; then\n"
+                      f"{indent(_queued(config, 'delete', '--force', '--quiet'))}\nfi"))
     steps.append(Step("shuffle", "Dataflow jobs still running (a stopped follower's job ends by itself; "
                                  "cancel one with `gcloud dataflow jobs cancel`)",
                       gcloud("dataflow", "jobs", "list", f"--region={config.dataflow_region}", project_flag(config),

@@ -5,7 +5,8 @@
 #   run-role.sh worker INDEX | shuffle | trainer
 #
 # From the environment (systemd: /etc/zerolake/zerolake.env): ZEROLAKE_ROOT,
-# ZEROLAKE_ACCELERATOR (cpu|gpu|tpu), ZEROLAKE_ARGS (extra flags, split on
+# ZEROLAKE_ACCELERATOR (cpu|gpu|tpu), ZEROLAKE_TPU_GENERATION (with tpu: the
+# generation's row of cloud/deploy/zones.py), ZEROLAKE_ARGS (extra flags, split on
 # spaces), ZEROLAKE_PROCESSES (worker processes on this VM, default 1: on a
 # CPU VM they split the cores between their int8 networks), ZEROLAKE_PREFIX (default /opt/zerolake), ZEROLAKE_STATE (default
 # /var/lib/zerolake: spools, model caches, the trainer's stage folder).
@@ -21,6 +22,18 @@ PY="$PREFIX/venv/bin/python"
 : "${ZEROLAKE_ROOT:?run-role.sh: ZEROLAKE_ROOT is not set (/etc/zerolake/zerolake.env)}"
 read -r -a EXTRA <<< "${ZEROLAKE_ARGS:-}"
 mkdir -p "$STATE"
+
+# On a TPU VM the role's TensorFlow (tensorflow-tpu from pip, on the PJRT runtime) sees the TPU only
+# when its environment is set before TensorFlow is imported: PJRT_DEVICE, NEXT_PLUGGABLE_DEVICE_USE_C_API
+# and TF_PLUGGABLE_DEVICE_LIBRARY_PATH (this venv's libtpu).  The installed package prints the
+# generation's row of its one table (cloud/deploy/zones.py), so this script holds no second copy.
+if [[ "${ZEROLAKE_ACCELERATOR:-cpu}" == tpu ]]; then
+    : "${ZEROLAKE_TPU_GENERATION:?run-role.sh: ZEROLAKE_TPU_GENERATION is not set (metadata zerolake-tpu-generation)}"
+    tpu_env=$("$PY" -m cloud.deploy.zones environment "$ZEROLAKE_TPU_GENERATION") || exit 2
+    while IFS= read -r line; do
+        [[ -n "$line" ]] && export "${line?}"
+    done <<< "$tpu_env"
+fi
 
 case "$ROLE" in
     worker)

@@ -9,16 +9,20 @@
 #        ROOT         the lake, gs://BUCKET/RUN
 #        PACKAGE      gs:// URL (or local path) of the zerolake sdist
 #        ACCELERATOR  cpu | gpu | tpu
+#        TPU_GENERATION  with tpu: the TPU's row of cloud/deploy/zones.py (v5litepod, ...),
+#                     whose TensorFlow environment run-role.sh exports
 #        PROCESSES    worker processes on this VM (one systemd unit each)
 #        ARGS         extra flags of the role
 #        KEEPER       on | off (default): run the keeper on this VM, with
 #        DEPLOYMENT   the deployment name and
 #        PROJECT      its project (both needed when KEEPER is on), and
 #        KEEP_TRAINER on | off (default): the keeper also starts a stopped spot trainer
-#        LOGGING      on (default) | off: ship the journal to Cloud Logging (the Ops Agent)
-#   2. with LOGGING on, install Google's Ops Agent if missing and have it send
-#      the zerolake units' journal to Cloud Logging (a failure is logged and
-#      the role starts anyway: its log is then on this VM only);
+#        LOGGING      on (default: the zerolake units' journal) | all (the whole
+#                     journal) | off: what the Ops Agent ships to Cloud Logging
+#   2. (after step 4) with LOGGING on or all, start zerolake-logging.service
+#      without waiting for it: cloud/vm/ship-logs.sh installs Google's Ops
+#      Agent if missing, retried every 2 minutes until it installs, and has it
+#      send the journal, JSON events parsed into fields, to Cloud Logging;
 #   3. download the sdist (curl, with the VM service account's token from the
 #      metadata server; never printed or stored), unpack it to
 #      /opt/zerolake/src, and install it with cloud/vm/install.sh into
@@ -99,6 +103,7 @@ ROLE=$(setting role)
 ROOT=$(setting root)
 PACKAGE=$(setting package)
 ACCELERATOR=$(setting accelerator cpu)
+TPU_GENERATION=$(setting tpu-generation "")
 PROCESSES=$(setting processes 1)
 ARGS=$(setting args "")
 KEEPER=$(setting keeper off)
@@ -115,7 +120,9 @@ if [[ "${ZEROLAKE_FOREGROUND:-0}" != 1 && ( "$PREFIX" != /opt/zerolake || "$STAT
     exit 2
 fi
 case "$KEEP_TRAINER" in on|off) ;; *) echo "startup.sh: keep-trainer '$KEEP_TRAINER' is not on or off (metadata zerolake-keep-trainer)" >&2; exit 2 ;; esac
-case "$LOGGING" in on|off) ;; *) echo "startup.sh: logging '$LOGGING' is not on or off (metadata zerolake-logging)" >&2; exit 2 ;; esac
+case "$LOGGING" in on|all|off) ;; *) echo "startup.sh: logging '$LOGGING' is not on, all or off (metadata zerolake-logging)" >&2; exit 2 ;; esac
+[[ "$TPU_GENERATION" =~ ^[a-z0-9]*$ && ( "$ACCELERATOR" != tpu || -n "$TPU_GENERATION" ) ]] || {
+    echo "startup.sh: accelerator tpu needs tpu-generation, such as v5litepod (metadata zerolake-tpu-generation), not '$TPU_GENERATION'" >&2; exit 2; }
 [[ "$KEEPER" == off || ( -n "$DEPLOYMENT" && -n "$PROJECT" ) ]] || {
     echo "startup.sh: keeper is on but deployment or project is not set (metadata zerolake-deployment, zerolake-project)" >&2; exit 2; }
 
@@ -139,35 +146,8 @@ install_package() {   # fetch and install the sdist unless installed; 1 on any f
     echo "$digest $ACCELERATOR" > "$PREFIX/installed"
 }
 
-ship_logs() {   # the Ops Agent, sending the zerolake units' journal to Cloud Logging; never fatal
-    [[ "$LOGGING" == on && "${ZEROLAKE_FOREGROUND:-0}" != 1 ]] || return 0
-    if ! systemctl cat google-cloud-ops-agent.service >/dev/null 2>&1; then
-        log "installing the Ops Agent (logs to Cloud Logging)"
-        if ! (cd /tmp && curl -fsSO https://dl.google.com/cloudagents/add-google-cloud-ops-agent-repo.sh \
-                && bash add-google-cloud-ops-agent-repo.sh --also-install); then
-            log "WARNING: the Ops Agent did not install: this VM's log stays in its journal (journalctl -u 'zerolake-*')"
-            return 0
-        fi
-    fi
-    mkdir -p /etc/google-cloud-ops-agent
-    cat > /etc/google-cloud-ops-agent/config.yaml <<'YAML'
-# zerolake (cloud/vm/startup.sh): the systemd journal, where every zerolake unit and the start-up script write.
-logging:
-  receivers:
-    zerolake_journal:
-      type: systemd_journald
-  service:
-    pipelines:
-      zerolake:
-        receivers: [zerolake_journal]
-YAML
-    systemctl restart google-cloud-ops-agent >/dev/null 2>&1 \
-        || log "WARNING: the Ops Agent did not restart: this VM's log stays in its journal"
-}
-
 mkdir -p "$PREFIX" "$STATE"
 log "role $ROLE, root $ROOT, accelerator $ACCELERATOR, package $PACKAGE"
-ship_logs
 report installing
 attempt=1
 wait="${ZEROLAKE_INSTALL_RETRY_SECONDS:-30}"
@@ -185,7 +165,7 @@ RUN_ROLE="$PREFIX/src/cloud/vm/run-role.sh"
 if [[ "${ZEROLAKE_FOREGROUND:-0}" == 1 ]]; then
     log "foreground: $ROLE process 0 (ZEROLAKE_FOREGROUND=1; no systemd)"
     export ZEROLAKE_ROLE="$ROLE" ZEROLAKE_ROOT="$ROOT" ZEROLAKE_ACCELERATOR="$ACCELERATOR" ZEROLAKE_ARGS="$ARGS" \
-        ZEROLAKE_PREFIX="$PREFIX" ZEROLAKE_STATE="$STATE"
+        ZEROLAKE_PREFIX="$PREFIX" ZEROLAKE_STATE="$STATE" ZEROLAKE_TPU_GENERATION="$TPU_GENERATION"
     cd "$STATE"
     exec "$RUN_ROLE" "$ROLE" 0
 fi
@@ -196,11 +176,13 @@ cat > /etc/zerolake/zerolake.env <<ENV
 ZEROLAKE_ROLE="$ROLE"
 ZEROLAKE_ROOT="$ROOT"
 ZEROLAKE_ACCELERATOR="$ACCELERATOR"
+ZEROLAKE_TPU_GENERATION="$TPU_GENERATION"
 ZEROLAKE_ARGS="$ARGS"
 ZEROLAKE_PROCESSES="$PROCESSES"
 ZEROLAKE_DEPLOYMENT="$DEPLOYMENT"
 ZEROLAKE_PROJECT="$PROJECT"
 ZEROLAKE_KEEP_TRAINER="$KEEP_TRAINER"
+ZEROLAKE_LOGGING="$LOGGING"
 ZEROLAKE_PREFIX="$PREFIX"
 ZEROLAKE_STATE="$STATE"
 ENV
@@ -217,6 +199,14 @@ systemctl enable "${units[@]}"
 systemctl restart "${units[@]}"
 log "started ${units[*]}: journalctl -u 'zerolake-*' -f"
 report running
+
+if [[ "$LOGGING" != off ]]; then
+    systemctl enable zerolake-logging.service >/dev/null 2>&1 || true
+    systemctl restart --no-block zerolake-logging.service \
+        || log "WARNING: zerolake-logging.service did not start: this VM's log stays in its journal"
+else
+    systemctl disable --now zerolake-logging.service >/dev/null 2>&1 || true
+fi
 
 if [[ "$KEEPER" == on ]]; then
     # keep-workers.sh needs gcloud (Google's Debian 12 images carry it); say so now, not only in each pass's failure.
