@@ -22,7 +22,7 @@ Layout of ``DIR``::
     DIR/STAGE_ROOT                 the root URL this directory stages (one root per DIR)
     DIR/windows/<gen>/<shard>      local copies of the window being trained (other copies removed)
     DIR/checkpoints/               CheckpointManager's directory
-    DIR/logs/                      TensorBoard summaries (unless --log-dir)
+    DIR/logs/                      TensorBoard summaries (unless --log-dir), copied to ROOT/logs
 
 Data flow::
 
@@ -36,6 +36,17 @@ Data flow::
               2. the state file, replaced (write_replace) LAST, so ROOT never points
                  at a checkpoint whose files are not all there
               3. files of checkpoints the manager dropped, deleted from ROOT (best effort)
+
+    logs    DIR/logs/<file> --> ROOT/logs/<file>  (push_logs: a file whose size
+            changed since its last upload is uploaded whole, write_replace; at most
+            every ``at_most_every`` seconds, and at every checkpoint)
+
+Summaries: TensorFlow appends to its event files in DIR/logs, and a deployed
+trainer's DIR is on the VM's disk, which ``down`` deletes with the VM; so the
+files go up to ROOT/logs, where ``tensorboard --logdir ROOT/logs`` reads them
+during the run and after it (TensorFlow's own gs:// cannot reach an emulator,
+so this goes through the storage layer, as checkpoints do).  An upload that
+fails is logged and tried again at the next push: training never waits on it.
 
 A pull downloads only the latest checkpoint into ``DIR/checkpoints.incoming``
 and swaps it in whole, so a pull killed half-way leaves ``DIR`` without a
@@ -58,6 +69,7 @@ import logging
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass
 
 from cloud.base import AlreadyExists, NotFound, StorageError
@@ -200,6 +212,8 @@ class Stage:
         self.windows_dir = os.path.join(self.directory, layout.WINDOWS_DIR)
         self.checkpoint_dir = os.path.join(self.directory, layout.CHECKPOINTS_DIR)
         self.log_dir = os.path.join(self.directory, layout.trainer_logs_dir())
+        self._logs_pushed: dict[str, int] = {}   # DIR/logs-relative name -> size last uploaded
+        self._logs_pushed_at = float("-inf")
 
     @property
     def remote_checkpoints(self) -> str:
@@ -412,4 +426,35 @@ class Stage:
                 log.warning("could not delete old checkpoint file %s: %s", name, exc)
         return deleted
 
+    # --- TensorBoard summaries --------------------------------------------------------
+    def push_logs(self, *, at_most_every: float = 0.0, now: float | None = None) -> int:
+        """Upload DIR/logs' files that grew since their last upload to ROOT/logs (same names); how many.
 
+        Event files only grow, so a file whose size is the one last uploaded is
+        skipped.  ``at_most_every`` seconds must have passed since the last
+        push (0: always push).  A storage error is logged, not raised: the
+        next push tries again, and training goes on.
+        """
+        now = time.monotonic() if now is None else now
+        if now - self._logs_pushed_at < at_most_every or not os.path.isdir(self.log_dir):
+            return 0
+        self._logs_pushed_at = now
+        uploaded = 0
+        for folder, _, names in os.walk(self.log_dir):
+            for name in sorted(names):
+                local = os.path.join(folder, name)
+                relative = os.path.relpath(local, self.log_dir).replace(os.sep, "/")
+                size = os.path.getsize(local)
+                if self._logs_pushed.get(relative) == size:
+                    continue
+                with open(local, "rb") as handle:
+                    data = handle.read()
+                try:
+                    self.storage.write_replace(f"{layout.trainer_logs_dir()}/{relative}", data)
+                except StorageError as exc:
+                    log.warning("could not upload summaries %s to %s (tried again at the next push): %s",
+                                relative, self.storage.url(layout.trainer_logs_dir()), exc)
+                    continue
+                self._logs_pushed[relative] = len(data)
+                uploaded += 1
+        return uploaded
