@@ -89,8 +89,9 @@ from tensorflow.core.framework import summary_pb2
 from format import layout, schema
 from format.events import EventLog
 from format.run_config import read_run_config
-from format.registry import (AlreadyPublished, advance_latest, is_published, latest_generation, publish_model,
-                             read_manifest)
+from cloud.base import NotFound
+from format.registry import (AlreadyPublished, RegistryError, advance_latest, is_published, latest_generation,
+                             publish_model, read_manifest)
 from format.game_table import read_window_table
 from format.planes import input_from_record_planes
 from format.example_fields import FormatError
@@ -102,7 +103,8 @@ from model.cpu_int8 import CALIBRATION_POSITIONS, CHECK_POSITIONS, add_cpu_int8
 from model.export import export_inference_model
 from model.staging import STATE_FILE, Stage, resolve_stage_dir
 from model.trainer import METRIC_NAMES, ResolvedStrategy, Trainer, network_config, summarize
-from model.windows import LakeError, Skipped, Window, plan_next, scan_windows, window_steps
+from model.windows import (LakeError, Skipped, Window, new_rows, plan_next, samples_per_row_steps, scan_windows,
+                           window_steps)
 
 log = logging.getLogger(__name__)
 
@@ -359,16 +361,46 @@ class TrainingRun:
             _say(f"resuming window {layout.generation_dir(generation)} at step "
                  f"{int(self.trainer.window_step.numpy())}/{int(self.trainer.window_steps_total.numpy())}")
         else:
-            steps = self.config.steps_per_window or window_steps(window, self.trainer.global_batch,
-                                                                 self.config.epochs_per_window)
+            steps, rule = self._window_steps(window, latest)
             self.trainer.start_window(generation, steps)
             self._saved_step = 0
             _say(f"training window {layout.generation_dir(generation)}: "
-                 f"{window.positions} positions in {len(window.shards)} shards, {steps} steps")
+                 f"{window.positions} positions in {len(window.shards)} shards, {steps} steps ({rule})")
         self.events.emit("window_started", generation=generation,
                          steps=int(self.trainer.window_steps_total.numpy()),
-                         start_step=int(self.trainer.window_step.numpy()), resumed=plan.resume)
+                         start_step=int(self.trainer.window_step.numpy()), resumed=plan.resume,
+                         global_step=self.trainer.global_step)
         return window
+
+    def _window_steps(self, window: Window, latest: int | None) -> tuple[int, str]:
+        """(steps for a window started afresh, how they were chosen): --steps-per-window, else the
+        samples-per-row rule on the rows new since LATEST's window (model.windows.new_rows), else
+        --epochs-per-window passes (the rule is off, or the new rows are unknown)."""
+        cfg = self.config
+        if cfg.steps_per_window:
+            return cfg.steps_per_window, "--steps-per-window"
+        if cfg.samples_per_row:
+            rows = new_rows(window, self._previous_lake_bytes(latest))
+            if rows is not None:
+                steps = samples_per_row_steps(rows, cfg.samples_per_row, self.trainer.global_batch,
+                                              cfg.min_steps_per_window, cfg.max_steps_per_window)
+                return steps, f"{rows} new rows x {cfg.samples_per_row:g} samples per row"
+        steps = window_steps(window, self.trainer.global_batch, cfg.epochs_per_window)
+        return steps, f"{cfg.epochs_per_window:g} epochs"
+
+    def _previous_lake_bytes(self, latest: int | None) -> int | None:
+        """The lake's chunk bytes at the plan of the window LATEST was trained on: the model's
+        'window_lake_bytes' metadata, or (a model published before it) that window's manifest while
+        retention keeps it; 0 before any model; None when neither says."""
+        if latest is None:
+            return 0
+        try:
+            recorded = read_manifest(self.storage, latest).metadata.get("window_lake_bytes")
+            if isinstance(recorded, int) and not isinstance(recorded, bool):
+                return recorded
+            return layout.read_window_manifest(self.storage, latest).planned_lake_bytes
+        except (RegistryError, layout.ManifestError, NotFound):
+            return None
 
     def _without_damaged(self, scan):
         """``scan`` with the windows this process found damaged moved from good to bad."""
@@ -615,6 +647,8 @@ class TrainingRun:
             "network": dataclasses.asdict(self.net_config),
             "global_step": self.trainer.global_step,
             "window": window.path, "window_positions": window.positions,
+            # The next window's new rows are counted from here (model.windows.new_rows).
+            "window_lake_bytes": window.planned_lake_bytes,
             "window_steps": int(self.trainer.window_steps_total.numpy()),
             "skipped_windows": [item.as_metadata() for item in self._skipped_below],
             "swa_decay": self.config.swa_decay, "feature_set_planes": self.net_config.input_planes,
