@@ -104,3 +104,8 @@ echo "[setup] installing zerolake${EXTRAS} for $ACCELERATOR (compiles the Cython
 # than downloading a second copy into a throwaway build environment.
 $VPY -m pip install -q --no-build-isolation -e ".${EXTRAS}"
 echo "[setup] done: $($VPY --version), extensions built in $(if [[ "${ZEROLAKE_BOUNDSCHECK:-0}" == 1 ]]; then echo bounds-checked; else echo fast; fi) mode"
+if [[ $ACCELERATOR == tpu ]]; then
+    # tensorflow-tpu on the PJRT runtime sees the TPU only with its environment set before import
+    # (docs/accelerators.md); the values come from the one table in cloud/deploy/zones.py.
+    echo "[setup] on this TPU VM, before running zerolake: export \$(.venv/bin/python -m cloud.deploy.zones environment GENERATION | xargs)   # GENERATION: v2 v3 v4 v5litepod v5p v6e"
+fi
