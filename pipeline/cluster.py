@@ -16,7 +16,8 @@ Terms
 ``shuffle``, ``trainer``) and *kind* (``worker``, ``shuffle``, ``train``).
 A role that exits, for whatever reason, is started again after a short
 backoff (doubling while it keeps dying young), with the same arguments, so
-it resumes from its spool, its checkpoint or the lake.
+it resumes from its spool, its checkpoint or the lake.  A role dies with the
+launcher (PR_SET_PDEATHSIG): a SIGKILLed launcher leaves none running.
 
 *state dir* (``--state-dir``, default ``./cluster-state/<hash of root>``):
 what a machine would keep on its local disk.  Per role: ``spool/`` (worker),
@@ -35,7 +36,10 @@ Data flow of what the launcher itself knows: it reads ONLY the roles'
 structured events (:class:`format.events.EventTail`) and the lake (paths from
 :mod:`format.layout`, through :mod:`cloud.storage`).  Every few seconds it
 prints one status line (generation = LATEST, games, positions, chunks, each
-role's state and restarts, the last loss) and emits a ``status`` event.
+role's state and restarts, the last loss, the share of the cores the roles
+used so far: pipeline.launcher's CPU accounting) and emits a ``status``
+event with each role's share too.  pipeline.loop's concurrent schedule runs
+its roles with this supervisor.
 
 Chaos
 -----
@@ -83,8 +87,9 @@ from format.registry import latest_generation
 from model.config import TrainConfig
 from pipeline.config import ShuffleConfig
 from pipeline.chaos_audit import ZERO_LOSS_KEYS, audit_run
-from pipeline.launcher import (STOP_GRACE_SECONDS, ignore_sigint_and_sigterm, say, signal_group, start_child,
-                               stop_groups, stop_on_sigint_and_sigterm)
+from pipeline.launcher import (STOP_GRACE_SECONDS, cpu_seconds_of_trees, cpu_share, die_with_parent,
+                               ignore_sigint_and_sigterm, say, signal_group, start_child, stop_groups,
+                               stop_on_sigint_and_sigterm, waited_children_cpu_seconds)
 from selfplay.config import WorkerConfig
 
 KINDS = ("worker", "shuffle", "train")
@@ -191,9 +196,9 @@ class ClusterConfig:
         return [arg for k, args in self.role_args if k == kind for arg in args]
 
 
-def default_state_dir(root: str) -> str:
-    """``./cluster-state/<12 hex of sha256(root)>``: one state folder per root."""
-    return os.path.join("cluster-state", hashlib.sha256(root.encode()).hexdigest()[:12])
+def default_state_dir(root: str, folder: str = "cluster-state") -> str:
+    """``./<folder>/<12 hex of sha256(root)>``: one state folder per root (pipeline.loop's is loop-state)."""
+    return os.path.join(folder, hashlib.sha256(root.encode()).hexdigest()[:12])
 
 
 # --------------------------------------------------------------------------
@@ -277,6 +282,14 @@ class Role:
     pids: list = field(default_factory=list)
     last_returncode: int | None = None
     stopped: bool = False
+    cpu_done: float = 0.0
+    """CPU seconds of this role's exited processes (each process's last sample, with its descendants)."""
+    cpu_live: float = 0.0
+    """CPU seconds so far of the running process and its descendants (the last sample)."""
+
+    @property
+    def cpu_seconds(self) -> float:
+        return self.cpu_done + self.cpu_live
 
     @property
     def name(self) -> str:
@@ -421,6 +434,7 @@ class Cluster:
         self.started_wall = time.time()
         self.stopped_wall = 0.0
         self.env = child_env(config.child_threads)
+        self.cpu_waited_at_start = waited_children_cpu_seconds()
 
     # --- processes ------------------------------------------------------------
     def start(self, role: Role) -> None:
@@ -432,9 +446,17 @@ class Cluster:
             log.flush()
             # A session of its own: a Ctrl-C at the terminal reaches only the
             # launcher, which then stops each child with SIGTERM.
+            # Each child dies with the launcher (a SIGKILLed launcher leaves no role running, holding
+            # the trainer lease or playing into the lake unsupervised); a rerun starts them again.
             nice = self.config.worker_nice if role.kind == "worker" else 0
+            with_parent = die_with_parent(os.getpid())
+
+            def setup():
+                with_parent()
+                if nice:
+                    os.nice(nice)
             role.process = start_child(role.spec.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, preexec_fn=(lambda: os.nice(nice)) if nice else None)
+                                       stderr=subprocess.STDOUT, preexec_fn=setup)
         if role.pids:
             role.restarts += 1
         role.pids.append(role.process.pid)
@@ -449,6 +471,8 @@ class Cluster:
             return
         uptime = now - role.started_at
         role.last_returncode = code
+        role.cpu_done += role.cpu_live
+        role.cpu_live = 0.0
         self.events.emit("role_exited", name=role.name, returncode=code, pid=role.process.pid,
                          uptime_s=round(uptime, 1))
         role.process = None
@@ -476,6 +500,7 @@ class Cluster:
     def stop_all(self) -> None:
         """SIGTERM every child, give each its grace (--stop-grace for all, or each role's own:
         pipeline.launcher.STOP_GRACE_SECONDS), then SIGKILL stragglers."""
+        self.sample_cpu()   # each role's share up to the stop (what the stop costs counts in the total only)
         live = [r for r in self.roles if r.running]
         graces = {role.name: self.config.stop_grace or STOP_GRACE_SECONDS[role.kind] for role in live}
         killed = stop_groups([role.process for role in live], [graces[role.name] for role in live])
@@ -488,14 +513,32 @@ class Cluster:
         for role in self.roles:
             role.process = None
             role.stopped = True
+            role.cpu_done += role.cpu_live   # waited for now: counted by getrusage from here on
+            role.cpu_live = 0.0
 
     # --- status -----------------------------------------------------------------
+    def sample_cpu(self) -> None:
+        """Each running role's CPU seconds so far (its process and descendants, pipeline.launcher)."""
+        running = {r.process.pid: r for r in self.roles if r.running}
+        for pid, seconds in cpu_seconds_of_trees(running).items():
+            running[pid].cpu_live = seconds
+
+    def cpu(self) -> dict:
+        """CPU the roles used since this launcher started them: ``cpu_seconds`` (user + system, every
+        process: the waited ones exactly, from getrusage, plus the running ones' last sample),
+        ``cpu_share`` of all cores over the wall time, and each role's share (from its samples)."""
+        wall = time.monotonic() - self.started
+        total = waited_children_cpu_seconds() - self.cpu_waited_at_start + sum(r.cpu_live for r in self.roles)
+        return {"cpu_seconds": round(total, 1), "cpu_share": round(cpu_share(total, wall), 3),
+                "cores": os.cpu_count() or 1, "wall_seconds": round(wall, 1),
+                "role_cpu_share": {r.name: round(cpu_share(r.cpu_seconds, wall), 3) for r in self.roles}}
+
     def status(self) -> dict:
         totals = self.observer.totals()
         roles = {r.name: {"state": r.state, "restarts": r.restarts, "kills": r.kills} for r in self.roles}
         return {"generation": self.observer.latest or 0, "games": totals["games"],
                 "positions": totals["positions"], "chunks": self.observer.chunks, "loss": totals["loss"],
-                "roles": roles, "kills": sum(r.kills for r in self.roles)}
+                "roles": roles, "kills": sum(r.kills for r in self.roles), **self.cpu()}
 
     def status_line(self, status: dict) -> str:
         elapsed = int(time.monotonic() - self.started)
@@ -504,7 +547,7 @@ class Cluster:
         chaos = f" | kills {status['kills']}" if self.chaos else ""
         return (f"[cluster {elapsed // 60:02d}:{elapsed % 60:02d}] generation {status['generation']} | "
                 f"games {status['games']} positions {status['positions']} chunks {status['chunks']} | "
-                f"{roles} | loss {loss}{chaos}")
+                f"{roles} | loss {loss} | cpu {status['cpu_share']:.0%} of {status['cores']} cores{chaos}")
 
     # --- the run ------------------------------------------------------------------
     def goal_reached(self) -> bool:
@@ -521,6 +564,7 @@ class Cluster:
         self.observer.poll_events()
         self.observer.sample_latest()
         if now >= next_status:
+            self.sample_cpu()
             self.observer.count_chunks()
             status = self.status()
             self.events.emit("status", **status)

@@ -20,12 +20,20 @@ checkpoints, a follower releases its claim), waits up to a grace period,
 SIGKILLs the groups whose leader is still running, and finally SIGKILLs
 whatever is left in every group (processes that outlived their leader).
 
+*What the children cost.*  A launcher reports the CPU its roles used
+(:func:`cpu_seconds_of_trees` for the live ones, read from /proc,
+:func:`waited_children_cpu_seconds` for those it has waited for, each with
+whatever they waited for in turn: a follower's window jobs and their Beam
+workers), as a share of the machine's cores over the wall time
+(:func:`cpu_share`).
+
 This module lives in ``pipeline`` (layer 3 of tests/test_layering.py) so that
 both the follower and the launchers above it may import it.
 """
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -132,3 +140,52 @@ def die_with_parent(parent_pid: int):
         if os.getppid() != parent_pid:
             os._exit(1)  # the parent died before prctl took effect
     return setup
+
+
+def waited_children_cpu_seconds() -> float:
+    """User + system CPU seconds of every child this process has waited for (and of what they waited for)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_seconds_of_trees(pids: typing.Iterable[int]) -> dict[int, float]:
+    """User + system CPU seconds so far of each live process in ``pids`` with every live descendant
+    (a follower's window job runs in a session of its own, its Beam workers in the job's), each with
+    the children it has waited for, from /proc/<pid>/stat.  A process gone before it was read is left
+    out; so is a pid that is not alive.  Empty where there is no /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    own: dict[int, float] = {}
+    try:
+        listed = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return {}
+    for pid in listed:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ')'.
+        fields = stat[stat.rindex(b")") + 2:].split()
+        parent[pid] = int(fields[1])
+        own[pid] = sum(int(f) for f in fields[11:15]) / ticks   # utime, stime, cutime, cstime
+    seconds = {}
+    for root in pids:
+        if root not in own:
+            continue
+        total = 0.0
+        for pid in own:
+            ancestor = pid
+            while ancestor > 1 and ancestor != root:      # walk up to init, or to the root
+                ancestor = parent.get(ancestor, 0)
+            if ancestor == root:
+                total += own[pid]
+        seconds[root] = total
+    return seconds
+
+
+def cpu_share(cpu_seconds: float, wall_seconds: float, cores: int | None = None) -> float:
+    """``cpu_seconds`` as a share of every core over ``wall_seconds`` (1.0 = every core all the time)."""
+    cores = cores or os.cpu_count() or 1
+    return cpu_seconds / wall_seconds / cores if wall_seconds > 0 else 0.0
