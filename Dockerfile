@@ -35,7 +35,10 @@ ENV ZEROLAKE_ACCELERATOR=${ACCELERATOR} \
     PYTHONDONTWRITEBYTECODE=1
 COPY --from=build /opt/zerolake /opt/zerolake
 RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/zerolake --create-home zerolake
-USER zerolake
+# The user zerolake by its number: a host can read a numeric uid without the
+# image's /etc/passwd, and Docker still takes the group and HOME from that
+# file's entry for 10001, as it would for the name.
+USER 10001
 WORKDIR /var/lib/zerolake
 VOLUME /var/lib/zerolake
 # exec form: the role is PID 1's only child chain, so `docker stop`'s SIGTERM

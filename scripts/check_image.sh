@@ -95,7 +95,8 @@ in_root "$FINAL" useradd --system --uid 10001 --user-group --home-dir /var/lib/z
 mount_system "$FINAL"
 compiler=false; apt_lists=false; pip_cache=false; code_writable=false
 in_root "$FINAL" sh -c 'command -v gcc || command -v cc' >/dev/null && compiler=true
-[[ -n "$(ls -A "$FINAL/var/lib/apt/lists" 2>/dev/null | grep -v '^partial$' || true)" ]] && apt_lists=true
+[[ -n "$(find "$FINAL/var/lib/apt/lists" -mindepth 1 -maxdepth 1 ! -name partial -print -quit 2>/dev/null || true)" ]] \
+    && apt_lists=true
 [[ -d "$FINAL/root/.cache/pip" ]] && pip_cache=true
 in_root "$FINAL" setpriv --reuid=10001 --regid=10001 --clear-groups touch /opt/zerolake/src/probe 2>/dev/null \
     && code_writable=true

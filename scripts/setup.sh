@@ -3,7 +3,7 @@
 # in .venv, and the package itself with its Cython extensions compiled.
 #
 #   scripts/setup.sh          # what running the system needs
-#   scripts/setup.sh --test   # plus the test tools (pytest, GCS emulators, GNU Go)
+#   scripts/setup.sh --test   # plus the test tools (pytest, GCS emulators, GNU Go, linters)
 #   scripts/setup.sh --gnugo  # plus GNU Go alone (a long run's closing games play it)
 #   scripts/setup.sh --accelerator gpu   # TensorFlow for NVIDIA GPUs (CUDA from pip)
 #   scripts/setup.sh --accelerator tpu   # TensorFlow 2.20 for a Cloud TPU VM
@@ -67,6 +67,15 @@ if [[ $WANT_TEST == 1 ]] && ! { command -v strace && command -v unshare && comma
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq strace util-linux iproute2 >/dev/null
 fi
 
+# ShellCheck: tests/test_lint.py lints every shell script and the deployment's
+# generated plans with it (hadolint, for the Dockerfiles, comes from PyPI with
+# the test extra).
+if [[ $WANT_TEST == 1 ]] && ! command -v shellcheck >/dev/null; then
+    echo "[setup] installing shellcheck from Debian"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq shellcheck >/dev/null
+fi
+
 PYTHON="${PYTHON:-python3}"
 if [[ ! -x .venv/bin/python ]]; then
     echo "[setup] creating .venv"
@@ -81,7 +90,7 @@ fi
 # The TensorFlow distributions all install the `tensorflow` package, and pip
 # does not know they conflict: when switching accelerator, remove the others
 # first, or the new one would be installed over the old one's files.
-OTHER_TF=$($VPY - "$TF_DIST" <<'EOF'
+OTHER_TF_LINES=$($VPY - "$TF_DIST" <<'EOF'
 import importlib.metadata as metadata, sys
 for name in ("tensorflow", "tensorflow-cpu", "tensorflow-tpu"):
     try:
@@ -92,9 +101,10 @@ for name in ("tensorflow", "tensorflow-cpu", "tensorflow-tpu"):
         print(name)
 EOF
 )
-if [[ -n "$OTHER_TF" ]]; then
-    echo "[setup] removing $(echo $OTHER_TF) to install $TF_DIST (--accelerator $ACCELERATOR)"
-    $VPY -m pip uninstall -y -q $OTHER_TF
+read -r -d '' -a OTHER_TF <<< "$OTHER_TF_LINES" || true   # one name a line -> an array (read ends at EOF: status 1)
+if [[ ${#OTHER_TF[@]} -gt 0 ]]; then
+    echo "[setup] removing ${OTHER_TF[*]} to install $TF_DIST (--accelerator $ACCELERATOR)"
+    $VPY -m pip uninstall -y -q "${OTHER_TF[@]}"
 fi
 
 EXTRAS=""

@@ -65,7 +65,8 @@ report() {   # report STATE: the guest attribute zerolake/state, which the keepe
 }
 
 setting() {   # setting NAME [DEFAULT]
-    local var="ZEROLAKE_$(echo "$1" | tr 'a-z-' 'A-Z_')"
+    local var
+    var="ZEROLAKE_$(echo "$1" | tr 'a-z-' 'A-Z_')"
     if [[ -n "${!var+x}" ]]; then
         printf '%s' "${!var}"
     elif value=$(curl -fsS --max-time 5 -H 'Metadata-Flavor: Google' "$METADATA/attributes/zerolake-$1" 2>/dev/null); then
