@@ -70,6 +70,7 @@ REQUIRED = {
     },
     "loop": {
         "phase": ("generation", "phase"),
+        "throughput": ("cpu_share", "positions_per_hour", "trained_rows_per_hour"),
         "stopped": ("reason",),
     },
     "cluster": {

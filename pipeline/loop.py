@@ -11,13 +11,46 @@ evaluator before any model exists) runs four phases against one root::
 Every phase is a child process, so each role runs exactly as a user would
 run it, and a crash or a Ctrl-C costs only the phase in flight.
 
+Schedules
+---------
+``--schedule turns`` is the cycle above: the roles take turns, each a new
+process every generation (TensorFlow's start-up, the graph build, the
+trainer's export every time), and on 2 cores the machine idles about 40% of
+the run.  ``--schedule concurrent`` (the default with ``--hours``) starts
+the roles once and runs them at once, as pipeline.cluster does (its
+Cluster supervises them: one worker, ``pipeline.shuffle --follow``,
+``model.train --follow``; a role that dies is restarted)::
+
+    worker     plays with the newest model, a chunk a minute     games/<g>/
+    follower   a window once the trainer has room for one        windows/<g>/
+    trainer    each window for its samples-per-row steps          models/<g>/ + LATEST
+
+How much each row is trained is bounded, in KataGo's manner: the trainer
+trains a window ``ceil(new rows x --train-samples-per-row / batch)`` steps
+within ``--train-min/max-steps-per-window`` (model.windows), where new rows
+arrived since the window the last model was trained on.  The follower builds
+a window once its new rows give the minimum, never while two windows wait
+newer than LATEST (one in training, one ready: more would be superseded
+unread), and sizes its shards to what the trainer will read (pipeline.follow's
+"sizing", `LoopConfig.follower_shuffle`).  The cores are shared by the
+roles' thread settings (``--child-threads``, ``--worker-nice``; `CONCURRENT`
+says why these).  The concurrent schedule plays no match until the end: the
+closing matches measure the last generation, the rating ladder the others.
+
+Both schedules end with the same closing matches and summary, which adds what
+the machine did (`RunMeter`): the CPU the roles used (their user + system
+seconds over wall seconds x cores), positions per hour and trained rows
+(steps x batch) per hour; the same figures go to ``--events`` as a
+``throughput`` event.
+
 Budgets
 -------
 ``--minutes M`` (default 15, the demo) plans each generation's self-play so
 that ``--generations`` (default 3) generations and the closing matches fit.
-``--hours H`` is the long-run mode: H hours, no generation limit, a fixed
-self-play time a generation (`LONG_RUN`, the last generation cut to what is
-left), and 40 closing games against GNU Go level 1.  A flag given explicitly
+``--hours H`` is the long-run mode: H hours, no generation limit, the roles
+at once (the concurrent schedule, below; in turns a fixed self-play time a
+generation, `LONG_RUN`, the last generation cut to what is left), and 40
+closing games against GNU Go level 1.  A flag given explicitly
 (``--generations``, ``--selfplay-seconds``, ``--final-gnugo-games``) wins
 over either mode's choice.  The closing matches put the last generation
 against random moves, against generation 0 (the worker's evaluator before any
@@ -39,6 +72,10 @@ Each invocation also writes its full settings (the loop's and each role's,
 see LoopConfig) once to ``loop/settings/<run id>.json`` (a new record per
 invocation; ``layout.settings_record``).
 
+The concurrent schedule needs no marker of its own: the worker's spool (in
+``--state-dir``), the follower's windows and the trainer's checkpoint are
+where each role resumes.
+
 Rerunning the same command therefore picks up at the phase that was
 interrupted; finished chunks, shards and checkpoints are never rewritten
 (each role writes create-only, and the trainer resumes its checkpoint).
@@ -47,7 +84,9 @@ The time budget counts from the start of each invocation.
 On Ctrl-C or SIGTERM the loop sends SIGTERM to the process group of the
 phase in flight (the worker then writes every finished game; the group, so
 that the shuffle's Beam worker processes stop too: pipeline.launcher),
-SIGKILLs it after 60 s, and exits 130.
+SIGKILLs it after 60 s, and exits 130; in the concurrent schedule every
+role gets SIGTERM (and SIGKILL after its own grace), and each dies with the
+loop should the loop itself be killed.
 
 How the loop knows what a phase is doing
 ----------------------------------------
@@ -62,6 +101,7 @@ format.layout (markers: ``layout.loop_marker``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -79,8 +119,8 @@ from format.leases import DAMAGED_EXPIRED, Lease, LeaseLost, Takeover, describe_
 from format.match_record import ClosingRecord, MatchRecord
 from model.config import TrainConfig
 from pipeline.config import ShuffleConfig
-from pipeline.launcher import (STOP_GRACE_SECONDS, say, start_child, stop_groups,
-                               stop_on_sigint_and_sigterm)
+from pipeline.launcher import (STOP_GRACE_SECONDS, cpu_share, ignore_sigint_and_sigterm, say, start_child,
+                               stop_groups, stop_on_sigint_and_sigterm, waited_children_cpu_seconds)
 from selfplay.config import WorkerConfig
 
 # The trainer's progress event fields shown as losses, and their short names.
@@ -113,8 +153,37 @@ LONG_RUN = {"selfplay_seconds": 150.0, "final_gnugo_games": 40, "final_gnugo_vis
 GNUGO_GAME_SECONDS = (1.5, 0.025)
 """One 9x9 game against GNU Go level 1 (one game at a time): about a + b x the model's visits seconds,
 rounded up from measured games (1.7 s at 32 visits, 6 s at 256)."""
+SCHEDULES = ("auto", "turns", "concurrent")
+"""``--schedule``: how the roles share the machine (the module docstring's "Schedules")."""
+TURNS_STEPS_PER_WINDOW = 500
+"""Training steps of a generation in turns (``--train-steps-per-window 0`` = auto): today's 500 x 256,
+about 0.5 samples per new row of a 150 s generation."""
+CONCURRENT = {"samples_per_row": 2.0, "min_steps_per_window": 100, "max_steps_per_window": 500,
+              "max_untrained": 2, "child_threads": 1, "worker_nice": 0, "status_seconds": 30.0}
+"""The concurrent schedule's settings.
+
+* At most 2 samples per new row, and 100 to 500 steps of 256 a window.  In
+  a 12-minute trial on 2 shared cores (9x9, the loop's search, 4x32) a
+  window got 100-370k new rows and the trainer, at ~1300 rows/s on one
+  thread, trained every window its 500 steps: 0.35-1.2 samples per new row,
+  so the maximum, not the bound, decided.  The bound acts when self-play
+  slows (a bigger network or board): then each row is read at most about
+  twice, less than KataGo's 4-8, which a trainer on an accelerator of its
+  own, with a larger lake, affords; on this machine rows read more often
+  would be rows the trainer cannot reach.  500 steps (the turns'
+  generation) keep a new model coming every 1.5-2 minutes there.
+* At most 2 windows newer than LATEST: the one in training and one ready.
+* One TensorFlow/OpenMP thread per role (``--child-threads 1``) and the
+  worker at nice 0.  In the trial (other work shared the cores) the roles'
+  shares of the 2 cores were worker 34%, trainer 28%, shuffle follower 10%:
+  one thread holds the trainer below a core, and the worker, whose search
+  and network run side by side, takes what is left.  A niced worker would
+  give the trainer more, which it needs least: positions per hour is the
+  harder of the two figures to raise over the turns schedule."""
 PHASE_CHILD = {"selfplay": "worker", "shuffle": "window", "train": "train", "evaluate": "evaluate"}
 """What each phase's child is, for its stop grace (pipeline.launcher.STOP_GRACE_SECONDS)."""
+CONCURRENT_MIN_SECONDS = 60.0
+"""The least time the concurrent schedule starts its roles for (their start-up alone takes ~20 s)."""
 LOOP_SEARCH = {"gumbel": True, "visits": 16, "fast_visits": 4}
 """The self-play search of the one-machine loop (its worker's defaults; ``--worker-*`` flags override
 them): a Gumbel root with sequential halving at 16 simulations for a move with a policy target and 4
@@ -150,6 +219,19 @@ class LoopConfig:
                                 f"limit, {LONG_RUN['selfplay_seconds']:g} s of self-play a generation and "
                                 f"{LONG_RUN['final_gnugo_games']} closing games against GNU Go level 1 (each "
                                 "flag that says 'auto'); 0 = off", at_least=0)
+    schedule: str = setting("auto", "how the roles share the machine: turns (self-play, shuffle, training and "
+                                    "evaluation one after another, a process each per generation) or concurrent "
+                                    "(the worker, the shuffle follower and the trainer follower at once, each "
+                                    "started once, as pipeline.cluster runs them); auto = concurrent with "
+                                    "--hours, turns for the --minutes demo", choices=SCHEDULES)
+    state_dir: str = setting("", "concurrent schedule: the roles' local state (the worker's spool, the "
+                                 "trainer's stage, events, logs); default ./loop-state/<hash of root>. The "
+                                 "same command reuses it, so a stopped run resumes its spool")
+    child_threads: int = setting(CONCURRENT["child_threads"], "concurrent schedule: TensorFlow/OpenMP threads of "
+                                 "each role (0 = their own choice: every core each)", at_least=0)
+    worker_nice: int = setting(CONCURRENT["worker_nice"], "concurrent schedule: niceness added to the "
+                               "self-play worker, which takes every cycle it gets, so that the trainer and the "
+                               "shuffle follower keep their share", at_least=0, at_most=19)
     generations: int = setting(0, "stop once this many model generations are published; 0 = auto: 3, or no "
                                   "limit with --hours", at_least=0)
     selfplay_seconds: float = setting(0.0, "self-play time per generation; 0 = auto: planned from --minutes, or "
@@ -159,7 +241,8 @@ class LoopConfig:
                                             "every generation", at_least=0)
     eval_games: int = setting(20, "games against random moves after each evaluated generation", at_least=1)
     eval_every: int = setting(0, "evaluate generation 1 and every this many generations after against random "
-                                 f"moves; 0 = auto: every one, or every {LONG_RUN['eval_every']} with --hours",
+                                 f"moves; 0 = auto: every one, or every {LONG_RUN['eval_every']} with --hours "
+                                 "(turns only: the concurrent schedule plays only the closing matches)",
                               at_least=0, at_most=1000)
     final_eval_games: int = setting(100, "games of the last generation against random moves, and against "
                                          "generation 0", at_least=1)
@@ -177,18 +260,26 @@ class LoopConfig:
                       "time and events of each generation's worker",
         shared=("root", "board_size", "komi"),
         managed=("seed", "worker_id", "max_seconds", "max_positions", "events"),
-        aliases=WORKER_ALIASES, games=64, progress_seconds=15.0, **LOOP_SEARCH)
+        # 60 s chunks: the concurrent schedule's follower sees new games within a minute.
+        aliases=WORKER_ALIASES, games=64, progress_seconds=15.0, chunk_seconds=60.0, **LOOP_SEARCH)
     shuffle: ShuffleConfig = role_setting(
-        ShuffleConfig, "the shuffle job (python -m pipeline.shuffle's flags); the loop sets its seed and runs "
-                       "one window per generation (no follow mode)",
+        ShuffleConfig, "the shuffle job (python -m pipeline.shuffle's flags); in turns the loop sets its seed "
+                       "and runs one window per generation, in the concurrent schedule it runs the follower "
+                       "and sizes its windows from the trainer's --train-samples-per-row and step bounds",
         shared=("root", "board_size"),
         managed=("seed", "follow", "follow_new_positions", "poll_seconds", "claim_seconds", "events",
-                 "dataflow_above_positions"))
+                 "dataflow_above_positions", "follow_max_untrained", "samples_per_row", "follow_min_rows",
+                 "follow_max_rows"))
     train: TrainConfig = role_setting(
-        TrainConfig, "the trainer (python -m model.train's flags); the loop trains one window per generation "
-                     "(no follow mode) and reads its events",
+        TrainConfig, "the trainer (python -m model.train's flags); in turns the loop trains one window per "
+                     f"generation ({TURNS_STEPS_PER_WINDOW} steps when --train-steps-per-window is 0), in the "
+                     "concurrent schedule it runs the trainer's --follow mode (steps by --train-samples-per-row "
+                     "within --train-min/max-steps-per-window when --train-steps-per-window is 0); it reads its "
+                     "events",
         shared=("root", "board_size"), managed=("follow", "windows", "events"),
-        aliases=TRAIN_ALIASES, steps_per_window=500, warmup_steps=50, log_every=50)
+        aliases=TRAIN_ALIASES, steps_per_window=0, warmup_steps=50, log_every=50,
+        samples_per_row=CONCURRENT["samples_per_row"], min_steps_per_window=CONCURRENT["min_steps_per_window"],
+        max_steps_per_window=CONCURRENT["max_steps_per_window"])
 
     def __post_init__(self):
         for problem in setting_problems(self):           # shared settings, declared ranges (format.cli)
@@ -238,6 +329,34 @@ class LoopConfig:
     def budget_text(self) -> str:
         return f"{self.hours:g} hours" if self.hours else f"{self.minutes:g} minutes"
 
+    @property
+    def concurrent(self) -> bool:
+        """Whether the roles run at once (``--schedule``; auto: with --hours)."""
+        return self.schedule == "concurrent" or (self.schedule == "auto" and bool(self.hours))
+
+    def turns_train(self) -> TrainConfig:
+        """The trainer's settings in turns: --train-steps-per-window 0 means TURNS_STEPS_PER_WINDOW."""
+        if self.train.steps_per_window:
+            return self.train
+        return replace(self.train, steps_per_window=TURNS_STEPS_PER_WINDOW)
+
+    def follower_shuffle(self) -> ShuffleConfig:
+        """The shuffle follower's settings in the concurrent schedule: windows sized for the trainer.
+
+        A window is due once its new rows give the trainer --train-min-steps-per-window steps at
+        --train-samples-per-row, no more than 2 windows wait ahead of LATEST, and a window's shards
+        hold about what the trainer will read of it (pipeline.follow's "sizing").  With
+        --train-steps-per-window N or --train-samples-per-row 0 the follower keeps its own cadence."""
+        train = self.train
+        if train.steps_per_window or not train.samples_per_row:
+            return replace(self.shuffle, follow_max_untrained=CONCURRENT["max_untrained"])
+        batch = train.batch_size          # per replica; the loop's trainer runs one replica on the CPU
+        return replace(self.shuffle, follow_max_untrained=CONCURRENT["max_untrained"],
+                       samples_per_row=train.samples_per_row,
+                       follow_new_positions=math.ceil(train.min_steps_per_window * batch / train.samples_per_row),
+                       follow_min_rows=train.min_steps_per_window * batch,
+                       follow_max_rows=train.max_steps_per_window * batch)
+
 
 # --------------------------------------------------------------------------
 # Live status
@@ -278,6 +397,55 @@ class Status:
 # --------------------------------------------------------------------------
 
 
+@dataclass
+class RunMeter:
+    """What the machine did in this invocation: the CPU its roles used, positions made, rows trained.
+
+    CPU: user + system seconds of every child the loop waited for (each with what it waited for:
+    the follower's window jobs, Beam's workers; pipeline.launcher), over wall seconds x cores.
+    Positions: of the games self-played in this invocation.  Trained rows: training steps x the
+    global batch (the trainer's steps, whether or not their window was published yet).
+    """
+
+    global_batch: int
+    started: float = field(default_factory=time.monotonic)
+    cpu_at_start: float = field(default_factory=waited_children_cpu_seconds)
+    positions: int = 0
+    trained_steps: int = 0
+
+    def report(self) -> dict:
+        wall = time.monotonic() - self.started
+        cpu = waited_children_cpu_seconds() - self.cpu_at_start
+        hours = wall / 3600
+        rows = self.trained_steps * self.global_batch
+        return {"wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1), "cores": os.cpu_count() or 1,
+                "cpu_share": round(cpu_share(cpu, wall), 3), "positions": self.positions,
+                "positions_per_hour": round(self.positions / hours) if hours else 0,
+                "trained_steps": self.trained_steps, "trained_rows": rows,
+                "trained_rows_per_hour": round(rows / hours) if hours else 0}
+
+    @staticmethod
+    def text(report: dict) -> str:
+        return (f"the machine: the roles used {report['cpu_share']:.0%} of {report['cores']} cores over "
+                f"{report['wall_seconds'] / 60:.1f} minutes; {report['positions_per_hour']:,} positions/hour "
+                f"({report['positions']:,} in all), {report['trained_rows_per_hour']:,} trained rows/hour "
+                f"({report['trained_steps']:,} steps x {report['trained_rows'] // max(1, report['trained_steps'])})")
+
+
+def trained_steps(events) -> int:
+    """Training steps the trainer's events show were done: per process, from the global step at its
+    first window_started (where it restored its checkpoint) to its last progress event."""
+    first: dict = {}
+    last: dict = {}
+    for event in events:
+        pid = event.get("pid")
+        if event["event"] == "window_started" and "global_step" in event:
+            first.setdefault(pid, int(event["global_step"]))
+        elif event["event"] == "progress" and pid in first:
+            last[pid] = int(event["global_step"])
+    return sum(max(0, last[pid] - first[pid]) for pid in last)
+
+
 class Interrupted(Exception):
     pass
 
@@ -288,7 +456,9 @@ class PhaseFailed(RuntimeError):
 
 class Loop:
     def __init__(self, config: LoopConfig, storage, retry=None):
-        self.config = config
+        # Turns train a fixed number of steps a generation; the concurrent schedule passes 0 on
+        # (the trainer's samples-per-row rule).
+        self.config = config = config if config.concurrent else replace(config, train=config.turns_train())
         self.storage = storage
         self.retry = retry  # the --storage-* policy, passed on to every child
         self.status = Status()
@@ -301,6 +471,8 @@ class Loop:
         self.phase_runs = 0
         self.events = EventLog(config.events or None, "loop")
         self.lease = None   # format.leases.Lease on layout.LOOP_LEASE, set by main()
+        self.meter = RunMeter(global_batch=config.train.batch_size)   # one replica: the loop trains on the CPU
+        self.cluster = None   # the concurrent schedule's roles (pipeline.cluster.Cluster) while they run
 
     # --- lake state -----------------------------------------------------------
     def current_generation(self) -> int:
@@ -442,16 +614,21 @@ class Loop:
         cfg = self.config
         losses: dict = {}
 
+        seen = []
+
         def on_event(event):
+            seen.append(event)
             if event["event"] == "progress":
                 losses.clear()
-                losses.update({short: float(event[name]) for name, short in LOSS_FIELDS.items()
-                               if event.get(name) is not None})
+                losses.update(loss_fields(event))
                 self.status.losses = dict(losses)
 
         events = self.events_path("train")
-        self.run_child("train", ["model.train", *role_argv(cfg, "train", retry=self.retry, events=events)],
-                       events, on_event)
+        try:
+            self.run_child("train", ["model.train", *role_argv(cfg, "train", retry=self.retry, events=events)],
+                           events, on_event)
+        finally:
+            self.meter.trained_steps += trained_steps(seen)
         return losses
 
     def evaluate(self, player_a: str, player_b: str, games: int, seed: int, visits: int | None = None,
@@ -536,6 +713,11 @@ class Loop:
 
     # --- the cycle ------------------------------------------------------------
     def run(self) -> int:
+        if self.config.concurrent:
+            return self.run_concurrent()
+        return self.run_turns()
+
+    def run_turns(self) -> int:
         cfg = self.config
         self.evaluate_unevaluated()
         while True:
@@ -551,6 +733,7 @@ class Loop:
                 break
             started = time.monotonic()
             row = self.rows.setdefault(generation, GenerationRecord(generation))
+            played = False
             if not self.storage.exists(self.marker(f"selfplay-{layout.generation_dir(generation)}.done")):
                 seconds = self.selfplay_seconds(generation)
                 if not seconds:
@@ -558,7 +741,10 @@ class Loop:
                         f"self-play; stopping at generation {generation} for the closing matches")
                     break
                 self.selfplay(generation, seconds)
+                played = True
             row.games, row.positions = self.count_games(generation)
+            if played:
+                self.meter.positions += row.positions
             self.status.games, self.status.positions = self._totals()
             if not self.storage.exists(layout.window_manifest(generation + 1)):
                 self.shuffle(generation)
@@ -573,6 +759,76 @@ class Loop:
             row.seconds += time.monotonic() - started
             say(self.status.line())
         return self.finish()
+
+    # --- the concurrent schedule ------------------------------------------------------
+    def run_concurrent(self) -> int:
+        """Run the worker, the shuffle follower and the trainer follower at once until the budget
+        leaves only the closing matches (or --generations are published), then stop them and play
+        the closing matches.  The roles are pipeline.cluster's, supervised by its Cluster."""
+        cfg = self.config
+        generation = self.current_generation()
+        self.status.generation = generation
+        limit = cfg.generation_limit
+        seconds = self.deadline - time.monotonic() - self.final_eval_seconds()
+        if limit is not None and generation >= limit:
+            return self.finish()
+        if seconds < CONCURRENT_MIN_SECONDS:
+            say(f"time left in the budget of {cfg.budget_text()} holds less than {CONCURRENT_MIN_SECONDS:.0f} s "
+                f"of self-play and training; stopping at generation {generation} for the closing matches")
+            return self.finish()
+        self.cluster = cluster = self.start_roles(seconds, None if limit is None else limit - generation)
+        self.status.phase = "roles"
+        self.events.emit("phase", generation=generation, phase="roles")
+        say(f"roles at once for {seconds / 60:.1f} minutes (worker, shuffle follower, trainer); their logs and "
+            f"events in {cluster.state_dir}")
+        reason = "interrupted"
+        try:
+            reason = cluster.run()
+        finally:
+            ignore_sigint_and_sigterm()         # the stop itself is not interrupted
+            try:
+                cluster.stop(reason)
+                self.absorb(cluster)
+            finally:
+                stop_on_sigint_and_sigterm()
+                self.cluster = None
+        if reason != "goal":
+            raise Interrupted("the concurrent roles")
+        return self.finish()
+
+    def start_roles(self, seconds: float, generations: int | None):
+        """pipeline.cluster's Cluster of this loop's roles (one worker), to run ``seconds`` or until
+        ``generations`` more are published."""
+        from pipeline.cluster import Cluster, ClusterConfig, Commands, default_state_dir
+
+        cfg = self.config
+        state_dir = os.path.abspath(cfg.state_dir or default_state_dir(cfg.root, "loop-state"))
+        roles = ClusterConfig(
+            root=cfg.root, workers=1, state_dir=state_dir, board_size=cfg.board_size, komi=cfg.komi,
+            status_seconds=CONCURRENT["status_seconds"], child_threads=cfg.child_threads,
+            worker_nice=cfg.worker_nice, minutes=seconds / 60, until_generations=generations or 0,
+            worker=cfg.worker, shuffle=cfg.follower_shuffle(), train=cfg.train)
+        return Cluster(roles, self.storage, state_dir, Commands(roles, state_dir, self.retry).all())
+
+    def absorb(self, cluster) -> None:
+        """What the roles' events say into the summary: positions made, steps trained, the losses of
+        each generation's window, and each role's CPU share (printed)."""
+        events = cluster.observer.events
+        totals = cluster.observer.totals()
+        self.meter.positions += totals["positions"]
+        self.status.games, self.status.positions = totals["games"], totals["positions"]
+        self.status.generation = self.current_generation()
+        trainer = events.get("trainer", [])
+        self.meter.trained_steps += trained_steps(trainer)
+        for event in trainer:
+            if event["event"] == "progress" and int(event["generation"]) >= 1:
+                row = self.rows.setdefault(int(event["generation"]) - 1, GenerationRecord(int(event["generation"]) - 1))
+                row.losses = loss_fields(event)
+                self.status.losses = dict(row.losses)
+        cpu = cluster.cpu()
+        shares = ", ".join(f"{name} {share:.0%}" for name, share in cpu["role_cpu_share"].items())
+        say(f"the roles used {cpu['cpu_share']:.0%} of {cpu['cores']} cores over {cpu['wall_seconds'] / 60:.1f} "
+            f"minutes: {shares}")
 
     def _totals(self) -> tuple[int, int]:
         return (sum(r.games for r in self.rows.values()), sum(r.positions for r in self.rows.values()))
@@ -598,7 +854,9 @@ class Loop:
                 self.storage.write_new(name, final_results.to_bytes())
         self.status.phase = "done"
         say(self.status.line())
-        say(summary_table(self.fill_rows(final), final, final_results))
+        report = self.meter.report()
+        self.events.emit("throughput", **report)
+        say(summary_table(self.fill_rows(final), final, final_results, report))
         return 0
 
     def fill_rows(self, final: int) -> list[GenerationRecord]:
@@ -616,6 +874,11 @@ class Loop:
         return rows
 
 
+def loss_fields(event: dict) -> dict:
+    """A trainer ``progress`` event's losses under their short names (LOSS_FIELDS)."""
+    return {short: float(event[name]) for name, short in LOSS_FIELDS.items() if event.get(name) is not None}
+
+
 def _worth_echoing(line: str) -> bool:
     """Progress and problems, not the children's library chatter."""
     if not line.strip():
@@ -625,7 +888,8 @@ def _worth_echoing(line: str) -> bool:
     return not any(n in line for n in noisy)
 
 
-def summary_table(rows: list[GenerationRecord], final: int, final_results: ClosingRecord | None) -> str:
+def summary_table(rows: list[GenerationRecord], final: int, final_results: ClosingRecord | None,
+                  throughput: dict | None = None) -> str:
     header = f"{'gen':>4} {'games':>6} {'positions':>9} {'policy':>7} {'value':>6} {'acc':>6} {'loss':>6}  " \
              f"{'vs random (trained models)':<40} {'time':>6}"
     lines = ["", "summary", header, "-" * len(header)]
@@ -646,6 +910,9 @@ def summary_table(rows: list[GenerationRecord], final: int, final_results: Closi
         gnugo = final_results.vs_gnugo_1
         if gnugo is not None:
             lines.append(f"  vs GNU Go level 1 (the model at {gnugo.visits} visits a move): {gnugo.text()}")
+    if throughput is not None:
+        lines.append("")
+        lines.append(RunMeter.text(throughput))
     return "\n".join(lines)
 
 
@@ -718,7 +985,8 @@ def main(argv=None) -> int:
     limit = config.generation_limit
     say(f"zerolake loop on {storage.url()}: {config.board_size}x{config.board_size}, "
         f"{'as many generations as fit' if limit is None else f'{limit} generations'} within "
-        f"{config.budget_text()}; settings in {storage.url(record)}")
+        f"{config.budget_text()}, the roles {'at once' if config.concurrent else 'in turns'}; "
+        f"settings in {storage.url(record)}")
     reason = "error"
     try:
         code = loop.run()

@@ -103,7 +103,7 @@ def test_each_invocation_records_its_settings_in_the_lake(tmp_path, monkeypatch)
     assert len(records) == 2                                  # a second run adds its own, overwriting none
     record = layout.SettingsRecord.from_bytes(storage.read(records[0]), records[0])
     assert record.launcher == "loop" and record.settings["worker"]["visits"] == 9
-    assert record.settings["generations"] == 2 and record.settings["train"]["steps_per_window"] == 500
+    assert record.settings["generations"] == 2 and record.settings["train"]["steps_per_window"] == 0   # auto
 
 
 def test_loop_runs_a_generation_and_resumes_as_done(tmp_path):
@@ -284,3 +284,72 @@ def test_a_long_run_evaluates_against_random_every_4th_generation_the_demo_every
     assert due("--hours", "2") == [1, 4, 8, 12]                          # about 1% of a two-hour run
     assert due("--hours", "2", "--eval-every", "1") == list(range(1, 13))
     assert due("--eval-every", "5") == [1, 5, 10]
+
+
+# ---------------------------------------------------------------------------
+# The concurrent schedule (issue 41 part 2): every role at once, each started once
+# ---------------------------------------------------------------------------
+
+CONCURRENT = ["--schedule", "concurrent", "--generations", "1", "--minutes", "10", "--games-at-once", "16",
+              "--visits", "8", "--fast-visits", "4", "--batch-size", "64", "--blocks", "1", "--filters", "8",
+              "--final-eval-games", "6", "--eval-visits", "4", "--no-train-cpu-int8",
+              "--train-min-steps-per-window", "10", "--train-max-steps-per-window", "20",
+              "--train-warmup-steps", "10", "--train-log-every", "10", "--train-checkpoint-every", "10",
+              "--worker-chunk-seconds", "3", "--shuffle-window-min-positions", "3000", "--shuffle-workers", "1",
+              "--shuffle-random-playouts", "4", "--shuffle-shard-positions", "4000"]
+
+
+def test_the_concurrent_schedule_runs_every_role_at_once_and_resumes_after_a_stop(tmp_path):
+    """One worker, the shuffle follower and the trainer follower run at once; a stop (SIGINT) while the
+    trainer trains window 1 stops them all, and the same command then finishes the run from the lake,
+    its spool and the trainer's checkpoint, and reports what the machine did."""
+    root, state = tmp_path / "lake", tmp_path / "state"
+    command = [sys.executable, "-m", "pipeline.loop", "--root", str(root), "--state-dir", str(state), *CONCURRENT]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    storage = open_storage(str(root))
+    deadline = time.monotonic() + 120
+    while not storage.exists(layout.window_manifest(1)) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "rerun the same command to resume" in out, out[-3000:]
+    assert "the roles at once" in out and "worker0 up/0 shuffle up/0 trainer up/0" in out
+    assert not storage.exists(layout.model_manifest(1))          # stopped before its model
+    chunks = lake_objects(storage, layout.games_prefix())
+    assert chunks and storage.exists(layout.window_manifest(1))
+
+    again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    # At least the one generation asked for: the trainer may publish a window it had nearly done as they stop.
+    assert int(storage.read(layout.LATEST)) >= 1 and chunks <= lake_objects(storage, layout.games_prefix())
+    assert re.search(r"vs uniform random moves: \d+/6", again.stdout)
+    machine = re.search(r"the machine: the roles used (\d+)% of \d+ cores .*; ([\d,]+) positions/hour .*"
+                        r"([\d,]+) trained rows/hour \((\d+) steps x 64\)", again.stdout)
+    assert machine and int(machine[2].replace(",", "")) > 0 and int(machine[4]) > 0, again.stdout[-2000:]
+    assert re.search(r"the roles used \d+% of \d+ cores over [\d.]+ minutes: worker0 \d+%, shuffle \d+%, "
+                     r"trainer \d+%", again.stdout)
+    # The trainer trained by the samples-per-row rule within its bounds (window 1, or window 2 when the
+    # follower built it while the restarted trainer was starting: then window 1 was superseded).
+    trainer_log = (state / "logs" / "trainer.log").read_text()
+    assert re.search(r"training window 00000\d: .* (1\d|20) steps \(\d+ new rows x 2 samples per row\)",
+                     trainer_log), trainer_log[-2000:]
+
+
+def test_each_schedule_gets_its_trainer_steps_and_the_follower_its_sizing(tmp_path):
+    from pipeline import loop as L
+
+    def config(*flags):
+        return L.CLI.parse(["--root", str(tmp_path / "lake"), *flags])[0]
+
+    storage = open_storage(str(tmp_path / "lake"))
+    assert not config().concurrent and config("--hours", "2").concurrent
+    assert config("--hours", "2", "--schedule", "turns").concurrent is False
+    assert config("--schedule", "concurrent").concurrent
+    # Turns keep today's 500 steps a generation; the concurrent schedule's trainer uses its rule.
+    assert Loop(config(), storage).config.train.steps_per_window == L.TURNS_STEPS_PER_WINDOW
+    assert Loop(config("--hours", "2"), storage).config.train.steps_per_window == 0
+    assert Loop(config("--hours", "2", "--train-steps", "30"), storage).config.train.steps_per_window == 30
+    shuffle = config("--hours", "2", "--train-samples-per-row", "4", "--batch-size", "256").follower_shuffle()
+    assert (shuffle.samples_per_row, shuffle.follow_max_untrained) == (4.0, 2)
+    assert shuffle.follow_new_positions == L.CONCURRENT["min_steps_per_window"] * 256 // 4
+    assert shuffle.follow_max_rows == L.CONCURRENT["max_steps_per_window"] * 256
