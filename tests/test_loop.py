@@ -113,6 +113,9 @@ def test_loop_runs_a_generation_and_resumes_as_done(tmp_path):
     assert_completed(result, storage)
     table = result.stdout[result.stdout.index("summary"):]
     assert re.search(r"^\s+0\s+\d+\s+\d+\s+[\d.]+", table, re.M), table  # generation 0 row with losses
+    # What the machine did: the CPU of the roles, the positions self-played, the 20 steps of 64 trained.
+    assert re.search(r"the machine: the roles used \d+% of \d+ cores over [\d.]+ minutes; [\d,]+ positions/hour "
+                     r"\([\d,]+ in all\), [\d,]+ trained rows/hour \(20 steps x 64\)", table), table
     # Rerunning a finished run changes nothing in the lake but for its own settings record
     # and the loop's lease (a pointer object, released again), and prints the summary again.
     records = layout.settings_records_prefix("loop")
