@@ -147,8 +147,15 @@ LONG_RUN = {"selfplay_seconds": 150.0, "final_gnugo_games": 40, "final_gnugo_vis
 * 40 games against GNU Go level 1 at the end: the yardstick the README's long
   run reports, with a 95% interval of about +-15 points at 50%.  The model
   searches 256 visits a move there (GNU Go thinks as long as it likes): a
-  strength measurement, not the quick check of every generation.
+  strength measurement, not the quick check of every generation.  Its
+  openings are paired (`GNUGO_PAIRED_OPENINGS`).
 """
+
+GNUGO_PAIRED_OPENINGS = 4
+"""The closing match against GNU Go plays each of games/2 random 4-move openings with both colours and no
+sampled moves (selfplay.match --paired-openings 4): sampling the model's first moves while GNU Go plays its
+best from move 1 handicapped the model (the published models scored 16, 40 and 30 of 100 this way against
+about 13, 19 and 20 with sampled openings: docs/results.md names each figure's protocol)."""
 
 GNUGO_GAME_SECONDS = (1.5, 0.025)
 """One 9x9 game against GNU Go level 1 (one game at a time): about a + b x the model's visits seconds,
@@ -248,8 +255,9 @@ class LoopConfig:
                                          "generation 0", at_least=1)
     eval_visits: int = setting(32, "simulations per move in evaluation games", at_least=1)
     final_gnugo_games: int = setting(-1, "games of the last generation against GNU Go level 1 at the end "
-                                         f"(needs gnugo); -1 = auto: none, or {LONG_RUN['final_gnugo_games']} "
-                                         "with --hours", at_least=-1)
+                                         f"(needs gnugo; {GNUGO_PAIRED_OPENINGS}-move random openings, each "
+                                         "played with both colours); -1 = auto: none, or "
+                                         f"{LONG_RUN['final_gnugo_games']} with --hours", at_least=-1)
     final_gnugo_visits: int = setting(0, "the model's simulations a move in those games; 0 = auto: --eval-visits, "
                                          f"or {LONG_RUN['final_gnugo_visits']} with --hours", at_least=0)
     seed: int = setting(1, "seed of self-play (1000 x seed + generation), the shuffle (seed + generation) and "
@@ -632,20 +640,22 @@ class Loop:
         return losses
 
     def evaluate(self, player_a: str, player_b: str, games: int, seed: int, visits: int | None = None,
-                 sgf_prefix: str | None = None) -> MatchRecord:
+                 sgf_prefix: str | None = None, paired_openings: int = 0) -> MatchRecord:
         """The match's result (its ``result`` event) with the model's ``visits``.  ``sgf_prefix``: keep
         its per-game results and each game's SGF in the lake as ``<sgf_prefix>/<index:05d>.sgf`` (the
-        rating ladder folds such games into its fit: selfplay.ladder); without it, the totals only."""
+        rating ladder folds such games into its fit: selfplay.ladder); without it, the totals only.
+        ``paired_openings``: selfplay.match's --paired-openings (0: its sampled opening moves)."""
         # The match writes SGFs to a local folder only: the loop copies them into the lake, then
         # removes the folder.
         sgf_dir = None if sgf_prefix is None else tempfile.mkdtemp(prefix="sgf-", dir=self.events_dir)
         try:
-            return self._evaluate(player_a, player_b, games, seed, visits, sgf_prefix, sgf_dir)
+            return self._evaluate(player_a, player_b, games, seed, visits, sgf_prefix, sgf_dir, paired_openings)
         finally:
             if sgf_dir is not None:
                 shutil.rmtree(sgf_dir, ignore_errors=True)
 
-    def _evaluate(self, player_a, player_b, games, seed, visits, sgf_prefix, sgf_dir) -> MatchRecord:
+    def _evaluate(self, player_a, player_b, games, seed, visits, sgf_prefix, sgf_dir,
+                  paired_openings=0) -> MatchRecord:
         events = self.events_path("evaluate")
         results = []
         self.run_child("evaluate", [
@@ -654,6 +664,7 @@ class Loop:
             "--board-size", str(self.config.board_size), "--komi", str(self.config.komi), "--seed", str(seed),
             # The model plays its matches under the pass rule it learnt in self-play.
             *(["--pass-when-winning"] if self.config.worker.pass_when_winning else []),
+            *(["--paired-openings", str(paired_openings)] if paired_openings else []),
             *([] if sgf_dir is None else ["--sgf-dir", sgf_dir]),
             "--events", events, *([] if self.retry is None else retry_flags_argv(self.retry))],
             events=events, on_event=lambda event: results.append(event["result"]) if event["event"] == "result"
@@ -849,7 +860,8 @@ class Loop:
                                                   cfg.seed + 102),
                     vs_gnugo_1=self.evaluate(
                         model, "gnugo:1", cfg.gnugo_games, cfg.seed + 103, visits=cfg.gnugo_visits,
-                        sgf_prefix=self.marker(f"final-{layout.generation_dir(final)}-gnugo-1"))
+                        sgf_prefix=self.marker(f"final-{layout.generation_dir(final)}-gnugo-1"),
+                        paired_openings=GNUGO_PAIRED_OPENINGS)
                     if cfg.gnugo_games else None)
                 self.storage.write_new(name, final_results.to_bytes())
         self.status.phase = "done"
@@ -909,7 +921,8 @@ def summary_table(rows: list[GenerationRecord], final: int, final_results: Closi
         lines.append(f"  vs generation 0 ({opponent} MCTS): {final_results.vs_generation_0.text()}")
         gnugo = final_results.vs_gnugo_1
         if gnugo is not None:
-            lines.append(f"  vs GNU Go level 1 (the model at {gnugo.visits} visits a move): {gnugo.text()}")
+            lines.append(f"  vs GNU Go level 1 (the model at {gnugo.visits} visits a move, {GNUGO_PAIRED_OPENINGS}-move "
+                         f"paired openings): {gnugo.text()}")
     if throughput is not None:
         lines.append("")
         lines.append(RunMeter.text(throughput))

@@ -262,6 +262,31 @@ def test_the_closing_gnu_go_games_keep_their_games_in_the_lake(tmp_path, monkeyp
     assert not [name for name in os.listdir(loop.events_dir) if name.startswith("sgf-")]   # no local copies left
 
 
+def test_the_closing_gnu_go_match_plays_paired_openings_the_others_sampled_ones(tmp_path, monkeypatch):
+    # Sampling the model's first moves while GNU Go plays its best from move 1 handicaps the
+    # model: the closing match against GNU Go plays each random opening with both colours.
+    from pipeline import loop as L
+
+    root = str(tmp_path / "lake")
+    loop = Loop(L.CLI.parse(["--root", root, "--final-gnugo-games", "4", "--final-eval-games", "2"])[0],
+                open_storage(root))
+    monkeypatch.setattr(loop, "current_generation", lambda: 3)
+    commands = []
+
+    def fake_match(phase, argv, events=None, on_event=None):
+        commands.append(argv)
+        on_event({"event": "result", "result": match_record(1, games=2, opponent=argv[2]).to_json_dict()})
+        return []
+
+    monkeypatch.setattr(loop, "run_child", fake_match)
+    monkeypatch.setattr(L, "summary_table", lambda *args: "")
+    loop.finish()
+    by_opponent = {argv[2]: argv for argv in commands}
+    gnugo = by_opponent["gnugo:1"]
+    assert gnugo[gnugo.index("--paired-openings") + 1] == str(L.GNUGO_PAIRED_OPENINGS) == "4"
+    assert all("--paired-openings" not in argv for opponent, argv in by_opponent.items() if opponent != "gnugo:1")
+
+
 def test_generation_0_can_be_sized_in_positions(tmp_path, monkeypatch):
     from pipeline import loop as L
 
