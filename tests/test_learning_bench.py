@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from format import layout
 from format.match_record import MatchGame, MatchRecord
 from format.sgf import game_to_sgf
 from selfplay.elo import expected_score
@@ -196,12 +197,12 @@ class StandIns:
             from selfplay.worker import CLI
             config, _ = CLI.parse(argv[3:])
             os.makedirs(config.root)
-            Path(config.root, "run.json").write_text("{}")
+            Path(config.root, layout.RUN_CONFIG).write_text("{}")
         else:
             assert module == "pipeline.loop"
             from pipeline.loop import CLI
             config, _ = CLI.parse(argv[3:])
-            assert Path(config.root, "run.json").exists()              # forked from the base
+            assert Path(config.root, layout.RUN_CONFIG).exists()       # forked from the base
             Path(config.root, "loop-flags.txt").write_text(" ".join(argv[3:]))
         return 0, 100.0, 1.0, 100.0
 

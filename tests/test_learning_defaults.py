@@ -228,4 +228,4 @@ def test_the_summary_names_the_closing_opponents_and_the_gnugo_visits():
         vs_random=result("random", 40), vs_generation_0=result("playouts1", 38),
         vs_gnugo_1=result("gnugo-l1", 21, visits=256)))
     assert "vs generation 0 (playouts1 MCTS): 38/40" in table
-    assert "vs GNU Go level 1 (the model at 256 visits a move): 21/40" in table
+    assert "vs GNU Go level 1 (the model at 256 visits a move, 4-move paired openings): 21/40" in table
