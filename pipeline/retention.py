@@ -159,15 +159,22 @@ def plan_retention(listing, latest: int | None, keep: int) -> RetentionPlan:
 
 
 def delete_window(storage, generation: int, objects) -> tuple[int, int]:
-    """Delete one window folder's ``objects`` (ObjectInfo), manifest first; (objects, bytes).
+    """Delete one window folder's ``objects`` (ObjectInfo), manifest first, then the window's claim;
+    (objects, bytes).
 
     The manifest goes first so that no reader trusts the window from then on
-    (see the module docstring); the shards follow in any order.
+    (see the module docstring); the shards follow in any order.  The claim
+    (``cluster/claims/window-<G>.json``) goes last: it was needed only while
+    the window was being made, and without this every window ever made would
+    leave its claim in the lake for good (one object a window, found by the
+    soak check).  A follower never claims a finished window again: it claims
+    only generations above LATEST.
     """
     manifest = layout.window_manifest(generation)
     ordered = sorted(objects, key=lambda info: info.path != manifest)
     for info in ordered:
         storage.delete(info.path, missing_ok=True)
+    storage.delete(layout.window_claim(generation), missing_ok=True)
     return len(ordered), sum(info.size for info in ordered)
 
 

@@ -122,6 +122,16 @@ def test_deletes_finished_windows_beyond_k_and_never_one_newer_than_latest(lake)
     assert apply_retention(lake, keep=1).deleted == ()
 
 
+def test_a_deleted_window_takes_its_claim_with_it(lake):
+    # Every window a follower makes leaves its claim: kept for good, they grew with the number
+    # of windows (the soak check found one object a window).  A kept or open window keeps its claim.
+    make_lake(lake, [1, 2, 3, 4], latest=3)
+    for generation in (1, 2, 3, 4):
+        lake.write_new(layout.window_claim(generation), b"{}")
+    assert apply_retention(lake, keep=1).deleted == (1, 2)
+    assert [lake.exists(layout.window_claim(g)) for g in (1, 2, 3, 4)] == [False, False, True, True]
+
+
 def test_an_open_window_survives_any_k(lake):
     make_lake(lake, [1, 2], latest=1)           # window 2: newer than LATEST, a checkpoint may read it
     for keep in (1, 5):
@@ -165,7 +175,7 @@ def test_a_reader_never_trusts_a_half_deleted_window(lake):
     wrapped = CrashingStorage(lake, check=reader)
     assert apply_retention(wrapped, keep=1).deleted == (1,)
     assert wrapped.deletes[0] == layout.window_manifest(1)       # the manifest goes first
-    assert seen == ["gone"] * WINDOW_OBJECTS
+    assert seen == ["gone"] * (WINDOW_OBJECTS + 1)                 # each object, then the window's claim
     assert present(lake) == {2: WINDOW_OBJECTS}
 
 
