@@ -12,13 +12,14 @@ descendants): resident memory (VmRSS), open file descriptors, and threads;
 and for the run: files in the temporary folder, and the lake's leftovers
 (objects under ``tmp/`` and writers' temp files).
 
-It reports each role's figures at its first sample after generation 2 is
-published (warm: every role has loaded TensorFlow or Beam and a network) and
-at the end, with the
-number of windows between them, and a verdict: each role's memory grew by at
-most ``--max-growth-mb`` over the run, and the temporary folder and the lake's
-leftovers did not grow with the number of windows (their end is at most their
-warm count plus one window's worth).  Human lines go to stderr; the last line
+The first third of the run is warm-up (TensorFlow graphs, the first models
+compiled, Beam's start).  For each role it reports the median resident memory
+of the middle third and of the last third and the windows made between them,
+and a verdict: no role's memory grew by more than ``--max-growth-mb`` from the
+one to the other, no role's open files grew, and the temporary folder and the
+lake's leftovers at the end (every role stopped) are no more than at the
+quietest sample of the middle third (a window job's pieces are there while it
+runs).  Human lines go to stderr; the last line
 on stdout is one JSON object.  Not part of the timed suite: it takes as long
 as ``--minutes`` says and both cores.
 """
@@ -34,15 +35,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from cloud.base import TEMP_MARKER  # noqa: E402
 from format import layout  # noqa: E402
 
-WARM_GENERATION = 2
-"""Figures count as warm from the first sample after this generation is published: by then the trainer
-has trained and published, the worker plays a network, and the shuffle job has labelled with one."""
 ROLES = {"worker": "selfplay.worker", "shuffle": "pipeline.shuffle", "trainer": "model.train"}
 """Role name -> the module its process runs (``python -m MODULE``)."""
 
@@ -53,8 +53,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dir", default="", help="working folder (lake, state, tmp); default: a new one "
                                                   "under the system temporary folder")
     parser.add_argument("--sample-seconds", type=float, default=20.0, help="seconds between samples")
-    parser.add_argument("--max-growth-mb", type=float, default=64.0,
-                        help="most a role's resident memory may grow from warm to the end (default: 64)")
+    parser.add_argument("--max-growth-mb", type=float, default=32.0,
+                        help="most a role's resident memory may grow from the middle third of the run to the "
+                             "last (medians; default: 32)")
     args = parser.parse_args(argv)
     if not 1 <= args.minutes <= 24 * 60:
         parser.error("--minutes must be in [1, 1440]")
@@ -151,65 +152,64 @@ def main(argv=None) -> int:
     log = open(work / "cluster.log", "w")
     launcher = subprocess.Popen(cluster_command(lake, state, args.minutes), cwd=REPO, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-    warm, last, samples = {}, {}, 0
-    warm_run = None
+    series: dict[str, list] = {role: [] for role in ROLES}   # role -> [(minutes, windows, figures)]
+    run_series = []                                          # [(minutes, windows, run figures)]
     started = time.monotonic()
     try:
         while launcher.poll() is None:
             time.sleep(args.sample_seconds)
-            windows = newest_generation(lake, layout.windows_prefix())
-            warmed = newest_generation(lake, layout.models_prefix()) >= WARM_GENERATION
-            run = {"windows": windows, "tmp_files": count_files(temp), "lake_leftovers": lake_leftovers(lake)}
-            for role, pid in role_processes(launcher.pid).items():
-                figures = process_figures(pid)
-                if figures is None:
-                    continue
-                figures.update(pid=pid, windows=windows)
-                if warmed and role not in warm:
-                    warm[role] = figures
-                last[role] = figures
-            if warmed and warm_run is None:
-                warm_run = run
-            samples += 1
             minutes = (time.monotonic() - started) / 60
+            windows = newest_generation(lake, layout.windows_prefix())
+            run = {"tmp_files": count_files(temp), "lake_leftovers": lake_leftovers(lake)}
+            run_series.append((minutes, windows, run))
+            shown = []
+            for role, pid in sorted(role_processes(launcher.pid).items()):
+                figures = process_figures(pid)
+                if figures is not None:
+                    series[role].append((minutes, windows, dict(figures, pid=pid)))
+                    shown.append(f"{role} {figures['rss_mb']:.0f} MB/{figures['fds']} fds")
             print(f"[soak] {minutes:5.1f} min  windows {windows}  tmp files {run['tmp_files']}  lake leftovers "
-                  f"{run['lake_leftovers']}  " + "  ".join(f"{r} {f['rss_mb']:.0f} MB/{f['fds']} fds"
-                                                           for r, f in sorted(last.items())),
-                  file=sys.stderr, flush=True)
+                  f"{run['lake_leftovers']}  " + "  ".join(shown), file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         os.killpg(launcher.pid, signal.SIGTERM)
         launcher.wait(timeout=120)
-    end_run = {"windows": newest_generation(lake, layout.windows_prefix()), "tmp_files": count_files(temp),
-               "lake_leftovers": lake_leftovers(lake)}
+    end_run = {"tmp_files": count_files(temp), "lake_leftovers": lake_leftovers(lake)}
     log.close()
-    report = {"bench": "soak", "minutes": round((time.monotonic() - started) / 60, 1), "samples": samples,
-              "launcher_exit": launcher.returncode, "windows": end_run["windows"],
+    total = (time.monotonic() - started) / 60
+    report = {"bench": "soak", "minutes": round(total, 1), "samples": len(run_series),
+              "launcher_exit": launcher.returncode, "windows": newest_generation(lake, layout.windows_prefix()),
               "generations": newest_generation(lake, layout.models_prefix())}
     problems = []
+    # The first third is warm-up (TensorFlow graphs, the first models compiled, Beam's start);
+    # growth is the middle third's median against the last third's, which a spike cannot move.
+    middle, late = (lambda t: total / 3 <= t < 2 * total / 3), (lambda t: t >= 2 * total / 3)
     for role in ROLES:
-        if role not in warm:
-            problems.append(f"{role}: never seen running after generation {WARM_GENERATION} was published")
+        mid = [(w, f) for t, w, f in series[role] if middle(t)]
+        end = [(w, f) for t, w, f in series[role] if late(t)]
+        if not mid or not end:
+            problems.append(f"{role}: not seen running in both the middle and the last third of the run")
             continue
-        start, end = warm[role], last[role]
-        growth = end["rss_mb"] - start["rss_mb"]
-        report[f"{role}_rss_mb_warm"], report[f"{role}_rss_mb_end"] = start["rss_mb"], end["rss_mb"]
-        report[f"{role}_fds_warm"], report[f"{role}_fds_end"] = start["fds"], end["fds"]
-        report[f"{role}_windows_between"] = end["windows"] - start["windows"]
-        report[f"{role}_restarted"] = start["pid"] != end["pid"]
-        if growth > args.max_growth_mb:
-            problems.append(f"{role}: resident memory grew {growth:.0f} MB over "
-                            f"{end['windows'] - start['windows']} windows")
-        if end["fds"] > start["fds"] + 16:
-            problems.append(f"{role}: open files grew from {start['fds']} to {end['fds']}")
-    warm_run = warm_run or end_run
+        rss_mid = float(np.median([f["rss_mb"] for _, f in mid]))
+        rss_late = float(np.median([f["rss_mb"] for _, f in end]))
+        windows_between = int(np.median([w for w, _ in end]) - np.median([w for w, _ in mid]))
+        fds_mid, fds_late = max(f["fds"] for _, f in mid), max(f["fds"] for _, f in end)
+        report.update({f"{role}_rss_mb_mid": round(rss_mid, 1), f"{role}_rss_mb_late": round(rss_late, 1),
+                       f"{role}_rss_mb_growth": round(rss_late - rss_mid, 1),
+                       f"{role}_windows_mid_to_late": windows_between,
+                       f"{role}_fds_mid": fds_mid, f"{role}_fds_late": fds_late,
+                       f"{role}_restarted": len({f["pid"] for _, _, f in series[role]}) > 1})
+        if rss_late - rss_mid > args.max_growth_mb:
+            problems.append(f"{role}: resident memory grew {rss_late - rss_mid:.0f} MB over {windows_between} windows")
+        if fds_late > fds_mid + 16:
+            problems.append(f"{role}: open files grew from {fds_mid} to {fds_late}")
+    # A window job's pieces and model copy are there while it runs: compare the quietest sample
+    # of the middle third with the end (after every role stopped), where nothing should be left
+    # that the middle did not already hold.
     for key in ("tmp_files", "lake_leftovers"):
-        report[f"{key}_warm"], report[f"{key}_end"] = warm_run[key], end_run[key]
-    # What one window's job holds in flight (its pieces, one model copy) may be there at any
-    # sample; what grows with the number of windows is a leak.
-    per_window_slack = 64
-    for key in ("tmp_files", "lake_leftovers"):
-        if end_run[key] > warm_run[key] + per_window_slack:
-            problems.append(f"{key} grew from {warm_run[key]} to {end_run[key]}")
+        floor = min((r[key] for t, _, r in run_series if middle(t)), default=end_run[key])
+        report[f"{key}_floor_mid"], report[f"{key}_end"] = floor, end_run[key]
+        if end_run[key] > floor:
+            problems.append(f"{key}: {end_run[key]} at the end against {floor} in the middle of the run")
     report["problems"] = problems
     report["bounded"] = not problems
     for problem in problems:
