@@ -12,6 +12,13 @@ Terms
   a reader sees either nothing or every byte, never a prefix.
 * **prefix**: a plain string prefix of paths, as in GCS listings.
   ``list("games/")`` is every object under ``games``; ``list("")`` is all.
+* **stray name**: a file or object under the root whose name is no valid
+  path (a backslash or newline in a local name; ``//``, ``.`` or ``..`` in
+  a GCS object name; bytes that are not UTF-8).  Listings skip it and log
+  one warning naming it (:func:`skip_stray_name`), so that listing and
+  reading agree: every listed path can be read and deleted.  Names that
+  start with :data:`TEMP_MARKER` are the storage layer's own and are
+  skipped without a word.
 
 Write semantics (the lake's central promise)
 --------------------------------------------
@@ -37,12 +44,17 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import logging
 import os
 import tempfile
+import threading
+
+_log = logging.getLogger(__name__)
 
 TEMP_MARKER = ".zl-tmp-"
-"""Names starting with this are a local writer's in-flight temp files.
-Listings skip them, and no object path may use one as a segment."""
+"""Names starting with this are a local writer's in-flight temp files (and the
+lock files of its conditional writes).  Listings skip them, and no object path
+may use one as a segment."""
 
 
 class StorageError(Exception):
@@ -135,12 +147,58 @@ def validate_path(path: str, *, what: str = "path") -> str:
         raise ValueError(f"storage {what} {path!r} must not start or end with '/'")
     if "\\" in path or "\x00" in path or "\n" in path or "\r" in path:
         raise ValueError(f"storage {what} {path!r} contains a backslash, NUL or newline")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # a local file name whose bytes are not UTF-8 (os.fsdecode's surrogates)
+        raise ValueError(f"storage {what} {path!r} is not UTF-8 (an object name must be)") from None
     for segment in path.split("/"):
         if segment in ("", ".", ".."):
             raise ValueError(f"storage {what} {path!r} has an empty, '.' or '..' segment")
         if segment.startswith(TEMP_MARKER):
             raise ValueError(f"storage {what} {path!r} uses the reserved temp-file marker {TEMP_MARKER!r}")
     return path
+
+
+def is_reserved_name(path: str) -> bool:
+    """Whether ``path`` has a segment starting with TEMP_MARKER: the storage layer's
+    own in-flight temp and lock files (and their copies), which listings skip silently."""
+    return any(segment.startswith(TEMP_MARKER) for segment in path.split("/"))
+
+
+_warned_keys: set = set()
+"""Keys `warn_once` has warned of in this process (one per stray name: bounded by the lake)."""
+_warned_lock = threading.Lock()
+
+
+def warn_once(key: str, message: str) -> None:
+    """Log the warning ``message`` once per process for each ``key`` (a file or
+    object's full location): what a listing skips, it meets at every listing."""
+    with _warned_lock:
+        if key in _warned_keys:
+            return
+        _warned_keys.add(key)
+    _log.warning("%s", message)
+
+
+def skip_stray_name(where: str, problem: str) -> None:
+    """Report once that a listing skipped ``where`` (a local file name or gs://
+    URL); ``problem`` says why it is no object (see the module docstring)."""
+    warn_once(where, f"listing skipped {where!r}: {problem}")
+
+
+def check_listed_name(where: str, name: str) -> bool:
+    """Whether the listed name ``name`` (a path relative to the root, found at
+    ``where``) is a path to list: False for a reserved (temp-file) name, and
+    for a stray name, which is reported once (`skip_stray_name`)."""
+    if is_reserved_name(name):
+        return False
+    try:
+        validate_path(name, what="name")
+    except ValueError as exc:
+        problem = str(exc).replace(f"storage name {name!r} ", "its name ", 1)
+        skip_stray_name(where, f"{problem}, so it is no object path; no role reads it (rename or remove it)")
+        return False
+    return True
 
 
 def validate_data(data, url: str) -> None:
@@ -221,7 +279,8 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         """Every object whose path starts with ``prefix``, recursively, sorted
-        by path.  Temp files of in-flight writes are never listed."""
+        by path.  Temp files of in-flight writes are never listed, nor are
+        stray names (module docstring): each is logged once, and skipped."""
 
     @abc.abstractmethod
     def delete(self, path: str, *, missing_ok: bool = False) -> None:

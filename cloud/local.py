@@ -14,15 +14,39 @@ How a whole-object write works here
 
 A process killed between steps 1 and 2 leaves only a temp file: never
 listed, never readable as an object, and removable with
-:meth:`LocalStorage.remove_stale_temp_files`.
+:meth:`LocalStorage.remove_stale_temp_files`.  A conditional write
+(``write_if_generation``) also holds an flock on a lock file beside the
+object, ``.zl-tmp-lock-<name>``, which stays (one per such object) and which
+that sweep never removes.
+
+Every failure of the operating system is a :class:`StorageError` naming the
+object (a read-only disk, a permission denied, a file where a folder should
+be), never a raw OSError.
 
 Folders are made on the first write under them and, as in an object store
 where a prefix exists only while objects have it, removed by the delete that
 leaves them empty (up to, not including, the root).
+
+Symbolic links
+--------------
+A link is followed wherever it is: the root, a folder (``games/`` moved to
+another disk when this one filled) or a file.  An object's path is the name
+under the root, never the link's target, so every reader (listing, read,
+delete) sees the same objects whatever is a link.  A link to a folder that
+holds it (a loop) is skipped by listings and logged once: what is under it
+is listed under its real name already.  A link whose target is missing
+(``games/`` on a disk that is not mounted) is a :class:`StorageError`, never
+an empty listing, since it may hide every object under it.
+
+Only regular files are objects: a FIFO, socket or device under the root is
+never listed, and reading one is a StorageError (it is never opened for
+reading, which could block).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import os
 import stat
@@ -37,10 +61,13 @@ from cloud.base import (
     ObjectInfo,
     Storage,
     StorageError,
+    check_listed_name,
     check_size,
+    skip_stray_name,
     validate_data,
     validate_path,
     validate_prefix,
+    warn_once,
 )
 
 
@@ -77,7 +104,7 @@ class LocalStorage(Storage):
                                     url=target) from None
             except OSError as exc:
                 raise StorageError(f"cannot create {target}: {exc.strerror}", url=target) from None
-            fsync_directory(directory)
+            _fsync_folder(directory, target)
         finally:
             _unlink_if_present(temp)
 
@@ -91,7 +118,7 @@ class LocalStorage(Storage):
             _unlink_if_present(temp)
             raise StorageError(f"cannot replace {target}: {exc.strerror}", url=target) from None
         if durable:
-            fsync_directory(directory)
+            _fsync_folder(directory, target)
 
     @staticmethod
     def _write_temp(directory: str, target: str, data: bytes, durable: bool = True) -> str:
@@ -122,27 +149,48 @@ class LocalStorage(Storage):
 
     def read(self, path: str, *, max_bytes: int | None = None) -> bytes:
         target = self._file(path)
-        try:
-            with open(target, "rb") as f:
+        with self._open_object(target) as f:
+            try:
                 return check_size(f.read(-1 if max_bytes is None else max_bytes + 1), max_bytes, target)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise NotFound(f"no object at {target}", url=target) from None
-        except OSError as exc:
-            raise StorageError(f"cannot read {target}: {exc.strerror}", url=target) from None
+            except OSError as exc:
+                raise StorageError(f"cannot read {target}: {exc.strerror}", url=target) from None
 
     def read_versioned(self, path: str, *, max_bytes: int | None = None) -> tuple[bytes, int]:
         target = self._file(path)
-        try:
-            with open(target, "rb") as f:
+        with self._open_object(target) as f:
+            try:
                 # fstat of the open file: the generation of the very bytes read,
                 # even if a writer renames a new version over the name meanwhile.
                 generation = os.fstat(f.fileno()).st_mtime_ns
                 data = f.read(-1 if max_bytes is None else max_bytes + 1)
-                return check_size(data, max_bytes, target, generation), generation
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            except OSError as exc:
+                raise StorageError(f"cannot read {target}: {exc.strerror}", url=target) from None
+            return check_size(data, max_bytes, target, generation), generation
+
+    @staticmethod
+    def _open_object(target: str):
+        """The object file ``target`` open for reading: NotFound if absent (or a
+        folder), StorageError if it is no regular file or cannot be opened.
+
+        O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer
+        for ever; for a regular file the flag changes nothing."""
+        try:
+            fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
             raise NotFound(f"no object at {target}", url=target) from None
         except OSError as exc:
             raise StorageError(f"cannot read {target}: {exc.strerror}", url=target) from None
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError as exc:
+            os.close(fd)
+            raise StorageError(f"cannot read {target}: {exc.strerror}", url=target) from None
+        if stat.S_ISREG(mode):
+            return open(fd, "rb")
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise NotFound(f"no object at {target} (a folder)", url=target)
+        raise StorageError(f"cannot read {target}: {_file_kind(mode)}, not a regular file", url=target)
 
     def write_if_generation(self, path: str, data: bytes, generation: int) -> int:
         """Compare-and-swap under an flock on a lock file beside the object.
@@ -155,14 +203,12 @@ class LocalStorage(Storage):
         """
         target = self._file(path)
         directory = os.path.dirname(target)
-        lock_path = os.path.join(directory, f"{TEMP_MARKER}lock-{os.path.basename(target)}")
-        with open(_open_in_folder(directory, lock_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC),
-                  "a") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        lock_path = os.path.join(directory, f"{_LOCK_MARKER}{os.path.basename(target)}")
+        with _locked(directory, lock_path, target):
             try:
-                current = os.stat(target).st_mtime_ns
-            except FileNotFoundError:
-                current = 0
+                current = _generation_of(target)
+            except OSError as exc:
+                raise StorageError(f"cannot write {target}: {exc.strerror}", url=target) from None
             if current != generation:
                 raise PreconditionFailed(f"{target} is at generation {current}, not {generation}; "
                                          "another writer changed it", url=target)
@@ -174,7 +220,7 @@ class LocalStorage(Storage):
             except OSError as exc:
                 _unlink_if_present(temp)
                 raise StorageError(f"cannot replace {target}: {exc.strerror}", url=target) from None
-            fsync_directory(directory)
+            _fsync_folder(directory, target)
             return new_generation
 
     def exists(self, path: str) -> bool:
@@ -184,34 +230,86 @@ class LocalStorage(Storage):
         validate_prefix(prefix)
         directory_part = prefix.rpartition("/")[0]
         start = self._file(directory_part) if directory_part else self._root
-        found = []
-
-        def unreadable(error: OSError) -> None:
-            # A folder deleted while we list it is simply gone; one we cannot
-            # read would hide objects, so it is an error, never a silent skip.
-            if not isinstance(error, FileNotFoundError):
-                raise StorageError(f"cannot list {error.filename}: {error.strerror}", url=error.filename or "")
-
-        for dirpath, dirnames, filenames in os.walk(start, onerror=unreadable):
-            # Descend only into directories that can hold matching paths.
-            dirnames[:] = sorted(d for d in dirnames if _may_hold(self._relative(os.path.join(dirpath, d)), prefix))
-            for name in filenames:
-                if name.startswith(TEMP_MARKER):
-                    continue
-                full = os.path.join(dirpath, name)
-                relative = self._relative(full)
-                if not relative.startswith(prefix):
-                    continue
-                try:
-                    info = os.stat(full)
-                except FileNotFoundError:  # deleted while we listed
-                    continue
-                except OSError as exc:     # a symlink loop (ELOOP), a dangling or unreadable entry
-                    raise StorageError(f"cannot list {full}: {exc.strerror}", url=full) from None
-                if stat.S_ISREG(info.st_mode):
-                    found.append(ObjectInfo(relative, info.st_size))
+        found = [ObjectInfo(relative, info.st_size) for name, full, relative, info in self._walk(start, prefix)
+                 if stat.S_ISREG(info.st_mode) and not name.startswith(TEMP_MARKER)
+                 and check_listed_name(full, relative)]
         found.sort()
         return found
+
+    def _walk(self, start: str, prefix: str, *, strict: bool = True):
+        """(name, full file name, path, os.stat) of every entry that is no folder under
+        the folder ``start`` whose path starts with ``prefix``, following links (module
+        docstring), in no order; temp files and stray names included, unchecked.
+
+        Folders that cannot hold such paths are not entered, nor are folders with
+        stray names or links that loop (both reported once).  ``strict``: a folder
+        that cannot be read, a dangling link or an entry that cannot be stat'ed is a
+        StorageError (a listing must not hide objects); otherwise it is passed by.
+        """
+        chain = self._folder_chain(start, strict)
+        if chain is None:
+            return
+        pending = [(start, "" if start == self._root else self._relative(start), chain)]
+        while pending:
+            directory, folder_path, chain = pending.pop()
+            try:
+                with os.scandir(directory) as listing:
+                    names = [entry.name for entry in listing]
+            except (FileNotFoundError, NotADirectoryError):
+                continue          # deleted (or replaced by a file) while we listed: nothing under it now
+            except OSError as exc:
+                # A folder we cannot read would hide objects: an error, never a silent skip.
+                if strict:
+                    raise StorageError(f"cannot list {directory}: {exc.strerror}", url=directory) from None
+                continue
+            for name in names:
+                full = os.path.join(directory, name)
+                relative = f"{folder_path}/{name}" if folder_path else name
+                if not (relative.startswith(prefix) or _may_hold(relative, prefix)):
+                    continue      # neither a match nor a folder that may hold one: not even stat'ed
+                info = _stat_listed(full, strict)
+                if info is None:
+                    continue      # deleted while we listed
+                if not stat.S_ISDIR(info.st_mode):
+                    if relative.startswith(prefix):
+                        yield name, full, relative, info
+                    continue
+                if not _may_hold(relative, prefix) or not check_listed_name(full, relative):
+                    continue
+                folder = (info.st_dev, info.st_ino)
+                if folder in chain:
+                    skip_stray_name(full, "a link to a folder that holds it (a loop); what is under it "
+                                          "is listed under its own name")
+                    continue
+                pending.append((full, relative, chain | {folder}))
+
+    def _folder_chain(self, start: str, strict: bool = True) -> frozenset | None:
+        """(st_dev, st_ino) of the root and of each folder down to ``start`` (the
+        loop guard's starting point), or None when ``start`` holds nothing: it is
+        missing, or a file where a folder would be.  A component that is a
+        dangling link, or a root that is no folder, raises StorageError when ``strict``."""
+        names = [] if start == self._root else self._relative(start).split("/")
+        chain, current = set(), self._root
+        for name in [None, *names]:
+            if name is not None:
+                current = os.path.join(current, name)
+            try:
+                info = os.stat(current)
+            except (FileNotFoundError, NotADirectoryError):
+                if strict:
+                    _refuse_dangling_link(current)
+                return None
+            except OSError as exc:
+                if strict:
+                    raise StorageError(f"cannot list {current}: {exc.strerror}", url=current) from None
+                return None
+            if not stat.S_ISDIR(info.st_mode):
+                if current == self._root and strict:
+                    raise StorageError(f"cannot list {current}: {_file_kind(info.st_mode)}, not a folder",
+                                       url=current)
+                return None
+            chain.add((info.st_dev, info.st_ino))
+        return frozenset(chain)
 
     # --- deletes -----------------------------------------------------------
 
@@ -246,19 +344,27 @@ class LocalStorage(Storage):
 
     def remove_stale_temp_files(self, older_than_s: float = 3600.0) -> int:
         """Delete temp files left by crashed writers that are older than
-        ``older_than_s`` seconds (younger ones may belong to a live writer).
-        Returns how many were removed."""
+        ``older_than_s`` seconds (younger ones may belong to a live writer),
+        under links too (module docstring).  Returns how many were removed.
+
+        Lock files (`write_if_generation`) are kept: one per conditional
+        object, never growing, and one in use must stay the file its writers
+        lock.  Housekeeping never stops its caller: a temp file that cannot be
+        removed (a read-only disk, another user's) is reported once and kept.
+        """
         cutoff = time.time() - older_than_s
         removed = 0
-        for dirpath, _, filenames in os.walk(self._root):
-            for name in filenames:
-                full = os.path.join(dirpath, name)
-                try:
-                    if name.startswith(TEMP_MARKER) and os.stat(full).st_mtime < cutoff:
-                        os.unlink(full)
-                        removed += 1
-                except FileNotFoundError:
-                    continue
+        for name, full, _, info in self._walk(self._root, "", strict=False):
+            if not name.startswith(TEMP_MARKER) or name.startswith(_LOCK_MARKER) or info.st_mtime >= cutoff:
+                continue
+            try:
+                os.unlink(full)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                warn_once(full, f"cannot remove the stale temp file {full!r} ({exc.strerror}); kept")
+                continue
+            removed += 1
         return removed
 
 
@@ -279,6 +385,107 @@ def _may_hold(relative_dir: str, prefix: str) -> bool:
     return with_slash.startswith(prefix) or prefix.startswith(with_slash)
 
 
+_LOCK_MARKER = f"{TEMP_MARKER}lock-"
+"""Lock files of conditional writes: ``.zl-tmp-lock-<object name>`` beside the object."""
+
+
+@contextlib.contextmanager
+def _locked(directory: str, lock_path: str, target: str):
+    """An exclusive flock on the lock file ``lock_path`` (made if missing) for the
+    object ``target``, held for the ``with`` block.
+
+    If the file was removed or replaced between our open and our flock (a
+    cleaner of a crashed writer's files, an operator), the lock we hold locks
+    nothing that the next writer will open: open the name again.  Every
+    failure is a StorageError naming the object: a read-only disk, a
+    permission denied, a file where a folder should be.
+    """
+    for _ in range(100):
+        try:
+            fd = _open_in_folder(directory, lock_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                current = _still_named(fd, lock_path)
+            except BaseException:
+                os.close(fd)
+                raise
+        except OSError as exc:
+            raise StorageError(f"cannot write {target}: {exc.strerror} (its lock file {lock_path})",
+                               url=target) from None
+        try:
+            if current:
+                yield
+                return
+        finally:
+            os.close(fd)
+    raise StorageError(f"cannot write {target}: its lock file {lock_path} keeps being replaced", url=target)
+
+
+def _still_named(fd: int, path: str) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    held = os.fstat(fd)
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _stat_listed(full: str, strict: bool = True) -> os.stat_result | None:
+    """os.stat of a listed entry (following a link); None if it was deleted
+    meanwhile.  A dangling link, a link loop (ELOOP) or an entry that cannot be
+    read: StorageError when ``strict``, else None."""
+    try:
+        return os.stat(full)
+    except FileNotFoundError:
+        if strict:
+            _refuse_dangling_link(full)
+        return None
+    except OSError as exc:
+        if strict:
+            raise StorageError(f"cannot list {full}: {exc.strerror}", url=full) from None
+        return None
+
+
+def _refuse_dangling_link(full: str) -> None:
+    """StorageError if ``full``, found missing, is a link whose target is missing
+    (module docstring); nothing if it is simply not there."""
+    try:
+        target = os.readlink(full)
+    except OSError:
+        return
+    raise StorageError(f"cannot list {full}: a link to {target}, which does not exist "
+                       "(a disk not mounted?)", url=full)
+
+
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words."""
+    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def _generation_of(target: str) -> int:
+    """The generation of the object file ``target`` (its st_mtime_ns), 0 when absent."""
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        return 0
+    if not stat.S_ISREG(info.st_mode):
+        raise StorageError(f"cannot write {target}: {_file_kind(info.st_mode)} is in the way", url=target)
+    return info.st_mtime_ns
+
+
+def _fsync_folder(directory: str, target: str) -> None:
+    """fsync_directory, its failure a StorageError naming the object ``target`` just written."""
+    try:
+        fsync_directory(directory)
+    except OSError as exc:
+        raise StorageError(f"cannot make {target} durable: {exc.strerror}", url=target) from None
+
+
 def fsync_directory(directory: str) -> None:
     """Make a directory entry change durable (POSIX needs an fsync of the directory)."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -297,12 +504,20 @@ def _open_in_folder(directory: str, path: str, flags: int, attempts: int = 5) ->
     """
     for _ in range(attempts - 1):
         try:
-            os.makedirs(directory, exist_ok=True)
+            _make_folder(directory)
             return os.open(path, flags, 0o666)
         except FileNotFoundError:
             continue
-    os.makedirs(directory, exist_ok=True)
+    _make_folder(directory)
     return os.open(path, flags, 0o666)
+
+
+def _make_folder(directory: str) -> None:
+    """os.makedirs(directory, exist_ok=True), saying what its "File exists" means."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except FileExistsError:
+        raise NotADirectoryError(errno.ENOTDIR, "a file is where a folder should be", directory) from None
 
 
 def _unlink_if_present(path: str) -> None:

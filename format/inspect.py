@@ -50,12 +50,17 @@ def locate(target: str):
 
     if not target.endswith("://"):
         target = target.rstrip("/")
+    folder = False
     if "://" not in target and not target.startswith("file:"):
         import os
 
         if not os.path.exists(target):
             raise InspectError(f"{target}: no such file or folder")
-    if _is_record_file(target):
+        folder = os.path.isdir(target)
+        if not folder and not os.path.isfile(target):
+            # A FIFO would block the read for ever, a device would never end.
+            raise InspectError(f"{target}: not a regular file or a folder; nothing to read")
+    if _is_record_file(target) and not folder:
         parent, name = posixpath.split(target) if target.startswith("gs://") else _split_local(target)
         return open_storage(parent or "."), [name]
     storage = open_storage(target)

@@ -37,6 +37,7 @@ import json
 import math
 import re
 
+from cloud.base import validate_path
 from format import schema
 from format.tfrecord import MAX_EXPANSION
 
@@ -76,7 +77,12 @@ def too_large(max_bytes: int) -> str:
 WINDOW_MANIFEST_VERSION = 1
 MODEL_MANIFEST_VERSION = 1
 
-_CHUNK_NAME = re.compile(r"(?P<worker>[A-Za-z0-9_.]+)-(?P<ms>\d{13})-(?P<seq>\d{6,})" + re.escape(schema.CHUNK_SUFFIX))
+# Names are parsed with [0-9], never \d or str.isdigit(): those take any Unicode
+# digit ('²', '٣'), which int() then refuses or reads as another number.  And with
+# a bound: int() refuses a string of more than 4,300 digits.
+_CHUNK_NAME = re.compile(r"(?P<worker>[A-Za-z0-9_.]+)-(?P<ms>[0-9]{13})-(?P<seq>[0-9]{6,18})"
+                         + re.escape(schema.CHUNK_SUFFIX))
+_GENERATION_NAME = re.compile(r"[0-9]{6,18}")
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")
 
 
@@ -102,8 +108,13 @@ def generation_dir(generation: int) -> str:
 
 
 def parse_generation(name: str) -> int | None:
-    """The generation of a folder name ('000007' -> 7), None for anything else."""
-    return int(name) if len(name) == 6 and name.isdigit() else None
+    """The generation of a folder name ('000007' -> 7), None for anything else:
+    only what `generation_dir` writes (ASCII digits, six or more, no extra
+    leading zero) is a generation."""
+    if not _GENERATION_NAME.fullmatch(name):
+        return None
+    generation = int(name)
+    return generation if generation_dir(generation) == name else None
 
 
 # ---- games ---------------------------------------------------------------
@@ -195,6 +206,21 @@ def game_table_beside(shard: str) -> str:
     folder, _, name = shard.rpartition("/")
     table = _game_table_file(name.split("-", 1)[0])
     return f"{folder}/{table}" if folder else table
+
+
+def is_window_file_name(name, suffix: str) -> bool:
+    """Whether a window manifest may name ``name`` as a file of its folder: one path
+    segment of the layout's characters ending in ``suffix`` (`schema.SHARD_SUFFIX` or
+    `schema.GAME_TABLE_SUFFIX`), as `shard_name` and `game_table_name` write them, and
+    a valid object path there (so never '.', '..' or a storage temp-file name)."""
+    if not (isinstance(name, str) and _SAFE_NAME.fullmatch(name) and name.endswith(suffix)
+            and len(name) > len(suffix)):
+        return False
+    try:
+        validate_path(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_attempt(attempt: str) -> None:
@@ -295,8 +321,11 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
     if not schema.MIN_BOARD_SIZE <= board_size <= schema.MAX_BOARD_SIZE:
         raise ManifestError(url, "board_size", f"{board_size} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
     shards = need("shards", list)
-    if not shards or not all(isinstance(s, str) and _SAFE_NAME.fullmatch(s) and ".." not in s for s in shards):
-        raise ManifestError(url, "shards", "must list the window's shard file names")
+    bad = [s for s in shards if not is_window_file_name(s, schema.SHARD_SUFFIX)]
+    if not shards or bad or len(set(shards)) != len(shards):
+        named = f" ({_shown(bad[0])} is not one)" if bad else ""
+        raise ManifestError(url, "shards", f"must list the window's shard file names, each once "
+                                           f"(letters, digits, '_', '.', '-', ending in {schema.SHARD_SUFFIX}){named}")
     _check_numbers(document, url)
     positions = need("positions", int)
     if not 0 < positions <= MAX_WINDOW_POSITIONS:
@@ -317,8 +346,9 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
         raise ManifestError(url, "games", "must be a list of game ids (what a version-2 or 3 record's 'game' indexes)")
     table = document.get("game_table")
     if record_version >= 3 or table is not None:
-        if not isinstance(table, str) or not _SAFE_NAME.fullmatch(table) or table in shards:
-            raise ManifestError(url, "game_table", "must name the window's game table file (record version 3 "
+        if not is_window_file_name(table, schema.GAME_TABLE_SUFFIX) or table in shards:
+            raise ManifestError(url, "game_table", f"is {_shown(table)}; it must name the window's game table "
+                                                   f"file, ending in {schema.GAME_TABLE_SUFFIX} (record version 3 "
                                                    "keeps each game's ownership label and generation there)")
         table = game_table_path(generation, table)
     attempt = document.get("attempt")
@@ -340,6 +370,12 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
                           games=tuple(games) if "games" in document else None, attempt=attempt,
                           positions_per_byte=per_byte, planned_lake_bytes=lake_bytes, planned_chunks=planned,
                           **_window_statistics(document, url))
+
+
+def _shown(value) -> str:
+    """``value`` as an error message shows it: repr, cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:36] + "..."
 
 
 def _window_statistics(document: dict, url: str) -> dict:
@@ -390,8 +426,7 @@ def document_value(value, kinds, fail, at_least: int | None = None):
             (number and at_least is not None and isinstance(value, int) and value < at_least):
         names = " or ".join("null" if kind is type(None) else kind.__name__ for kind in kinds)
         bound = f" >= {at_least}" if at_least is not None and int in kinds else ""
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:36] + "..."
-        raise fail(f"is {shown}, expected {names}{bound}")
+        raise fail(f"is {_shown(value)}, expected {names}{bound}")
     return value
 
 
@@ -683,10 +718,11 @@ def parse_job_tmp_dir(path: str) -> tuple[str, int, str] | None:
     parts = path.split("/")
     if len(parts) < 2 or parts[0] != TMP_DIR:
         return None
-    match = re.fullmatch(r"(?P<job>[a-z]+)-(?P<gen>\d{6})-(?P<attempt>[A-Za-z0-9_.]+)", parts[1])
-    if not match:
+    match = re.fullmatch(r"(?P<job>[a-z]+)-(?P<gen>[0-9]+)-(?P<attempt>[A-Za-z0-9_.]+)", parts[1])
+    generation = parse_generation(match["gen"]) if match else None
+    if generation is None:
         return None
-    return match["job"], int(match["gen"]), match["attempt"]
+    return match["job"], generation, match["attempt"]
 
 
 def window_claim(generation: int) -> str:

@@ -19,6 +19,7 @@ fuzz test are at the end.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -201,6 +202,26 @@ def dangling_checkpoint_state(storage) -> str:
                      b'model_checkpoint_path: "ckpt-7"\nall_model_checkpoint_paths: "ckpt-7"\n')
 
 
+def _edit_window_manifest(storage, **changes) -> str:
+    path = layout.window_manifest(TRAIN_WINDOW)
+    document = json.loads(storage.read(path))
+    return overwrite(storage, path, json.dumps({**document, **changes}).encode())
+
+
+def dot_shard_manifest(storage) -> str:
+    return _edit_window_manifest(storage, shards=["."], shard_positions={".": 64})
+
+
+def dotdot_game_table_manifest(storage) -> str:
+    return _edit_window_manifest(storage, game_table="..")
+
+
+def file_for_cluster_folder(storage) -> str:
+    with open(_local(storage, layout.CLUSTER_DIR), "wb") as handle:
+        handle.write(b"not a folder")
+    return layout.TRAINER_LEASE
+
+
 # --------------------------------------------------------------------------
 # Commands, one function per reader: (root, tmp_path) -> exit status
 # --------------------------------------------------------------------------
@@ -303,6 +324,14 @@ FAULTS = [
     # checkpoint state
     Fault("garbage checkpoint state / train", garbage_checkpoint_state, train, "error"),
     Fault("dangling checkpoint state / train", dangling_checkpoint_state, train, "error"),
+    # issue 36: names the layout never writes, and something in the way of the lease
+    Fault("'.' as a shard of the window manifest / train", dot_shard_manifest, train, "error", also="'shards'"),
+    Fault("'.' as a shard of the window manifest / shuffle", dot_shard_manifest, shuffle_target_window, "error",
+          also="'shards'"),
+    Fault("'..' as the window's game table / train", dotdot_game_table_manifest, train, "error",
+          also="'game_table'"),
+    Fault("a file where the lease's folder should be / train", file_for_cluster_folder, train, "error",
+          also="a file is where a folder should be"),
 ]
 
 
@@ -501,3 +530,158 @@ def test_gtp_process_memory_stays_bounded_under_100_mb_without_a_newline():
         engine.wait()
         engine.stdout.close()
         engine.stderr.close()
+
+
+# --------------------------------------------------------------------------
+# Issue 36: what else a lake may hold (stray names, links, something in the
+# way of a write), met by the long-lived roles
+# --------------------------------------------------------------------------
+
+def _follower(root: str, tmp_path, *extra: str):
+    from tests.test_shuffle_follow import start_follower
+
+    events = str(tmp_path / "follow.jsonl")
+    return start_follower(root, events, *extra), events
+
+
+def _stop_follower(follower, events: str, looks: int = 4) -> str:
+    """Let the follower look ``looks`` more times (it must stay alive), SIGTERM it; its stderr."""
+    from tests.test_shuffle_follow import stop, wait_for, wait_for_looks
+
+    try:
+        wait_for(lambda: os.path.exists(events), "the follower's events", processes=[follower])
+        wait_for_looks([events], looks, processes=[follower])
+    finally:
+        code, _, err = stop(follower)
+    assert code == 0, err
+    assert "Traceback" not in err, err
+    return err
+
+
+def _stray_file(storage, folder: str, name: str) -> str:
+    """A file the storage layer never writes (its name is no object path), made beside its objects."""
+    full = os.path.join(_local(storage, folder), name)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "wb") as handle:
+        handle.write(b"stray")
+    return full
+
+
+def test_a_follower_past_a_manifest_naming_dot_logs_it_once_and_waits(lake, tmp_path):
+    """'.' as a shard passed the manifest check and failed a path check later: the follower
+    died at every start.  Now the manifest is refused, named once, and the follower waits."""
+    storage = open_storage(lake)
+    dot_shard_manifest(storage)
+    follower, events = _follower(lake, tmp_path)
+    err = _stop_follower(follower, events)
+    url = storage.url(layout.window_manifest(TRAIN_WINDOW))
+    assert err.count(url) == 1 and "field 'shards'" in err, err
+
+
+def test_a_stray_name_in_a_dead_attempts_folder_does_not_stop_the_follower(lake, tmp_path):
+    storage = open_storage(lake)
+    dead = layout.job_tmp_dir("shuffle", TRAIN_WINDOW + 1, "dead1")
+    storage.write_new(dead + "/parts/00000/b000000.npz", b"x")
+    stray = _stray_file(storage, dead, "a\\b")
+    follower, events = _follower(lake, tmp_path)
+    err = _stop_follower(follower, events)
+    assert err.count(repr(stray)) == 1, err                  # named once, however many looks
+    assert os.path.exists(stray) and not storage.list(layout.tmp_prefix())   # the dead piece removed
+
+
+def test_a_stray_name_in_an_old_window_does_not_stop_its_clean_up(tmp_path, caplog):
+    from format.registry import advance_latest
+    from pipeline.retention import apply_retention
+
+    storage = open_storage(str(tmp_path / "lake"))
+    for generation in (1, 2, 3):
+        synthetic.write_synthetic_window(storage, target_generation=generation, board_size=BOARD, positions=6,
+                                         shards=1, seed=generation)
+    advance_latest(storage, 3)
+    stray = _stray_file(storage, layout.window_dir(1), "a\\b")
+    caplog.set_level("WARNING", logger="cloud.base")
+    result = apply_retention(storage, 1)
+    assert result.deleted == (1, 2) and result.objects_deleted == 6
+    assert sorted({layout.window_generation(i.path) for i in storage.list(layout.windows_prefix())}) == [3]
+    assert os.path.exists(stray)
+    assert [r.getMessage() for r in caplog.records if repr(stray) in r.getMessage()]
+
+
+def unicode_digit_window(storage) -> str:
+    """A folder ``windows/00000²`` (str.isdigit() says yes; int() refuses it)."""
+    return _stray_file(storage, layout.windows_prefix() + "00000\u00b2", layout.MANIFEST)
+
+
+@pytest.mark.parametrize("command", [train, shuffle_once], ids=["train", "shuffle"])
+def test_stray_names_under_windows_are_passed_by(command, lake, tmp_path, capsys, caplog):
+    """A folder that is no generation of the layout, and a file no object path names
+    beside a window's shards: the trainer and the shuffle job pass them by."""
+    storage = open_storage(lake)
+    unicode_digit_window(storage)
+    stray = _stray_file(storage, layout.window_dir(TRAIN_WINDOW), "a\\b")
+    caplog.set_level("WARNING", logger="cloud.base")
+    status = command(lake, tmp_path)
+    output = "".join(capsys.readouterr())
+    assert status == 0 and "Traceback" not in output, output
+    assert [r for r in caplog.records if repr(stray) in r.getMessage()]
+
+
+def test_a_folder_named_with_a_unicode_digit_does_not_stop_the_follower(lake, tmp_path):
+    unicode_digit_window(open_storage(lake))
+    follower, events = _follower(lake, tmp_path)
+    _stop_follower(follower, events)
+
+
+def test_a_follower_that_cannot_write_its_claim_warns_and_retries(lake, tmp_path):
+    """A file where cluster/claims/ should be: the claim's conditional write fails every
+    time; the follower says so once and keeps trying (a fixed disk lets it go on)."""
+    storage = open_storage(lake)
+    in_the_way = _local(storage, layout.window_claim(TRAIN_WINDOW + 1).rsplit("/", 1)[0])
+    os.makedirs(os.path.dirname(in_the_way), exist_ok=True)
+    with open(in_the_way, "wb") as handle:
+        handle.write(b"not a folder")
+    follower, events = _follower(lake, tmp_path, "--follow-new-positions", "1")
+    err = _stop_follower(follower, events)
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    claim = storage.url(layout.window_claim(TRAIN_WINDOW + 1))
+    assert len(warnings) == 1 and claim in warnings[0] and "a file is where a folder should be" in warnings[0], err
+
+
+@contextlib.contextmanager
+def read_only(folder: str):
+    """``folder`` bind-mounted read-only onto itself (a disk remounted read-only), or a skip
+    where this machine cannot mount: tests run as root, where a chmod stops no write."""
+    if os.geteuid() != 0 or subprocess.run(["mount", "--bind", folder, folder], capture_output=True).returncode:
+        pytest.skip("needs root and mount(8) to make a read-only bind")
+    try:
+        if subprocess.run(["mount", "-o", "remount,bind,ro", folder], capture_output=True).returncode:
+            pytest.skip("this machine cannot remount a bind read-only")
+        yield folder
+    finally:
+        subprocess.run(["umount", folder], capture_output=True)
+
+
+def test_a_follower_on_a_disk_remounted_read_only_warns_and_retries(lake, tmp_path):
+    """Its first writes (deleting a dead attempt's pieces at start-up, then its claim) fail."""
+    storage = open_storage(lake)
+    dead = layout.job_tmp_dir("shuffle", TRAIN_WINDOW + 1, "dead1") + "/parts/00000/b000000.npz"
+    storage.write_new(dead, b"x")
+    with read_only(lake):
+        follower, events = _follower(lake, tmp_path, "--follow-new-positions", "1")
+        err = _stop_follower(follower, events)
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert warnings and all("Read-only file system" in line for line in warnings), err
+    assert storage.url(dead) in err and storage.exists(dead)
+
+
+def test_chunks_under_a_linked_folder_are_the_shuffle_jobs_too(lake, tmp_path, capsys):
+    """games/<gen> moved to another disk and linked back (as inspect sees it: tests/test_inspect.py)."""
+    storage = open_storage(lake)
+    chunks = storage.list(layout.games_prefix())
+    folder = _local(storage, layout.games_prefix(0).rstrip("/"))
+    os.rename(folder, tmp_path / "disk2")
+    os.symlink(tmp_path / "disk2", folder)
+    assert storage.list(layout.games_prefix()) == chunks
+    assert shuffle_once(lake, tmp_path) == 0, "".join(capsys.readouterr())
+    document = layout.read_window_manifest(storage, TRAIN_WINDOW + 1).document
+    assert document["input"]["chunks_read"] == len(chunks) == 2

@@ -227,3 +227,84 @@ def test_a_version_3_window_is_read_with_its_game_table(tmp_path, capsys):
     assert inspect_main(["verify", root]) == 1
     out = capsys.readouterr().out
     assert f"BAD {storage.url(table_path)}" in out and "is damaged" in out and "0 good, 2 bad" in out
+
+
+# --- links and special files (issue 36, defect 13) ---------------------------------
+
+
+@pytest.mark.parametrize("linked", ["all games", "one generation"])
+def test_a_linked_folder_hides_no_games_from_any_reader(tmp_path, capsys, linked):
+    """``games/`` (or one generation of it) moved to another disk and linked back:
+    inspect's summary and verify, the storage listing and the shuffle job's chunk
+    list all see every chunk, as before the move."""
+    from cloud.storage import open_storage
+    from pipeline import window_plan
+
+    root = str(tmp_path / "lake")
+    storage = open_storage(root)
+    games = _write_lake(storage)
+    chunks = storage.list()
+    folder = storage.url((layout.games_prefix() if linked == "all games" else layout.games_prefix(0)).rstrip("/"))
+    import os
+
+    os.rename(folder, tmp_path / "disk2")
+    os.symlink(tmp_path / "disk2", folder)
+    assert storage.list() == storage.list(layout.games_prefix()) == chunks
+    assert len(window_plan.list_chunks(storage)) == len(chunks) == 3
+    summary = _summary(root, capsys)
+    assert summary["chunks"] == 3 and summary["games"] == len(games) and summary["bad_files"] == {}
+    assert inspect_main(["verify", root]) == 0
+    assert "verified 3 files: 3 good, 0 bad" in capsys.readouterr().out
+    inner = storage.url(layout.games_prefix(0).rstrip("/"))
+    for target in (folder, inner):
+        assert inspect_main(["verify", target]) == 0                     # the link itself as the target
+    capsys.readouterr()
+
+
+def test_a_stray_name_is_passed_by_with_one_warning(tmp_path, capsys, caplog):
+    """A file whose name no object path has (a backslash) is no chunk to check: named once, skipped."""
+    from cloud.storage import open_storage
+
+    root = str(tmp_path / "lake")
+    storage = open_storage(root)
+    _write_lake(storage)
+    stray = tmp_path / "lake" / layout.games_prefix(0) / "w1\\0000000000001-000000.tfrecord.zst"
+    stray.write_bytes(b"not a chunk")
+    caplog.set_level("WARNING", logger="cloud.base")
+    assert inspect_main(["verify", root]) == 0
+    assert "verified 3 files: 3 good, 0 bad" in capsys.readouterr().out
+    assert _summary(root, capsys)["chunks"] == 3
+    assert len([r for r in caplog.records if repr(str(stray)) in r.getMessage()]) == 1
+
+
+def test_verify_refuses_a_fifo_by_name_and_never_waits_on_one(tmp_path, capsys):
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe.tfrecord.zst"
+    os.mkfifo(fifo)
+    done = threading.Event()
+
+    def unblock():
+        """After 20 s, end any read that waits on the FIFO (it gets EOF), so that a hang fails below."""
+        done.wait(20)
+        while not done.wait(0.2):
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:     # no reader waiting
+                pass
+
+    timer = threading.Thread(target=unblock, daemon=True)
+    timer.start()
+    try:
+        assert inspect_main(["verify", str(fifo)]) == 2
+        err = capsys.readouterr().err
+        assert f"{fifo}: not a regular file or a folder" in err, err
+        assert inspect_main(["summary", str(fifo)]) == 2
+        # In a folder it is no object: verify checks the rest and never opens it.
+        (tmp_path / "000000").mkdir()
+        (tmp_path / "000000" / "w-0000000000001-000000.tfrecord.zst").write_bytes(codec.encode_chunk(_games(1)))
+        assert inspect_main(["verify", str(tmp_path)]) == 0
+        assert "verified 1 files: 1 good, 0 bad" in capsys.readouterr().out
+    finally:
+        done.set()

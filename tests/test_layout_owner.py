@@ -108,3 +108,61 @@ def test_layout_paths_are_what_the_spec_says():
     assert layout.game_table_beside("6b03d37b-00000-of-00001.tfrecord.gz") == "6b03d37b-games.table.gz"
     with pytest.raises(ValueError):
         layout.game_table_name("a-b")
+
+
+# --- names the layout does not write (issue 36, defects 5 and 6) ----------------------
+
+def test_only_the_names_the_layout_writes_parse():
+    """ASCII digits of the layout's width, never another Unicode digit ('²' passed
+    str.isdigit() and then crashed int(), killing every role that listed windows/)."""
+    assert layout.parse_generation("000007") == 7 and layout.parse_generation(layout.generation_dir(10**6)) == 10**6
+    for name in ("00000²", "٠٠٠٠٠٧", "00000７", "0000007", "00007", "+00007", " 00007", "00000a", "",
+                 "1" * 5000):                                    # int() refuses over 4,300 digits
+        assert layout.parse_generation(name) is None, name
+    assert layout.window_generation("windows/00000²/x") is None
+    assert not layout.is_window_manifest("windows/00000²/MANIFEST.json")
+    chunk = layout.chunk_path(3, "w1", 1234, 5)
+    assert layout.parse_chunk_path(chunk) is not None
+    for bad in (chunk.replace("000003", "00000３"), chunk.replace("1234", "123٤"), chunk.replace("000005", "00000٥"),
+                chunk.replace("000005", "5" * 5000)):
+        assert layout.parse_chunk_path(bad) is None, bad
+    assert layout.parse_job_tmp_dir("tmp/shuffle-000003-abc/x") == ("shuffle", 3, "abc")
+    assert layout.parse_job_tmp_dir("tmp/shuffle-00000³-abc/x") is None
+    assert layout.parse_job_tmp_dir("tmp/shuffle-0000003-abc/x") is None
+    assert layout.parse_job_tmp_dir(f"tmp/shuffle-{'1' * 5000}-abc/x") is None
+
+
+def _window_document(**changes) -> bytes:
+    import json
+
+    document = {"version": layout.WINDOW_MANIFEST_VERSION, "target_generation": 4, "board_size": 9,
+                "record_version": 3, "shards": ["a1-00000-of-00001.tfrecord.gz"], "positions": 10,
+                "game_table": "a1-games.table.gz"}
+    return json.dumps({**document, **changes}).encode()
+
+
+@pytest.mark.parametrize("field,value", [
+    ("shards", ["."]), ("shards", [".."]), ("shards", ["a/b.tfrecord.gz"]), ("shards", ["../x.tfrecord.gz"]),
+    ("shards", [".zl-tmp-x.tfrecord.gz"]), ("shards", ["MANIFEST.json"]), ("shards", ["x\\y.tfrecord.gz"]),
+    ("shards", [".tfrecord.gz"]), ("shards", ["a-0-of-1.tfrecord.gz"] * 2), ("shards", [7]),
+    ("game_table", "."), ("game_table", ".."), ("game_table", "a/b.table.gz"), ("game_table", "x.tfrecord.gz"),
+    ("game_table", ".zl-tmp-a.table.gz"), ("game_table", ""),
+])
+def test_a_window_manifest_naming_what_the_layout_never_writes_is_refused(field, value):
+    """Each name is refused by the manifest's reader, naming the manifest and the field,
+    and never reaches a path check that raises something else (a follower died of it)."""
+    path = layout.window_manifest(4)
+    with pytest.raises(layout.ManifestError, match=rf"^gs://b/lake/{path}: field '{field}'") as caught:
+        layout.parse_window_manifest(_window_document(**{field: value}), path, f"gs://b/lake/{path}")
+    assert caught.value.field == field
+
+
+def test_a_window_manifest_with_the_layouts_names_is_read():
+    path = layout.window_manifest(4)
+    window = layout.parse_window_manifest(_window_document(), path)
+    assert window.shards == (layout.shard_path(4, layout.shard_name("a1", 0, 1)),)
+    assert window.game_table == layout.game_table_path(4, layout.game_table_name("a1"))
+    # Older windows' shard names (record versions 1 and 2) are still read.
+    old = layout.parse_window_manifest(_window_document(record_version=1, game_table=None,
+                                                        shards=["a-0-of-1.tfrecord.gz"]), path)
+    assert old.shards == ("windows/000004/a-0-of-1.tfrecord.gz",) and old.game_table is None

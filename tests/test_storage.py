@@ -3,6 +3,7 @@ whole-object promise under racing writers and killed writers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -200,6 +202,35 @@ def test_a_crash_remnant_is_invisible_and_removable(lake):
     assert not _temp_files(lake.url(""))
 
 
+def test_the_stale_temp_file_sweep_follows_links_keeps_locks_and_never_fails(lake, tmp_path, monkeypatch, caplog):
+    lake.write_if_generation("meta/head", b"1", 0)                  # leaves the lock file of meta/head
+    lake.write_new("data/000001/done", b"x")
+    os.rename(lake.url("data/000001"), tmp_path / "disk2")
+    os.symlink(tmp_path / "disk2", lake.url("data/000001"))
+    os.symlink(lake.url(""), lake.url("data/loop"))                 # a loop: the sweep ends all the same
+    os.symlink(tmp_path / "unmounted", lake.url("data/dangling"))   # nothing to sweep there
+    remnant = tmp_path / "disk2" / f"{TEMP_MARKER}done.1.abc"
+    remnant.write_bytes(b"half")
+    old = time.time() - 7200
+    for path in [remnant, *_temp_files(lake.url("meta"))]:
+        os.utime(path, (old, old))
+    [lock] = _temp_files(lake.url("meta"))
+
+    def unlink_refused(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", path)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "unlink", unlink_refused)
+        caplog.set_level("WARNING", logger="cloud.base")
+        assert lake.remove_stale_temp_files(older_than_s=3600) == 0   # reported, kept, never raised
+    swept = os.path.join(lake.url("data/000001"), remnant.name)   # found under the lake's name for it
+    assert [r.getMessage() for r in caplog.records if repr(swept) in r.getMessage()] == [
+        f"cannot remove the stale temp file {swept!r} (Permission denied); kept"], caplog.text
+    assert lake.remove_stale_temp_files(older_than_s=3600) == 1
+    assert not remnant.exists() and os.path.exists(lock)            # a lock file is never swept
+    assert lake.write_if_generation("meta/head", b"2", lake.read_versioned("meta/head")[1]) > 0
+
+
 _KILLED_WRITER = """
 import sys
 from cloud.storage import open_storage
@@ -271,3 +302,134 @@ def test_racing_writers_exactly_one_wins_each_object(lake, tmp_path):
         assert lake.read(f"race/{i:03d}") == bytes([winner]) * size + f"{winner}:{i}".encode()
     assert len(lake.list("race/")) == count
     assert not _temp_files(lake.url(""))
+
+
+# --- stray names, links and special files (issue 36, defects 6 and 13) ----------------
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_stray_name_is_skipped_and_reported_once(lake, caplog):
+    """A listing yields only paths that read and delete accept: a name they refuse
+    is skipped, with one warning naming it however often the lake is listed."""
+    lake.write_new("data/000001/ok", b"1")
+    folder = lake.url("data/000001")
+    stray = [os.path.join(folder, "a\\b"), os.path.join(folder, "line\nbreak"),
+             os.fsdecode(os.path.join(os.fsencode(folder), b"latin-\xe9")),   # bytes that are not UTF-8
+             os.path.join(folder, "back\\slash", "inside")]                    # a stray folder: all under it
+    for name in stray:
+        os.makedirs(os.path.dirname(name), exist_ok=True)
+        with open(name, "wb") as f:
+            f.write(b"x")
+    caplog.set_level("WARNING", logger="cloud.base")
+    for _ in range(3):
+        assert lake.list() == [ObjectInfo("data/000001/ok", 1)]
+        assert lake.list("data/000001/") == [ObjectInfo("data/000001/ok", 1)]
+    warned = _warnings(caplog)
+    for name in stray[:3] + [os.path.dirname(stray[3])]:
+        assert sum(repr(name) in line for line in warned) == 1, (name, warned)
+    assert len(warned) == 4, warned
+    assert all("no object path" in line and "rename or remove it" in line for line in warned)
+    for info in lake.list():                # what is listed can be read and deleted
+        lake.read(info.path)
+        lake.delete(info.path)
+    assert all(os.path.exists(name) for name in stray)   # strays are never touched
+
+
+def test_links_are_followed_by_every_listing(lake, tmp_path):
+    """A folder moved to another disk and linked back (the whole ``data/``, or one
+    generation of it) lists, reads and deletes as if it were in place."""
+    for path in ("data/000001/a", "data/000001/b", "data/000002/c", "meta/head"):
+        lake.write_new(path, path.encode())
+    whole = lake.list()
+    other_disk = tmp_path / "disk2"
+    other_disk.mkdir()
+    for moved in ("data", "data/000001"):      # each case from the original layout
+        real = other_disk / moved.replace("/", "-")
+        os.rename(lake.url(moved), real)
+        os.symlink(real, lake.url(moved))
+        assert lake.list() == whole
+        assert lake.list("data/") == [i for i in whole if i.path.startswith("data/")]
+        assert lake.list("data/000001/") == [i for i in whole if i.path.startswith("data/000001/")]
+        assert lake.read("data/000001/a") == b"data/000001/a" and lake.exists("data/000001/b")
+        os.unlink(lake.url(moved))
+        os.rename(real, lake.url(moved))
+    os.rename(lake.url("data/000001"), other_disk / "g1")
+    os.symlink(other_disk / "g1", lake.url("data/000001"))
+    lake.delete("data/000001/a")
+    lake.delete("data/000001/b")               # the folder it empties is the link's target: the link stays
+    assert os.path.islink(lake.url("data/000001")) and os.listdir(other_disk / "g1") == []
+    assert [i.path for i in lake.list()] == ["data/000002/c", "meta/head"]
+    os.symlink(lake.url("meta/head"), lake.url("data/000002/d"))   # a linked file is an object too
+    assert lake.read("data/000002/d") == b"meta/head" and len(lake.list("data/")) == 2
+
+
+def test_a_link_loop_is_skipped_and_reported_once(lake, caplog):
+    lake.write_new("data/000001/a", b"a")
+    os.symlink(lake.url(""), lake.url("data/000001/root"))     # to the root
+    os.symlink("..", lake.url("data/000001/up"))               # to its parent
+    caplog.set_level("WARNING", logger="cloud.base")
+    for _ in range(2):
+        assert lake.list() == [ObjectInfo("data/000001/a", 1)]
+        assert lake.list("data/000001/") == [ObjectInfo("data/000001/a", 1)]
+    warned = _warnings(caplog)
+    assert len(warned) == 2 and all("(a loop)" in line for line in warned), warned
+
+
+def test_a_dangling_link_is_an_error_never_an_empty_listing(lake, tmp_path):
+    """``data/`` linked to a disk that is not mounted hides every object under it."""
+    lake.write_new("meta/head", b"1")
+    os.symlink(tmp_path / "unmounted", lake.url("data"))
+    for prefix in ("", "data/", "data/000001/"):
+        with pytest.raises(StorageError, match="data: a link to .*unmounted, which does not exist"):
+            lake.list(prefix)
+    assert lake.list("meta/") == [ObjectInfo("meta/head", 1)]
+
+
+@contextlib.contextmanager
+def unblocked_after(fifo: str, seconds: float = 20.0):
+    """After ``seconds``, keep ending any read that waits on ``fifo`` (it gets EOF), so
+    that a read which hangs fails its test instead of hanging the run."""
+    done = threading.Event()
+
+    def unblock():
+        done.wait(seconds)
+        while not done.wait(0.2):
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:     # no reader waiting
+                pass
+
+    threading.Thread(target=unblock, daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
+def test_a_fifo_is_no_object_and_never_blocks_a_read(lake):
+    lake.write_new("data/000001/a", b"a")
+    os.mkfifo(lake.url("data/000001/pipe"))
+    assert lake.list() == [ObjectInfo("data/000001/a", 1)] and not lake.exists("data/000001/pipe")
+    with unblocked_after(lake.url("data/000001/pipe")):
+        for read in (lake.read, lake.read_versioned):
+            with pytest.raises(StorageError, match="pipe: a FIFO, not a regular file"):
+                read("data/000001/pipe")
+    with pytest.raises(NotFound, match="a folder"):
+        lake.read("data/000001")
+
+
+def test_a_file_where_a_folder_should_be(lake):
+    """An object store lists nothing under an object's name; a write under it is a
+    StorageError naming the object, never an OSError."""
+    lake.write_new("data", b"x")
+    assert lake.list("data/") == [] and lake.list("data") == [ObjectInfo("data", 1)]
+    for write in (lambda p: lake.write_new(p, b"y"), lambda p: lake.write_replace(p, b"y"),
+                  lambda p: lake.write_if_generation(p, b"y", 0)):
+        with pytest.raises(StorageError, match="data/000001/a") as caught:
+            write("data/000001/a")
+        assert type(caught.value) is StorageError and caught.value.url == lake.url("data/000001/a")
+    with pytest.raises(NotFound):
+        lake.read("data/000001/a")

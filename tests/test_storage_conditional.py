@@ -7,11 +7,12 @@ read the same generation, exactly one wins.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
 
-from cloud.base import PreconditionFailed, TooLarge
+from cloud.base import TEMP_MARKER, PreconditionFailed, TooLarge
 from cloud.storage import NotFound, open_storage
 
 
@@ -82,3 +83,22 @@ def test_a_bounded_read_refuses_a_larger_object_without_reading_it_whole(lake):
     with pytest.raises(TooLarge) as err:
         lake.read_versioned("cluster/lease", max_bytes=299)
     assert err.value.generation == generation   # so a damaged record can still be replaced by CAS
+
+
+def test_a_conditional_write_that_cannot_write_names_the_object(tmp_path):
+    """What the lease, the claims and LATEST meet on a broken disk: a StorageError
+    naming the object, never a raw OSError (tests run as root, where a chmod stops
+    no write, so each case is something in the way that stops root too)."""
+    from cloud.base import StorageError
+
+    lake = open_storage(str(tmp_path / "lake"))
+    lake.write_new("cluster", b"a file where the folder should be")
+    lake.write_new("meta/x", b"x")
+    os.makedirs(lake.url("claims/lease"))                                   # a folder at the object's name
+    os.makedirs(os.path.join(lake.url("locks"), f"{TEMP_MARKER}lock-head"))  # a folder at its lock file's
+    for path, why in (("cluster/lease", "a file is where a folder should be"),
+                      ("claims/lease", "a folder is in the way"), ("locks/head", "Is a directory")):
+        with pytest.raises(StorageError, match=why) as caught:
+            lake.write_if_generation(path, b"new", 0)
+        assert type(caught.value) is StorageError and caught.value.url == lake.url(path), caught.value
+        assert lake.url(path) in str(caught.value)

@@ -264,3 +264,30 @@ def test_redact_removes_token_shapes():
     cleaned = redact(text)
     assert "abc-DEF" not in cleaned and "s3cr3t" not in cleaned and "ya29.zzz" not in cleaned
     assert cleaned.count("<redacted>") == 3
+
+
+# --- stray names (issue 36, defect 6) -------------------------------------------------
+
+def test_a_stray_object_name_is_skipped_and_reported_once(fake_gcs, caplog):
+    """Object names that read and delete refuse ('//', '.', '..', a backslash) are not
+    listed, each reported once; a temp file copied from a local lake and a folder
+    placeholder are skipped without a word."""
+    lake = fake_gcs.storage
+    lake.write_new("data/000001/ok", b"1")
+    prefix = lake.root_url.split("/", 3)[3]
+    bucket = fake_gcs.client().bucket(fake_gcs.bucket)
+    stray = ["data//x", "data/./y", "data/../z", "data/a\\b"]
+    for name in stray + ["data/000001/.zl-tmp-lock-head", "data/000002/"]:
+        bucket.blob(f"{prefix}/{name}").upload_from_string(b"s")
+    caplog.set_level("WARNING", logger="cloud.base")
+    for _ in range(2):
+        assert lake.list() == [ObjectInfo("data/000001/ok", 1)]
+        assert lake.list("data/") == [ObjectInfo("data/000001/ok", 1)]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "cloud.base"]
+    assert len(warned) == len(stray), warned
+    for name in stray:
+        assert sum(repr(f"{lake.root_url}/{name}") in line for line in warned) == 1, (name, warned)
+    for info in lake.list():
+        lake.delete(info.path)
+    assert sorted(b.name[len(prefix) + 1:] for b in bucket.list_blobs(prefix=prefix + "/")) == sorted(
+        stray + ["data/000001/.zl-tmp-lock-head", "data/000002/"])
