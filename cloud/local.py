@@ -16,8 +16,8 @@ A process killed between steps 1 and 2 leaves only a temp file: never
 listed, never readable as an object, and removable with
 :meth:`LocalStorage.remove_stale_temp_files`.  A conditional write
 (``write_if_generation``) also holds an flock on a lock file beside the
-object, ``.zl-tmp-lock-<name>``, which stays (one per such object) and which
-that sweep never removes.
+object, ``.zl-tmp-lock-<name>``, which stays while the object does (that sweep
+never removes it) and goes with the object's delete, under the lock.
 
 Every failure of the operating system is a :class:`StorageError` naming the
 object (a read-only disk, a permission denied, a file where a folder should
@@ -315,6 +315,22 @@ class LocalStorage(Storage):
 
     def delete(self, path: str, *, missing_ok: bool = False) -> None:
         target = self._file(path)
+        directory = os.path.dirname(target)
+        lock_path = os.path.join(directory, f"{_LOCK_MARKER}{os.path.basename(target)}")
+        if os.path.exists(lock_path):
+            # An object written conditionally (a claim, the lease) takes its lock file with it,
+            # or one would stay for every claim ever made (the soak check counted one a window).
+            # Both go under the lock: a writer waiting on it then finds the name no longer
+            # names the file it locked, and locks a new one (`_locked`).
+            with _locked(directory, lock_path, target):
+                self._unlink(target, missing_ok)
+                _unlink_if_present(lock_path)
+        else:
+            self._unlink(target, missing_ok)
+        self._prune_empty_folders(directory)
+
+    @staticmethod
+    def _unlink(target: str, missing_ok: bool) -> None:
         try:
             os.unlink(target)
         except FileNotFoundError:
@@ -322,7 +338,6 @@ class LocalStorage(Storage):
                 raise NotFound(f"no object at {target}", url=target) from None
         except OSError as exc:
             raise StorageError(f"cannot delete {target}: {exc.strerror}", url=target) from None
-        self._prune_empty_folders(os.path.dirname(target))
 
     def _prune_empty_folders(self, directory: str) -> None:
         """Remove ``directory`` and its parents below the root while they are empty.
@@ -513,11 +528,20 @@ def _open_in_folder(directory: str, path: str, flags: int, attempts: int = 5) ->
 
 
 def _make_folder(directory: str) -> None:
-    """os.makedirs(directory, exist_ok=True), saying what its "File exists" means."""
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except FileExistsError:
-        raise NotADirectoryError(errno.ENOTDIR, "a file is where a folder should be", directory) from None
+    """os.makedirs(directory, exist_ok=True), saying what its "File exists" means.
+
+    makedirs also says "File exists" when a delete pruned the folder between its
+    mkdir (EEXIST) and its check that the name is a folder: that is the race
+    `_open_in_folder` retries (FileNotFoundError), not a file in the way.
+    """
+    for _ in range(5):
+        try:
+            os.makedirs(directory, exist_ok=True)
+            return
+        except FileExistsError:
+            if os.path.lexists(directory) and not os.path.isdir(directory):
+                raise NotADirectoryError(errno.ENOTDIR, "a file is where a folder should be", directory) from None
+    raise FileNotFoundError(errno.ENOENT, "the folder keeps being removed while it is made", directory)
 
 
 def _unlink_if_present(path: str) -> None:

@@ -63,6 +63,41 @@ def test_of_racing_writers_exactly_one_wins(lake):
         assert lake.read("meta/head") == f"{wins[0]}\n".encode()
 
 
+def test_a_deleted_object_takes_its_lock_file_and_create_only_races_still_have_one_winner(tmp_path):
+    # Claims are written conditionally and deleted with their window: their lock files must go
+    # too, or one stays for every window ever made.  Deleting a lock file that racing writers
+    # wait on must not let two of them hold "the" lock at once.
+    lake = open_storage(str(tmp_path / "lake"))
+    folder = lake.url("claims")
+    for _ in range(20):
+        wins, barrier = [], threading.Barrier(5)
+
+        def create(k):
+            barrier.wait()
+            try:
+                lake.write_if_generation("claims/window", f"{k}\n".encode(), 0)
+                wins.append(k)
+            except PreconditionFailed:
+                pass
+
+        def remove():
+            barrier.wait()
+            lake.delete("claims/window", missing_ok=True)
+
+        threads = [threading.Thread(target=create, args=(k,)) for k in range(4)]
+        threads.append(threading.Thread(target=remove))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        # One create wins, or two when the delete fell between them; never more, never none.
+        assert len(wins) in (1, 2), wins
+        if lake.exists("claims/window"):
+            assert lake.read("claims/window") in {f"{k}\n".encode() for k in wins}
+        lake.delete("claims/window", missing_ok=True)
+        assert not os.path.exists(folder) or not os.listdir(folder), os.listdir(folder)   # no lock file left
+
+
 def test_plain_writes_move_the_generation_too(lake):
     lake.write_new("claims/a", b"x")
     _, generation = lake.read_versioned("claims/a")
