@@ -92,15 +92,17 @@ def process_figures(pid: int) -> dict | None:
 
 
 def role_processes(launcher_pid: int) -> dict[str, int]:
-    """Role name -> the pid of the process running its module (the topmost one, not Beam's workers)."""
+    """Role name -> the pid of the process running its module that the launcher started itself (the
+    follower, not the window job it starts with the same module; pids wrap, so order says nothing)."""
     found = {}
-    for pid in sorted(descendants(launcher_pid)):
+    for pid in descendants(launcher_pid):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
         for role, module in ROLES.items():
-            if role not in found and module.encode() in argv:
+            if module.encode() in argv and parent == launcher_pid:
                 found[role] = pid
     return found
 
