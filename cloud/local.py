@@ -293,15 +293,8 @@ class LocalStorage(Storage):
         for name in [None, *names]:
             if name is not None:
                 current = os.path.join(current, name)
-            try:
-                info = os.stat(current)
-            except (FileNotFoundError, NotADirectoryError):
-                if strict:
-                    _refuse_dangling_link(current)
-                return None
-            except OSError as exc:
-                if strict:
-                    raise StorageError(f"cannot list {current}: {exc.strerror}", url=current) from None
+            info = _stat_listed(current, strict)
+            if info is None:
                 return None
             if not stat.S_ISDIR(info.st_mode):
                 if current == self._root and strict:
@@ -448,11 +441,12 @@ def _still_named(fd: int, path: str) -> bool:
 
 def _stat_listed(full: str, strict: bool = True) -> os.stat_result | None:
     """os.stat of a listed entry (following a link); None if it was deleted
-    meanwhile.  A dangling link, a link loop (ELOOP) or an entry that cannot be
-    read: StorageError when ``strict``, else None."""
+    meanwhile (or a file now stands where one of its folders was).  A dangling
+    link, a link loop (ELOOP) or an entry that cannot be read: StorageError when
+    ``strict``, else None."""
     try:
         return os.stat(full)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         if strict:
             _refuse_dangling_link(full)
         return None
