@@ -57,12 +57,7 @@ def test_a_program_stopped_by_sigterm_removes_its_model_cache(tmp_path, program)
     lake = tmp_path / "lake"
     ensure_run_config(LocalStorage(str(lake)), RunConfig(board_size=9))   # the ladder needs the run
     publish_fake_model(lake, tmp_path / "export")
-    stub = tmp_path / "stub" / "tensorflow"
-    stub.mkdir(parents=True)
-    (stub / "__init__.py").write_text(STUB_TENSORFLOW)
-    tmpdir = tmp_path / "tmpdir"
-    tmpdir.mkdir()
-    env = dict(os.environ, PYTHONPATH=f"{stub.parent}{os.pathsep}{REPO}", TMPDIR=str(tmpdir))
+    env, tmpdir = stub_environment(tmp_path, STUB_TENSORFLOW)
     args, last_line = STOPPED_WHILE_LOADING[program]
     proc = subprocess.Popen([sys.executable, "-m", *(arg.format(lake=lake) for arg in args)], cwd=REPO, env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -105,6 +100,17 @@ class saved_model:
 '''
 
 
+def stub_environment(tmp_path: Path, stub_source: str) -> tuple[dict, Path]:
+    """(a child's environment with the stand-in TensorFlow ``stub_source`` first on its path and
+    TMPDIR a fresh folder, that folder): what a program leaves in TMPDIR can then be counted."""
+    stub = tmp_path / "stub" / "tensorflow"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text(stub_source)
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    return dict(os.environ, PYTHONPATH=f"{stub.parent}{os.pathsep}{REPO}", TMPDIR=str(tmpdir)), tmpdir
+
+
 def publish_fake_model(lake: Path, export: Path) -> None:
     """Publish files that only a stand-in TensorFlow loads as generation 1 (LATEST moves to it)."""
     (export / "variables").mkdir(parents=True)
@@ -129,12 +135,7 @@ def test_a_shuffle_that_labels_with_a_model_leaves_no_copy_of_it(tmp_path):
     rng = np.random.default_rng(5)
     write_chunk(str(lake), 0, [synthetic_game(rng, 9, visits=8, generation=0) for _ in range(6)], 0)
     publish_fake_model(lake, tmp_path / "export")
-    stub = tmp_path / "stub" / "tensorflow"
-    stub.mkdir(parents=True)
-    (stub / "__init__.py").write_text(STUB_TENSORFLOW_UNIFORM)
-    tmpdir = tmp_path / "tmpdir"
-    tmpdir.mkdir()
-    env = dict(os.environ, PYTHONPATH=f"{stub.parent}{os.pathsep}{REPO}", TMPDIR=str(tmpdir))
+    env, tmpdir = stub_environment(tmp_path, STUB_TENSORFLOW_UNIFORM)
     done = subprocess.run([sys.executable, "-m", "pipeline.shuffle", "--root", str(lake), "--workers", "2",
                            "--model-playout-moves", "10"], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
