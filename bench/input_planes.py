@@ -53,8 +53,8 @@ def heldout_metrics(trainer, shards: list[str], board_size: int, input_planes: i
     """Mean losses of ``trainer``'s network over every position of ``shards`` (no augmentation, one pass)."""
     import tensorflow as tf
 
-    from format.tfdata import training_dataset
-    from model.trainer import head_losses, summarize
+    from model.tfdata import training_dataset
+    from model.sgd import head_losses, summarize
 
     dataset = training_dataset(shards, board_size=board_size, batch_size=HELDOUT_BATCH, seed=0, augment=False,
                                repeat=False, input_planes=input_planes).take(HELDOUT_POSITIONS // HELDOUT_BATCH)
@@ -76,9 +76,9 @@ def heldout_metrics(trainer, shards: list[str], board_size: int, input_planes: i
 
 def train_and_measure(width: int, train: list[str], heldout: list[str], board_size: int, steps: int,
                       scratch: str) -> dict:
-    from format.tfdata import training_dataset
+    from model.tfdata import training_dataset
     from model.config import TrainConfig
-    from model.trainer import Trainer, network_config, resolve_strategy
+    from model.sgd import Trainer, network_config, resolve_strategy
 
     config = TrainConfig(root=os.path.join(scratch, f"lake{width}"), input_planes=width, warmup_steps=50,
                          steps_per_call=50, seed=0)

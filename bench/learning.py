@@ -13,7 +13,7 @@ Terms
   (one or more loop flags), all applied together, named by ``--arm-b-name``;
   two changes of one arm may not set the same flag.  So the changes the
   held-out checks support are tested as one arm against the defaults.
-* *run*: one ``python -m pipeline.loop`` of one arm with one seed, for
+* *run*: one ``python -m operations.loop`` of one arm with one seed, for
   ``--minutes`` of wall clock (long-run planning: full self-play generations,
   no generation limit; the closing matches cut to a minimum).  The run, not
   the game, is the unit of the result: runs of one configuration land about
@@ -54,7 +54,7 @@ The protocol (what makes a result worth keeping):
    evenly over the other arm's runs (100 / seeds a pairing, rounded up to an
    even number), at ``--visits`` (64) a move.  Each opening is played with
    both colours: games 2k and 2k+1 start with the same ``--paired-openings``
-   random moves (``selfplay.match --paired-openings``), and the players then
+   random moves (``arena.match --paired-openings``), and the players then
    search without sampling, so a colour's edge in an opening cancels.  Only
    distinct games count (two games with the same colours and moves are one).
 3. Optional within-arm matches (seed 1 against each other seed,
@@ -80,7 +80,7 @@ belongs in the total once), and at least ``v_games``.  The interval is the
 effect +- the Student t 97.5% point (Welch-Satterthwaite degrees of
 freedom) times its square root.  At 5 seeds an arm and 100 games a run,
 against simulated A/Bs with runs 60 Elo apart, it holds the true effect
-95% of the time (tests/test_learning_bench.py), where the games-pooled
+95% of the time (tests/bench/test_learning.py), where the games-pooled
 Wilson interval held it about half the time.
 
 The games-pooled figure stays as a secondary one (``pooled_elo``): Elo from
@@ -131,8 +131,8 @@ sys.path.insert(0, REPO)
 from format import layout  # noqa: E402
 from format.match_record import MatchRecord  # noqa: E402
 from format.sgf import game_from_sgf  # noqa: E402
-from selfplay.elo import ELO_PER_NAT  # noqa: E402
-from selfplay.match import wilson_interval  # noqa: E402
+from arena.elo import ELO_PER_NAT  # noqa: E402
+from arena.match import wilson_interval  # noqa: E402
 
 ELO_CLAMP = 800.0
 """|Elo| reported for a shut-out (a score of 0 or 1 has no finite Elo)."""
@@ -329,7 +329,7 @@ def decide(cross: dict[tuple[str, str], MatchTally], within: list[MatchTally], g
 
 
 def tally_match(record: MatchRecord) -> MatchTally:
-    """Player A's tally over the distinct games of one ``selfplay.match --json`` result.
+    """Player A's tally over the distinct games of one ``arena.match --json`` result.
 
     Each game's moves come from its SGF file (the match's ``--sgf-dir``); two
     games with the same colours and moves are one game."""
@@ -520,7 +520,7 @@ def run_measured(argv: list[str], log_path: str) -> tuple[int, float, float, flo
 
 
 def run_match(argv: list[str]) -> subprocess.CompletedProcess:
-    """Run one ``selfplay.match`` command line; its output captured."""
+    """Run one ``arena.match`` command line; its output captured."""
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
 
 
@@ -531,7 +531,7 @@ def base_argv(args, base: str) -> list[str]:
 
 
 def loop_argv(args, root: str, flags: str, seed: int) -> list[str]:
-    return [sys.executable, "-m", "pipeline.loop", "--root", root, "--hours", f"{args.minutes / 60:.6f}",
+    return [sys.executable, "-m", "operations.loop", "--root", root, "--hours", f"{args.minutes / 60:.6f}",
             "--seed", str(seed), "--final-gnugo-games", "0", "--final-eval-games", "2", "--eval-games", "2",
             *shlex.split(flags)]
 
@@ -618,7 +618,7 @@ def play_match(args, first: str, second: str, games: int, seed: int) -> tuple[Ma
         sgf_dir = os.path.join(matches, name)
         shutil.rmtree(sgf_dir, ignore_errors=True)      # games of an attempt that did not finish
         completed = run_match(
-            [sys.executable, "-m", "selfplay.match", f"model:{os.path.join(runs, first)}",
+            [sys.executable, "-m", "arena.match", f"model:{os.path.join(runs, first)}",
              f"model:{os.path.join(runs, second)}", "--games", str(games), "--visits", str(args.visits),
              "--opening-moves", "0", "--paired-openings", str(args.paired_openings), "--seed", str(seed), "--json",
              "--sgf-dir", sgf_dir])
@@ -696,11 +696,11 @@ def parse_args(argv=None):
                                      epilog="Everything lives under --out; rerunning the same command resumes.")
     parser.add_argument("--out", required=True, help="folder for the base lake, the runs, the matches and logs")
     parser.add_argument("--arm-a", action="append", default=[],
-                        help="pipeline.loop flags of one change of the baseline arm; repeat for a bundle "
+                        help="operations.loop flags of one change of the baseline arm; repeat for a bundle "
                              "(default: none, main's defaults)")
     parser.add_argument("--arm-a-name", default="", help="the baseline arm's name (default: its flags, or 'defaults')")
     parser.add_argument("--arm-b", action="append", required=True,
-                        help="pipeline.loop flags of one change, e.g. '--train-steps 1000' (a lone flag: "
+                        help="operations.loop flags of one change, e.g. '--train-steps 1000' (a lone flag: "
                              "--arm-b=--worker-gumbel); repeat for a bundle")
     parser.add_argument("--arm-b-name", default="", help="the change's name, e.g. of a bundle (default: its flags)")
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help=f"runs per arm (default: {DEFAULT_SEEDS})")
@@ -746,15 +746,15 @@ def parse_args(argv=None):
 
 
 def check_arm_flags(args) -> None:
-    """Refuse, before hours of runs, an arm whose flags pipeline.loop would refuse."""
-    from pipeline.loop import CLI as LOOP_CLI
+    """Refuse, before hours of runs, an arm whose flags operations.loop would refuse."""
+    from operations.loop import CLI as LOOP_CLI
 
     for option, flags in (("--arm-a", args.arm_a_flags), ("--arm-b", args.arm_b_flags)):
         try:
             LOOP_CLI.parse(loop_argv(args, os.path.join(args.out, "runs", "check"), flags, 1)[3:])
         except SystemExit as exc:
             if exc.code:
-                raise refuse(f"{option}: pipeline.loop refuses {flags!r} (its message above)") from None
+                raise refuse(f"{option}: operations.loop refuses {flags!r} (its message above)") from None
 
 
 def main(argv=None) -> int:

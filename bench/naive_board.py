@@ -1,6 +1,6 @@
 """A naive pure-Python Go board: the floor the Cython engine is measured against.
 
-Same rules and playout policy as selfplay/board.pyx (suicide illegal,
+Same rules and playout policy as engine/board.pyx (suicide illegal,
 positional superko, captures, the eye rule of random playouts), written the
 obvious way: a flat list of colours, a flood fill to find a chain and its
 liberties every time one is needed, and a set of board tuples for superko.

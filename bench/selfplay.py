@@ -4,7 +4,7 @@ Terms (a reviewer who distrusts benchmarks should be able to recount them):
 
 * *visit*: one new simulation of a move search: a leaf evaluated by the
   network, a game-over leaf scored by the rules, or a leaf answered by the
-  evaluation cache (`selfplay.eval_cache`).  A search root's own evaluation is
+  evaluation cache (`inference.eval_cache`).  A search root's own evaluation is
   not a visit, and visits kept with a reused subtree are not counted
   (`GameBatch.stats()["visits"]`).  Leela Zero's figure is its own count of
   the same thing: the playouts per second that ``leelaz --benchmark`` prints.
@@ -15,7 +15,7 @@ Figures (all from this one run; other processes share the machine, so
 compare within the run, through the ratios):
 
 * ``search_sims_per_s_9`` / ``_19``: the Cython search alone
-  (`selfplay.driver.GameBatch`) with a **stub evaluator** (uniform policy,
+  (`engine.driver.GameBatch`) with a **stub evaluator** (uniform policy,
   value 0, no network: ``search_evaluator`` says so): 64 games, 200
   simulations a move, moves played and games restarted as in self-play.
   Per second of the search thread's CPU time (``..._wall_s_..``: per wall
@@ -95,7 +95,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from selfplay.driver import GameBatch  # noqa: E402
+from engine.driver import GameBatch  # noqa: E402
 
 SEARCH_GAMES = 64
 SEARCH_BUDGET = 200
@@ -247,8 +247,8 @@ def staggered_worker_class():
     flight when the loop stops (evaluated, then discarded) fall outside the
     window, as Leela Zero's own figure covers its search only.
     """
-    from selfplay.board import Board
-    from selfplay.eval_cache import CachedEvaluator
+    from engine.board import Board
+    from inference.eval_cache import CachedEvaluator
     from selfplay.worker import SelfPlayWorker
 
     class StaggeredWorker(SelfPlayWorker):
@@ -298,7 +298,7 @@ class PublishedNetwork(NamedTuple):
     """A freshly initialised network published the way ``model.train`` publishes (SavedModel plus,
     when it passes its accuracy check, the int8 copy CPU workers run), and loaded back."""
 
-    model: object        # format.registry.LoadedModel
+    model: object        # inference.model_files.LoadedModel
     network: object      # the keras network, for counting its arithmetic
     source: str
     cpu_int8: dict
@@ -307,7 +307,7 @@ class PublishedNetwork(NamedTuple):
 def publish_network(scratch: str, board_size: int, blocks: int | None, filters: int | None,
                     cpu_int8: bool = True) -> PublishedNetwork:
     from cloud.storage import open_storage
-    from format import registry
+    from inference import model_files
     from testdata.models import publish_untrained_model
 
     network, source = build_network(board_size, blocks, filters)
@@ -315,7 +315,7 @@ def publish_network(scratch: str, board_size: int, blocks: int | None, filters: 
                  **PINNED_NETWORK_SETTINGS)
     root = tempfile.mkdtemp(prefix=f"models{board_size}-", dir=scratch)
     cpu_int8 = publish_untrained_model(root, 1, board_size, network=shape, seed=board_size, cpu_int8=cpu_int8) or {}
-    model = registry.load_model(open_storage(root), 1, cache_dir=tempfile.mkdtemp(prefix="cache-", dir=scratch))
+    model = model_files.load_model(open_storage(root), 1, cache_dir=tempfile.mkdtemp(prefix="cache-", dir=scratch))
     return PublishedNetwork(model, network, source, cpu_int8)
 
 
@@ -326,8 +326,8 @@ def end_to_end(published: PublishedNetwork, seconds: float, games: int, label: s
     from cloud.storage import open_storage
     from format.run_config import RunConfig, ensure_run_config
     from selfplay.config import WorkerConfig
-    from selfplay.evaluator import Placement, use_every_cpu_core
-    from selfplay.openvino_evaluator import make_evaluator
+    from inference.evaluator import Placement, use_every_cpu_core
+    from inference.openvino_evaluator import make_evaluator
 
     use_every_cpu_core()
     board_size = int(published.model.board_size)

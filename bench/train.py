@@ -1,6 +1,6 @@
 """Benchmark: training input pipeline vs training speed, on this CPU.
 
-1. Input pipeline, no model: examples/s that ``format.tfdata.training_dataset``
+1. Input pipeline, no model: examples/s that ``model.tfdata.training_dataset``
    delivers from GZIP shards (read, shuffle, batch, parse, unpack, random
    symmetry per example), for 9x9 and 19x19, batch 1024, for every position
    record version in the same run, on the same positions: version 4 (the
@@ -57,6 +57,7 @@ SHARDS = 4
 def write_shards(folder: str, board_size: int, positions: int) -> dict:
     """{record version: shard paths} holding the same ``positions`` positions, shuffled alike."""
     from format import codec, layout, schema
+    from testdata import records_v1
     from pipeline import labels as L
     from pipeline import positions as P
     from testdata.random_games import engine_game
@@ -74,7 +75,7 @@ def write_shards(folder: str, board_size: int, positions: int) -> dict:
     planes = P.history_planes(fresh, np.concatenate([np.arange(g.num_positions) for g in games]))
     # The permutation above reordered the batch; rebuild v1 planes in the same order via the instances.
     order = _rows_of(batch, games)
-    v1 = codec.encode_positions(
+    v1 = records_v1.encode_positions(
         board_size=board_size, planes_packed=planes[order], to_play=batch.to_play,
         policy_offsets=batch.policy_offsets, policy_index=batch.policy_index, policy_prob=batch.policy_prob,
         value=batch.value, score=batch.score, ownership=batch.ownership, policy_weight=batch.policy_weight,
@@ -114,7 +115,7 @@ def _rows_of(batch, games) -> np.ndarray:
 
 def pipeline_rate(shards: list[str], board_size: int, seconds: float, input_planes: int = 17) -> tuple[float, float]:
     """(examples per wall second, examples per CPU second of this process)."""
-    from format.tfdata import training_dataset
+    from model.tfdata import training_dataset
 
     dataset = training_dataset(shards, board_size=board_size, batch_size=PIPELINE_BATCH, seed=1,
                                input_planes=input_planes)
@@ -141,9 +142,9 @@ PINNED_TRAIN_SETTINGS = dict(
 
 
 def train_rate(shards: list[str], root: str, seconds: float) -> tuple[float, int]:
-    from format.tfdata import training_dataset
+    from model.tfdata import training_dataset
     from model.config import TrainConfig
-    from model.trainer import Trainer, network_config, resolve_strategy
+    from model.sgd import Trainer, network_config, resolve_strategy
 
     config = TrainConfig(root=root, **PINNED_TRAIN_SETTINGS)
     resolved = resolve_strategy(config)

@@ -35,45 +35,20 @@ shuffle job passes what it does not know on to Beam.  The storage layer's
 retry flags (``--storage-max-attempts``...) are added by
 :func:`add_storage_flags` for every role that reads or writes a bucket.
 
-Launchers: a role's whole config inside another config
-------------------------------------------------------
-A launcher (``pipeline.loop``, ``pipeline.cluster``) starts the roles as
-child processes.  It does not re-declare their settings: it holds each role's
-own config as a field declared with :func:`role_setting`
-(``worker: WorkerConfig``, ``train: TrainConfig``, ``shuffle: ShuffleConfig``).
-The convention, one for every launcher:
-
-* the role field ``R`` exposes each field ``F`` of the role's config as the
-  flag ``--R-F`` (``--worker-visits``, ``--train-learning-rate``,
-  ``--shuffle-reuse``), with the role's own help text, in a ``--help``
-  group of its own; a launcher may keep old short spellings as aliases
-  (``--visits`` for ``--worker-visits``);
-* *shared* fields (``root``, ``board_size``, ``komi``) are the launcher's
-  own flags, copied into every role;
-* *managed* fields (events file, seed, spool...) are set by the launcher for
-  each child process and are not flags;
-* the launcher may give a role field its own default (fewer games at once);
-* the role's ``__post_init__`` validates, and its error names the launcher's
-  flag (``--worker-visits: must be >= 1``).
-
-:func:`role_argv` turns a role field back into the child's command line (one
-function for every child; nothing is forwarded flag by flag), and
-:func:`record_settings` writes the launcher's full settings to the lake once
-per invocation (``layout.settings_record``).
+Launchers (`operations.loop`, `operations.cluster`) hold each role's whole
+config as one field whose flags are the role's own, prefixed (``--worker-visits``):
+`operations.roles` declares such fields.  A field stands for a group of flags
+of its own when its metadata has a ``flag_group`` (an object with
+``add_flags(parser, field)``, ``value(field, namespace, parser)`` and
+``epilog(config_cls)``); this module asks it and knows nothing else of roles.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import math
-import re
-import secrets
-import socket
-import sys
-import time
 import typing
 
-from format import layout
 from format import schema
 from format.run_config import komi_problem
 
@@ -173,7 +148,7 @@ def pass_when_winning_setting():
     return setting(False, "the search may also pass whenever the Tromp-Taylor score of the board as it stands "
                           "(no stone judged dead, komi included) wins for the player to move, so a won game "
                           "ends by answering a pass with a pass and a seki can be left alone; off: PASS only "
-                          "when every other legal move fills one's own eye (selfplay.board's "
+                          "when every other legal move fills one's own eye (engine.board's "
                           "CANDIDATES_PASS_WHEN_WINNING)")
 
 
@@ -274,7 +249,7 @@ def bounded_number(kind, *, at_least=None, above=None, at_most=None):
         return value
 
     parse.__name__ = kind.__name__          # argparse names the type in its own messages
-    parse.number_kind = kind                # what tests/test_flag_bounds.py looks for
+    parse.number_kind = kind                # what tests/system/test_flag_bounds.py looks for
     return parse
 
 
@@ -311,7 +286,7 @@ def _field_type(config_cls, field: dataclasses.Field) -> tuple[type, bool]:
     return _TYPES[names[0]], optional
 
 
-def _default(field: dataclasses.Field):
+def field_default(field: dataclasses.Field):
     """The flag's default: the field's, or None (required, or filled in by the
     field's default_factory when the flag is not given)."""
     return None if field.default is dataclasses.MISSING else field.default
@@ -320,27 +295,27 @@ def _default(field: dataclasses.Field):
 def add_config_flags(parser: argparse.ArgumentParser, config_cls, *, exclude: typing.Iterable[str] = (),
                      underscore_aliases: bool = False, group_title: str | None = None) -> None:
     """Add one flag per field of ``config_cls`` (see the module docstring);
-    a :func:`role_setting` field adds its role's flags as ``--<field>-*``."""
+    a field with a ``flag_group`` (a launcher's role field) adds its own flags."""
     target = parser.add_argument_group(group_title) if group_title else parser
     excluded = set(exclude)
-    roles = []
+    groups = []
     for field in dataclasses.fields(config_cls):
         info = field.metadata
         if field.name in excluded or info.get("hidden") or not field.init:
             continue
-        if "role" in info:
-            roles.append(field)
+        if "flag_group" in info:
+            groups.append(field)
             continue
         names = [flag_name(field.name)]
         if underscore_aliases and "_" in field.name:
             names.append("--" + field.name)
         names += [alias for alias in info.get("aliases", ()) if alias not in names]
-        _add_flag(target, config_cls, field, names, field.name, _default(field))
-    for field in roles:
-        _add_role_flags(parser, field)
+        add_flag(target, config_cls, field, names, field.name, field_default(field))
+    for field in groups:
+        field.metadata["flag_group"].add_flags(parser, field)
 
 
-def _add_flag(target, config_cls, field: dataclasses.Field, names: list[str], dest: str, default) -> None:
+def add_flag(target, config_cls, field: dataclasses.Field, names: list[str], dest: str, default) -> None:
     """One flag for one field: typed, with its help text and default."""
     info = field.metadata
     metavar = info.get("metavar") or (None if info.get("choices") else field.name.upper())
@@ -366,8 +341,8 @@ def config_from_namespace(config_cls, namespace: argparse.Namespace, parser: arg
     """
     values = dict(extra)
     for field in dataclasses.fields(config_cls):
-        if field.name not in values and "role" in field.metadata:
-            values[field.name] = _role_from_namespace(field, namespace, parser)
+        if field.name not in values and "flag_group" in field.metadata:
+            values[field.name] = field.metadata["flag_group"].value(field, namespace, parser)
             continue
         if field.name in values or not hasattr(namespace, field.name):
             continue
@@ -413,11 +388,12 @@ def role_parser(config_cls, *, prog: str, description: str, epilog: str | None =
                 underscore_aliases: bool = False) -> argparse.ArgumentParser:
     """An entry point's parser: one flag per config field, plus the storage retry
     flags for a role that reads or writes a bucket (``storage``)."""
-    roles = [f.name for f in dataclasses.fields(config_cls) if "role" in f.metadata]
+    groups = [f for f in dataclasses.fields(config_cls) if "flag_group" in f.metadata]
     # A launcher has a hundred flags: its usage line names the groups, --help lists them.
-    usage = f"%(prog)s [-h] [options] [{' '.join(f'--{r}-*' for r in roles)}]" if roles else None
-    parser = argparse.ArgumentParser(prog=prog, description=description, usage=usage,
-                                     epilog=epilog or _roles_epilog(config_cls))
+    usage = f"%(prog)s [-h] [options] [{' '.join(f'--{f.name}-*' for f in groups)}]" if groups else None
+    if epilog is None and groups:
+        epilog = groups[0].metadata["flag_group"].epilog(config_cls)
+    parser = argparse.ArgumentParser(prog=prog, description=description, usage=usage, epilog=epilog)
     add_config_flags(parser, config_cls, underscore_aliases=underscore_aliases)
     if storage:
         add_storage_flags(parser)
@@ -450,122 +426,6 @@ def storage_retry(namespace: argparse.Namespace, parser: argparse.ArgumentParser
         parser.error(str(exc))
 
 
-# --------------------------------------------------------------------------
-# Launchers: a role's whole config inside another config (module docstring)
-# --------------------------------------------------------------------------
-
-
-def role_setting(config_cls, help: str, *, shared: typing.Iterable[str] = (),  # noqa: A002
-                 managed: typing.Iterable[str] = (), aliases: dict[str, tuple[str, ...]] | None = None,
-                 **defaults):
-    """A launcher's field that holds one role's whole config.
-
-    ``shared``: the role's fields the launcher copies from its own fields of
-    the same name (``root``, ``board_size``...).  ``managed``: fields the
-    launcher sets per child process (:func:`role_argv` takes them); neither is
-    a flag.  ``aliases``: ``{role field: (old flag, ...)}``.  ``defaults``:
-    the launcher's own defaults for role fields.  The field's value is None
-    until the launcher's ``__post_init__`` calls :func:`complete_roles`.
-    """
-    aliases = {name: tuple(flags) for name, flags in (aliases or {}).items()}
-    shared, managed = tuple(shared), tuple(managed)
-    fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    unknown = sorted((set(shared) | set(managed) | set(defaults) | set(aliases)) - set(fields))
-    if unknown:
-        raise TypeError(f"role_setting({config_cls.__name__}): no such fields: {unknown}")
-    for f in fields.values():
-        unset = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
-        if f.init and (unset or f.metadata.get("required")) and f.name not in (*shared, *managed, *defaults):
-            raise TypeError(f"role_setting({config_cls.__name__}): required field {f.name!r} must be shared, "
-                            f"managed or given a default")
-    return dataclasses.field(default=None, metadata={
-        "role": config_cls, "help": help, "shared": shared, "managed": managed, "aliases": aliases,
-        "defaults": dict(defaults)})
-
-
-def _role_field(config, role: str) -> dataclasses.Field:
-    for field in dataclasses.fields(config):
-        if field.name == role and "role" in field.metadata:
-            return field
-    raise TypeError(f"{type(config).__name__} has no role field {role!r}")
-
-
-def _role_flag_fields(role_field: dataclasses.Field) -> list[dataclasses.Field]:
-    """The role's fields that are the launcher's ``--<role>-*`` flags."""
-    info = role_field.metadata
-    kept = set(info["shared"]) | set(info["managed"])
-    return [f for f in dataclasses.fields(info["role"])
-            if f.init and not f.metadata.get("hidden") and f.name not in kept]
-
-
-def _role_dest(role_field: dataclasses.Field, field: dataclasses.Field) -> str:
-    return f"{role_field.name}.{field.name}"
-
-
-def _add_role_flags(parser: argparse.ArgumentParser, role_field: dataclasses.Field) -> None:
-    info = role_field.metadata
-    group = parser.add_argument_group(f"{role_field.name} settings (--{role_field.name}-*)", info["help"])
-    for field in _role_flag_fields(role_field):
-        names = [f"--{role_field.name}-{field.name.replace('_', '-')}", *info["aliases"].get(field.name, ())]
-        default = info["defaults"].get(field.name, _default(field))
-        _add_flag(group, info["role"], field, names, _role_dest(role_field, field), default)
-
-
-def _roles_epilog(config_cls) -> str | None:
-    """For a launcher's --help: how its role flags are named."""
-    roles = [f for f in dataclasses.fields(config_cls) if "role" in f.metadata]
-    if not roles:
-        return None
-    example = flag_name(_role_flag_fields(roles[0])[0].name)
-    return (f"Role settings: --ROLE-FIELD (ROLE one of {', '.join(f.name for f in roles)}) is that role's own "
-            f"--FIELD (e.g. --{roles[0].name}-{example[2:]} is the {roles[0].name} role's {example}) and is passed "
-            f"to every process of the role; the groups above list them, with this launcher's defaults.")
-
-
-def _launcher_flags(role_field: dataclasses.Field, message: str) -> str:
-    """A role's validation message with its flags spelled as the launcher's (``--visits`` -> ``--worker-visits``)."""
-    own = {f.name.replace("_", "-") for f in _role_flag_fields(role_field)}
-    return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)",
-                  lambda m: f"--{role_field.name}-{m[1]}" if m[1] in own else m[0], message)
-
-
-def _role_from_namespace(role_field: dataclasses.Field, namespace: argparse.Namespace, parser):
-    info = role_field.metadata
-    values = {name: getattr(namespace, name) for name in info["shared"] if getattr(namespace, name, None) is not None}
-    for field in _role_flag_fields(role_field):
-        value = getattr(namespace, _role_dest(role_field, field), None)
-        if value is None and field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            continue
-        values[field.name] = value
-    try:
-        return info["role"](**values)
-    except ValueError as exc:
-        parser.error(_launcher_flags(role_field, str(exc)))
-
-
-def complete_roles(config) -> None:
-    """For a launcher's ``__post_init__``: build each role config left None
-    (from the shared fields and the launcher's defaults), and check that a
-    given one agrees with the launcher on the shared fields."""
-    for field in dataclasses.fields(config):
-        info = field.metadata
-        if "role" not in info:
-            continue
-        shared = {name: getattr(config, name) for name in info["shared"]}
-        role_config = getattr(config, field.name)
-        if role_config is None:
-            try:
-                role_config = info["role"](**shared, **info["defaults"])
-            except ValueError as exc:
-                raise ValueError(_launcher_flags(field, str(exc))) from None
-            object.__setattr__(config, field.name, role_config)
-            continue
-        for name, value in shared.items():
-            if getattr(role_config, name) != value:
-                raise ValueError(f"{field.name}.{name} is {getattr(role_config, name)!r} but the launcher's "
-                                 f"{flag_name(name)} is {value!r}")
-
-
 def config_flag_argv(name: str, value) -> list[str]:
     """One setting as flags: ``--x V``; a bool is ``--x`` / ``--no-x``; None is no flag."""
     if value is None:
@@ -573,76 +433,3 @@ def config_flag_argv(name: str, value) -> list[str]:
     if isinstance(value, bool):
         return [flag_name(name) if value else "--no-" + name.replace("_", "-")]
     return [flag_name(name), str(value)]
-
-
-def role_argv(config, role: str, *, retry=None, **managed) -> list[str]:
-    """The command line of a child process of ``config.<role>``.
-
-    Every setting of the role's config that differs from the role's own
-    default (the shared ones always), then ``managed`` (only fields the role
-    setting declares managed), then the storage retry flags when ``retry``
-    is given.  Parsing the result with the role's own CLI rebuilds the role
-    config.
-    """
-    field = _role_field(config, role)
-    info = field.metadata
-    undeclared = sorted(set(managed) - set(info["managed"]))
-    if undeclared:
-        raise TypeError(f"{type(config).__name__}.{role}: {undeclared} are not declared managed")
-    role_config = getattr(config, role)
-    argv: list[str] = []
-    for f in dataclasses.fields(role_config):
-        if not f.init or f.metadata.get("hidden") or f.name in info["managed"]:
-            continue
-        value = getattr(role_config, f.name)
-        if f.name in info["shared"] or f.default is dataclasses.MISSING or value != f.default:
-            argv += config_flag_argv(f.name, value)
-    for name, value in managed.items():
-        argv += config_flag_argv(name, value)
-    if retry is not None:
-        from cloud.storage import retry_flags_argv
-
-        argv += retry_flags_argv(retry)
-    return argv
-
-
-def open_launch(prog: str, launcher: str, config, *, retry, argv: typing.Sequence[str]):
-    """A launcher's start: open its root, check (or write) run.json for its
-    board size and komi, and record its settings (:func:`record_settings`).
-
-    Returns ``(storage, record path)``.  A root that cannot be opened, a
-    run.json from another run or a refused write prints one line naming the
-    problem and exits 2.
-    """
-    from cloud.storage import StorageError, open_storage
-    from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
-
-    try:
-        storage = open_storage(config.root, retry=retry)
-        ensure_run_config(storage, RunConfig(board_size=config.board_size, komi=config.komi))
-        return storage, record_settings(storage, launcher, config, argv=argv, retry=retry)
-    except (RunConfigMismatch, StorageError, ValueError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-def record_settings(storage, launcher: str, config, *, argv: typing.Sequence[str], retry=None) -> str:
-    """Write this invocation's full settings to the lake, once, create-only;
-    returns the record's path (``layout.settings_record``).
-
-    The record is every field of ``config`` (role configs included, as each
-    child gets them before its managed fields), the command line and the
-    storage retry policy; the run id (UTC start time + random hex) is new
-    each time, so no record is ever overwritten.
-    """
-    started = time.gmtime()
-    run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', started)}-{secrets.token_hex(4)}"
-    record = layout.SettingsRecord(
-        launcher=launcher, run_id=run_id, started=time.strftime("%Y-%m-%dT%H:%M:%SZ", started),
-        host=socket.gethostname(), argv=tuple(argv), settings=dataclasses.asdict(config),
-        storage_retry=dataclasses.asdict(retry) if retry is not None else None)
-    path = layout.settings_record(launcher, run_id)
-    data = record.to_bytes()
-    layout.SettingsRecord.from_bytes(data, path)       # what is written must read back
-    storage.write_new(path, data)
-    return path

@@ -10,10 +10,8 @@ one concern each:
 * `format.game_table`: a version-3 or 4 window's game table (each game's
   ownership label and generation, once per game);
 * `format.legacy.version1`: version 1 (one assembled position a record),
-  the version before groups: its reference encoder and a batched one that
-  writes protobuf wire bytes directly (byte-identical).  Nothing in
-  production writes version 1; bench/train.py's version comparison and the
-  tests of older windows do;
+  the version before groups, read only (its writers, for tests and
+  bench/train.py, are `testdata.records_v1`);
 * `format.group_wire`: the same for versions 2, 3 and 4 (`encode_groups`,
   byte-identical to `encode_position_groups`), what the shuffle job uses;
 
@@ -24,8 +22,8 @@ Data flow::
 
     selfplay.worker --GameRecord--> encode_chunk() --bytes--> Storage.write_new(games/...)
     Storage.read() --bytes--> read_chunk() --GameRecord...--> pipeline, format.inspect
-    pipeline --written_positions()--> --encode_groups()--> shards (GZIP TFRecord) --> format.tfdata --> trainer
-    pipeline --encode_game_table()--> the window's game table --> format.tfdata, read_shard(table=)
+    pipeline --written_positions()--> --encode_groups()--> shards (GZIP TFRecord) --> model.tfdata --> trainer
+    pipeline --encode_game_table()--> the window's game table --> model.tfdata, read_shard(table=)
 
 *Game records* keep one game each: the moves, the fresh board planes of every
 position (bit-packed; history is rebuilt by the Beam job), a sparse quantized
@@ -33,7 +31,7 @@ policy target per fully searched position, root values, the result and the
 endstate.  *Position records* keep training examples: version 4 groups of 64 compact
 positions (board, last moves and captures, the policy as integers proportional
 to it; ownership and generation as rows of the window's game table) that
-format.tfdata expands in the graph, so the trainer needs no Go engine;
+model.tfdata expands in the graph, so the trainer needs no Go engine;
 versions 1 (one assembled example each), 2 (ownership in each record) and 3
 (policy values of 1..255, every entry raised to at least 1) are still read.
 
@@ -72,7 +70,6 @@ from format.position_records import (
     unpack_trits,
     written_positions,
 )
-from format.legacy.version1 import encode_position, encode_positions, encode_positions_framed
 from format.group_wire import encode_groups
 
 __all__ = [
@@ -101,9 +98,6 @@ __all__ = [
     "encode_chunk",
     "read_chunk",
     "iter_chunk",
-    "encode_position",
-    "encode_positions",
-    "encode_positions_framed",
     "decode_position",
     "encode_shard",
     "read_shard",

@@ -1,13 +1,14 @@
 """Structured progress: one JSON event per line, beside each role's human status line.
 
 Every long-running role (``selfplay.worker``, ``pipeline.shuffle``,
-``model.train``, ``selfplay.match``, ``pipeline.loop``, ``pipeline.cluster``)
+``model.train``, ``arena.match``, ``operations.loop``, ``operations.cluster``)
 takes ``--events PATH``.  It then appends one JSON object per line to PATH ('-' = stdout),
 flushed as it is written, so a reader (the loop, the cluster launcher, a
 person with ``tail -f | jq``) learns what the role is doing without parsing
 its human log lines, and a line survives the writer being SIGKILLed the
-moment after.  The schema is versioned; format/SPEC.md ("Events") lists
-every event and its fields.
+moment after.  The schema is versioned; `REQUIRED` and `NOTES` here are the
+one copy of every event and its fields, from which `spec_table` writes
+format/SPEC.md's "Events" table (``python -m format.events``).
 
 Every event carries::
 
@@ -83,6 +84,41 @@ REQUIRED = {
                     "latest_regressions", "chunk_verify_failures", "positions_per_s"),
     },
 }
+
+
+# What SPEC.md says of an event beyond its fields (spec_table writes it after a colon).
+NOTES = {
+    ('match', 'game_finished'):
+        '`result` as SGF writes it, e.g. `B+3.5`',
+    ('worker', 'game_finished'):
+        'emitted only once the game is safe in the local spool',
+    ('shuffle', 'looked'):
+        'one per look at the lake in `--follow` mode (each poll), whatever it decided',
+    ('train', 'window_started'):
+        'also `start_step`, `resumed` and `global_step` (the global step as the window starts or resumes: a reader counts the steps trained from it)',
+    ('train', 'progress'):
+        "`occupied_policy_mass` is the mean softmax policy mass on occupied points (moves the input planes show are illegal) over the reported steps' batches",
+    ('train', 'diverged'):
+        'the loss (or the weights to publish) stopped being finite at `step` (`metrics` names the sums that did); the trainer exits 4, saving and publishing nothing since its last checkpoint',
+    ('match', 'result'):
+        'the whole result, as `arena.match --json` prints it',
+    ('match', 'stopped'):
+        '`done`, `error` or `SIGTERM`',
+    ('loop', 'throughput'):
+        "the roles' user + system CPU seconds / wall seconds / cores over the invocation, and per hour the positions self-played and the rows trained (steps x global batch); also `cpu_seconds`, `cores`, `wall_seconds`, `positions`, `trained_steps`, `trained_rows`",
+}
+
+
+def spec_table() -> str:
+    """format/SPEC.md's Events table, generated from `REQUIRED` and `NOTES` (SPEC.md holds this text
+    exactly; ``python -m format.events`` prints it, tests/format/test_events.py checks it)."""
+    rows = ["| role | event | fields |", "|---|---|---|"]
+    for role, events in REQUIRED.items():
+        for event, fields in events.items():
+            text = ", ".join(f"`{name}`" for name in fields)
+            note = NOTES.get((role, event))
+            rows.append(f"| {role} | `{event}` | {text}{': ' + note if note else ''} |")
+    return "\n".join(rows)
 
 
 class EventError(ValueError):
@@ -197,3 +233,7 @@ class EventTail:
 def read_events(path: str) -> list[dict]:
     """Every complete event in a file (a missing file has none)."""
     return EventTail(path).poll()
+
+
+if __name__ == "__main__":
+    print(spec_table())

@@ -20,7 +20,7 @@ codec: CRC-checked framing, the validated field reader); columns::
 
 In memory the table is `GameTable`: generation int64[G] and ownership int8
 [G, NN] (round(127 * o), Black's side, exact labels as -127/0/127), the
-form the encoder compares each position's label with and `format.tfdata`
+form the encoder compares each position's label with and `model.tfdata`
 gathers from.
 """
 from __future__ import annotations
@@ -78,7 +78,7 @@ class GameTable:
 
     def planes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(codes uint8[G, trit_bytes], fine slot int32[G], fine rows int8[F + 1, NN]): the table as
-        format.tfdata gathers it.  Exact games: their base-3 codes, slot F (the zero row); fine games:
+        model.tfdata gathers it.  Exact games: their base-3 codes, slot F (the zero row); fine games:
         zero codes, slot k (their row among the fine rows)."""
         fine = self.fine
         codes = np.where(fine[:, None], 0, pack_trits(colour_codes(np.sign(self.ownership)))).astype(np.uint8)

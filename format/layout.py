@@ -56,7 +56,7 @@ DEMO_MARKER = "DEMO"
 """Written first by ``python -m testdata.demo``: this root holds synthetic games (not Go), never a real run."""
 TRAINER_LEASE = f"{CLUSTER_DIR}/trainer-lease.json"
 LOOP_LEASE = f"{LOOP_DIR}/lease.json"
-"""Which ``pipeline.loop`` drives this root: a second loop is refused (format.leases)."""
+"""Which ``operations.loop`` drives this root: a second loop is refused (format.leases)."""
 
 MAX_DOCUMENT_BYTES = 64 << 20
 """The most a JSON document of the lake may hold (window and model manifests,
@@ -526,7 +526,8 @@ class ModelFile:
 
 @dataclasses.dataclass(frozen=True)
 class ModelManifest:
-    """A published generation's manifest, ``models/<gen>/MANIFEST.json``: the one owner of its schema.
+    """A published generation's manifest, ``models/<gen>/MANIFEST.json`` (format/SPEC.md, "Model
+    manifest"): the one owner of its schema.
 
     ``files`` maps each file's '/'-separated path inside the model folder to
     its ModelFile; ``metadata`` is the whole record the trainer wrote
@@ -633,7 +634,7 @@ def settings_record(launcher: str, run_id: str) -> str:
     """Create-only record of one launcher invocation's full settings
     (``loop/settings/<run_id>.json``, ``cluster/settings/<run_id>.json``).
 
-    ``run_id`` is unique per invocation (format.cli.record_settings makes it),
+    ``run_id`` is unique per invocation (operations.roles.record_settings makes it),
     so a resumed or a second run adds its own record and never overwrites one.
     """
     if launcher not in _LAUNCHER_DIRS:
@@ -655,7 +656,7 @@ class SettingsRecord:
     ``settings`` is every field of the launcher's config (its role configs
     nested), ``argv`` its command line, ``storage_retry`` the retry policy's
     fields (None: the default); ``host`` the machine it ran on.  Written once
-    at start by `format.cli.record_settings` with `to_bytes`."""
+    at start by `operations.roles.record_settings` with `to_bytes`."""
 
     launcher: str
     run_id: str
@@ -734,7 +735,7 @@ def report_path(name: str) -> str:
     return f"{REPORT_DIR}/{name}"
 
 
-# The rating ladder (selfplay.ladder).  Its results file is the one piece of
+# The rating ladder (arena.ladder).  Its results file is the one piece of
 # the report that is not re-derived: it accumulates games, so that a rerun adds
 # to it instead of replaying them; it is still replaced whole (atomic replace)
 # and may be deleted to start the ladder afresh.

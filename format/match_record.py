@@ -1,6 +1,6 @@
 """Match results as the lake keeps them: the one owner of the loop's evaluation documents.
 
-``selfplay.match`` plays a match and reports it as its ``result`` event
+``arena.match`` plays a match and reports it as its ``result`` event
 (SPEC.md, match events); the loop keeps what it needs of it in the lake:
 
 * ``loop/eval-<G>.json``: one `MatchRecord`, generation G against uniform
@@ -9,7 +9,7 @@
   closing matches: against random moves, against generation 0's player and,
   when the run plays GNU Go, against GNU Go level 1 with each game's result
   and the lake path of its SGF (``loop/final-<G>-gnugo-1/<index>.sgf``),
-  which the rating ladder folds into its fit (selfplay.ladder).
+  which the rating ladder folds into its fit (arena.ladder).
 
 Data flow: match event (a dict) --`MatchRecord.from_json_dict`--> the loop
 --`to_bytes`--> the lake --`from_bytes`--> the loop's summary and the ladder.
@@ -50,7 +50,7 @@ _GAME_FIELDS = {"index": int, "black": str, "white": str, "result": str, "score"
 
 @dataclasses.dataclass(frozen=True)
 class MatchRecord:
-    """Player A's result against player B (`selfplay.match.EvalResult`'s totals, plus ``visits``)."""
+    """Player A's result against player B (`arena.match.EvalResult`'s totals, plus ``visits``)."""
 
     player_a: str
     player_b: str

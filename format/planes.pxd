@@ -3,8 +3,8 @@
 
 Cython cannot read Python constants at compile time, so the layout's free
 numbers are stated here once more and everything else is derived as in
-planes.py; tests/test_input_planes.py asserts both files agree and checks the
-compiled builders (selfplay/board.pyx's features, pipeline/_history.pyx)
+planes.py; tests/format/test_planes.py asserts both files agree and checks the
+compiled builders (engine/board.pyx's features, pipeline/_history.pyx)
 against `format.planes.input_planes` bit for bit.  Compile-time constants,
 so the hot loops pay nothing for them.
 """

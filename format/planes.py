@@ -1,24 +1,24 @@
 """The network's input planes: their layout, stated once, and the reference builder.
 
 Every builder of network input follows this module, and
-tests/test_input_planes.py checks each one against `input_planes` bit for
+tests/format/test_planes.py checks each one against `input_planes` bit for
 bit on the same positions of many legal games (9x9 and 19x19):
 
-* `selfplay.board.Board.features` (compiled, constants from
+* `engine.board.Board.features` (compiled, constants from
   format/planes.pxd): float32 [N, N, C] for inference, C = 17 or 22; the search driver
-  (selfplay/driver.pyx) writes leaves into its batch with the same C routine,
+  (engine/driver.pyx) writes leaves into its batch with the same C routine,
   and the shuffle job's model playouts (pipeline/labels.py) call it too.
 * `pipeline.positions.history_planes` (compiled in pipeline/_history.pyx,
   constants from format/planes.pxd): channels 0-15 of every position of
   whole games, bit-packed for position records.
-* `format.tfdata.GroupDecoder` (and, for version-1 records,
-  `format.legacy.tfdata_version1.PositionDecoder`): position records ->
+* `model.tfdata.GroupDecoder` (and, for version-1 records,
+  `model.tfdata_version1.PositionDecoder`): position records ->
   float32 [B, N, N, C] under one of the 8 symmetries, for training
   (version-1 records: 17 channels only).
 * `format.codec.decode_records`: each position's channels 0-15 as uint8
   [16, N, N] (inspection, tests).
-* `selfplay.playouts.playout_values` (the value of
-  `selfplay.player.PlayoutEvaluator`): reads the position at t back out of
+* `engine.playouts.playout_values` (the value of
+  `inference.loading.PlayoutEvaluator`): reads the position at t back out of
   the planes (the newest own and opponent stones and the colour plane).
 
 The layout, NHWC ``[N, N, INPUT_PLANES]``, all 0/1.  The first 17 channels

@@ -1,10 +1,11 @@
 """Position records: training examples in shards (format/SPEC.md "Shards").
 
-Four versions, all decoded here and by format.tfdata:
+Four versions, all decoded here and by model.tfdata:
 
 * **version 1**: one assembled position per record, the version before
-  groups.  Its encoders and its field decoding are `format.legacy.version1`
-  (nothing in production writes it); `decode_records` reads it through there.
+  groups.  Its field decoding is `format.legacy.version1` (nothing in
+  production writes it; its writers are `testdata.records_v1`);
+  `decode_records` reads it through there.
 * **version 2**: a *group* of up to
   ``schema.POSITION_GROUP`` positions per record, stored column by column at
   about what a chunk costs: the board at t in base 3 (5 points a byte), the
@@ -36,7 +37,7 @@ Data flow of versions 2, 3 and 4::
         --encode_position_groups() (reference) / group_wire.encode_groups() (the job)--> records
         --encode_shard()--> GZIP shard
     (versions 3 and 4: + the window's GameTable --format.game_table--> its table file)
-    shard (+ table) --format.tfdata (in the graph)--> training batches
+    shard (+ table) --model.tfdata (in the graph)--> training batches
     shard (+ table) --read_shard()/decode_records() (numpy, tools and tests)--> PositionRecord
 """
 from __future__ import annotations
@@ -93,7 +94,7 @@ class PositionRecord:
 
 
 def decode_position(data: bytes, source: str = "<bytes>") -> PositionRecord:
-    """Parse and validate one version-1 position record (the trainer uses format.tfdata).
+    """Parse and validate one version-1 position record (the trainer uses model.tfdata).
 
     A version-2 or 3 record holds a group of positions: `decode_records` reads every version.
     """

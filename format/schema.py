@@ -1,7 +1,7 @@
 """Names and numbers of the on-disk contract (see format/SPEC.md).
 
 Every reader and writer of the lake imports its constants from here, so the
-writer (`format.codec`), the tf.data reader (`format.tfdata`) and the Beam job
+writer (`format.codec`), the tf.data reader (`model.tfdata`) and the Beam job
 cannot drift apart.  Nothing here imports TensorFlow.
 
 Conventions used throughout the project
@@ -37,7 +37,7 @@ POSITION_RECORD_VERSIONS = frozenset({1, 2, 3, 4})
 """Position-record versions every reader (codec, tf.data) decodes."""
 
 GROUP_RECORD_VERSIONS = (2, 3, 4)
-"""The versions that hold groups of compact positions (`format.position_records`, `format.tfdata.GroupDecoder`)."""
+"""The versions that hold groups of compact positions (`format.position_records`, `model.tfdata.GroupDecoder`)."""
 TABLE_RECORD_VERSIONS = (3, 4)
 """The group versions whose ownership labels and generations are rows of the window's game table."""
 

@@ -1,6 +1,6 @@
 """The 8 dihedral symmetries of the Go board, for planes and policy vectors.
 
-Pure numpy, no engine import: the trainer's input pipeline (format.tfdata)
+Pure numpy, no engine import: the trainer's input pipeline (model.tfdata)
 builds its augmentation tables from it, and the tests and test data check
 and make symmetric copies with it.
 
@@ -31,7 +31,7 @@ Tables and their semantics
 ``inverse_permutations(N)[k]``:
     ``perm[INVERSE[k]]``, so ``inv[k][perm[k][p]] == p``.
 
-Round trips (tested in tests/test_board_properties.py):
+Round trips (tested in tests/engine/test_board_properties.py):
 ``apply_symmetry_to_planes(apply_symmetry_to_planes(x, k), INVERSE[k]) == x``,
 the same for ``apply_symmetry_nhwc`` and ``apply_symmetry_to_policy``, and a
 one-hot plane at ``p`` maps to a one-hot plane at ``perm[k][p]``.  A policy

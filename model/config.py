@@ -9,7 +9,7 @@ Steps and batches: ``batch_size`` is per replica; the *global* batch is
 ``batch_size x replicas``.  A window is trained for ``steps_per_window``
 steps, or, when that is 0, ``ceil(positions x epochs_per_window / global
 batch)``.  The learning-rate schedule runs on the global step, which keeps
-counting across windows (see ``model.trainer.LearningRateSchedule``).
+counting across windows (see ``model.sgd.LearningRateSchedule``).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from format.cli import (RoleCli, board_size_setting, events_setting, poll_second
 from format import schema
 
 LOSS_NORMALIZATIONS = ("batch", "weight")
-"""``--loss-normalization`` choices (`model.trainer.Trainer._replica_step` says what each does)."""
+"""``--loss-normalization`` choices (`model.sgd.Trainer._replica_step` says what each does)."""
 from format.leases import MAX_LEASE_SECONDS
 
 STRATEGIES = ("auto", "tpu", "gpu", "mirrored", "default")

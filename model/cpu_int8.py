@@ -8,11 +8,11 @@ times per CPU second, so a CPU worker plays about 2.5x the games.  TensorFlow
 stays the reference: the SavedModel is always published, GPU and TPU workers
 use it, and a CPU worker falls back to it when this copy is missing.
 
-Data flow, once per published generation (``model.training_run`` and
+Data flow, once per published generation (``model.cycle`` and
 ``testdata.models`` call `add_cpu_int8`)::
 
     SavedModel dir --ov.convert_model--> float32 OpenVINO model
-        (selfplay.openvino_evaluator.float_openvino_model: outputs pruned to policy_logits
+        (inference.openvino_evaluator.float_openvino_model: outputs pruned to policy_logits
         and value, all the search reads; the ownership and score heads are dropped)
         --nncf.quantize on calibration planes (the window's own positions)--> int8 model
         --accuracy check against the SavedModel on held-out planes-->
@@ -24,7 +24,7 @@ the float32 policy), the two networks agree on the top move at least
 `MIN_TOP1_AGREEMENT` of the time (not higher: an untrained network's
 near-tied moves swap places under any rounding, which the KL shows to be
 harmless), and their values differ by at most `MAX_VALUE_MAE` on average.  Otherwise nothing is written and CPU workers run
-the float32 network through OpenVINO (`selfplay.openvino_evaluator`).  Either way the measured figures go into the model manifest's
+the float32 network through OpenVINO (`inference.openvino_evaluator`).  Either way the measured figures go into the model manifest's
 metadata (``cpu_int8``), so a person can see what each generation got.
 
 Quantization choices: the PERFORMANCE preset (symmetric activations), NNCF's
@@ -50,7 +50,7 @@ import time
 import numpy as np
 
 from format import layout
-from selfplay.openvino_evaluator import (OpenVinoEvaluator, compile_for_cpu, float_openvino_model, import_nncf,
+from inference.openvino_evaluator import (OpenVinoEvaluator, compile_for_cpu, float_openvino_model, import_nncf,
                                          import_openvino)
 
 CALIBRATION_POSITIONS = 256

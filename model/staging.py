@@ -12,7 +12,7 @@ Terms
 * ``ROOT``: the lake root (``--root``); ``DIR``: the stage directory.
 * *checkpoint*: the files ``ckpt-N.index`` and ``ckpt-N.data-XXXXX-of-YYYYY``
   that ``tf.train.CheckpointManager`` writes; ``ckpt-N`` is its *prefix* and
-  ``N`` (the global step, see model.training_run) its *step*.
+  ``N`` (the global step, see model.cycle) its *step*.
 * *state file*: ``checkpoint``, the manager's small text file naming the
   latest prefix and the prefixes it keeps.  A checkpoint directory "points
   at" what its state file names.

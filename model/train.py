@@ -2,7 +2,7 @@
 
 Wiring only: flags -> TrainConfig (model.config) -> checks that need no
 TensorFlow (run.json's board size, a complete window to train) -> the
-trainer lease (model.lease) -> strategy -> model.training_run.TrainingRun.
+trainer lease (model.lease) -> strategy -> model.cycle.TrainingRun.
 
 Exit status:
 
@@ -109,11 +109,11 @@ def main(argv=None) -> int:
     events.emit("lease_acquired", holder=record.holder, expires=record.expires)
     lease.start_renewing()
 
-    from model.training_run import (CheckpointMismatch, CheckpointStateError,  # TensorFlow from here on
+    from model.cycle import (CheckpointMismatch, CheckpointStateError,  # TensorFlow from here on
                                     CheckpointWriteError, Diverged, TrainingRun)
     from model.staging import StagingError
-    from model.trainer import resolve_strategy
-    from selfplay.evaluator import AcceleratorMissing
+    from model.sgd import resolve_strategy
+    from inference.evaluator import AcceleratorMissing
 
     try:
         resolved = resolve_strategy(config)

@@ -21,7 +21,7 @@ and the process exits the ordinary way, with the traceback and a non-zero
 status.
 
 How it stops: SIGTERM is ignored.  The worker shares its driver's process
-group, so a launcher stopping the job's group (pipeline.loop, a follower)
+group, so a launcher stopping the job's group (operations.loop, a follower)
 reaches every worker too; killed in the middle of a bundle, a worker left a
 half-written temporary file and made the runner's threads print tracebacks
 about it.  The driver stops on SIGTERM instead (pipeline.shuffle), and Beam's

@@ -26,7 +26,7 @@ Terms
   window while K windows newer than models/LATEST exist: the trainer trains
   only the newest, so a window built then would supersede one it has not
   reached, and the shuffle spent on that one would be lost.  K = 2 keeps one
-  window ready while the trainer trains another (pipeline.loop's concurrent
+  window ready while the trainer trains another (operations.loop's concurrent
   mode).
 * *sizing*: with ``--samples-per-row S`` a window's shards hold about S x new
   positions rows (within ``--follow-min-rows``/``--follow-max-rows``), drawn
@@ -36,7 +36,7 @@ Terms
   window.  The job still reads, labels and deduplicates the whole window.
 * *claim*: ``cluster/claims/window-<gen>.json`` (format.layout.window_claim),
   a format.leases record whose ``details`` name the ``attempt``; the claims'
-  rules live in pipeline.lake_windows, as a one-shot job takes one too.  Taken,
+  rules live in pipeline.lake_view, as a one-shot job takes one too.  Taken,
   renewed and released by compare-and-swap (format.leases): of two followers
   taking it at once exactly one wins.  Its holder renews it every quarter of
   ``--claim-seconds`` while the window is built; a holder that was SIGKILLed
@@ -51,7 +51,7 @@ Data flow of one cycle::
     look:   models/LATEST, windows/<g>/MANIFEST.json (validated), games/ listing
             -> target, new positions, needed       (wait while new < needed)
     clean:  delete tmp pieces of attempts that are not live, and (at start, then
-            hourly) killed writers' temporary files (pipeline.lake_windows.clean_tmp)
+            hourly) killed writers' temporary files (pipeline.lake_view.clean_tmp)
     claim:  cluster/claims/window-<target>.json     (lost: wait for the winner)
     build:  child process ``python -m pipeline.shuffle ... --window-generation
             <target> --attempt <id>`` (the one-shot job), claim renewed meanwhile;
@@ -90,8 +90,8 @@ from format.leases import Lease, LeaseLost, LeaseRecord, describe_time
 from format.registry import RegistryError
 from pipeline import window_plan as W
 from pipeline.config import FOLLOW_WINDOW_FRACTION, ShuffleConfig, window_argv
-from pipeline.launcher import STOP_GRACE_SECONDS, die_with_parent, start_child, stop_groups
-from pipeline.lake_windows import (JOB, STALE_TEMP_SECONDS, ShuffleError, check_run_config, claim_attempt, clean_tmp,
+from processes.children import STOP_GRACE_SECONDS, die_with_parent, start_child, stop_groups
+from pipeline.lake_view import (JOB, STALE_TEMP_SECONDS, ShuffleError, check_run_config, claim_attempt, clean_tmp,
                                    delete_tmp_dir, existing_window, holder_id, latest_model, new_attempt_id,
                                    progress, try_claim)
 
@@ -104,7 +104,7 @@ MIN_REUSE = 0.001
 
 
 # ---------------------------------------------------------------------------
-# Temporary pieces (claims and dead attempts: pipeline.lake_windows)
+# Temporary pieces (claims and dead attempts: pipeline.lake_view)
 # ---------------------------------------------------------------------------
 
 def remove_stray_shards(storage, window: layout.WindowManifest) -> int:

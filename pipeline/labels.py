@@ -43,7 +43,7 @@ from format.planes import input_planes_of
 
 PolicyFn = Callable[[np.ndarray], dict]
 """A model: float32[B, N, N, C] -> {'policy_logits': [B, N*N+1], ...}; C is its ``input_planes``
-attribute (format.registry.LoadedModel's), 17 when it has none."""
+attribute (inference.model_files.LoadedModel's), 17 when it has none."""
 
 LABEL_STATS = (
     "games_labelled", "final_board", "final_board_result_disagreements", "replay_failed",
@@ -70,7 +70,7 @@ class EndstateLabel:
 def _engine():
     # Imported late: the compiled engine must not be needed to import the
     # pipeline package (e.g. the driver on a machine without a build).
-    from selfplay import board
+    from engine import board
     return board
 
 
@@ -176,7 +176,7 @@ def final_board_label(game: GameRecord, board, stats: dict) -> EndstateLabel:
 
 def random_playout_label(board, num_playouts: int, seed: int, weight: float) -> EndstateLabel:
     """Mean ownership over random playouts (eye rule) from ``board``."""
-    from selfplay.playouts import playout_ownership  # late, as _engine: the compiled engine
+    from engine.playouts import playout_ownership  # late, as _engine: the compiled engine
     mean = playout_ownership(board, num_playouts, seed)
     score = float(mean.sum()) - board.komi
     return EndstateLabel(mean.astype(np.float32), score, schema.OWNERSHIP_RANDOM_PLAYOUTS, weight)

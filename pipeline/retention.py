@@ -20,7 +20,7 @@ Terms
 
 The rule: a finished window is never read again, an open one may be
 --------------------------------------------------------------------
-Proved from the trainer's code (model/windows.py, model/training_run.py):
+Proved from the trainer's code (model/windows.py, model/cycle.py):
 
 1. The trainer reads shards only in ``TrainingRun.train_window``, of the
    window ``choose_window`` returned, which is ``plan_next(...).window``.

@@ -11,7 +11,7 @@ the game table it names is missing) is an error (exit 2), never trusted and
 never overwritten.
 
 Beside followers: before it plans, the job deletes what killed jobs and
-writers left in the lake's temporary area (pipeline.lake_windows.clean_tmp),
+writers left in the lake's temporary area (pipeline.lake_view.clean_tmp),
 and it claims its window as a follower does (refused in one line while a
 live job holds the claim), so a follower neither builds the same window nor
 deletes the job's pieces.  SIGTERM ends it with one line and exit 143 once
@@ -28,7 +28,7 @@ claims the next window, builds it in a child process of this same command
 (hidden flags ``--window-generation G --attempt A``) and waits again.
 
 The driver (this module) does the cheap, global decisions: check run.json
-(pipeline.lake_windows, which the follower shares), choose the window's chunks by the power-law rule (pipeline.window_plan), size the
+(pipeline.lake_view, which the follower shares), choose the window's chunks by the power-law rule (pipeline.window_plan), size the
 shards and dedup partitions, pick the attempt id; pipeline.transforms does
 the work.  Stages, elements and the memory bound are described there.
 
@@ -39,7 +39,7 @@ interpreter teardown at the end)::
 
     python -m pipeline.shuffle --root /data/lake
 
-Dataflow (the workers run the image cloud/dataflow/Dockerfile builds, with the
+Dataflow (the workers run the image operations/dataflow/Dockerfile builds, with the
 Cython engine compiled in; docs/deploy.md)::
 
     python -m pipeline.shuffle --root gs://BUCKET/lake \\
@@ -67,11 +67,11 @@ from format.leases import Lease, describe_time
 from format.registry import RegistryError
 from pipeline import window_plan as W
 from pipeline.config import LABEL_AUTO, LABEL_MODEL, LABEL_RANDOM, ShuffleConfig, from_args
-from pipeline.lake_windows import (ONE_SHOT_CLAIM_TAKEOVER, ShuffleError, check_run_config, claim_attempt, clean_tmp,
+from pipeline.lake_view import (ONE_SHOT_CLAIM_TAKEOVER, ShuffleError, check_run_config, claim_attempt, clean_tmp,
                                    delete_tmp_dir, existing_window, holder_id, latest_model, new_attempt_id, progress,
                                    try_claim)
 from pipeline.retention import apply_retention
-from selfplay.player import EXIT_TERMINATED, Terminated, terminated_by_sigterm
+from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
 # pipeline.transforms (and with it Apache Beam, ~5 s to import on a busy
 # 2-core machine) is imported inside prepare() and build(): a follower that
 # only watches the lake never needs it; its child job does.
@@ -309,7 +309,7 @@ def claim_window(config: ShuffleConfig, storage, context) -> Lease:
     """A one-shot job's claim of its window, renewed in the background while it builds.
 
     With it the job's attempt is live to a follower's clean-up
-    (pipeline.lake_windows.remove_dead_tmp), which would otherwise delete its
+    (pipeline.lake_view.remove_dead_tmp), which would otherwise delete its
     pieces under it, and a follower waits for the window instead of building
     it too.  A window another job holds is refused in one line.
     """
@@ -412,7 +412,7 @@ def main(argv=None) -> int:
     events = EventLog(config.events or None, "shuffle")
     events.emit("started", follow=False)
     try:
-        # SIGTERM (pipeline.loop and a follower stop the job so) unwinds: the
+        # SIGTERM (operations.loop and a follower stop the job so) unwinds: the
         # run's clean-up removes its temporary files and releases its claim.
         with terminated_by_sigterm():
             window = run(config, beam_args, target=args.window_generation, attempt=args.attempt)

@@ -166,7 +166,7 @@ class LabelBundleFn(_LakeDoFn):
         super().setup()
         self.policy_fn = None
         if self.context.model_generation is not None:
-            from format.registry import load_model
+            from inference.model_files import load_model
             self.policy_fn = load_model(self.storage, self.context.model_generation, cache_dir=self.model_cache())
 
     def model_cache(self) -> str | None:

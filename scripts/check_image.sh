@@ -11,7 +11,7 @@
 # 1. base:  debootstrap --variant=minbase bookworm, plus python3, python3-venv
 #           and ca-certificates, apt lists removed (what the slim image holds);
 # 2. build: a copy of base; the checkout's tracked files in /opt/zerolake/src
-#           (the Dockerfile's COPY); cloud/vm/install.sh --accelerator cpu
+#           (the Dockerfile's COPY); operations/vm/install.sh --accelerator cpu
 #           --package /opt/zerolake/src --prefix /opt/zerolake (its RUN),
 #           which adds the compiler and headers, builds the Cython engine and
 #           installs the pinned packages into /opt/zerolake/venv;
@@ -19,7 +19,7 @@
 #           --from=build); the user zerolake made as the Dockerfile makes it;
 # 4. checks on final: no compiler, no apt lists, no pip cache; the code
 #           belongs to root and cannot be changed by the role's user; the
-#           worker role, run as that user through cloud/vm/run-role.sh (the
+#           worker role, run as that user through operations/vm/run-role.sh (the
 #           ENTRYPOINT) with its state in /var/lib/zerolake (the VOLUME),
 #           plays games into a local lake whose chunks `format.inspect verify`
 #           accepts, and writes nothing outside the volume.
@@ -73,13 +73,13 @@ if [[ ! -x "$BASE/usr/bin/python3" ]]; then
 fi
 t_base=$(date +%s)
 
-log "build: the checkout's tracked files into /opt/zerolake/src, then cloud/vm/install.sh (the Dockerfile's RUN)"
+log "build: the checkout's tracked files into /opt/zerolake/src, then operations/vm/install.sh (the Dockerfile's RUN)"
 rm -rf "$BUILD" && cp -a "$BASE" "$BUILD"
 mkdir -p "$BUILD/opt/zerolake/src"
 (cd "$REPO" && git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$BUILD/opt/zerolake/src")
 mount_system "$BUILD"
 set +e
-in_root "$BUILD" bash -c "PYTHON=/usr/bin/python3 /opt/zerolake/src/cloud/vm/install.sh --accelerator cpu \
+in_root "$BUILD" bash -c "PYTHON=/usr/bin/python3 /opt/zerolake/src/operations/vm/install.sh --accelerator cpu \
     --package /opt/zerolake/src --prefix /opt/zerolake && rm -rf /root/.cache/pip" > "$WORK/build.log" 2>&1
 build_status=$?
 set -e
@@ -108,7 +108,7 @@ in_root "$FINAL" setpriv --reuid=10001 --regid=10001 --clear-groups /usr/bin/env
     ZEROLAKE_PREFIX=/opt/zerolake ZEROLAKE_STATE=/var/lib/zerolake ZEROLAKE_ACCELERATOR=cpu \
     ZEROLAKE_ROOT=/var/lib/zerolake/lake \
     ZEROLAKE_ARGS="--max-games 6 --games 6 --visits 4 --fast-visits 2 --chunk-games 3 --board-size 9" \
-    /opt/zerolake/src/cloud/vm/run-role.sh worker 0 > "$WORK/worker.log" 2>&1
+    /opt/zerolake/src/operations/vm/run-role.sh worker 0 > "$WORK/worker.log" 2>&1
 worker_status=$?
 set -e
 grep -v '"schema": "zerolake.event"' "$WORK/worker.log" | tail -5

@@ -13,7 +13,7 @@
 #    start-up script has begun: its first download fails, as one does on a
 #    real VM whose network or bucket is not ready, and it must try again
 #    rather than leave the VM idle;
-# 4. run cloud/vm/startup.sh inside `chroot` as the worker role, with its
+# 4. run operations/vm/startup.sh inside `chroot` as the worker role, with its
 #    settings in ZEROLAKE_* variables instead of instance metadata and
 #    ZEROLAKE_FOREGROUND=1 (systemd does not run in a chroot), bounded by
 #    --max-games; it installs everything (apt, pip, TensorFlow, the Cython
@@ -98,7 +98,7 @@ BUCKET=$(field BUCKET)
 ENDPOINT=$(field STORAGE_EMULATOR_HOST)
 cp "$(field GOOGLE_APPLICATION_CREDENTIALS)" "$ROOTFS/etc/zerolake-check/sa.json"
 LAKE="gs://$BUCKET/vm-check-$(date +%s)"
-cp "$REPO/cloud/vm/startup.sh" "$ROOTFS/startup.sh"
+cp "$REPO/operations/vm/startup.sh" "$ROOTFS/startup.sh"
 
 log "running startup.sh in the chroot (worker, foreground, 8 games)"
 t_start=$(date +%s)

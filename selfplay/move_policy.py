@@ -1,7 +1,7 @@
 """How a finished search becomes a move, and when a side resigns: one rule for every player.
 
 The self-play worker, the GTP engine and the match players all search with
-`selfplay.driver.GameBatch`; what they do with a finished search is decided
+`engine.driver.GameBatch`; what they do with a finished search is decided
 here, each with its own parameters:
 
 * **Move choice.**  The first ``sampled_moves`` moves of a game (counted by

@@ -4,7 +4,7 @@
 
 Data flow
 ---------
-* `selfplay.driver.GameBatch` holds ``--games`` games split in two halves.
+* `engine.driver.GameBatch` holds ``--games`` games split in two halves.
   The loop alternates: while the inference thread evaluates one half's batch,
   this thread backs up the other half's results, plays the moves whose search
   is done, and gathers that half's next batch (Cython, GIL released).
@@ -65,7 +65,7 @@ Data flow
   refused model's evaluations.  Games finished before are kept: every
   evaluation they used was checked finite.
 * Every model evaluator is wrapped in an evaluation cache
-  (`selfplay.eval_cache`), fresh for each model: rows whose input planes the
+  (`inference.eval_cache`), fresh for each model: rows whose input planes the
   model has already evaluated, in any of the worker's games, skip the network.
 * A failing bucket: the upload fails, the games stay spooled, one stderr
   line, and the upload is retried with backoff while play goes on.
@@ -94,19 +94,19 @@ import numpy as np
 
 from cloud.storage import canonical_root
 from format import schema
-from selfplay.model_probe import ModelMisfit, check_outputs, one_line, probe_model
+from inference.model_probe import ModelMisfit, check_outputs, one_line, probe_model
 from format import layout
 from format.codec import GameRecord, encode_game, quantize_policy
 from format.events import EventLog
 from format.planes import convert_input_planes, input_planes_of
 from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
 from selfplay.config import CLI, WorkerConfig, default_spool_base
-from selfplay.driver import GameBatch
-from selfplay.eval_cache import with_evaluation_cache
-from selfplay.evaluator import UniformEvaluator, configure_accelerator, use_every_cpu_core
+from engine.driver import GameBatch
+from inference.eval_cache import with_evaluation_cache
+from inference.evaluator import UniformEvaluator, configure_accelerator, use_every_cpu_core
 from selfplay.move_policy import MovePolicy, ResignationCounter
-from selfplay.openvino_evaluator import make_evaluator
-from selfplay.player import PlayoutEvaluator
+from inference.openvino_evaluator import make_evaluator
+from inference.loading import PlayoutEvaluator
 from selfplay.spool import Spool, SpoolError, SpoolFull, open_spool
 
 log = logging.getLogger("selfplay.worker")
@@ -198,7 +198,7 @@ class ModelWatcher:
         self.board_size = board_size   # the run's (run.json): a model for another board is refused
         self.inference = inference   # WorkerConfig.inference: auto, tensorflow or openvino
         self.inference_threads = inference_threads
-        self.placement = placement   # selfplay.evaluator.Placement; None = set up at the first load
+        self.placement = placement   # inference.evaluator.Placement; None = set up at the first load
         self.poll_seconds = poll_seconds
         self.cache_dir = cache_dir
         self.known = current_generation
@@ -228,6 +228,7 @@ class ModelWatcher:
         Raises whatever the registry or TensorFlow raise (see `reject`).
         """
         from format import registry
+        from inference import model_files
 
         self._trying = None
         generation = registry.latest_generation(self.storage)
@@ -243,13 +244,13 @@ class ModelWatcher:
             self.placement = configure_accelerator("")   # GPU memory growth before TF touches a GPU
         with self.placement.scope():   # the model's variables live where it runs
             # Also refuses a SavedModel whose declared shapes are not its manifest's board size.
-            model = registry.load_model(self.storage, generation, cache_dir=self.cache_dir)
+            model = model_files.load_model(self.storage, generation, cache_dir=self.cache_dir)
         evaluator = make_evaluator(model, self.placement, self.inference, threads=self.inference_threads,
                                    log=lambda line: print(f"[selfplay] {line}", flush=True))
         probe_model(evaluator, model.board_size, generation)
         self.known = generation
         self.failures = 0
-        registry.clear_cache(self.cache_dir, keep_generations={generation})
+        model_files.clear_cache(self.cache_dir, keep_generations={generation})
         self.events.emit("model_loaded", generation=generation)
         with self._lock:
             self._ready = evaluator
@@ -261,7 +262,7 @@ class ModelWatcher:
         run.json fixes the board size, komi, rules and feature set.  Komi and
         rules are not the network's business (the search applies them), and
         the feature set's planes are checked against the SavedModel's input
-        by `format.registry.load_model`; the board size is in the manifest.
+        by `inference.model_files.load_model`; the board size is in the manifest.
         """
         if self.board_size is None:
             return
@@ -813,11 +814,11 @@ def main(argv=None) -> int:
     except StartupError as exc:
         print(f"selfplay.worker: {exc}", file=sys.stderr)
         return 2
-    from format import registry
+    from inference import model_files
 
     try:
-        cache = registry.ModelCache(config.model_cache or None)
-    except registry.ModelCacheError as exc:
+        cache = model_files.ModelCache(config.model_cache or None)
+    except model_files.ModelCacheError as exc:
         print(f"selfplay.worker: --model-cache: {exc}", file=sys.stderr)
         return 2
     placement = None

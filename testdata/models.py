@@ -30,7 +30,7 @@ def random_game_planes(board_size: int, count: int, seed: int = 0, games: int = 
     late positions all appear.  Calibration data for an untrained network's
     int8 copy (`model.cpu_int8`), which plays games that look just as random.
     """
-    from selfplay.board import Board
+    from engine.board import Board
     from testdata.random_games import random_move
 
     rng = np.random.default_rng(seed)

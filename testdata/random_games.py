@@ -71,7 +71,7 @@ def engine_game(rng: np.random.Generator, board_size: int, *, generation: int = 
     """
     # Imported late: importing this module (and the test helpers that
     # re-export it) must not need the compiled engine.
-    from selfplay.board import Board
+    from engine.board import Board
 
     n = board_size
     points = n * n

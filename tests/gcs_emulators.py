@@ -36,7 +36,7 @@ folder) as server:`` starts the same server with its fake token endpoint and
 yields the EmulatorServer (``server.env`` for child processes); the module
 still imports pytest, which comes with the same test tools as the emulators.
 
-Beam 2.77 + emulator recipe (proved by tests/test_beam_gcs.py)
+Beam 2.77 + emulator recipe (proved by tests/pipeline/test_beam_gcs.py)
 --------------------------------------------------------------
 Beam's GCS filesystem builds ``google.cloud.storage.Client(credentials=...)``
 in ``apache_beam.io.gcp.gcsio.create_storage_client``.  The client library

@@ -1,6 +1,6 @@
 """Run a command where the only network is loopback, and record every connection it attempts.
 
-Used by tests/test_no_telemetry.py.  A socket monkeypatch would miss child
+Used by tests/system/test_no_telemetry.py.  A socket monkeypatch would miss child
 processes and native code (OpenVINO's telemetry forks a copy of the process
 to send, and its C++ runtime could connect by itself), so the command runs:
 

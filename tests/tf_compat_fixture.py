@@ -2,8 +2,8 @@
 
 The TPU trainer installs tensorflow-tpu 2.20 (the last release with TPU
 wheels, setup.py) while CPU workers on Debian 12 install TensorFlow 2.21
-(cloud/vm/constraints.txt), so every model a TPU trainer publishes is read by
-a newer TensorFlow.  tests/test_deploy_tpu.py loads this fixture with the
+(operations/vm/constraints.txt), so every model a TPU trainer publishes is read by
+a newer TensorFlow.  tests/operations/deploy/test_tpu.py loads this fixture with the
 TensorFlow installed here (the workers') and compares its outputs with those
 recorded at export.  Rebuild it (not part of the suite; needs a second
 environment with TensorFlow 2.20):

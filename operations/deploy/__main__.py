@@ -1,0 +1,133 @@
+"""``python -m operations.deploy``: plan (default), down, status; ``--apply`` runs a plan with gcloud.
+
+    python -m operations.deploy plan --project P --root gs://B/run --workers 8 --worker-gpu nvidia-l4 \\
+        --trainer-tpu v5litepod-8            # prints the plan
+    python -m operations.deploy plan ... --apply  # runs it
+    python -m operations.deploy status --root gs://B/run
+    python -m operations.deploy down --project P --root gs://B/run [--keep-workers K] [--apply]
+
+Entry point only: flags -> DeployConfig -> operations.deploy.plan / status.  A bad
+flag exits 2 naming it; ``--apply`` without a usable gcloud exits 2 naming
+what is missing, before anything runs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from operations.deploy import plan as P
+from operations.deploy.config import DeployConfig
+from format.cli import add_config_flags, add_storage_flags, bounded_number, config_from_namespace, storage_retry
+
+
+class GcloudUnusable(Exception):
+    """gcloud is missing or has no active account; the message names which."""
+
+
+def check_gcloud(gcloud: str = "gcloud") -> str:
+    """The active account of the installed gcloud; GcloudUnusable when there is none."""
+    path = shutil.which(gcloud)
+    if path is None:
+        raise GcloudUnusable(f"--apply needs the Google Cloud CLI: `{gcloud}` is not on PATH "
+                             "(install it: https://cloud.google.com/sdk/docs/install), or paste the plan elsewhere")
+    try:
+        result = subprocess.run([path, "auth", "list", "--filter=status:ACTIVE", "--format=value(account)"],
+                                capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GcloudUnusable(f"--apply: `{path} auth list` failed: {exc}") from None
+    account = result.stdout.strip()
+    if result.returncode != 0 or not account:
+        raise GcloudUnusable(f"--apply: gcloud ({path}) has no active account: run `gcloud auth login` "
+                             "(and `gcloud auth application-default login` for `status` on gs://)")
+    return account
+
+
+def apply(script: str) -> int:
+    """Run the plan's text with bash, its output streaming to ours; bash's exit status."""
+    account = check_gcloud()
+    print(f"[deploy] applying as {account}", file=sys.stderr, flush=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", prefix="zerolake-plan-", delete=False) as f:
+        f.write(script)
+    try:
+        return subprocess.run(["bash", f.name]).returncode
+    finally:
+        os.unlink(f.name)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m operations.deploy", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command")
+    plan = sub.add_parser("plan", help="print the plan that brings the deployment up (the default)")
+    add_config_flags(plan, DeployConfig)
+    plan.add_argument("--apply", action="store_true", help="run the plan through gcloud instead of printing it")
+    down = sub.add_parser("down", help="print the plan that deletes the VMs; the bucket and its lake stay")
+    add_config_flags(down, DeployConfig, exclude=("only",))
+    down.add_argument("--keep-workers", type=bounded_number(int, at_least=0), default=0,
+                      help="keep worker VMs 0..K-1 and delete the rest (scale down); with --workers-only")
+    down.add_argument("--workers-only", action="store_true", help="delete worker VMs only")
+    down.add_argument("--delete-account", action="store_true", help="also delete the service account")
+    down.add_argument("--apply", action="store_true", help="run it through gcloud")
+    status = sub.add_parser("status", help="read the lake and print one table")
+    status.add_argument("--root", required=True, help="the lake: gs://BUCKET/RUN or a local folder")
+    status.add_argument("--recent-minutes", type=bounded_number(float, above=0), default=60.0,
+                        help="what counts as recent for games per hour and workers seen (default: 60)")
+    status.add_argument("--sample-chunks", type=bounded_number(int, at_least=1), default=3,
+                        help="recent chunks decoded to measure games per byte (default: 3)")
+    add_storage_flags(status)
+    return parser
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("plan", "down", "status", "-h", "--help"):
+        argv.insert(0, "plan")     # plan is the default subcommand
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "status":
+        return _status(args, parser)
+    config = config_from_namespace(DeployConfig, args, parser)
+    if args.command == "plan":
+        title = f"bring up deployment {config.name} of {config.root} in {config.project}/{config.zone}"
+        script = P.render(P.build_plan(config), title)
+    else:
+        if args.keep_workers and not args.workers_only:
+            parser.error("--keep-workers scales the workers down: give it with --workers-only")
+        title = f"take down deployment {config.name} in {config.project} (the bucket {config.bucket} is kept)"
+        script = P.render(P.build_down_plan(config, keep_workers=args.keep_workers,
+                                            workers_only=args.workers_only,
+                                            delete_account=args.delete_account), title)
+    if not args.apply:
+        sys.stdout.write(script)
+        return 0
+    try:
+        return apply(script)
+    except GcloudUnusable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _status(args, parser) -> int:
+    from cloud.base import StorageError
+    from operations.deploy.status import read_status, table
+    from cloud.storage import open_storage
+    from model.lease import LeaseError
+    from format.registry import RegistryError
+
+    try:
+        storage = open_storage(args.root, retry=storage_retry(args, parser))
+        print(table(read_status(storage, recent_minutes=args.recent_minutes, sample_chunks=args.sample_chunks)))
+    except ValueError as exc:
+        parser.error(f"--root: {exc}")
+    except (StorageError, LeaseError, RegistryError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,837 @@
+"""From a DeployConfig to the exact shell plan: every gcloud command, in order.
+
+``build_plan(config)`` returns `Step`s, one per thing the deployment needs
+(a service account, a bucket, a VM...), grouped in the sections of
+`operations.deploy.config.SECTIONS`; ``render(steps)`` prints them as one bash
+script that a person can read, paste or run (``--apply`` runs exactly this
+text).  ``build_down_plan`` does the same for tearing a deployment down.
+
+Every create is guarded by a describe (``if ! gcloud ... describe ...; then
+gcloud ... create ...; fi``), so the plan can be run again: after a failure,
+or with a larger ``--workers`` to add worker VMs (the existing ones are left
+alone).  Every gcloud command and flag used here is documented by the
+installed gcloud's ``--help``; tests/operations/deploy/test_plan.py checks each one against
+it.  Flags that take a value are always written ``--flag=value``.
+
+What can fail for a while and then pass is retried (the script's ``retry``
+function, in its header): IAM grants right after an account is created (the
+account is eventually consistent) and creating a VM (capacity).  A worker VM
+or a GPU/CPU trainer VM that still cannot be created is named on stderr and
+the plan goes on; it ends with exit status 3, naming what is missing, so that
+a rerun adds it.  A TPU trainer is asked for through a *queued resource*
+(``gcloud compute tpus queued-resources create``), which waits for capacity
+for ``--trainer-tpu-valid-for``: the plan queues it before the workers, polls
+it after them (at most ``--trainer-wait-minutes``) until it is ACTIVE or
+FAILED, and deletes a FAILED or SUSPENDED (expired) request before queueing a
+new one.  The follower and the trainer come before the workers, so a zone out
+of spot GPUs delays nothing else.
+
+Accounts and grants (least privilege; ``NAME-<role>`` for each planned role)::
+
+    every role      storage.objectAdmin + legacyBucketReader on the bucket only;
+                    logging.logWriter + monitoring.metricWriter (write-only, project)
+    shuffle         dataflow.developer + compute.viewer (read-only) + dataflow.worker
+                    (project: Dataflow has no narrower scope), actAs itself (its jobs'
+                    workers run as it),
+                    artifactregistry.reader on the deployment's image repository
+    keeper          (the account of the VM that runs it) the custom role
+                    zerolake_keeper_list_NAME on the project (list instances, read
+                    zone operations: read-only, and listing has no narrower scope),
+                    zerolake_keeper_start_NAME on each worker VM (and a spot
+                    trainer VM) only, and actAs the accounts those VMs run as
+    NAME-builder    Cloud Build's account for the Dataflow image: artifactregistry.writer
+                    on that repository, objectViewer on the bucket (the build's source
+                    is staged in the deploy area), logging.logWriter
+
+What the VMs are told travels in instance metadata (never a secret: the VMs
+act through their attached service account, and no key is ever created)::
+
+    startup-script          operations/vm/startup.sh (the same file for every role)
+    zerolake-role           worker | shuffle | trainer
+    zerolake-root           gs://BUCKET/RUN
+    zerolake-package        gs://BUCKET/zerolake-deploy/<name>/zerolake.tar.gz (the sdist)
+    zerolake-accelerator    cpu | gpu | tpu  (which TensorFlow install.sh installs)
+    zerolake-processes      worker processes on this VM (one systemd unit each)
+    zerolake-args           extra flags of the role (no commas)
+    zerolake-tpu-generation on a TPU trainer: its row of operations/deploy/zones.py, whose TensorFlow
+                            environment run-role.sh exports before the role imports TensorFlow
+    zerolake-keeper         on, on the one VM that runs the keeper (DeployConfig.keeper_host),
+                            with zerolake-deployment (NAME), zerolake-project (P) and
+                            zerolake-keep-trainer (on: also start a stopped spot trainer)
+    enable-guest-attributes TRUE: startup.sh reports its progress (zerolake/state) there,
+                            and the keeper reads it to notice a VM whose role never started
+"""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+import shlex
+import sys
+
+from operations.deploy.config import GPU_KINDS, ROLES, DeployConfig
+
+VM_DIR = pathlib.Path(__file__).resolve().parents[1] / "vm"
+STARTUP_SCRIPT = VM_DIR / "startup.sh"
+DATAFLOW_DOCKERFILE = pathlib.Path(__file__).resolve().parents[1] / "dataflow" / "Dockerfile"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+PACKAGE_OBJECT = "zerolake.tar.gz"
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+BUCKET_ROLES = ("roles/storage.objectAdmin", "roles/storage.legacyBucketReader")
+"""objectAdmin: create, read, list and delete objects; legacyBucketReader adds
+reading the bucket's own metadata, which Beam's gcsio asks for."""
+LOG_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
+"""What the Ops Agent on each VM needs to ship the journal and the VM's metrics
+(write-only; granted on the project, the only scope these have)."""
+DATAFLOW_PROJECT_ROLES = ("roles/dataflow.developer", "roles/compute.viewer", "roles/dataflow.worker")
+"""The follower launches jobs that run as this same account.  Dataflow's
+access-control page names what creating a job takes at minimum: the developer
+role (jobs only; dataflow.admin would add object permissions on every bucket
+of the project) and read access to the project's machine types (compute.viewer,
+read-only).  dataflow.worker is what the jobs' own VMs need to take and report
+work.  All three have no scope narrower than the project."""
+SPOOL_DISK_NOTE = "spot VMs stop (not delete) on preemption, so a worker's spool on the boot disk survives"
+KEEPER_LIST_PERMISSIONS = ("compute.instances.list", "compute.zoneOperations.get")
+"""The keeper's project-wide custom role: find the deployment's stopped VMs and
+wait on the operation that starts one.  Read-only; listing cannot be granted
+on one VM."""
+KEEPER_START_PERMISSIONS = ("compute.instances.get", "compute.instances.start",
+                            "compute.instances.getGuestAttributes")
+"""The keeper's per-VM custom role, granted on each worker VM (and a spot
+trainer VM) only: read it, start it, and read the progress its start-up script
+reports.  No create, delete or metadata permission: the keeper can only start
+VMs that exist, and only these."""
+IMAGE_TAG = "current"
+"""The Dataflow image's moving tag: the follower's jobs name it; each build also
+gets ``src-<digest of the sdist's content>``, which lets a rerun skip the build."""
+RETRY_FUNCTION = """\
+# retry TRIES COMMAND...: run COMMAND up to TRIES times, waiting 5 s, 10 s, 20 s ... in between.
+# IAM grants right after an account is created fail until the account has propagated;
+# capacity errors (no VMs of a type in a zone) pass too.
+retry() {
+  local tries=$1 wait=5 n=1
+  shift
+  until "$@"; do
+    if (( n >= tries )); then echo "retry: gave up after $tries tries: ${*:1:5} ..." >&2; return 1; fi
+    echo "retry: try $n of $tries failed; again in ${wait}s: ${*:1:5} ..." >&2
+    sleep "$wait"; n=$((n + 1)); wait=$((wait * 2))
+  done
+}"""
+MISSING_HEADER = """\
+# What could not be had yet (worker VMs, the trainer): named at the end, with exit status 3.
+zerolake_missing="""""
+GRANT_TRIES = 7
+"""Tries of an IAM grant: 5+10+...+160 s, over five minutes, as IAM's propagation can take."""
+CREATE_TRIES = 3
+"""Tries of creating a VM before it is reported as missing (a stockout can last hours)."""
+POLL_SECONDS = 30
+"""Seconds between two looks at the TPU trainer's queued request (``ZEROLAKE_POLL_SECONDS`` in the
+script's environment overrides it: the tests run the script with 0)."""
+TPU_QUOTA_PAGE = "https://cloud.google.com/tpu/docs/quota"
+
+
+class Raw(str):
+    """A shell word written as is (a variable such as "$name"), never quoted."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One thing the plan does: its section, a one-line comment, and its shell text."""
+
+    section: str
+    comment: str
+    shell: str
+
+
+def command(*words) -> str:
+    """One command line: words quoted for the shell (Raw words kept), long ones folded."""
+    quoted = [w if isinstance(w, Raw) else shlex.quote(str(w)) for w in words]
+    head = []
+    for word in quoted:            # the command path and positionals stay on the first line
+        if word.startswith("--"):
+            break
+        head.append(word)
+    flags = quoted[len(head):]
+    if len(" ".join(quoted)) <= 100:
+        return " ".join(quoted)
+    return " \\\n    ".join([" ".join(head)] + flags)
+
+
+def gcloud(*words) -> str:
+    return command("gcloud", *words)
+
+
+def retried(tries: int, *words) -> str:
+    """``retry TRIES gcloud ...``: a gcloud command that the script tries again (see RETRY_FUNCTION)."""
+    return command("retry", str(tries), "gcloud", *words)
+
+
+def grant(*words) -> str:
+    """An IAM grant, retried while a new account propagates; its output (the whole policy) is not shown."""
+    return retried(GRANT_TRIES, *words, "--format=none")
+
+
+def indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def unless_exists(describe: str, create: str) -> str:
+    """Run ``create`` only when ``describe`` fails (the resource is missing)."""
+    return f"if ! {describe} >/dev/null 2>&1; then\n{indent(create)}\nfi"
+
+
+def labels(config: DeployConfig, role: str) -> str:
+    return f"--labels=zerolake-deployment={config.name},zerolake-role={role}"
+
+
+def deployment_filter(config: DeployConfig) -> str:
+    """The gcloud --filter term that selects this deployment's VMs by label.
+
+    gcloud warns that ``=`` is becoming a word match for some APIs ("zerolake"
+    would then match "zerolake-b"), so every loop over such a listing also
+    checks each VM's exact name (`worker_name_pattern`) before acting on it.
+    """
+    return f"labels.zerolake-deployment={config.name}"
+
+
+def worker_name_pattern(config: DeployConfig) -> str:
+    """A bash ``=~`` pattern that matches exactly this deployment's worker VM names."""
+    return f"^{config.name}-worker-[0-9]+$"
+
+
+def metadata(config: DeployConfig, role: str, accelerator: str, args: str, processes: int = 1,
+             extra: tuple[str, ...] = ()) -> str:
+    entries = [f"zerolake-role={role}", f"zerolake-root={config.root}",
+               f"zerolake-package={config.deploy_area}/{PACKAGE_OBJECT}", f"zerolake-accelerator={accelerator}",
+               f"zerolake-processes={processes}", f"zerolake-args={args}", *extra]
+    return "--metadata=" + ",".join(entries)
+
+
+def project_flag(config: DeployConfig) -> str:
+    return f"--project={config.project}"
+
+
+def member(config: DeployConfig, role: str) -> str:
+    return f"--member=serviceAccount:{config.service_account(role)}"
+
+
+def vm_network_flags(config: DeployConfig) -> list[str]:
+    """Where a Compute Engine VM attaches (``gcloud compute instances create --help``)."""
+    flags = [f"--network={config.network}"] if config.network else []
+    flags += [f"--subnet={config.subnet}"] if config.subnet else []
+    return flags + ([] if config.external_ip else ["--no-address"])
+
+
+def tpu_network_flags(config: DeployConfig) -> list[str]:
+    """The same for a TPU VM's queued request (``gcloud compute tpus queued-resources create --help``)."""
+    flags = [f"--network={config.network}"] if config.network else []
+    flags += [f"--subnetwork={config.subnet}"] if config.subnet else []
+    return flags + ([] if config.external_ip else ["--internal-ips"])
+
+
+def dataflow_network_args(config: DeployConfig) -> list[str]:
+    """The same for Dataflow's workers (Beam's WorkerOptions: --network, --subnetwork, --no_use_public_ips)."""
+    args = [f"--network={config.network}"] if config.network else []
+    if config.subnet:
+        args.append(f"--subnetwork=regions/{config.dataflow_region}/subnetworks/{config.subnet}")
+    return args + ([] if config.external_ip else ["--no_use_public_ips"])
+
+
+# ---- sections ------------------------------------------------------------------------
+
+def services_steps(config: DeployConfig) -> list[Step]:
+    apis = ["compute.googleapis.com", "storage.googleapis.com", "iam.googleapis.com", "logging.googleapis.com",
+            "monitoring.googleapis.com"]
+    if config.trainer_kind == "tpu":
+        apis.append("tpu.googleapis.com")
+    if config.uses_dataflow:
+        apis += ["dataflow.googleapis.com", "artifactregistry.googleapis.com", "cloudbuild.googleapis.com"]
+    return [Step("services", "the APIs this deployment uses", gcloud("services", "enable", *apis,
+                                                                      project_flag(config)))]
+
+
+def bucket_steps(config: DeployConfig) -> list[Step]:
+    url = f"gs://{config.bucket}"
+    create = gcloud("storage", "buckets", "create", url, project_flag(config), f"--location={config.region}",
+                    "--uniform-bucket-level-access", "--public-access-prevention")
+    return [Step("bucket", f"the lake's bucket, in {config.region} next to the VMs (kept by `down`)",
+                 unless_exists(gcloud("storage", "buckets", "describe", url, project_flag(config)), create))]
+
+
+def account_step(config: DeployConfig, account_id: str, why: str) -> Step:
+    """Create a service account if missing, then wait until IAM can see it (creation is eventually consistent)."""
+    email = f"{account_id}@{config.project}.iam.gserviceaccount.com"
+    create = gcloud("iam", "service-accounts", "create", account_id, project_flag(config),
+                    f"--display-name=zerolake {config.name} {account_id.removeprefix(config.name + '-')}")
+    wait = retried(GRANT_TRIES, "iam", "service-accounts", "describe", email, project_flag(config), "--format=none")
+    return Step("account", f"{why}; no key is ever made",
+                unless_exists(gcloud("iam", "service-accounts", "describe", email, project_flag(config)), create)
+                + "\n" + wait)
+
+
+def account_steps(config: DeployConfig) -> list[Step]:
+    steps = []
+    for role in config.planned_roles:
+        who = member(config, role)
+        steps.append(account_step(config, config.service_account_id(role), f"the account the {role} VMs run as"))
+        for bucket_role in BUCKET_ROLES:
+            steps.append(Step("account", f"{bucket_role} for the {role} on the bucket only",
+                              grant("storage", "buckets", "add-iam-policy-binding", f"gs://{config.bucket}", who,
+                                    f"--role={bucket_role}", project_flag(config))))
+        for log_role in LOG_ROLES:
+            steps.append(Step("account", f"{log_role} for the {role}: the Ops Agent ships its journal and metrics",
+                              grant("projects", "add-iam-policy-binding", config.project, who,
+                                    f"--role={log_role}", "--condition=None")))
+    if config.uses_dataflow:
+        who = member(config, "shuffle")
+        for role in DATAFLOW_PROJECT_ROLES:
+            steps.append(Step("account", f"{role} for the shuffle follower: its Dataflow jobs",
+                              grant("projects", "add-iam-policy-binding", config.project, who, f"--role={role}",
+                                    "--condition=None")))
+        steps.append(Step("account", "the follower's Dataflow workers run as the follower's account (actAs on "
+                                     "itself only)",
+                          grant("iam", "service-accounts", "add-iam-policy-binding", config.service_account("shuffle"),
+                                who, "--role=roles/iam.serviceAccountUser", project_flag(config))))
+        steps += builder_account_steps(config)
+    if config.keeper_host:
+        steps += keeper_account_steps(config)
+    return steps
+
+
+def keeper_role_name(config: DeployConfig, scope: str) -> str:
+    return f"projects/{config.project}/roles/{config.keeper_role_id(scope)}"
+
+
+def keeper_account_steps(config: DeployConfig) -> list[Step]:
+    """The keeper's two custom roles (created if missing), the project-wide one granted, and actAs on the
+    accounts of the VMs it starts.  The per-VM role is granted on each VM as it is created."""
+    steps = []
+    for scope, permissions, where in (("list", KEEPER_LIST_PERMISSIONS, "granted on the project"),
+                                      ("start", KEEPER_START_PERMISSIONS, "granted on each VM it may start")):
+        role_id = config.keeper_role_id(scope)
+        create = gcloud("iam", "roles", "create", role_id, project_flag(config),
+                        f"--title=zerolake {config.name} keeper ({scope})",
+                        f"--description=The zerolake keeper of deployment {config.name}: {scope} VMs",
+                        f"--permissions={','.join(permissions)}", "--stage=GA")
+        steps.append(Step("account", f"the keeper's {scope} role: {', '.join(permissions)} and nothing else, "
+                                     f"{where}",
+                          unless_exists(gcloud("iam", "roles", "describe", role_id, project_flag(config)), create)))
+    keeper = member(config, config.keeper_host)
+    steps.append(Step("account", f"the keeper (on the {config.keeper_host} VM) lists this project's VMs",
+                      grant("projects", "add-iam-policy-binding", config.project, keeper,
+                            f"--role={keeper_role_name(config, 'list')}", "--condition=None")))
+    kept = [role for role, kept in (("worker", config.workers > 0), ("trainer", config.keeps_trainer)) if kept]
+    for role in kept:
+        steps.append(Step("account", f"starting a {role} VM needs actAs on the account it runs as",
+                          grant("iam", "service-accounts", "add-iam-policy-binding", config.service_account(role),
+                                keeper, "--role=roles/iam.serviceAccountUser", project_flag(config))))
+    return steps
+
+
+def keeper_start_grant(config: DeployConfig, name: str, zone: str) -> str:
+    """Let the keeper start this one VM (the start role, granted on the instance)."""
+    return grant("compute", "instances", "add-iam-policy-binding", name, f"--zone={zone}",
+                 member(config, config.keeper_host), f"--role={keeper_role_name(config, 'start')}",
+                 project_flag(config))
+
+
+def package_steps(config: DeployConfig) -> list[Step]:
+    """Build the sdist here and upload it: the VMs install it, and the Dataflow image is built from it."""
+    sdist = command(config.python or sys.executable, "setup.py", "-q", "sdist", "--dist-dir", Raw('"$zerolake_dist"'))
+    build = f"zerolake_dist=$(mktemp -d)\n(cd {shlex.quote(str(REPO))} && {sdist})"
+    upload = gcloud("storage", "cp", Raw('"$zerolake_dist"/zerolake-*.tar.gz'),
+                    f"{config.deploy_area}/{PACKAGE_OBJECT}", project_flag(config))
+    return [Step("package", "build the source package (Cython sources included) and upload it", build),
+            Step("package", "the VMs' start-up script installs this file", upload)]
+
+
+# ---- the Dataflow workers' image ---------------------------------------------------------
+
+def image_repository(config: DeployConfig) -> str:
+    """The deployment's Artifact Registry repository (Docker), in the follower's region."""
+    return f"{config.name}-images"
+
+
+def image_name(config: DeployConfig) -> str:
+    return f"{config.dataflow_region}-docker.pkg.dev/{config.project}/{image_repository(config)}/dataflow-worker"
+
+
+def builder_account_id(config: DeployConfig) -> str:
+    return f"{config.name}-builder"
+
+
+def builder_account(config: DeployConfig) -> str:
+    return f"{builder_account_id(config)}@{config.project}.iam.gserviceaccount.com"
+
+
+def builder_account_steps(config: DeployConfig) -> list[Step]:
+    """Cloud Build's own account for the image: push to the one repository, read the staged source, log."""
+    who = f"--member=serviceAccount:{builder_account(config)}"
+    return [account_step(config, builder_account_id(config), "the account Cloud Build builds the Dataflow image as"),
+            Step("account", "the builder reads the build's source, staged in the deploy area of the bucket",
+                 grant("storage", "buckets", "add-iam-policy-binding", f"gs://{config.bucket}", who,
+                       "--role=roles/storage.objectViewer", project_flag(config))),
+            Step("account", "the builder writes the build's log",
+                 grant("projects", "add-iam-policy-binding", config.project, who, "--role=roles/logging.logWriter",
+                       "--condition=None"))]
+
+
+def cloudbuild_config(config: DeployConfig, tag: str) -> str:
+    """The build: Docker from the context (operations/dataflow/Dockerfile and the sdist), pushed, logged to Cloud
+    Logging only (a build under its own account needs a log destination), as the builder account."""
+    image = f"{image_name(config)}:{tag}"
+    return "\n".join([
+        "steps:",
+        "- name: gcr.io/cloud-builders/docker",
+        f"  args: [build, --tag, '{image}', .]",
+        f"images: ['{image}']",
+        f"serviceAccount: projects/{config.project}/serviceAccounts/{builder_account(config)}",
+        "options:",
+        "  logging: CLOUD_LOGGING_ONLY",
+        "timeout: 3600s"])
+
+
+def image_steps(config: DeployConfig) -> list[Step]:
+    """Build the image Dataflow's workers run, from Beam's own SDK image with zerolake installed by install.sh,
+    so no worker installs anything at boot.  Skipped when this sdist's content has been built before."""
+    if not config.uses_dataflow:
+        return []
+    repository, region = image_repository(config), config.dataflow_region
+    create = gcloud("artifacts", "repositories", "create", repository, "--repository-format=docker",
+                    f"--location={region}", project_flag(config),
+                    f"--description=zerolake {config.name}: the image of its Dataflow workers")
+    steps = [Step("image", f"the deployment's image repository, in {region} next to its Dataflow jobs",
+                  unless_exists(gcloud("artifacts", "repositories", "describe", repository, f"--location={region}",
+                                       project_flag(config)), create)),
+             Step("image", "the follower's Dataflow workers pull the image",
+                  grant("artifacts", "repositories", "add-iam-policy-binding", repository, f"--location={region}",
+                        member(config, "shuffle"), "--role=roles/artifactregistry.reader", project_flag(config))),
+             Step("image", "Cloud Build's account pushes the image",
+                  grant("artifacts", "repositories", "add-iam-policy-binding", repository, f"--location={region}",
+                        f"--member=serviceAccount:{builder_account(config)}", "--role=roles/artifactregistry.writer",
+                        project_flag(config)))]
+    # The tag names the sdist's content (its files in archive order), not the archive, whose mtimes change.
+    context = "\n".join([
+        "zerolake_context=$(mktemp -d)",
+        command("cp", Raw('"$zerolake_dist"/zerolake-*.tar.gz'), Raw('"$zerolake_context/zerolake.tar.gz"')),
+        command("cp", str(DATAFLOW_DOCKERFILE), Raw('"$zerolake_context/Dockerfile"')),
+        'zerolake_digest=$(tar -xzOf "$zerolake_context/zerolake.tar.gz" | sha256sum | cut -c1-16)',
+        f"cat > \"$zerolake_context/cloudbuild.yaml\" <<EOF\n{cloudbuild_config(config, 'src-$zerolake_digest')}\nEOF"])
+    image = f"{image_name(config)}:src-$zerolake_digest"
+    build = gcloud("builds", "submit", Raw('"$zerolake_context"'), Raw('--config="$zerolake_context/cloudbuild.yaml"'),
+                   f"--region={region}", f"--gcs-source-staging-dir={config.deploy_area}/build-source",
+                   project_flag(config))
+    steps += [Step("image", "the build context: operations/dataflow/Dockerfile and the sdist, tagged by its content",
+                   context),
+              Step("image", "build and push it with Cloud Build (no Docker needed here), unless built before",
+                   unless_exists(gcloud("artifacts", "docker", "images", "describe", Raw(f'"{image}"'),
+                                        project_flag(config)), build)),
+              Step("image", f"the tag the follower's jobs name ({IMAGE_TAG})",
+                   gcloud("artifacts", "docker", "tags", "add", Raw(f'"{image}"'),
+                          f"{image_name(config)}:{IMAGE_TAG}", project_flag(config)))]
+    return steps
+
+
+# ---- the VMs -------------------------------------------------------------------------------
+
+def _image_flags(image: str) -> list[str]:
+    project, family = image.split("/")
+    return [f"--image-project={project}", f"--image-family={family}"]
+
+
+def keeper_metadata(config: DeployConfig, role: str) -> tuple[str, ...]:
+    """The metadata that turns the keeper on, for the one VM that runs it."""
+    if role != config.keeper_host:
+        return ()
+    return ("zerolake-keeper=on", f"zerolake-deployment={config.name}", f"zerolake-project={config.project}",
+            f"zerolake-keep-trainer={'on' if config.keeps_trainer else 'off'}")
+
+
+def accelerator_check(config: DeployConfig, role: str, kind: str, accelerator: str) -> Step:
+    """Ask gcloud, live, whether the role's zone offers the accelerator, before anything is created there.
+
+    The plan-time check (operations.deploy.zones) reads a dated table; this one
+    reads the zone as it is today.  A listing that fails (no permission, API
+    not enabled yet) is reported and the create goes ahead, saying why it may
+    fail, rather than stopping a plan that may well succeed.
+    """
+    zone = config.zone_of(role)
+    if kind == "tpu":
+        listing = gcloud("compute", "tpus", "accelerator-types", "list", f"--zone={zone}", project_flag(config),
+                         f"--filter=type={accelerator}", "--format=value(type)")
+        source = f"gcloud compute tpus accelerator-types list --zone={zone}"
+    else:
+        listing = gcloud("compute", "accelerator-types", "list", project_flag(config),
+                         f"--filter=zone:{zone} AND name={accelerator}", "--format=value(name)")
+        source = f"gcloud compute accelerator-types list --filter=zone:{zone}"
+    flag = f"--{role}-zone"
+    shell = (f"if zerolake_found=$({listing}); then\n"
+             f"  if ! grep -qx -- {shlex.quote(accelerator)} <<< \"$zerolake_found\"; then\n"
+             f"    echo {shlex.quote(f'error: zone {zone} offers no {accelerator} today ({source}); choose another {flag}: docs/deploy.md lists the zones of each type')} >&2\n"
+             "    exit 2\n  fi\n"
+             f"else\n  echo {shlex.quote(f'warning: could not list the accelerators of {zone} (see above); creating the {role} anyway')} >&2\n"
+             "fi")
+    return Step(section_of(role), f"{zone} offers {accelerator} today (asked live)", shell)
+
+
+def section_of(role: str) -> str:
+    return {"worker": "workers"}.get(role, role)
+
+
+def _vm_create(config: DeployConfig, name: str, role: str, *, machine: str, gpu: str, gpu_count: int,
+               spot: bool, disk_gb: int, args: str, processes: int = 1) -> list[str]:
+    """The words of one Compute Engine VM's create command, after ``gcloud``."""
+    accelerator = "gpu" if gpu else "cpu"
+    extra = (("install-nvidia-driver=True",) if gpu else ()) + keeper_metadata(config, role) + \
+        ("enable-guest-attributes=TRUE",)
+    flags = [f"--zone={config.zone_of(role)}", project_flag(config), f"--machine-type={machine}",
+             *_image_flags(config.gpu_image if gpu else config.cpu_image),
+             f"--boot-disk-size={disk_gb}GB", "--boot-disk-type=pd-balanced", *vm_network_flags(config),
+             f"--service-account={config.service_account(role)}", f"--scopes={CLOUD_PLATFORM_SCOPE}",
+             f"--metadata-from-file=startup-script={STARTUP_SCRIPT}",
+             metadata(config, role, accelerator, args, processes, extra),
+             labels(config, role)]
+    if gpu and not GPU_KINDS[gpu].bundled:
+        flags.append(f"--accelerator=type={gpu},count={gpu_count}")
+    if gpu or spot:
+        # GPUs cannot live-migrate; spot VMs cannot either.
+        flags.append("--maintenance-policy=TERMINATE")
+    if spot:
+        flags += ["--provisioning-model=SPOT", "--instance-termination-action=STOP"]
+    return ["compute", "instances", "create", name, *flags]
+
+
+def _vm_describe(config: DeployConfig, name: str, role: str) -> str:
+    return gcloud("compute", "instances", "describe", name, f"--zone={config.zone_of(role)}", project_flag(config))
+
+
+def worker_name(config: DeployConfig, index: int) -> str:
+    return f"{config.name}-worker-{index:03d}"
+
+
+NO_KEEPER_NOTE = ("no worker keeper: with --no-shuffle it runs only on a standard GPU or CPU trainer VM, so "
+                  "nothing starts a stopped (preempted) worker VM again; start one with `gcloud compute instances "
+                  "start NAME --zone=ZONE`, or rerun this plan with a follower or a --trainer-gpu/--trainer-cpu "
+                  "VM without --trainer-spot")
+
+
+def worker_steps(config: DeployConfig) -> list[Step]:
+    """Each worker VM: created (retried) unless it exists, then the keeper may start it; one that cannot be
+    created is named and the plan goes on, ending with status 3 so that a rerun adds it."""
+    what = (f"{config.worker_gpu_count} x {config.worker_gpu}" if config.worker_gpu else "CPU") + \
+        f", {config.processes_per_worker} worker processes" + (f"; {SPOOL_DISK_NOTE}" if config.spot else "")
+    zone = config.zone_of("worker")
+    steps = []
+    if config.workers and config.worker_gpu:
+        steps.append(accelerator_check(config, "worker", "gpu", config.worker_gpu))
+    if config.workers:
+        steps.append(Step("workers", "worker VMs that cannot be created are collected here",
+                          'zerolake_missing_workers=""'))
+    for i in range(config.workers):
+        name = worker_name(config, i)
+        create = retried(CREATE_TRIES, *_vm_create(config, name, "worker", machine=config.worker_machine_type(),
+                                                   gpu=config.worker_gpu, gpu_count=config.worker_gpu_count,
+                                                   spot=config.spot, disk_gb=200 if config.worker_gpu else 50,
+                                                   args=config.worker_args, processes=config.processes_per_worker))
+        then = keeper_start_grant(config, name, zone) if config.keeper_host else ":"
+        shell = (f"if {_vm_describe(config, name, 'worker')} >/dev/null 2>&1 \\\n    || {create}; then\n"
+                 f"{indent(then)}\nelse\n  zerolake_missing_workers+=\" {name}\"\nfi")
+        steps.append(Step("workers", f"self-play worker {i + 1} of {config.workers} ({what})", shell))
+    if config.workers:
+        note = (f"note: these worker VMs could not be created in {zone} (see the gcloud messages above; often no "
+                "spot capacity there right now):")
+        steps.append(Step("workers", "name the missing workers, if any, and go on: a rerun adds them (or choose "
+                                     "another --worker-zone); the plan ends with status 3",
+                          f"if [[ -n $zerolake_missing_workers ]]; then\n"
+                          f"  echo {shlex.quote(note)}\"$zerolake_missing_workers; rerun this plan to add them\" >&2\n"
+                          "  zerolake_missing+=\"$zerolake_missing_workers\"\nfi"))
+    if not config.keeper_host:
+        # Said in the plan and, when it is applied, on stderr: the deployment will not keep its size.
+        # In double quotes (the same text): backticks in single quotes read to shellcheck as a mistake (SC2016).
+        note = re.sub(r'([\\$"`])', r"\\\1", f"note: {NO_KEEPER_NOTE}")
+        steps.append(Step("workers", NO_KEEPER_NOTE, command("echo", Raw(f'"{note}"'), Raw(">&2"))))
+    return steps
+
+
+def dataflow_args(config: DeployConfig) -> str:
+    """The Beam flags the follower passes to each window's job (pipeline.shuffle's unknown flags)."""
+    return " ".join([
+        "--runner=DataflowRunner", f"--project={config.project}", f"--region={config.dataflow_region}",
+        f"--temp_location={config.deploy_area}/dataflow-tmp",
+        f"--staging_location={config.deploy_area}/dataflow-staging",
+        # The image section's build: Beam's SDK image with zerolake installed; workers install nothing at boot.
+        f"--sdk_container_image={image_name(config)}:{IMAGE_TAG}",
+        f"--service_account_email={config.service_account('shuffle')}",
+        f"--max_num_workers={config.dataflow_max_workers}", f"--machine_type={config.dataflow_machine}",
+        *dataflow_network_args(config)])
+
+
+def shuffle_runner_args(config: DeployConfig) -> str:
+    """The follower's flags that choose where each window is built (pipeline.follow)."""
+    if not config.uses_dataflow:
+        return ""
+    if config.shuffle_runner == "auto":
+        return f"--dataflow-above-positions={config.dataflow_above_positions} {dataflow_args(config)}"
+    return dataflow_args(config)
+
+
+def shuffle_steps(config: DeployConfig) -> list[Step]:
+    args = " ".join(a for a in (config.shuffle_args, shuffle_runner_args(config)) if a)
+    where = {"local": "on this VM (Beam's in-process runner)", "dataflow": "on Dataflow",
+             "auto": f"on this VM up to {config.dataflow_above_positions:,} positions, larger ones on "
+                     "Dataflow"}[config.shuffle_runner]
+    keeper = "; it also runs the keeper" if config.keeper_host == "shuffle" else ""
+    name = f"{config.name}-shuffle"
+    create = retried(CREATE_TRIES, *_vm_create(config, name, "shuffle", machine=config.shuffle_machine, gpu="",
+                                               gpu_count=0, spot=False, disk_gb=100, args=args))
+    return [Step("shuffle", f"the shuffle follower: builds each window {where}{keeper}",
+                 unless_exists(_vm_describe(config, name, "shuffle"), create))]
+
+
+def trainer_steps(config: DeployConfig) -> list[Step]:
+    name = f"{config.name}-trainer"
+    zone = config.zone_of("trainer")
+    if config.trainer_kind == "tpu":
+        return [accelerator_check(config, "trainer", "tpu", config.trainer_tpu), tpu_queue_step(config)]
+    gpu = config.trainer_gpu
+    what = f"{config.trainer_gpu_count} x {gpu}" + (", MirroredStrategy" if config.trainer_gpu_count > 1 else "") \
+        if gpu else "CPU"
+    keeper = "; it also runs the keeper (there is no follower)" if config.keeper_host == "trainer" else ""
+    spot = "; spot: the keeper starts it again after a preemption" if config.keeps_trainer else ""
+    create = retried(CREATE_TRIES, *_vm_create(config, name, "trainer", machine=config.trainer_machine_type(),
+                                               gpu=gpu, gpu_count=config.trainer_gpu_count, spot=config.trainer_spot,
+                                               disk_gb=200 if gpu else 100, args=config.trainer_args))
+    then = keeper_start_grant(config, name, zone) if config.keeps_trainer else ":"
+    note = (f"note: the trainer VM {name} could not be created in {zone} (see the gcloud messages above; often "
+            "no capacity there right now); the other roles go on, and a rerun of this plan adds it")
+    # Not fatal: without a trainer the workers still play (generation 0 or the last model) and the follower
+    # still builds windows, and a rerun creates the trainer, which resumes from ROOT/checkpoints.
+    shell = (f"if {_vm_describe(config, name, 'trainer')} >/dev/null 2>&1 \\\n    || {create}; then\n"
+             f"{indent(then)}\nelse\n  echo {shlex.quote(note)} >&2\n  zerolake_missing+=\" {name}\"\nfi")
+    steps = [accelerator_check(config, "trainer", "gpu", gpu)] if gpu else []
+    return steps + [Step("trainer", f"the trainer on a {what} VM{keeper}{spot}", shell)]
+
+
+def _queued(config: DeployConfig, verb: str, *words) -> str:
+    """``gcloud compute tpus queued-resources VERB NAME-trainer --zone --project ...`` as words."""
+    return gcloud("compute", "tpus", "queued-resources", verb, f"{config.name}-trainer",
+                  f"--zone={config.zone_of('trainer')}", project_flag(config), *words)
+
+
+def quota_line(config: DeployConfig) -> str:
+    return (f"error: the project has no TPU quota left for {config.trainer_tpu} in {config.zone_of('trainer')} "
+            f"(zero, or used up): ask for it under IAM & Admin > Quotas ({TPU_QUOTA_PAGE}); "
+            "the other roles go on without a trainer")
+
+
+def tpu_queue_step(config: DeployConfig) -> Step:
+    """Queue the TPU trainer (unless queued or there), deleting a FAILED or SUSPENDED request first.
+
+    ``queued-resources create`` returns once the request is in the queue; the
+    TPU VM is created (and its start-up script starts the trainer) whenever
+    capacity comes, until ``--valid-until-duration``.  The request and its TPU
+    VM share the name ``NAME-trainer``.  A TPU VM of that name created without
+    a request (an older plan's ``tpu-vm create``) is left alone.
+    """
+    name = f"{config.name}-trainer"
+    zone = config.zone_of("trainer")
+    create = _queued(config, "create", f"--node-id={name}", f"--accelerator-type={config.trainer_tpu}",
+                     f"--runtime-version={config.tpu_runtime}",
+                     f"--valid-until-duration={config.trainer_tpu_valid_for}",
+                     f"--service-account={config.service_account('trainer')}", f"--scopes={CLOUD_PLATFORM_SCOPE}",
+                     f"--metadata-from-file=startup-script={STARTUP_SCRIPT}",
+                     metadata(config, "trainer", "tpu", config.trainer_args,
+                              extra=(f"zerolake-tpu-generation={config.tpu_generation}",)),
+                     labels(config, "trainer"), *tpu_network_flags(config))
+    state = _queued(config, "describe", "--format=value(state.state)")
+    node = gcloud("compute", "tpus", "tpu-vm", "describe", name, f"--zone={zone}", project_flag(config))
+    delete = _queued(config, "delete", "--force", "--quiet")
+    shell = "\n".join([
+        f"zerolake_tpu_state=$({state} 2>/dev/null || true)",
+        'if [[ $zerolake_tpu_state == FAILED || $zerolake_tpu_state == SUSPENDED ]]; then',
+        f"  echo \"note: the trainer's earlier TPU request is $zerolake_tpu_state (failed, or expired after "
+        f"--trainer-tpu-valid-for); deleting it to queue a new one\" >&2",
+        indent(delete),
+        '  zerolake_tpu_state=""',
+        "fi",
+        f"if [[ -z $zerolake_tpu_state ]] && {node} >/dev/null 2>&1; then",
+        "  zerolake_tpu_state=NODE        # a TPU VM made without a request: nothing to queue or wait for",
+        "elif [[ -z $zerolake_tpu_state ]]; then",
+        f"  if zerolake_out=$({create.replace(chr(10), chr(10) + '    ')} 2>&1); then",
+        '    zerolake_tpu_state=QUEUED',
+        "  else",
+        '    if grep -qi quota <<< "$zerolake_out"; then',
+        f"      echo {shlex.quote(quota_line(config))} >&2",
+        "    else",
+        '      printf \'%s\\n\' "$zerolake_out" >&2',
+        "    fi",
+        f'    zerolake_tpu_state=NONE; zerolake_missing+=" {name}"',
+        "  fi",
+        "fi"])
+    return Step("trainer", f"queue the trainer's Cloud TPU VM ({config.trainer_tpu}, runtime {config.tpu_runtime}, "
+                           f"waiting for capacity up to {config.trainer_tpu_valid_for}; install.sh adds the pinned "
+                           "tensorflow-tpu, run-role.sh its PJRT environment)", shell)
+
+
+def tpu_wait_step(config: DeployConfig) -> Step:
+    """After the workers: poll the queued request until ACTIVE or FAILED, or ``--trainer-wait-minutes``."""
+    name = f"{config.name}-trainer"
+    state = _queued(config, "describe", "--format=value(state.state)")
+    reason = _queued(config, "describe", "--format=value(state.failedData.error.message)")
+    minutes = config.trainer_wait_minutes
+    still = (f"note: the trainer's TPU request is still $zerolake_tpu_state after {minutes} minutes; it stays "
+             f"queued until --trainer-tpu-valid-for ({config.trainer_tpu_valid_for}) and the TPU VM starts "
+             "training when capacity comes (see it with: gcloud compute tpus queued-resources list "
+             f"--zone={config.zone_of('trainer')})")
+    failed = ("error: the trainer's TPU request is $zerolake_tpu_state: ${zerolake_reason:-no reason given}; "
+              "a rerun of this plan deletes it and queues a new one")
+    waiting = " || ".join(f"$zerolake_tpu_state == {s}" for s in ("QUEUED", "CREATING", "ACCEPTED",
+                                                                 "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"))
+    shell = "\n".join([
+        f"if [[ {waiting} ]]; then",
+        f"  zerolake_deadline=$((SECONDS + {minutes * 60}))",
+        "  while :; do",
+        f"    zerolake_tpu_state=$({state} 2>/dev/null || echo UNKNOWN)",
+        '    case "$zerolake_tpu_state" in',
+        "      ACTIVE)",
+        "        echo \"the trainer's TPU is ACTIVE: its start-up script installs and starts the trainer\" >&2",
+        "        break ;;",
+        "      FAILED|SUSPENDED)",
+        f"        zerolake_reason=$({reason} 2>/dev/null || true)",
+        '        if grep -qi quota <<< "$zerolake_reason"; then',
+        f"          echo {shlex.quote(quota_line(config))} >&2",
+        "        else",
+        f'          echo "{failed}" >&2',
+        "        fi",
+        f'        zerolake_missing+=" {name}"; break ;;',
+        "    esac",
+        "    if (( SECONDS >= zerolake_deadline )); then",
+        f'      echo "{still}" >&2',
+        f'      zerolake_missing+=" {name} (queued: $zerolake_tpu_state)"; break',
+        "    fi",
+        f'    sleep "${{ZEROLAKE_POLL_SECONDS:-{POLL_SECONDS}}}"',
+        "  done",
+        "fi"])
+    return Step("trainer", f"wait for the trainer's TPU (ACTIVE or FAILED, at most {minutes} minutes; the "
+                           "workers were created meanwhile)", shell)
+
+
+def missing_step() -> Step:
+    return Step("summary", "name what could not be had yet; everything else is up, and a rerun adds the rest",
+                'if [[ -n $zerolake_missing ]]; then\n'
+                '  echo "note: not up yet:$zerolake_missing; the other roles are running, and a rerun of this plan '
+                'adds what is missing" >&2\n'
+                "  exit 3\nfi")
+
+
+def build_plan(config: DeployConfig) -> list[Step]:
+    """Every step of bringing the deployment up, in order, restricted to ``--only``."""
+    builders = {"services": services_steps, "bucket": bucket_steps, "account": account_steps,
+                "package": package_steps, "image": image_steps, "workers": worker_steps,
+                "shuffle": lambda c: shuffle_steps(c) if c.shuffle else [],
+                "trainer": lambda c: trainer_steps(c) if c.trainer_kind else []}
+    steps = [step for section in config.sections for step in builders[section](config)]
+    if "trainer" in config.sections and config.trainer_kind == "tpu":
+        steps.append(tpu_wait_step(config))         # after the workers: they need not wait for a TPU
+    if {"trainer", "workers"} & set(config.sections):
+        steps.append(missing_step())
+    return steps
+
+
+# ---- down -------------------------------------------------------------------------------
+
+def build_down_plan(config: DeployConfig, *, keep_workers: int = 0, workers_only: bool = False,
+                    delete_account: bool = False) -> list[Step]:
+    """Delete the deployment's VMs (selected by label, then by exact name); keep the bucket and its lake.
+
+    ``keep_workers``: leave workers 0..K-1 running (scale down to K).
+    ``workers_only``: touch nothing but workers.  ``delete_account``: also
+    delete the service account.  A whole ``down`` first removes the worker
+    keeper's role binding (`keeper_unbind_step`).
+    """
+    select = deployment_filter(config)
+    worker_filter = f"--filter={select} AND labels.zerolake-role=worker"
+    listing = gcloud("compute", "instances", "list", project_flag(config), worker_filter,
+                     "--format=value(name,zone.basename())")
+    delete = gcloud("compute", "instances", "delete", Raw('"$name"'), Raw('--zone="$zone"'), project_flag(config),
+                    "--quiet", Raw("</dev/null"))   # not the listing that feeds the loop
+    is_worker = f"[[ $name =~ {worker_name_pattern(config)} ]]"
+    steps = [] if workers_only else [keeper_unbind_step(config)]
+    steps.append(Step("workers", f"worker VMs from index {keep_workers} up (their SIGTERM uploads the spool first)",
+                      f"{listing} | while read -r name zone; do\n"
+                      f"  if {is_worker} && (( 10#${{name##*-worker-}} >= {keep_workers} )); then\n"
+                      f"    {delete}\n  fi\ndone"))
+    if workers_only:
+        return steps
+    others = f"--filter={select} AND NOT labels.zerolake-role=worker"
+    other_listing = gcloud("compute", "instances", "list", project_flag(config), others,
+                           "--format=value(name,zone.basename())")
+    is_other = f'[[ $name == "{config.name}-shuffle" || $name == "{config.name}-trainer" ]]'
+    steps.append(Step("shuffle", "the shuffle follower and a GPU or CPU trainer",
+                      f"{other_listing} | while read -r name zone; do\n  if {is_other}; then\n    {delete}\n"
+                      "  fi\ndone"))
+    tpu_zone = config.zone_of("trainer")
+    tpu_list = gcloud("compute", "tpus", "tpu-vm", "list", f"--zone={tpu_zone}", project_flag(config),
+                      f"--filter={select}", "--format=value(name.basename())")
+    tpu_delete = gcloud("compute", "tpus", "tpu-vm", "delete", Raw('"$name"'), f"--zone={tpu_zone}",
+                        project_flag(config), "--quiet", Raw("</dev/null"))
+    steps.append(Step("trainer", "a TPU trainer (it saves a checkpoint and releases its lease on SIGTERM)",
+                      f'{tpu_list} | while read -r name; do\n  if [[ $name == "{config.name}-trainer" ]]; then\n'
+                      f"    {tpu_delete}\n  fi\ndone"))
+    steps.append(Step("trainer", "the TPU trainer's queued request (--force: with its TPU VM, if any is left), so "
+                                 "it cannot bring a TPU back later",
+                      f"if {_queued(config, 'describe')} >/dev/null 2>&1; then\n"
+                      f"{indent(_queued(config, 'delete', '--force', '--quiet'))}\nfi"))
+    steps.append(Step("shuffle", "Dataflow jobs still running (a stopped follower's job ends by itself; "
+                                 "cancel one with `gcloud dataflow jobs cancel`)",
+                      gcloud("dataflow", "jobs", "list", f"--region={config.dataflow_region}", project_flag(config),
+                             "--status=active")))
+    if delete_account:
+        for email in [config.service_account(role) for role in ROLES] + [builder_account(config)]:
+            describe = gcloud("iam", "service-accounts", "describe", email, project_flag(config))
+            delete = gcloud("iam", "service-accounts", "delete", email, project_flag(config), "--quiet")
+            steps.append(Step("account", f"the service account {email.split('@')[0]}, if it is there",
+                              f"if {describe} >/dev/null 2>&1; then\n{indent(delete)}\nfi"))
+    return steps
+
+
+def keeper_unbind_step(config: DeployConfig) -> Step:
+    """Remove the keeper's project-wide grant from whichever account holds it (so ``down`` can be rerun).
+
+    It goes first, so the keeper loses its permission before the VMs are
+    deleted (IAM takes effect within minutes; a VM deleted meanwhile is gone,
+    not stopped, so the keeper would not start it anyway); its per-VM grants go
+    with the VMs.  The custom roles themselves are kept: unbound they grant
+    nothing, and a deleted custom role's id cannot be created again for weeks,
+    which would break the next ``plan`` of a deployment of this name.
+    """
+    role = keeper_role_name(config, "list")
+    checks = []
+    for host in ("shuffle", "trainer"):          # the keeper's host may differ from this down's flags
+        who = f"serviceAccount:{config.service_account(host)}"
+        bound = gcloud("projects", "get-iam-policy", config.project, "--flatten=bindings[].members",
+                       f"--filter=bindings.role={role} AND bindings.members={who}", "--format=value(bindings.role)")
+        remove = gcloud("projects", "remove-iam-policy-binding", config.project, f"--member={who}",
+                        f"--role={role}", "--condition=None", "--format=none")
+        checks.append(f"if {bound} | grep -q .; then\n{indent(remove)}\nfi")
+    return Step("account", f"the keeper's project grant (the roles {config.keeper_role_id('list')} and "
+                           f"{config.keeper_role_id('start')} are kept: they grant nothing unbound, and a deleted "
+                           "role's id stays taken for weeks)", "\n".join(checks))
+
+
+# ---- rendering ----------------------------------------------------------------------------
+
+def render(steps: list[Step], title: str) -> str:
+    """The plan as one bash script: a header, then each section and step with its comment."""
+    lines = ["#!/usr/bin/env bash", f"# {title}",
+             "# Generated by `python -m operations.deploy`; run it as is, or with --apply.", "set -euo pipefail", "",
+             RETRY_FUNCTION]
+    if any(re.search(r"\bzerolake_missing\b", step.shell) for step in steps):    # not in a down plan
+        lines.append(MISSING_HEADER)
+    section = None
+    for step in steps:
+        if step.section != section:
+            section = step.section
+            lines += ["", f"# ==== {section} " + "=" * max(0, 60 - len(section))]
+        lines += [f"# {step.comment}", step.shell]
+    return "\n".join(lines) + "\n"

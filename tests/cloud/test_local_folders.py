@@ -1,0 +1,42 @@
+"""The local backend keeps no empty folders once their objects are deleted, and a write whose folder a
+concurrent delete prunes makes it again."""
+
+import os
+
+from cloud.local import LocalStorage
+
+
+def test_a_delete_removes_the_folders_it_leaves_empty_up_to_the_root(tmp_path):
+    root = tmp_path / "lake"
+    storage = LocalStorage(str(root))
+    storage.write_new("tmp/shuffle-000001-a/parts/00000/b0.npz", b"x")
+    storage.write_new("tmp/shuffle-000001-a/parts/00001/b0.npz", b"x")
+    storage.write_new("tmp/shuffle-000001-a/shards/00000/c0.npz", b"x")
+    storage.delete("tmp/shuffle-000001-a/parts/00000/b0.npz")
+    assert sorted(os.listdir(root / "tmp/shuffle-000001-a/parts")) == ["00001"]
+    storage.delete("tmp/shuffle-000001-a/parts/00001/b0.npz")
+    assert os.listdir(root / "tmp/shuffle-000001-a") == ["shards"]
+    storage.delete("tmp/shuffle-000001-a/shards/00000/c0.npz")
+    assert os.listdir(root) == []                      # the root itself stays
+    storage.delete("tmp/shuffle-000001-a/shards/00000/c0.npz", missing_ok=True)
+    assert os.listdir(root) == []
+
+
+def test_a_write_whose_folder_a_concurrent_delete_prunes_makes_it_again(tmp_path, monkeypatch):
+    """Another process's delete may remove the (empty) folder between this writer's makedirs and open."""
+    import cloud.local
+
+    storage = LocalStorage(str(tmp_path / "lake"))
+    real_open = os.open
+    pruned = []
+
+    def open_after_a_prune(path, flags, mode=0o777):
+        folder = os.path.dirname(path)
+        if not pruned and os.path.isdir(folder) and not os.listdir(folder):
+            os.rmdir(folder)
+            pruned.append(folder)
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(cloud.local.os, "open", open_after_a_prune)
+    storage.write_new("tmp/probe-w1", b"probe")
+    assert pruned and storage.read("tmp/probe-w1") == b"probe"

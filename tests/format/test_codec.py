@@ -1,0 +1,298 @@
+"""The record codec: round trips, validation errors, damage detection."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from format import codec
+from format import schema
+from format.example_proto import Example
+from format.tfrecord import compress_zstd, frame_records, iter_framed_records, select_frames
+from testdata import records_v1
+from testdata.synthetic_games import synthetic_game
+
+
+def assert_games_equal(a: codec.GameRecord, b: codec.GameRecord):
+    for field in dataclasses.fields(codec.GameRecord):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        if field.name in ("policy_indices", "policy_values"):
+            assert len(x) == len(y)
+            for u, v in zip(x, y):
+                np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+        elif field.name == "root_values":
+            # int8 at rest: within half a quantization step.
+            np.testing.assert_allclose(x, y, atol=0.5 / schema.ROOT_VALUE_SCALE + 1e-6)
+        elif isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=field.name)
+        elif isinstance(x, float) and math.isnan(x):
+            assert math.isnan(y)
+        else:
+            assert x == y, field.name
+
+
+@pytest.fixture(params=[9, 13, 19])
+def game(request):
+    rng = np.random.default_rng(request.param)
+    return synthetic_game(rng, request.param, visits=100, full_search_fraction=0.5, generation=3)
+
+
+def test_game_round_trip_every_field(game):
+    back = codec.decode_game(codec.encode_game(game), "test")
+    assert_games_equal(game, back)
+
+
+def test_game_round_trip_optional_fields():
+    rng = np.random.default_rng(5)
+    game = synthetic_game(rng, 9, visits=50, full_search_fraction=0.0)
+    game = dataclasses.replace(game, ownership=None, ownership_source=schema.OWNERSHIP_NONE, score=float("nan"),
+                               end_reason=schema.END_RESIGN, winner=schema.WHITE, resign_enabled=False,
+                               would_resign=schema.BLACK, accelerated_from=17)
+    assert_games_equal(game, codec.decode_game(codec.encode_game(game), "t"))
+
+
+def test_chunk_round_trip_many_games():
+    rng = np.random.default_rng(1)
+    games = [synthetic_game(rng, 9, visits=200) for _ in range(5)]
+    back = codec.read_chunk(codec.encode_chunk(games), "c.tfrecord.zst")
+    assert len(back) == 5
+    for a, b in zip(games, back):
+        assert_games_equal(a, b)
+
+
+def test_tensorflow_parses_our_example_bytes(game):
+    import tensorflow as tf  # imported here: 5 s, and only these tests need it
+    data = codec.encode_game(game)
+    parsed = tf.io.parse_single_example(data, {
+        schema.G_BOARD_SIZE: tf.io.FixedLenFeature([], tf.int64),
+        schema.G_KOMI: tf.io.FixedLenFeature([], tf.float32),
+        schema.G_MOVES: tf.io.FixedLenFeature([], tf.string),
+        schema.G_POLICY_VALUE: tf.io.VarLenFeature(tf.int64),
+    })
+    assert int(parsed[schema.G_BOARD_SIZE]) == game.board_size
+    assert float(parsed[schema.G_KOMI]) == game.komi
+    moves = np.frombuffer(parsed[schema.G_MOVES].numpy(), dtype="<u2")
+    np.testing.assert_array_equal(moves, game.moves)
+    expected = np.concatenate([v for v in game.policy_values if len(v)])
+    np.testing.assert_array_equal(parsed[schema.G_POLICY_VALUE].values.numpy(), expected)
+
+
+def _tamper(data: bytes, name: str, mutate) -> bytes:
+    example = Example()
+    example.ParseFromString(data)
+    mutate(example.features.feature[name])
+    return example.SerializeToString()
+
+
+def _replace_ints(values):
+    def mutate(feature):
+        del feature.int64_list.value[:]
+        feature.int64_list.value.extend(values)
+    return mutate
+
+
+@pytest.mark.parametrize("name,mutate,field,words", [
+    (schema.G_VERSION, _replace_ints([99]), schema.G_VERSION, "unknown format version 99"),
+    (schema.G_BOARD_SIZE, _replace_ints([40]), schema.G_BOARD_SIZE, "impossible board size 40"),
+    (schema.G_BOARD_SIZE, _replace_ints([19]), schema.G_PLANES, "expected"),
+    (schema.G_POLICY_INDEX_DELTA, _replace_ints([500] * 1000), schema.G_POLICY_COUNT, "counts sum"),
+    (schema.G_MOVES, lambda f: f.bytes_list.value.__setitem__(0, np.array([900], "<u2").tobytes()),
+     schema.G_MOVES, "outside"),
+])
+def test_decode_names_the_bad_field(name, mutate, field, words):
+    rng = np.random.default_rng(2)
+    data = codec.encode_game(synthetic_game(rng, 9, visits=50))
+    with pytest.raises(codec.FormatError) as err:
+        codec.decode_game(_tamper(data, name, mutate), "lake/chunk-1.tfrecord.zst#4")
+    assert err.value.field == field
+    assert "lake/chunk-1.tfrecord.zst#4" in str(err.value)
+    assert words in str(err.value)
+
+
+def test_policy_index_out_of_range_and_sum_far_from_one():
+    rng = np.random.default_rng(3)
+    game = synthetic_game(rng, 9, visits=50, full_search_fraction=1.0)
+    data = codec.encode_game(game)
+    first = len(game.policy_indices[0])
+
+    def bump_last_gap(feature):
+        gaps = list(feature.int64_list.value)
+        gaps[first - 1] += 200  # pushes position 0's last index past 81
+        _replace_ints(gaps)(feature)
+
+    with pytest.raises(codec.FormatError, match="outside 0..81") as err:
+        codec.decode_game(_tamper(data, schema.G_POLICY_INDEX_DELTA, bump_last_gap), "f")
+    assert err.value.field == schema.G_POLICY_INDEX_DELTA
+
+    def double_denominator(feature):
+        values = list(feature.int64_list.value)
+        values[0] *= 2
+        _replace_ints(values)(feature)
+
+    with pytest.raises(codec.FormatError, match="far from 1") as err:
+        codec.decode_game(_tamper(data, schema.G_POLICY_DENOMINATOR, double_denominator), "f")
+    assert err.value.field == schema.G_POLICY_DENOMINATOR
+
+
+def test_writer_refuses_what_readers_refuse():
+    rng = np.random.default_rng(4)
+    game = synthetic_game(rng, 9, visits=50)
+    with pytest.raises(codec.FormatError, match="moves"):
+        codec.encode_game(dataclasses.replace(game, moves=game.moves + 200))
+    with pytest.raises(codec.FormatError, match="planes"):
+        codec.encode_game(dataclasses.replace(game, planes=game.planes[:, :, :5]))
+
+
+def _chunk(games=3, seed=6):
+    rng = np.random.default_rng(seed)
+    return codec.encode_chunk(synthetic_game(rng, 9, visits=80) for _ in range(games))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "not-tfrecord", "unknown-version"])
+def test_chunk_damage_is_detected(damage):
+    rng = np.random.default_rng(7)
+    data = _chunk()
+    if damage == "truncate":
+        data = data[: int(rng.integers(1, len(data) - 1))]
+    elif damage == "flip":
+        pos = int(rng.integers(0, len(data)))
+        data = data[:pos] + bytes([data[pos] ^ 0xFF]) + data[pos + 1:]
+    elif damage == "not-tfrecord":
+        data = compress_zstd(b"hello, this is not a TFRecord file at all" * 10)
+    else:
+        record = codec.encode_game(synthetic_game(rng, 9, visits=10))
+        record = _tamper(record, schema.G_VERSION, _replace_ints([2]))
+        data = compress_zstd(frame_records([record]))
+    items = list(codec.iter_chunk(data, "bad.tfrecord.zst"))
+    errors = [i for i in items if isinstance(i, codec.FormatError)]
+    assert errors, damage
+    assert all("bad.tfrecord.zst" in str(e) for e in errors)
+    with pytest.raises(codec.FormatError):
+        codec.read_chunk(data, "bad.tfrecord.zst")
+
+
+def test_bad_record_costs_only_itself():
+    rng = np.random.default_rng(8)
+    good = [codec.encode_game(synthetic_game(rng, 9, visits=10)) for _ in range(3)]
+    bad = _tamper(good[1], schema.G_BOARD_SIZE, _replace_ints([3]))
+    items = list(codec.iter_chunk(compress_zstd(frame_records([good[0], bad, good[2]])), "c.tfrecord.zst"))
+    assert [isinstance(i, codec.FormatError) for i in items] == [False, True, False]
+    assert "c.tfrecord.zst#1" in str(items[1])
+
+
+def test_quantize_policy_sums_exactly_and_is_close():
+    rng = np.random.default_rng(9)
+    for _ in range(50):
+        probs = rng.dirichlet(np.full(82, 0.3))
+        idx, vals = codec.quantize_policy(probs, 1023)
+        assert vals.sum() == 1023 and (vals > 0).all()
+        dense = np.zeros(82)
+        dense[idx] = vals / 1023
+        assert np.abs(dense - probs).max() < 1 / 1023
+
+
+def _position_batch(rng, n, count):
+    counts = rng.integers(0, 30, count)
+    counts[::4] = 0
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    index = np.concatenate([np.sort(rng.choice(n * n + 1, c, replace=False)) for c in counts])
+    prob = np.concatenate([rng.dirichlet(np.ones(c)) if c else np.zeros(0) for c in counts]).astype(np.float32)
+    return dict(
+        board_size=n, planes_packed=rng.integers(0, 256, (count, schema.packed_plane_bytes(n, 16)), dtype=np.uint8),
+        to_play=rng.choice([1, -1], count), policy_offsets=offsets, policy_index=index, policy_prob=prob,
+        value=rng.choice([-1.0, 1.0], count), score=rng.normal(0, 10, count),
+        ownership=rng.integers(-127, 128, (count, n * n), dtype=np.int8),
+        policy_weight=(counts > 0).astype(np.float32), value_weight=np.ones(count),
+        ownership_weight=rng.random(count), score_weight=np.ones(count),
+        game_id=[f"g{i // 7}" for i in range(count)], move_number=np.arange(count) % 90,
+        generation=np.arange(count) // 40)
+
+
+@pytest.mark.parametrize("n", [9, 19])
+def test_batched_position_encoder_matches_single(n):
+    rng = np.random.default_rng(n)
+    batch = _position_batch(rng, n, 120)
+    fast = records_v1.encode_positions(**batch)
+    o = batch["policy_offsets"]
+    for i, data in enumerate(fast):
+        slow = records_v1.encode_position(
+            board_size=n, planes_packed=batch["planes_packed"][i].tobytes(), to_play=int(batch["to_play"][i]),
+            policy_index=batch["policy_index"][o[i]:o[i + 1]], policy_prob=batch["policy_prob"][o[i]:o[i + 1]],
+            value=float(batch["value"][i]), score=float(batch["score"][i]),
+            ownership_int8=batch["ownership"][i].tobytes(), policy_weight=float(batch["policy_weight"][i]),
+            value_weight=float(batch["value_weight"][i]), ownership_weight=float(batch["ownership_weight"][i]),
+            score_weight=float(batch["score_weight"][i]), game_id=batch["game_id"][i],
+            move_number=int(batch["move_number"][i]), generation=int(batch["generation"][i]))
+        a, b = Example(), Example()
+        a.ParseFromString(data)
+        b.ParseFromString(slow)
+        assert a == b
+        record = codec.decode_position(data, "shard#%d" % i)
+        assert record.to_play == batch["to_play"][i]
+        np.testing.assert_array_equal(record.policy_index, batch["policy_index"][o[i]:o[i + 1]])
+
+
+def test_framed_encoder_writes_exactly_the_frames_of_frame_records():
+    rng = np.random.default_rng(4)
+    batch = _position_batch(rng, 9, 50)
+    records = records_v1.encode_positions(**batch)
+    frames, offsets = records_v1.encode_positions_framed(**batch)
+    assert frames.tobytes() == frame_records(records)
+    assert offsets[-1] == len(frames) and len(offsets) == 51
+    assert list(iter_framed_records(frames.tobytes(), "x")) == records  # both CRCs check
+    rows = np.array([7, 0, 49, 7])
+    picked, picked_offsets = select_frames(frames, offsets, rows)
+    assert picked.tobytes() == frame_records([records[r] for r in rows])
+    assert np.array_equal(np.diff(picked_offsets), np.diff(offsets)[rows])
+    with pytest.raises(ValueError, match="row"):
+        select_frames(frames, offsets, np.array([50]))
+
+
+def test_compiled_crc32c_matches_google_crc32c():
+    import google_crc32c
+    from format import _gather
+    rng = np.random.default_rng(0)
+    for length in (0, 1, 7, 8, 9, 63, 64, 65, 1000, 4099):
+        data = rng.integers(0, 256, length, dtype=np.uint8)
+        assert _gather.crc32c(data) == google_crc32c.value(data.tobytes())
+
+
+def test_decoded_policies_behave_as_lists_of_arrays():
+    game = synthetic_game(np.random.default_rng(8), 9, visits=30, full_search_fraction=0.5)
+    decoded = codec.decode_game(codec.encode_game(game))
+    segments = decoded.policy_indices
+    assert isinstance(segments, codec.Segments) and len(segments) == game.num_positions
+    as_list = [np.asarray(x) for x in game.policy_indices]
+    for got, want in zip(segments, as_list):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(segments[-1], as_list[-1])
+    assert len(segments[3:9]) == 6 and len(segments[5:2]) == 0 and len(segments[::2]) == len(as_list[::2])
+    for got, want in zip(segments[3:9], as_list[3:9]):
+        np.testing.assert_array_equal(got, want)
+    flat, offsets = codec.flat_segments(segments[3:9])
+    assert offsets[0] == 0 and len(offsets) == 7
+    np.testing.assert_array_equal(flat, np.concatenate(as_list[3:9]))
+    with pytest.raises(IndexError):
+        segments[len(segments)]
+    # A re-encoded decoded game is byte-identical.
+    assert codec.encode_game(decoded) == codec.encode_game(game)
+
+
+def test_shard_round_trip_and_tensorflow_reads_gzip():
+    import tensorflow as tf  # imported here: 5 s, and only these tests need it
+    rng = np.random.default_rng(11)
+    batch = _position_batch(rng, 9, 30)
+    data = codec.encode_shard(records_v1.encode_positions(**batch))
+    records = codec.read_shard(data, "s.tfrecord.gz")
+    assert len(records) == 30
+    packed = np.packbits(records[3].planes.ravel(), bitorder="big")
+    np.testing.assert_array_equal(packed, batch["planes_packed"][3])
+    np.testing.assert_allclose(records[5].ownership * schema.OWNERSHIP_SCALE, batch["ownership"][5])
+    import tempfile, os
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "s.tfrecord.gz")
+        with open(path, "wb") as f:
+            f.write(data)
+        count = sum(1 for _ in tf.data.TFRecordDataset(path, compression_type="GZIP"))
+    assert count == 30

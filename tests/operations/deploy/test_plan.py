@@ -1,0 +1,457 @@
+"""``python -m operations.deploy plan | down``: the plan for each role and accelerator, checked against the installed gcloud.
+
+* Every plan passes ``bash -n``.
+* Every gcloud command in every plan is checked against the installed
+  gcloud's own ``--help``: the command path exists and is a command (not a
+  group), each flag is documented for it (or is a gcloud-wide flag), a flag
+  that takes a value is given one and a switch is not, and a value of a flag
+  whose help lists its choices ("X must be one of: ...") is one of them.
+  ``gcloud ... --help`` takes ~2.5 s, so each page is cached in pytest's cache
+  under the SDK's version (the first run of this file on a machine is the slow one).
+* ``--apply`` refuses without gcloud or without an active account, and runs
+  the plan through a stand-in gcloud that records its calls.
+* Least privilege, zones, order, retries: each role has its own account and
+  only its grants; an accelerator absent from its zone is refused at plan time
+  and the script asks gcloud again before creating; the follower and trainer
+  come before the workers; grants are retried; a worker that cannot be created
+  is named and the rest go on; the Dataflow image is built and named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from operations.deploy import plan as P
+from operations.deploy.config import DeployConfig
+from tests.operations.deploy.support import (BASE, REPO, check_invocation, gcloud_invocations, metadata_of,
+                                             needs_gcloud, plan_text, run_deploy, stand_in_gcloud)
+from tests.operations.deploy.support import creates as _creates
+
+SCENARIOS = {
+    # the issue's acceptance example: GPU workers, TPU trainer
+    "gpu-workers-tpu-trainer": ["--workers", "8", "--worker-gpu", "nvidia-l4", "--trainer-tpu", "v5litepod-8"],
+    "cpu-workers-cpu-trainer": ["--workers", "3", "--trainer-cpu", "--no-spot"],
+    "t4-workers-multi-gpu-trainer": ["--workers", "2", "--worker-gpu", "nvidia-tesla-t4", "--worker-gpu-count", "2",
+                                     "--trainer-gpu", "nvidia-a100-80gb", "--trainer-gpu-count", "4"],
+    "dataflow-shuffle-spot-gpu-trainer": ["--workers", "20", "--worker-gpu", "nvidia-tesla-a100", "--trainer-gpu",
+                                          "nvidia-l4", "--trainer-spot", "--worker-args",
+                                          "--visits 128 --board-size 19"],
+    "v6e-trainer-in-its-zone": ["--workers", "1", "--trainer-tpu", "v6e-8", "--trainer-zone", "us-east5-b",
+                                "--worker-zone", "us-central1-b"],
+    "forced-dataflow-t4-trainer": ["--workers", "1", "--shuffle-runner", "dataflow", "--trainer-gpu",
+                                   "nvidia-tesla-t4"],
+    # --no-shuffle: the worker keeper moves to a standard trainer VM, or (TPU trainer) runs nowhere
+    "no-shuffle-keeper-on-gpu-trainer": ["--workers", "2", "--no-shuffle", "--trainer-gpu", "nvidia-l4"],
+    "no-shuffle-tpu-trainer-no-keeper": ["--workers", "2", "--no-shuffle", "--trainer-tpu", "v4-8",
+                                         "--trainer-zone", "us-central2-b"],
+}
+
+DOWN_SCENARIOS = {
+    "down-all": ["down", "--delete-account"],
+    "scale-down-workers": ["down", "--workers-only", "--keep-workers", "4"],
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS) + sorted(DOWN_SCENARIOS))
+def test_every_plan_is_valid_bash(scenario, capsys, tmp_path):
+    argv = DOWN_SCENARIOS.get(scenario, ["plan"] + SCENARIOS.get(scenario, [])) + BASE
+    script = tmp_path / "plan.sh"
+    script.write_text(plan_text(argv, capsys))
+    result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@needs_gcloud
+def test_every_gcloud_command_and_flag_is_documented_by_the_installed_gcloud(capsys, gcloud_help):
+    problems, checked = [], set()
+    for argv in [["plan", *s] for s in SCENARIOS.values()] + list(DOWN_SCENARIOS.values()):
+        for words in gcloud_invocations(plan_text(argv + BASE, capsys)):
+            key = tuple(words)
+            if key not in checked:
+                checked.add(key)
+                problems += check_invocation(words, gcloud_help)
+    assert len(checked) > 20
+    assert not problems, "\n".join(problems)
+
+
+@needs_gcloud
+def test_the_checker_catches_an_undocumented_flag_a_missing_value_and_a_bad_choice(gcloud_help):
+    good = ["compute", "instances", "create", "vm", "--zone=us-central1-a", "--provisioning-model=SPOT"]
+    assert check_invocation(good, gcloud_help) == []
+    assert check_invocation(good + ["--no-such-flag=1"], gcloud_help)
+    assert check_invocation(["compute", "instances", "create", "vm", "--zone"], gcloud_help)
+    assert check_invocation(["compute", "instances", "create", "vm", "--provisioning-model=CHEAP"], gcloud_help)
+    assert check_invocation(["compute", "instances", "create", "vm", "--preemptible=yes"], gcloud_help)
+    assert check_invocation(["compute", "instances", "launch", "vm"], gcloud_help)
+    assert check_invocation(["compute", "instances"], gcloud_help)
+
+
+def test_invocations_are_found_inside_conditions_and_pipelines():
+    script = ("if ! gcloud a b --x=1 >/dev/null 2>&1; then\n  gcloud c d \\\n    --y=2\nfi\n"
+              "gcloud e f --z='p q' | while read -r n; do gcloud g \"$n\" --w </dev/null; done\n")
+    assert gcloud_invocations(script) == [["a", "b", "--x=1"], ["c", "d", "--y=2"], ["e", "f", "--z=p q"],
+                                          ["g", "$n", "--w"]]
+
+
+def test_the_acceptance_plan_holds_every_part(capsys):
+    script = plan_text(["plan"] + SCENARIOS["gpu-workers-tpu-trainer"] + BASE, capsys)
+    workers = [w for w in _creates(script, ("compute", "instances", "create")) if "-worker-" in w[3]]
+    assert [w[3] for w in workers] == [f"zerolake-worker-{i:03d}" for i in range(8)]
+    for words in workers:
+        assert {"--provisioning-model=SPOT", "--instance-termination-action=STOP", "--machine-type=g2-standard-8",
+                "--maintenance-policy=TERMINATE", "--image-project=deeplearning-platform-release"} <= set(words)
+        assert not any(w.startswith("--accelerator") for w in words)     # G2 machines come with their L4
+        metadata = next(w for w in words if w.startswith("--metadata="))
+        assert "zerolake-accelerator=gpu" in metadata and "install-nvidia-driver=True" in metadata
+        assert f"--metadata-from-file=startup-script={P.STARTUP_SCRIPT}" in words
+    [tpu] = _creates(script, ("compute", "tpus", "queued-resources", "create"))
+    assert "--accelerator-type=v5litepod-8" in tpu and "zerolake-accelerator=tpu" in " ".join(tpu)
+    assert "--runtime-version=tpu-vm-tf-2.16.1-pjrt" in tpu and "--node-id=zerolake-trainer" in tpu
+    [shuffle] = [w for w in _creates(script, ("compute", "instances", "create")) if w[3] == "zerolake-shuffle"]
+    # auto: 8 workers' windows start small, on the follower VM; the large ones later go to Dataflow.
+    assert "--image-family=debian-12" in shuffle and "--dataflow-above-positions=1000000" in " ".join(shuffle)
+    assert _creates(script, ("storage", "buckets", "create")) and _creates(script, ("iam", "service-accounts",
+                                                                                    "create"))
+    assert _creates(script, ("storage", "cp"))[0][-2] == "gs://zl-test-bucket/zerolake-deploy/zerolake/zerolake.tar.gz"
+    # Section order: bucket and account before anything that uses them, then the roles there is one of, the
+    # workers last (a worker's stockout must not hold up the follower or the trainer).
+    order = [script.index(marker) for marker in ("buckets create", "service-accounts create", "storage cp",
+                                                 "builds submit", "instances create zerolake-shuffle",
+                                                 "queued-resources create zerolake-trainer",
+                                                 "instances create zerolake-worker-000")]
+    assert order == sorted(order)
+
+
+def test_accelerator_kinds(capsys):
+    t4 = plan_text(["plan"] + SCENARIOS["t4-workers-multi-gpu-trainer"] + BASE, capsys)
+    creates = {w[3]: w for w in _creates(t4, ("compute", "instances", "create"))}
+    assert "--accelerator=type=nvidia-tesla-t4,count=2" in creates["zerolake-worker-000"]   # N1: attached
+    assert "--machine-type=a2-ultragpu-4g" in creates["zerolake-trainer"]
+    assert "zerolake-processes=8" in " ".join(creates["zerolake-worker-000"])                  # 4 per GPU
+    assert not any("SPOT" in w for w in creates["zerolake-trainer"])                            # trainer: standard
+    cpu = plan_text(["plan"] + SCENARIOS["cpu-workers-cpu-trainer"] + BASE, capsys)
+    creates = {w[3]: w for w in _creates(cpu, ("compute", "instances", "create"))}
+    assert "--image-family=debian-12" in creates["zerolake-worker-002"]
+    assert not any("SPOT" in w or "nvidia" in w for w in creates["zerolake-worker-002"])         # --no-spot, CPU
+    assert "zerolake-accelerator=cpu" in " ".join(creates["zerolake-trainer"])
+    assert "tpu.googleapis.com" not in cpu and not _creates(cpu, ("compute", "tpus", "queued-resources", "create"))
+
+
+def _account(role: str) -> str:
+    return f"zerolake-{role}@zl-test-project.iam.gserviceaccount.com"
+
+
+def _grants(script: str) -> list[tuple[str, str, str, str]]:
+    """(scope kind, resource, member, role) of every IAM grant in a plan."""
+    found = []
+    for words in gcloud_invocations(script):
+        if "add-iam-policy-binding" not in words:
+            continue
+        at = words.index("add-iam-policy-binding")
+        flags = dict(w.split("=", 1) for w in words if w.startswith("--") and "=" in w)
+        found.append((" ".join(words[:at]), words[at + 1], flags["--member"], flags["--role"]))
+    return found
+
+
+def test_dataflow_shuffle_gets_its_apis_roles_image_and_beam_flags(capsys):
+    script = plan_text(["plan"] + SCENARIOS["dataflow-shuffle-spot-gpu-trainer"] + BASE, capsys)
+    [shuffle] = [w for w in _creates(script, ("compute", "instances", "create")) if w[3] == "zerolake-shuffle"]
+    metadata = next(w for w in shuffle if w.startswith("--metadata="))
+    image = "us-central1-docker.pkg.dev/zl-test-project/zerolake-images/dataflow-worker"
+    for flag in ("--runner=DataflowRunner", "--region=us-central1", f"--sdk_container_image={image}:current",
+                 "--temp_location=gs://zl-test-bucket/zerolake-deploy/zerolake/dataflow-tmp",
+                 f"--service_account_email={_account('shuffle')}"):
+        assert flag in metadata
+    assert "--setup_file" not in script        # Dataflow's workers install nothing at boot
+    for api in ("dataflow.googleapis.com", "artifactregistry.googleapis.com", "cloudbuild.googleapis.com"):
+        assert api in script
+    # The image: a repository, a build from operations/dataflow/Dockerfile and the sdist, tagged, and readable by the
+    # follower's account (whose jobs' workers pull it).
+    assert _creates(script, ("artifacts", "repositories", "create"))[0][3] == "zerolake-images"
+    [build] = _creates(script, ("builds", "submit"))
+    assert "--region=us-central1" in build and any(w.startswith("--config=") for w in build)
+    assert f"cp {P.DATAFLOW_DOCKERFILE} " in script and f"{image}:src-$zerolake_digest" in script
+    assert [w[-2] for w in _creates(script, ("artifacts", "docker", "tags", "add"))] == [f"{image}:current"]
+    grants = _grants(script)
+    assert ("artifacts repositories", "zerolake-images", f"serviceAccount:{_account('shuffle')}",
+            "roles/artifactregistry.reader") in grants
+    assert ("artifacts repositories", "zerolake-images", f"serviceAccount:{_account('builder')}",
+            "roles/artifactregistry.writer") in grants
+    # Least privilege: Dataflow's project roles go to the follower's account alone, and none is dataflow.admin
+    # (which carries storage permissions on every bucket of the project).
+    project = {(member, role) for kind, _, member, role in grants if kind == "projects"}
+    assert {role for member, role in project if member == f"serviceAccount:{_account('shuffle')}"} >= {
+        "roles/dataflow.developer", "roles/compute.viewer", "roles/dataflow.worker"}
+    assert not any("dataflow.admin" in role for _, role in project)
+    assert {role for member, role in project if member == f"serviceAccount:{_account('worker')}"} == set(P.LOG_ROLES)
+    assert ("iam service-accounts", _account("shuffle"), f"serviceAccount:{_account('shuffle')}",
+            "roles/iam.serviceAccountUser") in grants
+    worker = _creates(script, ("compute", "instances", "create"))[-1]
+    assert "zerolake-args=--visits 128 --board-size 19" in " ".join(worker)
+    assert f"--service-account={_account('worker')}" in worker
+    # --shuffle-runner auto (the default): the follower chooses per window, by its size.
+    assert "--dataflow-above-positions=1000000 --runner=DataflowRunner" in metadata
+    assert "up to 1,000,000 positions, larger ones on Dataflow" in script
+    # local: never Dataflow, no image; dataflow: every window there.
+    local = plan_text(["plan", "--workers", "2", "--shuffle-runner", "local"] + BASE, capsys)
+    assert "DataflowRunner" not in local and "dataflow.googleapis.com" not in local and "builds submit" not in local
+    forced = plan_text(["plan", "--dataflow-above-positions", "5"] + SCENARIOS["forced-dataflow-t4-trainer"] + BASE,
+                       capsys)
+    assert "--runner=DataflowRunner" in forced and "--dataflow-above-positions" not in forced
+
+
+def test_each_role_runs_as_its_own_account_with_only_its_grants(capsys):
+    script = plan_text(["plan"] + SCENARIOS["gpu-workers-tpu-trainer"] + BASE, capsys)
+    vms = {w[3]: w for w in _creates(script, ("compute", "instances", "create"))}
+    assert f"--service-account={_account('worker')}" in vms["zerolake-worker-000"]
+    assert f"--service-account={_account('shuffle')}" in vms["zerolake-shuffle"]
+    [tpu] = _creates(script, ("compute", "tpus", "queued-resources", "create"))
+    assert f"--service-account={_account('trainer')}" in tpu
+    by_member: dict = {}
+    for kind, resource, who, role in _grants(script):
+        by_member.setdefault(who.removeprefix("serviceAccount:"), set()).add((kind, role))
+    bucket = {("storage buckets", role) for role in P.BUCKET_ROLES}
+    logs = {("projects", role) for role in P.LOG_ROLES}
+    assert by_member[_account("worker")] == bucket | logs
+    assert by_member[_account("trainer")] == bucket | logs
+    # The follower also runs the keeper: listing on the project, starting on each worker VM, actAs the workers.
+    keeper = by_member[_account("shuffle")] - bucket - logs
+    assert keeper - {("projects", role) for role in P.DATAFLOW_PROJECT_ROLES} - {
+        ("iam service-accounts", "roles/iam.serviceAccountUser"),
+        ("artifacts repositories", "roles/artifactregistry.reader")} == {
+        ("projects", KEEPER_ROLE.format("list")), ("compute instances", KEEPER_ROLE.format("start"))}
+    # Every grant is retried: an account just created takes a while to be seen by IAM.
+    grant_lines = [line for line in script.splitlines() if "add-iam-policy-binding" in line]
+    assert grant_lines and all(line.lstrip().startswith(f"retry {P.GRANT_TRIES} gcloud") for line in grant_lines)
+    # ... and each new account is waited for before its first grant.
+    for role in ("worker", "shuffle", "trainer"):
+        wait = script.index(f"retry {P.GRANT_TRIES} gcloud iam service-accounts describe {_account(role)}")
+        assert script.index(f"service-accounts create zerolake-{role}") < wait < script.index(
+            f"--member=serviceAccount:{_account(role)}")
+
+
+@pytest.mark.parametrize("argv, field, words", [
+    (["--trainer-tpu", "v6e-8"], "--zone", ["us-central1-a has no v6e-8", "us-east5-b", "--no-check-zones"]),
+    (["--trainer-tpu", "v4-8", "--trainer-zone", "us-central1-a"], "--trainer-zone",
+     ["us-central1-a has no v4-8", "us-central2-b"]),
+    (["--trainer-tpu", "v4-8", "--trainer-zone", "us-central2-b", "--trainer-spot"], "--trainer-spot",
+     ["cannot be started again"]),
+    (["--trainer-tpu", "v9x-8", "--trainer-zone", "us-central2-b"], "--trainer-tpu",
+     ["no TensorFlow software version is documented", "https://cloud.google.com/tpu/docs/runtimes"]),
+    (["--trainer-tpu", "v5litepod-16"], "--trainer-tpu", ["multi-host", "v5litepod-8"]),
+    (["--trainer-gpu", "nvidia-l4", "--trainer-spot", "--no-shuffle"], "--trainer-spot", ["keeper"]),
+    (["--worker-zone", "central"], "--worker-zone", ["is not a zone"]),
+])
+def test_an_accelerator_the_zone_lacks_is_refused_before_anything_is_printed(argv, field, words, capsys):
+    code, out, err = run_deploy(["plan"] + BASE + argv, capsys)
+    assert code == 2 and out == "" and "Traceback" not in err, err
+    [line] = [line for line in err.splitlines() if "error:" in line]
+    assert f"{field}: " in line and all(word in line for word in words), line
+
+
+def _apply_with_listing(tmp_path, script: str, listing_output: str, listing_status: int):
+    """Run a plan's script against a stand-in gcloud whose accelerator listing prints ``listing_output``
+    and exits ``listing_status``; nothing exists yet (describe fails).  The result gains ``calls``."""
+    fake = tmp_path / f"bin-{listing_status}-{len(listing_output)}" / "gcloud"
+    fake.parent.mkdir()
+    fake.write_text("#!/usr/bin/env bash\n"
+                    f"if [[ $* == *accelerator-types* ]]; then printf '{listing_output}'; exit {listing_status}; fi\n"
+                    "[[ $* == *describe* ]] && exit 1\n"
+                    'echo "$*" >> "$(dirname "$0")/calls"\n')
+    fake.chmod(0o755)
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                            env={**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"})
+    result.calls = (fake.parent / "calls").read_text() if (fake.parent / "calls").exists() else ""
+    return result
+
+
+def test_no_check_zones_trusts_the_zone_and_the_script_still_asks_gcloud(tmp_path, capsys):
+    script = plan_text(["plan", "--only", "trainer", "--trainer-tpu", "v6e-8", "--no-check-zones",
+                        "--trainer-wait-minutes", "0"] + BASE, capsys)
+    [listing] = _creates(script, ("compute", "tpus", "accelerator-types", "list"))
+    assert "--zone=us-central1-a" in listing
+    assert script.index("accelerator-types list") < script.index("queued-resources create")
+
+    absent = _apply_with_listing(tmp_path, script, "v5litepod-8\n", 0)
+    assert absent.returncode == 2 and "zone us-central1-a offers no v6e-8 today" in absent.stderr
+    assert "queued-resources create" not in absent.calls
+    present = _apply_with_listing(tmp_path, script, "v6e-8\n", 0)
+    assert "queued-resources create zerolake-trainer" in present.calls
+    unknown = _apply_with_listing(tmp_path, script, "", 1)      # the listing itself failed: say so, and create anyway
+    assert "could not list the accelerators of us-central1-a" in unknown.stderr
+    assert "queued-resources create zerolake-trainer" in unknown.calls
+
+
+def test_a_gpu_type_is_checked_live_in_its_zone_before_its_vm_is_created(tmp_path, capsys):
+    """GPU types have no dated table (operations.deploy.zones.GPU_ZONES is empty: Google offers each in dozens
+    of zones), so the script's live check is what stops a GPU VM in a zone without that GPU."""
+    script = plan_text(["plan", "--only", "trainer", "--trainer-gpu", "nvidia-l4"] + BASE, capsys)
+    [listing] = _creates(script, ("compute", "accelerator-types", "list"))
+    assert any("zone:us-central1-a" in word and "nvidia-l4" in word for word in listing), listing
+    assert script.index("accelerator-types list") < script.index("instances create")
+
+    absent = _apply_with_listing(tmp_path, script, "nvidia-tesla-t4\n", 0)
+    assert absent.returncode == 2 and "zone us-central1-a offers no nvidia-l4 today" in absent.stderr
+    assert "instances create" not in absent.calls
+    present = _apply_with_listing(tmp_path, script, "nvidia-l4\n", 0)
+    assert present.returncode == 0 and "instances create zerolake-trainer" in present.calls
+
+
+def test_a_worker_that_cannot_be_created_is_named_and_the_others_still_come_up(tmp_path, capsys):
+    script = plan_text(["plan", "--only", "workers", "--workers", "3"] + BASE, capsys)
+    folder, log = stand_in_gcloud(tmp_path / "bin", "[[ $* == *describe* ]] && exit 1\n"
+                                   "[[ $* == *'create zerolake-worker-001'* ]] && "
+                                   "{ echo 'ZONE_RESOURCE_POOL_EXHAUSTED' >&2; exit 1; }\nexit 0\n")
+    result = subprocess.run(["bash", "-c", script.replace("sleep \"$wait\"", ":")], capture_output=True, text=True,
+                            env={**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"})
+    calls = log.read_text().splitlines()
+    creates = [c.split()[3] for c in calls if " create " in c]
+    assert creates == ["zerolake-worker-000"] + ["zerolake-worker-001"] * P.CREATE_TRIES + ["zerolake-worker-002"]
+    granted = [c.split()[3] for c in calls if "add-iam-policy-binding" in c]
+    assert granted == ["zerolake-worker-000", "zerolake-worker-002"]      # the keeper may start those that exist
+    assert result.returncode == 3
+    assert "could not be created in us-central1-a" in result.stderr and " zerolake-worker-001;" in result.stderr
+
+
+def test_the_follower_parses_the_plans_shuffle_flags_and_chooses_per_window(capsys):
+    """The plan's shuffle args, as startup.sh passes them, give pipeline.shuffle --follow its per-window choice."""
+    import shlex
+
+    from operations.deploy.config import DeployConfig
+    from operations.deploy.plan import shuffle_runner_args
+    from pipeline import follow as F
+    from pipeline.shuffle import build_parser
+
+    config = DeployConfig(project="zl-test-project", root="gs://zl-test-bucket/run1", workers=2,
+                          dataflow_above_positions=300_000)
+    args, beam_args = build_parser().parse_known_args(["--root", config.root, "--follow",
+                                                       *shlex.split(shuffle_runner_args(config))])
+    assert args.dataflow_above_positions == 300_000 and F.names_dataflow(beam_args)
+    code, _, err = run_deploy(["plan", "--dataflow-above-positions", "0"] + BASE, capsys)
+    assert code == 2 and "--dataflow-above-positions: must be >= 1, got 0" in err
+
+
+def test_only_prints_the_sections_asked_for(capsys):
+    script = plan_text(["plan", "--only", "workers", "--workers", "2"] + BASE, capsys)
+    assert [w[:3] for w in gcloud_invocations(script)] == [["compute", "instances", "describe"],
+                                                           ["compute", "instances", "create"],
+                                                           ["compute", "instances", "add-iam-policy-binding"]] * 2
+    code, _, err = run_deploy(["plan", "--only", "image"] + BASE, capsys)
+    assert code == 2 and "--only" in err and "package" in err
+
+
+def test_down_selects_by_label_and_keeps_the_bucket(capsys):
+    script = plan_text(DOWN_SCENARIOS["down-all"] + BASE, capsys)
+    assert "buckets delete" not in script and "storage rm" not in script
+    assert "labels.zerolake-deployment=zerolake" in script
+    assert _creates(script, ("iam", "service-accounts", "delete"))
+    scale = plan_text(DOWN_SCENARIOS["scale-down-workers"] + BASE, capsys)
+    assert ">= 4" in scale and "tpu-vm" not in scale
+
+
+def test_scale_down_deletes_only_workers_from_the_index_up(tmp_path, capsys):
+    """Run the scale-down plan with a stand-in gcloud that lists five workers, and one of another deployment
+    (zerolake-b) that a word-matching label filter would let through."""
+    folder, log = stand_in_gcloud(tmp_path / "bin", "if [[ $1 == compute && $3 == list ]]; then\n"
+                                   "  for i in 000 001 003 004 009; do echo \"zerolake-worker-$i us-central1-a\"; done\n"
+                                   "  echo 'zerolake-b-worker-007 us-central1-a'\nfi\n")
+    script = tmp_path / "down.sh"
+    script.write_text(plan_text(DOWN_SCENARIOS["scale-down-workers"] + BASE, capsys))
+    subprocess.run(["bash", str(script)], check=True, env={**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"})
+    deleted = [line.split()[3] for line in log.read_text().splitlines() if " delete " in line]
+    assert deleted == ["zerolake-worker-004", "zerolake-worker-009"]
+
+
+def test_nothing_secret_is_in_any_plan(capsys):
+    for argv in [["plan", *s] for s in SCENARIOS.values()] + list(DOWN_SCENARIOS.values()):
+        script = plan_text(argv + BASE, capsys)
+        for secret in ("keys create", "private_key", "GOOGLE_APPLICATION_CREDENTIALS", "access_token", "password",
+                       "print-access-token"):
+            assert secret not in script, (argv, secret)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--worker-gpu", "nvidia-gtx-1080"], "--worker-gpu"),
+    (["--root", "/local/lake"], "--root"),
+    (["--project", "X"], "--project"),
+    (["--trainer-tpu", "v5litepod-8", "--trainer-gpu", "nvidia-l4"], "--trainer-tpu"),
+    (["--worker-gpu", "nvidia-l4", "--worker-gpu-count", "3"], "--worker-gpu-count"),
+    (["--worker-args", "--visits 1,2"], "--worker-args"),
+    (["--only", "workers,nonsense"], "--only"),
+])
+def test_bad_flags_exit_2_naming_the_flag(argv, flag, capsys):
+    code, out, err = run_deploy(["plan"] + BASE + argv, capsys)
+    assert code == 2 and flag in err and "Traceback" not in err and out == ""
+
+
+def test_apply_refuses_without_gcloud_or_without_an_account(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))          # no gcloud on PATH
+    code, out, err = run_deploy(["plan", "--workers", "1", "--apply"] + BASE, capsys)
+    assert code == 2 and "`gcloud` is not on PATH" in err and out == ""
+    fake = tmp_path / "gcloud"
+    fake.write_text("#!/bin/sh\nexit 0\n")             # installed, nobody logged in
+    fake.chmod(0o755)
+    code, out, err = run_deploy(["plan", "--workers", "1", "--apply"] + BASE, capsys)
+    assert code == 2 and "no active account" in err and "gcloud auth login" in err
+
+
+def test_apply_runs_the_plan_through_gcloud(tmp_path, capsys, monkeypatch):
+    """A stand-in gcloud: logged in, every describe fails (nothing exists), so each create runs."""
+    log = tmp_path / "calls"
+    fake = tmp_path / "bin" / "gcloud"
+    fake.parent.mkdir()
+    fake.write_text("#!/usr/bin/env bash\n"
+                    "if [[ $1 == auth ]]; then echo someone@example.com; exit 0; fi\n"
+                    f"echo \"$*\" >> {log}\n"
+                    "[[ $* == *accelerator-types* ]] && echo v4-8\n"
+                    "[[ $* == *describe* ]] && exit 1\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    argv = ["plan", "--only", "workers,trainer", "--workers", "2", "--trainer-tpu", "v4-8", "--trainer-zone",
+            "us-central2-b", "--trainer-wait-minutes", "0", "--apply"] + BASE
+    code, _, err = run_deploy(argv, capsys)
+    # The stand-in never reports the queued TPU ACTIVE: the plan names it and ends with status 3.
+    assert code == 3, err          # (the script's own stderr is the terminal's: tests/operations/deploy/test_capacity.py reads it)
+    calls = log.read_text().splitlines()
+    assert [c.split()[:4] for c in calls if "create" in c] == [          # the trainer first, then the workers
+        ["compute", "tpus", "queued-resources", "create"],
+        ["compute", "instances", "create", "zerolake-worker-000"],
+        ["compute", "instances", "create", "zerolake-worker-001"]]
+
+
+KEEPER_ROLE = "projects/zl-test-project/roles/zerolake_keeper_{}_zerolake"
+
+
+def test_the_plan_points_at_files_that_exist():
+    assert P.STARTUP_SCRIPT.exists() and (REPO / "Dockerfile").exists() and P.DATAFLOW_DOCKERFILE.exists()
+    assert "operations/vm/install.sh" in (REPO / "Dockerfile").read_text()
+    assert "operations/vm/install.sh" in P.STARTUP_SCRIPT.read_text()
+    assert "operations/vm/install.sh --system" in P.DATAFLOW_DOCKERFILE.read_text()
+    json.dumps(dataclasses.asdict(DeployConfig(project="zl-test-project", root="gs://zl-test-bucket/r")))
+    assert sys.executable
+
+
+@pytest.mark.parametrize("run", ["run1,zerolake-role=trainer", 'run"1', "run'1", "run 1", "run1\nZEROLAKE_ARGS=x",
+                                 "$(touch /tmp/owned)", "run`id`", "run$HOME", "run\\1", "a/../b", "a//b",
+                                 ".zl-tmp-x", "r" * 513])
+def test_a_root_whose_run_is_unsafe_in_metadata_or_the_env_file_is_refused(run, capsys):
+    """The run after gs://BUCKET/ goes verbatim into --metadata (',' splits entries) and into the
+    VMs' double-quoted environment file: only '/'-separated segments of letters, digits and _.-."""
+    for command in ("plan", "down"):
+        code, out, err = run_deploy([command, "--project", "zl-test-project", "--root", f"gs://zl-test-bucket/{run}"],
+                                    capsys)
+        [line] = [line for line in err.splitlines() if not line.startswith("usage:")]
+        assert code == 2 and out == "" and "--root" in line and "Traceback" not in err, (command, err)
+
+
+def test_a_nested_run_prefix_reaches_the_metadata_unchanged(capsys):
+    script = plan_text(["plan", "--project", "zl-test-project", "--root", "gs://zl-test-bucket/team-a/run_1.v2/",
+                        "--workers", "1", "--trainer-cpu"], capsys)
+    entries = [m.split(",") for m in metadata_of(script).values()]
+    assert entries and all("zerolake-root=gs://zl-test-bucket/team-a/run_1.v2/" in e for e in entries)

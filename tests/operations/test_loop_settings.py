@@ -1,0 +1,65 @@
+"""operations.loop's settings: the long-run mode (``--hours``) resolves its 'auto' settings, the loop
+self-plays with its own search unless flags override it, and its closing match against generation 0
+plays the run's own generation-0 player."""
+
+from selfplay.config import WorkerConfig
+
+
+def test_the_long_run_mode_resolves_its_auto_settings(tmp_path):
+    from operations.loop import DEMO_GENERATIONS, LONG_RUN, Loop, LoopConfig
+
+    root = str(tmp_path / "lake")
+    demo = LoopConfig(root=root)
+    assert (demo.budget_seconds, demo.generation_limit, demo.gnugo_games) == (900, DEMO_GENERATIONS, 0)
+    assert demo.generation0_player == "playouts:1"
+    long_run = LoopConfig(root=root, hours=2)
+    assert long_run.budget_seconds == 7200 and long_run.generation_limit is None
+    assert long_run.gnugo_games == LONG_RUN["final_gnugo_games"]
+    assert (demo.gnugo_visits, long_run.gnugo_visits) == (demo.eval_visits, LONG_RUN["final_gnugo_visits"])
+    # Explicit flags win over the mode's choices.
+    assert LoopConfig(root=root, hours=2, generations=5, final_gnugo_games=0).generation_limit == 5
+    assert LoopConfig(root=root, hours=2, final_gnugo_games=0).gnugo_games == 0
+    uniform = LoopConfig(root=root, worker=WorkerConfig(root=root, generation0_playouts=0))
+    assert uniform.generation0_player == "uniform"
+
+    loop = Loop(long_run, storage=None)
+    assert loop.selfplay_seconds(0) == LONG_RUN["selfplay_seconds"]
+    # Its closing GNU Go games (40 at 256 visits) are planned for: 5 minutes or more on top of the demo's.
+    assert loop.final_eval_seconds() - Loop(demo, storage=None).final_eval_seconds() >= 300
+    # What the end of the budget must also hold: the closing matches and this generation's other phases.
+    reserved = loop.final_eval_seconds() + sum(loop.phase_seconds.values())
+    full = LONG_RUN["selfplay_seconds"]
+    loop.deadline = loop.status.started + reserved + 0.8 * full   # near the end the last generation is cut...
+    assert full / 2 <= loop.selfplay_seconds(7) < full
+    loop.deadline = loop.status.started + reserved + 0.4 * full   # ...but never below half a generation
+    assert loop.selfplay_seconds(7) == 0
+    assert Loop(LoopConfig(root=root, hours=2, selfplay_seconds=60), storage=None).selfplay_seconds(0) == 60
+
+
+def test_the_loop_self_plays_with_its_own_search_and_flags_override_it(tmp_path):
+    from operations import loop as L
+
+    root = str(tmp_path / "lake")
+    config = L.CLI.parse(["--root", root])[0]
+    assert {name: getattr(config.worker, name) for name in L.LOOP_SEARCH} == L.LOOP_SEARCH
+    assert WorkerConfig(root=root).gumbel is False          # the worker's own defaults are not the loop's
+    config = L.CLI.parse(["--root", root, "--no-worker-gumbel", "--worker-visits", "64",
+                          "--worker-fast-visits", "16"])[0]
+    assert (config.worker.gumbel, config.worker.visits, config.worker.fast_visits) == (False, 64, 16)
+
+
+def test_the_summary_names_the_closing_opponents_and_the_gnugo_visits():
+    from operations.loop import GenerationRecord, summary_table
+
+    from format.match_record import ClosingRecord, MatchRecord
+
+    def result(opponent, wins, visits=32):
+        return MatchRecord(player_a="model-g1", player_b=opponent, board_size=9, komi=7.5, games=40, wins=wins,
+                           losses=40 - wins, draws=0, wins_as_black=wins // 2, wins_as_white=wins - wins // 2,
+                           win_rate=wins / 40, ci_low=0.1, ci_high=0.9, mean_moves=60.0, seconds=1.0, visits=visits)
+
+    table = summary_table([GenerationRecord(0), GenerationRecord(1)], 1, ClosingRecord(
+        vs_random=result("random", 40), vs_generation_0=result("playouts1", 38),
+        vs_gnugo_1=result("gnugo-l1", 21, visits=256)))
+    assert "vs generation 0 (playouts1 MCTS): 38/40" in table
+    assert "vs GNU Go level 1 (the model at 256 visits a move, 4-move paired openings): 21/40" in table
