@@ -5,7 +5,7 @@
 #   docker run -v zerolake-state:/var/lib/zerolake -e ZEROLAKE_ROOT=gs://BUCKET/RUN zerolake worker 0
 #   docker run -v zerolake-state:/var/lib/zerolake -e ZEROLAKE_ROOT=gs://BUCKET/RUN zerolake shuffle
 #   docker run -v zerolake-state:/var/lib/zerolake -e ZEROLAKE_ROOT=gs://BUCKET/RUN \
-#       -e ZEROLAKE_ARGS="--visits 128" zerolake trainer
+#       -e ZEROLAKE_ARGS="--batch-size 512" zerolake trainer
 #
 # Two stages.  `build` installs with operations/vm/install.sh, the same script the
 # VMs' start-up script runs: Debian's compiler and headers, the Cython build,

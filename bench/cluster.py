@@ -39,10 +39,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 # Tiny roles: 2 cores carry 5 of them, the launcher and the emulator.
-SETTINGS = ["--board-size", "9", "--games-at-once", "8", "--visits", "8", "--fast-visits", "4",
-            "--chunk-games", "16", "--chunk-seconds", "5", "--blocks", "1", "--filters", "16", "--batch-size", "64",
-            "--train-steps", "60", "--train-log-every", "15", "--checkpoint-every", "20", "--follow-new-positions", "4000",
-            "--claim-seconds", "10", "--poll-seconds", "2", "--status-seconds", "10", "--child-threads", "1",
+SETTINGS = ["--board-size", "9", "--worker-games", "8", "--worker-visits", "8", "--worker-fast-visits", "4",
+            "--worker-chunk-games", "16", "--worker-chunk-seconds", "5", "--train-blocks", "1", "--train-filters", "16",
+            "--train-batch-size", "64", "--train-steps-per-window", "60", "--train-log-every", "15",
+            "--train-checkpoint-every", "20", "--shuffle-follow-new-positions", "4000",
+            "--shuffle-claim-seconds", "10", "--poll-seconds", "2", "--status-seconds", "10", "--child-threads", "1",
             "--worker-nice", "10", "--restart-backoff", "1", "--stop-grace", "20",
             "--shuffle-random-playouts", "8", "--shuffle-shard-positions", "10000",
             "--shuffle-window-min-positions", "6000", "--shuffle-window-max-positions", "12000",

@@ -2,7 +2,7 @@
 
     python bench/learning.py --out /work/ab/gumbel --arm-b "--worker-gumbel --worker-visits 16"
     python bench/learning.py --out /work/ab/bundle --arm-b-name held-out-bundle \
-        --arm-b "--train-steps 1000" --arm-b "--train-input-planes 22"
+        --arm-b "--train-steps-per-window 1000" --arm-b "--train-input-planes 22"
     python bench/learning.py --out /work/ab/gumbel ...      # the same command resumes where it stopped
 
 Terms
@@ -700,8 +700,8 @@ def parse_args(argv=None):
                              "(default: none, main's defaults)")
     parser.add_argument("--arm-a-name", default="", help="the baseline arm's name (default: its flags, or 'defaults')")
     parser.add_argument("--arm-b", action="append", required=True,
-                        help="operations.loop flags of one change, e.g. '--train-steps 1000' (a lone flag: "
-                             "--arm-b=--worker-gumbel); repeat for a bundle")
+                        help="operations.loop flags of one change, e.g. '--train-steps-per-window 1000' (a lone "
+                             "flag: --arm-b=--worker-gumbel); repeat for a bundle")
     parser.add_argument("--arm-b-name", default="", help="the change's name, e.g. of a bundle (default: its flags)")
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help=f"runs per arm (default: {DEFAULT_SEEDS})")
     parser.add_argument("--minutes", type=float, default=35.0, help="wall clock of each run (default: 35)")

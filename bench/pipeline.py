@@ -159,19 +159,19 @@ def _tree_rss_bytes(pid: int) -> int:
 
 # The job settings the figures depend on, pinned at the values they were first
 # measured with, so that changing the shuffle job's defaults moves no figure.
-# (--window_min_positions above makes the window the whole lake.)
+# (--window-min-positions above makes the window the whole lake.)
 PINNED_JOB_FLAGS = [
-    "--window_exponent", "0.65", "--window_scale", "250000", "--sample_chunks", "3",
-    "--playout_labels", "auto", "--random_playouts", "64", "--model_playout_moves", "0",
-    "--playout_ownership_weight", "0.5", "--dedup_max_move", "20", "--position_cap", "8",
-    "--partition_positions", "200000", "--reuse", "1.5", "--shard_positions", "100000",
-    "--shard_gzip_level", "2", "--bundle_positions", "20000", "--model_temperature", "1.0",
+    "--window-exponent", "0.65", "--window-scale", "250000", "--sample-chunks", "3",
+    "--playout-labels", "auto", "--random-playouts", "64", "--model-playout-moves", "0",
+    "--playout-ownership-weight", "0.5", "--dedup-max-move", "20", "--position-cap", "8",
+    "--partition-positions", "200000", "--reuse", "1.5", "--shard-positions", "100000",
+    "--shard-gzip-level", "2", "--bundle-positions", "20000", "--model-temperature", "1.0",
 ]
 
 
 def run_job(root: str, extra: list[str], window: int = 1) -> tuple[float, int, dict]:
     """(wall seconds, peak tree RSS bytes, manifest of window ``window``) of one job."""
-    cmd = [sys.executable, "-m", "pipeline.shuffle", "--root", root, "--window_min_positions", "100000000",
+    cmd = [sys.executable, "-m", "pipeline.shuffle", "--root", root, "--window-min-positions", "100000000",
            "--seed", "1", *PINNED_JOB_FLAGS, *extra]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -211,7 +211,7 @@ def main(argv=None) -> int:
     parser.add_argument("--positions_9", type=int, default=200_000, help="9x9 window (doubled once)")
     parser.add_argument("--positions_19", type=int, default=150_000, help="19x19 window")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--job_args", default="", help="extra flags for pipeline.shuffle, e.g. '--bundle_positions 60000'")
+    parser.add_argument("--job_args", default="", help="extra flags for pipeline.shuffle, e.g. '--bundle-positions 60000'")
     args = parser.parse_args(argv)
     work = tempfile.mkdtemp(prefix="zerolake-bench-pipeline-")
     results = {}

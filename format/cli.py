@@ -7,10 +7,8 @@ ValueError with a message that names the flag.  This module builds the
 argparse flags from the fields and the config from the parsed flags, so that
 every role has the same conventions:
 
-* a field ``board_size`` is the flag ``--board-size`` (dashed); old
-  spellings stay accepted as aliases (``aliases=("--board",)``, or every
-  ``--snake_case`` form with ``underscore_aliases=True`` for a role whose
-  scripts may still spell them that way);
+* a field ``board_size`` is the flag ``--board-size`` (dashed), and that is
+  its one name: no role keeps an alias or an old spelling beside it;
 * a ``bool`` field is ``--x`` / ``--no-x``;
 * a field typed ``int | None`` (or float/str) takes a value or stays None;
 * ``--help`` shows each field's help and its default;
@@ -56,7 +54,7 @@ _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
 
 def setting(default=dataclasses.MISSING, help: str = "", *, default_factory=dataclasses.MISSING,  # noqa: A002
-            aliases: tuple[str, ...] = (), choices=None, required: bool = False, metavar: str | None = None,
+            choices=None, required: bool = False, metavar: str | None = None,
             hidden: bool = False, at_least=None, above=None, at_most=None, below=None, **metadata):
     """A config field with its flag's help text, options and valid range.
 
@@ -68,7 +66,7 @@ def setting(default=dataclasses.MISSING, help: str = "", *, default_factory=data
     every role in one wording, and ``--help`` shows the range.  Extra keyword
     arguments are kept in the field's metadata for the role's own use.
     """
-    info = {"help": help, "aliases": tuple(aliases), "choices": choices, "required": required,
+    info = {"help": help, "choices": choices, "required": required,
             "metavar": metavar, "hidden": hidden,
             "bounds": tuple((op, limit) for op, limit in ((">=", at_least), (">", above), ("<=", at_most),
                                                           ("<", below)) if limit is not None),
@@ -111,7 +109,7 @@ def _check_board_size(value, info) -> str | None:
     return None
 
 
-def board_size_setting(default: int | None = schema.DEFAULT_BOARD_SIZE, *, note: str = "", aliases: tuple[str, ...] = ()):
+def board_size_setting(default: int | None = schema.DEFAULT_BOARD_SIZE, *, note: str = ""):
     """The board size (``--board-size``), checked against ROOT/run.json by every role that has a lake.
 
     A default of 0 means "take ROOT/run.json's" (roles that only read the
@@ -120,7 +118,7 @@ def board_size_setting(default: int | None = schema.DEFAULT_BOARD_SIZE, *, note:
     text = "board size (N of an N x N board; must match ROOT/run.json when there is one)"
     if default == 0:
         text += "; 0 = take ROOT/run.json's"
-    return setting(default, _with_note(text, note), aliases=aliases, check=_check_board_size,
+    return setting(default, _with_note(text, note), check=_check_board_size,
                    from_run=default == 0)
 
 
@@ -293,7 +291,7 @@ def field_default(field: dataclasses.Field):
 
 
 def add_config_flags(parser: argparse.ArgumentParser, config_cls, *, exclude: typing.Iterable[str] = (),
-                     underscore_aliases: bool = False, group_title: str | None = None) -> None:
+                     group_title: str | None = None) -> None:
     """Add one flag per field of ``config_cls`` (see the module docstring);
     a field with a ``flag_group`` (a launcher's role field) adds its own flags."""
     target = parser.add_argument_group(group_title) if group_title else parser
@@ -306,11 +304,7 @@ def add_config_flags(parser: argparse.ArgumentParser, config_cls, *, exclude: ty
         if "flag_group" in info:
             groups.append(field)
             continue
-        names = [flag_name(field.name)]
-        if underscore_aliases and "_" in field.name:
-            names.append("--" + field.name)
-        names += [alias for alias in info.get("aliases", ()) if alias not in names]
-        add_flag(target, config_cls, field, names, field.name, field_default(field))
+        add_flag(target, config_cls, field, [flag_name(field.name)], field.name, field_default(field))
     for field in groups:
         field.metadata["flag_group"].add_flags(parser, field)
 
@@ -384,8 +378,8 @@ class RoleCli:
         return parse_config(self.config_cls, self.parser(), argv, **extra)
 
 
-def role_parser(config_cls, *, prog: str, description: str, epilog: str | None = None, storage: bool = True,
-                underscore_aliases: bool = False) -> argparse.ArgumentParser:
+def role_parser(config_cls, *, prog: str, description: str, epilog: str | None = None,
+                storage: bool = True) -> argparse.ArgumentParser:
     """An entry point's parser: one flag per config field, plus the storage retry
     flags for a role that reads or writes a bucket (``storage``)."""
     groups = [f for f in dataclasses.fields(config_cls) if "flag_group" in f.metadata]
@@ -394,7 +388,7 @@ def role_parser(config_cls, *, prog: str, description: str, epilog: str | None =
     if epilog is None and groups:
         epilog = groups[0].metadata["flag_group"].epilog(config_cls)
     parser = argparse.ArgumentParser(prog=prog, description=description, usage=usage, epilog=epilog)
-    add_config_flags(parser, config_cls, underscore_aliases=underscore_aliases)
+    add_config_flags(parser, config_cls)
     if storage:
         add_storage_flags(parser)
     return parser

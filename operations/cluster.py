@@ -94,18 +94,8 @@ from selfplay.config import WorkerConfig
 
 KINDS = ("worker", "shuffle", "train")
 MODULES = {"worker": "selfplay.worker", "shuffle": "pipeline.shuffle", "train": "model.train"}
-ROLE_ARG_ALIASES = {"worker": "worker", "workers": "worker", "shuffle": "shuffle", "train": "train",
-                    "trainer": "train"}
 # A role that dies younger than this counts as failing; its backoff doubles.
 YOUNG_DEATH_SECONDS = 15.0
-
-
-# The launcher's flags of before the roles' configs were composed in, kept as aliases.
-WORKER_ALIASES = {"games": ("--games-at-once",), "visits": ("--visits",), "fast_visits": ("--fast-visits",),
-                  "chunk_games": ("--chunk-games",), "chunk_seconds": ("--chunk-seconds",)}
-SHUFFLE_ALIASES = {"follow_new_positions": ("--follow-new-positions",), "claim_seconds": ("--claim-seconds",)}
-TRAIN_ALIASES = {"steps_per_window": ("--train-steps",), "batch_size": ("--batch-size",), "blocks": ("--blocks",),
-                 "filters": ("--filters",), "checkpoint_every": ("--checkpoint-every",)}
 
 
 @dataclass(frozen=True)
@@ -167,17 +157,17 @@ class ClusterConfig:
                       "own seed",
         shared=("root", "board_size", "komi"),
         managed=("seed", "worker_id", "spool_dir", "model_cache", "events", "poll_seconds", "progress_seconds"),
-        aliases=WORKER_ALIASES, games=32, visits=32, fast_visits=8, chunk_games=16, chunk_seconds=30.0)
+        games=32, visits=32, fast_visits=8, chunk_games=16, chunk_seconds=30.0)
     shuffle: ShuffleConfig = role_setting(
         ShuffleConfig, "the shuffle follower (python -m pipeline.shuffle --follow's flags); the launcher sets "
                        "its events and --poll-seconds",
         shared=("root", "board_size"), managed=("follow", "poll_seconds", "events"),
-        aliases=SHUFFLE_ALIASES, workers=1, follow_new_positions=5000)
+        workers=1, follow_new_positions=5000)
     train: TrainConfig = role_setting(
         TrainConfig, "the trainer (python -m model.train --follow's flags); the launcher sets its stage dir, "
                      "events and --poll-seconds",
         shared=("root", "board_size"), managed=("follow", "poll_seconds", "events", "stage_dir"),
-        aliases=TRAIN_ALIASES, blocks=2, filters=16, batch_size=128, steps_per_window=200, checkpoint_every=50,
+        blocks=2, filters=16, batch_size=128, steps_per_window=200, checkpoint_every=50,
         warmup_steps=50, log_every=50)
 
     def __post_init__(self):
@@ -643,9 +633,9 @@ def parse_role_args(values: list[str]) -> tuple:
     parsed = []
     for value in values:
         kind, sep, args = value.partition("=")
-        if not sep or kind.strip() not in ROLE_ARG_ALIASES:
+        if not sep or kind.strip() not in KINDS:
             raise ValueError(f"--role-args expects ROLE=ARGS with ROLE worker, shuffle or train; got {value!r}")
-        parsed.append((ROLE_ARG_ALIASES[kind.strip()], tuple(shlex.split(args))))
+        parsed.append((kind.strip(), tuple(shlex.split(args))))
     return tuple(parsed)
 
 

@@ -201,12 +201,6 @@ docs/results.md ("A/B: Gumbel self-play at 16/4 simulations").  The worker's own
 at 64/16, `selfplay.config.WorkerConfig`) stay what many-machine deployments run: the A/B measured
 this machine's network and budget, not theirs."""
 
-# Short flags the loop accepts beside the composed --worker-* and --train-* ones (--visits for
-# --worker-visits, ...): the names its users typed before the roles' configs were composed in.
-WORKER_ALIASES = {"games": ("--games-at-once",), "visits": ("--visits",), "fast_visits": ("--fast-visits",)}
-TRAIN_ALIASES = {"steps_per_window": ("--train-steps",), "batch_size": ("--batch-size",), "blocks": ("--blocks",),
-                 "filters": ("--filters",)}
-
 
 @dataclass(frozen=True)
 class LoopConfig:
@@ -270,7 +264,7 @@ class LoopConfig:
         shared=("root", "board_size", "komi"),
         managed=("seed", "worker_id", "max_seconds", "max_positions", "events"),
         # 60 s chunks: the concurrent schedule's follower sees new games within a minute.
-        aliases=WORKER_ALIASES, games=64, progress_seconds=15.0, chunk_seconds=60.0, **LOOP_SEARCH)
+        games=64, progress_seconds=15.0, chunk_seconds=60.0, **LOOP_SEARCH)
     shuffle: ShuffleConfig = role_setting(
         ShuffleConfig, "the shuffle job (python -m pipeline.shuffle's flags); in turns the loop sets its seed "
                        "and runs one window per generation, in the concurrent schedule it runs the follower "
@@ -286,7 +280,7 @@ class LoopConfig:
                      "within --train-min/max-steps-per-window when --train-steps-per-window is 0); it reads its "
                      "events",
         shared=("root", "board_size"), managed=("follow", "windows", "events"),
-        aliases=TRAIN_ALIASES, steps_per_window=0, warmup_steps=50, log_every=50,
+        steps_per_window=0, warmup_steps=50, log_every=50,
         samples_per_row=CONCURRENT["samples_per_row"], min_steps_per_window=CONCURRENT["min_steps_per_window"],
         max_steps_per_window=CONCURRENT["max_steps_per_window"])
 

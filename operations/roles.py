@@ -9,8 +9,8 @@ The convention, one for every launcher:
 * the role field ``R`` exposes each field ``F`` of the role's config as the
   flag ``--R-F`` (``--worker-visits``, ``--train-learning-rate``,
   ``--shuffle-reuse``), with the role's own help text, in a ``--help``
-  group of its own; a launcher may keep old short spellings as aliases
-  (``--visits`` for ``--worker-visits``);
+  group of its own; that is the setting's one name on the launcher (no short
+  alias beside it);
 * *shared* fields (``root``, ``board_size``, ``komi``) are the launcher's
   own flags, copied into every role;
 * *managed* fields (events file, seed, spool...) are set by the launcher for
@@ -45,21 +45,19 @@ from format.cli import add_flag, config_flag_argv, field_default, flag_name
 
 
 def role_setting(config_cls, help: str, *, shared: typing.Iterable[str] = (),  # noqa: A002
-                 managed: typing.Iterable[str] = (), aliases: dict[str, tuple[str, ...]] | None = None,
-                 **defaults):
+                 managed: typing.Iterable[str] = (), **defaults):
     """A launcher's field that holds one role's whole config.
 
     ``shared``: the role's fields the launcher copies from its own fields of
     the same name (``root``, ``board_size``...).  ``managed``: fields the
     launcher sets per child process (:func:`role_argv` takes them); neither is
-    a flag.  ``aliases``: ``{role field: (old flag, ...)}``.  ``defaults``:
-    the launcher's own defaults for role fields.  The field's value is None
-    until the launcher's ``__post_init__`` calls :func:`complete_roles`.
+    a flag.  ``defaults``: the launcher's own defaults for role fields.  The
+    field's value is None until the launcher's ``__post_init__`` calls
+    :func:`complete_roles`.
     """
-    aliases = {name: tuple(flags) for name, flags in (aliases or {}).items()}
     shared, managed = tuple(shared), tuple(managed)
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    unknown = sorted((set(shared) | set(managed) | set(defaults) | set(aliases)) - set(fields))
+    unknown = sorted((set(shared) | set(managed) | set(defaults)) - set(fields))
     if unknown:
         raise TypeError(f"role_setting({config_cls.__name__}): no such fields: {unknown}")
     for f in fields.values():
@@ -68,7 +66,7 @@ def role_setting(config_cls, help: str, *, shared: typing.Iterable[str] = (),  #
             raise TypeError(f"role_setting({config_cls.__name__}): required field {f.name!r} must be shared, "
                             f"managed or given a default")
     return dataclasses.field(default=None, metadata={
-        "role": config_cls, "help": help, "shared": shared, "managed": managed, "aliases": aliases,
+        "role": config_cls, "help": help, "shared": shared, "managed": managed,
         "defaults": dict(defaults), "flag_group": ROLE_FLAGS})
 
 
@@ -95,9 +93,9 @@ def _add_role_flags(parser: argparse.ArgumentParser, role_field: dataclasses.Fie
     info = role_field.metadata
     group = parser.add_argument_group(f"{role_field.name} settings (--{role_field.name}-*)", info["help"])
     for field in _role_flag_fields(role_field):
-        names = [f"--{role_field.name}-{field.name.replace('_', '-')}", *info["aliases"].get(field.name, ())]
         default = info["defaults"].get(field.name, field_default(field))
-        add_flag(group, info["role"], field, names, _role_dest(role_field, field), default)
+        add_flag(group, info["role"], field, [f"--{role_field.name}-{field.name.replace('_', '-')}"],
+                 _role_dest(role_field, field), default)
 
 
 def _roles_epilog(config_cls) -> str | None:

@@ -2,10 +2,11 @@
 
 The job (``python -m pipeline.shuffle``) is configured by one frozen
 dataclass.  Each field's metadata carries its help text; format.cli turns the
-fields into dashed flags (``--window-exponent`` for ``window_exponent``; the
-old underscore spellings such as ``--window_exponent`` and ``--board`` stay
-accepted) and builds the config back, so the CLI and the library cannot drift
-apart.
+fields into dashed flags (``--window-exponent`` for ``window_exponent``, the
+one name of each setting) and builds the config back, so the CLI and the
+library cannot drift apart.  Beam's own options keep Beam's underscores
+(``--temp_location``): the job passes what it does not know on to Beam, but
+refuses an underscore spelling of one of its own flags (`pipeline.shuffle`).
 
 Follow-mode fields (``follow``, ``follow_new_positions``, ``poll_seconds``,
 ``claim_seconds``, ``events``, ``dataflow_above_positions``) steer the
@@ -39,10 +40,10 @@ FOLLOW_WINDOW_FRACTION = 0.25
 """Default follow cadence: a new window once new positions reach this fraction of the window."""
 
 
-def _field(default, help_text, *, aliases=(), follow=False, **valid):
+def _field(default, help_text, *, follow=False, **valid):
     """A config field (format.cli.setting, ``valid``: its choices and bounds); ``follow``:
     a setting of the follower only, never passed to a window's child job."""
-    return setting(default, help_text, aliases=tuple(aliases), follow=follow, **valid)
+    return setting(default, help_text, follow=follow, **valid)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +51,7 @@ class ShuffleConfig:
     """Settings of one shuffle run.  ``root`` is a folder or gs://bucket/prefix."""
 
     root: str = root_setting()
-    board_size: int = board_size_setting(0, aliases=("--board",))
+    board_size: int = board_size_setting(0)
     # --- window (power law in the manner of KataGo's shuffle.py) ---
     window_min_positions: int = _field(
         250_000, "below this many positions in the lake the window is the whole lake", at_least=1)

@@ -61,7 +61,7 @@ import time
 
 from cloud.base import StorageError
 from format import layout
-from format.cli import role_parser
+from format.cli import flag_name, role_parser
 from format.events import EventLog
 from format.leases import Lease, describe_time
 from format.registry import RegistryError
@@ -101,7 +101,7 @@ def prepare(config: ShuffleConfig, storage, *, target: int | None = None,
     if done is not None:
         return done
     if config.playout_labels == LABEL_MODEL and latest is None:
-        raise ShuffleError("--playout_labels model: the lake has no published model")
+        raise ShuffleError("--playout-labels model: the lake has no published model")
     model_generation = None if config.playout_labels == LABEL_RANDOM else latest
     try:
         plan = W.plan_window(storage, min_positions=config.window_min_positions, scale=config.window_scale,
@@ -391,7 +391,7 @@ def cleanup_tmp(storage, context) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = role_parser(
-        ShuffleConfig, prog="python -m pipeline.shuffle", underscore_aliases=True,
+        ShuffleConfig, prog="python -m pipeline.shuffle",
         description="Label, deduplicate and shuffle the lake's newest games into ROOT/windows/<gen>/.",
         epilog="Unknown flags go to Apache Beam (e.g. --runner DataflowRunner --project P --region R "
                "--temp_location gs://B/tmp --setup_file ./setup.py).  Without --runner the job runs "
@@ -402,9 +402,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def misspelled_own_flags(beam_args) -> list[tuple[str, str]]:
+    """``(given, flag)`` for each of ``beam_args`` that is one of this job's own flags spelled with
+    underscores (``--window_exponent`` for ``--window-exponent``).
+
+    Each setting has one name, the dashed one.  What the parser does not know goes on to Beam, which
+    would drop such a spelling with a warning and build the window with the setting's default: the
+    job refuses it instead.  Beam's own options (``--temp_location``) are no field of ShuffleConfig.
+    """
+    own = {flag_name(f.name) for f in dataclasses.fields(ShuffleConfig) if "_" in f.name}
+    found = []
+    for arg in beam_args:
+        given = arg.split("=", 1)[0]
+        if given.startswith("--") and "_" in given and given.replace("_", "-") in own:
+            found.append((given, given.replace("_", "-")))
+    return found
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args, beam_args = parser.parse_known_args(argv)
+    misspelled = misspelled_own_flags(beam_args)
+    if misspelled:
+        parser.error("; ".join(f"{given}: this job's flags are dashed, use {flag}" for given, flag in misspelled)
+                     + " (only Beam's own options, passed on to Beam, keep underscores)")
     config = from_args(args, parser)
     if config.follow:
         from pipeline.follow import follow

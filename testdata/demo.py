@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m testdata.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--root", default="./demo-lake",
                         help="an empty folder or gs:// root, or one this demo made (default ./demo-lake)")
-    parser.add_argument("--board", type=bounded_number(int, at_least=schema.MIN_BOARD_SIZE,
+    parser.add_argument("--board-size", type=bounded_number(int, at_least=schema.MIN_BOARD_SIZE,
                                                        at_most=schema.MAX_BOARD_SIZE), default=9,
                         help=f"board size, {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE} (default 9)")
     parser.add_argument("--chunks", type=bounded_number(int, at_least=1, at_most=100), default=4,
@@ -53,10 +53,10 @@ def main(argv=None) -> int:
                   "Give an empty folder, e.g. --root ./demo-lake", file=sys.stderr)
             return 2
         storage.write_new(layout.DEMO_MARKER, b"synthetic games of python -m testdata.demo: train nothing on them\n")
-    ensure_run_config(storage, RunConfig(board_size=args.board))
+    ensure_run_config(storage, RunConfig(board_size=args.board_size))
     rng = np.random.default_rng()
     for seq in range(args.chunks):
-        games = [synthetic_game(rng, args.board, visits=200, full_search_fraction=0.25, worker_id="demo")
+        games = [synthetic_game(rng, args.board_size, visits=200, full_search_fraction=0.25, worker_id="demo")
                  for _ in range(args.games_per_chunk)]
         path = layout.chunk_path(0, "demo", int(time.time() * 1000), seq)
         storage.write_new(path, codec.encode_chunk(games))

@@ -154,13 +154,15 @@ def test_a_match_counts_each_distinct_game_once_from_player_a_side(tmp_path):
 
 
 def test_an_arm_may_bundle_several_changes_but_not_set_one_flag_twice(capsys):
-    assert bench.bundle_flags(["--train-steps 1000", "--train-input-planes 22"], "--arm-b") == \
-        "--train-steps 1000 --train-input-planes 22"
-    with pytest.raises(ValueError, match="--arm-b: --train-steps is set by two changes"):
-        bench.bundle_flags(["--train-steps 1000", "--worker-gumbel --train-steps=800"], "--arm-b")
+    assert bench.bundle_flags(["--train-steps-per-window 1000", "--train-input-planes 22"], "--arm-b") == \
+        "--train-steps-per-window 1000 --train-input-planes 22"
+    with pytest.raises(ValueError, match="--arm-b: --train-steps-per-window is set by two changes"):
+        bench.bundle_flags(["--train-steps-per-window 1000", "--worker-gumbel --train-steps-per-window=800"],
+                           "--arm-b")
     with pytest.raises(SystemExit) as stopped:
-        bench.parse_args(["--out", "x", "--arm-b", "--train-steps 1000", "--arm-b", "--train-steps 800"])
-    assert stopped.value.code == 2 and "--train-steps is set by two changes" in capsys.readouterr().err
+        bench.parse_args(["--out", "x", "--arm-b", "--train-steps-per-window 1000",
+                          "--arm-b", "--train-steps-per-window 800"])
+    assert stopped.value.code == 2 and "--train-steps-per-window is set by two changes" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stopped:
         bench.parse_args(["--out", "x", "--arm-b=--worker-gumbel", "--seeds", "1"])
     assert stopped.value.code == 2 and "--seeds must be in [2, 8]" in capsys.readouterr().err
@@ -213,7 +215,8 @@ class StandIns:
         assert args.json and args.opening_moves == 0 and args.paired_openings == 4
         first, second = (spec.partition(":")[2] for spec in (args.player_a, args.player_b))
         # A run of the bundle wins 3 games in 4 against a default one; like runs split evenly.
-        bundle = ["--train-steps 1000" in Path(root, "loop-flags.txt").read_text() for root in (first, second)]
+        bundle = ["--train-steps-per-window 1000" in Path(root, "loop-flags.txt").read_text()
+                  for root in (first, second)]
         rng = np.random.default_rng(args.seed)
         win = 0.75 if bundle == [True, False] else 0.25 if bundle == [False, True] else 0.5
         os.makedirs(args.sgf_dir, exist_ok=True)
@@ -250,11 +253,12 @@ def run_main(capsys, argv) -> dict:
 
 def test_make_base_run_arm_and_main_end_to_end(tmp_path, capsys, stand_ins, monkeypatch):
     argv = ["--out", str(tmp_path), "--seeds", "2", "--cross-games-per-run", "16", "--within-games", "4",
-            "--arm-b-name", "bundle", "--arm-b", "--train-steps 1000", "--arm-b", "--train-input-planes 22"]
+            "--arm-b-name", "bundle", "--arm-b", "--train-steps-per-window 1000", "--arm-b", "--train-input-planes 22"]
     result = run_main(capsys, argv)
     assert stand_ins.calls == ["selfplay.worker"] + ["operations.loop"] * 4 + ["arena.match"] * 6
-    assert result["arm_b"] == "--train-steps 1000 --train-input-planes 22" and result["arm_b_name"] == "bundle"
-    assert result["arm_b_changes"] == ["--train-steps 1000", "--train-input-planes 22"]
+    assert result["arm_b"] == "--train-steps-per-window 1000 --train-input-planes 22"
+    assert result["arm_b_name"] == "bundle"
+    assert result["arm_b_changes"] == ["--train-steps-per-window 1000", "--train-input-planes 22"]
     assert result["games_per_pairing"] == 8 and result["cross_games"] == 32
     assert [m["match"] for m in result["matches"]] == ["b1-vs-a1", "b1-vs-a2", "b2-vs-a1", "b2-vs-a2",
                                                        "a1-vs-a2", "b1-vs-b2"]
@@ -263,7 +267,7 @@ def test_make_base_run_arm_and_main_end_to_end(tmp_path, capsys, stand_ins, monk
     assert result["resolvable_elo"] > 300 and result["commit"] == "c" * 40 and result["stale_caches"] == []
     assert sum(m["score"] for m in result["matches"][:4]) == result["cross_score"]
     assert Path(tmp_path, "runs", "b1", "loop-flags.txt").read_text().endswith(
-        "--train-steps 1000 --train-input-planes 22")
+        "--train-steps-per-window 1000 --train-input-planes 22")
 
     # The same command again: everything is reused, nothing runs, the same verdict.
     stand_ins.calls.clear()
@@ -295,7 +299,8 @@ def test_make_base_run_arm_and_main_end_to_end(tmp_path, capsys, stand_ins, monk
         bench.main(argv[:-2])
     error = capsys.readouterr().err
     assert stopped.value.code == 2 and "run b1" in error
-    assert "loop_flags '--train-steps 1000 --train-input-planes 22', now '--train-steps 1000'" in error
+    assert ("loop_flags '--train-steps-per-window 1000 --train-input-planes 22', "
+            "now '--train-steps-per-window 1000'") in error
 
 
 def test_run_arm_resumes_an_interrupted_run_and_refuses_one_begun_otherwise(tmp_path, capsys, stand_ins):

@@ -33,12 +33,20 @@ def test_roles_that_write_to_a_bucket_take_the_storage_retry_flags():
         assert "--storage-max-attempts" in parsers[name].format_help(), name
 
 
-def test_old_spellings_stay_accepted():
+def test_each_setting_has_one_name(capsys):
+    """No alias beside a setting's dashed flag: the shuffle job refuses an underscore spelling of its own
+    flags (it would otherwise go on to Beam and be dropped) and still passes Beam's own options on."""
     from pipeline import shuffle
 
-    args, _ = shuffle.build_parser().parse_known_args(["--root", "r", "--board", "9", "--window_exponent", "0.5",
-                                                       "--reuse", "2"])
-    assert (args.board_size, args.window_exponent, args.reuse) == (9, 0.5, 2.0)
+    with pytest.raises(SystemExit) as exit_info:
+        shuffle.main(["--root", "r", "--window_exponent", "0.5", "--reuse", "2"])
+    assert exit_info.value.code == 2
+    assert "--window_exponent: this job's flags are dashed, use --window-exponent" in capsys.readouterr().err
+    assert shuffle.misspelled_own_flags(["--shard_positions=4000"]) == [("--shard_positions", "--shard-positions")]
+    args, beam_args = shuffle.build_parser().parse_known_args(
+        ["--root", "r", "--window-exponent", "0.5", "--temp_location", "gs://b/tmp", "--runner=DataflowRunner"])
+    assert args.window_exponent == 0.5 and beam_args == ["--temp_location", "gs://b/tmp", "--runner=DataflowRunner"]
+    assert shuffle.misspelled_own_flags(beam_args) == []
 
 
 @dataclasses.dataclass(frozen=True)

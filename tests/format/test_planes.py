@@ -411,8 +411,8 @@ def test_the_shuffle_job_and_training_dataset_deliver_the_reference_planes(tmp_p
     n, root = 9, str(tmp_path / "lake")
     write_run_json(root, n)
     write_chunk(root, 0, games[n], 0)
-    code = shuffle_main(["--root", root, "--window_min_positions", "1000000", "--reuse", "1",
-                         "--dedup_max_move", "0", "--random_playouts", "2", "--shard_positions", "300",
+    code = shuffle_main(["--root", root, "--window-min-positions", "1000000", "--reuse", "1",
+                         "--dedup-max-move", "0", "--random-playouts", "2", "--shard-positions", "300",
                          "--workers", "1", "--seed", "5"])
     assert code == 0
     expected = {(g.game_id, i): ref[i] for g, ref in zip(games[n], references[n]) for i in range(len(ref))}

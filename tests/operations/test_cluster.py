@@ -25,20 +25,22 @@ from operations.chaos_audit import ZERO_LOSS_KEYS
 REPO = Path(__file__).resolve().parents[2]
 
 # Every role tiny: 2 cores carry 5 roles, the launcher and the emulator.
-TINY = ["--workers", "3", "--games-at-once", "8", "--visits", "4", "--fast-visits", "2",
-        "--chunk-games", "8", "--chunk-seconds", "4", "--blocks", "1", "--filters", "8", "--batch-size", "32",
-        "--train-steps", "20", "--train-warmup-steps", "20", "--train-log-every", "5", "--checkpoint-every", "10",
-        "--follow-new-positions", "1500", "--claim-seconds", "8",
+TINY = ["--workers", "3", "--worker-games", "8", "--worker-visits", "4", "--worker-fast-visits", "2",
+        "--worker-chunk-games", "8", "--worker-chunk-seconds", "4", "--train-blocks", "1", "--train-filters", "8",
+        "--train-batch-size", "32", "--train-steps-per-window", "20", "--train-warmup-steps", "20",
+        "--train-log-every", "5", "--train-checkpoint-every", "10",
+        "--shuffle-follow-new-positions", "1500", "--shuffle-claim-seconds", "8",
         "--poll-seconds", "1", "--status-seconds", "5", "--child-threads", "1", "--stop-grace", "20",
         "--restart-backoff", "0.5", "--drain-seconds", "25",
-        "--role-args", "shuffle=--random_playouts 4 --shard_positions 4000 --window_min_positions 3000"]
+        "--role-args", "shuffle=--random-playouts 4 --shard-positions 4000 --window-min-positions 3000"]
 
 
 def test_role_args_and_flags():
-    assert C.parse_role_args(["worker=--leaves-per-game 4", "trainer=--seed 3"]) == (
+    assert C.parse_role_args(["worker=--leaves-per-game 4", "train=--seed 3"]) == (
         ("worker", ("--leaves-per-game", "4")), ("train", ("--seed", "3")))
-    with pytest.raises(ValueError, match="--role-args"):
-        C.parse_role_args(["gpu=--x"])
+    for unknown in ("gpu=--x", "trainer=--seed 3", "workers=--seed 3"):     # one name per role, as --ROLE-*
+        with pytest.raises(ValueError, match="--role-args"):
+            C.parse_role_args([unknown])
     with pytest.raises(ValueError, match="--workers"):
         C.ClusterConfig(workers=0)
     assert C.default_state_dir("gs://b/run") == C.default_state_dir("gs://b/run") != C.default_state_dir("x")
@@ -51,7 +53,7 @@ def parse_cluster(argv):
 
 
 def test_every_role_setting_reaches_its_processes(tmp_path):
-    """--worker-*/--shuffle-*/--train-* (and the old spellings) end up in each child's argv, which the
+    """--worker-*/--shuffle-*/--train-* end up in each child's argv, which the
     role's own CLI parses back into the same settings; managed settings differ per process."""
     from model.config import CLI as TRAIN
     from pipeline.config import ShuffleConfig
@@ -59,8 +61,8 @@ def test_every_role_setting_reaches_its_processes(tmp_path):
     from pipeline.shuffle import build_parser as shuffle_parser
     from selfplay.config import CLI as WORKER
 
-    config = parse_cluster(["--root", "gs://b/r", "--workers", "2", "--visits", "8", "--worker-c-puct", "2.5",
-                            "--worker-gumbel", "--shuffle-reuse", "2", "--train-steps", "60",
+    config = parse_cluster(["--root", "gs://b/r", "--workers", "2", "--worker-visits", "8", "--worker-c-puct", "2.5",
+                            "--worker-gumbel", "--shuffle-reuse", "2", "--train-steps-per-window", "60",
                             "--train-learning-rate", "0.05", "--no-train-sync-batchnorm", "--poll-seconds", "2",
                             "--role-args", "worker=--seed 7"])
     specs = C.Commands(config, str(tmp_path)).all()

@@ -18,8 +18,9 @@ from operations.loop import Loop, LoopConfig, PhaseFailed
 
 REPO = Path(__file__).resolve().parents[2]
 
-TINY = ["--generations", "1", "--selfplay-seconds", "8", "--games-at-once", "16", "--visits", "8",
-        "--fast-visits", "4", "--train-steps", "20", "--batch-size", "64", "--blocks", "1", "--filters", "8",
+TINY = ["--generations", "1", "--selfplay-seconds", "8", "--worker-games", "16", "--worker-visits", "8",
+        "--worker-fast-visits", "4", "--train-steps-per-window", "20", "--train-batch-size", "64",
+        "--train-blocks", "1", "--train-filters", "8",
         "--eval-games", "4", "--final-eval-games", "6", "--eval-visits", "4", "--minutes", "10"]
 
 
@@ -70,12 +71,12 @@ def test_the_loop_reads_progress_from_events_not_from_human_lines(tmp_path, monk
 
 
 def test_role_settings_reach_each_phases_command_line(tmp_path, monkeypatch):
-    """--worker-*/--train-*/--shuffle-* (and the old spellings) reach the children's argv."""
+    """--worker-*/--train-*/--shuffle-* reach the children's argv."""
     from operations import loop as L
 
-    config, retry = L.CLI.parse(["--root", str(tmp_path / "lake"), "--visits", "8", "--worker-c-puct", "2.5",
-                                 "--train-learning-rate", "0.05", "--train-steps", "30", "--shuffle-reuse", "2",
-                                 "--storage-max-attempts", "3"])
+    config, retry = L.CLI.parse(["--root", str(tmp_path / "lake"), "--worker-visits", "8", "--worker-c-puct",
+                                 "2.5", "--train-learning-rate", "0.05", "--train-steps-per-window", "30",
+                                 "--shuffle-reuse", "2", "--storage-max-attempts", "3"])
     loop = Loop(config, open_storage(config.root), retry)
     commands = []
     monkeypatch.setattr(loop, "run_child", lambda phase, argv, *rest: commands.append(argv) or [])
@@ -318,8 +319,9 @@ def test_a_long_run_evaluates_against_random_every_4th_generation_the_demo_every
 # The concurrent schedule (issue 41 part 2): every role at once, each started once
 # ---------------------------------------------------------------------------
 
-CONCURRENT = ["--schedule", "concurrent", "--generations", "1", "--minutes", "10", "--games-at-once", "16",
-              "--visits", "8", "--fast-visits", "4", "--batch-size", "64", "--blocks", "1", "--filters", "8",
+CONCURRENT = ["--schedule", "concurrent", "--generations", "1", "--minutes", "10", "--worker-games", "16",
+              "--worker-visits", "8", "--worker-fast-visits", "4", "--train-batch-size", "64", "--train-blocks", "1",
+              "--train-filters", "8",
               "--final-eval-games", "6", "--eval-visits", "4", "--no-train-cpu-int8",
               "--train-min-steps-per-window", "10", "--train-max-steps-per-window", "20",
               "--train-warmup-steps", "10", "--train-log-every", "10", "--train-checkpoint-every", "10",
@@ -376,8 +378,9 @@ def test_each_schedule_gets_its_trainer_steps_and_the_follower_its_sizing(tmp_pa
     # Turns keep today's 500 steps a generation; the concurrent schedule's trainer uses its rule.
     assert Loop(config(), storage).config.train.steps_per_window == L.TURNS_STEPS_PER_WINDOW
     assert Loop(config("--hours", "2"), storage).config.train.steps_per_window == 0
-    assert Loop(config("--hours", "2", "--train-steps", "30"), storage).config.train.steps_per_window == 30
-    shuffle = config("--hours", "2", "--train-samples-per-row", "4", "--batch-size", "256").follower_shuffle()
+    assert Loop(config("--hours", "2", "--train-steps-per-window", "30"),
+                storage).config.train.steps_per_window == 30
+    shuffle = config("--hours", "2", "--train-samples-per-row", "4", "--train-batch-size", "256").follower_shuffle()
     assert (shuffle.samples_per_row, shuffle.follow_max_untrained) == (4.0, 2)
     assert shuffle.follow_new_positions == L.CONCURRENT["min_steps_per_window"] * 256 // 4
     assert shuffle.follow_max_rows == L.CONCURRENT["max_steps_per_window"] * 256

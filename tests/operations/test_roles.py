@@ -14,8 +14,7 @@ from tests.format.test_cli import Example
 class Launcher:
     root: str = setting("./lake", "where")
     seed: int = setting(1, "seed")
-    role: Example = role_setting(Example, "the example role", shared=("root",), managed=("fast",),
-                                 aliases={"visits": ("--visits",)}, visits=16)
+    role: Example = role_setting(Example, "the example role", shared=("root",), managed=("fast",), visits=16)
 
     def __post_init__(self):
         complete_roles(self)
@@ -25,9 +24,13 @@ def test_role_flags_round_trip_through_the_roles_own_cli(capsys):
     launcher_cli = RoleCli(Launcher, prog="launcher", description="d", storage=False)
     config, _ = launcher_cli.parse(["--root", "r", "--role-limit", "2.5"])
     assert config.role == Example(root="r", visits=16, limit=2.5)       # the launcher's default for visits
-    assert launcher_cli.parse(["--visits", "3"])[0].role.visits == 3       # an old spelling, kept as alias
+    assert launcher_cli.parse(["--role-visits", "3"])[0].role.visits == 3
+    with pytest.raises(SystemExit) as exit_info:           # one name per setting: no short alias beside it
+        launcher_cli.parse(["--visits", "3"])
+    assert exit_info.value.code == 2
     text = launcher_cli.parser().format_help()
-    assert "--role-visits VISITS, --visits VISITS" in text and "--role-fast" not in text  # managed: no flag
+    assert "--role-visits VISITS" in text and "--visits VISITS" not in text
+    assert "--role-fast" not in text                                    # managed: no flag
     assert "--role-root" not in text and "--ROLE-FIELD" in text
     argv = role_argv(config, "role", fast=True)
     assert argv == ["--root", "r", "--visits", "16", "--limit", "2.5", "--fast"]

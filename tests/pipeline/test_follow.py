@@ -50,7 +50,7 @@ def add_chunks(root: str, chunks: int, seed: int, first_seq: int) -> None:
 
 def start_follower(root: str, events: str, *extra: str) -> subprocess.Popen:
     argv = [sys.executable, "-m", "pipeline.shuffle", "--root", root, "--follow", "--events", events,
-            "--poll-seconds", "0.3", "--workers", "1", "--random_playouts", "4", *extra]
+            "--poll-seconds", "0.3", "--workers", "1", "--random-playouts", "4", *extra]
     return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -266,7 +266,7 @@ def test_a_one_shot_job_stopped_by_sigterm_removes_its_pieces_and_releases_its_c
     storage = open_storage(root)
     # Bundles of one chunk each: the job is still labelling the others when the first pieces appear.
     job = subprocess.Popen([sys.executable, "-m", "pipeline.shuffle", "--root", root, "--workers", "2",
-                            "--bundle-positions", "100", "--random_playouts", "16"], cwd=REPO, text=True,
+                            "--bundle-positions", "100", "--random-playouts", "16"], cwd=REPO, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         pieces = wait_for(lambda: storage.list(layout.tmp_prefix()), "the job's first pieces", processes=[job])
@@ -304,7 +304,7 @@ def test_a_one_shot_job_cleans_what_killed_jobs_and_writers_left(tmp_path, capsy
     for path in (old, young):
         open(path, "wb").close()
     os.utime(old, (time.time() - 2 * LW.STALE_TEMP_SECONDS,) * 2)
-    assert main(["--root", root, "--workers", "1", "--random_playouts", "4"]) == 0
+    assert main(["--root", root, "--workers", "1", "--random-playouts", "4"]) == 0
     assert storage.list(layout.tmp_prefix()) == [] and not os.path.exists(old) and os.path.exists(young)
     assert storage.exists(layout.window_manifest(1))
     out = capsys.readouterr().out
@@ -398,13 +398,13 @@ def test_a_follower_keeps_one_window_manifest_however_many_windows_it_reads(tmp_
 # Flags
 # ---------------------------------------------------------------------------
 
-def test_flags_dashed_underscored_and_board_size_alias():
+def test_flags_are_dashed():
     parser = build_parser()
     args, _ = parser.parse_known_args(["--root", "r", "--board-size", "9", "--follow", "--follow-new-positions",
-                                       "7", "--poll_seconds", "2", "--events", "e.jsonl"])
+                                       "7", "--poll-seconds", "2", "--events", "e.jsonl"])
     assert (args.board_size, args.follow, args.follow_new_positions, args.poll_seconds, args.events) == \
         (9, True, 7, 2.0, "e.jsonl")
-    args, _ = parser.parse_known_args(["--root", "r", "--board", "19", "--window_exponent", "0.5"])
+    args, _ = parser.parse_known_args(["--root", "r", "--board-size", "19", "--window-exponent", "0.5"])
     assert args.board_size == 19 and args.follow is False and args.window_exponent == 0.5
 
 

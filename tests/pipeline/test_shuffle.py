@@ -68,9 +68,9 @@ def lake(tmp_path_factory):
         with open(os.path.join(root, path), "wb") as f:
             f.write(data)
         bad[kind] = path
-    code = main(["--root", root, "--window_min_positions", "1000000", "--shard_positions", "4000",
-                 "--reuse", str(REUSE), "--position_cap", str(CAP), "--dedup_max_move", "8",
-                 "--bundle_positions", "2000", "--random_playouts", "32", "--workers", "2", "--seed", "7"])
+    code = main(["--root", root, "--window-min-positions", "1000000", "--shard-positions", "4000",
+                 "--reuse", str(REUSE), "--position-cap", str(CAP), "--dedup-max-move", "8",
+                 "--bundle-positions", "2000", "--random-playouts", "32", "--workers", "2", "--seed", "7"])
     assert code == 0
     manifest, shards = read_window(root, 1)
     return {"root": root, "manifest": manifest, "shards": shards, "bad": bad, "finished": finished,
@@ -194,7 +194,7 @@ def test_a_finished_window_is_not_redone(lake, capsys):
 
 
 def test_a_mismatching_board_flag_is_refused(lake, capsys):
-    assert main(["--root", lake["root"], "--board", "19"]) == 2
+    assert main(["--root", lake["root"], "--board-size", "19"]) == 2
     err = capsys.readouterr().err
     assert "--board-size 19" in err and layout.RUN_CONFIG in err
 
@@ -209,7 +209,7 @@ def test_help_lists_every_setting(capsys):
         main(["--help"])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--window_exponent", "--position_cap", "--reuse", "--shard_gzip_level", "--playout_labels"):
+    for flag in ("--window-exponent", "--position-cap", "--reuse", "--shard-gzip-level", "--playout-labels"):
         assert flag in out
 
 
@@ -257,7 +257,7 @@ def test_a_write_that_fails_mid_job_is_one_line_naming_the_object(tmp_path):
     (root / layout.window_dir(1)).write_bytes(b"")
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     done = subprocess.run([sys.executable, "-m", "pipeline.shuffle", "--root", str(root), "--workers", "2",
-                           "--random_playouts", "4"], cwd=repo, capture_output=True, text=True, timeout=300)
+                           "--random-playouts", "4"], cwd=repo, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: cannot write "), done.stderr
@@ -273,8 +273,8 @@ def test_value_only_rows_zero_writes_only_rows_with_a_policy_target(tmp_path):
     rng = np.random.default_rng(6)
     games = [synthetic_game(rng, 9, visits=20, generation=0, full_search_fraction=0.25) for _ in range(12)]
     write_chunk(root, 0, games, 0)
-    assert main(["--root", root, "--workers", "1", "--random_playouts", "4", "--reuse", "1",
-                 "--dedup_max_move", "0", "--value-only-rows", "0"]) == 0
+    assert main(["--root", root, "--workers", "1", "--random-playouts", "4", "--reuse", "1",
+                 "--dedup-max-move", "0", "--value-only-rows", "0"]) == 0
     manifest, shards = read_window(root, 1)
     records = [rec for recs in shards.values() for rec in recs]
     with_target = sum(int(np.count_nonzero(g.full_search)) for g in games)

@@ -31,8 +31,8 @@ def test_job_runs_on_a_gs_root(gcs_emulator):
     broken = layout.chunk_path(1, "w", 1_600_000_000_000, 9)
     storage.write_new(broken, b"\x28\xb5\x2f\xfd not really zstd")
 
-    assert main(["--root", root, "--workers", "1", "--shard_positions", "300", "--reuse", "1.0",
-                 "--dedup_max_move", "0", "--seed", "5"]) == 0
+    assert main(["--root", root, "--workers", "1", "--shard-positions", "300", "--reuse", "1.0",
+                 "--dedup-max-move", "0", "--seed", "5"]) == 0
 
     window = f"{layout.WINDOWS_DIR}/{layout.generation_dir(1)}"
     manifest = json.loads(storage.read(f"{window}/{layout.MANIFEST}"))
