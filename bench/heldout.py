@@ -199,18 +199,18 @@ def train_arm(root: str, shards: list[str], train_flags: list[str], seed: int, s
     """A fresh network trained ``steps`` steps on ``shards`` with the arm's trainer flags; its Keras model."""
     from model.tfdata import training_dataset
     from model.config import CLI as TRAIN_CLI
-    from model.sgd import Trainer, network_config, resolve_strategy
+    from model.sgd import Trainer, resolve_strategy
 
     config, _ = TRAIN_CLI.parse(["--root", root, "--seed", str(seed), "--warmup-steps", "50", *train_flags])
     call = min(config.steps_per_call, steps)
     resolved = resolve_strategy(config)
-    trainer = Trainer(config, network_config(config, board_size), resolved)
+    trainer = Trainer(config, config.network_for(board_size), resolved)
     dataset = training_dataset(shards, board_size=board_size, batch_size=trainer.global_batch, seed=seed,
-                               input_planes=config.input_planes)
+                               input_planes=config.network.input_planes)
     iterator = iter(resolved.strategy.experimental_distribute_dataset(dataset))
     for _ in range(max(1, steps // call)):
         trainer.train_steps(iterator, call)
-    return trainer.model, config.input_planes
+    return trainer.model, config.network.input_planes
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -77,13 +77,13 @@ def heldout_metrics(trainer, shards: list[str], board_size: int, input_planes: i
 def train_and_measure(width: int, train: list[str], heldout: list[str], board_size: int, steps: int,
                       scratch: str) -> dict:
     from model.tfdata import training_dataset
-    from model.config import TrainConfig
-    from model.sgd import Trainer, network_config, resolve_strategy
+    from model.config import NetworkConfig, TrainConfig
+    from model.sgd import Trainer, resolve_strategy
 
-    config = TrainConfig(root=os.path.join(scratch, f"lake{width}"), input_planes=width, warmup_steps=50,
-                         steps_per_call=50, seed=0)
+    config = TrainConfig(root=os.path.join(scratch, f"lake{width}"), network=NetworkConfig(input_planes=width),
+                         warmup_steps=50, steps_per_call=50, seed=0)
     resolved = resolve_strategy(config)
-    trainer = Trainer(config, network_config(config, board_size), resolved)
+    trainer = Trainer(config, config.network_for(board_size), resolved)
     dataset = training_dataset(train, board_size=board_size, batch_size=trainer.global_batch, seed=1,
                                input_planes=width)
     iterator = iter(resolved.strategy.experimental_distribute_dataset(dataset))

@@ -146,7 +146,8 @@ def search_only(board_size: int, seconds: float, seed: int = 1) -> tuple[float, 
 
 def build_network(board_size: int, blocks: int | None = None, filters: int | None = None):
     """(keras model, label): model.network's network, default shape or blocks x filters."""
-    from model.network import NetworkConfig, build_network as build_project_network
+    from model.config import NetworkConfig
+    from model.network import build_network as build_project_network
 
     config = NetworkConfig(board_size=board_size, blocks=4, filters=32, **PINNED_NETWORK_SETTINGS)
     if blocks is not None:

@@ -39,6 +39,13 @@ config as one field whose flags are the role's own, prefixed (``--worker-visits`
 of its own when its metadata has a ``flag_group`` (an object with
 ``add_flags(parser, field)``, ``value(field, namespace, parser)`` and
 ``epilog(config_cls)``); this module asks it and knows nothing else of roles.
+
+A config may also hold a whole config of its own (:func:`nested_setting`:
+``TrainConfig.network`` is a ``NetworkConfig``) whose fields are the holder's
+flags under their own names (``--blocks``): the nested config declares each
+once and validates them, and the holder's flags, its launcher's composed
+flags (``--train-blocks``) and a child's command line all reach them
+(:func:`nested_flag_fields`, :func:`config_from_paths`, :func:`changed_argv`).
 """
 from __future__ import annotations
 
@@ -350,6 +357,93 @@ def config_from_namespace(config_cls, namespace: argparse.Namespace, parser: arg
         parser.error(str(exc))
 
 
+def nested_setting(config_cls, help: str = ""):  # noqa: A002
+    """A field holding a whole config of ``config_cls`` (default: its defaults) whose flag fields are
+    the holder's flags under their own names (module docstring); ``config_cls`` validates them."""
+    return dataclasses.field(default_factory=config_cls,
+                             metadata={"help": help, "nested": config_cls, "flag_group": NESTED_FLAGS})
+
+
+def nested_flag_fields(config_cls, prefix: str = "") -> list[tuple[str, dataclasses.Field, type]]:
+    """``(path, field, declaring class)`` of every flag field of ``config_cls``, a nested config's
+    (:func:`nested_setting`) in its place with the path ``holder.field``; hidden fields, fields not in
+    ``__init__`` and fields with another flag group (a launcher's role) are left out."""
+    out = []
+    for field in dataclasses.fields(config_cls):
+        if not field.init or field.metadata.get("hidden"):
+            continue
+        nested = field.metadata.get("nested")
+        if nested is not None:
+            out += nested_flag_fields(nested, f"{prefix}{field.name}.")
+        elif "flag_group" not in field.metadata:
+            out.append((prefix + field.name, field, config_cls))
+    return out
+
+
+def config_from_paths(config_cls, values: dict):
+    """``config_cls(...)`` from values keyed by path (``seed``, or ``network.blocks`` for a field of
+    the nested config ``network``, which is built from them)."""
+    own: dict = {}
+    inner: dict = {}
+    for path, value in values.items():
+        head, dot, rest = path.partition(".")
+        if dot:
+            inner.setdefault(head, {})[rest] = value
+        else:
+            own[head] = value
+    fields = {field.name: field for field in dataclasses.fields(config_cls)}
+    for name, nested_values in inner.items():
+        if name not in own:
+            own[name] = config_from_paths(fields[name].metadata["nested"], nested_values)
+    return config_cls(**own)
+
+
+def changed_argv(config) -> list[str]:
+    """The flags of ``config``'s flag fields that differ from their defaults (a nested config's
+    under their own names): what a child's command line needs to rebuild a nested config."""
+    argv: list[str] = []
+    for field in dataclasses.fields(config):
+        if not field.init or field.metadata.get("hidden"):
+            continue
+        value = getattr(config, field.name)
+        if "nested" in field.metadata:
+            argv += changed_argv(value)
+        elif field.default is dataclasses.MISSING or value != field.default:
+            argv += config_flag_argv(field.name, value)
+    return argv
+
+
+class NestedFlags:
+    """The ``flag_group`` of a :func:`nested_setting` field: its config's fields as the holder's flags."""
+
+    @staticmethod
+    def add_flags(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
+        group = parser.add_argument_group(field.metadata["help"] or None)
+        for path, inner, owner in nested_flag_fields(field.metadata["nested"], f"{field.name}."):
+            add_flag(group, owner, inner, [flag_name(inner.name)], path, field_default(inner))
+
+    @staticmethod
+    def value(field: dataclasses.Field, namespace: argparse.Namespace, parser):
+        values = {}
+        for path, inner, _ in nested_flag_fields(field.metadata["nested"], f"{field.name}."):
+            value = getattr(namespace, path, None)
+            if value is None and (not hasattr(namespace, path)
+                                  or inner.default_factory is not dataclasses.MISSING):  # type: ignore[misc]
+                continue
+            values[path.partition(".")[2]] = value
+        try:
+            return config_from_paths(field.metadata["nested"], values)
+        except ValueError as exc:
+            parser.error(str(exc))
+
+    @staticmethod
+    def epilog(config_cls) -> str | None:
+        return None
+
+
+NESTED_FLAGS = NestedFlags()
+
+
 @dataclasses.dataclass(frozen=True)
 class RoleCli:
     """An entry point's command line: its config class, name and description.
@@ -382,7 +476,7 @@ def role_parser(config_cls, *, prog: str, description: str, epilog: str | None =
                 storage: bool = True) -> argparse.ArgumentParser:
     """An entry point's parser: one flag per config field, plus the storage retry
     flags for a role that reads or writes a bucket (``storage``)."""
-    groups = [f for f in dataclasses.fields(config_cls) if "flag_group" in f.metadata]
+    groups = [f for f in dataclasses.fields(config_cls) if "flag_group" in f.metadata and "nested" not in f.metadata]
     # A launcher has a hundred flags: its usage line names the groups, --help lists them.
     usage = f"%(prog)s [-h] [options] [{' '.join(f'--{f.name}-*' for f in groups)}]" if groups else None
     if epilog is None and groups:

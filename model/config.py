@@ -1,4 +1,5 @@
-"""TrainConfig: every setting of ``python -m model.train``, validated once.
+"""TrainConfig: every setting of ``python -m model.train``, validated once;
+NetworkConfig: the network's shape, which TrainConfig holds as ``network``.
 
 The dataclass is the single source of defaults; format.cli turns each field
 into a ``--flag`` (underscores become dashes) with its help text, and the
@@ -10,14 +11,23 @@ Steps and batches: ``batch_size`` is per replica; the *global* batch is
 steps, or, when that is 0, ``ceil(positions x epochs_per_window / global
 batch)``.  The learning-rate schedule runs on the global step, which keeps
 counting across windows (see ``model.sgd.LearningRateSchedule``).
+
+The network's shape is declared once, in NetworkConfig (model.network builds
+a network from one; every published model's metadata records it as
+``network``).  TrainConfig holds one as ``network`` and its fields are the
+trainer's flags under their own names (``--blocks``, ``--filters``...:
+format.cli's ``nested_setting``); a launcher's are ``--train-blocks``...
+TrainConfig's board size may be 0 (ROOT/run.json's, read later), so the held
+shape has board size 0 and the trainer builds ``network_for(board size)``.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from cloud.storage import local_folder_overlaps_root
-from format.cli import (RoleCli, board_size_setting, events_setting, poll_seconds_setting, root_setting, setting,
-                        setting_problems, settings_error)
+from format.cli import (RoleCli, board_size_setting, events_setting, nested_setting, poll_seconds_setting,
+                        root_setting, setting, setting_problems, settings_error)
 from format import schema
 
 LOSS_NORMALIZATIONS = ("batch", "weight")
@@ -35,6 +45,53 @@ class ConfigError(ValueError):
     """A flag (or a combination of flags) is invalid; the message names it."""
 
 
+def _check_network_board_size(value, info) -> str | None:
+    if value == 0 or schema.MIN_BOARD_SIZE <= value <= schema.MAX_BOARD_SIZE:
+        return None
+    return f"{value} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}"
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """The network's shape (model.network builds it); saved with every published model.
+
+    Each field but the hidden ones is a trainer flag of the same name
+    (TrainConfig.network).  The published record (``dataclasses.asdict``,
+    metadata ``network``) keeps this field order.
+    """
+
+    board_size: int = setting(0, "board size the network is built for; 0 = not known yet (TrainConfig.network "
+                                 "holds the shape, and the trainer builds network_for(the run's board size))",
+                              hidden=True, check=_check_network_board_size)
+    input_planes: int = setting(schema.BASIC_INPUT_PLANES,
+        "input planes of a new network: 17 (AlphaGo Zero's stone history and colour) or 22 (those, then "
+        "on-board, liberties 1/2/3+ and legal moves; format/planes.py); a checkpoint resumes only with its own",
+        choices=schema.INPUT_PLANE_CHOICES)
+    blocks: int = setting(4, "residual blocks", at_least=1)
+    filters: int = setting(32, "channels of the residual tower", at_least=1)
+    global_pool_every: int = setting(0,
+        "every k-th block gets a KataGo global-pooling bias; 0 = none", at_least=0)
+    global_pool_channels: int = setting(8, "channels pooled by those blocks (smaller than --filters)", at_least=1)
+    value_head: str = setting("tanh", "tanh (win/loss) or wdl (win/draw/loss softmax)", choices=VALUE_HEADS)
+    policy_head: str = setting("conv", "conv (each point's logit from a 1x1 convolution: learns the rules at "
+                                       "every point at once) or dense (AlphaGo Zero's dense layer; runs started "
+                                       "before conv became the default)", choices=POLICY_HEADS)
+    policy_channels: int = setting(16, "channels of the conv policy head's hidden 1x1 convolution", hidden=True,
+                                   at_least=1)
+    head_filters: int = setting(2, "channels of the value head's (and the dense policy head's) 1x1 convolution",
+                                hidden=True, at_least=1)
+    value_hidden: int = setting(64, "hidden units of the value/score head", at_least=1)
+    sync_batchnorm: bool = setting(True,
+        "batch-norm statistics over the global batch (identical results on any replica count)")
+
+    def __post_init__(self):
+        problems = setting_problems(self)      # declared choices and ranges (format.cli)
+        if self.global_pool_every and self.global_pool_channels >= self.filters:
+            problems.append(f"--global-pool-channels: must be smaller than --filters ({self.filters})")
+        if problems:
+            raise ConfigError(settings_error(problems, "invalid network"))
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     root: str = root_setting()
@@ -49,23 +106,9 @@ class TrainConfig:
         "split the CPU into this many logical devices (Mirrored on CPU, for tests); 0 = off", at_least=0)
     precision: str = setting("auto",
         "compute precision; auto = bfloat16 on TPU/GPU, float32 on CPU", choices=PRECISIONS)
-    # --- network -----------------------------------------------------------
-    input_planes: int = setting(schema.BASIC_INPUT_PLANES,
-        "input planes of a new network: 17 (AlphaGo Zero's stone history and colour) or 22 (those, then "
-        "on-board, liberties 1/2/3+ and legal moves; format/planes.py); a checkpoint resumes only with its own",
-        choices=schema.INPUT_PLANE_CHOICES)
-    blocks: int = setting(4, "residual blocks", at_least=1)
-    filters: int = setting(32, "channels of the residual tower", at_least=1)
-    global_pool_every: int = setting(0,
-        "every k-th block gets a KataGo global-pooling bias; 0 = none", at_least=0)
-    global_pool_channels: int = setting(8, "channels pooled by those blocks", at_least=1)
-    value_head: str = setting("tanh", "tanh (win/loss) or wdl (win/draw/loss softmax)", choices=VALUE_HEADS)
-    value_hidden: int = setting(64, "hidden units of the value/score head", at_least=1)
-    policy_head: str = setting("conv", "conv (each point's logit from a 1x1 convolution: learns the rules at "
-                                       "every point at once) or dense (AlphaGo Zero's dense layer; runs started "
-                                       "before conv became the default)", choices=POLICY_HEADS)
-    sync_batchnorm: bool = setting(True,
-        "batch-norm statistics over the global batch (identical results on any replica count)")
+    # --- network: its flags are NetworkConfig's fields (--blocks, --filters...) ---
+    network: NetworkConfig = nested_setting(NetworkConfig, "network (the shape of a new network; a checkpoint "
+                                                           "resumes only with its own)")
     # --- losses ------------------------------------------------------------
     # Upper bounds: a loss weight or L2 penalty past them only scales the gradient
     # into divergence (the weights are relative; 1e-4 is the usual L2).
@@ -160,8 +203,9 @@ class TrainConfig:
                 out.append(f"--{flag}: {text}")
 
         out += setting_problems(self)          # shared settings, declared choices and ranges (format.cli)
-        need(self.global_pool_every == 0 or self.global_pool_channels < self.filters,
-             "global-pool-channels", f"must be smaller than --filters ({self.filters})")
+        need(self.network.board_size == 0, "board-size",
+             f"the network's board size is {self.network.board_size}, but it is --board-size's: give the "
+             "network without one (TrainConfig.network_for builds it on the run's)")
         need("://" not in self.stage_dir and not self.stage_dir.startswith("gs:"), "stage-dir",
              f"{self.stage_dir!r} must be a local directory, not a URL")
         # The stage clean-up deletes every window folder of DIR/windows but the one in
@@ -181,6 +225,11 @@ class TrainConfig:
             out.append(f"--lr-boundaries: {self.lr_boundaries!r} is not a comma-separated list of "
                        "increasing positive integers")
         return out
+
+    def network_for(self, board_size: int) -> NetworkConfig:
+        """The network to build and publish: the flags' shape on a board of ``board_size``
+        (the run's, once known)."""
+        return dataclasses.replace(self.network, board_size=board_size)
 
     def lr_boundary_steps(self) -> tuple[int, ...]:
         if not self.lr_boundaries.strip():

@@ -102,7 +102,7 @@ from model.config import TrainConfig
 from model.cpu_int8 import CALIBRATION_POSITIONS, CHECK_POSITIONS, add_cpu_int8
 from model.export import export_inference_model
 from model.staging import STATE_FILE, Stage, resolve_stage_dir
-from model.sgd import METRIC_NAMES, ResolvedStrategy, Trainer, network_config, summarize
+from model.sgd import METRIC_NAMES, ResolvedStrategy, Trainer, summarize
 from model.windows import (LakeError, Skipped, Window, new_rows, plan_next, samples_per_row_steps, scan_windows,
                            window_steps)
 
@@ -214,7 +214,7 @@ class TrainingRun:
         """Windows this process found a damaged file in (generation -> reason): never chosen again."""
         self._skipped_below: list[Skipped] = []
         self._saved_step = -1
-        self.net_config = network_config(config, board_size)
+        self.net_config = config.network_for(board_size)
         run = read_run_config(storage)
         # A whole-number komi allows draws, which the wdl head's targets must tell apart.
         draws_possible = run is not None and float(run.komi).is_integer()
@@ -236,7 +236,7 @@ class TrainingRun:
         self.writer = tf.summary.create_file_writer(log_dir)
         _say(f"{resolved.description}; global batch {self.trainer.global_batch} "
              f"({config.batch_size} x {resolved.replicas}); {self.trainer.dtype_policy}; "
-             f"{config.blocks} blocks x {config.filters} filters on {board_size}x{board_size}")
+             f"{config.network.blocks} blocks x {config.network.filters} filters on {board_size}x{board_size}")
 
     def _open_stage(self) -> Stage | None:
         """The stage directory for this run (claimed and synced), or None for direct I/O."""

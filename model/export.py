@@ -20,7 +20,8 @@ import dataclasses
 import tensorflow as tf
 
 from format import schema
-from model.network import NetworkConfig, build_network
+from model.config import NetworkConfig
+from model.network import build_network
 
 
 class InferenceModule(tf.Module):

@@ -37,63 +37,18 @@ Mixed precision: ``dtype_policy="mixed_bfloat16"`` computes in bfloat16 with
 float32 variables; heads always return float32.  An exported model is
 rebuilt with ``"float32"`` and the same weights (see ``model.export``), so
 self-play workers on CPU never run bfloat16.
+
+The shape is model.config's NetworkConfig (TensorFlow-free, so that the
+trainer's flags are checked without importing TensorFlow).
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import keras
 import tensorflow as tf
 from keras import layers
 
 from format import schema
-
-VALUE_HEADS = ("tanh", "wdl")
-POLICY_HEADS = ("conv", "dense")
-
-
-@dataclass(frozen=True)
-class NetworkConfig:
-    """Shape of the network; saved with every published model."""
-
-    board_size: int
-    input_planes: int = schema.BASIC_INPUT_PLANES
-    """Channels of the input: 17 (AlphaGo Zero's planes) or 22 (with liberties and legal moves);
-    format/planes.py's layout, whose first ``input_planes`` channels the network reads."""
-    blocks: int = 4
-    filters: int = 32
-    global_pool_every: int = 0
-    """0: plain residual blocks; k: every k-th block has a global pooling bias."""
-    global_pool_channels: int = 16
-    value_head: str = "tanh"
-    policy_head: str = "conv"
-    """conv: a 1x1 convolution gives each point's logit (pass from pooled features);
-    dense: AlphaGo Zero's 1x1 convolution to ``head_filters`` channels, then a dense layer."""
-    policy_channels: int = 16
-    """Channels of the conv policy head's hidden 1x1 convolution."""
-    head_filters: int = 2
-    value_hidden: int = 64
-    sync_batchnorm: bool = True
-
-    def __post_init__(self):
-        if not schema.MIN_BOARD_SIZE <= self.board_size <= schema.MAX_BOARD_SIZE:
-            raise ValueError(f"board_size {self.board_size} outside "
-                             f"{schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
-        if self.input_planes not in schema.INPUT_PLANE_CHOICES:
-            raise ValueError(f"input_planes must be one of {schema.INPUT_PLANE_CHOICES}, got {self.input_planes}")
-        for name in ("blocks", "filters", "head_filters", "value_hidden", "global_pool_channels",
-                     "policy_channels"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.global_pool_every < 0:
-            raise ValueError(f"global_pool_every must be >= 0, got {self.global_pool_every}")
-        if self.global_pool_every and self.global_pool_channels >= self.filters:
-            raise ValueError(f"global_pool_channels ({self.global_pool_channels}) must be "
-                             f"smaller than filters ({self.filters})")
-        if self.policy_head not in POLICY_HEADS:
-            raise ValueError(f"policy_head must be one of {POLICY_HEADS}, got {self.policy_head!r}")
-        if self.value_head not in VALUE_HEADS:
-            raise ValueError(f"value_head must be one of {VALUE_HEADS}, got {self.value_head!r}")
+from model.config import NetworkConfig
 
 
 def _conv(filters, kernel, dtype, name):
@@ -172,6 +127,9 @@ def _conv_policy_head(x, config, dtype):
 
 def build_network(config: NetworkConfig, dtype_policy: str = "float32") -> keras.Model:
     """A Keras functional model: planes [B, N, N, input_planes] -> dict of outputs (module doc)."""
+    if not config.board_size:
+        raise ValueError("NetworkConfig.board_size is 0 (not known yet): build TrainConfig.network_for(the "
+                         "run's board size)")
     n = config.board_size
     points = n * n
     actions = schema.num_actions(n)

@@ -52,8 +52,8 @@ import numpy as np
 import tensorflow as tf
 
 from format import planes as plane_layout
-from model.config import TrainConfig
-from model.network import NetworkConfig, build_network
+from model.config import NetworkConfig, TrainConfig
+from model.network import build_network
 from inference.evaluator import AcceleratorMissing, connect_tpu
 
 log = logging.getLogger(__name__)
@@ -132,14 +132,6 @@ def dtype_policy_for(config: TrainConfig, kind: str) -> str:
     if config.precision == "float32" or (config.precision == "auto" and kind == "cpu"):
         return "float32"
     return "mixed_bfloat16"
-
-
-def network_config(config: TrainConfig, board_size: int) -> NetworkConfig:
-    return NetworkConfig(
-        board_size=board_size, input_planes=config.input_planes, blocks=config.blocks, filters=config.filters,
-        global_pool_every=config.global_pool_every, global_pool_channels=config.global_pool_channels,
-        value_head=config.value_head, value_hidden=config.value_hidden, policy_head=config.policy_head,
-        sync_batchnorm=config.sync_batchnorm)
 
 
 class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):

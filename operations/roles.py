@@ -11,6 +11,9 @@ The convention, one for every launcher:
   ``--shuffle-reuse``), with the role's own help text, in a ``--help``
   group of its own; that is the setting's one name on the launcher (no short
   alias beside it);
+* a field of a nested config of the role's (``TrainConfig.network``, a
+  ``NetworkConfig``: format.cli's ``nested_setting``) is a flag of the role
+  under its own name, so the launcher's is ``--R-F`` too (``--train-blocks``);
 * *shared* fields (``root``, ``board_size``, ``komi``) are the launcher's
   own flags, copied into every role;
 * *managed* fields (events file, seed, spool...) are set by the launcher for
@@ -41,7 +44,8 @@ import time
 import typing
 
 from format import layout
-from format.cli import add_flag, config_flag_argv, field_default, flag_name
+from format.cli import (add_flag, changed_argv, config_flag_argv, config_from_paths, field_default, flag_name,
+                        nested_flag_fields)
 
 
 def role_setting(config_cls, help: str, *, shared: typing.Iterable[str] = (),  # noqa: A002
@@ -51,13 +55,15 @@ def role_setting(config_cls, help: str, *, shared: typing.Iterable[str] = (),  #
     ``shared``: the role's fields the launcher copies from its own fields of
     the same name (``root``, ``board_size``...).  ``managed``: fields the
     launcher sets per child process (:func:`role_argv` takes them); neither is
-    a flag.  ``defaults``: the launcher's own defaults for role fields.  The
-    field's value is None until the launcher's ``__post_init__`` calls
-    :func:`complete_roles`.
+    a flag.  ``defaults``: the launcher's own defaults for role fields (a
+    field of a nested config, such as TrainConfig.network's ``blocks``, by
+    its own name, as its flag is named).  The field's value is None until the
+    launcher's ``__post_init__`` calls :func:`complete_roles`.
     """
     shared, managed = tuple(shared), tuple(managed)
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    unknown = sorted((set(shared) | set(managed) | set(defaults)) - set(fields))
+    nested = {f.name: path for path, f, _ in nested_flag_fields(config_cls) if "." in path}
+    unknown = sorted(((set(shared) | set(managed)) - set(fields)) | (set(defaults) - set(fields) - set(nested)))
     if unknown:
         raise TypeError(f"role_setting({config_cls.__name__}): no such fields: {unknown}")
     for f in fields.values():
@@ -67,7 +73,8 @@ def role_setting(config_cls, help: str, *, shared: typing.Iterable[str] = (),  #
                             f"managed or given a default")
     return dataclasses.field(default=None, metadata={
         "role": config_cls, "help": help, "shared": shared, "managed": managed,
-        "defaults": dict(defaults), "flag_group": ROLE_FLAGS})
+        "defaults": {name if name in fields else nested[name]: value for name, value in defaults.items()},
+        "flag_group": ROLE_FLAGS})
 
 
 def _role_field(config, role: str) -> dataclasses.Field:
@@ -77,25 +84,26 @@ def _role_field(config, role: str) -> dataclasses.Field:
     raise TypeError(f"{type(config).__name__} has no role field {role!r}")
 
 
-def _role_flag_fields(role_field: dataclasses.Field) -> list[dataclasses.Field]:
-    """The role's fields that are the launcher's ``--<role>-*`` flags."""
+def _role_flag_fields(role_field: dataclasses.Field) -> list[tuple[str, dataclasses.Field, type]]:
+    """``(path, field, declaring class)`` of the role's fields that are the launcher's ``--<role>-*``
+    flags; a nested config's fields (TrainConfig.network's) by their own names, path ``network.blocks``."""
     info = role_field.metadata
     kept = set(info["shared"]) | set(info["managed"])
-    return [f for f in dataclasses.fields(info["role"])
-            if f.init and not f.metadata.get("hidden") and f.name not in kept]
+    return [(path, f, owner) for path, f, owner in nested_flag_fields(info["role"])
+            if path.partition(".")[0] not in kept]
 
 
-def _role_dest(role_field: dataclasses.Field, field: dataclasses.Field) -> str:
-    return f"{role_field.name}.{field.name}"
+def _role_dest(role_field: dataclasses.Field, path: str) -> str:
+    return f"{role_field.name}.{path}"
 
 
 def _add_role_flags(parser: argparse.ArgumentParser, role_field: dataclasses.Field) -> None:
     info = role_field.metadata
     group = parser.add_argument_group(f"{role_field.name} settings (--{role_field.name}-*)", info["help"])
-    for field in _role_flag_fields(role_field):
-        default = info["defaults"].get(field.name, field_default(field))
-        add_flag(group, info["role"], field, [f"--{role_field.name}-{field.name.replace('_', '-')}"],
-                 _role_dest(role_field, field), default)
+    for path, field, owner in _role_flag_fields(role_field):
+        default = info["defaults"].get(path, field_default(field))
+        add_flag(group, owner, field, [f"--{role_field.name}-{field.name.replace('_', '-')}"],
+                 _role_dest(role_field, path), default)
 
 
 def _roles_epilog(config_cls) -> str | None:
@@ -103,7 +111,7 @@ def _roles_epilog(config_cls) -> str | None:
     roles = [f for f in dataclasses.fields(config_cls) if "role" in f.metadata]
     if not roles:
         return None
-    example = flag_name(_role_flag_fields(roles[0])[0].name)
+    example = flag_name(_role_flag_fields(roles[0])[0][1].name)
     return (f"Role settings: --ROLE-FIELD (ROLE one of {', '.join(f.name for f in roles)}) is that role's own "
             f"--FIELD (e.g. --{roles[0].name}-{example[2:]} is the {roles[0].name} role's {example}) and is passed "
             f"to every process of the role; the groups above list them, with this launcher's defaults.")
@@ -111,7 +119,7 @@ def _roles_epilog(config_cls) -> str | None:
 
 def _launcher_flags(role_field: dataclasses.Field, message: str) -> str:
     """A role's validation message with its flags spelled as the launcher's (``--visits`` -> ``--worker-visits``)."""
-    own = {f.name.replace("_", "-") for f in _role_flag_fields(role_field)}
+    own = {f.name.replace("_", "-") for _, f, _ in _role_flag_fields(role_field)}
     return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)",
                   lambda m: f"--{role_field.name}-{m[1]}" if m[1] in own else m[0], message)
 
@@ -119,13 +127,13 @@ def _launcher_flags(role_field: dataclasses.Field, message: str) -> str:
 def _role_from_namespace(role_field: dataclasses.Field, namespace: argparse.Namespace, parser):
     info = role_field.metadata
     values = {name: getattr(namespace, name) for name in info["shared"] if getattr(namespace, name, None) is not None}
-    for field in _role_flag_fields(role_field):
-        value = getattr(namespace, _role_dest(role_field, field), None)
+    for path, field, _ in _role_flag_fields(role_field):
+        value = getattr(namespace, _role_dest(role_field, path), None)
         if value is None and field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
             continue
-        values[field.name] = value
+        values[path] = value
     try:
-        return info["role"](**values)
+        return config_from_paths(info["role"], values)
     except ValueError as exc:
         parser.error(_launcher_flags(role_field, str(exc)))
 
@@ -161,7 +169,7 @@ def complete_roles(config) -> None:
         role_config = getattr(config, field.name)
         if role_config is None:
             try:
-                role_config = info["role"](**shared, **info["defaults"])
+                role_config = config_from_paths(info["role"], {**shared, **info["defaults"]})
             except ValueError as exc:
                 raise ValueError(_launcher_flags(field, str(exc))) from None
             object.__setattr__(config, field.name, role_config)
@@ -176,7 +184,8 @@ def role_argv(config, role: str, *, retry=None, **managed) -> list[str]:
     """The command line of a child process of ``config.<role>``.
 
     Every setting of the role's config that differs from the role's own
-    default (the shared ones always), then ``managed`` (only fields the role
+    default (the shared ones always; a nested config's fields under their own
+    names, ``--blocks 2``), then ``managed`` (only fields the role
     setting declares managed), then the storage retry flags when ``retry``
     is given.  Parsing the result with the role's own CLI rebuilds the role
     config.
@@ -192,7 +201,9 @@ def role_argv(config, role: str, *, retry=None, **managed) -> list[str]:
         if not f.init or f.metadata.get("hidden") or f.name in info["managed"]:
             continue
         value = getattr(role_config, f.name)
-        if f.name in info["shared"] or f.default is dataclasses.MISSING or value != f.default:
+        if "nested" in f.metadata:                 # a nested config's fields, under their own names
+            argv += changed_argv(value)
+        elif f.name in info["shared"] or f.default is dataclasses.MISSING or value != f.default:
             argv += config_flag_argv(f.name, value)
     for name, value in managed.items():
         argv += config_flag_argv(name, value)

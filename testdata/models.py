@@ -63,7 +63,8 @@ def publish_untrained_model(root: str, generation: int, board_size: int, *, netw
     from cloud.storage import open_storage
     from format.registry import publish_model
     from model.export import export_inference_model
-    from model.network import NetworkConfig, build_network
+    from model.config import NetworkConfig
+    from model.network import build_network
 
     if seed is not None:
         tf.keras.utils.set_random_seed(seed)

@@ -31,7 +31,8 @@ def main(target: str) -> None:
     import tensorflow as tf
 
     from model.export import export_inference_model
-    from model.network import NetworkConfig, build_network
+    from model.config import NetworkConfig
+    from model.network import build_network
 
     config = NetworkConfig(**NETWORK)
     rng = np.random.default_rng(SEED)

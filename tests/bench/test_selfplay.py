@@ -50,7 +50,8 @@ def test_a_missing_leela_zero_names_the_install_command(bench, monkeypatch, tmp_
 
 
 def test_direct_flops_are_counted_by_hand_on_a_tiny_network(bench):
-    from model.network import NetworkConfig, build_network
+    from model.config import NetworkConfig
+    from model.network import build_network
 
     n, f = 5, 4
     points, actions = n * n, n * n + 1

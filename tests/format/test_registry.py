@@ -15,7 +15,8 @@ from inference.model_files import load_model
 from cloud.storage import open_storage
 from format import schema
 from model.export import export_inference_model
-from model.network import NetworkConfig, build_network
+from model.config import NetworkConfig
+from model.network import build_network
 
 VARIABLES_FILE = "variables/variables.data-00000-of-00001"
 

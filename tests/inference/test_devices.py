@@ -17,7 +17,8 @@ from format import schema
 from format.registry import publish_model
 from inference.model_files import load_model
 from model.export import export_inference_model
-from model.network import NetworkConfig, build_network
+from model.config import NetworkConfig
+from model.network import build_network
 from selfplay.config import WorkerConfig
 from inference.evaluator import (
     FixedShapeFunction, ModelEvaluator, Placement, bucket_sizes, configure_accelerator,

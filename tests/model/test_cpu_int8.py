@@ -103,7 +103,8 @@ def test_a_copy_that_fails_the_accuracy_gate_is_not_written(tmp_path, monkeypatc
     monkeypatch.setattr(cpu_int8, "MIN_TOP1_AGREEMENT", 1.01)      # no copy can agree more than always
     lines = []
     from model.export import export_inference_model
-    from model.network import NetworkConfig, build_network
+    from model.config import NetworkConfig
+    from model.network import build_network
 
     config = NetworkConfig(board_size=N, **SMALL_NETWORK)
     export_inference_model(config, [w.numpy() for w in build_network(config).weights], str(tmp_path / "m"))

@@ -27,16 +27,16 @@ SCRIPT = textwrap.dedent("""
     from cloud.storage import open_storage
     from model.tfdata import training_dataset
     from testdata import synthetic_windows as synthetic
-    from model.config import TrainConfig
-    from model.sgd import Trainer, network_config, resolve_strategy, summarize
+    from model.config import NetworkConfig, TrainConfig
+    from model.sgd import Trainer, resolve_strategy, summarize
 
     root, loss_normalization = sys.argv[1], sys.argv[2]
     storage = open_storage(root)
     manifest = synthetic.write_synthetic_window(storage, target_generation=1, board_size=9,
                                                 positions=512, shards=2, seed=9)
     shards = [storage.url("windows/000001/" + name) for name in manifest["shards"]]
-    common = dict(root=root, blocks=2, filters=16, value_hidden=16, learning_rate=0.01,
-                  warmup_steps=1, global_pool_every=2, global_pool_channels=4, seed=5,
+    network = NetworkConfig(blocks=2, filters=16, value_hidden=16, global_pool_every=2, global_pool_channels=4)
+    common = dict(root=root, network=network, learning_rate=0.01, warmup_steps=1, seed=5,
                   loss_normalization=loss_normalization)
     mirrored_config = TrainConfig(strategy="mirrored", logical_cpus=2, batch_size=16, **common)
     mirrored = resolve_strategy(mirrored_config)       # splits the CPU first
@@ -45,7 +45,7 @@ SCRIPT = textwrap.dedent("""
     results = {"replicas": [mirrored.replicas, default.replicas]}
     for name, config, resolved in (("mirrored", mirrored_config, mirrored),
                                    ("default", default_config, default)):
-        trainer = Trainer(config, network_config(config, 9), resolved)
+        trainer = Trainer(config, config.network_for(9), resolved)
         dataset = training_dataset(shards, board_size=9, batch_size=32, seed=2, shuffle_buffer=64)
         iterator = iter(resolved.strategy.experimental_distribute_dataset(dataset))
         losses = []

@@ -11,7 +11,9 @@ def _occupied_mass_after_training(policy_head: str, steps: int = 150) -> float:
     """Train a one-block network's policy on positions whose targets are uniform over the empty points."""
     import tensorflow as tf
 
-    from model.network import NetworkConfig, build_network
+    from model.config import NetworkConfig
+
+    from model.network import build_network
 
     tf.keras.utils.set_random_seed(1)
     rng = np.random.default_rng(1)
@@ -56,7 +58,8 @@ def test_the_conv_policy_head_learns_a_rule_of_every_point_that_the_dense_head_d
 
 
 def test_a_conv_head_has_one_weight_set_for_all_points_and_the_dense_head_still_builds():
-    from model.network import NetworkConfig, build_network
+    from model.config import NetworkConfig
+    from model.network import build_network
 
     for head in ("conv", "dense"):
         network = build_network(NetworkConfig(board_size=9, blocks=1, filters=8, policy_head=head))
@@ -64,15 +67,31 @@ def test_a_conv_head_has_one_weight_set_for_all_points_and_the_dense_head_still_
         assert outputs["policy_logits"].shape == (3, 82)
     conv = build_network(NetworkConfig(board_size=19, blocks=1, filters=8))
     assert conv.get_layer("policy_board_conv").kernel.shape == (1, 1, 16, 1)
-    with pytest.raises(ValueError, match="policy_head"):
+    with pytest.raises(ValueError, match="--policy-head"):
         NetworkConfig(board_size=9, policy_head="attention")
 
 
-def test_the_trainer_names_the_policy_head_flag():
-    from model.config import ConfigError, TrainConfig
-    from model.sgd import network_config
+def test_the_trainer_names_the_policy_head_flag(capsys):
+    """TrainConfig holds a NetworkConfig: its fields are the trainer's flags under their own names, it
+    validates them, and the trainer builds it on the run's board (network_for)."""
+    from model.config import CLI, ConfigError, NetworkConfig, TrainConfig
 
-    assert network_config(TrainConfig(root="/tmp/x", policy_head="dense"), 9).policy_head == "dense"
-    assert TrainConfig(root="/tmp/x").policy_head == "conv"
+    config, _ = CLI.parse(["--root", "/tmp/x", "--policy-head", "dense", "--blocks", "2", "--no-sync-batchnorm"])
+    assert config.network == NetworkConfig(policy_head="dense", blocks=2, sync_batchnorm=False)
+    network = config.network_for(9)
+    assert (network.board_size, network.policy_head, network.global_pool_channels) == (9, "dense", 8)
+    default = TrainConfig(root="/tmp/x").network
+    assert (default.policy_head, default.board_size) == ("conv", 0)
     with pytest.raises(ConfigError, match="--policy-head"):
-        TrainConfig(root="/tmp/x", policy_head="attention")
+        TrainConfig(root="/tmp/x", network=NetworkConfig(policy_head="attention"))
+    with pytest.raises(ConfigError, match="--board-size"):       # the board size is the trainer's own flag
+        TrainConfig(root="/tmp/x", network=NetworkConfig(board_size=9))
+    for flags, message in ((["--blocks", "0"], "--blocks: must be >= 1, got 0"),
+                           (["--global-pool-every", "1", "--global-pool-channels", "32"],
+                            "--global-pool-channels: must be smaller than --filters (32)")):
+        with pytest.raises(SystemExit) as exit_info:
+            CLI.parse(["--root", "/tmp/x", *flags])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    from model.network import build_network
+    with pytest.raises(ValueError, match="board_size is 0"):
+        build_network(config.network)

@@ -24,8 +24,9 @@ from model.tfdata import training_dataset
 from format import layout
 from testdata import synthetic_windows as synthetic
 from model.config import ConfigError, TrainConfig
-from model.network import NetworkConfig, build_network
-from model.sgd import Trainer, network_config, resolve_strategy, summarize
+from model.config import NetworkConfig
+from model.network import build_network
+from model.sgd import Trainer, resolve_strategy, summarize
 from model.windows import Window, window_steps
 
 
@@ -57,10 +58,10 @@ def mean_over(trainer, iterator, steps, chunk=10):
 @pytest.mark.parametrize("value_head", ["tanh", "wdl"])
 def test_tiny_run_lowers_every_heads_loss(lake, value_head):
     root, storage, manifest = lake
-    config = TrainConfig(root=str(root), blocks=2, filters=16, value_hidden=16, batch_size=32,
-                         learning_rate=0.05, warmup_steps=10, value_head=value_head,
-                         global_pool_every=2, global_pool_channels=4)
-    trainer = Trainer(config, network_config(config, 9), resolve_strategy(config))
+    network = NetworkConfig(blocks=2, filters=16, value_hidden=16, value_head=value_head, global_pool_every=2,
+                            global_pool_channels=4)
+    config = TrainConfig(root=str(root), network=network, batch_size=32, learning_rate=0.05, warmup_steps=10)
+    trainer = Trainer(config, config.network_for(9), resolve_strategy(config))
     shards = [storage.url(layout.shard_path(1, name)) for name in manifest["shards"]]
     iterator = iter(training_dataset(shards, board_size=9, batch_size=32, seed=3))
     first = mean_over(trainer, iterator, 20)
@@ -82,10 +83,10 @@ def test_weight_normalization_gives_each_head_its_nominal_strength(lake):
             "score_weight_sum": 32.0}
     expected = {"batch": (1.0 * 8 + 2.0 * 4 + 0.5 * 6) / 32, "weight": 1.0 * 8 / 4 + 2.0 * 4 / 16 + 0.5 * 6 / 32}
     for normalization, want in expected.items():
-        config = TrainConfig(root=str(root), blocks=1, filters=8, value_hidden=8, batch_size=32,
-                             global_pool_every=1, global_pool_channels=4, loss_normalization=normalization,
+        network = NetworkConfig(blocks=1, filters=8, value_hidden=8, global_pool_every=1, global_pool_channels=4)
+        config = TrainConfig(root=str(root), network=network, batch_size=32, loss_normalization=normalization,
                              value_loss_weight=2.0, ownership_loss_weight=3.0, score_loss_weight=0.5)
-        trainer = Trainer(config, network_config(config, 9), resolve_strategy(config))
+        trainer = Trainer(config, config.network_for(9), resolve_strategy(config))
         heads = {k: tf.constant(v) for k, v in sums.items()}
         weighted = {h: getattr(config, f"{h}_loss_weight") * heads[f"{h}_loss_sum"]
                     for h in ("policy", "value", "ownership", "score")}

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from format import schema
-from model.network import NetworkConfig
+from model.config import NetworkConfig
 from model.sgd import DRAW, LOSS, WIN, head_losses, occupied_mass, wdl_target
 
 

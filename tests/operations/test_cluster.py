@@ -79,8 +79,11 @@ def test_every_role_setting_reaches_its_processes(tmp_path):
     parsed_shuffle = shuffle_from_args(args, parser)
     assert isinstance(parsed_shuffle, ShuffleConfig) and parsed_shuffle.reuse == 2.0 and parsed_shuffle.follow
     parsed_train, _ = TRAIN.parse(trainer.argv[1:])
-    assert (parsed_train.steps_per_window, parsed_train.learning_rate, parsed_train.sync_batchnorm,
-            parsed_train.follow, parsed_train.blocks) == (60, 0.05, False, True, 2)
+    assert (parsed_train.steps_per_window, parsed_train.learning_rate, parsed_train.network.sync_batchnorm,
+            parsed_train.follow, parsed_train.network.blocks) == (60, 0.05, False, True, 2)
+    # The network's fields (TrainConfig.network) are flags under their own names: --blocks 2, not --network-*.
+    assert trainer.argv[trainer.argv.index("--blocks") + 1] == "2" and "--no-sync-batchnorm" in trainer.argv
+    assert parsed_train.network == config.train.network
     assert parsed_train.events == trainer.events_path
 
 
@@ -91,6 +94,9 @@ def test_a_bad_role_setting_names_the_launchers_flag(capsys):
     with pytest.raises(SystemExit):
         parse_cluster(["--train-blocks", "0"])
     assert "--train-blocks" in capsys.readouterr().err
+    with pytest.raises(SystemExit):                 # a rule of the nested NetworkConfig, in the launcher's words
+        parse_cluster(["--train-global-pool-every", "1", "--train-global-pool-channels", "16"])
+    assert "--train-global-pool-channels: must be smaller than --train-filters (16)" in capsys.readouterr().err
 
 
 def test_chaos_kills_every_kind_before_any_twice():

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from format import layout
-from format.cli import RoleCli, setting
+from format.cli import RoleCli, nested_setting, setting, setting_problems
 from operations.roles import complete_roles, record_settings, role_argv, role_setting
 from tests.format.test_cli import Example
 
@@ -66,3 +66,45 @@ def test_the_settings_record_is_written_once_per_invocation(tmp_path):
         layout.parse_settings_record(b'{"version": 99}', first)
 
 
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    width: int = setting(4, "width", at_least=1)
+    tall: bool = setting(True, "tall")
+
+    def __post_init__(self):
+        for problem in setting_problems(self):
+            raise ValueError(problem)
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    root: str = setting("", "where", required=True)
+    shape: Shape = nested_setting(Shape, "the shape")
+
+
+@dataclasses.dataclass(frozen=True)
+class HolderLauncher:
+    root: str = setting("./lake", "where")
+    holder: Holder = role_setting(Holder, "the holder", shared=("root",), width=2)
+
+    def __post_init__(self):
+        complete_roles(self)
+
+
+def test_a_nested_config_is_flags_under_its_own_names(capsys):
+    """As TrainConfig.network: a role's nested config is --F on the role, --R-F on its launcher, and
+    --F again on the child's command line; its own validation names the launcher's flag."""
+    holder_cli = RoleCli(Holder, prog="holder", description="d", storage=False)
+    config, _ = holder_cli.parse(["--root", "r", "--width", "3", "--no-tall"])
+    assert config == Holder(root="r", shape=Shape(width=3, tall=False))
+    launcher_cli = RoleCli(HolderLauncher, prog="launcher", description="d", storage=False)
+    assert launcher_cli.parse(["--root", "r"])[0].holder.shape == Shape(width=2)    # the launcher's default
+    launcher, _ = launcher_cli.parse(["--root", "r", "--holder-width", "5", "--no-holder-tall"])
+    argv = role_argv(launcher, "holder")
+    assert argv == ["--root", "r", "--width", "5", "--no-tall"]
+    assert holder_cli.parse(argv)[0] == launcher.holder
+    with pytest.raises(SystemExit):
+        launcher_cli.parse(["--holder-width", "0"])
+    assert "--holder-width: must be >= 1, got 0" in capsys.readouterr().err

@@ -48,7 +48,8 @@ def new_lake(tmp_path) -> str:
 def publish_nan_model(root: str, generation: int, board_size: int = 9) -> None:
     """A network of the run's shape whose weights are NaN (a diverged one), published as the trainer would."""
     from model.export import export_inference_model
-    from model.network import NetworkConfig, build_network
+    from model.config import NetworkConfig
+    from model.network import build_network
 
     config = NetworkConfig(board_size=board_size, **TINY_NETWORK)
     weights = [np.full_like(value, np.nan) if np.issubdtype(value.dtype, np.floating) else value

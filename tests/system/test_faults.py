@@ -69,7 +69,8 @@ def pristine_lake(tmp_path_factory) -> str:
     """A lake with run.json, two chunks of worker games (generation 0), model 1
     published (LATEST = 1) and window 2 (synthetic, not trained yet)."""
     from model.export import export_inference_model
-    from model.network import NetworkConfig, build_network
+    from model.config import NetworkConfig
+    from model.network import build_network
     from selfplay import worker
 
     base = tmp_path_factory.mktemp("pristine")
