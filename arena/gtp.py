@@ -63,14 +63,70 @@ The commands referees and servers send (beyond the spec's required set):
   fill its own eye, so dead stones get captured before the game ends.
   ``reg_genmove COLOR`` answers the move genmove would choose without playing
   it.
+
+Live analysis, for Sabaki and Lizzie (Leela Zero's and KataGo's extensions;
+arena/gtp_analysis.py writes the lines):
+
+* ``lz-analyze [COLOR] [INTERVAL] [KEY VALUE]...`` and ``kata-analyze`` (same
+  arguments) search the position for COLOR (default: the side to move;
+  another colour re-enters the stones as a fresh position, as for ``play``)
+  and report every INTERVAL centiseconds (also ``interval N``; 0 or none: no
+  reports, as Leela Zero).  ``maxmoves N`` caps the moves per report;
+  kata-analyze also takes ``ownership true`` and ``pvVisits true``; any
+  other key is a syntax error.  The reply is ``=`` (with the id: ``=12``)
+  alone on a line, then one line per report, then the empty line.  A report
+  line holds one block per move with visits, most visited first::
+
+      info move D4 visits 31 winrate 5210 prior 1204 lcb 4903 order 0 pv D4 E5 E4 info move ...
+
+  for lz-analyze (winrate, prior and lcb: integers in 0..10000), and for
+  kata-analyze ``info move D4 visits 31 utility 0.042000 winrate 0.521000
+  scoreMean S scoreStdev 0.000000 scoreLead S prior 0.120400 lcb 0.490300
+  utilityLcb -0.019400 order 0 pv D4 E5 E4 [pvVisits 31 12 5]`` (winrate,
+  prior, lcb in [0, 1] with a decimal point; utility, utilityLcb in
+  [-1, 1]), then, with ``ownership true``, ``ownership`` and N*N values in
+  [-1, 1], row-major from the top left (A19 .. T1).  All values are for
+  COLOR: ``winrate`` is (Q + 1) / 2 of the move's mean value Q,
+  ``utility`` is Q itself, ``lcb`` Wilson's lower bound on the win rate
+  over the move's visits (the search keeps no per-move variance;
+  `gtp_analysis.winrate_lcb`), ``utilityLcb`` = 2 lcb - 1; ``order`` 0 is
+  the move genmove would play; ``pv`` follows the most visited child while
+  it has visits (at most PV_MAX_MOVES moves), every move legal in turn from
+  the position; a move's visits are one more than the sum of its
+  children's (its own first evaluation), so ``pvVisits`` strictly falls.
+  The search has no score or ownership estimate yet (the network's heads
+  are not read by the evaluators), so both come from the rules, exactly:
+  ``scoreLead`` = ``scoreMean`` is the Tromp-Taylor area score, for COLOR,
+  of the board right after the move, as it stands (so ``scoreStdev`` is 0),
+  and ``ownership`` is the Tromp-Taylor ownership of the board as it stands
+  (`Board.ownership`, the owner ``final_score`` and ``final_status_list``
+  read), +1 for COLOR.  The search runs between reports and stops at the
+  next input line, a bare newline included (Sabaki's stop); the reply ends
+  with its empty line, then that line is answered as a command (a bare
+  newline or a comment gets no reply).  The input is read by its own thread
+  and checked between two evaluator batches, so the next command is
+  answered within about one batch's time.  Without a visit limit a search
+  would grow its tree forever: it stops at
+  `gtp_analysis.max_analysis_visits` root visits (ANALYSIS_MAX_NODES tree
+  nodes) and the reports go on, unchanged, until stopped.  The tree is kept:
+  analysing the same position again, or the position after the next move,
+  goes on from it.
+* ``lz-genmove_analyze [COLOR] [INTERVAL] [KEY VALUE]...`` and
+  ``kata-genmove_analyze`` are genmove (COLOR defaults to the side to move)
+  with the reports above while it searches, within genmove's budget; input
+  does not stop them (it waits, as KataGo documents).  The reply ends with
+  ``play VERTEX`` (or ``play resign``) on its own line, and the move is
+  played.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import os
+import queue
 import stat
 import sys
+import threading
 import time
 from typing import Callable
 
@@ -84,7 +140,8 @@ from format.coords import GTP_COLUMNS, gtp_to_move, move_to_gtp
 from selfplay.move_policy import MovePolicy
 from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
 from inference.loading import EvaluatorSource, load_evaluator
-from arena.player import RESIGN, MctsConfig, MctsPlayer, SearchBudget
+from arena.player import COLOR_NAMES, RESIGN, MctsConfig, MctsPlayer, SearchBudget
+from arena.gtp_analysis import AnalysisRun, max_analysis_visits, parse_request
 
 ENGINE_NAME = "zerolake"
 ENGINE_VERSION = "0.1"
@@ -106,6 +163,26 @@ one, or a pipe or device, is refused before parsing."""
 
 class GtpFailure(Exception):
     """A command failed; the message is the text of the '?' reply."""
+
+
+@dataclasses.dataclass
+class StreamingReply:
+    """A reply written while its search runs (the analysis commands); `serve`
+    drives it (`stream_reply`).
+
+    On the wire: `head` ('=' and the command's id) alone on a line, a
+    `report()` line every `interval` seconds (None: none) while `step()`
+    searches one evaluator batch at a time (False once the search has
+    ended), `finish()`'s text, then the empty line.  `stoppable`: the next
+    input line ends it (lz-/kata-analyze); else it runs until its search
+    ends (genmove_analyze)."""
+
+    step: Callable[[], bool]
+    report: Callable[[], str]
+    finish: Callable[[], str]
+    interval: float | None
+    stoppable: bool
+    head: str = "="
 
 
 @dataclasses.dataclass(frozen=True)
@@ -456,6 +533,10 @@ class GtpEngine:
             "printsgf": self.cmd_printsgf,
             "kgs-genmove_cleanup": self.cmd_kgs_genmove_cleanup,
             "reg_genmove": self.cmd_reg_genmove,
+            "lz-analyze": self.cmd_lz_analyze,
+            "kata-analyze": self.cmd_kata_analyze,
+            "lz-genmove_analyze": self.cmd_lz_genmove_analyze,
+            "kata-genmove_analyze": self.cmd_kata_genmove_analyze,
         }
 
     # ---- protocol --------------------------------------------------------------
@@ -467,8 +548,9 @@ class GtpEngine:
         line = line.replace("\t", " ")
         return line.split("#", 1)[0].strip()
 
-    def handle(self, line: str) -> str:
-        """The full reply to one input line (ending in a blank line), or ''."""
+    def handle(self, line: str) -> str | StreamingReply:
+        """The full reply to one input line (ending in a blank line), or '';
+        for an analysis command a `StreamingReply` for `serve` to drive."""
         line = self.preprocess(line)
         if not line:
             return ""
@@ -488,6 +570,9 @@ class GtpEngine:
             text, ok = str(exc), False
         except Exception as exc:  # noqa: BLE001 - a controller must always get a reply
             text, ok = f"internal error: {type(exc).__name__}: {exc}", False
+        if isinstance(text, StreamingReply):
+            text.head = "=" + command_id
+            return text
         # An empty line ends a reply, so a multi-line text must contain none
         # (its first line may be empty: it follows the '=' on the same line).
         first, *rest = str(text).split("\n")
@@ -626,12 +711,17 @@ class GtpEngine:
         color = parse_color(args[0])
         player = player or self.player
         board = self._board_for(self.board, color)
-        budget = self._move_budget(color)
         started = time.monotonic()
-        move = player.select_move(board, budget)
+        move = player.select_move(board, self._move_budget(color))
+        return self._searched_move(name, color, move, player, started, play)
+
+    def _searched_move(self, name: str, color: int, move: int, player: MctsPlayer, started: float,
+                       play: bool = True) -> str:
+        """Log a finished genmove search, play its move (unless `play` is
+        False or it resigns) and return the move's GTP text."""
         values = getattr(player, "last_root_values", None) or [float("nan")]
         visits = getattr(player, "last_visits", None) or [0]
-        self.log(f"{name} {args[0]}: {'resign' if move == RESIGN else move_to_gtp(move, self.size)} "
+        self.log(f"{name} {COLOR_NAMES[color]}: {'resign' if move == RESIGN else move_to_gtp(move, self.size)} "
                  f"visits={visits[0]} value={values[0]:+.3f} seconds={time.monotonic() - started:.2f}")
         if move == RESIGN:
             return "resign"
@@ -646,6 +736,48 @@ class GtpEngine:
         # The search's tree moves on to the chosen move; the next genmove sees
         # a position that does not continue it and starts a fresh tree.
         return self.cmd_genmove(args, "reg_genmove", play=False)
+
+    # ---- live analysis (module docstring; arena/gtp_analysis.py) -----------------
+
+    def cmd_lz_analyze(self, args):
+        return self._analyze(args, kata=False)
+
+    def cmd_kata_analyze(self, args):
+        return self._analyze(args, kata=True)
+
+    def cmd_lz_genmove_analyze(self, args):
+        return self._genmove_analyze(args, kata=False)
+
+    def cmd_kata_genmove_analyze(self, args):
+        return self._genmove_analyze(args, kata=True)
+
+    def _analysis_position(self, args, kata: bool):
+        try:
+            request = parse_request(args, kata)
+        except ValueError as exc:
+            raise GtpFailure(f"syntax error: {exc}") from None
+        color = self.board.to_play if request.color is None else request.color
+        return request, color, self._board_for(self.board, color)
+
+    def _analyze(self, args, kata: bool) -> StreamingReply:
+        """Search until the next input line, reporting every interval."""
+        request, _, board = self._analysis_position(args, kata)
+        run = AnalysisRun(self.player.analysis_steps(board, max_analysis_visits(self.size)), board, request)
+        return StreamingReply(step=run.step, report=run.report, finish=lambda: "",
+                              interval=request.interval, stoppable=True)
+
+    def _genmove_analyze(self, args, kata: bool) -> StreamingReply:
+        """genmove with reports; the reply ends with 'play VERTEX'."""
+        request, color, board = self._analysis_position(args, kata)
+        started = time.monotonic()
+        run = AnalysisRun(self.player.select_move_steps(board, self._move_budget(color)), board, request)
+        name = "kata-genmove_analyze" if kata else "lz-genmove_analyze"
+
+        def finish() -> str:
+            return "play " + self._searched_move(name, color, run.result, self.player, started)
+
+        return StreamingReply(step=run.step, report=run.report, finish=finish,
+                              interval=request.interval, stoppable=False)
 
     def _move_budget(self, color: int) -> SearchBudget:
         if self.time_control is None:
@@ -919,22 +1051,105 @@ def read_command_line(stdin) -> bytes | None:
             return b""
 
 
+LINE_QUEUE_SIZE = 64
+"""Input lines read ahead while a command runs; the reader then waits, so a
+controller that floods the engine during a long search fills no memory."""
+
+_NOT_READ = object()
+"""`stream_reply`'s answer when it ended without reading a line."""
+
+
+def start_reader(stdin) -> queue.Queue:
+    """A daemon thread putting `read_command_line`'s results (bytes; None at
+    the end of input, then nothing) into the returned queue, so that `serve`
+    sees a line arrive while a search runs (the analysis commands stop at
+    the next line).  Daemon: at quit it may be blocked reading, which must
+    not keep the process alive."""
+    lines: queue.Queue = queue.Queue(LINE_QUEUE_SIZE)
+
+    def read() -> None:
+        while True:
+            raw = read_command_line(stdin)
+            lines.put(raw)
+            if raw is None:
+                return
+
+    threading.Thread(target=read, name="gtp-input", daemon=True).start()
+    return lines
+
+
+def _take_line(lines: queue.Queue, timeout: float | None = 0.0):
+    """The next input line (bytes, or None at end of input) if one comes
+    within `timeout` seconds (None: wait for it), else _NOT_READ."""
+    try:
+        if timeout is not None and timeout <= 0:
+            return lines.get_nowait()
+        return lines.get(timeout=timeout)
+    except queue.Empty:
+        return _NOT_READ
+
+
+def stream_reply(reply: StreamingReply, lines: queue.Queue, stdout):
+    """Write `reply` (StreamingReply's docstring) while its search runs.
+
+    A stoppable reply checks the input before each evaluator batch and ends
+    at the first line; once its search has ended it waits for that line,
+    waking for each report.  Returns the line that stopped it (to be
+    answered next) or _NOT_READ.  An error inside the search can no longer
+    become a '?' reply (the '=' is out): it goes to stderr and the reply ends."""
+    stdout.write(reply.head + "\n")
+    stdout.flush()
+    interval = reply.interval
+    next_report = None if interval is None else time.monotonic() + interval
+    searching, stopper = True, _NOT_READ
+    try:
+        while True:
+            if reply.stoppable:
+                wait = 0.0
+                if not searching:
+                    wait = None if next_report is None else next_report - time.monotonic()
+                stopper = _take_line(lines, wait)
+                if stopper is not _NOT_READ:
+                    break
+            if searching:
+                searching = reply.step()
+                if not searching and not reply.stoppable:
+                    break       # genmove_analyze: its tree has moved on to the chosen move
+            if next_report is not None and time.monotonic() >= next_report:
+                line = reply.report()
+                if line:
+                    stdout.write(line + "\n")
+                    stdout.flush()
+                next_report = time.monotonic() + interval
+        text = reply.finish()
+    except Exception as exc:  # noqa: BLE001 - the reply must still end
+        text = ""
+        print(f"arena.gtp: analysis stopped by an internal error: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
+    stdout.write(text + "\n\n" if text else "\n")
+    stdout.flush()
+    return stopper
+
+
 def serve(engine: GtpEngine, stdin, stdout) -> None:
     """Answer commands from `stdin` (bytes) on `stdout` (text) until quit or EOF."""
-    while True:
-        raw = read_command_line(stdin)
-        if raw is None:
-            return
+    lines = start_reader(stdin)
+    raw = lines.get()
+    while raw is not None:
+        follow = _NOT_READ
         if raw == b"":
             stdout.write(f"? command longer than {MAX_LINE_BYTES} bytes\n\n")
             stdout.flush()
-            continue
-        reply = engine.handle(raw.decode("utf-8", errors="replace"))
-        if reply:
-            stdout.write(reply)
-            stdout.flush()
-        if engine.quit_requested:
-            return
+        else:
+            reply = engine.handle(raw.decode("utf-8", errors="replace"))
+            if isinstance(reply, StreamingReply):
+                follow = stream_reply(reply, lines, stdout)
+            elif reply:
+                stdout.write(reply)
+                stdout.flush()
+            if engine.quit_requested:
+                return
+        raw = lines.get() if follow is _NOT_READ else follow
 
 
 def main(argv=None) -> int:
@@ -959,8 +1174,13 @@ def _load_and_serve(config: GtpConfig, log, retry) -> int:
     except (OSError, ValueError, LookupError, RegistryError, StorageError) as exc:
         print(f"arena.gtp: cannot load the model: {exc}", file=sys.stderr)
         return 2
+    # The input thread (start_reader) may still be blocked reading when the
+    # process exits; it reads its own buffered reader of fd 0, not
+    # sys.stdin.buffer, whose lock interpreter shutdown takes to close it
+    # (a daemon thread holding it there is a fatal error).
+    stdin = open(sys.stdin.fileno(), "rb", closefd=False)
     try:
-        serve(engine, sys.stdin.buffer, sys.stdout)
+        serve(engine, stdin, sys.stdout)
     except (BrokenPipeError, KeyboardInterrupt):
         pass
     finally:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Generator, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -278,6 +278,44 @@ class MctsPlayer(BasePlayer):
         """Search every board at once (one evaluator batch per step); one move each."""
         if not boards:
             return []
+        budget = budget or self.config.budget
+        batch, slots = self._start_search(boards, slots, budget)
+        self._run_until_done(batch, slots, budget)
+        return self._choose_moves(batch, slots, boards)
+
+    def select_move_steps(self, board: Board, budget: SearchBudget | None = None) -> Generator[object, None, int]:
+        """`select_move`, one evaluator batch at a time: yields the search's
+        tree (`engine.search.Tree`, rooted at `board`) after each batch and
+        returns the move (or RESIGN) as the generator's value, so that a
+        caller (the GTP engine's ``*-genmove_analyze``) can report while it
+        searches."""
+        budget = budget or self.config.budget
+        batch, slots = self._start_search([board], [0], budget)
+        for _ in self.search_steps(batch, slots, budget):
+            yield batch.tree(0)
+        return self._choose_moves(batch, slots, [board])[0]
+
+    def analysis_steps(self, board: Board, max_visits: int) -> Iterator[object]:
+        """Search `board` without choosing a move (live analysis): yields the
+        tree after each evaluator batch until the root has `max_visits`
+        visits, then ends.  Visits of a subtree kept from the last search
+        count, so the bound is on the tree and memory stays bounded however
+        long the caller lets it run.  The first yield is the tree as loaded
+        (a kept subtree may hold visits already).  Nothing is in flight at a
+        yield, so the caller may stop at any one; the next search of this
+        or a following position reuses the tree as `select_move` does."""
+        batch, slots = self._start_search([board], [0], None)
+        tree = batch.tree(0)
+        # A fresh root's own evaluation is a visit too (engine.driver), so it counts as one here.
+        batch.start_search(0, max(0, max_visits - max(int(tree.root_visits), 1)))
+        yield tree
+        for _ in self.search_steps(batch, slots, None):
+            yield tree
+
+    def _start_search(self, boards: Sequence[Board], slots: Sequence[int] | None,
+                      budget: SearchBudget | None):
+        """Check the boards, load each into its slot (reusing trees) and, given
+        a `budget`, start each slot's search; returns (batch, slots)."""
         slots = list(range(len(boards))) if slots is None else [int(s) for s in slots]
         if len(slots) != len(boards) or len(set(slots)) != len(slots) or min(slots) < 0:
             raise ValueError(f"need one distinct non-negative slot per board, got {slots}")
@@ -287,13 +325,17 @@ class MctsPlayer(BasePlayer):
         for board in boards:
             if board.is_over:
                 raise ValueError(f"cannot search a finished game: {board!r}")
-        budget = budget or self.config.budget
         batch = self._ensure_batch(sizes.pop(), max(slots) + 1)
         for slot, board in zip(slots, boards):
             self._load_position(slot, board)
-            # A time-only budget gets an effectively endless visit count.
-            batch.start_search(slot, budget.visits if budget.visits is not None else TIME_ONLY_VISIT_CAP)
-        self._run_until_done(batch, slots, budget)
+            if budget is not None:
+                # A time-only budget gets an effectively endless visit count.
+                batch.start_search(slot, budget.visits if budget.visits is not None else TIME_ONLY_VISIT_CAP)
+        return batch, slots
+
+    def _choose_moves(self, batch, slots: list[int], boards: Sequence[Board]) -> list[int]:
+        """The finished searches' moves (RESIGN by the resignation rule); each
+        slot's tree moves on to its move; sets last_root_values/last_visits."""
         moves = []
         self.last_root_values = []
         self.last_visits = []
@@ -312,11 +354,19 @@ class MctsPlayer(BasePlayer):
         return moves
 
     def _run_until_done(self, batch, slots: list[int], budget: SearchBudget) -> None:
-        """Gather -> evaluate -> apply until every slot's budget is spent.
+        for _ in self.search_steps(batch, slots, budget):
+            pass
+
+    def search_steps(self, batch, slots: list[int], budget: SearchBudget | None) -> Iterator[None]:
+        """Gather -> evaluate -> apply until every slot's search is done,
+        yielding after each step (the one search loop: `select_moves` runs it
+        out, the GTP engine's analysis reports and reads its input between
+        steps).
 
         With a time budget the loop also stops at the deadline, between two
         batches (so nothing is in flight and the visit counts are complete)."""
-        deadline = None if budget.seconds is None else time.monotonic() + budget.seconds
+        seconds = None if budget is None else budget.seconds
+        deadline = None if seconds is None else time.monotonic() + seconds
         while True:
             if all(batch.search_done(slot) for slot in slots):
                 return
@@ -329,6 +379,7 @@ class MctsPlayer(BasePlayer):
                 return
             if deadline is not None and time.monotonic() >= deadline and self._all_roots_expanded(batch, slots):
                 return
+            yield
 
     @staticmethod
     def _all_roots_expanded(batch, slots) -> bool:

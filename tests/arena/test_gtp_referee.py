@@ -21,6 +21,9 @@ from tests.arena.test_gtp import Engine, require_gnugo, showboard_stones
 NEW_COMMANDS = ["final_status_list", "fixed_handicap", "place_free_handicap", "set_free_handicap", "loadsgf",
                 "printsgf", "kgs-genmove_cleanup", "reg_genmove"]
 
+STREAMING_COMMANDS = {"lz-analyze", "kata-analyze"}
+"""Live analysis (tests/arena/test_gtp_analysis.py): no reports without an interval."""
+
 # The seki of SEKI_9 (tests/engine/test_board.py): Black's A9-A7 and White's six stones
 # share B9 and B8 as their only liberties.
 SEKI_CHAINS = {"A9 A8 A7", "C9 C8 B7 C7 A6 B6"}
@@ -51,7 +54,10 @@ def test_list_commands_lists_exactly_what_is_answered(engine):
     assert set(NEW_COMMANDS) <= set(listed) and len(set(listed)) == len(listed)
     for command in listed:
         assert engine.ok(f"known_command {command}") == "true"
-        if command != "quit":
+        if command in STREAMING_COMMANDS:      # they reply until the next line: a bare newline stops them
+            engine.send_raw(f"{command}\n\n".encode())
+            assert engine.read_reply() == "=", command
+        elif command != "quit":
             assert not engine.ask(command).startswith("? unknown command"), command
 
 

@@ -1,0 +1,250 @@
+"""Live analysis over GTP: the requests and ``info`` lines of ``lz-analyze``,
+``kata-analyze`` and their ``*-genmove_analyze`` forms.
+
+The protocol (command syntax, fields, ranges, when a reply stops) is
+documented in arena/gtp.py's module docstring; this module holds the parts
+that need no engine state: parsing a request's arguments, reading a search
+tree (`engine.search.Tree`) into per-move statistics, and writing them as
+one report line.  `AnalysisRun` steps a search generator from
+`arena.player.MctsPlayer` and keeps its latest tree for the reports.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterator
+
+from engine.board import Board
+from engine.search import STATE_EXPANDED
+from format import schema
+from format.coords import move_to_gtp
+
+ANALYSIS_MAX_NODES = 8_000_000
+"""Largest tree an endless analysis grows, in nodes (about 36 bytes each, so
+some 300 MB): a search expands one node per legal move at each leaf, so the
+visit cap is this divided by the board's actions (`max_analysis_visits`):
+about 97,000 visits on 9x9 and 22,000 on 19x19.  At the cap the search stops
+and the reports go on, unchanged, until the controller stops them."""
+
+LCB_Z = 1.96
+"""Normal quantile of the lower confidence bound (`winrate_lcb`)."""
+
+PV_MAX_MOVES = 30
+"""Longest principal variation reported (a line stays a few hundred bytes)."""
+
+_COLORS = {"b": schema.BLACK, "black": schema.BLACK, "w": schema.WHITE, "white": schema.WHITE}
+_FLAGS = {"true": True, "false": False}
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisRequest:
+    """The arguments of one analysis command.
+
+    kata: KataGo's output (win rates in [0, 1], score fields) rather than
+        Leela Zero's (integers in 0..10000).
+    color: the player whose moves are analysed (None: the side to move).
+    interval: seconds between reports (None: no reports, as Leela Zero
+        does for an interval of 0 or none).
+    ownership: kata only, end each report with the ownership list.
+    pv_visits: kata only, follow each ``pv`` with ``pvVisits``.
+    max_moves: report at most this many moves (None: every visited move).
+    """
+
+    kata: bool
+    color: int | None = None
+    interval: float | None = None
+    ownership: bool = False
+    pv_visits: bool = False
+    max_moves: int | None = None
+
+
+def _count(text: str, what: str, least: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{what} {text!r} is not an integer") from None
+    if value < least:
+        raise ValueError(f"{what} {text!r} is below {least}")
+    return value
+
+
+def parse_request(args: list[str], kata: bool) -> AnalysisRequest:
+    """``[color] [interval] [key value]...`` as Leela Zero and KataGo take
+    them (interval in centiseconds; keys ``interval``, ``maxmoves``, and for
+    kata ``ownership`` and ``pvVisits`` with ``true``/``false``).  Raises
+    ValueError naming the bad argument."""
+    rest = list(args)
+    fields: dict = {"kata": kata}
+    if rest and rest[0].lower() in _COLORS:
+        fields["color"] = _COLORS[rest.pop(0).lower()]
+    centiseconds = 0
+    if rest and rest[0].lstrip("-").isdigit():
+        centiseconds = _count(rest.pop(0), "interval", 0)
+    while rest:
+        key = rest.pop(0)
+        if not rest:
+            raise ValueError(f"option {key!r} has no value")
+        value, name = rest.pop(0), key.lower()
+        if name == "interval":
+            centiseconds = _count(value, "interval", 0)
+        elif name == "maxmoves":
+            fields["max_moves"] = _count(value, "maxmoves", 1)
+        elif kata and name in ("ownership", "pvvisits") and value.lower() in _FLAGS:
+            fields["ownership" if name == "ownership" else "pv_visits"] = _FLAGS[value.lower()]
+        else:
+            raise ValueError(f"unknown analysis option {key} {value}")
+    fields["interval"] = centiseconds / 100.0 if centiseconds > 0 else None
+    return AnalysisRequest(**fields)
+
+
+def max_analysis_visits(board_size: int) -> int:
+    """Root visits at which an endless analysis stops growing its tree."""
+    return max(1, ANALYSIS_MAX_NODES // (board_size * board_size + 1))
+
+
+# --------------------------------------------------------------------------
+# reading the tree
+# --------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class MoveStats:
+    """One root move as a report shows it.  `value` is the mean value of
+    the move for the root's player to move, in [-1, 1] (a child's W is seen
+    by the player who played its move, engine/search.pyx); `pv` starts with
+    the move, `pv_visits` are the visits of its nodes."""
+
+    move: int
+    visits: int
+    value: float
+    prior: float
+    pv: list[int]
+    pv_visits: list[int]
+
+
+def principal_variation(tree, node: int, limit: int = PV_MAX_MOVES) -> tuple[list[int], list[int]]:
+    """(moves, visits) from `node` down its most visited children, while they
+    have visits."""
+    moves, visits = [], []
+    while len(moves) < limit:
+        info = tree.node(node)
+        moves.append(int(info["move"]))
+        visits.append(int(info["N"]))
+        if info["state"] != STATE_EXPANDED or info["num_children"] <= 0:
+            break
+        children = tree.children(node)
+        best = int(children["N"].argmax())
+        if children["N"][best] <= 0:
+            break
+        node = int(children["index"][best])
+    return moves, visits
+
+
+def root_move_stats(tree, max_moves: int | None = None) -> list[MoveStats]:
+    """The root's visited moves, most visited first (then by value): the
+    first is the move genmove would play at temperature 0."""
+    if tree.node(0)["state"] != STATE_EXPANDED:
+        return []
+    children = tree.children(0)
+    visited = [k for k in range(len(children["N"])) if children["N"][k] > 0]
+    visited.sort(key=lambda k: (-int(children["N"][k]), -float(children["W"][k]) / int(children["N"][k])))
+    stats = []
+    for k in visited[:max_moves]:
+        pv, pv_visits = principal_variation(tree, int(children["index"][k]))
+        n = int(children["N"][k])
+        stats.append(MoveStats(int(children["move"][k]), n, float(children["W"][k]) / n,
+                               float(children["P"][k]), pv, pv_visits))
+    return stats
+
+
+def winrate_lcb(winrate: float, visits: int, z: float = LCB_Z) -> float:
+    """Wilson's lower bound on a win rate in [0, 1] measured over `visits`.
+
+    The search keeps no variance per move, so each visit counts as a draw
+    in [0, 1] with mean `winrate`, whose variance is at most w(1 - w): the
+    bound is conservative, lies in [0, winrate], and rises with visits."""
+    n = max(visits, 1)
+    centre = winrate + z * z / (2 * n)
+    spread = z * math.sqrt(max(winrate * (1 - winrate), 0.0) / n + z * z / (4 * n * n))
+    return min(max((centre - spread) / (1 + z * z / n), 0.0), winrate)
+
+
+# --------------------------------------------------------------------------
+# writing a report
+# --------------------------------------------------------------------------
+
+def score_after(board: Board, move: int) -> float:
+    """Tromp-Taylor area score of the board after `move`, as it stands, for
+    the player who plays it (the search has no score estimate; see gtp.py)."""
+    after = board.copy()
+    after.play(move)
+    return -float(after.mover_score())
+
+
+def ownership_values(board: Board) -> list[float]:
+    """Ownership of every point, row-major from the top left, +1 for the
+    player to move: Tromp-Taylor on the board as it stands (`Board.ownership`,
+    the engine's one owner of who owns a point)."""
+    sign = 1 if board.to_play == schema.BLACK else -1
+    return [float(sign * int(owner)) for owner in board.ownership()]
+
+
+def _clamp01(x: float) -> float:
+    return min(max(x, 0.0), 1.0)
+
+
+def move_fields(stats: MoveStats, order: int, board: Board, request: AnalysisRequest) -> str:
+    """One move's ``info ...`` block; ``pv`` (and pvVisits) last, as clients
+    read the variation to the end of the block."""
+    size = board.size
+    winrate = _clamp01((stats.value + 1.0) / 2.0)
+    lcb = winrate_lcb(winrate, stats.visits)
+    pv = " ".join(move_to_gtp(m, size) for m in stats.pv)
+    if not request.kata:
+        return (f"info move {move_to_gtp(stats.move, size)} visits {stats.visits} "
+                f"winrate {round(10000 * winrate)} prior {round(10000 * _clamp01(stats.prior))} "
+                f"lcb {round(10000 * lcb)} order {order} pv {pv}")
+    score = score_after(board, stats.move)
+    text = (f"info move {move_to_gtp(stats.move, size)} visits {stats.visits} utility {stats.value:.6f} "
+            f"winrate {winrate:.6f} scoreMean {score:.6f} scoreStdev {0.0:.6f} scoreLead {score:.6f} "
+            f"prior {_clamp01(stats.prior):.6f} lcb {lcb:.6f} utilityLcb {2.0 * lcb - 1.0:.6f} "
+            f"order {order} pv {pv}")
+    if request.pv_visits:
+        text += " pvVisits " + " ".join(str(v) for v in stats.pv_visits)
+    return text
+
+
+def report_line(tree, board: Board, request: AnalysisRequest) -> str:
+    """One report: the moves' blocks on one line (then ``ownership ...``
+    when asked); '' while no move has a visit yet."""
+    stats = root_move_stats(tree, request.max_moves)
+    if not stats:
+        return ""
+    line = " ".join(move_fields(s, order, board, request) for order, s in enumerate(stats))
+    if request.kata and request.ownership:
+        line += " ownership " + " ".join(f"{v:.6f}" for v in ownership_values(board))
+    return line
+
+
+class AnalysisRun:
+    """A search generator stepped one evaluator batch at a time (`step`),
+    with the latest tree kept for `report`.  `result` is the generator's
+    return value once `step` has answered False (genmove_analyze's move)."""
+
+    def __init__(self, steps: Iterator, board: Board, request: AnalysisRequest):
+        self._steps = steps
+        self.board = board
+        self.request = request
+        self.tree = None
+        self.result = None
+
+    def step(self) -> bool:
+        """One batch of the search; False once the search has ended."""
+        try:
+            self.tree = next(self._steps)
+        except StopIteration as stop:
+            self.result = stop.value
+            return False
+        return True
+
+    def report(self) -> str:
+        return "" if self.tree is None else report_line(self.tree, self.board, self.request)
