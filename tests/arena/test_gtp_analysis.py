@@ -167,7 +167,7 @@ def parse_report(line: str) -> tuple[list[dict], list[float] | None]:
     i = 0
     while i < len(tokens):
         assert tokens[i] == "info", (i, line)
-        block: dict = {"keys": []}
+        block: dict = {"keys": [], "pvVisits": []}
         i += 1
         while tokens[i] != "pv":
             block["keys"].append(tokens[i])

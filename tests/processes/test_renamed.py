@@ -29,5 +29,5 @@ def test_an_old_name_forwards_to_the_new_program_with_one_warning(old, new):
 
 def test_the_forward_keeps_arguments_and_the_exit_status():
     """A bad flag reaches the new program, which refuses it as its own (usage error, exit 2)."""
-    forwarded = run("selfplay.match", "--no-such-flag")
+    forwarded = run("selfplay.match", "uniform", "random", "--no-such-flag")
     assert forwarded.returncode == 2 and "--no-such-flag" in forwarded.stderr
