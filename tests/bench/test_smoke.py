@@ -119,3 +119,42 @@ def test_heldout_bench_scores_each_arm_on_another_runs_games(tmp_path):
         assert result[f"policy_ce_{arm}"] > 0 and 0 <= result[f"policy_top1_{arm}"] <= 1
         assert len(result[f"value_mse_{arm}_seeds"]) == 1
     assert "delta_policy_ce_value0" in result
+
+
+def test_game_stats_counts_decided_positions_and_their_simulations_on_games_whose_answer_is_known(tmp_path):
+    """Two games by hand, counted by hand.  Game 1 (12 moves, resigned, played out at 2 visits from move 9):
+    Black (even positions) is beyond 0.9 on positions 2, 4, 6, so the game is decided from position 7;
+    White's run (1, then 0.5 at 3 breaks it, 5, 7, 9) would only decide it at 10.  Game 2 (10 moves,
+    every one a full search) never is.  Simulations at 16 / 4 / 2: game 1 spends 16+4+4+16+4+4+16+16+4
+    and 3 x 2 = 90, 26 of them from position 7 on (16+4+2+2+2); game 2 spends 160."""
+    import dataclasses
+
+    import numpy as np
+
+    from cloud.storage import open_storage
+    from format import codec, layout, schema
+    from testdata.synthetic_games import synthetic_game
+
+    storage = open_storage(str(tmp_path / "lake"))
+    rng = np.random.default_rng(3)
+    first = synthetic_game(rng, 9, visits=8, generation=1, max_moves=10)   # and two passes
+    first = dataclasses.replace(
+        first, root_values=np.array([0.2, 0.95, 0.95, 0.5, 0.95, -0.95, 0.95, -0.95, 0.95, -0.95, 0.95, -0.95],
+                                    np.float32),
+        full_search=np.array([1, 0, 0, 1, 0, 0, 1, 1, 0, 0, 0, 0], bool), end_reason=schema.END_RESIGN,
+        accelerated_from=9)
+    second = synthetic_game(rng, 9, visits=8, generation=2, max_moves=8)
+    second = dataclasses.replace(second, root_values=np.zeros(10, np.float32), full_search=np.ones(10, bool),
+                                 end_reason=schema.END_TWO_PASSES, accelerated_from=-1)
+    assert (first.num_positions, second.num_positions) == (12, 10)
+    storage.write_new(layout.chunk_path(1, "w", 1000, 0), codec.encode_chunk([first]))
+    storage.write_new(layout.chunk_path(2, "w", 2000, 1), codec.encode_chunk([second]))
+    search = ("--visits", "16", "--fast-visits", "4", "--accelerated-visits", "2")
+    stats = run_bench("game_stats.py", "--lake", str(tmp_path / "lake"), *search)["lakes"][str(tmp_path / "lake")]
+    assert (stats["games"], stats["positions"], stats["moves_per_game"]) == (2, 22, 11.0)
+    assert stats["decided_position_share"] == round(5 / 22, 4)
+    assert stats["decided_full_search_share"] == round(1 / 14, 4)
+    assert stats["decided_simulation_share"] == round(26 / 250, 4) and stats["simulations_per_game"] == 125.0
+    assert stats["resignation_share"] == 0.5 and stats["moves_per_game_two_passes"] == 10.0
+    later = run_bench("game_stats.py", "--lake", str(tmp_path / "lake"), "--min-generation", "2", *search)
+    assert later["lakes"][str(tmp_path / "lake")]["decided_position_share"] == 0.0
