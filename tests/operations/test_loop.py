@@ -65,7 +65,7 @@ def test_the_loop_reads_progress_from_events_not_from_human_lines(tmp_path, monk
     seen = []
     loop.run_child("train", ["fake_trainer", "--events", events], events, seen.append)
     assert [e["event"] for e in seen] == ["progress"] and seen[0]["loss"] == 2.5
-    tree = ast.parse((REPO / "pipeline" / "loop.py").read_text())
+    tree = ast.parse((REPO / "operations" / "loop.py").read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     assert "re" not in imported                               # no regex over the children's lines
 

@@ -184,7 +184,7 @@ def stand_in_gcloud(folder: pathlib.Path, body: str) -> tuple[pathlib.Path, path
     return folder, log
 
 
-VM = REPO / "cloud" / "vm"
+VM = REPO / "operations" / "vm"
 
 
 def run_role_process(tmp_path, role: str, *, accelerator: str, processes: str = "1",

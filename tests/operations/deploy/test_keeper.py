@@ -19,6 +19,7 @@ from operations.deploy.config import DeployConfig
 from tests.operations.deploy.support import (BASE, GCLOUD, VM, check_invocation, gcloud_invocations, metadata_of,
                                              plan_text, stand_in_gcloud)
 from tests.operations.deploy.support import creates as _creates
+from tests.operations.deploy.support import gcloud_help  # noqa: F401  (a fixture, asked for by name)
 
 SCENARIOS = {
     # the acceptance example: GPU workers, TPU trainer

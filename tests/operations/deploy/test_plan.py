@@ -31,6 +31,7 @@ from operations.deploy import plan as P
 from operations.deploy.config import DeployConfig
 from tests.operations.deploy.support import (BASE, REPO, check_invocation, gcloud_invocations, metadata_of,
                                              needs_gcloud, plan_text, run_deploy, stand_in_gcloud)
+from tests.operations.deploy.support import gcloud_help  # noqa: F401  (a fixture, used by parameter name)
 from tests.operations.deploy.support import creates as _creates
 
 SCENARIOS = {

@@ -180,10 +180,10 @@ def test_startup_retries_a_failed_install_until_it_succeeds_and_then_starts_the_
     import threading
 
     source = tmp_path / "sdist" / "zerolake-0"
-    (source / "cloud" / "vm").mkdir(parents=True)
+    (source / "operations" / "vm").mkdir(parents=True)
     for script, text in (("install.sh", "echo \"stand-in install $*\"\n"),
                          ("run-role.sh", "echo \"stand-in role $1 $2 root=$ZEROLAKE_ROOT\"\n")):
-        path = source / "cloud" / "vm" / script
+        path = source / "operations" / "vm" / script
         path.write_text("#!/usr/bin/env bash\n" + text)
         path.chmod(0o755)
     package = tmp_path / "zerolake.tar.gz"
