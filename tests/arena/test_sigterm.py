@@ -14,7 +14,7 @@ from cloud.local import LocalStorage
 from format import layout, registry
 from format.run_config import RunConfig, ensure_run_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 STUB_TENSORFLOW = '''"""Stand-in for TensorFlow: a model load that never ends, reached at once."""
 import time

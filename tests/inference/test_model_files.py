@@ -18,7 +18,7 @@ from format import registry
 from format import schema
 from inference import model_files
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def publish_fake_model(storage, generation, tmp_path):

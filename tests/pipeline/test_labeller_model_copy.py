@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 from cloud.local import LocalStorage
-from format import layout, registry
+from format import layout
+from tests.arena.test_sigterm import publish_fake_model, stub_environment
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 STUB_TENSORFLOW_UNIFORM = '''"""Stand-in for TensorFlow: a SavedModel with a uniform policy, loaded at once."""
@@ -37,25 +38,6 @@ class saved_model:
     def load(path):
         return type("SavedModel", (), {"signatures": {"serving_default": _serve}})
 '''
-
-
-def stub_environment(tmp_path: Path, stub_source: str) -> tuple[dict, Path]:
-    """(a child's environment with the stand-in TensorFlow ``stub_source`` first on its path and
-    TMPDIR a fresh folder, that folder): what a program leaves in TMPDIR can then be counted."""
-    stub = tmp_path / "stub" / "tensorflow"
-    stub.mkdir(parents=True)
-    (stub / "__init__.py").write_text(stub_source)
-    tmpdir = tmp_path / "tmpdir"
-    tmpdir.mkdir()
-    return dict(os.environ, PYTHONPATH=f"{stub.parent}{os.pathsep}{REPO}", TMPDIR=str(tmpdir)), tmpdir
-
-
-def publish_fake_model(lake: Path, export: Path) -> None:
-    """Publish files that only a stand-in TensorFlow loads as generation 1 (LATEST moves to it)."""
-    (export / "variables").mkdir(parents=True)
-    (export / "saved_model.pb").write_bytes(b"graph")
-    (export / "variables" / "data").write_bytes(b"weights" * 10)
-    registry.publish_model(LocalStorage(str(lake)), 1, str(export), {"board_size": 9})
 
 
 def test_a_shuffle_that_labels_with_a_model_leaves_no_copy_of_it(tmp_path):

@@ -20,30 +20,7 @@ from tests.operations.deploy.support import (BASE, GCLOUD, VM, check_invocation,
                                              plan_text, stand_in_gcloud)
 from tests.operations.deploy.support import creates as _creates
 from tests.operations.deploy.support import gcloud_help  # noqa: F401  (a fixture, asked for by name)
-
-SCENARIOS = {
-    # the acceptance example: GPU workers, TPU trainer
-    "gpu-workers-tpu-trainer": ["--workers", "8", "--worker-gpu", "nvidia-l4", "--trainer-tpu", "v5litepod-8"],
-    "cpu-workers-cpu-trainer": ["--workers", "3", "--trainer-cpu", "--no-spot"],
-    "t4-workers-multi-gpu-trainer": ["--workers", "2", "--worker-gpu", "nvidia-tesla-t4", "--worker-gpu-count", "2",
-                                     "--trainer-gpu", "nvidia-a100-80gb", "--trainer-gpu-count", "4"],
-    "dataflow-shuffle-spot-gpu-trainer": ["--workers", "20", "--worker-gpu", "nvidia-tesla-a100", "--trainer-gpu",
-                                          "nvidia-l4", "--trainer-spot", "--worker-args",
-                                          "--visits 128 --board-size 19"],
-    "v6e-trainer-in-its-zone": ["--workers", "1", "--trainer-tpu", "v6e-8", "--trainer-zone", "us-east5-b",
-                                "--worker-zone", "us-central1-b"],
-    "forced-dataflow-t4-trainer": ["--workers", "1", "--shuffle-runner", "dataflow", "--trainer-gpu",
-                                   "nvidia-tesla-t4"],
-    # --no-shuffle: the worker keeper moves to a standard trainer VM, or (TPU trainer) runs nowhere
-    "no-shuffle-keeper-on-gpu-trainer": ["--workers", "2", "--no-shuffle", "--trainer-gpu", "nvidia-l4"],
-    "no-shuffle-tpu-trainer-no-keeper": ["--workers", "2", "--no-shuffle", "--trainer-tpu", "v4-8",
-                                         "--trainer-zone", "us-central2-b"],
-}
-
-DOWN_SCENARIOS = {
-    "down-all": ["down", "--delete-account"],
-    "scale-down-workers": ["down", "--workers-only", "--keep-workers", "4"],
-}
+from tests.operations.deploy.test_plan import DOWN_SCENARIOS, SCENARIOS
 
 
 def _account(role: str) -> str:
