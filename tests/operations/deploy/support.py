@@ -138,6 +138,23 @@ def gcloud_invocations(script: str) -> list[list[str]]:
     return invocations
 
 
+def account(role: str) -> str:
+    """The service account a plan gives ``role`` (the test project's)."""
+    return f"zerolake-{role}@zl-test-project.iam.gserviceaccount.com"
+
+
+def iam_grants(script: str) -> list[tuple[str, str, str, str]]:
+    """(scope kind, resource, member, role) of every IAM grant in a plan."""
+    found = []
+    for words in gcloud_invocations(script):
+        if "add-iam-policy-binding" not in words:
+            continue
+        at = words.index("add-iam-policy-binding")
+        flags = dict(w.split("=", 1) for w in words if w.startswith("--") and "=" in w)
+        found.append((" ".join(words[:at]), words[at + 1], flags["--member"], flags["--role"]))
+    return found
+
+
 def check_invocation(words: list[str], help_text) -> list[str]:
     """Problems of one gcloud command line against gcloud's help ([] = none)."""
     positional = [w for w in words if not w.startswith("-")]

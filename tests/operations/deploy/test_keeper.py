@@ -18,28 +18,13 @@ from operations.deploy import plan as P
 from operations.deploy.config import DeployConfig
 from tests.operations.deploy.support import (BASE, GCLOUD, VM, check_invocation, gcloud_invocations, metadata_of,
                                              plan_text, stand_in_gcloud)
+from tests.operations.deploy.support import account, iam_grants
 from tests.operations.deploy.support import creates as _creates
 from tests.operations.deploy.support import gcloud_help  # noqa: F401  (a fixture, asked for by name)
 from tests.operations.deploy.test_plan import DOWN_SCENARIOS, SCENARIOS
 
 
-def _account(role: str) -> str:
-    return f"zerolake-{role}@zl-test-project.iam.gserviceaccount.com"
-
-
-def _grants(script: str) -> list[tuple[str, str, str, str]]:
-    """(scope kind, resource, member, role) of every IAM grant in a plan."""
-    found = []
-    for words in gcloud_invocations(script):
-        if "add-iam-policy-binding" not in words:
-            continue
-        at = words.index("add-iam-policy-binding")
-        flags = dict(w.split("=", 1) for w in words if w.startswith("--") and "=" in w)
-        found.append((" ".join(words[:at]), words[at + 1], flags["--member"], flags["--role"]))
-    return found
-
-
-KEEPER_SA = "zerolake-shuffle@zl-test-project.iam.gserviceaccount.com"
+KEEPER_SA = account("shuffle")
 
 KEEPER_ROLE = "projects/zl-test-project/roles/zerolake_keeper_{}_zerolake"
 
@@ -57,12 +42,12 @@ def test_the_plan_creates_the_keepers_roles_grants_them_and_turns_it_on_on_the_f
     assert not any(p.endswith((".create", ".delete", ".setMetadata", ".setIamPolicy")) for p in every)
     # guarded like every create: rerunning the plan skips it
     assert "if ! gcloud iam roles describe zerolake_keeper_list_zerolake --project=zl-test-project" in script
-    grants = _grants(script)
+    grants = iam_grants(script)
     assert ("projects", "zl-test-project", f"serviceAccount:{KEEPER_SA}", KEEPER_ROLE.format("list")) in grants
     started = [resource for kind, resource, who, role in grants if role == KEEPER_ROLE.format("start")]
     assert started == [f"zerolake-worker-{i:03d}" for i in range(8)]          # each worker VM, nothing else
     # actAs on the workers' account, although this plan (--shuffle-runner local) has no Dataflow
-    assert ("iam service-accounts", _account("worker"), f"serviceAccount:{KEEPER_SA}",
+    assert ("iam service-accounts", account("worker"), f"serviceAccount:{KEEPER_SA}",
             "roles/iam.serviceAccountUser") in grants
     assert script.index("roles create") < script.index(KEEPER_ROLE.format("list")) < script.index("instances create")
     metadata = metadata_of(script)
@@ -79,9 +64,9 @@ def test_a_spot_gpu_trainer_is_kept_too(capsys):
     [trainer] = [w for w in _creates(script, ("compute", "instances", "create")) if w[3] == "zerolake-trainer"]
     assert "--provisioning-model=SPOT" in trainer and "--instance-termination-action=STOP" in trainer
     assert "zerolake-keep-trainer=on" in metadata_of(script)["zerolake-shuffle"]
-    grants = _grants(script)
+    grants = iam_grants(script)
     assert ("compute instances", "zerolake-trainer", f"serviceAccount:{KEEPER_SA}", KEEPER_ROLE.format("start")) in grants
-    assert ("iam service-accounts", _account("trainer"), f"serviceAccount:{KEEPER_SA}",
+    assert ("iam service-accounts", account("trainer"), f"serviceAccount:{KEEPER_SA}",
             "roles/iam.serviceAccountUser") in grants
     assert "spot: the keeper starts it again after a preemption" in script
 
@@ -90,13 +75,13 @@ def test_without_a_follower_the_keeper_runs_on_a_standard_trainer_vm_or_the_plan
     gpu = plan_text(["plan"] + SCENARIOS["no-shuffle-keeper-on-gpu-trainer"] + BASE, capsys)
     keepers = [name for name, entries in metadata_of(gpu).items() if "zerolake-keeper=on" in entries]
     assert keepers == ["zerolake-trainer"] and _creates(gpu, ("iam", "roles", "create"))
-    trainer_sa = f"serviceAccount:{_account('trainer')}"
-    assert ("projects", "zl-test-project", trainer_sa, KEEPER_ROLE.format("list")) in _grants(gpu)
+    trainer_sa = f"serviceAccount:{account('trainer')}"
+    assert ("projects", "zl-test-project", trainer_sa, KEEPER_ROLE.format("list")) in iam_grants(gpu)
     assert "roles/dataflow" not in gpu
     script = plan_text(["plan"] + SCENARIOS["no-shuffle-tpu-trainer-no-keeper"] + BASE, capsys)
     assert not any("zerolake-keeper=on" in e for e in metadata_of(script).values())
     assert not _creates(script, ("iam", "roles", "create")) and "zerolake_keeper" not in script
-    assert not [g for g in _grants(script) if g[3] == "roles/iam.serviceAccountUser"]
+    assert not [g for g in iam_grants(script) if g[3] == "roles/iam.serviceAccountUser"]
     assert "# no worker keeper: with --no-shuffle" in script       # said in the plan ...
     result = subprocess.run(["bash", "-c", script.split("# no worker keeper")[1].split("\n")[1]],
                             capture_output=True, text=True)
@@ -107,13 +92,13 @@ def test_down_removes_the_keepers_grant_first_and_keeps_the_roles(tmp_path, caps
     script = plan_text(DOWN_SCENARIOS["down-all"] + BASE, capsys)
     removes = [w for w in gcloud_invocations(script) if w[:2] == ["projects", "remove-iam-policy-binding"]]
     assert removes == [["projects", "remove-iam-policy-binding", "zl-test-project",
-                        f"--member=serviceAccount:{_account(host)}", f"--role={KEEPER_ROLE.format('list')}",
+                        f"--member=serviceAccount:{account(host)}", f"--role={KEEPER_ROLE.format('list')}",
                         "--condition=None", "--format=none"] for host in ("shuffle", "trainer")]
     assert script.index("remove-iam-policy-binding") < script.index("instances list")
     assert "roles delete" not in script
     assert "remove-iam-policy-binding" not in plan_text(DOWN_SCENARIOS["scale-down-workers"] + BASE, capsys)
     deleted = [w[3] for w in _creates(script, ("iam", "service-accounts", "delete"))]
-    assert deleted == [_account(role) for role in ("worker", "shuffle", "trainer", "builder")]
+    assert deleted == [account(role) for role in ("worker", "shuffle", "trainer", "builder")]
     # rerunnable: a grant is removed only where get-iam-policy shows it, an account deleted only if it is there
     for bound in (True, False):
         folder, log = stand_in_gcloud(

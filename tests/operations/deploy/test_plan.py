@@ -32,6 +32,7 @@ from operations.deploy.config import DeployConfig
 from tests.operations.deploy.support import (BASE, REPO, check_invocation, gcloud_invocations, metadata_of,
                                              needs_gcloud, plan_text, run_deploy, stand_in_gcloud)
 from tests.operations.deploy.support import gcloud_help  # noqa: F401  (a fixture, used by parameter name)
+from tests.operations.deploy.support import account, iam_grants
 from tests.operations.deploy.support import creates as _creates
 
 SCENARIOS = {
@@ -144,22 +145,6 @@ def test_accelerator_kinds(capsys):
     assert "tpu.googleapis.com" not in cpu and not _creates(cpu, ("compute", "tpus", "queued-resources", "create"))
 
 
-def _account(role: str) -> str:
-    return f"zerolake-{role}@zl-test-project.iam.gserviceaccount.com"
-
-
-def _grants(script: str) -> list[tuple[str, str, str, str]]:
-    """(scope kind, resource, member, role) of every IAM grant in a plan."""
-    found = []
-    for words in gcloud_invocations(script):
-        if "add-iam-policy-binding" not in words:
-            continue
-        at = words.index("add-iam-policy-binding")
-        flags = dict(w.split("=", 1) for w in words if w.startswith("--") and "=" in w)
-        found.append((" ".join(words[:at]), words[at + 1], flags["--member"], flags["--role"]))
-    return found
-
-
 def test_dataflow_shuffle_gets_its_apis_roles_image_and_beam_flags(capsys):
     script = plan_text(["plan"] + SCENARIOS["dataflow-shuffle-spot-gpu-trainer"] + BASE, capsys)
     [shuffle] = [w for w in _creates(script, ("compute", "instances", "create")) if w[3] == "zerolake-shuffle"]
@@ -167,7 +152,7 @@ def test_dataflow_shuffle_gets_its_apis_roles_image_and_beam_flags(capsys):
     image = "us-central1-docker.pkg.dev/zl-test-project/zerolake-images/dataflow-worker"
     for flag in ("--runner=DataflowRunner", "--region=us-central1", f"--sdk_container_image={image}:current",
                  "--temp_location=gs://zl-test-bucket/zerolake-deploy/zerolake/dataflow-tmp",
-                 f"--service_account_email={_account('shuffle')}"):
+                 f"--service_account_email={account('shuffle')}"):
         assert flag in metadata
     assert "--setup_file" not in script        # Dataflow's workers install nothing at boot
     for api in ("dataflow.googleapis.com", "artifactregistry.googleapis.com", "cloudbuild.googleapis.com"):
@@ -179,23 +164,23 @@ def test_dataflow_shuffle_gets_its_apis_roles_image_and_beam_flags(capsys):
     assert "--region=us-central1" in build and any(w.startswith("--config=") for w in build)
     assert f"cp {P.DATAFLOW_DOCKERFILE} " in script and f"{image}:src-$zerolake_digest" in script
     assert [w[-2] for w in _creates(script, ("artifacts", "docker", "tags", "add"))] == [f"{image}:current"]
-    grants = _grants(script)
-    assert ("artifacts repositories", "zerolake-images", f"serviceAccount:{_account('shuffle')}",
+    grants = iam_grants(script)
+    assert ("artifacts repositories", "zerolake-images", f"serviceAccount:{account('shuffle')}",
             "roles/artifactregistry.reader") in grants
-    assert ("artifacts repositories", "zerolake-images", f"serviceAccount:{_account('builder')}",
+    assert ("artifacts repositories", "zerolake-images", f"serviceAccount:{account('builder')}",
             "roles/artifactregistry.writer") in grants
     # Least privilege: Dataflow's project roles go to the follower's account alone, and none is dataflow.admin
     # (which carries storage permissions on every bucket of the project).
     project = {(member, role) for kind, _, member, role in grants if kind == "projects"}
-    assert {role for member, role in project if member == f"serviceAccount:{_account('shuffle')}"} >= {
+    assert {role for member, role in project if member == f"serviceAccount:{account('shuffle')}"} >= {
         "roles/dataflow.developer", "roles/compute.viewer", "roles/dataflow.worker"}
     assert not any("dataflow.admin" in role for _, role in project)
-    assert {role for member, role in project if member == f"serviceAccount:{_account('worker')}"} == set(P.LOG_ROLES)
-    assert ("iam service-accounts", _account("shuffle"), f"serviceAccount:{_account('shuffle')}",
+    assert {role for member, role in project if member == f"serviceAccount:{account('worker')}"} == set(P.LOG_ROLES)
+    assert ("iam service-accounts", account("shuffle"), f"serviceAccount:{account('shuffle')}",
             "roles/iam.serviceAccountUser") in grants
     worker = _creates(script, ("compute", "instances", "create"))[-1]
     assert "zerolake-args=--visits 128 --board-size 19" in " ".join(worker)
-    assert f"--service-account={_account('worker')}" in worker
+    assert f"--service-account={account('worker')}" in worker
     # --shuffle-runner auto (the default): the follower chooses per window, by its size.
     assert "--dataflow-above-positions=1000000 --runner=DataflowRunner" in metadata
     assert "up to 1,000,000 positions, larger ones on Dataflow" in script
@@ -210,19 +195,19 @@ def test_dataflow_shuffle_gets_its_apis_roles_image_and_beam_flags(capsys):
 def test_each_role_runs_as_its_own_account_with_only_its_grants(capsys):
     script = plan_text(["plan"] + SCENARIOS["gpu-workers-tpu-trainer"] + BASE, capsys)
     vms = {w[3]: w for w in _creates(script, ("compute", "instances", "create"))}
-    assert f"--service-account={_account('worker')}" in vms["zerolake-worker-000"]
-    assert f"--service-account={_account('shuffle')}" in vms["zerolake-shuffle"]
+    assert f"--service-account={account('worker')}" in vms["zerolake-worker-000"]
+    assert f"--service-account={account('shuffle')}" in vms["zerolake-shuffle"]
     [tpu] = _creates(script, ("compute", "tpus", "queued-resources", "create"))
-    assert f"--service-account={_account('trainer')}" in tpu
+    assert f"--service-account={account('trainer')}" in tpu
     by_member: dict = {}
-    for kind, resource, who, role in _grants(script):
+    for kind, resource, who, role in iam_grants(script):
         by_member.setdefault(who.removeprefix("serviceAccount:"), set()).add((kind, role))
     bucket = {("storage buckets", role) for role in P.BUCKET_ROLES}
     logs = {("projects", role) for role in P.LOG_ROLES}
-    assert by_member[_account("worker")] == bucket | logs
-    assert by_member[_account("trainer")] == bucket | logs
+    assert by_member[account("worker")] == bucket | logs
+    assert by_member[account("trainer")] == bucket | logs
     # The follower also runs the keeper: listing on the project, starting on each worker VM, actAs the workers.
-    keeper = by_member[_account("shuffle")] - bucket - logs
+    keeper = by_member[account("shuffle")] - bucket - logs
     assert keeper - {("projects", role) for role in P.DATAFLOW_PROJECT_ROLES} - {
         ("iam service-accounts", "roles/iam.serviceAccountUser"),
         ("artifacts repositories", "roles/artifactregistry.reader")} == {
@@ -232,9 +217,9 @@ def test_each_role_runs_as_its_own_account_with_only_its_grants(capsys):
     assert grant_lines and all(line.lstrip().startswith(f"retry {P.GRANT_TRIES} gcloud") for line in grant_lines)
     # ... and each new account is waited for before its first grant.
     for role in ("worker", "shuffle", "trainer"):
-        wait = script.index(f"retry {P.GRANT_TRIES} gcloud iam service-accounts describe {_account(role)}")
+        wait = script.index(f"retry {P.GRANT_TRIES} gcloud iam service-accounts describe {account(role)}")
         assert script.index(f"service-accounts create zerolake-{role}") < wait < script.index(
-            f"--member=serviceAccount:{_account(role)}")
+            f"--member=serviceAccount:{account(role)}")
 
 
 @pytest.mark.parametrize("argv, field, words", [
