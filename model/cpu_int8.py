@@ -51,7 +51,7 @@ import numpy as np
 
 from format import layout
 from inference.openvino_evaluator import (OpenVinoEvaluator, compile_for_cpu, float_openvino_model, import_nncf,
-                                         import_openvino)
+                                          import_openvino)
 
 CALIBRATION_POSITIONS = 256
 """Positions NNCF collects activation ranges on (512 took 1.5x as long for the same agreement:

@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     lease.start_renewing()
 
     from model.cycle import (CheckpointMismatch, CheckpointStateError,  # TensorFlow from here on
-                                    CheckpointWriteError, Diverged, TrainingRun)
+                             CheckpointWriteError, Diverged, TrainingRun)
     from model.staging import StagingError
     from model.sgd import resolve_strategy
     from inference.evaluator import AcceleratorMissing

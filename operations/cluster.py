@@ -88,8 +88,8 @@ from model.config import TrainConfig
 from pipeline.config import ShuffleConfig
 from operations.chaos_audit import ZERO_LOSS_KEYS, audit_run
 from processes.children import (STOP_GRACE_SECONDS, cpu_seconds_of_trees, cpu_share, die_with_parent,
-                               ignore_sigint_and_sigterm, say, signal_group, start_child, stop_groups,
-                               stop_on_sigint_and_sigterm, waited_children_cpu_seconds)
+                                ignore_sigint_and_sigterm, say, signal_group, start_child, stop_groups,
+                                stop_on_sigint_and_sigterm, waited_children_cpu_seconds)
 from selfplay.config import WorkerConfig
 
 KINDS = ("worker", "shuffle", "train")

@@ -121,7 +121,7 @@ from format.match_record import ClosingRecord, MatchRecord
 from model.config import TrainConfig
 from pipeline.config import ShuffleConfig
 from processes.children import (STOP_GRACE_SECONDS, cpu_share, ignore_sigint_and_sigterm, say, start_child,
-                               stop_groups, stop_on_sigint_and_sigterm, waited_children_cpu_seconds)
+                                stop_groups, stop_on_sigint_and_sigterm, waited_children_cpu_seconds)
 from selfplay.config import WorkerConfig
 
 # The trainer's progress event fields shown as losses, and their short names.

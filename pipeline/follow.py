@@ -92,8 +92,8 @@ from pipeline import window_plan as W
 from pipeline.config import FOLLOW_WINDOW_FRACTION, ShuffleConfig, window_argv
 from processes.children import STOP_GRACE_SECONDS, die_with_parent, start_child, stop_groups
 from pipeline.lake_view import (JOB, STALE_TEMP_SECONDS, ShuffleError, check_run_config, claim_attempt, clean_tmp,
-                                   delete_tmp_dir, existing_window, holder_id, latest_model, new_attempt_id,
-                                   progress, try_claim)
+                                delete_tmp_dir, existing_window, holder_id, latest_model, new_attempt_id,
+                                progress, try_claim)
 
 WAIT_REPORT_SECONDS = 30.0
 """At most one human 'waiting' line and one 'waiting' event per this many seconds."""

@@ -68,8 +68,8 @@ from format.registry import RegistryError
 from pipeline import window_plan as W
 from pipeline.config import LABEL_AUTO, LABEL_MODEL, LABEL_RANDOM, ShuffleConfig, from_args
 from pipeline.lake_view import (ONE_SHOT_CLAIM_TAKEOVER, ShuffleError, check_run_config, claim_attempt, clean_tmp,
-                                   delete_tmp_dir, existing_window, holder_id, latest_model, new_attempt_id, progress,
-                                   try_claim)
+                                delete_tmp_dir, existing_window, holder_id, latest_model, new_attempt_id, progress,
+                                try_claim)
 from pipeline.retention import apply_retention
 from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
 # pipeline.transforms (and with it Apache Beam, ~5 s to import on a busy

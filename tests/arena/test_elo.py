@@ -5,7 +5,7 @@ import math
 import pytest
 
 from arena.elo import (CHI2_95, ELO_PER_NAT, SHUTOUT_DEVIANCE_95, PairRecord, choose_anchor, elo_gap,
-                          expected_score, fit_ratings, merge_pairs, win_groups)
+                       expected_score, fit_ratings, merge_pairs, win_groups)
 
 
 def log_likelihood(pairs, elo):

@@ -13,7 +13,7 @@ from format import schema
 from format.coords import gtp_to_move, move_to_gtp
 from engine.board import board_from_ascii
 from arena.gtp import (MAX_SGF_BYTES, STATUS_ALIVE, STATUS_SEKI, GtpConfig, build_engine, fixed_handicap_points,
-                          stone_statuses)
+                       stone_statuses)
 from arena.gtp_client import GnuGo
 from tests.engine.test_board import SEKI_9
 from tests.arena.test_gtp import Engine, require_gnugo, showboard_stones

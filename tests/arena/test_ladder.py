@@ -23,8 +23,8 @@ from format.sgf import game_from_sgf
 from engine.board import Board
 from arena.elo import elo_gap
 from arena.ladder import (ANCHOR_GAMES_DIR, CLI, STORE_MADE, STORE_RESULTS, Ladder, LadderConfig, anchor_chain,
-                             distinct_games, game_digest, ladder_conditions, main, pair_records, read_results,
-                             read_stored_games, run, store_folder, write_results)
+                          distinct_games, game_digest, ladder_conditions, main, pair_records, read_results,
+                          read_stored_games, run, store_folder, write_results)
 from arena.ladder_report import chunk_counts
 from arena.match import GameResult, sgf_bytes, summarize
 from testdata.models import publish_untrained_model

@@ -24,7 +24,7 @@ from inference.evaluator import UniformEvaluator
 from arena.gtp_client import GnuGoNotFound, find_gnugo
 from inference.loading import PlayoutEvaluator
 from arena.player import (RESIGN, BasePlayer, MctsConfig, MctsPlayer, Player, RandomPlayer, SearchBudget,
-                             gnugo_player)
+                          gnugo_player)
 from testdata.models import publish_untrained_model
 
 

@@ -29,7 +29,7 @@ import pytest
 
 from operations.deploy import zones
 from tests.operations.deploy.support import (BASE, REPO, creates, metadata_of, plan_text, role_environment, run_deploy,
-                                  run_role, run_role_process)
+                                             run_role, run_role_process)
 
 FIXTURE = REPO / "tests" / "data" / "savedmodel-tf2.20"
 
