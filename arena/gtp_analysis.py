@@ -11,9 +11,9 @@ one report line.  `AnalysisRun` steps a search generator from
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Iterator
 
+from arena.match import wilson_interval
 from engine.board import Board
 from engine.search import STATE_EXPANDED
 from format import schema
@@ -25,9 +25,6 @@ some 300 MB): a search expands one node per legal move at each leaf, so the
 visit cap is this divided by the board's actions (`max_analysis_visits`):
 about 97,000 visits on 9x9 and 22,000 on 19x19.  At the cap the search stops
 and the reports go on, unchanged, until the controller stops them."""
-
-LCB_Z = 1.96
-"""Normal quantile of the lower confidence bound (`winrate_lcb`)."""
 
 PV_MAX_MOVES = 30
 """Longest principal variation reported (a line stays a few hundred bytes)."""
@@ -156,16 +153,15 @@ def root_move_stats(tree, max_moves: int | None = None) -> list[MoveStats]:
     return stats
 
 
-def winrate_lcb(winrate: float, visits: int, z: float = LCB_Z) -> float:
-    """Wilson's lower bound on a win rate in [0, 1] measured over `visits`.
+def winrate_lcb(winrate: float, visits: int) -> float:
+    """The low end of the Wilson interval (`arena.match.wilson_interval`, 95%) of a win rate in [0, 1]
+    measured over `visits`.
 
-    The search keeps no variance per move, so each visit counts as a draw
-    in [0, 1] with mean `winrate`, whose variance is at most w(1 - w): the
-    bound is conservative, lies in [0, winrate], and rises with visits."""
+    The search keeps no variance per move, so each visit counts as a draw in
+    [0, 1] with mean `winrate`, whose variance is at most w(1 - w): the bound
+    is conservative, lies in [0, winrate], and rises with visits."""
     n = max(visits, 1)
-    centre = winrate + z * z / (2 * n)
-    spread = z * math.sqrt(max(winrate * (1 - winrate), 0.0) / n + z * z / (4 * n * n))
-    return min(max((centre - spread) / (1 + z * z / n), 0.0), winrate)
+    return min(wilson_interval(winrate * n, n)[0], winrate)
 
 
 # --------------------------------------------------------------------------
