@@ -133,7 +133,8 @@ from typing import Callable
 import numpy as np
 from sgfmill import sgf
 
-from format.cli import RoleCli, board_size_setting, komi_setting, pass_when_winning_setting, root_setting, setting, setting_problems
+from format.cli import (RoleCli, board_size_setting, komi_setting, pass_when_winning_setting, root_setting,
+                        setting, setting_problems)
 from format import schema
 from engine.board import Board, IllegalMove
 from format.coords import GTP_COLUMNS, gtp_to_move, move_to_gtp

@@ -47,7 +47,8 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from format.cli import board_size_setting, config_from_namespace, events_setting, komi_setting, max_moves_setting, pass_when_winning_setting, RoleCli, setting, setting_problems, storage_retry
+from format.cli import (board_size_setting, config_from_namespace, events_setting, komi_setting, max_moves_setting,
+                        pass_when_winning_setting, RoleCli, setting, setting_problems, storage_retry)
 from format import schema
 from format.match_record import MatchGame, MatchRecord
 from engine.board import Board, IllegalMove

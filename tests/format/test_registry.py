@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 from format import layout
-from format.registry import AlreadyPublished, ModelIntegrityError, is_published, latest_generation, publish_model, read_manifest
+from format.registry import (AlreadyPublished, ModelIntegrityError, is_published, latest_generation, publish_model,
+                             read_manifest)
 from inference.model_files import load_model
 from cloud.storage import open_storage
 from format import schema
