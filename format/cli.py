@@ -398,17 +398,19 @@ def config_from_paths(config_cls, values: dict):
     return config_cls(**own)
 
 
-def changed_argv(config) -> list[str]:
-    """The flags of ``config``'s flag fields that differ from their defaults (a nested config's
-    under their own names): what a child's command line needs to rebuild a nested config."""
+def changed_argv(config, *, skip: typing.Iterable[str] = (), always: typing.Iterable[str] = ()) -> list[str]:
+    """The flags of ``config``'s flag fields that differ from their defaults (a nested config's under
+    their own names), leaving out the fields named in ``skip`` and giving those in ``always`` even at
+    their default: what a child's command line needs to rebuild ``config``."""
+    skip, always = set(skip), set(always)
     argv: list[str] = []
     for field in dataclasses.fields(config):
-        if not field.init or field.metadata.get("hidden"):
+        if not field.init or field.metadata.get("hidden") or field.name in skip:
             continue
         value = getattr(config, field.name)
         if "nested" in field.metadata:
             argv += changed_argv(value)
-        elif field.default is dataclasses.MISSING or value != field.default:
+        elif field.name in always or field.default is dataclasses.MISSING or value != field.default:
             argv += config_flag_argv(field.name, value)
     return argv
 

@@ -195,16 +195,7 @@ def role_argv(config, role: str, *, retry=None, **managed) -> list[str]:
     undeclared = sorted(set(managed) - set(info["managed"]))
     if undeclared:
         raise TypeError(f"{type(config).__name__}.{role}: {undeclared} are not declared managed")
-    role_config = getattr(config, role)
-    argv: list[str] = []
-    for f in dataclasses.fields(role_config):
-        if not f.init or f.metadata.get("hidden") or f.name in info["managed"]:
-            continue
-        value = getattr(role_config, f.name)
-        if "nested" in f.metadata:                 # a nested config's fields, under their own names
-            argv += changed_argv(value)
-        elif f.name in info["shared"] or f.default is dataclasses.MISSING or value != f.default:
-            argv += config_flag_argv(f.name, value)
+    argv = changed_argv(getattr(config, role), skip=info["managed"], always=info["shared"])
     for name, value in managed.items():
         argv += config_flag_argv(name, value)
     if retry is not None:
