@@ -95,17 +95,22 @@ NOTES = {
     ('shuffle', 'looked'):
         'one per look at the lake in `--follow` mode (each poll), whatever it decided',
     ('train', 'window_started'):
-        'also `start_step`, `resumed` and `global_step` (the global step as the window starts or resumes: a reader counts the steps trained from it)',
+        'also `start_step`, `resumed` and `global_step` (the global step as the window starts or resumes: a '
+        'reader counts the steps trained from it)',
     ('train', 'progress'):
-        "`occupied_policy_mass` is the mean softmax policy mass on occupied points (moves the input planes show are illegal) over the reported steps' batches",
+        '`occupied_policy_mass` is the mean softmax policy mass on occupied points (moves the input planes '
+        "show are illegal) over the reported steps' batches",
     ('train', 'diverged'):
-        'the loss (or the weights to publish) stopped being finite at `step` (`metrics` names the sums that did); the trainer exits 4, saving and publishing nothing since its last checkpoint',
+        'the loss (or the weights to publish) stopped being finite at `step` (`metrics` names the sums that '
+        'did); the trainer exits 4, saving and publishing nothing since its last checkpoint',
     ('match', 'result'):
         'the whole result, as `arena.match --json` prints it',
     ('match', 'stopped'):
         '`done`, `error` or `SIGTERM`',
     ('loop', 'throughput'):
-        "the roles' user + system CPU seconds / wall seconds / cores over the invocation, and per hour the positions self-played and the rows trained (steps x global batch); also `cpu_seconds`, `cores`, `wall_seconds`, `positions`, `trained_steps`, `trained_rows`",
+        "the roles' user + system CPU seconds / wall seconds / cores over the invocation, and per hour the "
+        'positions self-played and the rows trained (steps x global batch); also `cpu_seconds`, `cores`, '
+        '`wall_seconds`, `positions`, `trained_steps`, `trained_rows`',
 }
 
 
