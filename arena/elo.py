@@ -80,12 +80,8 @@ Options
   every pair that played; the fit then maximises the posterior and every
   connected player is finite.  It pulls each gap towards 0: 10-0 with 2
   virtual draws reads as 11 of 12 points, 416 Elo, whatever the true gap.
-* ``interval="hessian"``: the earlier intervals, rating +- 1.96 standard
-  errors from the inverse Hessian at the maximum (Laplace approximation),
-  symmetric, and infinite for infinite estimates.  With ``prior_draws=2``
-  and the anchor ``random`` it is the ladder's earlier fit; kept so that
-  tests/arena/test_elo_coverage.py can show it fails the coverage that the
-  profile intervals pass.  ``interval="none"`` skips intervals (NaN ends).
+* ``interval="none"`` skips intervals (NaN ends), for callers that want only
+  the estimates (the ladder's prior-sensitivity comparison).
 """
 from __future__ import annotations
 
@@ -103,7 +99,7 @@ CHI2_95 = Z_95 ** 2
 SHUTOUT_DEVIANCE_95 = -2.0 * math.log(0.025)
 """The deviance limit of a one-sided interval's end (an infinite estimate): where the shut-out
 the games show had a 2.5% chance (module docstring)."""
-INTERVALS = ("profile", "hessian", "none")
+INTERVALS = ("profile", "none")
 
 _MAX_PROFILE_STEP = 4.0
 """Largest move of a profile end per Newton step, in natural units (~700 Elo): a step from near
@@ -184,7 +180,6 @@ class Fit:
         fit = ("maximum likelihood (no prior)" if self.prior_draws == 0 else
                f"maximum posterior with {self.prior_draws:g} virtual draws per pairing")
         interval = {"profile": "95% profile-likelihood intervals",
-                    "hessian": "95% intervals from the inverse Hessian (+-1.96 standard errors)",
                     "none": "no intervals"}[self.interval]
         return f"Bradley-Terry {fit}, {self.anchor} = 0, {interval}"
 
@@ -464,16 +459,10 @@ def fit_ratings(records: Iterable[PairRecord], anchor: str = "random", *, prior_
     group = np.argmax(reach & reach.T, axis=1)
     inside = group[index_a] == group[index_b]
     within = model.subset(np.flatnonzero(inside), np.arange(len(names)))
-    x_hat, _, _, hess = _maximise(within, np.zeros(len(names)), group != np.arange(len(names)),
-                                  max_iterations)
+    x_hat = _maximise(within, np.zeros(len(names)), group != np.arange(len(names)), max_iterations)[0]
     inside_terms = within.terms(x_hat)
 
     ratings = {anchor: anchor_rating}
-    standard_errors = None
-    if interval == "hessian":
-        mine = np.flatnonzero(group == 0)[1:]
-        covariance = np.linalg.inv(-hess[np.ix_(mine, mine)]) if len(mine) else np.zeros((0, 0))
-        standard_errors = dict(zip(mine.tolist(), np.sqrt(np.maximum(np.diag(covariance), 0.0))))
     for j, name in enumerate(names[1:], start=1):
         reaches_anchor, reached_by_anchor = bool(reach[j, 0]), bool(reach[0, j])
         if reaches_anchor and reached_by_anchor:
@@ -482,9 +471,6 @@ def fit_ratings(records: Iterable[PairRecord], anchor: str = "random", *, prior_
             x = math.inf if reaches_anchor else -math.inf if reached_by_anchor else math.nan
         if interval == "none":
             low = high = math.nan
-        elif interval == "hessian":
-            half = Z_95 * float(standard_errors[j]) if math.isfinite(x) else math.inf
-            low, high = (x - half, x + half) if math.isfinite(x) else (-math.inf, math.inf)
         else:
             low, high = _profile_interval(model, reach, inside, inside_terms, x_hat, j, reaches_anchor,
                                           reached_by_anchor)

@@ -65,17 +65,6 @@ def test_a_known_win_ratio_gives_its_elo_gap():
     assert fit_ratings(split, prior_draws=2.0).ratings["a"].elo == pytest.approx(elo_gap(31 / 42), abs=1e-6)
 
 
-def test_the_hessian_option_is_the_inverse_hessian_of_one_pair():
-    """The earlier intervals, kept as an option: one pair, no prior, the standard error is
-    1 / sqrt(n p (1 - p)) nats."""
-    fit = fit_ratings([PairRecord("a", "random", 40, 30)], prior_draws=0.0, interval="hessian")
-    se = ELO_PER_NAT / math.sqrt(40 * 0.75 * 0.25)
-    rating = fit.ratings["a"]
-    assert rating.high - rating.elo == pytest.approx(1.959963984540054 * se, rel=1e-6)
-    assert rating.elo - rating.low == pytest.approx(rating.high - rating.elo)
-    assert fit.ratings["random"].low == fit.ratings["random"].high == 0.0
-
-
 def test_gaps_add_along_a_chain_and_transitive_evidence_is_combined():
     chain = [PairRecord("a", "random", 40, 30), PairRecord("b", "a", 40, 30)]
     fit = fit_ratings(chain, prior_draws=0.0)

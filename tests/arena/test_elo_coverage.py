@@ -31,8 +31,10 @@ Terms
 
 The fit (`arena.elo`'s default: maximum likelihood, profile-likelihood intervals, one-sided ends
 at deviance 7.378) must pass on both sides and have a gap bias under `BIAS_LIMIT`; the variant with
-the two-sided limit 3.841 at the one-sided ends, and the earlier fit, must fail.
+the two-sided limit 3.841 at the one-sided ends, and the earlier fit, must fail.  The earlier fit is
+no longer in `arena.elo`: `earlier_fit` below rebuilds it from the estimates `fit_ratings` gives.
 """
+import dataclasses
 import functools
 import math
 import time
@@ -41,7 +43,7 @@ import numpy as np
 import pytest
 
 import arena.elo as elo
-from arena.elo import PairRecord, expected_score, fit_ratings
+from arena.elo import ELO_PER_NAT, Z_95, PairRecord, expected_score, fit_ratings, merge_pairs
 
 TOURNAMENTS = 300
 GAMES = 10
@@ -58,7 +60,7 @@ BIAS_LIMIT = 50.0
 METHODS = {
     "profile": dict(prior_draws=0.0, interval="profile"),
     "one-sided at 3.841": dict(prior_draws=0.0, interval="profile"),   # with the wrong deviance limit
-    "earlier": dict(prior_draws=2.0, interval="hessian"),
+    "earlier": dict(prior_draws=2.0, interval="none"),            # intervals from earlier_fit's Hessian
 }
 
 
@@ -88,7 +90,42 @@ def tournament(rng: np.random.Generator) -> tuple[dict[str, float], list[PairRec
     return truth, records
 
 
+def earlier_fit(records: list[PairRecord], anchor: str, prior_draws: float = 2.0) -> elo.Fit:
+    """The ladder's fit before issue 24: the maximum-posterior estimates with ``prior_draws`` virtual
+    draws a pairing, each rating +- 1.96 standard errors from the inverse Hessian of the
+    log-posterior at the maximum (a Laplace approximation), so symmetric whatever the games say.
+
+    The Hessian of a Bradley-Terry log-likelihood: each pairing of n games (virtual draws
+    included) at expected score p adds -n p (1 - p) to both players' diagonal entries and
+    +n p (1 - p) to their two off-diagonal ones, in natural units; the anchor is held at 0, so
+    its row and column drop out."""
+    fit = fit_ratings(records, anchor, prior_draws=prior_draws, interval="none")
+    free = [name for name in fit.ratings if name != anchor]
+    where = {name: i for i, name in enumerate(free)}
+    hessian = np.zeros((len(free), len(free)))
+    for pair in merge_pairs(records):
+        if pair.a not in fit.ratings or pair.b not in fit.ratings:
+            continue
+        p = expected_score(fit.ratings[pair.a].elo, fit.ratings[pair.b].elo)
+        weight = (pair.games + prior_draws) * p * (1.0 - p)
+        ends = [where[name] for name in (pair.a, pair.b) if name in where]
+        for i in ends:
+            hessian[i, i] -= weight
+        if len(ends) == 2:
+            hessian[ends[0], ends[1]] += weight
+            hessian[ends[1], ends[0]] += weight
+    errors = np.sqrt(np.maximum(np.diag(np.linalg.inv(-hessian)), 0.0)) if free else np.zeros(0)
+    ratings = dict(fit.ratings)
+    for name, error in zip(free, errors):
+        rating = ratings[name]
+        half = Z_95 * float(error) * ELO_PER_NAT
+        ratings[name] = dataclasses.replace(rating, low=rating.elo - half, high=rating.elo + half)
+    return dataclasses.replace(fit, ratings=ratings)
+
+
 def fit(method: str, records: list[PairRecord]) -> elo.Fit:
+    if method == "earlier":
+        return earlier_fit(records, "gnugo:1", METHODS[method]["prior_draws"])
     if method != "one-sided at 3.841":
         return fit_ratings(records, "gnugo:1", **METHODS[method])
     saved = elo.SHUTOUT_DEVIANCE_95
@@ -168,6 +205,17 @@ def test_one_sided_ends_at_the_two_sided_limit_fail_on_one_side():
     result = simulation()
     assert not passes("one-sided at 3.841")
     assert result["high"][("one-sided at 3.841", "generations")] > TAIL_RANGE[1]
+
+
+def test_the_earlier_fit_is_the_inverse_hessian_of_one_pair():
+    """earlier_fit rebuilds the old intervals: one pair, no prior, the standard error is
+    1 / sqrt(n p (1 - p)) nats, symmetric about the estimate."""
+    fit = earlier_fit([PairRecord("a", "random", 40, 30)], "random", prior_draws=0.0)
+    error = ELO_PER_NAT / math.sqrt(40 * 0.75 * 0.25)
+    rating = fit.ratings["a"]
+    assert rating.high - rating.elo == pytest.approx(Z_95 * error, rel=1e-6)
+    assert rating.elo - rating.low == pytest.approx(rating.high - rating.elo)
+    assert fit.ratings["random"].low == fit.ratings["random"].high == 0.0
 
 
 def test_the_earlier_fit_fails_the_same_test():
