@@ -167,7 +167,7 @@ TURNS_STEPS_PER_WINDOW = 500
 """Training steps of a generation in turns (``--train-steps-per-window 0`` = auto): today's 500 x 256,
 about 0.5 samples per new row of a 150 s generation."""
 CONCURRENT = {"samples_per_row": 2.0, "min_steps_per_window": 100, "max_steps_per_window": 500,
-              "max_untrained": 2, "child_threads": 1, "worker_nice": 0, "status_seconds": 30.0}
+              "max_untrained": 2, "workers": 1, "child_threads": 1, "worker_nice": 0, "status_seconds": 30.0}
 """The concurrent schedule's settings.
 
 * At most 2 samples per new row, and 100 to 500 steps of 256 a window.  In
@@ -229,6 +229,8 @@ class LoopConfig:
     state_dir: str = setting("", "concurrent schedule: the roles' local state (the worker's spool, the "
                                  "trainer's stage, events, logs); default ./loop-state/<hash of root>. The "
                                  "same command reuses it, so a stopped run resumes its spool")
+    workers: int = setting(CONCURRENT["workers"], "concurrent schedule: self-play worker processes, each with its own "
+                           "spool and --worker-* settings (seeds differ)", at_least=1)
     child_threads: int = setting(CONCURRENT["child_threads"], "concurrent schedule: TensorFlow/OpenMP threads of "
                                  "each role (0 = their own choice: every core each)", at_least=0)
     worker_nice: int = setting(CONCURRENT["worker_nice"], "concurrent schedule: niceness added to the "
@@ -803,14 +805,14 @@ class Loop:
         return self.finish()
 
     def start_roles(self, seconds: float, generations: int | None):
-        """operations.cluster's Cluster of this loop's roles (one worker), to run ``seconds`` or until
+        """operations.cluster's Cluster of this loop's roles (``--workers`` workers), to run ``seconds`` or until
         ``generations`` more are published."""
         from operations.cluster import Cluster, ClusterConfig, Commands, default_state_dir
 
         cfg = self.config
         state_dir = os.path.abspath(cfg.state_dir or default_state_dir(cfg.root, "loop-state"))
         roles = ClusterConfig(
-            root=cfg.root, workers=1, state_dir=state_dir, board_size=cfg.board_size, komi=cfg.komi,
+            root=cfg.root, workers=cfg.workers, state_dir=state_dir, board_size=cfg.board_size, komi=cfg.komi,
             status_seconds=CONCURRENT["status_seconds"], child_threads=cfg.child_threads,
             worker_nice=cfg.worker_nice, minutes=seconds / 60, until_generations=generations or 0,
             worker=cfg.worker, shuffle=cfg.follower_shuffle(), train=cfg.train)
