@@ -57,17 +57,26 @@ Data flow of one cycle::
             <target> --attempt <id>`` (the one-shot job), claim renewed meanwhile;
             with --dataflow-above-positions N a window of at most N positions
             runs in-process without the Beam (Dataflow) flags, a larger one
-            with them (:meth:`Follower.window_command`)
+            with them and its job's name and labels (:meth:`Follower.window_command`);
+            first, jobs of earlier attempts at <target> still running are cancelled
     done:   window_published event; delete own tmp pieces; release the claim
 
 Why a child process: Beam's runner cannot be interrupted cleanly from a
 signal handler, and a process that runs for days should not accumulate the
 runner's state.  A SIGTERM reaches the follower alone (the child has its
-own session); the follower stops the child's process group, deletes the
-attempt's pieces, releases the claim and exits 0.  The window stays
-unpublished and the next follower redoes it.  The child dies with the
-follower (PR_SET_PDEATHSIG) if the follower is SIGKILLed; what a killed
-attempt leaves in tmp/ is deleted by the next follower that looks.
+own session); the follower stops the child's process group, cancels the
+attempt's Dataflow job, deletes the attempt's pieces, releases the claim and
+exits 0.  The window stays unpublished and the next follower redoes it.  The
+child dies with the follower (PR_SET_PDEATHSIG) if the follower is
+SIGKILLed; what a killed attempt leaves in tmp/ is deleted by the next
+follower that looks.
+
+*Dataflow jobs* outlive their launcher, so each is named
+``zerolake-<run>-w<gen>-<attempt>`` and labelled (pipeline.dataflow_jobs).
+The follower cancels its attempt's job whenever the child ends without
+success (a stop, a lost claim, a failed launcher), and after taking a claim
+it cancels any job of an earlier attempt at that window still running (a
+SIGKILLed follower's) before it launches its own.
 
 A window manifest that does not validate is never trusted or overwritten:
 the follower logs it once, names the object, field and the fix, and waits
@@ -88,6 +97,7 @@ from format import layout
 from format.events import EventLog
 from format.leases import Lease, LeaseLost, LeaseRecord, describe_time
 from format.registry import RegistryError
+from pipeline import dataflow_jobs as DJ
 from pipeline import window_plan as W
 from pipeline.config import FOLLOW_WINDOW_FRACTION, ShuffleConfig, window_argv
 from processes.children import STOP_GRACE_SECONDS, die_with_parent, start_child, stop_groups
@@ -159,6 +169,15 @@ class Follower:
         self._last_report = -math.inf
         self._reported: set = set()
         self._next_temp_sweep = -math.inf
+        self.run_label = DJ.run_label(config.root)
+        self.dataflow: DJ.Dataflow | None = None
+        """Lists and cancels this run's Dataflow jobs (pipeline.dataflow_jobs); None without Dataflow flags."""
+        self.dataflow_problem = ""
+        if names_dataflow(self.beam_args):
+            try:
+                self.dataflow = DJ.Dataflow.from_beam_args(self.beam_args)
+            except ValueError as exc:
+                self.dataflow_problem = str(exc)
 
     # ---- stopping ----
 
@@ -192,6 +211,9 @@ class Follower:
             return 2
         self.events.emit("started", follow=True, holder=self.holder)
         progress(f"following {self.config.root} as {self.holder}")
+        if self.dataflow_problem:
+            print(f"warning: {self.dataflow_problem}; a job this follower leaves runs to its window's end",
+                  file=sys.stderr, flush=True)
         try:
             self.clean()
         except StorageError as exc:  # a read-only disk, say: warned as below; each build cleans again
@@ -342,6 +364,12 @@ class Follower:
         if self.storage.exists(layout.window_manifest(generation)):
             held.release()  # published between the look and the claim
             return
+        # A job of an earlier attempt at this window still running (its follower was SIGKILLed, or its
+        # cancel failed) is cancelled, not waited for: holding the claim makes this attempt the only live
+        # one, the clean-up above has deleted (or will delete) the dead attempt's temporary pieces under
+        # it, and a dead attempt publishes nothing its follower can check, so waiting would pay for its
+        # workers to the window's end for a build that cannot be trusted to finish.
+        self.cancel_jobs(generation, attempt, own=False)
         reuse = self.window_reuse(outlook.new_positions, outlook.window_positions)
         command = self.window_command(generation, attempt, outlook.window_positions, reuse)
         where = "on Dataflow" if names_dataflow(command) else "in-process"
@@ -349,6 +377,10 @@ class Follower:
         progress(f"window {generation}: ~{outlook.new_positions} new positions (needed {outlook.needed}); "
                   f"building it ({where}, ~{outlook.window_positions} positions{sized}) as attempt {attempt}")
         outcome = self.run_child(held, generation, command)
+        if outcome != "done" and names_dataflow(command):
+            # Stopping the launcher does not stop its job (pipeline.dataflow_jobs): cancelled here, on a
+            # stop, a lost claim or a failed launcher alike, before the attempt's pieces are deleted.
+            self.cancel_jobs(generation, attempt, own=True)
         removed = delete_tmp_dir(self.storage, layout.job_tmp_dir(JOB, generation, attempt))
         if removed:
             progress(f"removed {removed} temporary pieces of attempt {attempt}")
@@ -377,6 +409,28 @@ class Follower:
         self.events.emit("window_published", generation=generation, positions=window.positions,
                          shards=len(window.shards), attempt=attempt)
         progress(f"window {generation} published: {window.positions} positions in {len(window.shards)} shards")
+
+    def cancel_jobs(self, generation: int, attempt: str, *, own: bool) -> None:
+        """Cancel the active Dataflow jobs of window ``generation``: this ``attempt``'s (``own``), or every
+        other attempt's.  A gcloud failure is one warning line; the follower goes on either way."""
+        if self.dataflow is None:
+            return
+        try:
+            jobs = self.dataflow.active_jobs(self.run_label, generation)
+        except DJ.DataflowJobsError as exc:
+            print(f"warning: {exc}; a job left running ends with its window", file=sys.stderr, flush=True)
+            return
+        for job in jobs:
+            if (job.attempt == attempt) != own:
+                continue
+            try:
+                self.dataflow.cancel(job)
+            except DJ.DataflowJobsError as exc:
+                print(f"warning: {exc}; it runs to its window's end unless cancelled by hand",
+                      file=sys.stderr, flush=True)
+                continue
+            whose = "this attempt" if own else f"the earlier attempt {job.attempt}"
+            progress(f"window {generation}: cancelled Dataflow job {job.name} ({job.id}) of {whose}")
 
     def lose(self, generation: int, winner: LeaseRecord | None) -> None:
         """Another follower makes window ``generation`` (reported once per window)."""
@@ -412,13 +466,18 @@ class Follower:
 
         With --dataflow-above-positions, a window of at most that many
         positions gets no Beam flags (the in-process runner on this machine);
-        a larger one, or every window without the setting, gets them all.
+        a larger one, or every window without the setting, gets them all, and
+        with Dataflow flags its job's name and labels (pipeline.dataflow_jobs).
         """
         local = 0 < window_positions <= self.config.dataflow_above_positions
         config = self.config if reuse is None else dataclasses.replace(self.config, reuse=reuse)
+        dataflow = not local and names_dataflow(self.beam_args)
+        # The job's name and labels come last, so that they are the ones Beam keeps (`follow` refuses a
+        # --job_name of the user's: one name for every window would make Dataflow return the running job).
         return ["pipeline.shuffle", *window_argv(config),
                 "--window-generation", str(generation), "--attempt", attempt,
-                *([] if local else self.beam_args)]
+                *([] if local else self.beam_args),
+                *(DJ.beam_flags(self.run_label, generation, attempt) if dataflow else [])]
 
     def run_child(self, held: Lease, generation: int, module_argv: list[str]) -> str:
         """Build the window in a child job, renewing the claim: 'done', 'lost', 'stopped' or 'exit N'."""
@@ -460,6 +519,10 @@ def follow(config: ShuffleConfig, beam_args=()) -> int:
         print("error: --dataflow-above-positions chooses between the in-process runner and Dataflow, so it needs "
               "Beam flags for Dataflow (--runner DataflowRunner --project P --region R --temp_location gs://...)",
               file=sys.stderr)
+        return 2
+    if DJ.beam_option(beam_args, "--job_name") is not None:
+        print("error: --job_name: the follower names each window's Dataflow job itself "
+              "(zerolake-<run>-w<window>-<attempt>, to find and cancel it); leave --job_name out", file=sys.stderr)
         return 2
     try:
         storage = open_storage(config.root, retry=config.storage_retry)

@@ -441,14 +441,19 @@ def test_each_window_gets_the_dataflow_flags_only_above_the_threshold(tmp_path):
     small = follower.window_command(3, "att1", 500_000)
     large = follower.window_command(4, "att2", 500_001)
     assert small[small.index("--window-generation"):] == ["--window-generation", "3", "--attempt", "att1"]
+    run = follower.run_label
     assert large[large.index("--window-generation"):] == ["--window-generation", "4", "--attempt", "att2",
-                                                          *DATAFLOW_FLAGS]
+                                                          *DATAFLOW_FLAGS, f"--job_name=zerolake-{run}-w4-att2",
+                                                          f"--labels=zerolake-run={run}", "--labels=zerolake-window=4",
+                                                          "--labels=zerolake-role=shuffle",
+                                                          "--labels=zerolake-attempt=att2"]
     for command in (small, large):                      # the window's own settings either way, no follow flags
         assert "--reuse" in command and "--dataflow-above-positions" not in command and "--follow" not in command
     assert not F.names_dataflow(small) and F.names_dataflow(large)
     # Without the setting every window goes where the Beam flags say.
     everywhere = F.Follower(ShuffleConfig(root=str(tmp_path), follow=True), DATAFLOW_FLAGS, None, events=None)
-    assert everywhere.window_command(3, "a", 10)[-len(DATAFLOW_FLAGS):] == DATAFLOW_FLAGS
+    command = everywhere.window_command(3, "a", 10)
+    assert command[command.index("--attempt") + 2:][:len(DATAFLOW_FLAGS)] == DATAFLOW_FLAGS
 
 
 def test_the_runner_flag_is_read_in_every_spelling():
