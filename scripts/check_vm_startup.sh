@@ -109,6 +109,7 @@ chroot "$ROOTFS" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/
     GOOGLE_APPLICATION_CREDENTIALS=/etc/zerolake-check/sa.json \
     ZEROLAKE_ROLE=worker ZEROLAKE_ROOT="$LAKE" ZEROLAKE_ACCELERATOR=cpu ZEROLAKE_PROCESSES=1 \
     ZEROLAKE_PACKAGE="gs://$BUCKET/zerolake-deploy/check/zerolake.tar.gz" ZEROLAKE_FOREGROUND=1 \
+    ZEROLAKE_RELEASE_SHA256="$(sha256sum "$SDIST" | cut -d' ' -f1)" \
     ZEROLAKE_INSTALL_RETRY_SECONDS=5 \
     ZEROLAKE_ARGS="--max-games 8 --games 8 --visits 4 --fast-visits 2 --chunk-games 4 --board-size 9" \
     bash /startup.sh > "$WORK/startup.log" 2>&1

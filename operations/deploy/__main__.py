@@ -1,8 +1,9 @@
-"""``python -m operations.deploy``: plan (default), down, status; ``--apply`` runs a plan with gcloud.
+"""``python -m operations.deploy``: plan (default), update, down, status; ``--apply`` runs a plan with gcloud.
 
     python -m operations.deploy plan --project P --root gs://B/run --workers 8 --worker-gpu nvidia-l4 \\
         --trainer-tpu v5litepod-8            # prints the plan
     python -m operations.deploy plan ... --apply  # runs it
+    python -m operations.deploy update ... [--release SHA256] [--apply]   # the plan's flags; a new release
     python -m operations.deploy status --root gs://B/run
     python -m operations.deploy down --project P --root gs://B/run [--keep-workers K] [--apply]
 
@@ -65,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="print the plan that brings the deployment up (the default)")
     add_config_flags(plan, DeployConfig)
     plan.add_argument("--apply", action="store_true", help="run the plan through gcloud instead of printing it")
+    update = sub.add_parser("update", help="print the plan that moves the running deployment to a new release "
+                                           "(this checkout's, or --release): trainer and follower, then workers")
+    add_config_flags(update, DeployConfig, exclude=("only",))
+    update.add_argument("--apply", action="store_true", help="run it through gcloud")
     down = sub.add_parser("down", help="print the plan that deletes the VMs; the bucket and its lake stay")
     add_config_flags(down, DeployConfig, exclude=("only",))
     down.add_argument("--keep-workers", type=bounded_number(int, at_least=0), default=0,
@@ -84,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("plan", "down", "status", "-h", "--help"):
+    if not argv or argv[0] not in ("plan", "update", "down", "status", "-h", "--help"):
         argv.insert(0, "plan")     # plan is the default subcommand
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -94,6 +99,10 @@ def main(argv=None) -> int:
     if args.command == "plan":
         title = f"bring up deployment {config.name} of {config.root} in {config.project}/{config.zone}"
         script = P.render(P.build_plan(config), title)
+    elif args.command == "update":
+        release = config.release[:12] + "..." if config.release else "this checkout's release"
+        title = f"update deployment {config.name} of {config.root} in {config.project} to {release}"
+        script = P.render(P.build_update_plan(config), title)
     else:
         if args.keep_workers and not args.workers_only:
             parser.error("--keep-workers scales the workers down: give it with --workers-only")

@@ -21,8 +21,12 @@ Terms
 * *accelerator kind* of a role: ``cpu``, ``gpu`` (NVIDIA, through
   ``--*-gpu``), ``tpu`` (trainer only, a Cloud TPU VM through ``--trainer-tpu``).
 * *deploy area*: ``gs://BUCKET/zerolake-deploy/<name>/``, outside the lake
-  root, where the plan puts the package (sdist) the VMs install and
-  Dataflow's staging and temporary files.  It holds nothing secret.
+  root, where the plan puts the releases the VMs install
+  (``releases/<sha256>.tar.gz``, create-only), the name of the release the
+  deployment runs (``release``), and Dataflow's staging and temporary files.
+  It holds nothing secret; only the person deploying can write it.
+* *release*: one sdist, named by the sha256 of its file
+  (operations.deploy.release); every VM's metadata names the one it runs.
 * *keeper*: a systemd timer on one always-on VM (`keeper_host`) that starts
   this deployment's stopped (preempted) worker VMs, and a stopped spot trainer
   VM, again every 2 minutes (operations/vm/keep-workers.sh).
@@ -116,6 +120,11 @@ ROOT_PREFIX_MAX = 512
 """Characters of that prefix: GCS object names end at 1024 bytes, and the
 lake's own paths under the root (chunk names carry the worker's host name)
 need the rest."""
+SHA256 = re.compile(r"[0-9a-f]{64}")
+"""A release's name: the sha256 of its file, in lower-case hex (sha256sum's)."""
+DEPLOY_AREA = "zerolake-deploy"
+"""The bucket's top-level folder of the deployments' releases and Dataflow files; no lake root may lie in it
+(the role accounts cannot write it, operations.deploy.plan)."""
 ARGS_TEXT = re.compile(r"[A-Za-z0-9_./:= -]*")
 """Extra role flags travel in instance metadata, where ',' separates entries:
 letters, digits and ``_./:=-`` and spaces only."""
@@ -197,6 +206,9 @@ class DeployConfig:
     gpu_image: str = _field("/".join(GPU_IMAGE), "image project/family of GPU VMs (NVIDIA driver included)")
     # --- plan ---
     only: str = _field("", f"comma-separated plan sections to print ({', '.join(SECTIONS)}); '' = all")
+    release: str = _field("", "the sha256 of a release already uploaded (releases/SHA256.tar.gz in the deploy area) "
+                              "for the VMs to run, instead of building one from this checkout; '' = the package "
+                              "section's build, or without that section the release the deployment runs")
     python: str = _field("", "the local Python that builds the sdist (needs Cython and numpy; '' = the one "
                              "running this command)")
 
@@ -221,7 +233,10 @@ class DeployConfig:
         if not (bucket and BUCKET_NAME.fullmatch(bucket)):
             need(False, "root", f"{self.root!r} is not gs://BUCKET/RUN with a valid bucket name")
         else:
-            problem = root_prefix_problem(self.root.removeprefix("gs://").partition("/")[2])
+            prefix = self.root.removeprefix("gs://").partition("/")[2]
+            problem = root_prefix_problem(prefix)
+            if problem is None and prefix.strip("/").split("/")[0] == DEPLOY_AREA:
+                problem = f"the run may not lie in {DEPLOY_AREA}/, the deploy area that only you can write"
             need(problem is None, "root", f"{self.root!r}: {problem}")
         errors += setting_problems(self)       # declared ranges (format.cli)
         for field in ("worker_gpu", "trainer_gpu"):
@@ -270,8 +285,8 @@ class DeployConfig:
             need(getattr(self, field).count("/") == 1, field, "must be PROJECT/FAMILY")
         unknown = sorted(set(self.chosen_sections) - set(SECTIONS))
         need(not unknown, "only", f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
-        need("image" not in self.sections or "package" in self.sections, "only",
-             "the image section builds from the package section's sdist: give them together")
+        need(not self.release or bool(SHA256.fullmatch(self.release)), "release",
+             f"{self.release!r} is not a sha256 (64 of 0-9, a-f), the name of a release in the deploy area")
         if errors:
             raise ValueError(settings_error(errors, "invalid deployment"))
 
@@ -344,7 +359,7 @@ class DeployConfig:
     @property
     def deploy_area(self) -> str:
         """``gs://BUCKET/zerolake-deploy/<name>``: the package and Dataflow's files, outside the lake."""
-        return f"gs://{self.bucket}/zerolake-deploy/{self.name}"
+        return f"gs://{self.bucket}/{DEPLOY_AREA}/{self.name}"
 
     @property
     def keeper_host(self) -> str:

@@ -4,7 +4,20 @@
 (a service account, a bucket, a VM...), grouped in the sections of
 `operations.deploy.config.SECTIONS`; ``render(steps)`` prints them as one bash
 script that a person can read, paste or run (``--apply`` runs exactly this
-text).  ``build_down_plan`` does the same for tearing a deployment down.
+text).  ``build_down_plan`` does the same for tearing a deployment down, and
+``build_update_plan`` for moving a running deployment to a new release.
+
+Releases.  Each release is the sdist repacked so that one source is one file
+(operations.deploy.release), uploaded once, create-only, to
+``DEPLOY_AREA/releases/<sha256>.tar.gz``; ``DEPLOY_AREA/release`` names the
+release the deployment runs.  ``plan`` builds the checkout's release (or takes
+``--release``, or without its package section reads the recorded one) and
+refuses, in one line, to create VMs of a release other than the recorded one:
+moving a deployment is ``update``'s, which rolls the release out to the
+trainer and the follower (with the Dataflow image of that release, by
+digest) before the workers.  Only the person deploying writes the deploy
+area: the roles' accounts read its releases (an IAM condition on the object
+name), so no VM can change what the others run.
 
 Every create is guarded by a describe (``if ! gcloud ... describe ...; then
 gcloud ... create ...; fi``), so the plan can be run again: after a failure,
@@ -28,7 +41,9 @@ of spot GPUs delays nothing else.
 
 Accounts and grants (least privilege; ``NAME-<role>`` for each planned role)::
 
-    every role      storage.objectAdmin + legacyBucketReader on the bucket only;
+    every role      on the bucket only: storage.objectAdmin on every object outside
+                    zerolake-deploy/ (the follower also on its Dataflow folders there),
+                    objectViewer on this deployment's releases, legacyBucketReader;
                     logging.logWriter + monitoring.metricWriter (write-only, project)
     shuffle         dataflow.developer + compute.viewer (read-only) + dataflow.worker
                     (project: Dataflow has no narrower scope), actAs itself (its jobs'
@@ -49,7 +64,8 @@ act through their attached service account, and no key is ever created)::
     startup-script          operations/vm/startup.sh (the same file for every role)
     zerolake-role           worker | shuffle | trainer
     zerolake-root           gs://BUCKET/RUN
-    zerolake-package        gs://BUCKET/zerolake-deploy/<name>/zerolake.tar.gz (the sdist)
+    zerolake-package        gs://BUCKET/zerolake-deploy/<name>/releases/<sha256>.tar.gz (the release)
+    zerolake-release-sha256 that sha256: startup.sh refuses a package whose sha256 differs
     zerolake-accelerator    cpu | gpu | tpu  (which TensorFlow install.sh installs)
     zerolake-processes      worker processes on this VM (one systemd unit each)
     zerolake-args           extra flags of the role (no commas)
@@ -69,17 +85,26 @@ import re
 import shlex
 import sys
 
-from operations.deploy.config import GPU_KINDS, ROLES, DeployConfig
+from operations.deploy.config import DEPLOY_AREA, GPU_KINDS, ROLES, DeployConfig
 
 VM_DIR = pathlib.Path(__file__).resolve().parents[1] / "vm"
 STARTUP_SCRIPT = VM_DIR / "startup.sh"
 DATAFLOW_DOCKERFILE = pathlib.Path(__file__).resolve().parents[1] / "dataflow" / "Dockerfile"
 REPO = pathlib.Path(__file__).resolve().parents[2]
-PACKAGE_OBJECT = "zerolake.tar.gz"
+RELEASE_METADATA = "zerolake-release-sha256"
+"""The metadata entry naming the sha256 of the release a VM runs; startup.sh checks the package against it."""
+RELEASE_VAR = "${zerolake_release}"
+"""The plan's shell variable holding the release's sha256 (set in the package section, or by `release_steps`)."""
+IMAGE_DIGEST_VAR = "${zerolake_image_digest}"
+"""The plan's shell variable holding the Dataflow image's digest (sha256:...) for the release."""
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
-BUCKET_ROLES = ("roles/storage.objectAdmin", "roles/storage.legacyBucketReader")
-"""objectAdmin: create, read, list and delete objects; legacyBucketReader adds
-reading the bucket's own metadata, which Beam's gcsio asks for."""
+LAKE_WRITER_ROLE = "roles/storage.objectAdmin"
+"""Create, read, list and delete objects: granted with a condition that leaves out the deploy area."""
+RELEASE_READER_ROLE = "roles/storage.objectViewer"
+"""Read the deployment's releases: granted with a condition on their prefix."""
+BUCKET_READER_ROLE = "roles/storage.legacyBucketReader"
+"""Reading the bucket's own metadata, which Beam's gcsio asks for (no object permission)."""
+BUCKET_ROLES = (LAKE_WRITER_ROLE, BUCKET_READER_ROLE, RELEASE_READER_ROLE)
 LOG_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
 """What the Ops Agent on each VM needs to ship the journal and the VM's metrics
 (write-only; granted on the project, the only scope these have)."""
@@ -101,9 +126,9 @@ KEEPER_START_PERMISSIONS = ("compute.instances.get", "compute.instances.start",
 trainer VM) only: read it, start it, and read the progress its start-up script
 reports.  No create, delete or metadata permission: the keeper can only start
 VMs that exist, and only these."""
-IMAGE_TAG = "current"
-"""The Dataflow image's moving tag: the follower's jobs name it; each build also
-gets ``src-<digest of the sdist's content>``, which lets a rerun skip the build."""
+RELEASE_TAG = "release-"
+"""The Dataflow image of a release is tagged ``release-<sha256>`` (a rerun skips the build); the follower's
+jobs name it by the digest that tag resolves to when the plan runs, so no later push changes what they run."""
 RETRY_FUNCTION = """\
 # retry TRIES COMMAND...: run COMMAND up to TRIES times, waiting 5 s, 10 s, 20 s ... in between.
 # IAM grants right after an account is created fail until the account has propagated;
@@ -134,6 +159,18 @@ class Raw(str):
     """A shell word written as is (a variable such as "$name"), never quoted."""
 
 
+class Expand(str):
+    """A shell word quoted as one, except its ``${zerolake_...}`` variables, which the shell expands.
+
+    The release's sha256 and the image's digest are known only when the plan
+    runs, and they go into words (``--metadata=...``) that are otherwise text.
+    """
+
+    def quoted(self) -> str:
+        parts = re.split(r"(\$\{zerolake_[a-z_]+\})", self)
+        return "".join(f'"{part}"' if part.startswith("${") else shlex.quote(part) for part in parts if part)
+
+
 @dataclasses.dataclass(frozen=True)
 class Step:
     """One thing the plan does: its section, a one-line comment, and its shell text."""
@@ -145,7 +182,8 @@ class Step:
 
 def command(*words) -> str:
     """One command line: words quoted for the shell (Raw words kept), long ones folded."""
-    quoted = [w if isinstance(w, Raw) else shlex.quote(str(w)) for w in words]
+    quoted = [w if isinstance(w, Raw) else w.quoted() if isinstance(w, Expand) else shlex.quote(str(w))
+              for w in words]
     head = []
     for word in quoted:            # the command path and positionals stay on the first line
         if word.startswith("--"):
@@ -199,12 +237,27 @@ def worker_name_pattern(config: DeployConfig) -> str:
     return f"^{config.name}-worker-[0-9]+$"
 
 
+def release_url(config: DeployConfig, sha256: str = RELEASE_VAR) -> str:
+    """Where a release lives: ``DEPLOY_AREA/releases/<sha256>.tar.gz`` (written once, never overwritten)."""
+    return f"{config.deploy_area}/releases/{sha256}.tar.gz"
+
+
+def pointer_url(config: DeployConfig) -> str:
+    """The object naming the release the deployment runs (one line: its sha256)."""
+    return f"{config.deploy_area}/release"
+
+
+def release_metadata(config: DeployConfig) -> tuple[str, ...]:
+    """The two entries that tell a VM which release to run, and the sha256 it must have."""
+    return f"zerolake-package={release_url(config)}", f"{RELEASE_METADATA}={RELEASE_VAR}"
+
+
 def metadata(config: DeployConfig, role: str, accelerator: str, args: str, processes: int = 1,
-             extra: tuple[str, ...] = ()) -> str:
-    entries = [f"zerolake-role={role}", f"zerolake-root={config.root}",
-               f"zerolake-package={config.deploy_area}/{PACKAGE_OBJECT}", f"zerolake-accelerator={accelerator}",
-               f"zerolake-processes={processes}", f"zerolake-args={args}", *extra]
-    return "--metadata=" + ",".join(entries)
+             extra: tuple[str, ...] = ()) -> Expand:
+    entries = [f"zerolake-role={role}", f"zerolake-root={config.root}", *release_metadata(config),
+               f"zerolake-accelerator={accelerator}", f"zerolake-processes={processes}", f"zerolake-args={args}",
+               *extra]
+    return Expand("--metadata=" + ",".join(entries))
 
 
 def project_flag(config: DeployConfig) -> str:
@@ -274,10 +327,7 @@ def account_steps(config: DeployConfig) -> list[Step]:
     for role in config.planned_roles:
         who = member(config, role)
         steps.append(account_step(config, config.service_account_id(role), f"the account the {role} VMs run as"))
-        for bucket_role in BUCKET_ROLES:
-            steps.append(Step("account", f"{bucket_role} for the {role} on the bucket only",
-                              grant("storage", "buckets", "add-iam-policy-binding", f"gs://{config.bucket}", who,
-                                    f"--role={bucket_role}", project_flag(config))))
+        steps += bucket_grant_steps(config, role)
         for log_role in LOG_ROLES:
             steps.append(Step("account", f"{log_role} for the {role}: the Ops Agent ships its journal and metrics",
                               grant("projects", "add-iam-policy-binding", config.project, who,
@@ -296,6 +346,62 @@ def account_steps(config: DeployConfig) -> list[Step]:
     if config.keeper_host:
         steps += keeper_account_steps(config)
     return steps
+
+
+def object_prefix(config: DeployConfig, path: str) -> str:
+    """The IAM resource name of the bucket's objects under ``path`` (Cloud Storage's form for conditions)."""
+    return f"projects/_/buckets/{config.bucket}/objects/{path}"
+
+
+def lake_condition(config: DeployConfig, role: str) -> str:
+    """Where ``role`` may write: every object outside the deploy area, and for a follower that uses Dataflow
+    its jobs' staging and temporary folders there (Dataflow's workers run as the follower's account)."""
+    expression = f'!resource.name.startsWith("{object_prefix(config, DEPLOY_AREA + "/")}")'
+    if role == "shuffle" and config.uses_dataflow:
+        area = f"{DEPLOY_AREA}/{config.name}/dataflow-"
+        expression += f' || resource.name.startsWith("{object_prefix(config, area)}")'
+    return expression
+
+
+def release_condition(config: DeployConfig) -> str:
+    """What every role may read in the deploy area: this deployment's releases."""
+    return f'resource.name.startsWith("{object_prefix(config, f"{DEPLOY_AREA}/{config.name}/releases/")}")'
+
+
+def bucket_grant_steps(config: DeployConfig, role: str) -> list[Step]:
+    """The role's grants on the bucket: write the lake, read the releases, never write them.
+
+    Conditions on object-name prefixes are how Cloud Storage narrows a bucket
+    grant (the bucket has uniform bucket-level access, which they need).
+    Listing is granted on the bucket, where no object name applies, so a role
+    can list the deploy area but not write or read it beyond its releases.  An
+    earlier plan's unconditional objectAdmin would still let the role write
+    releases, so it is removed.
+    """
+    who = member(config, role)
+    bucket = f"gs://{config.bucket}"
+    principal = who.removeprefix("--member=")
+    policy = gcloud("storage", "buckets", "get-iam-policy", bucket, project_flag(config),
+                    "--flatten=bindings[].members",
+                    "--format=value(bindings.role,bindings.members,bindings.condition.title)")
+    unconditional = f"awk -F'\\t' '$1 == \"{LAKE_WRITER_ROLE}\" && $2 == \"{principal}\" && $3 == \"\"'"
+    remove = gcloud("storage", "buckets", "remove-iam-policy-binding", bucket, who, f"--role={LAKE_WRITER_ROLE}",
+                    "--condition=None", project_flag(config), "--format=none")
+    title = f"zerolake {config.name} {role}"
+    return [
+        Step("account", f"{LAKE_WRITER_ROLE} for the {role} on the bucket, outside the deploy area",
+             grant("storage", "buckets", "add-iam-policy-binding", bucket, who, f"--role={LAKE_WRITER_ROLE}",
+                   f"--condition=^;^expression={lake_condition(config, role)};title={title} lake", project_flag(config))),
+        Step("account", f"{RELEASE_READER_ROLE} for the {role} on this deployment's releases only",
+             grant("storage", "buckets", "add-iam-policy-binding", bucket, who, f"--role={RELEASE_READER_ROLE}",
+                   f"--condition=^;^expression={release_condition(config)};title={title} releases",
+                   project_flag(config))),
+        Step("account", f"{BUCKET_READER_ROLE} for the {role}: the bucket's own metadata, no objects",
+             grant("storage", "buckets", "add-iam-policy-binding", bucket, who, f"--role={BUCKET_READER_ROLE}",
+                   project_flag(config))),
+        Step("account", f"an earlier plan's unconditional {LAKE_WRITER_ROLE} for the {role} (it could write the "
+                        "releases), if there is one",
+             f"if {policy} | {unconditional} | grep -q .; then\n{indent(remove)}\nfi")]
 
 
 def keeper_role_name(config: DeployConfig, scope: str) -> str:
@@ -335,14 +441,63 @@ def keeper_start_grant(config: DeployConfig, name: str, zone: str) -> str:
                  project_flag(config))
 
 
-def package_steps(config: DeployConfig) -> list[Step]:
-    """Build the sdist here and upload it: the VMs install it, and the Dataflow image is built from it."""
-    sdist = command(config.python or sys.executable, "setup.py", "-q", "sdist", "--dist-dir", Raw('"$zerolake_dist"'))
-    build = f"zerolake_dist=$(mktemp -d)\n(cd {shlex.quote(str(REPO))} && {sdist})"
-    upload = gcloud("storage", "cp", Raw('"$zerolake_dist"/zerolake-*.tar.gz'),
-                    f"{config.deploy_area}/{PACKAGE_OBJECT}", project_flag(config))
-    return [Step("package", "build the source package (Cython sources included) and upload it", build),
-            Step("package", "the VMs' start-up script installs this file", upload)]
+def _error(text: str) -> str:
+    """``echo TEXT >&2; exit 2``, TEXT in double quotes so that its ``$zerolake_...`` variables expand."""
+    escaped = re.sub(r'([\\"`])', r"\\\1", text)
+    return f'echo "error: {escaped}" >&2\nexit 2'
+
+
+def release_steps(config: DeployConfig, *, update: bool = False) -> list[Step]:
+    """Set ``$zerolake_release`` to the release the VMs of this plan run, uploaded, and record it.
+
+    The release is built from this checkout (the package section), or is
+    ``--release``, or (``plan`` without the package section) the one the
+    deployment runs.  ``plan`` records it as the deployment's when none is, and
+    refuses one line when another is: VMs of two releases would then meet in
+    the lake.  ``update`` records it, whatever was there: the rollout follows.
+    """
+    pointer = pointer_url(config)
+    steps = []
+    if config.release:
+        steps.append(Step("package", f"the release named by --release, {config.release[:12]}..., already uploaded",
+                          f"zerolake_release={config.release}\n"
+                          f"if ! {gcloud('storage', 'ls', Expand(release_url(config)), project_flag(config))} "
+                          f">/dev/null; then\n"
+                          f"{indent(_error(f'--release: there is no release {release_url(config)}: build one with the package section'))}\nfi"))
+    elif "package" in config.sections or update:
+        python = config.python or sys.executable
+        sdist = command(python, "setup.py", "-q", "sdist", "--dist-dir", Raw('"$zerolake_dist"'))
+        repack = command(python, "-m", "operations.deploy.release", Raw('"$zerolake_dist"'))
+        steps += [
+            Step("package", "build the source package (Cython sources included) and repack it as a release: one "
+                            "file per source, named by its sha256",
+                 f"zerolake_dist=$(mktemp -d)\n(cd {shlex.quote(str(REPO))} && {sdist})\n"
+                 f"zerolake_release=$(cd {shlex.quote(str(REPO))} && {repack})"),
+            Step("package", "upload it once: a release is never overwritten (--no-clobber), and the VMs check its "
+                            "sha256 before they run it",
+                 gcloud("storage", "cp", "--no-clobber", Raw('"$zerolake_dist/release.tar.gz"'),
+                        Expand(release_url(config)), project_flag(config)))]
+    else:
+        read = gcloud("storage", "cat", pointer, project_flag(config))
+        steps.append(Step("package", "the release the deployment runs (no package section, no --release)",
+                          f"if ! zerolake_release=$({read} 2>/dev/null) || [[ ! $zerolake_release =~ ^[0-9a-f]{{64}}$ ]]; "
+                          f"then\n{indent(_error(f'deployment {config.name} records no release at {pointer}: plan the package section, or give --release SHA256'))}\nfi"))
+        return steps
+    record = "\n".join(["zerolake_note=$(mktemp)", 'printf \'%s\\n\' "$zerolake_release" > "$zerolake_note"',
+                        gcloud("storage", "cp", Raw('"$zerolake_note"'), pointer, project_flag(config))])
+    if update:
+        steps.append(Step("package", "record it as the deployment's release (a plan run meanwhile adds VMs of it)",
+                          record))
+        return steps
+    running = gcloud("storage", "cat", pointer, project_flag(config))
+    refusal = (f"deployment {config.name} runs release $zerolake_running and this plan's is $zerolake_release: "
+               "move the deployment with `python -m operations.deploy update` (the same flags), or add VMs of its "
+               "release with --release $zerolake_running")
+    steps.append(Step("package", "one release per deployment: record this one, or refuse one of another",
+                      f"zerolake_running=$({running} 2>/dev/null || true)\n"
+                      f"if [[ -z $zerolake_running ]]; then\n{indent(record)}\n"
+                      f'elif [[ $zerolake_running != "$zerolake_release" ]]; then\n{indent(_error(refusal))}\nfi'))
+    return steps
 
 
 # ---- the Dataflow workers' image ---------------------------------------------------------
@@ -392,8 +547,9 @@ def cloudbuild_config(config: DeployConfig, tag: str) -> str:
 
 
 def image_steps(config: DeployConfig) -> list[Step]:
-    """Build the image Dataflow's workers run, from Beam's own SDK image with zerolake installed by install.sh,
-    so no worker installs anything at boot.  Skipped when this sdist's content has been built before."""
+    """Build the image Dataflow's workers run, from Beam's own SDK image with the release installed by
+    install.sh, so no worker installs anything at boot.  Built from the release object itself (its sha256
+    checked), so image and VMs run one release; skipped when that release's image exists."""
     if not config.uses_dataflow:
         return []
     repository, region = image_repository(config), config.dataflow_region
@@ -410,26 +566,39 @@ def image_steps(config: DeployConfig) -> list[Step]:
                   grant("artifacts", "repositories", "add-iam-policy-binding", repository, f"--location={region}",
                         f"--member=serviceAccount:{builder_account(config)}", "--role=roles/artifactregistry.writer",
                         project_flag(config)))]
-    # The tag names the sdist's content (its files in archive order), not the archive, whose mtimes change.
+    mismatch = "the release downloaded for the image has sha256 $zerolake_got, not $zerolake_release"
     context = "\n".join([
         "zerolake_context=$(mktemp -d)",
-        command("cp", Raw('"$zerolake_dist"/zerolake-*.tar.gz'), Raw('"$zerolake_context/zerolake.tar.gz"')),
+        gcloud("storage", "cp", Expand(release_url(config)), Raw('"$zerolake_context/zerolake.tar.gz"'),
+               project_flag(config)),
+        'zerolake_got=$(sha256sum "$zerolake_context/zerolake.tar.gz" | cut -d" " -f1)',
+        f'if [[ $zerolake_got != "$zerolake_release" ]]; then\n{indent(_error(mismatch))}\nfi',
         command("cp", str(DATAFLOW_DOCKERFILE), Raw('"$zerolake_context/Dockerfile"')),
-        'zerolake_digest=$(tar -xzOf "$zerolake_context/zerolake.tar.gz" | sha256sum | cut -c1-16)',
-        f"cat > \"$zerolake_context/cloudbuild.yaml\" <<EOF\n{cloudbuild_config(config, 'src-$zerolake_digest')}\nEOF"])
-    image = f"{image_name(config)}:src-$zerolake_digest"
+        f"cat > \"$zerolake_context/cloudbuild.yaml\" <<EOF\n"
+        f"{cloudbuild_config(config, RELEASE_TAG + '$zerolake_release')}\nEOF"])
+    image = f"{image_name(config)}:{RELEASE_TAG}$zerolake_release"
     build = gcloud("builds", "submit", Raw('"$zerolake_context"'), Raw('--config="$zerolake_context/cloudbuild.yaml"'),
                    f"--region={region}", f"--gcs-source-staging-dir={config.deploy_area}/build-source",
                    project_flag(config))
-    steps += [Step("image", "the build context: operations/dataflow/Dockerfile and the sdist, tagged by its content",
-                   context),
+    steps += [Step("image", "the build context: operations/dataflow/Dockerfile and the release, tagged by its "
+                            "sha256", context),
               Step("image", "build and push it with Cloud Build (no Docker needed here), unless built before",
                    unless_exists(gcloud("artifacts", "docker", "images", "describe", Raw(f'"{image}"'),
-                                        project_flag(config)), build)),
-              Step("image", f"the tag the follower's jobs name ({IMAGE_TAG})",
-                   gcloud("artifacts", "docker", "tags", "add", Raw(f'"{image}"'),
-                          f"{image_name(config)}:{IMAGE_TAG}", project_flag(config)))]
+                                        project_flag(config)), build))]
     return steps
+
+
+def image_digest_step(config: DeployConfig) -> Step:
+    """``$zerolake_image_digest``: the digest of the release's Dataflow image, which the follower's jobs name
+    (``IMAGE@sha256:...``), so a later push to any tag cannot change what they run."""
+    tag = f"{image_name(config)}:{RELEASE_TAG}$zerolake_release"
+    describe = gcloud("artifacts", "docker", "images", "describe", Raw(f'"{tag}"'), project_flag(config),
+                      "--format=value(image_summary.digest)")
+    missing = (f"there is no Dataflow image of release $zerolake_release ({tag}): plan the image section for it "
+               "(it builds from the release)")
+    return Step("shuffle", "the digest of the release's Dataflow image, which the follower's jobs run",
+                f"if ! zerolake_image_digest=$({describe}) || [[ $zerolake_image_digest != sha256:* ]]; then\n"
+                f"{indent(_error(missing))}\nfi")
 
 
 # ---- the VMs -------------------------------------------------------------------------------
@@ -560,7 +729,7 @@ def dataflow_args(config: DeployConfig) -> str:
         f"--temp_location={config.deploy_area}/dataflow-tmp",
         f"--staging_location={config.deploy_area}/dataflow-staging",
         # The image section's build: Beam's SDK image with zerolake installed; workers install nothing at boot.
-        f"--sdk_container_image={image_name(config)}:{IMAGE_TAG}",
+        f"--sdk_container_image={image_name(config)}@{IMAGE_DIGEST_VAR}",
         f"--service_account_email={config.service_account('shuffle')}",
         f"--max_num_workers={config.dataflow_max_workers}", f"--machine_type={config.dataflow_machine}",
         *dataflow_network_args(config)])
@@ -584,8 +753,9 @@ def shuffle_steps(config: DeployConfig) -> list[Step]:
     name = f"{config.name}-shuffle"
     create = retried(CREATE_TRIES, *_vm_create(config, name, "shuffle", machine=config.shuffle_machine, gpu="",
                                                gpu_count=0, spot=False, disk_gb=100, args=args))
-    return [Step("shuffle", f"the shuffle follower: builds each window {where}{keeper}",
-                 unless_exists(_vm_describe(config, name, "shuffle"), create))]
+    digest = [image_digest_step(config)] if config.uses_dataflow else []
+    return digest + [Step("shuffle", f"the shuffle follower: builds each window {where}{keeper}",
+                          unless_exists(_vm_describe(config, name, "shuffle"), create))]
 
 
 def trainer_steps(config: DeployConfig) -> list[Step]:
@@ -727,15 +897,122 @@ def missing_step() -> Step:
 def build_plan(config: DeployConfig) -> list[Step]:
     """Every step of bringing the deployment up, in order, restricted to ``--only``."""
     builders = {"services": services_steps, "bucket": bucket_steps, "account": account_steps,
-                "package": package_steps, "image": image_steps, "workers": worker_steps,
+                "package": release_steps, "image": image_steps, "workers": worker_steps,
                 "shuffle": lambda c: shuffle_steps(c) if c.shuffle else [],
                 "trainer": lambda c: trainer_steps(c) if c.trainer_kind else []}
-    steps = [step for section in config.sections for step in builders[section](config)]
+    sections = list(config.sections)
+    if "package" not in sections and {"image", "shuffle", "trainer", "workers"} & set(sections):
+        sections.insert(sections.index(next(s for s in sections if s in ("image", "shuffle", "trainer",
+                                                                          "workers"))), "package")
+    steps = [step for section in sections for step in builders[section](config)]
     if "trainer" in config.sections and config.trainer_kind == "tpu":
         steps.append(tpu_wait_step(config))         # after the workers: they need not wait for a TPU
     if {"trainer", "workers"} & set(config.sections):
         steps.append(missing_step())
     return steps
+
+
+# ---- update -----------------------------------------------------------------------------
+
+def build_update_plan(config: DeployConfig) -> list[Step]:
+    """Move a running deployment to one release: built from this checkout, or ``--release``.
+
+    In order: the release (uploaded, and recorded as the deployment's, so a
+    ``plan`` run meanwhile adds VMs of it), its Dataflow image (by digest), the
+    trainer and the follower (their metadata, then stopped and started
+    together, so the trainer, the follower and the follower's image change
+    release at once), then every worker.  A VM's metadata is set before it is
+    stopped, so whatever starts it (this plan, the keeper, a person) starts the
+    new release.  Stopping is a clean shutdown: systemd gives each role SIGTERM
+    (a worker uploads its spool, the trainer checkpoints).  The VMs keep their
+    disks, so an update reinstalls only the package.
+    """
+    steps = release_steps(config, update=True)
+    if config.uses_dataflow:
+        steps += image_steps(config) + [image_digest_step(config)]
+    steps += core_rollout_steps(config)
+    if config.workers:
+        steps.append(worker_rollout_step(config))
+    return steps
+
+
+def _refresh_metadata(config: DeployConfig, role: str, name: str) -> list[str]:
+    """The words of setting one Compute Engine VM's release (and the start-up script that checks it)."""
+    entries = list(release_metadata(config))
+    if role == "shuffle":       # its jobs' image digest travels in its flags
+        args = " ".join(a for a in (config.shuffle_args, shuffle_runner_args(config)) if a)
+        entries.append(f"zerolake-args={args}")
+    return ["compute", "instances", "add-metadata", name, f"--zone={config.zone_of(role)}", project_flag(config),
+            Expand("--metadata=" + ",".join(entries)), f"--metadata-from-file=startup-script={STARTUP_SCRIPT}"]
+
+
+WHO = {"shuffle": "follower", "trainer": "trainer"}
+
+
+def core_rollout_steps(config: DeployConfig) -> list[Step]:
+    """The follower and the trainer: the new release in their metadata, then both stopped, then both started."""
+    present, stops, starts = [], [], []
+    for role in ("shuffle", "trainer"):
+        if (role == "shuffle" and not config.shuffle) or (role == "trainer" and not config.trainer_kind):
+            continue
+        name = f"{config.name}-{role}"
+        zone = config.zone_of(role)
+        if role == "trainer" and config.trainer_kind == "tpu":
+            # A TPU VM's metadata is updated in place; its start-up script stays the one it was created with.
+            describe = gcloud("compute", "tpus", "tpu-vm", "describe", name, f"--zone={zone}", project_flag(config))
+            refresh = gcloud("compute", "tpus", "tpu-vm", "update", name, f"--zone={zone}", project_flag(config),
+                             Expand("--update-metadata=" + ",".join(release_metadata(config))))
+            stop = gcloud("compute", "tpus", "tpu-vm", "stop", name, f"--zone={zone}", project_flag(config))
+            start = gcloud("compute", "tpus", "tpu-vm", "start", name, f"--zone={zone}", project_flag(config))
+        else:
+            describe = _vm_describe(config, name, role)
+            refresh = gcloud(*_refresh_metadata(config, role, name))
+            stop = gcloud("compute", "instances", "stop", name, f"--zone={zone}", project_flag(config))
+            start = gcloud("compute", "instances", "start", name, f"--zone={zone}", project_flag(config))
+        flag = f"zerolake_has_{role}"
+        note = f"note: there is no {name} to update; a rerun of plan creates it with this release"
+        present.append(Step("rollout", f"the {WHO[role]}'s metadata names the new release",
+                            f"{flag}=0\nif {describe} >/dev/null 2>&1; then\n  {flag}=1\n{indent(refresh)}\n"
+                            f"else\n  echo {shlex.quote(note)} >&2\nfi"))
+        stops.append(Step("rollout", f"stop the {WHO[role]} (SIGTERM to its role: a clean stop)",
+                          f"if (( {flag} )); then\n{indent(stop)}\nfi"))
+        starts.append(Step("rollout", f"start the {WHO[role]}: its start-up script checks and installs the release",
+                           f"if (( {flag} )); then\n{indent(start)}\nfi"))
+    return present + stops + starts
+
+
+def worker_rollout_step(config: DeployConfig) -> Step:
+    """Every worker of the deployment (by label, then exact name): the new release, then stopped and started.
+
+    All are stopped at once, then started at once: a spot worker that cannot be
+    started for want of capacity is left to the keeper, which starts it with
+    the new release later.
+    """
+    listing = gcloud("compute", "instances", "list", project_flag(config),
+                     f"--filter={deployment_filter(config)} AND labels.zerolake-role=worker",
+                     "--format=value(name,zone.basename())")
+    refresh = command("gcloud", *_refresh_metadata(config, "worker", Raw('"$name"'))[:4],
+                      Raw('--zone="$zone"'), *_refresh_metadata(config, "worker", "")[5:], Raw("</dev/null"))
+    zone = config.zone_of("worker")
+    stop = gcloud("compute", "instances", "stop", Raw('"${zerolake_workers[@]}"'), f"--zone={zone}",
+                  project_flag(config))
+    start = gcloud("compute", "instances", "start", Raw('"${zerolake_workers[@]}"'), f"--zone={zone}",
+                   project_flag(config))
+    note = "note: some workers did not start again (often no spot capacity); the keeper starts them with this release"
+    shell = "\n".join([
+        "zerolake_workers=()",
+        f"while read -r name zone; do",
+        f"  if [[ $name =~ {worker_name_pattern(config)} ]]; then",
+        indent(indent(refresh)),
+        '    zerolake_workers+=("$name")',
+        "  fi",
+        f"done < <({listing})",
+        "if (( ${#zerolake_workers[@]} )); then",
+        indent(stop),
+        f"  {start} || echo {shlex.quote(note)} >&2",
+        "fi"])
+    return Step("workers", "then the workers: the new release in each one's metadata, then all stopped and started",
+                shell)
 
 
 # ---- down -------------------------------------------------------------------------------

@@ -7,7 +7,11 @@
 #      if set, else from the instance metadata attribute zerolake-<name>:
 #        ROLE         worker | shuffle | trainer
 #        ROOT         the lake, gs://BUCKET/RUN
-#        PACKAGE      gs:// URL (or local path) of the zerolake sdist
+#        PACKAGE      gs:// URL (or local path) of the release, the zerolake sdist
+#        RELEASE_SHA256  the sha256 that package must have (the plan names the
+#                     release by it); any other package is refused, in one line,
+#                     before anything in it is unpacked or run, and this script
+#                     exits 3 (not retried: a wrong package is no passing fault)
 #        ACCELERATOR  cpu | gpu | tpu
 #        TPU_GENERATION  with tpu: the TPU's row of operations/deploy/zones.py (v5litepod, ...),
 #                     whose TensorFlow environment run-role.sh exports
@@ -38,7 +42,7 @@
 #      operations/vm/keep-workers.sh starts the deployment's stopped (preempted)
 #      VMs (`journalctl -u zerolake-keeper`); with it off, disable it.
 # Its progress goes to the guest attribute zerolake/state (installing,
-# install-failed, running), where the keeper reads it to notice a VM whose
+# install-failed, release-refused, running), where the keeper reads it to notice a VM whose
 # role never started.
 #
 # Foreground mode (a chroot or container, where systemd does not run):
@@ -103,6 +107,7 @@ fetch() {   # fetch gs://BUCKET/OBJECT DEST  (or a local path)
 ROLE=$(setting role)
 ROOT=$(setting root)
 PACKAGE=$(setting package)
+RELEASE_SHA256=$(setting release-sha256 "")
 ACCELERATOR=$(setting accelerator cpu)
 TPU_GENERATION=$(setting tpu-generation "")
 PROCESSES=$(setting processes 1)
@@ -126,6 +131,7 @@ case "$LOGGING" in on|all|off) ;; *) echo "startup.sh: logging '$LOGGING' is not
     echo "startup.sh: accelerator tpu needs tpu-generation, such as v5litepod (metadata zerolake-tpu-generation), not '$TPU_GENERATION'" >&2; exit 2; }
 [[ "$KEEPER" == off || ( -n "$DEPLOYMENT" && -n "$PROJECT" ) ]] || {
     echo "startup.sh: keeper is on but deployment or project is not set (metadata zerolake-deployment, zerolake-project)" >&2; exit 2; }
+[[ "$RELEASE_SHA256" =~ ^[0-9a-f]{64}$ ]] || { echo "startup.sh: release-sha256 '$RELEASE_SHA256' is not a sha256 (metadata zerolake-release-sha256): refusing to run a package nobody named" >&2; exit 2; }
 
 install_package() {   # fetch and install the sdist unless installed; 1 on any failure (the caller retries)
     # Called as a condition, where `set -e` does not act: every step says `|| return 1` itself.
@@ -134,6 +140,13 @@ install_package() {   # fetch and install the sdist unless installed; 1 on any f
     fetch "$PACKAGE" "$PREFIX/zerolake.tar.gz.new" || return 1
     local digest
     digest=$(sha256sum "$PREFIX/zerolake.tar.gz.new" | cut -d' ' -f1) || return 1
+    if [[ "$digest" != "$RELEASE_SHA256" ]]; then
+        # Checked before anything is unpacked or run; a plain `exit` here ends the script, not only the function.
+        rm -f "$PREFIX/zerolake.tar.gz.new"
+        report release-refused
+        echo "startup.sh: refused $PACKAGE: its sha256 is $digest, and the release this VM runs (metadata zerolake-release-sha256) is $RELEASE_SHA256" >&2
+        exit 3
+    fi
     if [[ -x "$PREFIX/venv/bin/python" && "$(cat "$PREFIX/installed" 2>/dev/null)" == "$digest $ACCELERATOR" ]]; then
         log "this package is installed already"
         rm "$PREFIX/zerolake.tar.gz.new"
@@ -148,7 +161,7 @@ install_package() {   # fetch and install the sdist unless installed; 1 on any f
 }
 
 mkdir -p "$PREFIX" "$STATE"
-log "role $ROLE, root $ROOT, accelerator $ACCELERATOR, package $PACKAGE"
+log "role $ROLE, root $ROOT, accelerator $ACCELERATOR, package $PACKAGE (sha256 $RELEASE_SHA256)"
 report installing
 attempt=1
 wait="${ZEROLAKE_INSTALL_RETRY_SECONDS:-30}"

@@ -27,6 +27,8 @@ GCLOUD = shutil.which("gcloud")
 needs_gcloud = pytest.mark.skipif(GCLOUD is None, reason="the Google Cloud CLI (gcloud) is not installed")
 
 BASE = ["--project", "zl-test-project", "--root", "gs://zl-test-bucket/run1"]
+RELEASE = "5e" * 32
+"""A release already uploaded (``--release``): plans run through a stand-in gcloud use it, as they build none."""
 
 
 def run_deploy(argv, capsys) -> tuple[int, str, str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from tests.operations.deploy.support import BASE, creates, plan_text, stand_in_gcloud
+from tests.operations.deploy.support import BASE, RELEASE, creates, plan_text, stand_in_gcloud
 
 QUEUED = r"""
 state_file="$(dirname "$0")/states"
@@ -38,7 +38,8 @@ exit 0
 
 
 def _run(tmp_path, argv, capsys, *, states=(), queued=False, create_error="", reason="", no_gpu=False):
-    script = plan_text(["plan", "--only", "trainer,workers", "--workers", "2"] + argv + BASE, capsys)
+    script = plan_text(["plan", "--only", "trainer,workers", "--workers", "2", "--release", RELEASE] + argv + BASE,
+                       capsys)
     folder, log = stand_in_gcloud(tmp_path / "bin", QUEUED)
     (folder / "states").write_text("".join(f"{s}\n" for s in states))
     for name, on, text in (("queued", queued, ""), ("create-error", create_error, create_error),

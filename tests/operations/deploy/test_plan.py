@@ -29,7 +29,7 @@ import pytest
 
 from operations.deploy import plan as P
 from operations.deploy.config import DeployConfig
-from tests.operations.deploy.support import (BASE, REPO, check_invocation, gcloud_invocations, metadata_of,
+from tests.operations.deploy.support import (BASE, RELEASE, REPO, check_invocation, gcloud_invocations, metadata_of,
                                              needs_gcloud, plan_text, run_deploy, stand_in_gcloud)
 from tests.operations.deploy.support import gcloud_help  # noqa: F401  (a fixture, used by parameter name)
 from tests.operations.deploy.support import account, iam_grants
@@ -120,7 +120,8 @@ def test_the_acceptance_plan_holds_every_part(capsys):
     assert "--image-family=debian-12" in shuffle and "--dataflow-above-positions=1000000" in " ".join(shuffle)
     assert _creates(script, ("storage", "buckets", "create")) and _creates(script, ("iam", "service-accounts",
                                                                                     "create"))
-    assert _creates(script, ("storage", "cp"))[0][-2] == "gs://zl-test-bucket/zerolake-deploy/zerolake/zerolake.tar.gz"
+    [upload] = [w for w in _creates(script, ("storage", "cp")) if "--no-clobber" in w]      # create-only
+    assert upload[-2] == "gs://zl-test-bucket/zerolake-deploy/zerolake/releases/${zerolake_release}.tar.gz"
     # Section order: bucket and account before anything that uses them, then the roles there is one of, the
     # workers last (a worker's stockout must not hold up the follower or the trainer).
     order = [script.index(marker) for marker in ("buckets create", "service-accounts create", "storage cp",
@@ -150,7 +151,8 @@ def test_dataflow_shuffle_gets_its_apis_roles_image_and_beam_flags(capsys):
     [shuffle] = [w for w in _creates(script, ("compute", "instances", "create")) if w[3] == "zerolake-shuffle"]
     metadata = next(w for w in shuffle if w.startswith("--metadata="))
     image = "us-central1-docker.pkg.dev/zl-test-project/zerolake-images/dataflow-worker"
-    for flag in ("--runner=DataflowRunner", "--region=us-central1", f"--sdk_container_image={image}:current",
+    for flag in ("--runner=DataflowRunner", "--region=us-central1",
+                 f"--sdk_container_image={image}@${{zerolake_image_digest}}",
                  "--temp_location=gs://zl-test-bucket/zerolake-deploy/zerolake/dataflow-tmp",
                  f"--service_account_email={account('shuffle')}"):
         assert flag in metadata
@@ -162,8 +164,12 @@ def test_dataflow_shuffle_gets_its_apis_roles_image_and_beam_flags(capsys):
     assert _creates(script, ("artifacts", "repositories", "create"))[0][3] == "zerolake-images"
     [build] = _creates(script, ("builds", "submit"))
     assert "--region=us-central1" in build and any(w.startswith("--config=") for w in build)
-    assert f"cp {P.DATAFLOW_DOCKERFILE} " in script and f"{image}:src-$zerolake_digest" in script
-    assert [w[-2] for w in _creates(script, ("artifacts", "docker", "tags", "add"))] == [f"{image}:current"]
+    assert f"cp {P.DATAFLOW_DOCKERFILE} " in script and f"{image}:release-$zerolake_release" in script
+    assert not _creates(script, ("artifacts", "docker", "tags"))            # no moving tag: jobs name the digest
+    [digest] = [w for w in _creates(script, ("artifacts", "docker", "images", "describe"))
+                if "--format=value(image_summary.digest)" in w]
+    assert digest[4] == f"{image}:release-$zerolake_release"
+    assert script.index("value(image_summary.digest)") < script.index("instances create zerolake-shuffle")
     grants = iam_grants(script)
     assert ("artifacts repositories", "zerolake-images", f"serviceAccount:{account('shuffle')}",
             "roles/artifactregistry.reader") in grants
@@ -258,7 +264,7 @@ def _apply_with_listing(tmp_path, script: str, listing_output: str, listing_stat
 
 
 def test_no_check_zones_trusts_the_zone_and_the_script_still_asks_gcloud(tmp_path, capsys):
-    script = plan_text(["plan", "--only", "trainer", "--trainer-tpu", "v6e-8", "--no-check-zones",
+    script = plan_text(["plan", "--only", "trainer", "--release", RELEASE, "--trainer-tpu", "v6e-8", "--no-check-zones",
                         "--trainer-wait-minutes", "0"] + BASE, capsys)
     [listing] = _creates(script, ("compute", "tpus", "accelerator-types", "list"))
     assert "--zone=us-central1-a" in listing
@@ -277,7 +283,8 @@ def test_no_check_zones_trusts_the_zone_and_the_script_still_asks_gcloud(tmp_pat
 def test_a_gpu_type_is_checked_live_in_its_zone_before_its_vm_is_created(tmp_path, capsys):
     """GPU types have no dated table (operations.deploy.zones.GPU_ZONES is empty: Google offers each in dozens
     of zones), so the script's live check is what stops a GPU VM in a zone without that GPU."""
-    script = plan_text(["plan", "--only", "trainer", "--trainer-gpu", "nvidia-l4"] + BASE, capsys)
+    script = plan_text(["plan", "--only", "trainer", "--release", RELEASE, "--trainer-gpu", "nvidia-l4"] + BASE,
+                       capsys)
     [listing] = _creates(script, ("compute", "accelerator-types", "list"))
     assert any("zone:us-central1-a" in word and "nvidia-l4" in word for word in listing), listing
     assert script.index("accelerator-types list") < script.index("instances create")
@@ -290,7 +297,7 @@ def test_a_gpu_type_is_checked_live_in_its_zone_before_its_vm_is_created(tmp_pat
 
 
 def test_a_worker_that_cannot_be_created_is_named_and_the_others_still_come_up(tmp_path, capsys):
-    script = plan_text(["plan", "--only", "workers", "--workers", "3"] + BASE, capsys)
+    script = plan_text(["plan", "--only", "workers", "--workers", "3", "--release", RELEASE] + BASE, capsys)
     folder, log = stand_in_gcloud(tmp_path / "bin", "[[ $* == *describe* ]] && exit 1\n"
                                    "[[ $* == *'create zerolake-worker-001'* ]] && "
                                    "{ echo 'ZONE_RESOURCE_POOL_EXHAUSTED' >&2; exit 1; }\nexit 0\n")
@@ -325,11 +332,12 @@ def test_the_follower_parses_the_plans_shuffle_flags_and_chooses_per_window(caps
 
 def test_only_prints_the_sections_asked_for(capsys):
     script = plan_text(["plan", "--only", "workers", "--workers", "2"] + BASE, capsys)
-    assert [w[:3] for w in gcloud_invocations(script)] == [["compute", "instances", "describe"],
-                                                           ["compute", "instances", "create"],
-                                                           ["compute", "instances", "add-iam-policy-binding"]] * 2
-    code, _, err = run_deploy(["plan", "--only", "image"] + BASE, capsys)
-    assert code == 2 and "--only" in err and "package" in err
+    # Without the package section, the VMs get the release the deployment records (read first).
+    assert [w[:3] for w in gcloud_invocations(script)] == [["storage", "cat", "gs://zl-test-bucket/zerolake-deploy/zerolake/release"]] + [
+        ["compute", "instances", "describe"], ["compute", "instances", "create"],
+        ["compute", "instances", "add-iam-policy-binding"]] * 2
+    image = plan_text(["plan", "--only", "image", "--release", RELEASE] + BASE, capsys)
+    assert "sdist" not in image and f"zerolake_release={RELEASE}\n" in image and "builds submit" in image
 
 
 def test_down_selects_by_label_and_keeps_the_bucket(capsys):
@@ -399,7 +407,8 @@ def test_apply_runs_the_plan_through_gcloud(tmp_path, capsys, monkeypatch):
                     "[[ $* == *describe* ]] && exit 1\nexit 0\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
-    argv = ["plan", "--only", "workers,trainer", "--workers", "2", "--trainer-tpu", "v4-8", "--trainer-zone",
+    argv = ["plan", "--only", "workers,trainer", "--release", RELEASE, "--workers", "2", "--trainer-tpu", "v4-8",
+            "--trainer-zone",
             "us-central2-b", "--trainer-wait-minutes", "0", "--apply"] + BASE
     code, _, err = run_deploy(argv, capsys)
     # The stand-in never reports the queued TPU ACTIVE: the plan names it and ends with status 3.

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -187,17 +188,19 @@ def test_startup_retries_a_failed_install_until_it_succeeds_and_then_starts_the_
         path.write_text("#!/usr/bin/env bash\n" + text)
         path.chmod(0o755)
     package = tmp_path / "zerolake.tar.gz"
+    with tarfile.open(tmp_path / "pending.tar.gz", "w:gz") as tar:
+        tar.add(source, arcname="zerolake-0")
+    release = hashlib.sha256((tmp_path / "pending.tar.gz").read_bytes()).hexdigest()
 
     def publish_later():
         time.sleep(2.5)
-        with tarfile.open(tmp_path / "pending.tar.gz", "w:gz") as tar:
-            tar.add(source, arcname="zerolake-0")
         os.replace(tmp_path / "pending.tar.gz", package)
 
     env = {"PATH": os.environ["PATH"], "ZEROLAKE_ROLE": "worker", "ZEROLAKE_ROOT": "gs://b/run",
            "ZEROLAKE_PACKAGE": str(package), "ZEROLAKE_ACCELERATOR": "cpu", "ZEROLAKE_PROCESSES": "1",
            "ZEROLAKE_ARGS": "", "ZEROLAKE_FOREGROUND": "1", "ZEROLAKE_PREFIX": str(tmp_path / "opt"),
-           "ZEROLAKE_STATE": str(tmp_path / "state"), "ZEROLAKE_INSTALL_RETRY_SECONDS": "1"}
+           "ZEROLAKE_STATE": str(tmp_path / "state"), "ZEROLAKE_INSTALL_RETRY_SECONDS": "1",
+           "ZEROLAKE_RELEASE_SHA256": release}
     publisher = threading.Thread(target=publish_later)
     publisher.start()
     try:
