@@ -28,7 +28,8 @@ generation).
 
 In ``ratings.json`` an infinite estimate or interval end is ``null`` (JSON
 has no infinity); ``estimate`` holds what the table shows (``412``,
-``>= 140``, ``<= -300`` or ``?``).  ``stored_anchor_games`` says where the
+``>= 140``, ``<= -300`` or ``?``) and ``interval_text`` the table's
+interval column.  ``stored_anchor_games`` says where the
 stored anchor games came from, how many the store holds for these conditions
 and how many distinct ones the fit counted (null with
 ``--no-stored-anchor-games``); ``closing_matches`` lists the loop's closing
@@ -46,7 +47,7 @@ from typing import Sequence
 
 import numpy as np
 
-from cloud.base import NotFound
+from cloud.base import NotFound, TooLarge
 from format import codec, layout
 from format.registry import RegistryError, read_manifest
 from arena import elo
@@ -87,8 +88,11 @@ MASS_NAME = "occupied_policy_mass"
 # lake figures
 # --------------------------------------------------------------------------
 
-def chunk_counts(storage) -> dict[str, list[int]]:
-    """{chunk path: [games, positions]} of every chunk, reading only chunks not cached yet."""
+def chunk_counts(storage, *, save: bool = True) -> dict[str, list[int]]:
+    """{chunk path: [games, positions]} of every chunk, reading only chunks not cached yet.
+
+    ``save``: write the counts of newly read chunks back to the cache; a reader that must
+    not write to the lake (`arena.run_page`) passes False and still uses what is cached."""
     cache_path = layout.ladder_chunk_counts()
     try:
         cached = json.loads(storage.read(cache_path))
@@ -110,7 +114,7 @@ def chunk_counts(storage) -> dict[str, list[int]]:
                 positions += item.num_positions
         counts[info.path] = [games, positions]
         changed = True
-    if changed:
+    if changed and save:
         storage.write_replace(cache_path, json.dumps(counts, sort_keys=True).encode())
     return counts
 
@@ -123,9 +127,12 @@ def _counts_entry(entry) -> bool:
                     for n in entry))
 
 
-def generation_figures(storage, generations: Sequence[int]) -> dict[int, dict]:
-    """Per generation: hours, games, positions (module docstring) and training metrics."""
-    counts = chunk_counts(storage)
+def generation_figures(storage, generations: Sequence[int],
+                       counts: dict[str, list[int]] | None = None) -> dict[int, dict]:
+    """Per generation: hours, games, positions (module docstring) and training metrics.
+
+    ``counts``: `chunk_counts` when the caller has them already (default: read them here)."""
+    counts = chunk_counts(storage) if counts is None else counts
     names = {path: layout.parse_chunk_path(path) for path in counts}
     start_ms = min((name.time_ms for name in names.values()), default=None)
     figures = {}
@@ -337,6 +344,27 @@ PLOTS = {
 }
 
 
+def read_ratings_document(storage) -> dict | None:
+    """The document `write_report` last wrote to ``report/ratings.json``; None when the ladder has not
+    written one.  ValueError names the file when it is too large for a lake document, not JSON, or
+    not an object with a ``ratings`` object (a derived view: rerunning the ladder rewrites it)."""
+    path = layout.report_path("ratings.json")
+    url = storage.url(path)
+    try:
+        data = storage.read(path, max_bytes=layout.MAX_DOCUMENT_BYTES)
+    except NotFound:
+        return None
+    except TooLarge:
+        raise ValueError(f"{url}: {layout.too_large(layout.MAX_DOCUMENT_BYTES)}") from None
+    try:
+        document = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{url}: not valid JSON ({exc})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("ratings"), dict):
+        raise ValueError(f"{url}: not an object with a 'ratings' object")
+    return document
+
+
 def _number(value: float) -> float | None:
     """JSON's stand-in for an infinite or undefined Elo: null."""
     return float(value) if math.isfinite(value) else None
@@ -377,7 +405,8 @@ def write_report(storage, fit: elo.Fit, games, conditions: str, generations: Seq
         "duplicate_games_dropped": duplicates, "games_played_now": played,
         "interval": fit.interval,
         "ratings": {r.player: {"elo": _number(r.elo), "low": _number(r.low), "high": _number(r.high),
-                               "estimate": r.estimate_text(), "games": r.games,
+                               "estimate": r.estimate_text(), "interval_text": r.interval_text(),
+                               "games": r.games,
                                **({"elo_under_compared_prior": _number(comparison.ratings[r.player].elo)}
                                   if comparison is not None and r.player in comparison.ratings else {})}
                     for r in fit.ratings.values()},

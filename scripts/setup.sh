@@ -3,7 +3,7 @@
 # in .venv, and the package itself with its Cython extensions compiled.
 #
 #   scripts/setup.sh          # what running the system needs
-#   scripts/setup.sh --test   # plus the test tools (pytest, GCS emulators, GNU Go, linters)
+#   scripts/setup.sh --test   # plus the test tools (pytest, GCS emulators, GNU Go, linters, Chromium)
 #   scripts/setup.sh --gnugo  # plus GNU Go alone (a long run's closing games play it)
 #   scripts/setup.sh --accelerator gpu   # TensorFlow for NVIDIA GPUs (CUDA from pip)
 #   scripts/setup.sh --accelerator tpu   # TensorFlow 2.20 for a Cloud TPU VM
@@ -74,6 +74,14 @@ if [[ $WANT_TEST == 1 ]] && ! command -v shellcheck >/dev/null; then
     echo "[setup] installing shellcheck from Debian"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq shellcheck >/dev/null
+fi
+
+# Chromium's headless shell: tests/arena/test_run_page.py renders the page `python -m arena.run_page`
+# writes, reads its numbers back with --dump-dom and leaves a screenshot.
+if [[ $WANT_TEST == 1 ]] && ! command -v chromium-headless-shell >/dev/null && ! command -v chromium >/dev/null; then
+    echo "[setup] installing chromium-headless-shell from Debian"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium-headless-shell >/dev/null
 fi
 
 PYTHON="${PYTHON:-python3}"

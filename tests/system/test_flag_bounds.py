@@ -105,6 +105,7 @@ ROLES = {
     "match": lambda: _role_cli("arena.match", "random", "uniform"),
     "gtp": lambda: _role_cli("arena.gtp"),
     "ladder": lambda: _role_cli("arena.ladder", "--root", "/tmp/unused"),
+    "run-page": lambda: _role_cli("arena.run_page", "--root", "/tmp/unused", "--out", "/tmp/unused.html"),
     "deploy": _deploy,
     "deploy-down": lambda: _deploy_subcommand("down", "--project", "p", "--root", "gs://bucket/run"),
     "deploy-status": lambda: _deploy_subcommand("status", "--root", "/tmp/unused"),
