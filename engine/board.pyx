@@ -766,7 +766,7 @@ cdef class Board:
         ahead may pass and the search decides whether it should: after the
         opponent's pass, our PASS ends the game (two passes) and scores the
         very board that made it a candidate, so the search sees it as a sure
-        win; and since nothing is judged dead, a pass never gives away stones
+        win; and since the rules count every stone, a pass never gives away stones
         the final score would count, and a seki can be left alone.  A player
         that is behind (or level) still passes only when no sensible move is
         left, so the game goes on until the board as it stands says who won.
@@ -784,13 +784,14 @@ cdef class Board:
         Stones own their point; an empty region owns to a colour when it
         reaches stones of that colour only, else it is neutral (0).
 
-        This is the engine's one judge of who owns a point and of which
-        stones are dead (none: every stone on the board is alive, the rules'
-        "board as it stands").  The final score (`area_score_c`), the
-        ownership targets (`ownership_ptr`), the pass rule (`mover_score_c`,
-        `write_candidate_mask_ptr`) and GTP's scoring all read it; whatever
-        else must say which stones are dead (GTP's final_status_list) is to
-        build on it, not judge again.
+        This is the engine's one judge of who owns a point under the rules
+        (every stone on the board is alive: the rules' "board as it stands").
+        The final score (`area_score_c`), the ownership targets
+        (`ownership_ptr`), the pass rule (`mover_score_c`,
+        `write_candidate_mask_ptr`) and GTP's scoring all read it.  What a
+        referee calls dead (GTP's final_status_list, arena.gtp.stone_statuses)
+        builds on it rather than judging again: it is this count at the end
+        of random playouts (engine.playouts.playout_ownership).
         """
         cdef int16_t stack[MAX_PADDED]
         cdef int16_t region[MAX_PADDED]

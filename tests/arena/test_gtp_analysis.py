@@ -22,20 +22,21 @@ The command sequences are the clients' own (read from their sources):
 Every report line is checked against the grammar (field names and order,
 value ranges, ``pv`` legal from the position, visits adding up), and a
 command sent mid-stream must be answered within STOP_SECONDS.  Each test
-runs against the engine without a model (uniform evaluator) and with an
-untrained published model (`testdata.models.publish_untrained_model`).
+runs against the engine without a model (uniform evaluator) and with a
+model trained on a lake the test builds (`model_root`).
 """
 from __future__ import annotations
 
 import queue
 import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
 from engine.board import Board
-from format import schema
+from format import layout, schema
 from format.coords import gtp_to_move
 from tests.arena.test_gtp import Engine, showboard_stones
 
@@ -130,10 +131,26 @@ class StreamingEngine(Engine):
 
 @pytest.fixture(scope="module")
 def model_root(tmp_path_factory):
-    from testdata.models import publish_untrained_model
+    """A lake the test builds (run.json and one window of synthetic positions written through the
+    lake's codec) and generation 1 trained on it by ``python -m model.train``, published as the
+    trainer publishes every model (SavedModel, int8 CPU copy, LATEST)."""
+    from cloud.storage import open_storage
+    from format.run_config import RunConfig, ensure_run_config
+    from testdata import synthetic_windows
+    from tests.arena.test_gtp import REPO
 
     root = str(tmp_path_factory.mktemp("analysis-lake") / "lake")
-    publish_untrained_model(root, 1, SIZE, seed=3)
+    storage = open_storage(root)
+    ensure_run_config(storage, RunConfig(board_size=SIZE))
+    synthetic_windows.write_synthetic_window(storage, target_generation=1, board_size=SIZE, positions=1200,
+                                             shards=1, seed=3)
+    trained = subprocess.run(
+        [sys.executable, "-m", "model.train", "--root", root, "--blocks", "1", "--filters", "8",
+         "--value-hidden", "8", "--batch-size", "32", "--steps-per-window", "20", "--steps-per-call", "10",
+         "--warmup-steps", "5", "--log-every", "10"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert storage.read(layout.LATEST).decode().strip() == "1"
     return root
 
 

@@ -12,8 +12,8 @@ from sgfmill import sgf
 from format import schema
 from format.coords import gtp_to_move, move_to_gtp
 from engine.board import board_from_ascii
-from arena.gtp import (MAX_SGF_BYTES, STATUS_ALIVE, STATUS_SEKI, GtpConfig, build_engine, fixed_handicap_points,
-                       stone_statuses)
+from arena.gtp import (MAX_SGF_BYTES, STATUS_ALIVE, STATUS_DEAD, STATUS_SEKI, GtpConfig, build_engine,
+                       fixed_handicap_points, stone_statuses)
 from arena.gtp_client import GnuGo
 from tests.engine.test_board import SEKI_9
 from tests.arena.test_gtp import Engine, require_gnugo, showboard_stones
@@ -180,7 +180,7 @@ def test_final_status_list_over_stdin(engine, tmp_path):
     engine.ok(f"loadsgf {path}")
     seki = engine.ok("final_status_list seki").split("\n")
     assert set(seki) == SEKI_CHAINS
-    assert engine.ok("final_status_list dead") == ""                 # Tromp-Taylor: the board as it stands
+    assert engine.ok("final_status_list dead") == ""                 # no chain dies in the playouts
     alive = engine.ok("final_status_list alive").split("\n")
     listed = [v for line in alive + seki for v in line.split()]
     assert sorted(listed) == sorted(showboard_stones(engine.ok("showboard"), 9))   # each stone once
@@ -196,7 +196,7 @@ def test_final_status_list_over_stdin(engine, tmp_path):
         assert showboard_stones(engine.ok("showboard"), 9)[move] == "X"
 
 
-def test_stone_statuses_build_on_the_board_ownership():
+def test_stone_statuses_judge_seki_by_the_rules_and_death_by_playouts():
     # Dame between two living walls: neutral points, but no seki (filling one keeps liberties).
     walls = board_from_ascii("""
         .X.O.
@@ -211,11 +211,29 @@ def test_stone_statuses_build_on_the_board_ownership():
     stones = seki.stones().reshape(-1)
     in_seki = {move_to_gtp(p, 9) for p in range(81) if status[p] == STATUS_SEKI}
     assert in_seki == {v for chain in SEKI_CHAINS for v in chain.split()}
-    # Dead is whatever the ownership gives to the other colour: nothing, as
-    # the score that final_score reports counts every stone.
-    owner = seki.ownership()
     assert ((status == STATUS_ALIVE) | (status == STATUS_SEKI)).sum() == (stones != 0).sum()
-    assert ((stones != 0) & (owner != stones)).sum() == 0
+    # A lone White stone inside Black's living area and a Black stone inside White's are dead,
+    # whoever is to move; the walls, with room for two eyes each, live.
+    invaded = """
+        ...X.O...
+        ...X.O...
+        .O.X.O...
+        ...X.O...
+        ...X.O.X.
+        ...X.O...
+        ...X.O...
+        ...X.O...
+        ...X.O...
+    """
+    for to_play in (schema.BLACK, schema.WHITE):
+        board = board_from_ascii(invaded, to_play=to_play)
+        status = stone_statuses(board)
+        dead = {move_to_gtp(p, 9) for p in range(81) if status[p] == STATUS_DEAD}
+        assert dead == {"B7", "H5"}, to_play
+        # The rules still count every stone: final_score's Tromp-Taylor area is not the referee's.
+        assert board.ownership()[gtp_to_move("B7", 9)] == schema.WHITE
+    # The verdict does not hang on the seed.
+    assert all((stone_statuses(board_from_ascii(invaded), seed=seed) == status).all() for seed in range(1, 4))
 
 
 def test_kgs_genmove_cleanup_does_not_pass_early_under_the_pass_rule(tmp_path):

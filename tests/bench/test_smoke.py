@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -158,3 +160,31 @@ def test_game_stats_counts_decided_positions_and_their_simulations_on_games_whos
     assert stats["resignation_share"] == 0.5 and stats["moves_per_game_two_passes"] == 10.0
     later = run_bench("game_stats.py", "--lake", str(tmp_path / "lake"), "--min-generation", "2", *search)
     assert later["lakes"][str(tmp_path / "lake")]["decided_position_share"] == 0.0
+
+
+@pytest.mark.gnugo
+def test_final_status_bench_scores_the_engines_dead_stones_against_gnugo(tmp_path):
+    """One game by hand: a lone White stone in Black's area and a lone Black one in White's, then two
+    passes.  GNU Go calls both dead at the first pass and at the end; so must the engine (recall and
+    precision 1 on two stones); an engine that called none dead would score recall 0."""
+    from tests.arena.test_gtp import require_gnugo
+    from tests.arena.test_gtp_referee import position_sgf
+
+    require_gnugo()
+    invaded = """
+        ...X.O...
+        ...X.O...
+        .O.X.O...
+        ...X.O...
+        ...X.O.X.
+        ...X.O...
+        ...X.O...
+        ...X.O...
+        ...X.O...
+    """
+    (tmp_path / "game.sgf").write_bytes(position_sgf(invaded, moves=";B[];W[]"))
+    result = run_bench("final_status.py", "--sgf-dir", str(tmp_path))
+    for kind in ("first_pass", "finished"):
+        assert result[f"{kind}_positions"] == 1
+        assert result[f"{kind}_reference_dead"] == 2
+        assert result[f"{kind}_precision"] == pytest.approx(1.0) and result[f"{kind}_recall"] == pytest.approx(1.0)
