@@ -374,8 +374,8 @@ DEAD_STONE_PLAYOUTS = 400
 """Random playouts behind `stone_statuses`' judgement of dead chains: the
 playout ownership's standard error is at most 1/sqrt(400) = 0.05 a point,
 so a chain the playouts split near evenly is the only one whose verdict a
-seed can flip; 400 playouts take ~7 ms on 9x9 and ~25 ms on 19x19 (the
-rates of bench/board.py)."""
+seed can flip.  Playouts from a finished position are short: bench/final_status.py
+judges a 9x9 position in 2.3 ms, loadsgf included."""
 
 
 def stone_statuses(board: Board, playouts: int = DEAD_STONE_PLAYOUTS, seed: int = 0) -> np.ndarray:
