@@ -21,6 +21,7 @@ import tarfile
 
 import pytest
 
+from format import layout
 from operations.deploy import plan as P
 from operations.deploy import release as R
 from tests.operations.deploy.support import (BASE, RELEASE, VM, account, check_invocation, creates,
@@ -169,7 +170,7 @@ def test_no_role_account_can_write_a_release_and_every_role_can_read_them(scenar
     release = objects + f"zerolake-deploy/zerolake/releases/{RELEASE}.tar.gz"
     pointer = objects + "zerolake-deploy/zerolake/release"
     other = objects + f"zerolake-deploy/zerolake-b/releases/{RELEASE}.tar.gz"
-    chunk = objects + "run1/games/000000/chunk.tfrecord.gz"
+    chunk = objects + "run1/" + layout.chunk_path(0, "worker", 0, 0)     # a lake object, the layout's spelling
     conditions = {}
     for words in gcloud_invocations(script):
         if words[:3] == ["storage", "buckets", "add-iam-policy-binding"]:
