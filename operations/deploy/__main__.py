@@ -4,7 +4,7 @@
         --trainer-tpu v5litepod-8            # prints the plan
     python -m operations.deploy plan ... --apply  # runs it
     python -m operations.deploy update ... [--release SHA256] [--apply]   # the plan's flags; a new release
-    python -m operations.deploy status --root gs://B/run
+    python -m operations.deploy status --root gs://B/run [--project P --region R]   # R: the workers' region
     python -m operations.deploy down --project P --root gs://B/run [--keep-workers K] [--apply]
 
 Entry point only: flags -> DeployConfig -> operations.deploy.plan / status.  A bad
@@ -83,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what counts as recent for games per hour and workers seen (default: 60)")
     status.add_argument("--sample-chunks", type=bounded_number(int, at_least=1), default=3,
                         help="recent chunks decoded to measure games per byte (default: 3)")
+    status.add_argument("--project", default="", help="also ask gcloud how many VMs the worker group runs against "
+                                                      "its target size (the deployment's project)")
+    status.add_argument("--region", default="us-central1", help="with --project: the worker group's region "
+                                                                "(default: us-central1)")
+    status.add_argument("--name", default="zerolake", help="with --project: the deployment name (default: zerolake)")
     add_storage_flags(status)
     return parser
 
@@ -122,7 +127,7 @@ def main(argv=None) -> int:
 
 def _status(args, parser) -> int:
     from cloud.base import StorageError
-    from operations.deploy.status import read_status, table
+    from operations.deploy.status import read_status, table, worker_group_text
     from cloud.storage import open_storage
     from model.lease import LeaseError
     from format.registry import RegistryError
@@ -130,6 +135,9 @@ def _status(args, parser) -> int:
     try:
         storage = open_storage(args.root, retry=storage_retry(args, parser))
         print(table(read_status(storage, recent_minutes=args.recent_minutes, sample_chunks=args.sample_chunks)))
+        if args.project:
+            group = P.worker_group_name(args.name)
+            print(f"worker group {group} ({args.region})  {worker_group_text(args.project, group, args.region)}")
     except ValueError as exc:
         parser.error(f"--root: {exc}")
     except (StorageError, LeaseError, RegistryError) as exc:

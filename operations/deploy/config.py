@@ -27,9 +27,11 @@ Terms
   It holds nothing secret; only the person deploying can write it.
 * *release*: one sdist, named by the sha256 of its file
   (operations.deploy.release); every VM's metadata names the one it runs.
-* *keeper*: a systemd timer on one always-on VM (`keeper_host`) that starts
-  this deployment's stopped (preempted) worker VMs, and a stopped spot trainer
-  VM, again every 2 minutes (operations/vm/keep-workers.sh).
+* *worker group*: the regional managed instance group ``NAME-workers`` whose
+  target size is ``--workers``: Compute Engine creates its VMs from an instance
+  template (spot, the release in its metadata), recreates a preempted one, and
+  rolls a new template out (operations.deploy.plan).  A worker's spool lives on
+  its stateful disk ``zerolake-spool``, which the group keeps across recreation.
 """
 from __future__ import annotations
 
@@ -44,9 +46,10 @@ ROLES = ("worker", "shuffle", "trainer")
 
 SECTIONS = ("services", "bucket", "account", "package", "image", "shuffle", "trainer", "workers")
 """Plan sections in the order they run; ``--only`` picks some of them.  The
-follower and the trainer come before the workers: a worker VM that cannot be
-created (no capacity in its zone, often for spot GPUs) is reported and the
-plan goes on, so it must not stand in front of the roles there is one of.
+follower and the trainer come before the workers, the roles there is one of
+first: the worker group fills up whenever Compute Engine has spot VMs to give
+(often later, for spot GPUs), and a TPU trainer's queued request is waited for
+after the workers.
 ``image`` (the Dataflow workers' container) builds from the sdist that
 ``package`` makes, so it needs ``package`` in the same run."""
 
@@ -167,8 +170,11 @@ class DeployConfig:
     worker_processes: int = _field(0, "worker processes per VM (0 = 4 per GPU, or 8 on a CPU VM); "
                                       "see docs/accelerators.md, 'How many workers per GPU'", at_least=0)
     worker_args: str = _field("", "extra flags for every selfplay.worker, e.g. '--visits 128 --board-size 19'")
-    spot: bool = _field(True, "worker VMs are spot VMs (stopped on preemption, their spool kept on the boot "
-                              "disk); --no-spot for standard VMs")
+    worker_zones: str = _field("", "zones of the regional worker group, comma-separated, all in the region of "
+                                   "--worker-zone ('' = --worker-zone alone); the group creates its VMs where "
+                                   "they can be had (target distribution shape ANY)")
+    spot: bool = _field(True, "worker VMs are spot VMs (the group recreates a preempted one; its spool is kept on "
+                              "its stateful disk); --no-spot for standard VMs")
     # --- shuffle follower ---
     shuffle: bool = _field(True, "run the shuffle follower VM (--no-shuffle: none)")
     shuffle_machine: str = _field("n2-standard-8", "machine type of the shuffle follower VM")
@@ -197,9 +203,6 @@ class DeployConfig:
     trainer_machine: str = _field("", "machine type of a GPU or CPU trainer VM ('' = the GPU's default, "
                                       "or n2-standard-16)")
     trainer_cpu: bool = _field(False, "train on a CPU VM (small boards, trials)")
-    trainer_spot: bool = _field(False, "the GPU or CPU trainer VM is spot: the keeper starts it again after a "
-                                       "preemption and it resumes from ROOT/checkpoints (not with --trainer-tpu: "
-                                       "a preempted TPU VM must be deleted and created again)")
     trainer_args: str = _field("", "extra flags for model.train --follow")
     # --- images ---
     cpu_image: str = _field("/".join(CPU_IMAGE), "image project/family of CPU VMs")
@@ -227,6 +230,11 @@ class DeployConfig:
             need(bool(zone_shape.fullmatch(value)) or (field != "zone" and not value), field,
                  f"{value!r} is not a zone such as us-central1-a or us-central1-ai1"
                  + (" (--no-check-zones accepts other names)" if self.check_zones else ""))
+        worker_region = region_of(self.zone_of("worker"))
+        for zone in self.worker_group_zones:
+            need(bool(zone_shape.fullmatch(zone)) and region_of(zone) == worker_region, "worker_zones",
+                 f"{zone!r} is not a zone of {worker_region}, the region of the worker group (--worker-zone's): "
+                 "a regional group spreads over the zones of one region")
         need(bool(LABEL_VALUE.fullmatch(self.name)), "name",
              f"{self.name!r}: 1-21 of a-z, 0-9 and '-', starting with a letter (it prefixes VM names)")
         bucket, _ = split_root(self.root) if self.root.startswith("gs://") else ("", "")
@@ -254,13 +262,6 @@ class DeployConfig:
         trainers = [flag for flag, on in (("--trainer-tpu", self.trainer_tpu), ("--trainer-gpu", self.trainer_gpu),
                                           ("--trainer-cpu", self.trainer_cpu)) if on]
         need(len(trainers) <= 1, "trainer_tpu", f"give at most one of {', '.join(trainers)}")
-        need(not (self.trainer_tpu and self.trainer_spot), "trainer_spot",
-             "a preempted spot TPU VM cannot be started again, only deleted and created anew, and this plan "
-             "does not recreate TPUs: drop --trainer-spot (a standard TPU), or train on a spot GPU or CPU VM, "
-             "which the keeper starts again")
-        need(not self.trainer_spot or self.trainer_tpu or bool(self.keeper_host), "trainer_spot",
-             "a spot trainer is started again after a preemption by the keeper, which runs on the shuffle "
-             "follower: drop --no-shuffle, or --trainer-spot")
         if self.trainer_tpu and TPU_TYPE.fullmatch(self.trainer_tpu):
             # Also with --trainer-tpu-runtime: the environment TensorFlow needs comes from the same table.
             problem = zones.tpu_problem(self.trainer_tpu)
@@ -312,6 +313,17 @@ class DeployConfig:
         return getattr(self, f"{role}_zone") or self.zone
 
     @property
+    def worker_group_zones(self) -> tuple[str, ...]:
+        """The zones the worker group spreads over: --worker-zones, else the worker zone alone."""
+        given = tuple(z.strip() for z in self.worker_zones.split(",") if z.strip())
+        return given or (self.zone_of("worker"),)
+
+    @property
+    def worker_region(self) -> str:
+        """The worker group's region (a regional managed instance group)."""
+        return region_of(self.zone_of("worker"))
+
+    @property
     def dataflow_region(self) -> str:
         """Dataflow jobs run next to the follower that launches them."""
         return region_of(self.zone_of("shuffle"))
@@ -360,32 +372,6 @@ class DeployConfig:
     def deploy_area(self) -> str:
         """``gs://BUCKET/zerolake-deploy/<name>``: the package and Dataflow's files, outside the lake."""
         return f"gs://{self.bucket}/{DEPLOY_AREA}/{self.name}"
-
-    @property
-    def keeper_host(self) -> str:
-        """The role whose VM runs the keeper, or '' when no VM can.
-
-        The keeper must live on a VM that is not itself preempted: the shuffle
-        follower (a standard VM), else (``--no-shuffle``) a standard GPU or CPU
-        trainer VM.  A spot trainer would be stopped with the workers; a TPU
-        VM's image is not known here to carry gcloud.  With none, the plan says
-        in its workers section that nothing restarts preempted workers.
-        """
-        if self.shuffle:
-            return "shuffle"
-        if self.trainer_kind in ("gpu", "cpu") and not self.trainer_spot:
-            return "trainer"
-        return ""
-
-    @property
-    def keeps_trainer(self) -> bool:
-        """Whether the keeper also starts the trainer VM again (a spot GPU or CPU trainer)."""
-        return self.trainer_spot and self.trainer_kind in ("gpu", "cpu") and bool(self.keeper_host)
-
-    def keeper_role_id(self, scope: str) -> str:
-        """The keeper's custom roles: ``list`` (granted on the project: listing cannot be granted on one VM)
-        and ``start`` (granted on each VM it may start).  Role ids allow letters, digits, '_' and '.'."""
-        return f"zerolake_keeper_{scope}_" + self.name.replace("-", "_")
 
     @property
     def trainer_kind(self) -> str:

@@ -28,11 +28,18 @@ it.  Flags that take a value are always written ``--flag=value``.
 
 What can fail for a while and then pass is retried (the script's ``retry``
 function, in its header): IAM grants right after an account is created (the
-account is eventually consistent) and creating a VM (capacity).  A worker VM
-or a GPU/CPU trainer VM that still cannot be created is named on stderr and
-the plan goes on; it ends with exit status 3, naming what is missing, so that
-a rerun adds it.  A TPU trainer is asked for through a *queued resource*
-(``gcloud compute tpus queued-resources create``), which waits for capacity
+account is eventually consistent) and creating a VM (capacity).  A GPU/CPU
+trainer VM that still cannot be created is named on stderr and the plan goes
+on; it ends with exit status 3, naming what is missing, so that a rerun adds
+it.  The workers are a regional managed instance group
+(``NAME-workers``, target size ``--workers``) made from an instance template
+(``NAME-worker-<settings>-<release>``): Compute Engine creates its VMs where it
+can, recreates a preempted one, and rolls a new template out
+(``rolling-action start-update``, what ``update`` does after the trainer and
+the follower).  A recreated VM gets a new boot disk, so each worker's spool
+lives on a second disk, ``zerolake-spool``, that the group's stateful policy
+keeps across recreation (startup.sh mounts it).  A TPU trainer is asked for
+through a *queued resource* (``gcloud compute tpus queued-resources create``), which waits for capacity
 for ``--trainer-tpu-valid-for``: the plan queues it before the workers, polls
 it after them (at most ``--trainer-wait-minutes``) until it is ACTIVE or
 FAILED, and deletes a FAILED or SUSPENDED (expired) request before queueing a
@@ -49,11 +56,6 @@ Accounts and grants (least privilege; ``NAME-<role>`` for each planned role)::
                     (project: Dataflow has no narrower scope), actAs itself (its jobs'
                     workers run as it),
                     artifactregistry.reader on the deployment's image repository
-    keeper          (the account of the VM that runs it) the custom role
-                    zerolake_keeper_list_NAME on the project (list instances, read
-                    zone operations: read-only, and listing has no narrower scope),
-                    zerolake_keeper_start_NAME on each worker VM (and a spot
-                    trainer VM) only, and actAs the accounts those VMs run as
     NAME-builder    Cloud Build's account for the Dataflow image: artifactregistry.writer
                     on that repository, objectViewer on the bucket (the build's source
                     is staged in the deploy area), logging.logWriter
@@ -71,11 +73,7 @@ act through their attached service account, and no key is ever created)::
     zerolake-args           extra flags of the role (no commas)
     zerolake-tpu-generation on a TPU trainer: its row of operations/deploy/zones.py, whose TensorFlow
                             environment run-role.sh exports before the role imports TensorFlow
-    zerolake-keeper         on, on the one VM that runs the keeper (DeployConfig.keeper_host),
-                            with zerolake-deployment (NAME), zerolake-project (P) and
-                            zerolake-keep-trainer (on: also start a stopped spot trainer)
-    enable-guest-attributes TRUE: startup.sh reports its progress (zerolake/state) there,
-                            and the keeper reads it to notice a VM whose role never started
+    enable-guest-attributes TRUE: startup.sh reports its progress (zerolake/state) there
 """
 from __future__ import annotations
 
@@ -115,17 +113,17 @@ role (jobs only; dataflow.admin would add object permissions on every bucket
 of the project) and read access to the project's machine types (compute.viewer,
 read-only).  dataflow.worker is what the jobs' own VMs need to take and report
 work.  All three have no scope narrower than the project."""
-SPOOL_DISK_NOTE = "spot VMs stop (not delete) on preemption, so a worker's spool on the boot disk survives"
-KEEPER_LIST_PERMISSIONS = ("compute.instances.list", "compute.zoneOperations.get")
-"""The keeper's project-wide custom role: find the deployment's stopped VMs and
-wait on the operation that starts one.  Read-only; listing cannot be granted
-on one VM."""
-KEEPER_START_PERMISSIONS = ("compute.instances.get", "compute.instances.start",
-                            "compute.instances.getGuestAttributes")
-"""The keeper's per-VM custom role, granted on each worker VM (and a spot
-trainer VM) only: read it, start it, and read the progress its start-up script
-reports.  No create, delete or metadata permission: the keeper can only start
-VMs that exist, and only these."""
+SPOOL_DEVICE = "zerolake-spool"
+"""The device name of each worker's second disk, which startup.sh mounts at /var/lib/zerolake (the spools and
+model caches).  The worker group recreates a preempted VM with a new boot disk (Google: "About repairing VMs
+in a MIG"); this disk is stateful, so the group detaches it and attaches it to the recreated VM, whose worker
+then uploads what the preempted one could not."""
+SPOOL_DISK_GB = 20
+"""The spool disk's size: games waiting for upload and a model cache per process (MBs); pd-balanced's minimum
+is 10 GB."""
+SPOOL_AUTO_DELETE = "on-permanent-instance-deletion"
+"""The spool disk goes with its VM when the VM leaves the group for good (a smaller --workers, ``down``), as a
+deleted VM's boot disk always did; kept across preemption, repair and updates."""
 RELEASE_TAG = "release-"
 """The Dataflow image of a release is tagged ``release-<sha256>`` (a rerun skips the build); the follower's
 jobs name it by the digest that tag resolves to when the plan runs, so no later push changes what they run."""
@@ -227,14 +225,9 @@ def deployment_filter(config: DeployConfig) -> str:
 
     gcloud warns that ``=`` is becoming a word match for some APIs ("zerolake"
     would then match "zerolake-b"), so every loop over such a listing also
-    checks each VM's exact name (`worker_name_pattern`) before acting on it.
+    checks each VM's exact name before acting on it.
     """
     return f"labels.zerolake-deployment={config.name}"
-
-
-def worker_name_pattern(config: DeployConfig) -> str:
-    """A bash ``=~`` pattern that matches exactly this deployment's worker VM names."""
-    return f"^{config.name}-worker-[0-9]+$"
 
 
 def release_url(config: DeployConfig, sha256: str = RELEASE_VAR) -> str:
@@ -343,8 +336,6 @@ def account_steps(config: DeployConfig) -> list[Step]:
                           grant("iam", "service-accounts", "add-iam-policy-binding", config.service_account("shuffle"),
                                 who, "--role=roles/iam.serviceAccountUser", project_flag(config))))
         steps += builder_account_steps(config)
-    if config.keeper_host:
-        steps += keeper_account_steps(config)
     return steps
 
 
@@ -402,43 +393,6 @@ def bucket_grant_steps(config: DeployConfig, role: str) -> list[Step]:
         Step("account", f"an earlier plan's unconditional {LAKE_WRITER_ROLE} for the {role} (it could write the "
                         "releases), if there is one",
              f"if {policy} | {unconditional} | grep -q .; then\n{indent(remove)}\nfi")]
-
-
-def keeper_role_name(config: DeployConfig, scope: str) -> str:
-    return f"projects/{config.project}/roles/{config.keeper_role_id(scope)}"
-
-
-def keeper_account_steps(config: DeployConfig) -> list[Step]:
-    """The keeper's two custom roles (created if missing), the project-wide one granted, and actAs on the
-    accounts of the VMs it starts.  The per-VM role is granted on each VM as it is created."""
-    steps = []
-    for scope, permissions, where in (("list", KEEPER_LIST_PERMISSIONS, "granted on the project"),
-                                      ("start", KEEPER_START_PERMISSIONS, "granted on each VM it may start")):
-        role_id = config.keeper_role_id(scope)
-        create = gcloud("iam", "roles", "create", role_id, project_flag(config),
-                        f"--title=zerolake {config.name} keeper ({scope})",
-                        f"--description=The zerolake keeper of deployment {config.name}: {scope} VMs",
-                        f"--permissions={','.join(permissions)}", "--stage=GA")
-        steps.append(Step("account", f"the keeper's {scope} role: {', '.join(permissions)} and nothing else, "
-                                     f"{where}",
-                          unless_exists(gcloud("iam", "roles", "describe", role_id, project_flag(config)), create)))
-    keeper = member(config, config.keeper_host)
-    steps.append(Step("account", f"the keeper (on the {config.keeper_host} VM) lists this project's VMs",
-                      grant("projects", "add-iam-policy-binding", config.project, keeper,
-                            f"--role={keeper_role_name(config, 'list')}", "--condition=None")))
-    kept = [role for role, kept in (("worker", config.workers > 0), ("trainer", config.keeps_trainer)) if kept]
-    for role in kept:
-        steps.append(Step("account", f"starting a {role} VM needs actAs on the account it runs as",
-                          grant("iam", "service-accounts", "add-iam-policy-binding", config.service_account(role),
-                                keeper, "--role=roles/iam.serviceAccountUser", project_flag(config))))
-    return steps
-
-
-def keeper_start_grant(config: DeployConfig, name: str, zone: str) -> str:
-    """Let the keeper start this one VM (the start role, granted on the instance)."""
-    return grant("compute", "instances", "add-iam-policy-binding", name, f"--zone={zone}",
-                 member(config, config.keeper_host), f"--role={keeper_role_name(config, 'start')}",
-                 project_flag(config))
 
 
 def _error(text: str) -> str:
@@ -608,23 +562,16 @@ def _image_flags(image: str) -> list[str]:
     return [f"--image-project={project}", f"--image-family={family}"]
 
 
-def keeper_metadata(config: DeployConfig, role: str) -> tuple[str, ...]:
-    """The metadata that turns the keeper on, for the one VM that runs it."""
-    if role != config.keeper_host:
-        return ()
-    return ("zerolake-keeper=on", f"zerolake-deployment={config.name}", f"zerolake-project={config.project}",
-            f"zerolake-keep-trainer={'on' if config.keeps_trainer else 'off'}")
-
-
-def accelerator_check(config: DeployConfig, role: str, kind: str, accelerator: str) -> Step:
-    """Ask gcloud, live, whether the role's zone offers the accelerator, before anything is created there.
+def accelerator_check(config: DeployConfig, role: str, kind: str, accelerator: str, zone: str = "") -> Step:
+    """Ask gcloud, live, whether a zone of the role offers the accelerator, before anything is created there.
 
     The plan-time check (operations.deploy.zones) reads a dated table; this one
     reads the zone as it is today.  A listing that fails (no permission, API
     not enabled yet) is reported and the create goes ahead, saying why it may
-    fail, rather than stopping a plan that may well succeed.
+    fail, rather than stopping a plan that may well succeed.  ``zone``: one of
+    the worker group's zones ('' = the role's zone).
     """
-    zone = config.zone_of(role)
+    zone = zone or config.zone_of(role)
     if kind == "tpu":
         listing = gcloud("compute", "tpus", "accelerator-types", "list", f"--zone={zone}", project_flag(config),
                          f"--filter=type={accelerator}", "--format=value(type)")
@@ -633,7 +580,7 @@ def accelerator_check(config: DeployConfig, role: str, kind: str, accelerator: s
         listing = gcloud("compute", "accelerator-types", "list", project_flag(config),
                          f"--filter=zone:{zone} AND name={accelerator}", "--format=value(name)")
         source = f"gcloud compute accelerator-types list --filter=zone:{zone}"
-    flag = f"--{role}-zone"
+    flag = "--worker-zones" if role == "worker" and config.worker_zones else f"--{role}-zone"
     shell = (f"if zerolake_found=$({listing}); then\n"
              f"  if ! grep -qx -- {shlex.quote(accelerator)} <<< \"$zerolake_found\"; then\n"
              f"    echo {shlex.quote(f'error: zone {zone} offers no {accelerator} today ({source}); choose another {flag}: docs/deploy.md lists the zones of each type')} >&2\n"
@@ -647,13 +594,12 @@ def section_of(role: str) -> str:
     return {"worker": "workers"}.get(role, role)
 
 
-def _vm_create(config: DeployConfig, name: str, role: str, *, machine: str, gpu: str, gpu_count: int,
-               spot: bool, disk_gb: int, args: str, processes: int = 1) -> list[str]:
-    """The words of one Compute Engine VM's create command, after ``gcloud``."""
+def _vm_flags(config: DeployConfig, role: str, *, machine: str, gpu: str, gpu_count: int, spot: bool,
+              disk_gb: int, args: str, processes: int = 1) -> list:
+    """What a VM of ``role`` is: the words an instance and an instance template share (no name, no zone)."""
     accelerator = "gpu" if gpu else "cpu"
-    extra = (("install-nvidia-driver=True",) if gpu else ()) + keeper_metadata(config, role) + \
-        ("enable-guest-attributes=TRUE",)
-    flags = [f"--zone={config.zone_of(role)}", project_flag(config), f"--machine-type={machine}",
+    extra = (("install-nvidia-driver=True",) if gpu else ()) + ("enable-guest-attributes=TRUE",)
+    flags = [project_flag(config), f"--machine-type={machine}",
              *_image_flags(config.gpu_image if gpu else config.cpu_image),
              f"--boot-disk-size={disk_gb}GB", "--boot-disk-type=pd-balanced", *vm_network_flags(config),
              f"--service-account={config.service_account(role)}", f"--scopes={CLOUD_PLATFORM_SCOPE}",
@@ -667,58 +613,115 @@ def _vm_create(config: DeployConfig, name: str, role: str, *, machine: str, gpu:
         flags.append("--maintenance-policy=TERMINATE")
     if spot:
         flags += ["--provisioning-model=SPOT", "--instance-termination-action=STOP"]
-    return ["compute", "instances", "create", name, *flags]
+    return flags
+
+
+def _vm_create(config: DeployConfig, name: str, role: str, **vm) -> list:
+    """The words of one Compute Engine VM's create command, after ``gcloud``."""
+    return ["compute", "instances", "create", name, f"--zone={config.zone_of(role)}", *_vm_flags(config, role, **vm)]
 
 
 def _vm_describe(config: DeployConfig, name: str, role: str) -> str:
     return gcloud("compute", "instances", "describe", name, f"--zone={config.zone_of(role)}", project_flag(config))
 
 
-def worker_name(config: DeployConfig, index: int) -> str:
-    return f"{config.name}-worker-{index:03d}"
+# ---- the worker group ------------------------------------------------------------------------
+
+def worker_group_name(name: str) -> str:
+    """The regional managed instance group of deployment ``name``'s workers; its VMs are ``NAME-worker-xxxx``."""
+    return f"{name}-workers"
 
 
-NO_KEEPER_NOTE = ("no worker keeper: with --no-shuffle it runs only on a standard GPU or CPU trainer VM, so "
-                  "nothing starts a stopped (preempted) worker VM again; start one with `gcloud compute instances "
-                  "start NAME --zone=ZONE`, or rerun this plan with a follower or a --trainer-gpu/--trainer-cpu "
-                  "VM without --trainer-spot")
+def worker_group(config: DeployConfig) -> str:
+    return worker_group_name(config.name)
+
+
+def _worker_vm(config: DeployConfig) -> dict:
+    return dict(machine=config.worker_machine_type(), gpu=config.worker_gpu, gpu_count=config.worker_gpu_count,
+                spot=config.spot, disk_gb=200 if config.worker_gpu else 50, args=config.worker_args,
+                processes=config.processes_per_worker)
+
+
+def _template_flags(config: DeployConfig) -> list:
+    """The worker template's flags: a worker VM's, its spool disk, and the region of a named subnet."""
+    flags = _vm_flags(config, "worker", **_worker_vm(config))
+    flags.append(f"--create-disk=device-name={SPOOL_DEVICE},size={SPOOL_DISK_GB}GB,type=pd-balanced")
+    if config.subnet:          # a global template names its subnet's region (instance-templates create --help)
+        flags.append(f"--region={config.worker_region}")
+    return flags
+
+
+def worker_template_prefix(config: DeployConfig) -> str:
+    return f"{config.name}-worker-"
+
+
+def worker_template(config: DeployConfig) -> str:
+    """The template's name: ``NAME-worker-<8 hex of its settings>-<12 of the release's sha256>``, as the shell
+    variable ``$zerolake_template`` holds it (the release is known only when the plan runs).
+
+    A template cannot be changed, so a new release, new worker settings (machine, flags, GPUs) or a new
+    start-up script is a new template, and a rerun with the same ones finds the one it made.  The script is
+    hashed by its text, not its path, so two checkouts of one commit name one template."""
+    import hashlib
+    words = [w for w in _template_flags(config) if not w.startswith("--metadata-from-file=")]
+    settings = hashlib.sha256(repr(words).encode() + STARTUP_SCRIPT.read_bytes()).hexdigest()[:8]
+    return f"{worker_template_prefix(config)}{settings}-" + "${zerolake_release:0:12}"
+
+
+def _group(config: DeployConfig, verb: str, *words) -> str:
+    """``gcloud compute instance-groups managed VERB NAME-workers --region --project WORDS...`` (VERB may be two
+    words: ``rolling-action start-update``)."""
+    return gcloud("compute", "instance-groups", "managed", *verb.split(), worker_group(config),
+                  f"--region={config.worker_region}", project_flag(config), *words)
+
+
+def template_step(config: DeployConfig) -> Step:
+    """``$zerolake_template``: the workers' instance template of this release and these settings, made if
+    missing (a spot VM with the release in its metadata, and the spool disk)."""
+    create = gcloud("compute", "instance-templates", "create", Raw('"$zerolake_template"'), *_template_flags(config))
+    describe = gcloud("compute", "instance-templates", "describe", Raw('"$zerolake_template"'), project_flag(config))
+    what = (f"{config.worker_gpu_count} x {config.worker_gpu}" if config.worker_gpu else "CPU") + \
+        f", {config.processes_per_worker} worker processes" + (", spot" if config.spot else "")
+    return Step("workers", f"the workers' instance template ({what}; the release in its metadata, the spool on "
+                           f"the disk {SPOOL_DEVICE})",
+                f"zerolake_template={worker_template(config)}\n{unless_exists(describe, create)}")
+
+
+def rolling_update(config: DeployConfig) -> str:
+    """Move the group's VMs to ``$zerolake_template``: each is recreated under its name (the stateful spool
+    disk needs ``recreate``; no surge), all of them at once, as a stop of every worker did before."""
+    unavailable = max(config.workers, len(config.worker_group_zones))   # a regional group: 0 or >= its zones
+    return _group(config, "rolling-action start-update", Raw('--version=template="$zerolake_template"'), "--type=proactive",
+                  "--replacement-method=recreate", "--max-surge=0", f"--max-unavailable={unavailable}")
 
 
 def worker_steps(config: DeployConfig) -> list[Step]:
-    """Each worker VM: created (retried) unless it exists, then the keeper may start it; one that cannot be
-    created is named and the plan goes on, ending with status 3 so that a rerun adds it."""
-    what = (f"{config.worker_gpu_count} x {config.worker_gpu}" if config.worker_gpu else "CPU") + \
-        f", {config.processes_per_worker} worker processes" + (f"; {SPOOL_DISK_NOTE}" if config.spot else "")
-    zone = config.zone_of("worker")
+    """The workers: a template, then the regional group at ``--workers`` VMs.
+
+    A group that exists is resized to ``--workers`` and moved to this plan's
+    template (a no-op when it runs it already).  Creating the group returns
+    at once; its VMs come when Compute Engine can make them (a stockout of
+    spot VMs delays them, and the group keeps trying): ``status`` shows the
+    group's VMs against its target.
+    """
+    if not config.workers:
+        return []
     steps = []
-    if config.workers and config.worker_gpu:
-        steps.append(accelerator_check(config, "worker", "gpu", config.worker_gpu))
-    if config.workers:
-        steps.append(Step("workers", "worker VMs that cannot be created are collected here",
-                          'zerolake_missing_workers=""'))
-    for i in range(config.workers):
-        name = worker_name(config, i)
-        create = retried(CREATE_TRIES, *_vm_create(config, name, "worker", machine=config.worker_machine_type(),
-                                                   gpu=config.worker_gpu, gpu_count=config.worker_gpu_count,
-                                                   spot=config.spot, disk_gb=200 if config.worker_gpu else 50,
-                                                   args=config.worker_args, processes=config.processes_per_worker))
-        then = keeper_start_grant(config, name, zone) if config.keeper_host else ":"
-        shell = (f"if {_vm_describe(config, name, 'worker')} >/dev/null 2>&1 \\\n    || {create}; then\n"
-                 f"{indent(then)}\nelse\n  zerolake_missing_workers+=\" {name}\"\nfi")
-        steps.append(Step("workers", f"self-play worker {i + 1} of {config.workers} ({what})", shell))
-    if config.workers:
-        note = (f"note: these worker VMs could not be created in {zone} (see the gcloud messages above; often no "
-                "spot capacity there right now):")
-        steps.append(Step("workers", "name the missing workers, if any, and go on: a rerun adds them (or choose "
-                                     "another --worker-zone); the plan ends with status 3",
-                          f"if [[ -n $zerolake_missing_workers ]]; then\n"
-                          f"  echo {shlex.quote(note)}\"$zerolake_missing_workers; rerun this plan to add them\" >&2\n"
-                          "  zerolake_missing+=\"$zerolake_missing_workers\"\nfi"))
-    if not config.keeper_host:
-        # Said in the plan and, when it is applied, on stderr: the deployment will not keep its size.
-        # In double quotes (the same text): backticks in single quotes read to shellcheck as a mistake (SC2016).
-        note = re.sub(r'([\\$"`])', r"\\\1", f"note: {NO_KEEPER_NOTE}")
-        steps.append(Step("workers", NO_KEEPER_NOTE, command("echo", Raw(f'"{note}"'), Raw(">&2"))))
+    if config.worker_gpu:
+        steps += [accelerator_check(config, "worker", "gpu", config.worker_gpu, zone)
+                  for zone in config.worker_group_zones]
+    steps.append(template_step(config))
+    create = _group(config, "create", f"--zones={','.join(config.worker_group_zones)}",
+                    Raw('--template="$zerolake_template"'), f"--size={config.workers}",
+                    f"--base-instance-name={config.name}-worker", "--target-distribution-shape=any",
+                    "--instance-redistribution-type=none",
+                    f"--stateful-disk=device-name={SPOOL_DEVICE},auto-delete={SPOOL_AUTO_DELETE}")
+    existing = "\n".join([_group(config, "resize", f"--size={config.workers}"), rolling_update(config)])
+    shell = f"if {_group(config, 'describe')} >/dev/null 2>&1; then\n{indent(existing)}\nelse\n{indent(create)}\nfi"
+    zones = ", ".join(config.worker_group_zones)
+    steps.append(Step("workers", f"the worker group {worker_group(config)}: {config.workers} VMs in {zones} "
+                                 "(a preempted one is recreated, its spool disk kept); a group that exists is "
+                                 "resized to that and moved to this template", shell))
     return steps
 
 
@@ -749,12 +752,11 @@ def shuffle_steps(config: DeployConfig) -> list[Step]:
     where = {"local": "on this VM (Beam's in-process runner)", "dataflow": "on Dataflow",
              "auto": f"on this VM up to {config.dataflow_above_positions:,} positions, larger ones on "
                      "Dataflow"}[config.shuffle_runner]
-    keeper = "; it also runs the keeper" if config.keeper_host == "shuffle" else ""
     name = f"{config.name}-shuffle"
     create = retried(CREATE_TRIES, *_vm_create(config, name, "shuffle", machine=config.shuffle_machine, gpu="",
                                                gpu_count=0, spot=False, disk_gb=100, args=args))
     digest = [image_digest_step(config)] if config.uses_dataflow else []
-    return digest + [Step("shuffle", f"the shuffle follower: builds each window {where}{keeper}",
+    return digest + [Step("shuffle", f"the shuffle follower: builds each window {where}",
                           unless_exists(_vm_describe(config, name, "shuffle"), create))]
 
 
@@ -766,20 +768,17 @@ def trainer_steps(config: DeployConfig) -> list[Step]:
     gpu = config.trainer_gpu
     what = f"{config.trainer_gpu_count} x {gpu}" + (", MirroredStrategy" if config.trainer_gpu_count > 1 else "") \
         if gpu else "CPU"
-    keeper = "; it also runs the keeper (there is no follower)" if config.keeper_host == "trainer" else ""
-    spot = "; spot: the keeper starts it again after a preemption" if config.keeps_trainer else ""
     create = retried(CREATE_TRIES, *_vm_create(config, name, "trainer", machine=config.trainer_machine_type(),
-                                               gpu=gpu, gpu_count=config.trainer_gpu_count, spot=config.trainer_spot,
+                                               gpu=gpu, gpu_count=config.trainer_gpu_count, spot=False,
                                                disk_gb=200 if gpu else 100, args=config.trainer_args))
-    then = keeper_start_grant(config, name, zone) if config.keeps_trainer else ":"
     note = (f"note: the trainer VM {name} could not be created in {zone} (see the gcloud messages above; often "
             "no capacity there right now); the other roles go on, and a rerun of this plan adds it")
     # Not fatal: without a trainer the workers still play (generation 0 or the last model) and the follower
     # still builds windows, and a rerun creates the trainer, which resumes from ROOT/checkpoints.
-    shell = (f"if {_vm_describe(config, name, 'trainer')} >/dev/null 2>&1 \\\n    || {create}; then\n"
-             f"{indent(then)}\nelse\n  echo {shlex.quote(note)} >&2\n  zerolake_missing+=\" {name}\"\nfi")
+    shell = (f"if ! {_vm_describe(config, name, 'trainer')} >/dev/null 2>&1 \\\n    && ! {create}; then\n"
+             f"  echo {shlex.quote(note)} >&2\n  zerolake_missing+=\" {name}\"\nfi")
     steps = [accelerator_check(config, "trainer", "gpu", gpu)] if gpu else []
-    return steps + [Step("trainer", f"the trainer on a {what} VM{keeper}{spot}", shell)]
+    return steps + [Step("trainer", f"the trainer on a {what} VM", shell)]
 
 
 def _queued(config: DeployConfig, verb: str, *words) -> str:
@@ -907,7 +906,7 @@ def build_plan(config: DeployConfig) -> list[Step]:
     steps = [step for section in sections for step in builders[section](config)]
     if "trainer" in config.sections and config.trainer_kind == "tpu":
         steps.append(tpu_wait_step(config))         # after the workers: they need not wait for a TPU
-    if {"trainer", "workers"} & set(config.sections):
+    if "trainer" in config.sections and config.trainer_kind:
         steps.append(missing_step())
     return steps
 
@@ -921,18 +920,20 @@ def build_update_plan(config: DeployConfig) -> list[Step]:
     ``plan`` run meanwhile adds VMs of it), its Dataflow image (by digest), the
     trainer and the follower (their metadata, then stopped and started
     together, so the trainer, the follower and the follower's image change
-    release at once), then every worker.  A VM's metadata is set before it is
-    stopped, so whatever starts it (this plan, the keeper, a person) starts the
-    new release.  Stopping is a clean shutdown: systemd gives each role SIGTERM
-    (a worker uploads its spool, the trainer checkpoints).  The VMs keep their
-    disks, so an update reinstalls only the package.
+    release at once), then the workers: a new instance template of the
+    release, and a rolling update of the group to it (`worker_rollout_steps`).
+    The trainer's and the follower's metadata is set before they stop, so
+    whatever starts them (this plan, a person) starts the new release.
+    Stopping is a clean shutdown: systemd gives each role SIGTERM (a worker
+    uploads its spool, the trainer checkpoints).  The trainer and the follower
+    keep their disks, so an update reinstalls only the package.
     """
     steps = release_steps(config, update=True)
     if config.uses_dataflow:
         steps += image_steps(config) + [image_digest_step(config)]
     steps += core_rollout_steps(config)
     if config.workers:
-        steps.append(worker_rollout_step(config))
+        steps += worker_rollout_steps(config)
     return steps
 
 
@@ -981,38 +982,21 @@ def core_rollout_steps(config: DeployConfig) -> list[Step]:
     return present + stops + starts
 
 
-def worker_rollout_step(config: DeployConfig) -> Step:
-    """Every worker of the deployment (by label, then exact name): the new release, then stopped and started.
+def worker_rollout_steps(config: DeployConfig) -> list[Step]:
+    """After the trainer and the follower: the release's worker template, then the group rolled onto it.
 
-    All are stopped at once, then started at once: a spot worker that cannot be
-    started for want of capacity is left to the keeper, which starts it with
-    the new release later.
+    The group recreates each VM from the new template (a new boot disk with the
+    new release; its stateful spool disk reattached): a worker's SIGTERM at the
+    recreation uploads its spool, and what it could not upload waits on the
+    disk for the new VM.  A recreation that cannot get spot capacity now is
+    retried by the group, not by this plan.
     """
-    listing = gcloud("compute", "instances", "list", project_flag(config),
-                     f"--filter={deployment_filter(config)} AND labels.zerolake-role=worker",
-                     "--format=value(name,zone.basename())")
-    refresh = command("gcloud", *_refresh_metadata(config, "worker", Raw('"$name"'))[:4],
-                      Raw('--zone="$zone"'), *_refresh_metadata(config, "worker", "")[5:], Raw("</dev/null"))
-    zone = config.zone_of("worker")
-    stop = gcloud("compute", "instances", "stop", Raw('"${zerolake_workers[@]}"'), f"--zone={zone}",
-                  project_flag(config))
-    start = gcloud("compute", "instances", "start", Raw('"${zerolake_workers[@]}"'), f"--zone={zone}",
-                   project_flag(config))
-    note = "note: some workers did not start again (often no spot capacity); the keeper starts them with this release"
-    shell = "\n".join([
-        "zerolake_workers=()",
-        f"while read -r name zone; do",
-        f"  if [[ $name =~ {worker_name_pattern(config)} ]]; then",
-        indent(indent(refresh)),
-        '    zerolake_workers+=("$name")',
-        "  fi",
-        f"done < <({listing})",
-        "if (( ${#zerolake_workers[@]} )); then",
-        indent(stop),
-        f"  {start} || echo {shlex.quote(note)} >&2",
-        "fi"])
-    return Step("workers", "then the workers: the new release in each one's metadata, then all stopped and started",
-                shell)
+    note = (f"note: there is no worker group {worker_group(config)} in {config.worker_region} to update; a rerun of "
+            "plan creates it with this release")
+    shell = f"if {_group(config, 'describe')} >/dev/null 2>&1; then\n{indent(rolling_update(config))}\n" \
+            f"else\n  echo {shlex.quote(note)} >&2\nfi"
+    return [template_step(config),
+            Step("workers", "then the workers: the group recreates each VM from the new template", shell)]
 
 
 # ---- down -------------------------------------------------------------------------------
@@ -1021,31 +1005,40 @@ def build_down_plan(config: DeployConfig, *, keep_workers: int = 0, workers_only
                     delete_account: bool = False) -> list[Step]:
     """Delete the deployment's VMs (selected by label, then by exact name); keep the bucket and its lake.
 
-    ``keep_workers``: leave workers 0..K-1 running (scale down to K).
-    ``workers_only``: touch nothing but workers.  ``delete_account``: also
-    delete the service account.  A whole ``down`` first removes the worker
-    keeper's role binding (`keeper_unbind_step`).
+    ``workers_only``: only resize the worker group to ``keep_workers`` VMs (a
+    scale-down; the group chooses which go, and each one's SIGTERM uploads its
+    spool).  Otherwise the worker group and its templates go, the follower and
+    the trainer, the run's Dataflow jobs, and with ``delete_account`` the
+    service accounts.
     """
-    select = deployment_filter(config)
-    worker_filter = f"--filter={select} AND labels.zerolake-role=worker"
-    listing = gcloud("compute", "instances", "list", project_flag(config), worker_filter,
-                     "--format=value(name,zone.basename())")
-    delete = gcloud("compute", "instances", "delete", Raw('"$name"'), Raw('--zone="$zone"'), project_flag(config),
-                    "--quiet", Raw("</dev/null"))   # not the listing that feeds the loop
-    is_worker = f"[[ $name =~ {worker_name_pattern(config)} ]]"
-    steps = [] if workers_only else [keeper_unbind_step(config)]
-    steps.append(Step("workers", f"worker VMs from index {keep_workers} up (their SIGTERM uploads the spool first)",
-                      f"{listing} | while read -r name zone; do\n"
-                      f"  if {is_worker} && (( 10#${{name##*-worker-}} >= {keep_workers} )); then\n"
-                      f"    {delete}\n  fi\ndone"))
     if workers_only:
-        return steps
-    others = f"--filter={select} AND NOT labels.zerolake-role=worker"
-    other_listing = gcloud("compute", "instances", "list", project_flag(config), others,
-                           "--format=value(name,zone.basename())")
+        resize = _group(config, "resize", f"--size={keep_workers}")
+        note = f"note: there is no worker group {worker_group(config)} in {config.worker_region}"
+        return [Step("workers", f"scale the worker group down to {keep_workers} VMs (each one deleted uploads its "
+                                "spool on SIGTERM first)",
+                     f"if {_group(config, 'describe')} >/dev/null 2>&1; then\n{indent(resize)}\n"
+                     f"else\n  echo {shlex.quote(note)} >&2\nfi")]
+    select = deployment_filter(config)
+    delete_group = _group(config, "delete", "--quiet")
+    steps = [Step("workers", "the worker group and its VMs (each one's SIGTERM uploads its spool first; their spool "
+                             "disks go with them)",
+                  f"if {_group(config, 'describe')} >/dev/null 2>&1; then\n{indent(delete_group)}\nfi")]
+    prefix = worker_template_prefix(config)
+    templates = gcloud("compute", "instance-templates", "list", project_flag(config), f"--filter=name ~ ^{prefix}",
+                       "--format=value(name)")
+    delete_template = gcloud("compute", "instance-templates", "delete", Raw('"$name"'), project_flag(config),
+                             "--quiet", Raw("</dev/null"))     # not the listing that feeds the loop
+    steps.append(Step("workers", "the workers' instance templates (this deployment's names only)",
+                      f"{templates} | while read -r name; do\n"
+                      f"  if [[ $name =~ ^{prefix}[0-9a-f]{{8}}-[0-9a-f]{{12}}$ ]]; then\n    {delete_template}\n"
+                      "  fi\ndone"))
+    listing = gcloud("compute", "instances", "list", project_flag(config),
+                     f"--filter={select} AND NOT labels.zerolake-role=worker", "--format=value(name,zone.basename())")
+    delete = gcloud("compute", "instances", "delete", Raw('"$name"'), Raw('--zone="$zone"'), project_flag(config),
+                    "--quiet", Raw("</dev/null"))
     is_other = f'[[ $name == "{config.name}-shuffle" || $name == "{config.name}-trainer" ]]'
     steps.append(Step("shuffle", "the shuffle follower and a GPU or CPU trainer",
-                      f"{other_listing} | while read -r name zone; do\n  if {is_other}; then\n    {delete}\n"
+                      f"{listing} | while read -r name zone; do\n  if {is_other}; then\n    {delete}\n"
                       "  fi\ndone"))
     tpu_zone = config.zone_of("trainer")
     tpu_list = gcloud("compute", "tpus", "tpu-vm", "list", f"--zone={tpu_zone}", project_flag(config),
@@ -1059,10 +1052,13 @@ def build_down_plan(config: DeployConfig, *, keep_workers: int = 0, workers_only
                                  "it cannot bring a TPU back later",
                       f"if {_queued(config, 'describe')} >/dev/null 2>&1; then\n"
                       f"{indent(_queued(config, 'delete', '--force', '--quiet'))}\nfi"))
-    steps.append(Step("shuffle", "Dataflow jobs still running (a stopped follower's job ends by itself; "
-                                 "cancel one with `gcloud dataflow jobs cancel`)",
-                      gcloud("dataflow", "jobs", "list", f"--region={config.dataflow_region}", project_flag(config),
-                             "--status=active")))
+    if config.uses_dataflow:
+        # The follower cancels its own job when it stops; this catches a job whose follower was killed
+        # outright, or whose cancel failed.  pipeline is below operations: importing it here is allowed.
+        from pipeline.dataflow_jobs import cancel_run_shell
+        steps.append(Step("shuffle", "the run's Dataflow jobs still active (selected by their names, which carry "
+                                     "the run), cancelled",
+                          cancel_run_shell(config.root, config.project, config.dataflow_region)))
     if delete_account:
         for email in [config.service_account(role) for role in ROLES] + [builder_account(config)]:
             describe = gcloud("iam", "service-accounts", "describe", email, project_flag(config))
@@ -1070,30 +1066,6 @@ def build_down_plan(config: DeployConfig, *, keep_workers: int = 0, workers_only
             steps.append(Step("account", f"the service account {email.split('@')[0]}, if it is there",
                               f"if {describe} >/dev/null 2>&1; then\n{indent(delete)}\nfi"))
     return steps
-
-
-def keeper_unbind_step(config: DeployConfig) -> Step:
-    """Remove the keeper's project-wide grant from whichever account holds it (so ``down`` can be rerun).
-
-    It goes first, so the keeper loses its permission before the VMs are
-    deleted (IAM takes effect within minutes; a VM deleted meanwhile is gone,
-    not stopped, so the keeper would not start it anyway); its per-VM grants go
-    with the VMs.  The custom roles themselves are kept: unbound they grant
-    nothing, and a deleted custom role's id cannot be created again for weeks,
-    which would break the next ``plan`` of a deployment of this name.
-    """
-    role = keeper_role_name(config, "list")
-    checks = []
-    for host in ("shuffle", "trainer"):          # the keeper's host may differ from this down's flags
-        who = f"serviceAccount:{config.service_account(host)}"
-        bound = gcloud("projects", "get-iam-policy", config.project, "--flatten=bindings[].members",
-                       f"--filter=bindings.role={role} AND bindings.members={who}", "--format=value(bindings.role)")
-        remove = gcloud("projects", "remove-iam-policy-binding", config.project, f"--member={who}",
-                        f"--role={role}", "--condition=None", "--format=none")
-        checks.append(f"if {bound} | grep -q .; then\n{indent(remove)}\nfi")
-    return Step("account", f"the keeper's project grant (the roles {config.keeper_role_id('list')} and "
-                           f"{config.keeper_role_id('start')} are kept: they grant nothing unbound, and a deleted "
-                           "role's id stays taken for weeks)", "\n".join(checks))
 
 
 # ---- rendering ----------------------------------------------------------------------------

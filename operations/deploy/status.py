@@ -16,6 +16,11 @@ doing; no VM is asked.  One listing of ``games/`` and ``windows/``, a read of
 * *trainer lease*: who holds ``cluster/trainer-lease.json`` (model.lease) and
   until when, or that it was released or expired.
 
+With ``--project`` it also asks gcloud for the worker group (the one thing
+the lake cannot say: how many worker VMs Compute Engine has running against
+the group's target size, which a stockout of spot VMs holds below it):
+`worker_group_text`.
+
 This module reads the lake through format.layout / format.registry /
 model.lease, which is why operations.deploy sits in the top layer of
 tests/system/test_layering.py while the rest of cloud/ stays at the bottom.
@@ -23,6 +28,7 @@ tests/system/test_layering.py while the rest of cloud/ stays at the bottom.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 import time
 
 from format import layout
@@ -110,3 +116,31 @@ def table(status: LakeStatus) -> str:
             ("trainer lease", status.lease)]
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+
+
+GCLOUD_TIMEOUT_SECONDS = 60.0
+"""One gcloud call's limit (a listing of a large group takes seconds)."""
+
+
+def worker_group_text(project: str, group: str, region: str, gcloud: str = "gcloud") -> str:
+    """``"R running of T (target)"`` for the worker group, from ``gcloud compute instance-groups managed
+    describe`` (its targetSize) and ``list-instances`` (each VM's instanceStatus); one line saying what
+    failed when gcloud does (not installed, no permission, no such group)."""
+    where = [group, f"--region={region}", f"--project={project}"]
+    calls = {"target": ["describe", *where, "--format=value(targetSize)"],
+             "statuses": ["list-instances", *where, "--format=value(instanceStatus)"]}
+    out = {}
+    for key, words in calls.items():
+        command = [gcloud, "compute", "instance-groups", "managed", *words]
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=GCLOUD_TIMEOUT_SECONDS)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"unknown: `{' '.join(command[:5])}` failed: {exc}"
+        if result.returncode != 0:
+            why = (result.stderr.strip().splitlines() or ["no message"])[-1]
+            return f"unknown: `{' '.join(command[:5])}` exited {result.returncode}: {why}"
+        out[key] = result.stdout.split()
+    target = out["target"][0] if out["target"] else "?"
+    running = sum(status == "RUNNING" for status in out["statuses"])
+    others = len(out["statuses"]) - running
+    return f"{running} running of {target} (target)" + (f", {others} not running yet or stopped" if others else "")

@@ -17,17 +17,18 @@
 #                     whose TensorFlow environment run-role.sh exports
 #        PROCESSES    worker processes on this VM (one systemd unit each)
 #        ARGS         extra flags of the role
-#        KEEPER       on | off (default): run the keeper on this VM, with
-#        DEPLOYMENT   the deployment name and
-#        PROJECT      its project (both needed when KEEPER is on), and
-#        KEEP_TRAINER on | off (default): the keeper also starts a stopped spot trainer
 #        LOGGING      on (default: the zerolake units' journal) | all (the whole
 #                     journal) | off: what the Ops Agent ships to Cloud Logging
-#   2. (after step 4) with LOGGING on or all, start zerolake-logging.service
+#   2. where the VM has the disk zerolake-spool (a worker of the group: its
+#      stateful disk, which the group keeps when it recreates a preempted VM
+#      with a new boot disk), mount it at /var/lib/zerolake, formatting it only
+#      when it has no file system yet (its first boot): the spools there
+#      survive recreation, and a worker uploads what the last VM left;
+#   3. (after step 5) with LOGGING on or all, start zerolake-logging.service
 #      without waiting for it: operations/vm/ship-logs.sh installs Google's Ops
 #      Agent if missing, retried every 2 minutes until it installs, and has it
 #      send the journal, JSON events parsed into fields, to Cloud Logging;
-#   3. download the sdist (curl, with the VM service account's token from the
+#   4. download the sdist (curl, with the VM service account's token from the
 #      metadata server; never printed or stored), unpack it to
 #      /opt/zerolake/src, and install it with operations/vm/install.sh into
 #      /opt/zerolake/venv; skipped when that same sdist is installed already
@@ -35,15 +36,12 @@
 #      failure (the network, apt, PyPI) is retried, 30 s after the first and
 #      up to 10 minutes apart, for as long as it takes: a VM never sits
 #      RUNNING and idle because one download failed at boot;
-#   4. write /etc/zerolake/zerolake.env and start the role under systemd
+#   5. write /etc/zerolake/zerolake.env and start the role under systemd
 #      (operations/vm/systemd/: Restart=always, output to the journal):
-#      `journalctl -u 'zerolake-*' -f` shows it;
-#   5. with KEEPER on, enable zerolake-keeper.timer: every 2 minutes
-#      operations/vm/keep-workers.sh starts the deployment's stopped (preempted)
-#      VMs (`journalctl -u zerolake-keeper`); with it off, disable it.
+#      `journalctl -u 'zerolake-*' -f` shows it.
 # Its progress goes to the guest attribute zerolake/state (installing,
-# install-failed, release-refused, running), where the keeper reads it to notice a VM whose
-# role never started.
+# install-failed, release-refused, running): `gcloud compute instances
+# get-guest-attributes VM --query-path=zerolake/` shows where a VM's boot stands.
 #
 # Foreground mode (a chroot or container, where systemd does not run):
 # ZEROLAKE_FOREGROUND=1 runs process 0 of the role in the foreground instead of
@@ -51,7 +49,9 @@
 # ZEROLAKE_ARGS to bound it.  scripts/check_vm_startup.sh runs it that way
 # against a GCS emulator (STORAGE_EMULATOR_HOST, which the download honours).
 # ZEROLAKE_PREFIX and ZEROLAKE_STATE move /opt/zerolake and /var/lib/zerolake
-# (run-role.sh reads the same two), and ZEROLAKE_INSTALL_RETRY_SECONDS the
+# (run-role.sh reads the same two), ZEROLAKE_SPOOL_DEVICE the spool disk's
+# device (default /dev/disk/by-id/google-zerolake-spool) and ZEROLAKE_FSTAB
+# the file its mount is recorded in (default /etc/fstab), and ZEROLAKE_INSTALL_RETRY_SECONDS the
 # first wait before an install is tried again (default 30): the tests run it
 # unprivileged, against a package that appears only after a failed try.
 set -euo pipefail
@@ -62,7 +62,7 @@ METADATA=http://metadata.google.internal/computeMetadata/v1/instance
 
 log() { echo "[zerolake-startup $(date +%H:%M:%S)] $*"; }
 
-report() {   # report STATE: the guest attribute zerolake/state, which the keeper reads (nothing where there is none)
+report() {   # report STATE: the guest attribute zerolake/state (nothing where there is none)
     [[ "${ZEROLAKE_FOREGROUND:-0}" == 1 ]] && return 0
     curl -fsS --max-time 5 -X PUT --data "$1" -H 'Metadata-Flavor: Google' \
         "$METADATA/guest-attributes/zerolake/state" >/dev/null 2>&1 || true
@@ -112,25 +112,17 @@ ACCELERATOR=$(setting accelerator cpu)
 TPU_GENERATION=$(setting tpu-generation "")
 PROCESSES=$(setting processes 1)
 ARGS=$(setting args "")
-KEEPER=$(setting keeper off)
-DEPLOYMENT=$(setting deployment "")
-PROJECT=$(setting project "")
-KEEP_TRAINER=$(setting keep-trainer off)
 LOGGING=$(setting logging on)
 case "$ROLE" in worker|shuffle|trainer) ;; *) echo "startup.sh: role '$ROLE' is not worker, shuffle or trainer" >&2; exit 2 ;; esac
 [[ -n "$ROOT" && -n "$PACKAGE" ]] || { echo "startup.sh: root and package must be set (metadata zerolake-root, zerolake-package)" >&2; exit 2; }
 [[ "$PROCESSES" =~ ^[1-9][0-9]*$ ]] || { echo "startup.sh: processes '$PROCESSES' is not a positive number" >&2; exit 2; }
-case "$KEEPER" in on|off) ;; *) echo "startup.sh: keeper '$KEEPER' is not on or off (metadata zerolake-keeper)" >&2; exit 2 ;; esac
 if [[ "${ZEROLAKE_FOREGROUND:-0}" != 1 && ( "$PREFIX" != /opt/zerolake || "$STATE" != /var/lib/zerolake ) ]]; then
     echo "startup.sh: ZEROLAKE_PREFIX and ZEROLAKE_STATE apply to foreground mode only (the systemd units name /opt/zerolake and /var/lib/zerolake)" >&2
     exit 2
 fi
-case "$KEEP_TRAINER" in on|off) ;; *) echo "startup.sh: keep-trainer '$KEEP_TRAINER' is not on or off (metadata zerolake-keep-trainer)" >&2; exit 2 ;; esac
 case "$LOGGING" in on|all|off) ;; *) echo "startup.sh: logging '$LOGGING' is not on, all or off (metadata zerolake-logging)" >&2; exit 2 ;; esac
 [[ "$TPU_GENERATION" =~ ^[a-z0-9]*$ && ( "$ACCELERATOR" != tpu || -n "$TPU_GENERATION" ) ]] || {
     echo "startup.sh: accelerator tpu needs tpu-generation, such as v5litepod (metadata zerolake-tpu-generation), not '$TPU_GENERATION'" >&2; exit 2; }
-[[ "$KEEPER" == off || ( -n "$DEPLOYMENT" && -n "$PROJECT" ) ]] || {
-    echo "startup.sh: keeper is on but deployment or project is not set (metadata zerolake-deployment, zerolake-project)" >&2; exit 2; }
 [[ "$RELEASE_SHA256" =~ ^[0-9a-f]{64}$ ]] || { echo "startup.sh: release-sha256 '$RELEASE_SHA256' is not a sha256 (metadata zerolake-release-sha256): refusing to run a package nobody named" >&2; exit 2; }
 
 install_package() {   # fetch and install the sdist unless installed; 1 on any failure (the caller retries)
@@ -160,6 +152,32 @@ install_package() {   # fetch and install the sdist unless installed; 1 on any f
     echo "$digest $ACCELERATOR" > "$PREFIX/installed"
 }
 
+mount_spool_disk() {   # the group's stateful disk at $STATE, formatted on its first boot only; 0 without one
+    local device="${ZEROLAKE_SPOOL_DEVICE:-/dev/disk/by-id/google-zerolake-spool}"
+    [[ -e "$device" ]] || return 0
+    mkdir -p "$STATE"
+    if mountpoint -q "$STATE"; then return 0; fi
+    # blkid finds no file system only on a new, blank disk: a recreated VM gets its old disk, spool and all.
+    if ! blkid "$device" >/dev/null 2>&1; then
+        log "formatting the new spool disk $device"
+        mkfs.ext4 -q -m 0 -E lazy_itable_init=0,lazy_journal_init=0,discard "$device" || return 1
+    fi
+    mount -o discard,defaults "$device" "$STATE" || return 1
+    # At a reboot of this same VM systemd mounts it before the worker units (RequiresMountsFor); nofail: a
+    # boot without the disk still boots (Google's "Format and mount a non-boot disk" writes the same line).
+    local uuid
+    uuid=$(blkid -s UUID -o value "$device") || return 1
+    local fstab="${ZEROLAKE_FSTAB:-/etc/fstab}"
+    grep -q "^UUID=$uuid " "$fstab" 2>/dev/null \
+        || echo "UUID=$uuid $STATE ext4 discard,defaults,nofail 0 2" >> "$fstab" || return 1
+    log "spool disk $device mounted at $STATE"
+}
+
+if ! mount_spool_disk; then
+    # The role still runs, its spool on the boot disk: games it cannot upload are lost if the VM is recreated.
+    report spool-disk-failed
+    log "WARNING: the spool disk could not be mounted at $STATE (see above); the spool is on the boot disk"
+fi
 mkdir -p "$PREFIX" "$STATE"
 log "role $ROLE, root $ROOT, accelerator $ACCELERATOR, package $PACKAGE (sha256 $RELEASE_SHA256)"
 report installing
@@ -193,16 +211,12 @@ ZEROLAKE_ACCELERATOR="$ACCELERATOR"
 ZEROLAKE_TPU_GENERATION="$TPU_GENERATION"
 ZEROLAKE_ARGS="$ARGS"
 ZEROLAKE_PROCESSES="$PROCESSES"
-ZEROLAKE_DEPLOYMENT="$DEPLOYMENT"
-ZEROLAKE_PROJECT="$PROJECT"
-ZEROLAKE_KEEP_TRAINER="$KEEP_TRAINER"
 ZEROLAKE_LOGGING="$LOGGING"
 ZEROLAKE_PREFIX="$PREFIX"
 ZEROLAKE_STATE="$STATE"
 ENV
 
-install -m 0644 "$PREFIX"/src/operations/vm/systemd/zerolake-*.service "$PREFIX"/src/operations/vm/systemd/zerolake-*.timer \
-    /etc/systemd/system/
+install -m 0644 "$PREFIX"/src/operations/vm/systemd/zerolake-*.service /etc/systemd/system/
 systemctl daemon-reload
 case "$ROLE" in
     worker) units=(); for ((i = 0; i < PROCESSES; i++)); do units+=("zerolake-worker@$i.service"); done ;;
@@ -222,13 +236,3 @@ else
     systemctl disable --now zerolake-logging.service >/dev/null 2>&1 || true
 fi
 
-if [[ "$KEEPER" == on ]]; then
-    # keep-workers.sh needs gcloud (Google's Debian 12 images carry it); say so now, not only in each pass's failure.
-    PATH="$PATH:/snap/bin" command -v gcloud >/dev/null \
-        || log "WARNING: gcloud is not on PATH: the worker keeper will fail until google-cloud-cli is installed"
-    systemctl enable zerolake-keeper.timer
-    systemctl restart zerolake-keeper.timer
-    log "worker keeper on: zerolake-keeper.timer starts stopped workers of $DEPLOYMENT every 2 minutes (journalctl -u zerolake-keeper)"
-else
-    systemctl disable --now zerolake-keeper.timer >/dev/null 2>&1 || true
-fi

@@ -93,7 +93,7 @@ def is_group(text: str) -> bool:
 
 
 def parse_help(text: str) -> HelpPage:
-    name = re.search(r"^NAME\n\s+(gcloud[^\n]*?) - ", text, re.M)
+    name = re.search(r"^NAME\n\s+(gcloud[^\n]*?) -[ \n]", text, re.M)     # a long name wraps after its dash
     flags: dict = {}
     metavars: dict = {}
     for match in re.finditer(r"(?<![\w-])--(\[no-\])?([a-z0-9][a-z0-9-]*)(=\[?([A-Za-z][A-Za-z0-9_]*)?)?", text):

@@ -54,7 +54,8 @@ def _run(tmp_path, argv, capsys, *, states=(), queued=False, create_error="", re
 
 
 def _verbs(calls):
-    """The TPU request and VM calls in order: 'qr create', 'qr describe', 'vm create NAME', ..."""
+    """The TPU request, VM and worker group calls in order: 'qr create', 'qr describe', 'vm create NAME',
+    'group create NAME', ..."""
     found = []
     for call in calls:
         words = call.split()
@@ -62,6 +63,8 @@ def _verbs(calls):
             found.append(f"qr {words[3]}")
         elif words[:3] == ["compute", "instances", "create"]:
             found.append(f"vm create {words[3]}")
+        elif words[:4] == ["compute", "instance-groups", "managed", "create"]:
+            found.append(f"group create {words[4]}")
     return found
 
 
@@ -73,8 +76,8 @@ def test_the_tpu_is_queued_before_the_workers_and_waited_for_after_them(tmp_path
             "--valid-until-duration=6h", "--zone=us-central1-a"} <= set(create)
     assert result.returncode == 0, result.stderr
     verbs = _verbs(result.calls)
-    assert verbs[:4] == ["qr describe", "qr create", "vm create zerolake-worker-000", "vm create zerolake-worker-001"]
-    assert verbs[4:] == ["qr describe"] * 3            # polled: waiting, provisioning, active
+    assert verbs[:3] == ["qr describe", "qr create", "group create zerolake-workers"]
+    assert verbs[3:] == ["qr describe"] * 3            # polled: waiting, provisioning, active
     assert "the trainer's TPU is ACTIVE" in result.stderr and "not up yet" not in result.stderr
 
 
@@ -105,7 +108,7 @@ def test_a_zero_quota_is_one_line_and_the_workers_still_come_up(tmp_path, capsys
     lines = [line for line in result.stderr.splitlines() if "quota" in line.lower()]
     assert len(lines) == 1 and lines[0].startswith("error: the project has no TPU quota left for v5litepod-8 in "
                                                    "us-central1-a") and "cloud.google.com/tpu/docs/quota" in lines[0]
-    assert _verbs(result.calls)[-2:] == ["vm create zerolake-worker-000", "vm create zerolake-worker-001"]
+    assert _verbs(result.calls)[-1] == "group create zerolake-workers"
     assert result.returncode == 3 and "not up yet: zerolake-trainer;" in result.stderr
 
 
@@ -121,7 +124,7 @@ def test_a_gpu_trainer_that_cannot_be_had_does_not_stop_the_workers(tmp_path, ca
     _, result = _run(tmp_path, ["--trainer-gpu", "nvidia-l4"], capsys, no_gpu=True)
     verbs = _verbs(result.calls)
     assert verbs.count("vm create zerolake-trainer") == 3            # retried, then given up
-    assert verbs[-2:] == ["vm create zerolake-worker-000", "vm create zerolake-worker-001"]
+    assert verbs[-1] == "group create zerolake-workers"
     assert result.returncode == 3 and "the trainer VM zerolake-trainer could not be created" in result.stderr
     assert "not up yet: zerolake-trainer;" in result.stderr
 

@@ -13,9 +13,11 @@ PRIVATE = ["--network", "zl-vpc", "--subnet", "zl-sub", "--no-external-ip"]
 def test_private_networking_reaches_vms_the_tpu_and_dataflow(capsys):
     script = plan_text(["plan", "--workers", "2", "--trainer-tpu", "v5litepod-8"] + PRIVATE + BASE, capsys)
     vms = creates(script, ("compute", "instances", "create"))
-    assert len(vms) == 3            # two workers and the follower
-    for words in vms:
+    templates = creates(script, ("compute", "instance-templates", "create"))
+    assert len(vms) == 1 and len(templates) == 1          # the follower, and the workers' template
+    for words in vms + templates:
         assert {"--network=zl-vpc", "--subnet=zl-sub", "--no-address"} <= set(words), words[3]
+    assert "--region=us-central1" in templates[0]         # a global template names its subnet's region
     [tpu] = creates(script, ("compute", "tpus", "queued-resources", "create"))
     assert {"--network=zl-vpc", "--subnetwork=zl-sub", "--internal-ips"} <= set(tpu)
 

@@ -13,8 +13,12 @@
 * Least privilege, zones, order, retries: each role has its own account and
   only its grants; an accelerator absent from its zone is refused at plan time
   and the script asks gcloud again before creating; the follower and trainer
-  come before the workers; grants are retried; a worker that cannot be created
-  is named and the rest go on; the Dataflow image is built and named.
+  come before the workers; grants are retried; the Dataflow image is built and
+  named.
+* The workers: a regional managed instance group of ``--workers`` spot VMs
+  from an instance template that carries the release, with the spool on a
+  stateful disk; a rerun resizes the group; ``down`` deletes the group, its
+  templates and the run's Dataflow jobs.
 """
 
 from __future__ import annotations
@@ -41,17 +45,19 @@ SCENARIOS = {
     "cpu-workers-cpu-trainer": ["--workers", "3", "--trainer-cpu", "--no-spot"],
     "t4-workers-multi-gpu-trainer": ["--workers", "2", "--worker-gpu", "nvidia-tesla-t4", "--worker-gpu-count", "2",
                                      "--trainer-gpu", "nvidia-a100-80gb", "--trainer-gpu-count", "4"],
-    "dataflow-shuffle-spot-gpu-trainer": ["--workers", "20", "--worker-gpu", "nvidia-tesla-a100", "--trainer-gpu",
-                                          "nvidia-l4", "--trainer-spot", "--worker-args",
-                                          "--visits 128 --board-size 19"],
+    "dataflow-shuffle-gpu-trainer": ["--workers", "20", "--worker-gpu", "nvidia-tesla-a100", "--trainer-gpu",
+                                     "nvidia-l4", "--worker-args", "--visits 128 --board-size 19"],
     "v6e-trainer-in-its-zone": ["--workers", "1", "--trainer-tpu", "v6e-8", "--trainer-zone", "us-east5-b",
                                 "--worker-zone", "us-central1-b"],
     "forced-dataflow-t4-trainer": ["--workers", "1", "--shuffle-runner", "dataflow", "--trainer-gpu",
                                    "nvidia-tesla-t4"],
-    # --no-shuffle: the worker keeper moves to a standard trainer VM, or (TPU trainer) runs nowhere
-    "no-shuffle-keeper-on-gpu-trainer": ["--workers", "2", "--no-shuffle", "--trainer-gpu", "nvidia-l4"],
-    "no-shuffle-tpu-trainer-no-keeper": ["--workers", "2", "--no-shuffle", "--trainer-tpu", "v4-8",
-                                         "--trainer-zone", "us-central2-b"],
+    "no-shuffle-gpu-trainer": ["--workers", "2", "--no-shuffle", "--trainer-gpu", "nvidia-l4"],
+    "no-shuffle-tpu-trainer": ["--workers", "2", "--no-shuffle", "--trainer-tpu", "v4-8",
+                               "--trainer-zone", "us-central2-b"],
+    # the worker group spread over three zones of one region, in a private network's subnet
+    "gpu-workers-three-zones-subnet": ["--workers", "6", "--worker-gpu", "nvidia-l4", "--worker-zones",
+                                       "us-central1-a,us-central1-b,us-central1-c", "--network", "zl-vpc",
+                                       "--subnet", "zl-sub", "--no-external-ip", "--trainer-cpu"],
 }
 
 DOWN_SCENARIOS = {
@@ -103,15 +109,23 @@ def test_invocations_are_found_inside_conditions_and_pipelines():
 
 def test_the_acceptance_plan_holds_every_part(capsys):
     script = plan_text(["plan"] + SCENARIOS["gpu-workers-tpu-trainer"] + BASE, capsys)
-    workers = [w for w in _creates(script, ("compute", "instances", "create")) if "-worker-" in w[3]]
-    assert [w[3] for w in workers] == [f"zerolake-worker-{i:03d}" for i in range(8)]
-    for words in workers:
-        assert {"--provisioning-model=SPOT", "--instance-termination-action=STOP", "--machine-type=g2-standard-8",
-                "--maintenance-policy=TERMINATE", "--image-project=deeplearning-platform-release"} <= set(words)
-        assert not any(w.startswith("--accelerator") for w in words)     # G2 machines come with their L4
-        metadata = next(w for w in words if w.startswith("--metadata="))
-        assert "zerolake-accelerator=gpu" in metadata and "install-nvidia-driver=True" in metadata
-        assert f"--metadata-from-file=startup-script={P.STARTUP_SCRIPT}" in words
+    assert not [w for w in _creates(script, ("compute", "instances", "create")) if "-worker-" in w[3]]
+    words = template_of(script)           # the workers are the group's, made from one template
+    assert {"--provisioning-model=SPOT", "--instance-termination-action=STOP", "--machine-type=g2-standard-8",
+            "--maintenance-policy=TERMINATE", "--image-project=deeplearning-platform-release"} <= set(words)
+    assert not any(w.startswith("--accelerator") for w in words)     # G2 machines come with their L4
+    metadata = next(w for w in words if w.startswith("--metadata="))
+    assert "zerolake-accelerator=gpu" in metadata and "install-nvidia-driver=True" in metadata
+    assert f"--metadata-from-file=startup-script={P.STARTUP_SCRIPT}" in words
+    # The release travels in the template's metadata, so the group's VMs run it and check its sha256.
+    assert {"zerolake-package=gs://zl-test-bucket/zerolake-deploy/zerolake/releases/${zerolake_release}.tar.gz",
+            f"{P.RELEASE_METADATA}=${{zerolake_release}}"} <= set(metadata.removeprefix("--metadata=").split(","))
+    assert f"--create-disk=device-name={P.SPOOL_DEVICE},size={P.SPOOL_DISK_GB}GB,type=pd-balanced" in words
+    [group] = _creates(script, ("compute", "instance-groups", "managed", "create"))
+    assert group[4] == "zerolake-workers" and {
+        "--size=8", "--region=us-central1", "--zones=us-central1-a", "--template=$zerolake_template",
+        "--target-distribution-shape=any", "--instance-redistribution-type=none",
+        f"--stateful-disk=device-name={P.SPOOL_DEVICE},auto-delete=on-permanent-instance-deletion"} <= set(group)
     [tpu] = _creates(script, ("compute", "tpus", "queued-resources", "create"))
     assert "--accelerator-type=v5litepod-8" in tpu and "zerolake-accelerator=tpu" in " ".join(tpu)
     assert "--runtime-version=tpu-vm-tf-2.16.1-pjrt" in tpu and "--node-id=zerolake-trainer" in tpu
@@ -127,27 +141,27 @@ def test_the_acceptance_plan_holds_every_part(capsys):
     order = [script.index(marker) for marker in ("buckets create", "service-accounts create", "storage cp",
                                                  "builds submit", "instances create zerolake-shuffle",
                                                  "queued-resources create zerolake-trainer",
-                                                 "instances create zerolake-worker-000")]
+                                                 "instance-templates create", "managed create zerolake-workers")]
     assert order == sorted(order)
 
 
 def test_accelerator_kinds(capsys):
     t4 = plan_text(["plan"] + SCENARIOS["t4-workers-multi-gpu-trainer"] + BASE, capsys)
     creates = {w[3]: w for w in _creates(t4, ("compute", "instances", "create"))}
-    assert "--accelerator=type=nvidia-tesla-t4,count=2" in creates["zerolake-worker-000"]   # N1: attached
+    assert "--accelerator=type=nvidia-tesla-t4,count=2" in template_of(t4)                    # N1: attached
     assert "--machine-type=a2-ultragpu-4g" in creates["zerolake-trainer"]
-    assert "zerolake-processes=8" in " ".join(creates["zerolake-worker-000"])                  # 4 per GPU
+    assert "zerolake-processes=8" in " ".join(template_of(t4))                                # 4 per GPU
     assert not any("SPOT" in w for w in creates["zerolake-trainer"])                            # trainer: standard
     cpu = plan_text(["plan"] + SCENARIOS["cpu-workers-cpu-trainer"] + BASE, capsys)
     creates = {w[3]: w for w in _creates(cpu, ("compute", "instances", "create"))}
-    assert "--image-family=debian-12" in creates["zerolake-worker-002"]
-    assert not any("SPOT" in w or "nvidia" in w for w in creates["zerolake-worker-002"])         # --no-spot, CPU
+    assert "--image-family=debian-12" in template_of(cpu)
+    assert not any("SPOT" in w or "nvidia" in w for w in template_of(cpu))                      # --no-spot, CPU
     assert "zerolake-accelerator=cpu" in " ".join(creates["zerolake-trainer"])
     assert "tpu.googleapis.com" not in cpu and not _creates(cpu, ("compute", "tpus", "queued-resources", "create"))
 
 
 def test_dataflow_shuffle_gets_its_apis_roles_image_and_beam_flags(capsys):
-    script = plan_text(["plan"] + SCENARIOS["dataflow-shuffle-spot-gpu-trainer"] + BASE, capsys)
+    script = plan_text(["plan"] + SCENARIOS["dataflow-shuffle-gpu-trainer"] + BASE, capsys)
     [shuffle] = [w for w in _creates(script, ("compute", "instances", "create")) if w[3] == "zerolake-shuffle"]
     metadata = next(w for w in shuffle if w.startswith("--metadata="))
     image = "us-central1-docker.pkg.dev/zl-test-project/zerolake-images/dataflow-worker"
@@ -184,7 +198,7 @@ def test_dataflow_shuffle_gets_its_apis_roles_image_and_beam_flags(capsys):
     assert {role for member, role in project if member == f"serviceAccount:{account('worker')}"} == set(P.LOG_ROLES)
     assert ("iam service-accounts", account("shuffle"), f"serviceAccount:{account('shuffle')}",
             "roles/iam.serviceAccountUser") in grants
-    worker = _creates(script, ("compute", "instances", "create"))[-1]
+    worker = template_of(script)
     assert "zerolake-args=--visits 128 --board-size 19" in " ".join(worker)
     assert f"--service-account={account('worker')}" in worker
     # --shuffle-runner auto (the default): the follower chooses per window, by its size.
@@ -201,7 +215,7 @@ def test_dataflow_shuffle_gets_its_apis_roles_image_and_beam_flags(capsys):
 def test_each_role_runs_as_its_own_account_with_only_its_grants(capsys):
     script = plan_text(["plan"] + SCENARIOS["gpu-workers-tpu-trainer"] + BASE, capsys)
     vms = {w[3]: w for w in _creates(script, ("compute", "instances", "create"))}
-    assert f"--service-account={account('worker')}" in vms["zerolake-worker-000"]
+    assert f"--service-account={account('worker')}" in template_of(script)
     assert f"--service-account={account('shuffle')}" in vms["zerolake-shuffle"]
     [tpu] = _creates(script, ("compute", "tpus", "queued-resources", "create"))
     assert f"--service-account={account('trainer')}" in tpu
@@ -212,12 +226,12 @@ def test_each_role_runs_as_its_own_account_with_only_its_grants(capsys):
     logs = {("projects", role) for role in P.LOG_ROLES}
     assert by_member[account("worker")] == bucket | logs
     assert by_member[account("trainer")] == bucket | logs
-    # The follower also runs the keeper: listing on the project, starting on each worker VM, actAs the workers.
-    keeper = by_member[account("shuffle")] - bucket - logs
-    assert keeper - {("projects", role) for role in P.DATAFLOW_PROJECT_ROLES} - {
+    # The follower: its Dataflow jobs, and nothing more (no keeper: the worker group restarts preempted workers,
+    # so no role can list, start or change VMs, and no custom role is made).
+    assert by_member[account("shuffle")] - bucket - logs == {("projects", role) for role in P.DATAFLOW_PROJECT_ROLES} | {
         ("iam service-accounts", "roles/iam.serviceAccountUser"),
-        ("artifacts repositories", "roles/artifactregistry.reader")} == {
-        ("projects", KEEPER_ROLE.format("list")), ("compute instances", KEEPER_ROLE.format("start"))}
+        ("artifacts repositories", "roles/artifactregistry.reader")}
+    assert "iam roles create" not in script and "keeper" not in script
     # Every grant is retried: an account just created takes a while to be seen by IAM.
     grant_lines = [line for line in script.splitlines() if "add-iam-policy-binding" in line]
     assert grant_lines and all(line.lstrip().startswith(f"retry {P.GRANT_TRIES} gcloud") for line in grant_lines)
@@ -232,12 +246,11 @@ def test_each_role_runs_as_its_own_account_with_only_its_grants(capsys):
     (["--trainer-tpu", "v6e-8"], "--zone", ["us-central1-a has no v6e-8", "us-east5-b", "--no-check-zones"]),
     (["--trainer-tpu", "v4-8", "--trainer-zone", "us-central1-a"], "--trainer-zone",
      ["us-central1-a has no v4-8", "us-central2-b"]),
-    (["--trainer-tpu", "v4-8", "--trainer-zone", "us-central2-b", "--trainer-spot"], "--trainer-spot",
-     ["cannot be started again"]),
     (["--trainer-tpu", "v9x-8", "--trainer-zone", "us-central2-b"], "--trainer-tpu",
      ["no TensorFlow software version is documented", "https://cloud.google.com/tpu/docs/runtimes"]),
     (["--trainer-tpu", "v5litepod-16"], "--trainer-tpu", ["multi-host", "v5litepod-8"]),
-    (["--trainer-gpu", "nvidia-l4", "--trainer-spot", "--no-shuffle"], "--trainer-spot", ["keeper"]),
+    (["--worker-zones", "us-central1-a,us-east1-b"], "--worker-zones",
+     ["'us-east1-b' is not a zone of us-central1", "--worker-zone"]),
     (["--worker-zone", "central"], "--worker-zone", ["is not a zone"]),
 ])
 def test_an_accelerator_the_zone_lacks_is_refused_before_anything_is_printed(argv, field, words, capsys):
@@ -296,20 +309,55 @@ def test_a_gpu_type_is_checked_live_in_its_zone_before_its_vm_is_created(tmp_pat
     assert present.returncode == 0 and "instances create zerolake-trainer" in present.calls
 
 
-def test_a_worker_that_cannot_be_created_is_named_and_the_others_still_come_up(tmp_path, capsys):
+def template_of(script: str) -> list[str]:
+    """The words of the plan's one worker instance template."""
+    [words] = _creates(script, ("compute", "instance-templates", "create"))
+    return words
+
+
+def test_a_rerun_resizes_the_worker_group_to_workers_and_moves_it_to_this_template(tmp_path, capsys):
+    """A stand-in gcloud: the first run finds nothing and creates the template and the group of 3; the second
+    finds both and, for --workers 5, resizes the group and starts a rolling update to the same template (a no-op
+    for Compute Engine), creating nothing."""
     script = plan_text(["plan", "--only", "workers", "--workers", "3", "--release", RELEASE] + BASE, capsys)
-    folder, log = stand_in_gcloud(tmp_path / "bin", "[[ $* == *describe* ]] && exit 1\n"
-                                   "[[ $* == *'create zerolake-worker-001'* ]] && "
-                                   "{ echo 'ZONE_RESOURCE_POOL_EXHAUSTED' >&2; exit 1; }\nexit 0\n")
-    result = subprocess.run(["bash", "-c", script.replace("sleep \"$wait\"", ":")], capture_output=True, text=True,
-                            env={**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"})
-    calls = log.read_text().splitlines()
-    creates = [c.split()[3] for c in calls if " create " in c]
-    assert creates == ["zerolake-worker-000"] + ["zerolake-worker-001"] * P.CREATE_TRIES + ["zerolake-worker-002"]
-    granted = [c.split()[3] for c in calls if "add-iam-policy-binding" in c]
-    assert granted == ["zerolake-worker-000", "zerolake-worker-002"]      # the keeper may start those that exist
-    assert result.returncode == 3
-    assert "could not be created in us-central1-a" in result.stderr and " zerolake-worker-001;" in result.stderr
+    template = next(line for line in script.splitlines() if line.startswith("zerolake_template=")) \
+        .removeprefix("zerolake_template=").replace("${zerolake_release:0:12}", RELEASE[:12])
+    first, log = stand_in_gcloud(tmp_path / "first", "[[ $* == *describe* ]] && exit 1\nexit 0\n")
+    subprocess.run(["bash", "-c", script], check=True, env={**os.environ, "PATH": f"{first}:{os.environ['PATH']}"})
+    calls = [c for c in log.read_text().splitlines() if not c.startswith("storage")]
+    assert [c.split()[:4] for c in calls if "describe" not in c] == [
+        ["compute", "instance-templates", "create", template], ["compute", "instance-groups", "managed", "create"]]
+    assert f"--template={template}" in calls[-1] and "--size=3" in calls[-1]
+    script = plan_text(["plan", "--only", "workers", "--workers", "5", "--release", RELEASE] + BASE, capsys)
+    second, log = stand_in_gcloud(tmp_path / "second", "exit 0\n")
+    subprocess.run(["bash", "-c", script], check=True, env={**os.environ, "PATH": f"{second}:{os.environ['PATH']}"})
+    calls = [c for c in log.read_text().splitlines() if not c.startswith("storage") and "describe" not in c]
+    assert [c.split()[3:5] for c in calls] == [["resize", "zerolake-workers"], ["rolling-action", "start-update"]]
+    assert "--size=5" in calls[0] and f"--version=template={template}" in calls[1]
+    assert "--replacement-method=recreate" in calls[1] and "--max-surge=0" in calls[1]     # the spool disk stays
+
+
+def test_the_template_is_named_by_its_settings_and_release(capsys):
+    """Templates cannot change: new worker settings make a new name (a new template), the same ones the same."""
+    def name(*argv):
+        script = plan_text(["plan", "--only", "workers", "--workers", "2", "--release", RELEASE, *argv] + BASE, capsys)
+        return next(line for line in script.splitlines() if line.startswith("zerolake_template="))
+    assert name() == name() and name() != name("--worker-args", "--visits 64") != name("--worker-machine", "c2d-standard-8")
+    assert name().endswith("-${zerolake_release:0:12}") and len(P.worker_template_prefix(P.DeployConfig(
+        project="zl-test-project", root="gs://zl-test-bucket/run1", name="a" * 21)) + "0" * 21) <= 63
+
+
+def test_each_zone_of_the_group_is_asked_live_for_the_workers_gpu(capsys):
+    script = plan_text(["plan"] + SCENARIOS["gpu-workers-three-zones-subnet"] + BASE, capsys)
+    listings = [w for w in _creates(script, ("compute", "accelerator-types", "list"))
+                if any("nvidia-l4" in word for word in w)]
+    assert [next(w for w in words if w.startswith("--filter=")) for words in listings[:3]] == [
+        f"--filter=zone:us-central1-{z} AND name=nvidia-l4" for z in "abc"]
+    assert script.rindex("accelerator-types list") < script.index("instance-templates create")
+    [group] = _creates(script, ("compute", "instance-groups", "managed", "create"))
+    assert "--zones=us-central1-a,us-central1-b,us-central1-c" in group
+    # A global template names its subnet's region.
+    assert {"--subnet=zl-sub", "--no-address", "--region=us-central1"} <= set(template_of(script))
 
 
 def test_the_follower_parses_the_plans_shuffle_flags_and_chooses_per_window(capsys):
@@ -333,9 +381,11 @@ def test_the_follower_parses_the_plans_shuffle_flags_and_chooses_per_window(caps
 def test_only_prints_the_sections_asked_for(capsys):
     script = plan_text(["plan", "--only", "workers", "--workers", "2"] + BASE, capsys)
     # Without the package section, the VMs get the release the deployment records (read first).
-    assert [w[:3] for w in gcloud_invocations(script)] == [["storage", "cat", "gs://zl-test-bucket/zerolake-deploy/zerolake/release"]] + [
-        ["compute", "instances", "describe"], ["compute", "instances", "create"],
-        ["compute", "instances", "add-iam-policy-binding"]] * 2
+    assert [w[:4] for w in gcloud_invocations(script)] == [
+        ["storage", "cat", "gs://zl-test-bucket/zerolake-deploy/zerolake/release", "--project=zl-test-project"],
+        ["compute", "instance-templates", "describe", "$zerolake_template"],
+        ["compute", "instance-templates", "create", "$zerolake_template"]] + [
+        ["compute", "instance-groups", "managed", verb] for verb in ("describe", "resize", "rolling-action", "create")]
     image = plan_text(["plan", "--only", "image", "--release", RELEASE] + BASE, capsys)
     assert "sdist" not in image and f"zerolake_release={RELEASE}\n" in image and "builds submit" in image
 
@@ -346,20 +396,41 @@ def test_down_selects_by_label_and_keeps_the_bucket(capsys):
     assert "labels.zerolake-deployment=zerolake" in script
     assert _creates(script, ("iam", "service-accounts", "delete"))
     scale = plan_text(DOWN_SCENARIOS["scale-down-workers"] + BASE, capsys)
-    assert ">= 4" in scale and "tpu-vm" not in scale
+    [resize] = _creates(scale, ("compute", "instance-groups", "managed", "resize"))
+    assert "--size=4" in resize and "tpu-vm" not in scale and "gcloud compute instance-groups managed delete" not in scale
 
 
-def test_scale_down_deletes_only_workers_from_the_index_up(tmp_path, capsys):
-    """Run the scale-down plan with a stand-in gcloud that lists five workers, and one of another deployment
-    (zerolake-b) that a word-matching label filter would let through."""
-    folder, log = stand_in_gcloud(tmp_path / "bin", "if [[ $1 == compute && $3 == list ]]; then\n"
-                                   "  for i in 000 001 003 004 009; do echo \"zerolake-worker-$i us-central1-a\"; done\n"
-                                   "  echo 'zerolake-b-worker-007 us-central1-a'\nfi\n")
+def test_down_deletes_the_group_then_its_templates_and_cancels_the_runs_dataflow_jobs(tmp_path, capsys):
+    """Run the down plan with a stand-in gcloud that lists this deployment's two templates, a template of
+    another deployment (zerolake-b) and one of a name this plan never makes, and two active Dataflow jobs."""
+    folder, log = stand_in_gcloud(tmp_path / "bin", "case \"$*\" in\n"
+                                  "  'compute instance-templates list'*) printf 'zerolake-worker-0123abcd-5e5e5e5e5e5e\\n"
+                                  "zerolake-worker-89abcdef-0123456789ab\\nzerolake-b-worker-0123abcd-5e5e5e5e5e5e\\n"
+                                  "zerolake-worker-handmade\\n' ;;\n"
+                                  "  'compute instances list'*) echo 'zerolake-shuffle us-central1-a' ;;\n"
+                                  "  'dataflow jobs list'*) printf '2026-01-01_job1\\n2026-01-01_job2\\n' ;;\nesac\n")
     script = tmp_path / "down.sh"
-    script.write_text(plan_text(DOWN_SCENARIOS["scale-down-workers"] + BASE, capsys))
+    script.write_text(plan_text(DOWN_SCENARIOS["down-all"] + BASE, capsys))
     subprocess.run(["bash", str(script)], check=True, env={**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"})
-    deleted = [line.split()[3] for line in log.read_text().splitlines() if " delete " in line]
-    assert deleted == ["zerolake-worker-004", "zerolake-worker-009"]
+    calls = [c.split() for c in log.read_text().splitlines()]
+    acts = [c[:5] for c in calls if c[2] in ("delete", "cancel") or c[3:4] == ["delete"]]
+    assert acts[:3] == [["compute", "instance-groups", "managed", "delete", "zerolake-workers"],
+                        ["compute", "instance-templates", "delete", "zerolake-worker-0123abcd-5e5e5e5e5e5e",
+                         "--project=zl-test-project"],
+                        ["compute", "instance-templates", "delete", "zerolake-worker-89abcdef-0123456789ab",
+                         "--project=zl-test-project"]]
+    cancels = [c for c in calls if c[:3] == ["dataflow", "jobs", "cancel"]]
+    assert [c[3] for c in cancels] == ["2026-01-01_job1", "2026-01-01_job2"]
+    assert all("--region=us-central1" in c for c in cancels)
+    [listing] = [c for c in calls if c[:3] == ["dataflow", "jobs", "list"]]
+    assert "--status=active" in listing and any("zerolake-zl-test-bucket-run1-" in w for w in listing)
+    # After the follower (which cancels its own job on SIGTERM): this catches what it could not.
+    order = [c[:4] if c[2] == "delete" else c[:3] for c in calls if c[:3] in (["compute", "instances", "delete"], ["dataflow", "jobs", "cancel"])]
+    assert order == [["compute", "instances", "delete", "zerolake-shuffle"]] + [["dataflow", "jobs", "cancel"]] * 2
+    text = script.read_text()
+    assert "iam roles" not in text and "remove-iam-policy-binding" not in text          # no keeper left to unbind
+    local = plan_text(["down", "--shuffle-runner", "local"] + BASE, capsys)
+    assert "dataflow" not in local
 
 
 def test_nothing_secret_is_in_any_plan(capsys):
@@ -414,13 +485,12 @@ def test_apply_runs_the_plan_through_gcloud(tmp_path, capsys, monkeypatch):
     # The stand-in never reports the queued TPU ACTIVE: the plan names it and ends with status 3.
     assert code == 3, err          # (the script's own stderr is the terminal's: tests/operations/deploy/test_capacity.py reads it)
     calls = log.read_text().splitlines()
-    assert [c.split()[:4] for c in calls if "create" in c] == [          # the trainer first, then the workers
-        ["compute", "tpus", "queued-resources", "create"],
-        ["compute", "instances", "create", "zerolake-worker-000"],
-        ["compute", "instances", "create", "zerolake-worker-001"]]
-
-
-KEEPER_ROLE = "projects/zl-test-project/roles/zerolake_keeper_{}_zerolake"
+    creates = [c.split() for c in calls if "create" in c]
+    assert [c[:4] for c in creates] == [          # the trainer first, then the workers' template and group
+        ["compute", "tpus", "queued-resources", "create"], ["compute", "instance-templates", "create", creates[1][3]],
+        ["compute", "instance-groups", "managed", "create"]]
+    assert creates[1][3].startswith("zerolake-worker-") and creates[1][3].endswith(f"-{RELEASE[:12]}")
+    assert f"--template={creates[1][3]}" in creates[2]
 
 
 def test_the_plan_points_at_files_that_exist():

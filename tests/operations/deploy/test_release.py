@@ -7,7 +7,8 @@
   release differs from the one the deployment runs is refused in one line.
 * No role's account can write a release (the bucket grants' IAM conditions, evaluated).
 * ``update``: every gcloud word documented; the trainer and the follower get the release, stop and start
-  before any worker is touched; each VM's metadata is set before it is stopped.
+  before any worker is touched; each VM's metadata is set before it is stopped; then the workers' new
+  template (the release in its metadata) and the group's rolling update onto it.
 """
 from __future__ import annotations
 
@@ -228,15 +229,14 @@ def test_update_moves_the_trainer_and_the_follower_before_the_workers(tmp_path, 
     # The stand-in bucket holds one release, the bytes "release\n"; the image is built from it (its sha256 checked).
     release = hashlib.sha256(b"release\n").hexdigest()
     script = plan_text(UPDATES["gpu-release"][:-1] + [release] + BASE, capsys)
+    template = next(line for line in script.splitlines() if line.startswith("zerolake_template=")) \
+        .removeprefix("zerolake_template=").replace("${zerolake_release:0:12}", release[:12])
     assert "setup.py" not in script                  # --release: nothing is built
     folder, log = stand_in_gcloud(tmp_path / "bin", r"""
 if [[ $1 == storage && $2 == cp && $3 == gs://* ]]; then echo release > "$4"; exit 0; fi
 [[ $* == *"images describe"*"--format"* ]] && { echo sha256:feed; exit 0; }
 [[ $* == *"images describe"* ]] && exit 1
-if [[ $1 == compute && $3 == list ]]; then
-  printf 'zerolake-worker-000 us-central1-a\nzerolake-worker-001 us-central1-a\nzerolake-b-worker-000 us-central1-a\n'
-  exit 0
-fi
+[[ $* == *"instance-templates describe"* ]] && exit 1
 exit 0
 """)
     result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
@@ -244,17 +244,25 @@ exit 0
     assert result.returncode == 0, result.stderr
     calls = [c.split() for c in log.read_text().splitlines()]
     steps = [(c[2], c[3]) for c in calls if c[:2] == ["compute", "instances"] and c[2] in ("add-metadata", "stop",
-                                                                                            "start")]
+                                                                                            "start")] + \
+        [(c[2], c[3]) for c in calls if c[1] == "instance-templates" and c[2] == "create"] + \
+        [(c[3], c[4]) for c in calls if c[1:4] == ["instance-groups", "managed", "rolling-action"]]
     assert any(c[:2] == ["builds", "submit"] for c in calls)     # that release's image, built from it
     assert steps == [("add-metadata", "zerolake-shuffle"), ("add-metadata", "zerolake-trainer"),
                      ("stop", "zerolake-shuffle"), ("stop", "zerolake-trainer"),
                      ("start", "zerolake-shuffle"), ("start", "zerolake-trainer"),
-                     ("add-metadata", "zerolake-worker-000"), ("add-metadata", "zerolake-worker-001"),
-                     ("stop", "zerolake-worker-000"), ("start", "zerolake-worker-000")]
-    stop_workers = next(c for c in calls if c[2:4] == ["stop", "zerolake-worker-000"])
-    assert "zerolake-worker-001" in stop_workers and "zerolake-b-worker-000" not in " ".join(map(" ".join, calls))
+                     ("create", template), ("rolling-action", "start-update")]
+    # ... and in that order in time: the group's update starts after the trainer and the follower started.
+    index = {tuple(c[:4]): i for i, c in enumerate(calls)}
+    assert index[("compute", "instances", "start", "zerolake-trainer")] < \
+        index[("compute", "instance-templates", "create", template)] < \
+        next(i for i, c in enumerate(calls) if c[3:5] == ["rolling-action", "start-update"])
+    [rolling] = [c for c in calls if c[3:5] == ["rolling-action", "start-update"]]
+    assert rolling[5] == "zerolake-workers" and f"--version=template={template}" in rolling
+    [made] = [c for c in calls if c[1:3] == ["instance-templates", "create"]]
+    assert "--provisioning-model=SPOT" in made      # the template: spot, and the new release in its metadata
     for call in calls:
-        if "add-metadata" in call:
+        if "add-metadata" in call or call[1:3] == ["instance-templates", "create"]:
             text = " ".join(call)
             assert f"zerolake-release-sha256={release}" in text and f"releases/{release}.tar.gz" in text
             assert f"startup-script={P.STARTUP_SCRIPT}" in text
@@ -270,7 +278,8 @@ def test_a_tpu_trainer_is_updated_in_place(capsys):
     script = plan_text(UPDATES["tpu-dataflow"] + BASE, capsys)
     [update] = creates(script, ("compute", "tpus", "tpu-vm", "update"))
     assert any(w.startswith("--update-metadata=") and P.RELEASE_METADATA in w for w in update)
-    order = [script.index(m) for m in ("tpu-vm update", "tpu-vm stop", "tpu-vm start", "compute instances list")]
+    order = [script.index(m) for m in ("tpu-vm update", "tpu-vm stop", "tpu-vm start", "instance-templates create",
+                                       "rolling-action start-update")]
     assert order == sorted(order)
     assert metadata_of(plan_text(["plan", "--workers", "1", "--trainer-cpu"] + BASE, capsys))
     assert iam_grants(script)     # update also makes sure the image repository's grants are there

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -48,3 +49,30 @@ def test_status_of_an_empty_lake_and_of_a_released_lease(tmp_path):
     assert read_status(storage, now=now).lease.startswith("released by h:1:x")
 
 
+
+
+def test_status_with_a_project_reports_the_worker_groups_vms_against_its_target(tmp_path, capsys, monkeypatch):
+    """A stand-in gcloud: the group's target is 8, three VMs run and one is still being created (a stockout of
+    spot VMs holds a group below its target, which the lake cannot show)."""
+    from tests.operations.deploy.support import stand_in_gcloud
+
+    folder, log = stand_in_gcloud(tmp_path / "bin", "case \"$4\" in\n  describe) echo 8 ;;\n"
+                                  "  list-instances) printf 'RUNNING\\nRUNNING\\nPROVISIONING\\nRUNNING\\n' ;;\nesac\n")
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    open_storage(str(tmp_path / "lake"))
+    code, out, err = run_deploy(["status", "--root", str(tmp_path / "lake"), "--project", "zl-test-project",
+                                 "--region", "europe-west4"], capsys)
+    assert code == 0, err
+    [row] = [line for line in out.splitlines() if line.startswith("worker group")]
+    assert row == "worker group zerolake-workers (europe-west4)  3 running of 8 (target), 1 not running yet or stopped"
+    calls = log.read_text().splitlines()
+    assert calls == [f"compute instance-groups managed {verb} zerolake-workers --region=europe-west4 "
+                     f"--project=zl-test-project --format=value({field})"
+                     for verb, field in (("describe", "targetSize"), ("list-instances", "instanceStatus"))]
+    # gcloud failing (no such group, no permission) is one line; the lake's table still prints.
+    (folder / "gcloud").write_text("#!/usr/bin/env bash\necho 'ERROR: (gcloud) not found: zerolake-workers' >&2\n"
+                                   "exit 1\n")
+    code, out, _ = run_deploy(["status", "--root", str(tmp_path / "lake"), "--project", "zl-test-project"], capsys)
+    assert code == 0 and "lake" in out
+    assert "worker group zerolake-workers (us-central1)  unknown: `gcloud compute instance-groups managed " \
+           "describe` exited 1: ERROR: (gcloud) not found: zerolake-workers" in out

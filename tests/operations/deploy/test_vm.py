@@ -23,7 +23,7 @@ from operations.deploy import plan as P
 from tests.operations.deploy.support import REPO, VM, run_role
 
 
-@pytest.mark.parametrize("script", ["install.sh", "startup.sh", "run-role.sh", "keep-workers.sh", "ship-logs.sh"])
+@pytest.mark.parametrize("script", ["install.sh", "startup.sh", "run-role.sh", "ship-logs.sh"])
 def test_vm_scripts_are_valid_bash_and_executable(script):
     path = VM / script
     assert os.access(path, os.X_OK), f"{path} is not executable"
@@ -45,31 +45,24 @@ def test_cpu_worker_processes_share_the_cores_between_their_networks(tmp_path, a
 
 ROLE_UNITS = ["zerolake-shuffle.service", "zerolake-trainer.service", "zerolake-worker@.service"]
 
-KEEPER_UNITS = ["zerolake-keeper.service", "zerolake-keeper.timer"]
-
 LOGGING_UNIT = "zerolake-logging.service"
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_systemd_units_verify(tmp_path):
-    """systemd-analyze verify of every unit, the keeper's timer and service included, with ExecStart pointed
-    at this checkout's scripts (verify checks that the command exists; on a VM it is /opt/zerolake/src/...)."""
-    assert sorted(p.name for p in (VM / "systemd").iterdir()) == sorted(ROLE_UNITS + KEEPER_UNITS + [LOGGING_UNIT])
+    """systemd-analyze verify of every unit, with ExecStart pointed at this checkout's scripts (verify checks
+    that the command exists; on a VM it is /opt/zerolake/src/...).  No keeper unit is left: the worker group
+    restarts preempted workers."""
+    assert sorted(p.name for p in (VM / "systemd").iterdir()) == sorted(ROLE_UNITS + [LOGGING_UNIT])
     units = []
     for unit in sorted((VM / "systemd").iterdir()):
         text = unit.read_text()
         if unit.name in ROLE_UNITS:
             assert "Restart=always" in text and "StandardOutput=journal" in text and "KillSignal=SIGTERM" in text
             assert "ExecStart=/opt/zerolake/src/operations/vm/run-role.sh" in text
-        elif unit.name == LOGGING_UNIT:      # retried until the Ops Agent installs, never holding up a role
+        else:                                # retried until the Ops Agent installs, never holding up a role
             assert "Restart=on-failure" in text and "RestartSec=120" in text and "StartLimitIntervalSec=0" in text
             assert "ExecStart=/opt/zerolake/src/operations/vm/ship-logs.sh ${ZEROLAKE_LOGGING}\n" in text
-        elif unit.suffix == ".service":      # the keeper: one pass per timer tick, to the journal
-            assert "Type=oneshot" in text and "StandardOutput=journal" in text
-            assert not re.search(r"^\[Install\]", text, re.M)      # only the timer starts it
-            assert "ExecStart=/opt/zerolake/src/operations/vm/keep-workers.sh\n" in text
-        else:
-            assert re.search(r"^OnUnitActiveSec=2min$", text, re.M) and "WantedBy=timers.target" in text
         text = text.replace("/opt/zerolake/src/operations/vm/", f"{VM}/")
         name = unit.name.replace("@.service", "@0.service")
         (tmp_path / name).write_text(text)
@@ -218,6 +211,50 @@ def test_startup_retries_a_failed_install_until_it_succeeds_and_then_starts_the_
     bad = subprocess.run([str(VM / "startup.sh")], capture_output=True, text=True, timeout=60,
                          env={**env, "ZEROLAKE_INSTALL_RETRY_SECONDS": "soon"})
     assert bad.returncode == 2 and "ZEROLAKE_INSTALL_RETRY_SECONDS 'soon'" in bad.stderr
+
+
+def test_startup_mounts_the_spool_disk_and_formats_it_only_when_it_is_blank(tmp_path):
+    """A worker of the group has the stateful disk zerolake-spool: startup.sh mounts it at the state folder
+    (the spools) before the role starts, formats it only when blkid finds no file system (a new disk; a
+    recreated VM gets its old one, spool and all), and records it in fstab once.  Stand-ins for blkid,
+    mkfs.ext4, mount and mountpoint log their calls; foreground mode, unprivileged."""
+    import tarfile
+
+    source = tmp_path / "sdist" / "zerolake-0" / "operations" / "vm"
+    source.mkdir(parents=True)
+    for script in ("install.sh", "run-role.sh"):
+        (source / script).write_text("#!/usr/bin/env bash\necho \"stand-in $*\"\n")
+        (source / script).chmod(0o755)
+    package = tmp_path / "zerolake.tar.gz"
+    with tarfile.open(package, "w:gz") as tar:
+        tar.add(tmp_path / "sdist" / "zerolake-0", arcname="zerolake-0")
+    formatted, log = tmp_path / "formatted", tmp_path / "calls"
+    tools = {"blkid": f'echo "blkid $*" >> {log}\n[[ -e {formatted} ]] || exit 2\n[[ $* == *UUID* ]] && echo 0f-uuid\nexit 0\n',
+             "mkfs.ext4": f'echo "mkfs.ext4 $*" >> {log}\ntouch {formatted}\n',
+             "mount": f'echo "mount $*" >> {log}\n', "mountpoint": "exit 1\n"}
+    (tmp_path / "bin").mkdir()
+    for name, body in tools.items():
+        (tmp_path / "bin" / name).write_text("#!/usr/bin/env bash\n" + body)
+        (tmp_path / "bin" / name).chmod(0o755)
+    disk, fstab, state = tmp_path / "google-zerolake-spool", tmp_path / "fstab", tmp_path / "state"
+    disk.touch()
+    env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "ZEROLAKE_ROLE": "worker", "ZEROLAKE_ROOT": "gs://b/run",
+           "ZEROLAKE_PACKAGE": str(package), "ZEROLAKE_FOREGROUND": "1", "ZEROLAKE_PREFIX": str(tmp_path / "opt"),
+           "ZEROLAKE_STATE": str(state), "ZEROLAKE_RELEASE_SHA256": hashlib.sha256(package.read_bytes()).hexdigest(),
+           "ZEROLAKE_SPOOL_DEVICE": str(disk), "ZEROLAKE_FSTAB": str(fstab)}
+    for boot in (1, 2):                           # a new disk, then the same disk on a recreated VM
+        result = subprocess.run([str(VM / "startup.sh")], capture_output=True, text=True, env=env, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.splitlines()[-1] == "stand-in worker 0"       # the role ran after the mount
+    calls = log.read_text().splitlines()
+    assert [c.split()[0] for c in calls if c.split()[0] in ("mkfs.ext4", "mount")] == ["mkfs.ext4", "mount", "mount"]
+    assert f"mount -o discard,defaults {disk} {state}" in calls
+    assert fstab.read_text() == f"UUID=0f-uuid {state} ext4 discard,defaults,nofail 0 2\n"      # once
+    # Without the disk (the trainer, the follower) nothing is mounted.
+    disk.unlink()
+    log.unlink()
+    result = subprocess.run([str(VM / "startup.sh")], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0 and not log.exists(), result.stderr
 
 
 def test_the_sdist_carries_every_vm_file():
