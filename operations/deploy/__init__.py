@@ -1,4 +1,4 @@
-"""Deployment on Google Cloud: ``python -m operations.deploy plan | down | status``.
+"""Deployment on Google Cloud: ``python -m operations.deploy plan | update | down | status``.
 
 Data flow::
 
@@ -6,8 +6,11 @@ Data flow::
           from the dated tables of operations.deploy.zones)
           --operations.deploy.plan--> Steps --render--> one bash script (printed; run by --apply)
     ROOT  --operations.deploy.status--> one table (generations, games/h, workers, trainer lease)
+          (+ with --project: the worker group's VMs against its target, from gcloud)
 
-The VMs the plan creates run operations/vm/startup.sh, which installs the
+The VMs the plan creates (the follower, the trainer, and the workers as a
+regional managed instance group from an instance template) run
+operations/vm/startup.sh, which installs the
 package with operations/vm/install.sh (the Dockerfile calls the same script) and
 runs each role under systemd (operations/vm/systemd/); Dataflow's workers run
 the image operations/dataflow/Dockerfile builds (Cloud Build, in the plan).

@@ -175,7 +175,6 @@ mount_spool_disk() {   # the group's stateful disk at $STATE, formatted on its f
 
 if ! mount_spool_disk; then
     # The role still runs, its spool on the boot disk: games it cannot upload are lost if the VM is recreated.
-    report spool-disk-failed
     log "WARNING: the spool disk could not be mounted at $STATE (see above); the spool is on the boot disk"
 fi
 mkdir -p "$PREFIX" "$STATE"
