@@ -1012,17 +1012,16 @@ def build_down_plan(config: DeployConfig, *, keep_workers: int = 0, workers_only
     service accounts.
     """
     if workers_only:
-        resize = _group(config, "resize", f"--size={keep_workers}")
-        note = f"note: there is no worker group {worker_group(config)} in {config.worker_region}"
-        return [Step("workers", f"scale the worker group down to {keep_workers} VMs (each one deleted uploads its "
-                                "spool on SIGTERM first)",
-                     f"if {_group(config, 'describe')} >/dev/null 2>&1; then\n{indent(resize)}\n"
-                     f"else\n  echo {shlex.quote(note)} >&2\nfi")]
+        resize = _group_in_found_region(config, "resize", f"--size={keep_workers}")
+        return [_find_group_step(config), Step(
+            "workers", f"scale the worker group down to {keep_workers} VMs (each one deleted uploads its spool on "
+                       "SIGTERM first)", f"if [[ -n $zerolake_group_region ]]; then\n{indent(resize)}\nfi")]
     select = deployment_filter(config)
-    delete_group = _group(config, "delete", "--quiet")
-    steps = [Step("workers", "the worker group and its VMs (each one's SIGTERM uploads its spool first; their spool "
+    delete_group = _group_in_found_region(config, "delete", "--quiet")
+    steps = [_find_group_step(config),
+             Step("workers", "the worker group and its VMs (each one's SIGTERM uploads its spool first; their spool "
                              "disks go with them)",
-                  f"if {_group(config, 'describe')} >/dev/null 2>&1; then\n{indent(delete_group)}\nfi")]
+                  f"if [[ -n $zerolake_group_region ]]; then\n{indent(delete_group)}\nfi")]
     prefix = worker_template_prefix(config)
     templates = gcloud("compute", "instance-templates", "list", project_flag(config), f"--filter=name ~ ^{prefix}",
                        "--format=value(name)")
@@ -1066,6 +1065,25 @@ def build_down_plan(config: DeployConfig, *, keep_workers: int = 0, workers_only
             steps.append(Step("account", f"the service account {email.split('@')[0]}, if it is there",
                               f"if {describe} >/dev/null 2>&1; then\n{indent(delete)}\nfi"))
     return steps
+
+
+def _find_group_step(config: DeployConfig) -> Step:
+    """``$zerolake_group_region``: where the worker group is ('' when there is none), found by listing, so
+    ``down`` needs no zone flag of the plan.  The listing's name filter is checked again by exact name."""
+    group = worker_group(config)
+    listing = gcloud("compute", "instance-groups", "managed", "list", project_flag(config), f"--filter=name={group}",
+                     "--format=value(name,region.basename())")
+    note = f"note: there is no regional worker group {group}"
+    return Step("workers", f"the region of the worker group {group}, if there is one",
+                "\n".join(["zerolake_group_region=", "while read -r name region; do",
+                           f'  if [[ $name == "{group}" && -n $region ]]; then zerolake_group_region=$region; fi',
+                           f"done < <({listing})",
+                           f"[[ -n $zerolake_group_region ]] || echo {shlex.quote(note)} >&2"]))
+
+
+def _group_in_found_region(config: DeployConfig, verb: str, *words) -> str:
+    return gcloud("compute", "instance-groups", "managed", verb, worker_group(config),
+                  Raw('--region="$zerolake_group_region"'), project_flag(config), *words)
 
 
 # ---- rendering ----------------------------------------------------------------------------

@@ -400,20 +400,41 @@ def test_down_selects_by_label_and_keeps_the_bucket(capsys):
     assert "--size=4" in resize and "tpu-vm" not in scale and "gcloud compute instance-groups managed delete" not in scale
 
 
+def test_scale_down_resizes_the_group_found_by_listing(tmp_path, capsys):
+    """``down --workers-only --keep-workers 4`` resizes the group in the region its listing gives, and says so
+    when there is no group (another deployment's, zerolake-workers-b, does not count)."""
+    script = plan_text(DOWN_SCENARIOS["scale-down-workers"] + BASE, capsys)
+    for listed, expected in (("zerolake-workers us-west1", ["--region=us-west1", "--size=4"]),
+                             ("zerolake-workers-b us-west1", None)):
+        folder, log = stand_in_gcloud(tmp_path / listed.split()[0], f"[[ $4 == list ]] && echo '{listed}'\nexit 0\n")
+        result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True,
+                                env={**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"})
+        resizes = [c.split() for c in log.read_text().splitlines() if " resize " in c]
+        if expected:
+            assert len(resizes) == 1 and set(expected) <= set(resizes[0]), resizes
+        else:
+            assert not resizes and "there is no regional worker group zerolake-workers" in result.stderr
+
+
 def test_down_deletes_the_group_then_its_templates_and_cancels_the_runs_dataflow_jobs(tmp_path, capsys):
-    """Run the down plan with a stand-in gcloud that lists this deployment's two templates, a template of
-    another deployment (zerolake-b) and one of a name this plan never makes, and two active Dataflow jobs."""
+    """Run the down plan with a stand-in gcloud that lists the group (in a region no flag of this down names:
+    it is found by listing) and another deployment's, this deployment's two templates, a template of another
+    deployment (zerolake-b) and one of a name this plan never makes, and two active Dataflow jobs."""
     folder, log = stand_in_gcloud(tmp_path / "bin", "case \"$*\" in\n"
                                   "  'compute instance-templates list'*) printf 'zerolake-worker-0123abcd-5e5e5e5e5e5e\\n"
                                   "zerolake-worker-89abcdef-0123456789ab\\nzerolake-b-worker-0123abcd-5e5e5e5e5e5e\\n"
                                   "zerolake-worker-handmade\\n' ;;\n"
                                   "  'compute instances list'*) echo 'zerolake-shuffle us-central1-a' ;;\n"
+                                  "  'compute instance-groups managed list'*) printf 'zerolake-workers-b us-east1\\n"
+                                  "zerolake-workers europe-west4\\n' ;;\n"
                                   "  'dataflow jobs list'*) printf '2026-01-01_job1\\n2026-01-01_job2\\n' ;;\nesac\n")
     script = tmp_path / "down.sh"
     script.write_text(plan_text(DOWN_SCENARIOS["down-all"] + BASE, capsys))
     subprocess.run(["bash", str(script)], check=True, env={**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"})
     calls = [c.split() for c in log.read_text().splitlines()]
     acts = [c[:5] for c in calls if c[2] in ("delete", "cancel") or c[3:4] == ["delete"]]
+    [group_delete] = [c for c in calls if c[2:4] == ["managed", "delete"]]
+    assert "--region=europe-west4" in group_delete
     assert acts[:3] == [["compute", "instance-groups", "managed", "delete", "zerolake-workers"],
                         ["compute", "instance-templates", "delete", "zerolake-worker-0123abcd-5e5e5e5e5e5e",
                          "--project=zl-test-project"],
