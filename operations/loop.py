@@ -18,7 +18,7 @@ process every generation (TensorFlow's start-up, the graph build, the
 trainer's export every time), and on 2 cores the machine idles about 40% of
 the run.  ``--schedule concurrent`` (the default with ``--hours``) starts
 the roles once and runs them at once, as operations.cluster does (its
-Cluster supervises them: one worker, ``pipeline.shuffle --follow``,
+Cluster supervises them: ``--workers`` self-play workers (2), ``pipeline.shuffle --follow``,
 ``model.train --follow``; a role that dies is restarted)::
 
     worker     plays with the newest model, a chunk a minute     games/<g>/
@@ -167,7 +167,7 @@ TURNS_STEPS_PER_WINDOW = 500
 """Training steps of a generation in turns (``--train-steps-per-window 0`` = auto): today's 500 x 256,
 about 0.5 samples per new row of a 150 s generation."""
 CONCURRENT = {"samples_per_row": 2.0, "min_steps_per_window": 100, "max_steps_per_window": 500,
-              "max_untrained": 2, "workers": 1, "child_threads": 1, "worker_nice": 0, "status_seconds": 30.0}
+              "max_untrained": 2, "workers": 2, "child_threads": 1, "worker_nice": 0, "status_seconds": 30.0}
 """The concurrent schedule's settings.
 
 * At most 2 samples per new row, and 100 to 500 steps of 256 a window.  In
@@ -181,13 +181,18 @@ CONCURRENT = {"samples_per_row": 2.0, "min_steps_per_window": 100, "max_steps_pe
   would be rows the trainer cannot reach.  500 steps (the turns'
   generation) keep a new model coming every 1.5-2 minutes there.
 * At most 2 windows newer than LATEST: the one in training and one ready.
-* One TensorFlow/OpenMP thread per role (``--child-threads 1``) and the
-  worker at nice 0.  In the trial (other work shared the cores) the roles'
-  shares of the 2 cores were worker 34%, trainer 28%, shuffle follower 10%:
-  one thread holds the trainer below a core, and the worker, whose search
-  and network run side by side, takes what is left.  A niced worker would
-  give the trainer more, which it needs least: positions per hour is the
-  harder of the two figures to raise over the turns schedule."""
+* Two self-play workers, one TensorFlow/OpenMP thread per role
+  (``--child-threads 1``), the workers at nice 0.  One worker keeps about
+  0.85 of a core busy (its network thread waits while its search thread
+  gathers the next batch), and with the trainer's one thread and the
+  follower the roles used 85-86% of 2 cores.  In 10-minute runs on 2 cores
+  (docs/results.md, "Every core works"), a second worker raised that to 95%
+  and the positions an hour of generation 1 on by a third (6.46 million
+  against 4.84), at a fifth fewer trained rows an hour (2.97 million against
+  3.77; the turns loop trains 1.89).  More threads for every role
+  (``--child-threads 2``) gave the cores to the trainer, two network
+  threads in one worker lost positions, and niced workers (``--worker-nice
+  5``) lost both figures."""
 PHASE_CHILD = {"selfplay": "worker", "shuffle": "window", "train": "train", "evaluate": "evaluate"}
 """What each phase's child is, for its stop grace (processes.children.STOP_GRACE_SECONDS)."""
 CONCURRENT_MIN_SECONDS = 60.0
@@ -230,7 +235,8 @@ class LoopConfig:
                                  "trainer's stage, events, logs); default ./loop-state/<hash of root>. The "
                                  "same command reuses it, so a stopped run resumes its spool")
     workers: int = setting(CONCURRENT["workers"], "concurrent schedule: self-play worker processes, each with its own "
-                           "spool and --worker-* settings (seeds differ)", at_least=1)
+                           "spool and the --worker-* settings (seeds differ); 2 keep 2 cores busy beside the "
+                           "trainer and the follower", at_least=1)
     child_threads: int = setting(CONCURRENT["child_threads"], "concurrent schedule: TensorFlow/OpenMP threads of "
                                  "each role (0 = their own choice: every core each)", at_least=0)
     worker_nice: int = setting(CONCURRENT["worker_nice"], "concurrent schedule: niceness added to the "

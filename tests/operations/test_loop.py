@@ -319,8 +319,8 @@ def test_a_long_run_evaluates_against_random_every_4th_generation_the_demo_every
 # The concurrent schedule (issue 41 part 2): every role at once, each started once
 # ---------------------------------------------------------------------------
 
-CONCURRENT = ["--schedule", "concurrent", "--generations", "1", "--minutes", "10", "--worker-games", "16",
-              "--worker-visits", "8", "--worker-fast-visits", "4", "--train-batch-size", "64", "--train-blocks", "1",
+CONCURRENT = ["--schedule", "concurrent", "--workers", "1", "--generations", "1", "--minutes", "10",
+              "--worker-games", "16", "--worker-visits", "8", "--worker-fast-visits", "4", "--train-batch-size", "64", "--train-blocks", "1",
               "--train-filters", "8",
               "--final-eval-games", "6", "--eval-visits", "4", "--no-train-cpu-int8",
               "--train-min-steps-per-window", "10", "--train-max-steps-per-window", "20",

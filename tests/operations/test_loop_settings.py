@@ -63,3 +63,19 @@ def test_the_summary_names_the_closing_opponents_and_the_gnugo_visits():
         vs_gnugo_1=result("gnugo-l1", 21, visits=256)))
     assert "vs generation 0 (playouts1 MCTS): 38/40" in table
     assert "vs GNU Go level 1 (the model at 256 visits a move, 4-move paired openings): 21/40" in table
+
+
+def test_the_concurrent_schedule_starts_two_workers_by_default_each_with_its_own_spool(tmp_path):
+    """--workers (2: what kept both cores busy in docs/results.md's measurement) becomes that many worker
+    roles beside the follower and the trainer; --workers 1 is the single worker of before."""
+    from cloud.storage import open_storage
+    from operations import loop as L
+
+    root = str(tmp_path / "lake")
+    for flags, workers in (([], 2), (["--workers", "1"], 1)):
+        config = L.CLI.parse(["--root", root, "--hours", "1", "--state-dir", str(tmp_path / "state"), *flags])[0]
+        cluster = L.Loop(config, storage=open_storage(root)).start_roles(60.0, None)
+        kinds = [role.spec.kind for role in cluster.roles]
+        assert sorted(kinds) == sorted(["worker"] * workers + ["shuffle", "train"])
+        spools = {role.spec.spool_dir for role in cluster.roles if role.spec.kind == "worker"}
+        assert len(spools) == workers and "" not in spools
