@@ -24,8 +24,170 @@
 #           plays games into a local lake whose chunks `format.inspect verify`
 #           accepts, and writes nothing outside the volume.
 # Prints one JSON line at the end: {"check": "image", "ok": ..., sizes, timings}.
+#
+#   scripts/check_image.sh --entries [WORKDIR]   (no root, no Docker; about a minute)
+#
+# Each role's entry run as the image runs it on a VM: operations/vm/startup-image.sh (every Compute
+# Engine VM's start-up script) is run for the worker, the follower and the trainer against a stand-in
+# `docker` that records its `docker run`; that command line is then executed as Docker would run it
+# in the image: the final stage's ENTRYPOINT (exec form) with the recorded arguments after the image,
+# the Dockerfile's ENV overlaid by the recorded --env, its WORKDIR, and the recorded --volume.  The
+# image's paths are mapped onto this checkout (/opt/zerolake/src -> the checkout, /opt/zerolake/venv ->
+# .venv, the volume -> a folder under WORKDIR), so a wrong ENTRYPOINT path, a role the entry does not
+# know, a module that does not import or a flag the role rejects fails here.  The worker plays two
+# real games into a local lake whose chunks `format.inspect verify` accepts; the follower and the
+# trainer answer --help (their real runs follow a lake forever); a role the entry does not know must
+# exit 2, and the Dockerfile's CMD must name a role.  Prints {"check": "image-entries", "ok": ...}.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
+if [[ "${1:-}" == --entries ]]; then
+    WORK="${2:-/tmp/zerolake-image-entries}"
+    rm -rf "$WORK" && mkdir -p "$WORK"
+    exec "$REPO/.venv/bin/python" - "$REPO" "$WORK" <<'PY'
+import json, os, pathlib, shlex, subprocess, sys
+
+repo, work = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+
+
+def final_stage(dockerfile: pathlib.Path) -> dict:
+    """ENTRYPOINT, CMD (exec form), ENV, WORKDIR and VOLUME of the Dockerfile's last stage."""
+    lines, joined = dockerfile.read_text().splitlines(), []
+    for line in lines:
+        if joined and joined[-1].endswith("\\"):
+            joined[-1] = joined[-1][:-1] + " " + line.strip()
+        elif line.strip() and not line.lstrip().startswith("#"):
+            joined.append(line.strip())
+    stage: dict = {}
+    for line in joined:
+        word, _, rest = line.partition(" ")
+        word = word.upper()
+        if word == "FROM":
+            stage = {"ENV": {}}
+        elif word in ("ENTRYPOINT", "CMD"):
+            stage[word] = json.loads(rest)          # exec form only: a shell form would put sh -c before the role
+        elif word == "ENV":
+            for item in shlex.split(rest):
+                key, _, value = item.partition("=")
+                stage["ENV"][key] = value
+        elif word in ("WORKDIR", "VOLUME"):
+            stage[word] = rest.strip()
+    return stage
+
+
+# ZEROLAKE_CHECK_DOCKERFILE: another Dockerfile to check (the tests give a broken one, which must fail).
+stage = final_stage(pathlib.Path(os.environ.get("ZEROLAKE_CHECK_DOCKERFILE", repo / "Dockerfile")))
+prefix = stage["ENV"].get("ZEROLAKE_PREFIX", "/opt/zerolake")
+image_prefix = work / "opt-zerolake"
+image_prefix.mkdir()
+(image_prefix / "venv").symlink_to(repo / ".venv")
+(image_prefix / "src").symlink_to(repo)
+results, ok = {}, True
+
+
+def in_image(path: str, volume: tuple[str, pathlib.Path]) -> str:
+    """An image path as this checkout has it: /opt/zerolake/... and the volume's folder."""
+    if path == prefix or path.startswith(prefix + "/"):
+        return str(image_prefix) + path[len(prefix):]
+    if path == volume[0] or path.startswith(volume[0] + "/"):
+        return str(volume[1]) + path[len(volume[0]):]
+    return path
+
+
+def docker_run_of(role: str, args: str, root: str) -> list[str]:
+    """The `docker run` argv startup-image.sh gives `role`, recorded by a stand-in docker."""
+    bin_dir, calls = work / f"bin-{role}", work / f"calls-{role}"
+    bin_dir.mkdir()
+    image = "us-central1-docker.pkg.dev/check/zerolake-images/zerolake-cpu@sha256:" + "0" * 64
+    # %q: each argument quoted as bash would read it back, so shlex.split gives the argv again.
+    stand_ins = {"docker": f'{{ printf "%q " "$@"; echo; }} >> {shlex.quote(str(calls))}\n'
+                           f'[[ $1 == image ]] && echo {image.split("@")[0]}@{image.split("@")[1]}\nexit 0\n',
+                 "docker-credential-gcr": "exit 0\n", "curl": "exit 22\n"}
+    for name, body in stand_ins.items():
+        (bin_dir / name).write_text("#!/usr/bin/env bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "ZEROLAKE_ROLE": role, "ZEROLAKE_ROOT": root,
+           "ZEROLAKE_IMAGE": image, "ZEROLAKE_ACCELERATOR": "cpu", "ZEROLAKE_PROCESSES": "1",
+           "ZEROLAKE_ARGS": args, "ZEROLAKE_STATE": str(work / f"state-{role}"),
+           "ZEROLAKE_DOCKER_HOME": str(work / "docker-home"), "ZEROLAKE_SPOOL_DEVICE": str(work / "no-disk")}
+    subprocess.run(["bash", str(repo / "operations/vm/startup-image.sh")], env=env, check=True,
+                   capture_output=True, text=True, timeout=60)
+    [run] = [shlex.split(line) for line in calls.read_text().splitlines() if line.startswith("run ")]
+    return run
+
+
+def run_as_image(run: list[str], timeout: int) -> subprocess.CompletedProcess:
+    """Execute a recorded `docker run` argv as Docker runs it in the image (ENTRYPOINT + the arguments)."""
+    env, volume, i = dict(stage["ENV"]), None, 1
+    while i < len(run) and run[i].startswith("-"):
+        flag = run[i]
+        if flag in ("-d", "--detach"):
+            i += 1
+            continue
+        name, eq, value = flag.partition("=")
+        if not eq:
+            value, i = run[i + 1], i + 1
+        if name in ("--env", "-e"):
+            key, _, val = value.partition("=")
+            env[key] = val
+        elif name in ("--volume", "-v"):
+            host, _, inside = value.partition(":")
+            volume = (inside, pathlib.Path(host))
+        i += 1
+    image, args = run[i], run[i + 1:]
+    assert volume and volume[0] == stage.get("VOLUME"), f"the run mounts {volume}, the image's VOLUME is {stage.get('VOLUME')}"
+    env = {k: in_image(v, volume) for k, v in env.items()}
+    env.update(PATH=os.environ["PATH"], HOME=str(volume[1]), ZEROLAKE_PREFIX=str(image_prefix),
+               ZEROLAKE_STATE=str(volume[1]))
+    entry = [in_image(stage["ENTRYPOINT"][0], volume)] + stage["ENTRYPOINT"][1:]
+    assert os.access(entry[0], os.X_OK), f"ENTRYPOINT {stage['ENTRYPOINT'][0]} is not an executable of the release"
+    return subprocess.run(entry + args, env=env, cwd=in_image(stage.get("WORKDIR", "/"), volume),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+lake = work / "state-worker" / "lake"
+checks = {
+    "worker": ("--max-games 2 --games 2 --visits 4 --fast-visits 2 --chunk-games 2 --board-size 9", str(lake)),
+    "shuffle": ("--help", str(work / "lake-unused")),
+    "trainer": ("--help", str(work / "lake-unused")),
+}
+for role, (args, root) in checks.items():
+    try:
+        run = docker_run_of(role, args, root)
+        result = run_as_image(run, timeout=600)
+        passed = result.returncode == 0 and (role == "worker" or "usage:" in result.stdout)
+        if role == "worker" and passed:
+            verify = subprocess.run([str(repo / ".venv/bin/python"), "-m", "format.inspect", "verify", str(lake)],
+                                    cwd=repo, capture_output=True, text=True, timeout=300)
+            chunks = len(list(lake.glob("games/**/*.tfrecord.zst")))
+            passed = verify.returncode == 0 and chunks > 0
+            results["worker_chunks"] = chunks
+        if not passed:
+            print(f"check_image.sh --entries: the {role} entry failed (exit {result.returncode}):\n"
+                  + (result.stdout + result.stderr)[-1500:], file=sys.stderr)
+        results[role] = passed
+    except (AssertionError, subprocess.SubprocessError, ValueError) as exc:
+        print(f"check_image.sh --entries: the {role} entry failed: {exc}", file=sys.stderr)
+        results[role] = False
+    ok = ok and results[role]
+# A role the entry does not know is refused (exit 2), and CMD names a role it knows.
+(work / "state-x").mkdir()
+try:
+    unknown = run_as_image(["run", "--volume", f"{work / 'state-x'}:{stage.get('VOLUME')}",
+                            f"--env=ZEROLAKE_ROOT={work / 'lake-unused'}", "image", "nonsense", "0"],
+                           timeout=60).returncode
+except (AssertionError, subprocess.SubprocessError, ValueError) as exc:
+    print(f"check_image.sh --entries: an unknown role: {exc}", file=sys.stderr)
+    unknown = None
+results["unknown_role_exit"] = unknown
+results["cmd"] = stage.get("CMD")
+if not (stage.get("CMD") and stage["CMD"][0] in checks):
+    print(f"check_image.sh --entries: the Dockerfile's CMD {stage.get('CMD')} names no role of {sorted(checks)}",
+          file=sys.stderr)
+ok = ok and unknown == 2 and bool(stage.get("CMD")) and stage["CMD"][0] in checks
+print(json.dumps({"check": "image-entries", "ok": ok, **results}))
+sys.exit(0 if ok else 1)
+PY
+fi
 WORK="${1:-/tmp/zerolake-image-check}"
 VPY="$REPO/.venv/bin/python"
 BASE="$WORK/base" BUILD="$WORK/build" FINAL="$WORK/final"

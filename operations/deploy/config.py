@@ -92,12 +92,15 @@ GPU_KINDS = {
                                  8: "a3-highgpu-8g"}, True),
 }
 
-# Images.  GPU VMs use Google's Deep Learning VM image with the NVIDIA driver
-# built in (TensorFlow then brings CUDA and cuDNN as pip packages); CPU VMs use
-# plain Debian 12, the system the chroot check (scripts/check_vm_startup.sh)
-# runs the start-up script on.  Image families change over time: the defaults
-# are flags.  Not checked here (no cloud account is reachable from this machine).
-CPU_IMAGE = ("debian-cloud", "debian-12")
+# Images.  Every Compute Engine VM runs the release's container image
+# (operations/vm/startup-image.sh).  CPU VMs boot Container-Optimized OS, which
+# comes with Docker running and docker-credential-gcr for Artifact Registry;
+# GPU VMs boot Google's Deep Learning VM image, whose driver the metadata
+# install-nvidia-driver=True installs at first boot and which runs containers
+# with `docker run --gpus all` (the image brings CUDA and cuDNN as pip
+# packages).  Image families change over time: the defaults are flags.  Not
+# checked here (no cloud account is reachable from this machine).
+CPU_IMAGE = ("cos-cloud", "cos-stable")
 GPU_IMAGE = ("deeplearning-platform-release", "common-cu128-ubuntu-2204-nvidia-570")
 
 LABEL_VALUE = re.compile(r"[a-z][a-z0-9-]{0,20}")

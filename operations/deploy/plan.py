@@ -56,14 +56,19 @@ Accounts and grants (least privilege; ``NAME-<role>`` for each planned role)::
                     (project: Dataflow has no narrower scope), actAs itself (its jobs'
                     workers run as it),
                     artifactregistry.reader on the deployment's image repository
-    NAME-builder    Cloud Build's account for the Dataflow image: artifactregistry.writer
+    every VM role   artifactregistry.reader on that repository: the release's image, by digest
+                    (not the TPU trainer, which installs with pip)
+    NAME-builder    Cloud Build's account for the release's images: artifactregistry.writer
                     on that repository, objectViewer on the bucket (the build's source
                     is staged in the deploy area), logging.logWriter
 
 What the VMs are told travels in instance metadata (never a secret: the VMs
 act through their attached service account, and no key is ever created)::
 
-    startup-script          operations/vm/startup.sh (the same file for every role)
+    startup-script          operations/vm/startup-image.sh on Compute Engine VMs (pulls the image, runs the
+                            role in it), operations/vm/startup.sh on the TPU trainer (pip at boot)
+    zerolake-image          REGION-docker.pkg.dev/PROJECT/NAME-images/zerolake-ACCELERATOR@sha256:DIGEST: the
+                            release's image, by digest (Compute Engine VMs)
     zerolake-role           worker | shuffle | trainer
     zerolake-root           gs://BUCKET/RUN
     zerolake-package        gs://BUCKET/zerolake-deploy/<name>/releases/<sha256>.tar.gz (the release)
@@ -87,6 +92,11 @@ from operations.deploy.config import DEPLOY_AREA, GPU_KINDS, ROLES, DeployConfig
 
 VM_DIR = pathlib.Path(__file__).resolve().parents[1] / "vm"
 STARTUP_SCRIPT = VM_DIR / "startup.sh"
+"""The TPU trainer's start-up script: it installs the release with pip (a TPU VM boots a TPU runtime image)."""
+IMAGE_STARTUP_SCRIPT = VM_DIR / "startup-image.sh"
+"""Every Compute Engine VM's start-up script: it pulls the release's image by digest and runs the role in it."""
+IMAGE_METADATA = "zerolake-image"
+"""The metadata entry naming the image a VM runs, ``REGION-docker.pkg.dev/...@sha256:DIGEST``."""
 DATAFLOW_DOCKERFILE = pathlib.Path(__file__).resolve().parents[1] / "dataflow" / "Dockerfile"
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RELEASE_METADATA = "zerolake-release-sha256"
@@ -95,6 +105,8 @@ RELEASE_VAR = "${zerolake_release}"
 """The plan's shell variable holding the release's sha256 (set in the package section, or by `release_steps`)."""
 IMAGE_DIGEST_VAR = "${zerolake_image_digest}"
 """The plan's shell variable holding the Dataflow image's digest (sha256:...) for the release."""
+VM_IMAGE_VARS = {"cpu": "${zerolake_vm_image_cpu}", "gpu": "${zerolake_vm_image_gpu}"}
+"""The plan's shell variables holding the digest (sha256:...) of the release's VM image of each accelerator."""
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 LAKE_WRITER_ROLE = "roles/storage.objectAdmin"
 """Create, read, list and delete objects: granted with a condition that leaves out the deploy area."""
@@ -291,7 +303,9 @@ def services_steps(config: DeployConfig) -> list[Step]:
     if config.trainer_kind == "tpu":
         apis.append("tpu.googleapis.com")
     if config.uses_dataflow:
-        apis += ["dataflow.googleapis.com", "artifactregistry.googleapis.com", "cloudbuild.googleapis.com"]
+        apis.append("dataflow.googleapis.com")
+    if config.uses_dataflow or vm_image_kinds(config):
+        apis += ["artifactregistry.googleapis.com", "cloudbuild.googleapis.com"]
     return [Step("services", "the APIs this deployment uses", gcloud("services", "enable", *apis,
                                                                       project_flag(config)))]
 
@@ -335,6 +349,7 @@ def account_steps(config: DeployConfig) -> list[Step]:
                                      "itself only)",
                           grant("iam", "service-accounts", "add-iam-policy-binding", config.service_account("shuffle"),
                                 who, "--role=roles/iam.serviceAccountUser", project_flag(config))))
+    if config.uses_dataflow or vm_image_kinds(config):
         steps += builder_account_steps(config)
     return steps
 
@@ -454,7 +469,7 @@ def release_steps(config: DeployConfig, *, update: bool = False) -> list[Step]:
     return steps
 
 
-# ---- the Dataflow workers' image ---------------------------------------------------------
+# ---- the release's images: Dataflow's workers', and the VMs' ---------------------------------
 
 def image_repository(config: DeployConfig) -> str:
     """The deployment's Artifact Registry repository (Docker), in the follower's region."""
@@ -463,6 +478,30 @@ def image_repository(config: DeployConfig) -> str:
 
 def image_name(config: DeployConfig) -> str:
     return f"{config.dataflow_region}-docker.pkg.dev/{config.project}/{image_repository(config)}/dataflow-worker"
+
+
+def vm_image_kinds(config: DeployConfig) -> tuple[str, ...]:
+    """The accelerators whose VM image of the release this plan needs: ``cpu`` for the follower, CPU workers
+    and a CPU trainer, ``gpu`` for GPU workers and a GPU trainer (TensorFlow's CUDA wheels make that image
+    gigabytes larger, so CPU VMs never pull it).  A TPU trainer needs none: it keeps pip at boot."""
+    kinds = set()
+    if config.shuffle:
+        kinds.add("cpu")
+    if config.workers:
+        kinds.add(config.worker_kind)
+    if config.trainer_kind in ("cpu", "gpu"):
+        kinds.add(config.trainer_kind)
+    return tuple(sorted(kinds))
+
+
+def vm_image_name(config: DeployConfig, kind: str) -> str:
+    """The release's VM image of one accelerator: ./Dockerfile built with ``--build-arg ACCELERATOR=kind``."""
+    return f"{config.dataflow_region}-docker.pkg.dev/{config.project}/{image_repository(config)}/zerolake-{kind}"
+
+
+def vm_image(config: DeployConfig, kind: str) -> str:
+    """What a VM's metadata names: the image by the digest the plan read (``$zerolake_vm_image_KIND``)."""
+    return f"{vm_image_name(config, kind)}@{VM_IMAGE_VARS[kind]}"
 
 
 def builder_account_id(config: DeployConfig) -> str:
@@ -474,9 +513,9 @@ def builder_account(config: DeployConfig) -> str:
 
 
 def builder_account_steps(config: DeployConfig) -> list[Step]:
-    """Cloud Build's own account for the image: push to the one repository, read the staged source, log."""
+    """Cloud Build's own account for the images: push to the one repository, read the staged source, log."""
     who = f"--member=serviceAccount:{builder_account(config)}"
-    return [account_step(config, builder_account_id(config), "the account Cloud Build builds the Dataflow image as"),
+    return [account_step(config, builder_account_id(config), "the account Cloud Build builds the release's images as"),
             Step("account", "the builder reads the build's source, staged in the deploy area of the bucket",
                  grant("storage", "buckets", "add-iam-policy-binding", f"gs://{config.bucket}", who,
                        "--role=roles/storage.objectViewer", project_flag(config))),
@@ -485,14 +524,23 @@ def builder_account_steps(config: DeployConfig) -> list[Step]:
                        "--condition=None"))]
 
 
-def cloudbuild_config(config: DeployConfig, tag: str) -> str:
-    """The build: Docker from the context (operations/dataflow/Dockerfile and the sdist), pushed, logged to Cloud
-    Logging only (a build under its own account needs a log destination), as the builder account."""
-    image = f"{image_name(config)}:{tag}"
+UNPACK_STEP = ("- name: gcr.io/cloud-builders/docker",
+               "  entrypoint: bash",
+               "  args: ['-c', 'tar -xzf zerolake.tar.gz --strip-components=1 && rm zerolake.tar.gz']")
+"""The VM image's first build step: the release unpacked in the build's workspace (its own Dockerfile and
+.dockerignore included), so the image is built from the release object, not from this checkout."""
+
+
+def cloudbuild_config(config: DeployConfig, image: str, build_args: tuple[str, ...] = (),
+                      first: tuple[str, ...] = ()) -> str:
+    """The build: Docker from the context (after the steps ``first``), pushed, logged to Cloud Logging only
+    (a build under its own account needs a log destination), as the builder account."""
+    args = "".join(f", --build-arg, '{arg}'" for arg in build_args)
     return "\n".join([
         "steps:",
+        *first,
         "- name: gcr.io/cloud-builders/docker",
-        f"  args: [build, --tag, '{image}', .]",
+        f"  args: [build{args}, --tag, '{image}', .]",
         f"images: ['{image}']",
         f"serviceAccount: projects/{config.project}/serviceAccounts/{builder_account(config)}",
         "options:",
@@ -500,46 +548,87 @@ def cloudbuild_config(config: DeployConfig, tag: str) -> str:
         "timeout: 3600s"])
 
 
+def _build(config: DeployConfig, context: str, image: str, why: str) -> Step:
+    """Cloud Build of one context into ``image`` (a tag naming the release), unless that tag exists."""
+    build = gcloud("builds", "submit", Raw(f'"{context}"'), Raw(f'--config="{context}/cloudbuild.yaml"'),
+                   f"--region={config.dataflow_region}", f"--gcs-source-staging-dir={config.deploy_area}/build-source",
+                   project_flag(config))
+    return Step("image", f"{why}: build and push it with Cloud Build (no Docker needed here), unless built before",
+                unless_exists(gcloud("artifacts", "docker", "images", "describe", Raw(f'"{image}"'),
+                                     project_flag(config)), build))
+
+
 def image_steps(config: DeployConfig) -> list[Step]:
-    """Build the image Dataflow's workers run, from Beam's own SDK image with the release installed by
-    install.sh, so no worker installs anything at boot.  Built from the release object itself (its sha256
-    checked), so image and VMs run one release; skipped when that release's image exists."""
-    if not config.uses_dataflow:
+    """Build the release's images, each from the release object itself (its sha256 checked), so images and
+    VMs run one release, and each skipped when that release's image exists:
+
+    * Dataflow's workers' (with Dataflow): Beam's own SDK image with the release installed by install.sh;
+    * the VMs' (`vm_image_kinds`): ./Dockerfile of the release, ``ACCELERATOR=cpu`` or ``gpu``, the
+      non-root image that scripts/check_image.sh checks.  Every Compute Engine VM pulls it by digest
+      (operations/vm/startup-image.sh), so no VM installs anything at boot.
+    """
+    kinds = vm_image_kinds(config)
+    if not config.uses_dataflow and not kinds:
         return []
     repository, region = image_repository(config), config.dataflow_region
     create = gcloud("artifacts", "repositories", "create", repository, "--repository-format=docker",
                     f"--location={region}", project_flag(config),
-                    f"--description=zerolake {config.name}: the image of its Dataflow workers")
-    steps = [Step("image", f"the deployment's image repository, in {region} next to its Dataflow jobs",
+                    f"--description=zerolake {config.name}: the images of its releases")
+    steps = [Step("image", f"the deployment's image repository, in {region} next to the follower and its jobs",
                   unless_exists(gcloud("artifacts", "repositories", "describe", repository, f"--location={region}",
-                                       project_flag(config)), create)),
-             Step("image", "the follower's Dataflow workers pull the image",
-                  grant("artifacts", "repositories", "add-iam-policy-binding", repository, f"--location={region}",
-                        member(config, "shuffle"), "--role=roles/artifactregistry.reader", project_flag(config))),
-             Step("image", "Cloud Build's account pushes the image",
-                  grant("artifacts", "repositories", "add-iam-policy-binding", repository, f"--location={region}",
-                        f"--member=serviceAccount:{builder_account(config)}", "--role=roles/artifactregistry.writer",
-                        project_flag(config)))]
-    mismatch = "the release downloaded for the image has sha256 $zerolake_got, not $zerolake_release"
-    context = "\n".join([
-        "zerolake_context=$(mktemp -d)",
-        gcloud("storage", "cp", Expand(release_url(config)), Raw('"$zerolake_context/zerolake.tar.gz"'),
-               project_flag(config)),
-        'zerolake_got=$(sha256sum "$zerolake_context/zerolake.tar.gz" | cut -d" " -f1)',
-        f'if [[ $zerolake_got != "$zerolake_release" ]]; then\n{indent(_error(mismatch))}\nfi',
-        command("cp", str(DATAFLOW_DOCKERFILE), Raw('"$zerolake_context/Dockerfile"')),
-        f"cat > \"$zerolake_context/cloudbuild.yaml\" <<EOF\n"
-        f"{cloudbuild_config(config, RELEASE_TAG + '$zerolake_release')}\nEOF"])
-    image = f"{image_name(config)}:{RELEASE_TAG}$zerolake_release"
-    build = gcloud("builds", "submit", Raw('"$zerolake_context"'), Raw('--config="$zerolake_context/cloudbuild.yaml"'),
-                   f"--region={region}", f"--gcs-source-staging-dir={config.deploy_area}/build-source",
-                   project_flag(config))
-    steps += [Step("image", "the build context: operations/dataflow/Dockerfile and the release, tagged by its "
-                            "sha256", context),
-              Step("image", "build and push it with Cloud Build (no Docker needed here), unless built before",
-                   unless_exists(gcloud("artifacts", "docker", "images", "describe", Raw(f'"{image}"'),
-                                        project_flag(config)), build))]
+                                       project_flag(config)), create))]
+    for role in config.planned_roles:
+        if role == "trainer" and config.trainer_kind == "tpu":
+            continue        # the TPU trainer installs with pip at boot: it pulls no image
+        steps.append(Step("image", f"the {role} VMs pull the release's image"
+                                   + (" (and the follower's Dataflow workers theirs)" if role == "shuffle" else ""),
+                          grant("artifacts", "repositories", "add-iam-policy-binding", repository,
+                                f"--location={region}", member(config, role), "--role=roles/artifactregistry.reader",
+                                project_flag(config))))
+    steps.append(Step("image", "Cloud Build's account pushes the images",
+                      grant("artifacts", "repositories", "add-iam-policy-binding", repository, f"--location={region}",
+                            f"--member=serviceAccount:{builder_account(config)}",
+                            "--role=roles/artifactregistry.writer", project_flag(config))))
+    mismatch = "the release downloaded for the images has sha256 $zerolake_got, not $zerolake_release"
+    steps.append(Step("image", "the release, downloaded once for the builds and checked against its sha256", "\n".join([
+        "zerolake_release_file=$(mktemp)",
+        gcloud("storage", "cp", Expand(release_url(config)), Raw('"$zerolake_release_file"'), project_flag(config)),
+        'zerolake_got=$(sha256sum "$zerolake_release_file" | cut -d" " -f1)',
+        f'if [[ $zerolake_got != "$zerolake_release" ]]; then\n{indent(_error(mismatch))}\nfi'])))
+    if config.uses_dataflow:
+        image = f"{image_name(config)}:{RELEASE_TAG}$zerolake_release"
+        context = "\n".join([
+            "zerolake_context=$(mktemp -d)",
+            command("cp", Raw('"$zerolake_release_file"'), Raw('"$zerolake_context/zerolake.tar.gz"')),
+            command("cp", str(DATAFLOW_DOCKERFILE), Raw('"$zerolake_context/Dockerfile"')),
+            f"cat > \"$zerolake_context/cloudbuild.yaml\" <<EOF\n{cloudbuild_config(config, image)}\nEOF"])
+        steps += [Step("image", "Dataflow's build context: operations/dataflow/Dockerfile and the release, tagged "
+                                "by its sha256", context),
+                  _build(config, "$zerolake_context", image, "the Dataflow workers' image")]
+    for kind in kinds:
+        image = f"{vm_image_name(config, kind)}:{RELEASE_TAG}$zerolake_release"
+        context = "\n".join([
+            f"zerolake_vm_context_{kind}=$(mktemp -d)",
+            command("cp", Raw('"$zerolake_release_file"'), Raw(f'"$zerolake_vm_context_{kind}/zerolake.tar.gz"')),
+            f"cat > \"$zerolake_vm_context_{kind}/cloudbuild.yaml\" <<EOF\n"
+            f"{cloudbuild_config(config, image, (f'ACCELERATOR={kind}',), UNPACK_STEP)}\nEOF"])
+        steps += [Step("image", f"the {kind.upper()} VMs' build context: the release, unpacked by the build, its "
+                                f"own Dockerfile built with ACCELERATOR={kind}", context),
+                  _build(config, f"$zerolake_vm_context_{kind}", image, f"the {kind.upper()} VMs' image")]
     return steps
+
+
+def vm_image_digest_step(config: DeployConfig, kind: str, section: str) -> Step:
+    """``$zerolake_vm_image_KIND``: the digest of the release's VM image, which the VMs' metadata names
+    (``IMAGE@sha256:...``): a later push to any tag cannot change what a VM pulls."""
+    tag = f"{vm_image_name(config, kind)}:{RELEASE_TAG}$zerolake_release"
+    describe = gcloud("artifacts", "docker", "images", "describe", Raw(f'"{tag}"'), project_flag(config),
+                      "--format=value(image_summary.digest)")
+    missing = (f"there is no {kind.upper()} VM image of release $zerolake_release ({tag}): plan the image section "
+               "for it (it builds from the release)")
+    var = f"zerolake_vm_image_{kind}"
+    return Step(section, f"the digest of the release's {kind.upper()} VM image, which the VMs' metadata names",
+                f"if ! {var}=$({describe}) || [[ ${var} != sha256:* ]]; then\n{indent(_error(missing))}\nfi")
 
 
 def image_digest_step(config: DeployConfig) -> Step:
@@ -598,12 +687,13 @@ def _vm_flags(config: DeployConfig, role: str, *, machine: str, gpu: str, gpu_co
               disk_gb: int, args: str, processes: int = 1) -> list:
     """What a VM of ``role`` is: the words an instance and an instance template share (no name, no zone)."""
     accelerator = "gpu" if gpu else "cpu"
-    extra = (("install-nvidia-driver=True",) if gpu else ()) + ("enable-guest-attributes=TRUE",)
+    extra = (("install-nvidia-driver=True",) if gpu else ()) + ("enable-guest-attributes=TRUE",
+                                                                 f"{IMAGE_METADATA}={vm_image(config, accelerator)}")
     flags = [project_flag(config), f"--machine-type={machine}",
              *_image_flags(config.gpu_image if gpu else config.cpu_image),
              f"--boot-disk-size={disk_gb}GB", "--boot-disk-type=pd-balanced", *vm_network_flags(config),
              f"--service-account={config.service_account(role)}", f"--scopes={CLOUD_PLATFORM_SCOPE}",
-             f"--metadata-from-file=startup-script={STARTUP_SCRIPT}",
+             f"--metadata-from-file=startup-script={IMAGE_STARTUP_SCRIPT}",
              metadata(config, role, accelerator, args, processes, extra),
              labels(config, role)]
     if gpu and not GPU_KINDS[gpu].bundled:
@@ -664,7 +754,7 @@ def worker_template(config: DeployConfig) -> str:
     hashed by its text, not its path, so two checkouts of one commit name one template."""
     import hashlib
     words = [w for w in _template_flags(config) if not w.startswith("--metadata-from-file=")]
-    settings = hashlib.sha256(repr(words).encode() + STARTUP_SCRIPT.read_bytes()).hexdigest()[:8]
+    settings = hashlib.sha256(repr(words).encode() + IMAGE_STARTUP_SCRIPT.read_bytes()).hexdigest()[:8]
     return f"{worker_template_prefix(config)}{settings}-" + "${zerolake_release:0:12}"
 
 
@@ -710,7 +800,7 @@ def worker_steps(config: DeployConfig) -> list[Step]:
     if config.worker_gpu:
         steps += [accelerator_check(config, "worker", "gpu", config.worker_gpu, zone)
                   for zone in config.worker_group_zones]
-    steps.append(template_step(config))
+    steps += [vm_image_digest_step(config, config.worker_kind, "workers"), template_step(config)]
     create = _group(config, "create", f"--zones={','.join(config.worker_group_zones)}",
                     Raw('--template="$zerolake_template"'), f"--size={config.workers}",
                     f"--base-instance-name={config.name}-worker", "--target-distribution-shape=any",
@@ -756,6 +846,7 @@ def shuffle_steps(config: DeployConfig) -> list[Step]:
     create = retried(CREATE_TRIES, *_vm_create(config, name, "shuffle", machine=config.shuffle_machine, gpu="",
                                                gpu_count=0, spot=False, disk_gb=100, args=args))
     digest = [image_digest_step(config)] if config.uses_dataflow else []
+    digest.append(vm_image_digest_step(config, "cpu", "shuffle"))
     return digest + [Step("shuffle", f"the shuffle follower: builds each window {where}",
                           unless_exists(_vm_describe(config, name, "shuffle"), create))]
 
@@ -778,6 +869,7 @@ def trainer_steps(config: DeployConfig) -> list[Step]:
     shell = (f"if ! {_vm_describe(config, name, 'trainer')} >/dev/null 2>&1 \\\n    && ! {create}; then\n"
              f"  echo {shlex.quote(note)} >&2\n  zerolake_missing+=\" {name}\"\nfi")
     steps = [accelerator_check(config, "trainer", "gpu", gpu)] if gpu else []
+    steps.append(vm_image_digest_step(config, config.trainer_kind, "trainer"))
     return steps + [Step("trainer", f"the trainer on a {what} VM", shell)]
 
 
@@ -928,9 +1020,14 @@ def build_update_plan(config: DeployConfig) -> list[Step]:
     uploads its spool, the trainer checkpoints).  The trainer and the follower
     keep their disks, so an update reinstalls only the package.
     """
-    steps = release_steps(config, update=True)
+    steps = release_steps(config, update=True) + image_steps(config)
     if config.uses_dataflow:
-        steps += image_steps(config) + [image_digest_step(config)]
+        steps.append(image_digest_step(config))
+    roles = {"shuffle": config.shuffle, "trainer": config.trainer_kind in ("cpu", "gpu")}
+    steps += [vm_image_digest_step(config, "cpu" if role == "shuffle" else config.trainer_kind, "rollout")
+              for role, planned in roles.items() if planned]
+    if config.workers:
+        steps.append(vm_image_digest_step(config, config.worker_kind, "workers"))
     steps += core_rollout_steps(config)
     if config.workers:
         steps += worker_rollout_steps(config)
@@ -939,12 +1036,13 @@ def build_update_plan(config: DeployConfig) -> list[Step]:
 
 def _refresh_metadata(config: DeployConfig, role: str, name: str) -> list[str]:
     """The words of setting one Compute Engine VM's release (and the start-up script that checks it)."""
-    entries = list(release_metadata(config))
+    kind = "cpu" if role == "shuffle" else config.trainer_kind
+    entries = [*release_metadata(config), f"{IMAGE_METADATA}={vm_image(config, kind)}"]
     if role == "shuffle":       # its jobs' image digest travels in its flags
         args = " ".join(a for a in (config.shuffle_args, shuffle_runner_args(config)) if a)
         entries.append(f"zerolake-args={args}")
     return ["compute", "instances", "add-metadata", name, f"--zone={config.zone_of(role)}", project_flag(config),
-            Expand("--metadata=" + ",".join(entries)), f"--metadata-from-file=startup-script={STARTUP_SCRIPT}"]
+            Expand("--metadata=" + ",".join(entries)), f"--metadata-from-file=startup-script={IMAGE_STARTUP_SCRIPT}"]
 
 
 WHO = {"shuffle": "follower", "trainer": "trainer"}
@@ -977,7 +1075,9 @@ def core_rollout_steps(config: DeployConfig) -> list[Step]:
                             f"else\n  echo {shlex.quote(note)} >&2\nfi"))
         stops.append(Step("rollout", f"stop the {WHO[role]} (SIGTERM to its role: a clean stop)",
                           f"if (( {flag} )); then\n{indent(stop)}\nfi"))
-        starts.append(Step("rollout", f"start the {WHO[role]}: its start-up script checks and installs the release",
+        what = ("checks and installs the release" if role == "trainer" and config.trainer_kind == "tpu"
+                else "pulls the release's image by digest and runs the role in it")
+        starts.append(Step("rollout", f"start the {WHO[role]}: its start-up script {what}",
                            f"if (( {flag} )); then\n{indent(start)}\nfi"))
     return present + stops + starts
 

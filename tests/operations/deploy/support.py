@@ -192,13 +192,20 @@ def creates(script: str, what: tuple[str, ...]) -> list[list[str]]:
     return [w for w in gcloud_invocations(script) if tuple(w[:n]) == what]
 
 
+VM_IMAGE_DIGEST = "sha256:" + "d1" * 32
+"""What a stand-in gcloud answers for the digest of a release's VM image (``zerolake-cpu``/``zerolake-gpu``)."""
+
+
 def stand_in_gcloud(folder: pathlib.Path, body: str) -> tuple[pathlib.Path, pathlib.Path]:
     """A stand-in ``gcloud`` in ``folder`` that logs each call's arguments, one line each, then runs ``body``
-    (bash); returns (the folder, to put first on PATH; the log)."""
+    (bash); returns (the folder, to put first on PATH; the log).  Before ``body``, it answers the digest of
+    the release's VM images with `VM_IMAGE_DIGEST`, as every plan that creates a VM asks for it."""
     log = folder / "calls"
     folder.mkdir()
     fake = folder / "gcloud"
-    fake.write_text(f"#!/usr/bin/env bash\necho \"$*\" >> {log}\n" + body)
+    digest = (f'[[ $* == *"images describe"*/zerolake-[cg]pu:*"image_summary.digest"* ]] && '
+              f'{{ echo {VM_IMAGE_DIGEST}; exit 0; }}\n')
+    fake.write_text(f"#!/usr/bin/env bash\necho \"$*\" >> {log}\n" + digest + body)
     fake.chmod(0o755)
     return folder, log
 

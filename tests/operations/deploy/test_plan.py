@@ -36,7 +36,7 @@ from operations.deploy.config import DeployConfig
 from tests.operations.deploy.support import (BASE, RELEASE, REPO, check_invocation, gcloud_invocations, metadata_of,
                                              needs_gcloud, plan_text, run_deploy, stand_in_gcloud)
 from tests.operations.deploy.support import gcloud_help  # noqa: F401  (a fixture, used by parameter name)
-from tests.operations.deploy.support import account, iam_grants
+from tests.operations.deploy.support import VM_IMAGE_DIGEST, account, iam_grants
 from tests.operations.deploy.support import creates as _creates
 
 SCENARIOS = {
@@ -116,7 +116,10 @@ def test_the_acceptance_plan_holds_every_part(capsys):
     assert not any(w.startswith("--accelerator") for w in words)     # G2 machines come with their L4
     metadata = next(w for w in words if w.startswith("--metadata="))
     assert "zerolake-accelerator=gpu" in metadata and "install-nvidia-driver=True" in metadata
-    assert f"--metadata-from-file=startup-script={P.STARTUP_SCRIPT}" in words
+    # The VMs run the release's image by digest (operations/vm/startup-image.sh); nothing is installed at boot.
+    assert f"--metadata-from-file=startup-script={P.IMAGE_STARTUP_SCRIPT}" in words
+    assert (f"{P.IMAGE_METADATA}=us-central1-docker.pkg.dev/zl-test-project/zerolake-images/zerolake-gpu"
+            "@${zerolake_vm_image_gpu}") in metadata
     # The release travels in the template's metadata, so the group's VMs run it and check its sha256.
     assert {"zerolake-package=gs://zl-test-bucket/zerolake-deploy/zerolake/releases/${zerolake_release}.tar.gz",
             f"{P.RELEASE_METADATA}=${{zerolake_release}}"} <= set(metadata.removeprefix("--metadata=").split(","))
@@ -131,7 +134,7 @@ def test_the_acceptance_plan_holds_every_part(capsys):
     assert "--runtime-version=tpu-vm-tf-2.16.1-pjrt" in tpu and "--node-id=zerolake-trainer" in tpu
     [shuffle] = [w for w in _creates(script, ("compute", "instances", "create")) if w[3] == "zerolake-shuffle"]
     # auto: 8 workers' windows start small, on the follower VM; the large ones later go to Dataflow.
-    assert "--image-family=debian-12" in shuffle and "--dataflow-above-positions=1000000" in " ".join(shuffle)
+    assert "--image-family=cos-stable" in shuffle and "--dataflow-above-positions=1000000" in " ".join(shuffle)
     assert _creates(script, ("storage", "buckets", "create")) and _creates(script, ("iam", "service-accounts",
                                                                                     "create"))
     [upload] = [w for w in _creates(script, ("storage", "cp")) if "--no-clobber" in w]      # create-only
@@ -154,7 +157,7 @@ def test_accelerator_kinds(capsys):
     assert not any("SPOT" in w for w in creates["zerolake-trainer"])                            # trainer: standard
     cpu = plan_text(["plan"] + SCENARIOS["cpu-workers-cpu-trainer"] + BASE, capsys)
     creates = {w[3]: w for w in _creates(cpu, ("compute", "instances", "create"))}
-    assert "--image-family=debian-12" in template_of(cpu)
+    assert "--image-family=cos-stable" in template_of(cpu)
     assert not any("SPOT" in w or "nvidia" in w for w in template_of(cpu))                      # --no-spot, CPU
     assert "zerolake-accelerator=cpu" in " ".join(creates["zerolake-trainer"])
     assert "tpu.googleapis.com" not in cpu and not _creates(cpu, ("compute", "tpus", "queued-resources", "create"))
@@ -176,12 +179,13 @@ def test_dataflow_shuffle_gets_its_apis_roles_image_and_beam_flags(capsys):
     # The image: a repository, a build from operations/dataflow/Dockerfile and the sdist, tagged, and readable by the
     # follower's account (whose jobs' workers pull it).
     assert _creates(script, ("artifacts", "repositories", "create"))[0][3] == "zerolake-images"
-    [build] = _creates(script, ("builds", "submit"))
-    assert "--region=us-central1" in build and any(w.startswith("--config=") for w in build)
+    builds = _creates(script, ("builds", "submit"))       # Dataflow's image, and the follower's and trainer's
+    assert len(builds) == 3 and all("--region=us-central1" in build and any(w.startswith("--config=") for w in build)
+                                    for build in builds)
     assert f"cp {P.DATAFLOW_DOCKERFILE} " in script and f"{image}:release-$zerolake_release" in script
     assert not _creates(script, ("artifacts", "docker", "tags"))            # no moving tag: jobs name the digest
     [digest] = [w for w in _creates(script, ("artifacts", "docker", "images", "describe"))
-                if "--format=value(image_summary.digest)" in w]
+                if "--format=value(image_summary.digest)" in w and "dataflow-worker" in w[4]]
     assert digest[4] == f"{image}:release-$zerolake_release"
     assert script.index("value(image_summary.digest)") < script.index("instances create zerolake-shuffle")
     grants = iam_grants(script)
@@ -206,7 +210,7 @@ def test_dataflow_shuffle_gets_its_apis_roles_image_and_beam_flags(capsys):
     assert "up to 1,000,000 positions, larger ones on Dataflow" in script
     # local: never Dataflow, no image; dataflow: every window there.
     local = plan_text(["plan", "--workers", "2", "--shuffle-runner", "local"] + BASE, capsys)
-    assert "DataflowRunner" not in local and "dataflow.googleapis.com" not in local and "builds submit" not in local
+    assert "DataflowRunner" not in local and "dataflow.googleapis.com" not in local and "dataflow-worker" not in local
     forced = plan_text(["plan", "--dataflow-above-positions", "5"] + SCENARIOS["forced-dataflow-t4-trainer"] + BASE,
                        capsys)
     assert "--runner=DataflowRunner" in forced and "--dataflow-above-positions" not in forced
@@ -224,8 +228,9 @@ def test_each_role_runs_as_its_own_account_with_only_its_grants(capsys):
         by_member.setdefault(who.removeprefix("serviceAccount:"), set()).add((kind, role))
     bucket = {("storage buckets", role) for role in P.BUCKET_ROLES}
     logs = {("projects", role) for role in P.LOG_ROLES}
-    assert by_member[account("worker")] == bucket | logs
-    assert by_member[account("trainer")] == bucket | logs
+    image = {("artifacts repositories", "roles/artifactregistry.reader")}     # the release's image, by digest
+    assert by_member[account("worker")] == bucket | logs | image
+    assert by_member[account("trainer")] == bucket | logs            # the TPU trainer pulls no image (pip)
     # The follower: its Dataflow jobs, and nothing more (no keeper: the worker group restarts preempted workers,
     # so no role can list, start or change VMs, and no custom role is made).
     assert by_member[account("shuffle")] - bucket - logs == {("projects", role) for role in P.DATAFLOW_PROJECT_ROLES} | {
@@ -267,6 +272,7 @@ def _apply_with_listing(tmp_path, script: str, listing_output: str, listing_stat
     fake.parent.mkdir()
     fake.write_text("#!/usr/bin/env bash\n"
                     f"if [[ $* == *accelerator-types* ]]; then printf '{listing_output}'; exit {listing_status}; fi\n"
+                    f"[[ $* == *image_summary.digest* ]] && {{ echo {VM_IMAGE_DIGEST}; exit 0; }}\n"
                     "[[ $* == *describe* ]] && exit 1\n"
                     'echo "$*" >> "$(dirname "$0")/calls"\n')
     fake.chmod(0o755)
@@ -383,6 +389,7 @@ def test_only_prints_the_sections_asked_for(capsys):
     # Without the package section, the VMs get the release the deployment records (read first).
     assert [w[:4] for w in gcloud_invocations(script)] == [
         ["storage", "cat", "gs://zl-test-bucket/zerolake-deploy/zerolake/release", "--project=zl-test-project"],
+        ["artifacts", "docker", "images", "describe"],
         ["compute", "instance-templates", "describe", "$zerolake_template"],
         ["compute", "instance-templates", "create", "$zerolake_template"]] + [
         ["compute", "instance-groups", "managed", verb] for verb in ("describe", "resize", "rolling-action", "create")]
@@ -496,6 +503,7 @@ def test_apply_runs_the_plan_through_gcloud(tmp_path, capsys, monkeypatch):
                     "if [[ $1 == auth ]]; then echo someone@example.com; exit 0; fi\n"
                     f"echo \"$*\" >> {log}\n"
                     "[[ $* == *accelerator-types* ]] && echo v4-8\n"
+                    f"[[ $* == *image_summary.digest* ]] && {{ echo {VM_IMAGE_DIGEST}; exit 0; }}\n"
                     "[[ $* == *describe* ]] && exit 1\nexit 0\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")

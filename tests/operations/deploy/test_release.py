@@ -25,7 +25,7 @@ import pytest
 from format import layout
 from operations.deploy import plan as P
 from operations.deploy import release as R
-from tests.operations.deploy.support import (BASE, RELEASE, VM, account, check_invocation, creates,
+from tests.operations.deploy.support import (BASE, RELEASE, VM, VM_IMAGE_DIGEST, account, check_invocation, creates,
                                              gcloud_invocations, iam_grants, metadata_of, needs_gcloud, plan_text,
                                              stand_in_gcloud)
 from tests.operations.deploy.support import gcloud_help  # noqa: F401  (a fixture, used by parameter name)
@@ -265,7 +265,10 @@ exit 0
         if "add-metadata" in call or call[1:3] == ["instance-templates", "create"]:
             text = " ".join(call)
             assert f"zerolake-release-sha256={release}" in text and f"releases/{release}.tar.gz" in text
-            assert f"startup-script={P.STARTUP_SCRIPT}" in text
+            # The updated VMs pull the release's image by the digest the plan read, and install nothing.
+            assert f"startup-script={P.IMAGE_STARTUP_SCRIPT}" in text
+            assert f"{P.IMAGE_METADATA}=us-central1-docker.pkg.dev/zl-test-project/zerolake-images/zerolake-" in text
+            assert f"@{VM_IMAGE_DIGEST}" in text
     follower = " ".join(next(c for c in calls if c[2:4] == ["add-metadata", "zerolake-shuffle"]))
     assert "--sdk_container_image=us-central1-docker.pkg.dev/zl-test-project/zerolake-images/dataflow-worker" \
            "@sha256:feed" in follower          # the follower's jobs: the image of the same release, by digest

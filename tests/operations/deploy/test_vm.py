@@ -23,7 +23,7 @@ from operations.deploy import plan as P
 from tests.operations.deploy.support import REPO, VM, run_role
 
 
-@pytest.mark.parametrize("script", ["install.sh", "startup.sh", "run-role.sh", "ship-logs.sh"])
+@pytest.mark.parametrize("script", ["install.sh", "startup.sh", "startup-image.sh", "run-role.sh", "ship-logs.sh"])
 def test_vm_scripts_are_valid_bash_and_executable(script):
     path = VM / script
     assert os.access(path, os.X_OK), f"{path} is not executable"
