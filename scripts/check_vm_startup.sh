@@ -28,27 +28,14 @@ ROOTFS="$WORK/rootfs"
 VPY="$REPO/.venv/bin/python"
 mkdir -p "$WORK"
 [[ "$(id -u)" == 0 ]] || { echo "check_vm_startup.sh: run as root (debootstrap, chroot)" >&2; exit 2; }
-log() { echo "[vm-check $(date +%H:%M:%S)] $*"; }
+# shellcheck source=scripts/vm_check_lib.sh
+source "$REPO/scripts/vm_check_lib.sh"
+log() { vm_log "$@"; }
 t0=$(date +%s)
 
-if ! command -v debootstrap >/dev/null; then
-    log "installing debootstrap"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-fi
-if [[ ! -x "$ROOTFS/usr/bin/apt-get" ]]; then
-    log "debootstrap --variant=minbase bookworm $ROOTFS"
-    rm -rf "$ROOTFS"
-    debootstrap --variant=minbase bookworm "$ROOTFS" http://deb.debian.org/debian >"$WORK/debootstrap.log" 2>&1 \
-        || { tail -20 "$WORK/debootstrap.log"; exit 1; }
-fi
+vm_root "$ROOTFS" "$WORK/debootstrap.log"
 t_root=$(date +%s)
-mkdir -p "$ROOTFS/etc/ssl/certs" "$ROOTFS/etc/zerolake-check"
-cp /etc/ssl/certs/ca-certificates.crt "$ROOTFS/etc/ssl/certs/ca-certificates.crt"
-# startup.sh installs Debian's ca-certificates, which rewrites that bundle from
-# Debian's own list; pip keeps using this machine's bundle (PIP_CERT below).
-cp /etc/ssl/certs/ca-certificates.crt "$ROOTFS/etc/zerolake-check/ca-bundle.crt"
-[[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$ROOTFS/etc/pip.conf"
-cp /etc/resolv.conf "$ROOTFS/etc/resolv.conf"
+vm_host_config "$ROOTFS"
 for fs in proc sys dev; do
     mountpoint -q "$ROOTFS/$fs" || mount --bind "/$fs" "$ROOTFS/$fs"
 done
@@ -61,39 +48,12 @@ cleanup() {
 trap cleanup EXIT
 
 log "building the sdist"
-rm -rf "$WORK/dist" && "$VPY" - "$REPO" "$WORK/dist" <<'PY'
-import pathlib, shutil, subprocess, sys, tempfile
-repo, dist = pathlib.Path(sys.argv[1]), sys.argv[2]
-with tempfile.TemporaryDirectory() as tmp:   # a copy, so the checkout's build/ is left alone
-    copy = pathlib.Path(tmp) / "src"
-    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.so", "*.egg-info",
-                                                              "__pycache__", "lake", "cluster-state"))
-    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "--dist-dir", dist], cwd=copy, check=True,
-                   stdout=subprocess.DEVNULL)
-PY
-SDIST=$(ls "$WORK"/dist/zerolake-*.tar.gz)
+SDIST=$(vm_sdist "$WORK/dist")
 
 UPLOAD_DELAY_S=20
 log "starting fake-gcs-server on 127.0.0.1; the sdist goes up ${UPLOAD_DELAY_S}s later"
-rm -f "$WORK/emulator.json"
-(cd "$REPO" && exec "$VPY" - "$WORK" "$SDIST" "$UPLOAD_DELAY_S" <<'PY'
-import json, pathlib, signal, sys, threading
-from tests.gcs_emulators import running_emulator
-work, sdist, delay = pathlib.Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
-stop = threading.Event()
-signal.signal(signal.SIGTERM, lambda *a: stop.set())
-with running_emulator("fake-gcs-server", work / "emulator") as server:
-    (work / "emulator.json").write_text(json.dumps({**server.env, "BUCKET": server.bucket}))
-    if not stop.wait(delay):
-        server.client().bucket(server.bucket).blob("zerolake-deploy/check/zerolake.tar.gz").upload_from_filename(sdist)
-        print(f"[vm-check] the sdist is in the bucket now, {delay:.0f}s after the start", flush=True)
-    stop.wait()
-PY
-) &
-EMULATOR_PID=$!
-for _ in $(seq 100); do [[ -s "$WORK/emulator.json" ]] && break; sleep 0.2; done
-[[ -s "$WORK/emulator.json" ]] || { echo "check_vm_startup.sh: the emulator did not start" >&2; exit 1; }
-field() { "$VPY" -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$WORK/emulator.json" "$1"; }
+vm_emulator "$WORK" "$SDIST" zerolake-deploy/check/zerolake.tar.gz "$UPLOAD_DELAY_S"
+field() { vm_field "$WORK" "$1"; }
 BUCKET=$(field BUCKET)
 ENDPOINT=$(field STORAGE_EMULATOR_HOST)
 cp "$(field GOOGLE_APPLICATION_CREDENTIALS)" "$ROOTFS/etc/zerolake-check/sa.json"
@@ -121,21 +81,9 @@ install_failures=$(grep -c "installing the package failed" "$WORK/startup.log" |
 t_done=$(date +%s)
 
 log "verifying the chunks in $LAKE"
-set +e
-verify=$(cd "$REPO" && STORAGE_EMULATOR_HOST="$ENDPOINT" GOOGLE_CLOUD_PROJECT=zerolake-test \
-    GOOGLE_APPLICATION_CREDENTIALS="$(field GOOGLE_APPLICATION_CREDENTIALS)" \
-    "$VPY" -m format.inspect verify "$LAKE" 2>&1)
-verify_status=$?
-set -e
-echo "$verify" | tail -5
-chunks=$(cd "$REPO" && STORAGE_EMULATOR_HOST="$ENDPOINT" "$VPY" - "$LAKE" <<'PY'
-import sys
-from cloud.storage import open_storage
-from format import layout
-storage = open_storage(sys.argv[1])
-print(sum(1 for i in storage.list(layout.games_prefix()) if layout.parse_chunk_path(i.path)))
-PY
-)
+vm_verify "$WORK" "$LAKE"
+verify_status=$VERIFY_STATUS
+chunks=$CHUNKS
 ok=false
 [[ $status == 0 && $verify_status == 0 && $chunks -gt 0 && $install_failures -ge 1 ]] && ok=true
 echo "{\"check\": \"vm_startup\", \"ok\": $ok, \"startup_exit\": $status, \"verify_exit\": $verify_status, \"chunks\": $chunks, \"install_failures\": $install_failures, \"debootstrap_s\": $((t_root - t0)), \"startup_s\": $((t_done - t_start)), \"total_s\": $((t_done - t0))}"
