@@ -32,8 +32,11 @@
 #      one container per process, `--restart=always` (Docker restarts a role that exits, as systemd's
 #      Restart=always did), `--stop-timeout=25` (a spot VM's ~30 s notice: SIGTERM, the worker uploads its
 #      spool), the state folder bind-mounted at /var/lib/zerolake (the image's VOLUME), the host's
-#      network, the role's output in the journal (`journalctl CONTAINER_NAME=zerolake-worker-0 -f`, the
-#      JSON events as before), and on GPU VMs `--gpus all` (the NVIDIA container toolkit).
+#      network, and on GPU VMs `--gpus all` (the NVIDIA container toolkit).  The role's output (the JSON
+#      events as before) goes to Cloud Logging through Docker's gcplogs driver, which finds the project and
+#      the instance from the metadata server, while LOGGING (metadata zerolake-logging, as startup.sh) is
+#      on or all; with off it stays in the journal (`journalctl CONTAINER_NAME=zerolake-worker-0 -f`).
+#      Docker 20.10 and later keep a local copy either way, so `docker logs` reads it.
 # The containers are run by Docker directly, not by systemd units: Container-Optimized OS keeps /etc on a
 # tmpfs and this script runs at every boot anyway, and Docker's restart policy is what restarts a role.
 # The containers of an earlier boot are stopped first (Docker would restart them with their old image), so new
@@ -71,9 +74,11 @@ RELEASE_SHA256=$(setting release-sha256 "")
 ACCELERATOR=$(setting accelerator cpu)
 PROCESSES=$(setting processes 1)
 ARGS=$(setting args "")
+LOGGING=$(setting logging on)
 case "$ROLE" in worker|shuffle|trainer) ;; *) echo "startup-image.sh: role '$ROLE' is not worker, shuffle or trainer (metadata zerolake-role)" >&2; exit 2 ;; esac
 [[ -n "$ROOT" ]] || { echo "startup-image.sh: root is not set (metadata zerolake-root)" >&2; exit 2; }
 [[ "$PROCESSES" =~ ^[1-9][0-9]*$ ]] || { echo "startup-image.sh: processes '$PROCESSES' is not a positive number (metadata zerolake-processes)" >&2; exit 2; }
+case "$LOGGING" in on|all) log_driver=gcplogs ;; off) log_driver=journald ;; *) echo "startup-image.sh: logging '$LOGGING' is not on, all or off (metadata zerolake-logging)" >&2; exit 2 ;; esac
 case "$ACCELERATOR" in cpu|gpu) ;; *) echo "startup-image.sh: accelerator '$ACCELERATOR' is not cpu or gpu (metadata zerolake-accelerator; a TPU VM runs startup.sh)" >&2; exit 2 ;; esac
 # By digest only, from an Artifact Registry Docker repository: REGION-docker.pkg.dev/PROJECT/REPO/NAME@sha256:HEX.
 if [[ ! "$IMAGE" =~ ^([a-z0-9-]+-docker\.pkg\.dev)/[a-z0-9._/-]+@sha256:[0-9a-f]{64}$ ]]; then
@@ -160,7 +165,7 @@ names=()
 for ((i = 0; i < count; i++)); do
     name="zerolake-$ROLE-$i"
     docker rm -f "$name" >/dev/null 2>&1 || true
-    docker run -d --name "$name" --restart=always --stop-timeout=25 --network=host --log-driver=journald "${gpus[@]}" \
+    docker run -d --name "$name" --restart=always --stop-timeout=25 --network=host --log-driver="$log_driver" "${gpus[@]}" \
         --volume "$STATE:/var/lib/zerolake" \
         --env ZEROLAKE_ROOT="$ROOT" --env ZEROLAKE_ACCELERATOR="$ACCELERATOR" \
         --env ZEROLAKE_ARGS="$ARGS" --env ZEROLAKE_PROCESSES="$PROCESSES" \

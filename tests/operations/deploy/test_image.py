@@ -84,7 +84,8 @@ STAND_INS = {
 }
 
 
-def _startup_image(tmp_path, *, image: str, digests: str, accelerator="cpu", processes="1", role="worker"):
+def _startup_image(tmp_path, *, image: str, digests: str, accelerator="cpu", processes="1", role="worker",
+                   logging="off"):
     folder = tmp_path / "bin"
     folder.mkdir(exist_ok=True)
     for name, body in STAND_INS.items():
@@ -96,7 +97,8 @@ def _startup_image(tmp_path, *, image: str, digests: str, accelerator="cpu", pro
            "ZEROLAKE_ROOT": "gs://b/run", "ZEROLAKE_IMAGE": image, "ZEROLAKE_RELEASE_SHA256": "5e" * 32,
            "ZEROLAKE_ACCELERATOR": accelerator, "ZEROLAKE_PROCESSES": processes, "ZEROLAKE_ARGS": "--visits 8",
            "ZEROLAKE_STATE": str(tmp_path / "state"), "ZEROLAKE_DOCKER_HOME": str(tmp_path / "docker-home"),
-           "ZEROLAKE_SPOOL_DEVICE": str(tmp_path / "no-such-disk"), "ZEROLAKE_PULL_RETRY_SECONDS": "1"}
+           "ZEROLAKE_SPOOL_DEVICE": str(tmp_path / "no-such-disk"), "ZEROLAKE_PULL_RETRY_SECONDS": "1",
+           "ZEROLAKE_LOGGING": logging}
     result = subprocess.run(["bash", str(VM / "startup-image.sh")], capture_output=True, text=True, env=env,
                             timeout=60)
     result.calls = calls.read_text().splitlines() if calls.exists() else []
@@ -120,6 +122,22 @@ def test_startup_image_pulls_by_digest_and_runs_each_process_as_the_image_runs_i
         assert f"{tmp_path / 'state'}:/var/lib/zerolake" in run      # the image's VOLUME, on the spool disk
         assert "ZEROLAKE_ACCELERATOR=gpu" in run and "ZEROLAKE_PROCESSES=2" in run
     assert "curl" in " ".join(result.calls)                          # the guest attribute reports progress
+
+
+@pytest.mark.parametrize("logging, driver", [("on", "gcplogs"), ("all", "gcplogs"), ("off", "journald")])
+def test_startup_image_sends_the_roles_output_to_cloud_logging_unless_logging_is_off(tmp_path, logging, driver):
+    image = f"{REPO_IMAGE}cpu@{DIGEST}"
+    result = _startup_image(tmp_path, image=image, digests=image, logging=logging)
+    assert result.returncode == 0, result.stderr
+    runs = [c.split() for c in result.calls if c.startswith("docker run")]
+    assert runs and all(f"--log-driver={driver}" in run for run in runs)
+
+
+def test_startup_image_refuses_a_logging_setting_it_does_not_know_in_one_line(tmp_path):
+    result = _startup_image(tmp_path, image=f"{REPO_IMAGE}cpu@{DIGEST}", digests="", logging="verbose")
+    assert result.returncode == 2 and not any(c.startswith("docker") for c in result.calls)
+    assert result.stderr.strip().splitlines() == [
+        "startup-image.sh: logging 'verbose' is not on, all or off (metadata zerolake-logging)"]
 
 
 def test_startup_image_refuses_an_image_whose_digest_is_not_the_metadatas_in_one_line(tmp_path):
