@@ -23,7 +23,7 @@ Every report line is checked against the grammar (field names and order,
 value ranges, ``pv`` legal from the position, visits adding up), and a
 command sent mid-stream must be answered within STOP_SECONDS.  Each test
 runs against the engine without a model (uniform evaluator) and with a
-model trained on a lake the test builds (`model_root`).
+model trained on a lake the test builds from self-play games (`model_root`).
 """
 from __future__ import annotations
 
@@ -131,26 +131,28 @@ class StreamingEngine(Engine):
 
 @pytest.fixture(scope="module")
 def model_root(tmp_path_factory):
-    """A lake the test builds (run.json and one window of synthetic positions written through the
-    lake's codec) and generation 1 trained on it by ``python -m model.train``, published as the
-    trainer publishes every model (SavedModel, int8 CPU copy, LATEST)."""
+    """A lake the test builds as a run does, and generation 1 trained on it: the self-play worker plays
+    24 games of generation 0 (random-playout MCTS, 8 visits) into it, the shuffle job makes window 1 of
+    them, and ``python -m model.train`` trains a 1x8 network 20 steps on that window and publishes it
+    as it publishes every model (SavedModel, int8 CPU copy, LATEST)."""
     from cloud.storage import open_storage
-    from format.run_config import RunConfig, ensure_run_config
-    from testdata import synthetic_windows
     from tests.arena.test_gtp import REPO
 
-    root = str(tmp_path_factory.mktemp("analysis-lake") / "lake")
-    storage = open_storage(root)
-    ensure_run_config(storage, RunConfig(board_size=SIZE))
-    synthetic_windows.write_synthetic_window(storage, target_generation=1, board_size=SIZE, positions=1200,
-                                             shards=1, seed=3)
-    trained = subprocess.run(
-        [sys.executable, "-m", "model.train", "--root", root, "--blocks", "1", "--filters", "8",
-         "--value-hidden", "8", "--batch-size", "32", "--steps-per-window", "20", "--steps-per-call", "10",
-         "--warmup-steps", "5", "--log-every", "10"],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    assert storage.read(layout.LATEST).decode().strip() == "1"
+    work = tmp_path_factory.mktemp("analysis-lake")
+    root = str(work / "lake")
+
+    def run(*argv):
+        done = subprocess.run([sys.executable, "-m", *argv], cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{argv[0]}: " + done.stdout[-2000:] + done.stderr[-2000:]
+
+    run("selfplay.worker", "--root", root, "--board-size", str(SIZE), "--seed", "3", "--games", "24",
+        "--max-games", "24", "--visits", "8", "--fast-visits", "4", "--spool-dir", str(work / "spool"),
+        "--chunk-seconds", "1")
+    run("pipeline.shuffle", "--root", root, "--workers", "1", "--seed", "3", "--window-min-positions",
+        "1000000", "--reuse", "1.0")
+    run("model.train", "--root", root, "--blocks", "1", "--filters", "8", "--value-hidden", "8", "--batch-size",
+        "32", "--steps-per-window", "20", "--steps-per-call", "10", "--warmup-steps", "5", "--log-every", "10")
+    assert open_storage(root).read(layout.LATEST).decode().strip() == "1"
     return root
 
 
