@@ -406,10 +406,12 @@ def stone_statuses(board: Board, playouts: int = DEAD_STONE_PLAYOUTS, seed: int 
                    and not _can_fill(stones, size, p, schema.BLACK)
                    and not _can_fill(stones, size, p, schema.WHITE)]
     touching = {n for p in seki_points for n in neighbours(p, size)}
-    living = [chain for chain in chains(stones, size) if not touching.intersection(chain)]
+    living = []
     for chain in chains(stones, size):
         if touching.intersection(chain):
             status[chain] = STATUS_SEKI
+        else:
+            living.append(chain)
     if living:
         fresh = Board(size, board.komi)
         fresh.set_position(stones.reshape(size, size), board.to_play)
