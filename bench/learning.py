@@ -4,6 +4,7 @@
     python bench/learning.py --out /work/ab/bundle --arm-b-name held-out-bundle \
         --arm-b "--train-steps-per-window 1000" --arm-b "--train-input-planes 22"
     python bench/learning.py --out /work/ab/gumbel ...      # the same command resumes where it stopped
+    python bench/learning.py ... --window-minutes 150      # as many whole runs as fit, then exit 3
 
 Terms
 -----
@@ -48,7 +49,7 @@ Terms
 
 The protocol (what makes a result worth keeping):
 
-1. ``--seeds`` runs per arm (5; 4-6).
+1. ``--seeds`` runs per arm (5; 4-6), the arms taking turns (a1, b1, a2, ...).
 2. Cross-arm matches between the final models, every B run against every A
    run, each run playing about ``--cross-games-per-run`` (100) games spread
    evenly over the other arm's runs (100 / seeds a pairing, rounded up to an
@@ -602,6 +603,31 @@ def run_arm(args, base: str, arm: str, flags: str, seed: int) -> dict:
     return record
 
 
+def run_is_done(args, arm: str, seed: int) -> bool:
+    """Whether run ``arm``+``seed`` finished in an earlier invocation (its record says so)."""
+    path = os.path.join(args.out, "runs", f"{arm}{seed}.json")
+    if not os.path.exists(path):
+        return False
+    with open(path) as handle:
+        return bool(json.load(handle).get("done"))
+
+
+def fits_window(args, seconds: float) -> bool:
+    """Whether something taking ``seconds`` can still end inside this invocation's --window-minutes."""
+    if not args.window_minutes:
+        return True
+    return time.monotonic() - args.started + seconds <= args.window_minutes * 60
+
+
+def stop_for_window(args, what: str, left: list[str]) -> None:
+    """Stop between runs (or before a match) when the window is spent: a run cut by the end of a
+    sitting would be resumed with its hours and its CPU split, so none is begun that cannot end."""
+    say(f"the {args.window_minutes:g}-minute window is spent before the next {what}; left: "
+        f"{', '.join(left)}{' and the matches after them' if what == 'run' else ' and any after it'}. "
+        f"Rerun the same command to resume")
+    sys.exit(3)
+
+
 def play_match(args, first: str, second: str, games: int, seed: int) -> tuple[MatchTally, dict]:
     """``first``'s distinct-game tally against ``second`` (run names), and the match's entry for the
     JSON line (players, seed, tally, digest); the result, its SGFs and its provenance are kept."""
@@ -648,13 +674,23 @@ def run_ab(args) -> dict:
     base = os.path.join(args.out, "base")
     make_base(args, base)
     seeds = list(range(1, args.seeds + 1))
-    records = {arm: [run_arm(args, base, arm, flags, seed) for seed in seeds]
-               for arm, flags in (("a", args.arm_a_flags), ("b", args.arm_b_flags))}
+    # The arms take turns (a1, b1, a2, b2, ...), so an A/B spread over several sittings, or a machine
+    # that drifts over the hours, loads both arms alike instead of giving one arm the early hours.
+    records = {"a": [], "b": []}
+    for seed in seeds:
+        for arm, flags in (("a", args.arm_a_flags), ("b", args.arm_b_flags)):
+            if not run_is_done(args, arm, seed) and not fits_window(args, args.minutes * 60):
+                stop_for_window(args, "run", [f"{a}{s}" for s in seeds for a in "ab"
+                                              if not run_is_done(args, a, s)])
+            records[arm].append(run_arm(args, base, arm, flags, seed))
     cpu = {arm: [r["cpu_seconds"] for r in runs] for arm, runs in records.items()}
     pairing_games = games_per_pairing(args.cross_games_per_run, args.seeds)
     cross, matches = {}, []
     for sb in seeds:
         for sa in seeds:
+            if not os.path.exists(os.path.join(args.out, "matches", f"b{sb}-vs-a{sa}.json")) \
+                    and not fits_window(args, 0):
+                stop_for_window(args, "match", [f"b{sb}-vs-a{sa}"])
             # The seed names the pairing, so a pairing's games do not change with --seeds.
             cross[(f"b{sb}", f"a{sa}")], entry = play_match(args, f"b{sb}", f"a{sa}", pairing_games,
                                                             7000 + 100 * sb + sa)
@@ -722,13 +758,18 @@ def parse_args(argv=None):
     parser.add_argument("--max-cpu-gap", type=float, default=0.15,
                         help="for runs recorded without the outside load: refuse a pair whose runs' CPU time "
                              "differs by more than this share (default: 0.15)")
+    parser.add_argument("--window-minutes", type=float, default=0.0,
+                        help="this invocation's time: begin a run only if its --minutes end inside the window, "
+                             "and no match after it; then stop (exit 3) for a rerun to resume (default: 0, "
+                             "no window)")
     parser.add_argument("--allow-stale-cache", action="store_true",
                         help="reuse a base, run or match made with other flags, at another commit or on another "
                              "machine, saying so (default: refuse it)")
     args = parser.parse_args(argv)
     for name, low, high in (("seeds", 2, 8), ("minutes", 1, 600), ("base_seconds", 10, 7200),
                             ("cross_games_per_run", 2, 10000), ("within_games", 0, 10000), ("visits", 1, 4096),
-                            ("paired_openings", 1, 60), ("max_cpu_gap", 0, 1), ("max_outside_load", 0, 1)):
+                            ("paired_openings", 1, 60), ("max_cpu_gap", 0, 1), ("max_outside_load", 0, 1),
+                            ("window_minutes", 0, 100000)):
         value = getattr(args, name)
         if not (math.isfinite(value) and low <= value <= high):
             parser.error(f"--{name.replace('_', '-')} must be in [{low}, {high}], got {value}")
@@ -742,6 +783,7 @@ def parse_args(argv=None):
     args.arm_a_name = args.arm_a_name or args.arm_a_flags or "defaults"
     args.arm_b_name = args.arm_b_name or args.arm_b_flags
     args.stale_caches = []
+    args.started = time.monotonic()
     return args
 
 

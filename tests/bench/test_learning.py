@@ -326,3 +326,30 @@ def test_an_arm_the_loop_would_refuse_is_refused_before_any_run(tmp_path, capsys
     assert stopped.value.code == 2 and "--arm-b: operations.loop refuses '--train-stepz 1000'" in \
         capsys.readouterr().err
     assert stand_ins.calls == []
+
+
+def test_the_arms_take_turns_and_a_window_stops_between_runs_for_a_rerun_to_resume(tmp_path, capsys, stand_ins,
+                                                                                    monkeypatch):
+    argv = ["--out", str(tmp_path), "--seeds", "2", "--cross-games-per-run", "4", "--minutes", "10",
+            "--window-minutes", "25", "--arm-b=--worker-gumbel"]
+    clock, order = [0.0], []
+
+    def loop_takes_its_minutes(argv, log_path):
+        if argv[2] == "operations.loop":
+            clock[0] += 600
+            order.append(os.path.basename(argv[argv.index("--root") + 1]))
+        return StandIns.run_measured(stand_ins, argv, log_path)
+
+    monkeypatch.setattr(bench.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(bench, "run_measured", loop_takes_its_minutes)
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(argv)
+    assert stopped.value.code == 3
+    assert "window is spent before the next run; left: a2, b2" in capsys.readouterr().out
+    assert order == ["a1", "b1"]
+
+    # The same command again: a fresh window, the other two runs (a before b), then the matches.
+    stand_ins.calls.clear()
+    result = run_main(capsys, argv)
+    assert stand_ins.calls == ["operations.loop"] * 2 + ["arena.match"] * 4
+    assert order == ["a1", "b1", "a2", "b2"] and result["cross_games"] == 8
