@@ -94,6 +94,7 @@ import numpy as np
 ELO_PER_NAT = 400.0 / math.log(10.0)
 """Elo points per natural-log unit of the odds."""
 Z_95 = 1.959963984540054
+"""Two-sided 95% quantile of the standard normal (the Wilson intervals of arena.match use it too)."""
 CHI2_95 = Z_95 ** 2
 """95% point of chi-square with one degree of freedom: the deviance limit of a finite estimate's interval."""
 SHUTOUT_DEVIANCE_95 = -2.0 * math.log(0.025)

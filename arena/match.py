@@ -55,10 +55,8 @@ from engine.board import Board, IllegalMove
 from selfplay.move_policy import MovePolicy
 from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
 from inference.loading import EvaluatorSource, PlayoutEvaluator, load_evaluator
+from arena.elo import Z_95
 from arena.player import RESIGN, MctsConfig, MctsPlayer, RandomPlayer, SearchBudget, gnugo_player
-
-Z_95 = 1.959963984540054
-"""Two-sided 95% quantile of the standard normal."""
 
 END_TWO_PASSES = schema.END_REASONS[schema.END_TWO_PASSES]
 END_RESIGN = schema.END_REASONS[schema.END_RESIGN]

@@ -505,11 +505,10 @@ class Follower:
 
 
 def names_dataflow(beam_args) -> bool:
-    """Whether Beam flags choose the Dataflow runner (``--runner DataflowRunner``, ``--runner=dataflow``...)."""
-    args = list(beam_args)
-    runners = [value for flag, value in zip(args, args[1:]) if flag == "--runner"]
-    runners += [arg.split("=", 1)[1] for arg in args if arg.startswith("--runner=")]
-    return any(runner.lower() in ("dataflow", "dataflowrunner") for runner in runners)
+    """Whether Beam flags choose the Dataflow runner (``--runner DataflowRunner``, ``--runner=dataflow``...;
+    the last ``--runner`` wins, as in Beam)."""
+    runner = DJ.beam_option(beam_args, "--runner")
+    return runner is not None and runner.lower() in ("dataflow", "dataflowrunner")
 
 
 def follow(config: ShuffleConfig, beam_args=()) -> int:

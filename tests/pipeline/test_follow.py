@@ -459,6 +459,9 @@ def test_each_window_gets_the_dataflow_flags_only_above_the_threshold(tmp_path):
 def test_the_runner_flag_is_read_in_every_spelling():
     assert F.names_dataflow(["--runner=DataflowRunner"]) and F.names_dataflow(["--runner", "dataflow"])
     assert not F.names_dataflow(["--runner", "DirectRunner"]) and not F.names_dataflow(["--project", "dataflow"])
+    # The last --runner wins, as Beam reads it: the follower must agree with the job it launches.
+    assert not F.names_dataflow(["--runner", "DataflowRunner", "--runner=DirectRunner"])
+    assert F.names_dataflow(["--runner=DirectRunner", "--runner", "DataflowRunner"])
 
 
 def test_the_threshold_without_dataflow_flags_is_one_clear_error(capsys):
