@@ -158,9 +158,15 @@ sampled moves (arena.match --paired-openings 4): sampling the model's first move
 best from move 1 handicapped the model (the published models scored 16, 40 and 30 of 100 this way against
 about 13, 19 and 20 with sampled openings: docs/results.md names each figure's protocol)."""
 
-GNUGO_GAME_SECONDS = (1.5, 0.025)
+GNUGO_GAME_SECONDS = (1.0, 0.004)
 """One 9x9 game against GNU Go level 1 (one game at a time): about a + b x the model's visits seconds,
-rounded up from measured games (1.7 s at 32 visits, 6 s at 256)."""
+rounded up from measured games on 2 cores (a two-hour run's last model, 2026-11-27: 0.91 s at 32 visits,
+1.69 s at 256).  The time reserved for the closing matches is taken from self-play and training: the
+earlier (1.5, 0.025), measured before the search batched its leaves, reserved 13 of a two-hour run's
+minutes that the matches did not use."""
+CLOSING_GAME_SECONDS = 0.2
+"""One closing game against random moves or generation 0 (32 games at once), when no evaluation of this
+run has been timed: measured 0.07 and 0.11 s a game at 32 visits."""
 SCHEDULES = ("auto", "turns", "concurrent")
 """``--schedule``: how the roles share the machine (the module docstring's "Schedules")."""
 TURNS_STEPS_PER_WINDOW = 500
@@ -476,6 +482,7 @@ class Loop:
         self.deadline = self.status.started + config.budget_seconds
         self.rows: dict[int, GenerationRecord] = {}
         self.phase_seconds = {"shuffle": 45.0, "train": 120.0, "evaluate": 40.0}
+        self.measured_phases: set[str] = set()  # the phases phase_seconds holds a measured time for
         self.child: subprocess.Popen | None = None
         # Local, per invocation: the children's --events files (one per phase run).
         self.events_dir = tempfile.mkdtemp(prefix="zerolake-loop-events-")
@@ -555,6 +562,7 @@ class Loop:
         finally:
             self.child = None
         self.phase_seconds[phase] = time.monotonic() - started
+        self.measured_phases.add(phase)
         if code != 0:
             tail = "\n".join(lines[-15:])
             raise PhaseFailed(f"{phase} exited with status {code}; its last lines:\n{tail}")
@@ -584,16 +592,23 @@ class Loop:
         return max(30.0, remaining / remaining_generations - overhead)
 
     def final_eval_seconds(self) -> float:
-        """Expected time of the closing matches (1.5 x final_eval_games games).
+        """Expected time of the closing matches (1.5 x final_eval_games games, and the GNU Go games).
 
-        An evaluation costs a start-up (TensorFlow import, model load: about
-        10 s) plus a per-game share, both read off the last evaluation.
+        An evaluation costs a start-up (TensorFlow import, model load: 5-10 s) plus a per-game
+        share, read off the last evaluation (the turns schedule's; before its first one, a cautious
+        default); the concurrent schedule evaluates nothing before the closing matches, and its games
+        against random moves and generation 0, 32 at once, take about 0.1 s each.  What is reserved is
+        taken from self-play and training, so it is planned close to what the matches take.
         """
         startup = 10.0
-        per_game = max(0.2, (self.phase_seconds["evaluate"] - startup) / self.config.eval_games)
+        per_game = CLOSING_GAME_SECONDS
+        if "evaluate" in self.measured_phases or not self.config.concurrent:
+            # The turns schedule plans its first generations on phase_seconds' cautious default.
+            per_game = max(per_game, (self.phase_seconds["evaluate"] - startup) / self.config.eval_games)
         fixed, per_visit = GNUGO_GAME_SECONDS
         gnugo = self.config.gnugo_games * (fixed + per_visit * self.config.gnugo_visits)
-        return 2 * startup + 1.5 * self.config.final_eval_games * per_game + gnugo
+        matches = 3 if self.config.gnugo_games else 2
+        return matches * startup + 1.5 * self.config.final_eval_games * per_game + gnugo
 
     def selfplay(self, generation: int, seconds: float) -> None:
         """Self-play generation `generation` for `seconds` (run() plans them with selfplay_seconds)."""
