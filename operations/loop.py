@@ -134,7 +134,9 @@ DEMO_GENERATIONS = 3
 LONG_RUN = {"selfplay_seconds": 150.0, "final_gnugo_games": 40, "final_gnugo_visits": 256, "eval_every": 4}
 """The long-run mode's (--hours) settings where the loop's flags say auto.
 
-* Self-play 150 s a generation: about 200-400k 9x9 positions with the loop's
+* Self-play 150 s a generation (`--schedule turns`; the concurrent schedule's
+  generations come as the trainer publishes them, 47 in a two-hour run):
+  about 200-400k 9x9 positions with the loop's
   Gumbel search at 16/4 simulations (`LOOP_SEARCH`) and the default 4x32
   network on 2 cores (200k on an AVX2-only EPYC, docs/results.md's record
   run); a generation's training (500 steps of 256, 50-80 s) then comes
