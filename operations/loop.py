@@ -484,7 +484,6 @@ class Loop:
         self.deadline = self.status.started + config.budget_seconds
         self.rows: dict[int, GenerationRecord] = {}
         self.phase_seconds = {"shuffle": 45.0, "train": 120.0, "evaluate": 40.0}
-        self.measured_phases: set[str] = set()  # the phases phase_seconds holds a measured time for
         self.child: subprocess.Popen | None = None
         # Local, per invocation: the children's --events files (one per phase run).
         self.events_dir = tempfile.mkdtemp(prefix="zerolake-loop-events-")
@@ -564,7 +563,6 @@ class Loop:
         finally:
             self.child = None
         self.phase_seconds[phase] = time.monotonic() - started
-        self.measured_phases.add(phase)
         if code != 0:
             tail = "\n".join(lines[-15:])
             raise PhaseFailed(f"{phase} exited with status {code}; its last lines:\n{tail}")
@@ -604,8 +602,9 @@ class Loop:
         """
         startup = 10.0
         per_game = CLOSING_GAME_SECONDS
-        if "evaluate" in self.measured_phases or not self.config.concurrent:
-            # The turns schedule plans its first generations on phase_seconds' cautious default.
+        if not self.config.concurrent:
+            # The turns schedule times an evaluation every few generations (phase_seconds; before the
+            # first, a cautious default); the concurrent schedule's only evaluations are these matches.
             per_game = max(per_game, (self.phase_seconds["evaluate"] - startup) / self.config.eval_games)
         fixed, per_visit = GNUGO_GAME_SECONDS
         gnugo = self.config.gnugo_games * (fixed + per_visit * self.config.gnugo_visits)
