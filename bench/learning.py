@@ -145,6 +145,8 @@ sqrt((94^2 - 35^2) / 2) = 62."""
 SPEED_TOLERANCE = 0.2
 """A cached thing's machine counts as this one when their speeds differ by less than this share."""
 DEFAULT_SEEDS = 5
+PROG = "bench/learning.py"
+"""The script named in refusals (bench/strength.py and bench/replay.py share these helpers and set it)."""
 DEFAULT_CROSS_GAMES_PER_RUN = 100
 
 
@@ -457,7 +459,7 @@ def provenance_differences(recorded: dict, current: dict) -> list[str]:
 
 def refuse(message: str) -> SystemExit:
     """Exit 2 with one line: the input (flags, a cached thing) is what is wrong, not the machine."""
-    print(f"bench/learning.py: {message}", file=sys.stderr)
+    print(f"{PROG}: {message}", file=sys.stderr)
     return SystemExit(2)
 
 
