@@ -36,7 +36,8 @@ from format.leases import MAX_LEASE_SECONDS
 
 STRATEGIES = ("auto", "tpu", "gpu", "mirrored", "default")
 PRECISIONS = ("auto", "float32", "bfloat16")
-LR_SCHEDULES = ("constant", "cosine", "step")
+LR_SCHEDULES = ("constant", "cosine", "step", "anneal")
+LR_ANNEAL_CLOCKS = ("steps", "clock")
 VALUE_HEADS = ("tanh", "wdl")
 POLICY_HEADS = ("conv", "dense")
 
@@ -151,10 +152,20 @@ class TrainConfig:
     warmup_steps: int = setting(200, "linear warm-up from 0 to the peak rate", at_least=0)
     lr_schedule: str = setting("constant",
         "after warm-up: constant, cosine (to lr x lr-final-fraction at lr-decay-steps) "
-        "or step (x0.1 at each of lr-boundaries)", choices=LR_SCHEDULES)
+        "step (x0.1 at each of lr-boundaries) or anneal (the peak until lr-anneal-from, then a cosine to "
+        "lr x lr-final-fraction at lr-anneal-to)", choices=LR_SCHEDULES)
     lr_decay_steps: int = setting(100_000, "global step where the cosine ends", at_least=1)
     lr_final_fraction: float = setting(0.05, "cosine floor, as a fraction of the peak", above=0, at_most=1)
     lr_boundaries: str = setting("", "comma-separated global steps for --lr-schedule step")
+    lr_anneal_by: str = setting("steps", "what --lr-anneal-from/--lr-anneal-to count: global steps, or clock "
+                                         "(Unix seconds: a run of planned length anneals its last part whatever "
+                                         "its speed; operations.loop plans them from --hours)",
+                                choices=LR_ANNEAL_CLOCKS)
+    # Up to 4e9: a Unix time (about 1.8e9 now) is past the flags' usual 1e9 bound.
+    lr_anneal_from: float = setting(0.0, "--lr-schedule anneal: where the rate starts to fall", at_least=0,
+                                    at_most=4e9)
+    lr_anneal_to: float = setting(0.0, "--lr-schedule anneal: where it reaches lr x lr-final-fraction",
+                                  at_least=0, at_most=4e9)
     swa_decay: float = setting(0.0,
         "publish an exponential average of the weights with this decay per call (e.g. 0.9); 0 = off",
         at_least=0, below=1)
@@ -224,6 +235,8 @@ class TrainConfig:
         except ValueError:
             out.append(f"--lr-boundaries: {self.lr_boundaries!r} is not a comma-separated list of "
                        "increasing positive integers")
+        need(self.lr_schedule != "anneal" or self.lr_anneal_to > self.lr_anneal_from, "lr-anneal-to",
+             f"must be above --lr-anneal-from ({self.lr_anneal_from:g}) with --lr-schedule anneal")
         return out
 
     def network_for(self, board_size: int) -> NetworkConfig:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from dataclasses import dataclass
 
 import keras
@@ -135,15 +136,22 @@ def dtype_policy_for(config: TrainConfig, kind: str) -> str:
 
 
 class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warm-up to the peak, then constant, cosine or step decay (global step)."""
+    """Linear warm-up to the peak, then constant, cosine, step decay or an anneal (global step).
 
-    def __init__(self, config: TrainConfig):
+    The anneal holds the peak until ``lr_anneal_from`` and falls along a half cosine to the floor at
+    ``lr_anneal_to``.  Counted in steps it is a function of the step; counted by the clock its
+    progress is ``clock_progress``, a variable the trainer sets before each call (`anneal_progress`).
+    """
+
+    def __init__(self, config: TrainConfig, clock_progress=None):
         self.peak = config.learning_rate
         self.warmup = config.warmup_steps
         self.kind = config.lr_schedule
         self.decay_steps = config.lr_decay_steps
         self.final_fraction = config.lr_final_fraction
         self.boundaries = config.lr_boundary_steps()
+        self.anneal_from, self.anneal_to = config.lr_anneal_from, config.lr_anneal_to
+        self.clock_progress = clock_progress
 
     def __call__(self, step):
         step = tf.cast(step, tf.float32)
@@ -155,12 +163,26 @@ class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
         elif self.kind == "step":
             passed = tf.add_n([tf.cast(step >= b, tf.float32) for b in self.boundaries])
             factor = tf.pow(0.1, passed)
+        elif self.kind == "anneal":
+            if self.clock_progress is not None:
+                progress = tf.cast(self.clock_progress, tf.float32)
+            else:
+                progress = tf.clip_by_value((step - self.anneal_from) / float(self.anneal_to - self.anneal_from),
+                                            0.0, 1.0)
+            cosine = 0.5 * (1.0 + tf.cos(math.pi * progress))
+            factor = self.final_fraction + (1.0 - self.final_fraction) * cosine
         else:
             factor = tf.constant(1.0)
         return self.peak * warm * factor
 
     def get_config(self):
         return {"peak": self.peak, "warmup": self.warmup, "kind": self.kind}
+
+
+def anneal_progress(config: TrainConfig, now: float) -> float:
+    """How far a clock-counted anneal has gone at Unix time ``now``: 0 before it starts, 1 after."""
+    span = config.lr_anneal_to - config.lr_anneal_from
+    return min(1.0, max(0.0, (now - config.lr_anneal_from) / span)) if span > 0 else 1.0
 
 
 class Trainer:
@@ -184,8 +206,11 @@ class Trainer:
         keras.utils.set_random_seed(config.seed)
         with self.strategy.scope():
             self.model = build_network(net_config, self.dtype_policy)
+            self.clock_progress = (tf.Variable(anneal_progress(config, time.time()), trainable=False)
+                                   if config.lr_schedule == "anneal" and config.lr_anneal_by == "clock" else None)
             self.optimizer = keras.optimizers.SGD(
-                learning_rate=LearningRateSchedule(config), momentum=config.momentum, nesterov=True)
+                learning_rate=LearningRateSchedule(config, self.clock_progress), momentum=config.momentum,
+                nesterov=True)
             self.optimizer.build(self.model.trainable_variables)
             self.window_generation = tf.Variable(-1, dtype=tf.int64, trainable=False)
             self.window_step = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -239,6 +264,8 @@ class Trainer:
 
     # --- training ------------------------------------------------------------
     def train_steps(self, iterator, steps: int) -> dict:
+        if self.clock_progress is not None:
+            self.clock_progress.assign(anneal_progress(self.config, time.time()))
         sums = self._train_steps(iterator, tf.constant(steps, tf.int32))
         self.window_step.assign_add(steps)
         return {k: float(v) for k, v in sums.items()}

@@ -209,3 +209,26 @@ def test_learning_rate_warms_up_then_follows_its_schedule():
     assert cosine[4] == pytest.approx(0.01) and cosine[5] == pytest.approx(0.01)
     step = rates(lr_schedule="step", lr_boundaries="50,1000")
     assert step[2:] == pytest.approx([0.1, 0.01, 0.01, 0.001])
+    # The anneal holds the peak, then falls along a half cosine: halfway at step 75, the floor at 100.
+    anneal = rates(lr_schedule="anneal", lr_anneal_from=50, lr_anneal_to=100, lr_final_fraction=0.1)
+    assert anneal[2:4] == pytest.approx([0.1, 0.1]) and anneal[4:] == pytest.approx([0.01, 0.01])
+    halfway = LearningRateSchedule(TrainConfig(root="x", learning_rate=0.1, warmup_steps=10, lr_schedule="anneal",
+                                               lr_anneal_from=50, lr_anneal_to=100, lr_final_fraction=0.1))
+    assert float(halfway(75)) == pytest.approx(0.1 * (0.1 + 0.9 * 0.5))
+
+
+def test_a_clock_anneal_follows_the_wall_clock_not_the_step():
+    import tensorflow as tf
+
+    from model.sgd import LearningRateSchedule, anneal_progress
+
+    config = TrainConfig(root="x", learning_rate=0.1, warmup_steps=0, lr_schedule="anneal", lr_anneal_by="clock",
+                         lr_anneal_from=1000.0, lr_anneal_to=2000.0, lr_final_fraction=0.1)
+    assert [anneal_progress(config, t) for t in (0.0, 1000.0, 1500.0, 2000.0, 9e9)] == [0.0, 0.0, 0.5, 1.0, 1.0]
+    progress = tf.Variable(0.0)
+    schedule = LearningRateSchedule(config, progress)
+    assert float(schedule(10**6)) == pytest.approx(0.1)           # any step: the clock has not reached the anneal
+    progress.assign(1.0)
+    assert float(schedule(0)) == pytest.approx(0.01)
+    with pytest.raises(ConfigError, match="--lr-anneal-to: must be above --lr-anneal-from [(]5[)]"):
+        TrainConfig(root="x", lr_schedule="anneal", lr_anneal_from=5, lr_anneal_to=5)
