@@ -75,6 +75,13 @@ class ShuffleConfig:
     model_temperature: float = _field(1.0, "softmax temperature of the model's policy while playing out", above=0)
     playout_ownership_weight: float = _field(
         0.5, "ownership and score loss weight of played-out labels (exact endstates get 1)", at_least=0, at_most=1)
+    accelerated_label_weight: float = _field(
+        1.0, "ownership and score loss weight of a resigned game's label when self-play finished it with "
+             "cheap moves (its ending is near random; a game played to two passes gets 1)", at_least=0, at_most=1)
+    after_resignation_rows: float = _field(
+        1.0, "share of the positions recorded after a resignation (the cheap moves that finish the game) kept "
+             "as training rows: 1 keeps them all, 0 drops them all. Windows are sized by the rows kept",
+        at_least=0, at_most=1)
     value_only_rows: float = _field(
         1.0, "share of the positions without a policy target (moves chosen by a fast search) kept as "
              "value-only training rows: 1 keeps them all, 0 drops them all (KataGo writes no row for a "

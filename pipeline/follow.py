@@ -307,7 +307,8 @@ class Follower:
             if self._sampled_per_byte is None:
                 try:
                     self._sampled_per_byte = W.estimate_positions_per_byte(
-                        self.storage, chunks, self.config.sample_chunks, self.config.value_only_rows)[0]
+                        self.storage, chunks, self.config.sample_chunks, self.config.value_only_rows,
+                        self.config.after_resignation_rows)[0]
                 except ValueError:
                     return 0.0, 0  # nothing decodable yet
             per_byte = self._sampled_per_byte

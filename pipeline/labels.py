@@ -152,12 +152,10 @@ def ended_by_two_passes(game: GameRecord) -> bool:
     return game.end_reason == schema.END_TWO_PASSES or game.ownership_source == schema.OWNERSHIP_ACCELERATED
 
 
-def final_board_label(game: GameRecord, board, stats: dict) -> EndstateLabel:
-    """Exact label (weight 1) of a game whose moves reach two passes (see module docstring).
-
-    The label's source is the record's: FINAL_BOARD, or ACCELERATED for a
-    resigned game that self-play finished.
-    """
+def final_board_label(game: GameRecord, board, stats: dict, accelerated_weight: float = 1.0) -> EndstateLabel:
+    """Exact label of a game whose moves reach two passes (see module docstring): weight 1, or
+    ``accelerated_weight`` when its source is ACCELERATED (a resigned game that self-play finished
+    with cheap moves: exact for that ending, which is near random)."""
     stats["final_board"] += 1
     n = game.board_size
     if board is not None:
@@ -170,8 +168,9 @@ def final_board_label(game: GameRecord, board, stats: dict) -> EndstateLabel:
         score = float(ownership.sum()) - game.komi
     if game.winner and winner_of(score) != game.winner:
         stats["final_board_result_disagreements"] += 1
-    source = schema.OWNERSHIP_ACCELERATED if game.ownership_source == schema.OWNERSHIP_ACCELERATED else schema.OWNERSHIP_FINAL_BOARD
-    return EndstateLabel(ownership.astype(np.float32), score, source, 1.0)
+    if game.ownership_source == schema.OWNERSHIP_ACCELERATED:
+        return EndstateLabel(ownership.astype(np.float32), score, schema.OWNERSHIP_ACCELERATED, accelerated_weight)
+    return EndstateLabel(ownership.astype(np.float32), score, schema.OWNERSHIP_FINAL_BOARD, 1.0)
 
 
 def random_playout_label(board, num_playouts: int, seed: int, weight: float) -> EndstateLabel:
@@ -241,7 +240,7 @@ def empty_stats() -> dict:
 
 def label_games(games: Sequence[GameRecord], *, policy_fn: PolicyFn | None, random_playouts: int,
                 model_playout_moves: int, temperature: float, playout_weight: float,
-                rng: np.random.Generator, stats: dict) -> list[EndstateLabel]:
+                rng: np.random.Generator, stats: dict, accelerated_weight: float = 1.0) -> list[EndstateLabel]:
     """An EndstateLabel per game; counts what happened into ``stats``."""
     labels: list[EndstateLabel | None] = [None] * len(games)
     to_play_out = []  # (game index, engine board at the end of the record)
@@ -250,7 +249,7 @@ def label_games(games: Sequence[GameRecord], *, policy_fn: PolicyFn | None, rand
         if board is None:
             stats["replay_failed"] += 1
         if ended_by_two_passes(game):
-            labels[i] = final_board_label(game, board, stats)
+            labels[i] = final_board_label(game, board, stats, accelerated_weight)
         elif board is not None:
             to_play_out.append((i, board))
     if to_play_out:

@@ -602,6 +602,26 @@ def game_table_index(table_instances: np.ndarray, instance: np.ndarray) -> np.nd
     return index.astype(np.int64)
 
 
+def after_resignation(games: Sequence[GameRecord]) -> np.ndarray:
+    """bool over the positions of ``games`` in order (`games_positions`' rows): recorded after a
+    resignation, while self-play finished the game with cheap moves (``accelerated_from`` on)."""
+    return np.concatenate([np.arange(g.num_positions) >= (g.accelerated_from if g.accelerated_from >= 0
+                                                           and g.end_reason == schema.END_RESIGN else g.num_positions)
+                           for g in games]) if games else np.zeros(0, bool)
+
+
+def thin_after_resignation_rows(batch: PositionBatch, after: np.ndarray, after_resignation_rows: float,
+                                rng: np.random.Generator) -> tuple[PositionBatch, int]:
+    """(``batch`` keeping every row before a resignation and ``after_resignation_rows`` of those
+    after it (``after``, row-aligned), rows dropped).  Those rows' moves come from a 2-simulation
+    search and their result is the resignation's; 1 keeps the batch as it is without drawing."""
+    if after_resignation_rows >= 1.0 or not after.any():
+        return batch, 0
+    keep = ~after | (rng.random(len(batch)) < after_resignation_rows)
+    dropped = int(len(batch) - np.count_nonzero(keep))
+    return (batch.take(np.flatnonzero(keep)) if dropped else batch), dropped
+
+
 def thin_value_only_rows(batch: PositionBatch, value_only_rows: float,
                          rng: np.random.Generator) -> tuple[PositionBatch, int]:
     """(``batch`` keeping every row with a policy target and ``value_only_rows`` of the others,

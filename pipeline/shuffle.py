@@ -107,7 +107,8 @@ def prepare(config: ShuffleConfig, storage, *, target: int | None = None,
         plan = W.plan_window(storage, min_positions=config.window_min_positions, scale=config.window_scale,
                              exponent=config.window_exponent, max_positions=config.window_max_positions,
                              sample_chunks=config.sample_chunks, bundle_positions=config.bundle_positions,
-                             slope=config.window_slope, value_only_rows=config.value_only_rows)
+                             slope=config.window_slope, value_only_rows=config.value_only_rows,
+                             after_resignation_rows=config.after_resignation_rows)
     except ValueError as exc:
         raise ShuffleError(str(exc)) from None
     window_estimate = plan.window_positions_estimate

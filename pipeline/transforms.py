@@ -183,7 +183,8 @@ class LabelBundleFn(_LakeDoFn):
         ctx, cfg = self.context, self.context.config
         started = time.monotonic()
         games, instances, stats = [], [], L.empty_stats()
-        stats.update(chunks_read=0, chunks_skipped=0, games_read=0, positions_read=0, value_only_rows_dropped=0)
+        stats.update(chunks_read=0, chunks_skipped=0, games_read=0, positions_read=0, value_only_rows_dropped=0,
+                     after_resignation_rows_dropped=0)
         for chunk_index, ref in chunks:
             url = self.storage.url(ref.path)
             try:
@@ -206,13 +207,17 @@ class LabelBundleFn(_LakeDoFn):
         endstates = L.label_games(
             games, policy_fn=self.policy_fn, random_playouts=cfg.random_playouts,
             model_playout_moves=cfg.model_playout_moves, temperature=cfg.model_temperature,
-            playout_weight=cfg.playout_ownership_weight, rng=rng, stats=stats)
+            playout_weight=cfg.playout_ownership_weight, rng=rng, stats=stats,
+            accelerated_weight=cfg.accelerated_label_weight)
         batch = P.games_positions(games, endstates, instances, cfg.dedup_max_move)
         stats["games_read"] += len(games)
         stats["positions_read"] += len(batch) if batch is not None else 0
         if batch is not None:
             # A stream of its own (stage 4), so keeping every row draws nothing and the
             # shards are what they were before the setting existed.
+            batch, dropped = P.thin_after_resignation_rows(batch, P.after_resignation(games),
+                                                           cfg.after_resignation_rows, ctx.rng(5, bundle))
+            stats["after_resignation_rows_dropped"] += dropped
             batch, dropped = P.thin_value_only_rows(batch, cfg.value_only_rows, ctx.rng(4, bundle))
             stats["value_only_rows_dropped"] += dropped
         yield beam.pvalue.TaggedOutput(GAME_IDS, (np.asarray(instances, np.int64), [g.game_id for g in games],
@@ -519,7 +524,7 @@ def build_manifest(context: JobContext, summary: dict, game_ids: Sequence[str] =
         "generations": dict(sorted(generations.items(), key=lambda kv: int(kv[0]))),
         "window": dict(context.plan_summary),
         "input": {k: stats.get(k, 0) for k in ("chunks_read", "chunks_skipped", "games_read", "positions_read",
-                                               "value_only_rows_dropped")},
+                                               "value_only_rows_dropped", "after_resignation_rows_dropped")},
         "chunks_skipped": sorted(summary["skipped"], key=lambda s: s["chunk"]),
         "dedup": {
             "duplicate_games": summary["duplicate_games"],

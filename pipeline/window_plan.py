@@ -36,6 +36,7 @@ import numpy as np
 from format import codec
 from format import layout
 from format import schema
+from pipeline import positions as P
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,12 +106,14 @@ def parse_chunk_listing(objects) -> list[ChunkRef]:
 
 
 def estimate_positions_per_byte(storage, chunks: Sequence[ChunkRef], sample: int,
-                                value_only_rows: float = 1.0) -> tuple[float, float]:
+                                value_only_rows: float = 1.0,
+                                after_resignation_rows: float = 1.0) -> tuple[float, float]:
     """(positions per compressed byte, positions per game), from the newest readable chunks.
 
     Positions are the rows the window will keep: every position whose move had
     a full search (it carries a policy target), and ``value_only_rows`` of the
-    others, in expectation (`pipeline.positions.thin_value_only_rows`).
+    others, in expectation (`pipeline.positions.thin_value_only_rows`), each after a resignation
+    kept at ``after_resignation_rows`` (`pipeline.positions.thin_after_resignation_rows`).
     """
     positions = size = games = 0
     for chunk in chunks:
@@ -119,7 +122,7 @@ def estimate_positions_per_byte(storage, chunks: Sequence[ChunkRef], sample: int
         items = list(codec.iter_chunk(storage.read(chunk.path), storage.url(chunk.path)))
         if not items or any(isinstance(item, codec.FormatError) for item in items):
             continue  # damaged: the job will skip and report it; sample another
-        positions += sum(rows_kept(g, value_only_rows) for g in items)
+        positions += sum(rows_kept(g, value_only_rows, after_resignation_rows) for g in items)
         games += len(items)
         size += chunk.size
         sample -= 1
@@ -128,11 +131,13 @@ def estimate_positions_per_byte(storage, chunks: Sequence[ChunkRef], sample: int
     return positions / size, positions / games
 
 
-def rows_kept(game, value_only_rows: float) -> float:
-    """The training rows a game gives in expectation: its full-search positions, and
-    ``value_only_rows`` of the rest."""
-    full = int(np.count_nonzero(game.full_search))
-    return full + value_only_rows * (game.num_positions - full)
+def rows_kept(game, value_only_rows: float, after_resignation_rows: float = 1.0) -> float:
+    """The training rows a game gives in expectation: its full-search positions and
+    ``value_only_rows`` of the rest, those after a resignation kept at ``after_resignation_rows``."""
+    full = np.asarray(game.full_search, bool)
+    keep = np.where(full, 1.0, value_only_rows)
+    keep[P.after_resignation([game])] *= after_resignation_rows
+    return float(keep.sum())
 
 
 def bundle_chunks(sizes: Sequence[int], positions_per_byte: float, bundle_positions: int) -> list[tuple]:
@@ -151,13 +156,14 @@ def bundle_chunks(sizes: Sequence[int], positions_per_byte: float, bundle_positi
 
 def plan_window(storage, *, min_positions: int, scale: int, exponent: float, max_positions: int,
                 sample_chunks: int, bundle_positions: int, slope: float = 1.0,
-                value_only_rows: float = 1.0) -> WindowPlan:
+                value_only_rows: float = 1.0, after_resignation_rows: float = 1.0) -> WindowPlan:
     """List games/, apply the window rule to the rows kept (`estimate_positions_per_byte`), and
     bundle the chosen chunks."""
     listed = list_chunks(storage)
     if not listed:
         raise ValueError(f"{storage.url(layout.GAMES_DIR)} holds no chunk files (*{schema.CHUNK_SUFFIX})")
-    per_byte, per_game = estimate_positions_per_byte(storage, listed, sample_chunks, value_only_rows)
+    per_byte, per_game = estimate_positions_per_byte(storage, listed, sample_chunks, value_only_rows,
+                                                     after_resignation_rows)
     total = int(round(sum(c.size for c in listed) * per_byte))
     target = window_positions(total, min_positions, scale, exponent, max_positions, slope)
     chosen, filled = [], 0.0

@@ -128,6 +128,48 @@ def test_value_only_rows_keep_every_policy_row_and_the_configured_share_of_the_o
     assert sum(W.rows_kept(g, 1.0) for g in games) == len(batch)
 
 
+def test_rows_after_a_resignation_are_kept_at_their_share_and_counted_by_the_plan():
+    import dataclasses
+
+    rng = np.random.default_rng(5)
+    finished = [engine_game(rng, 9, generation=1, visits=8, full_search_fraction=0.5) for _ in range(6)]
+    resigned = [dataclasses.replace(g, end_reason=schema.END_RESIGN, accelerated_from=g.num_positions // 2)
+                for g in finished[:3]]
+    games = [*resigned, *finished[3:]]
+    after = P.after_resignation(games)
+    tails = sum(g.num_positions - g.num_positions // 2 for g in resigned)
+    assert len(after) == sum(g.num_positions for g in games) and int(after.sum()) == tails
+    assert not after[resigned[0].num_positions // 2 - 1] and after[resigned[0].num_positions // 2]
+    batch = P.games_positions(games, [_label(g) for g in games], list(range(len(games))), dedup_max_move=10)
+    same, dropped = P.thin_after_resignation_rows(batch, after, 1.0, np.random.default_rng(0))
+    assert same is batch and dropped == 0
+    none, dropped = P.thin_after_resignation_rows(batch, after, 0.0, np.random.default_rng(0))
+    assert dropped == tails and len(none) == len(batch) - tails
+    assert (none.move_number[:resigned[0].num_positions // 2] == np.arange(resigned[0].num_positions // 2)).all()
+    # The plan's expectation: a resigned game's tail counts at the share, the rest as before.
+    game = resigned[0]
+    assert W.rows_kept(game, 1.0, 0.0) == game.num_positions // 2
+    assert W.rows_kept(game, 1.0, 0.5) == pytest.approx(game.num_positions // 2 + 0.5 * (game.num_positions -
+                                                                                        game.num_positions // 2))
+    assert W.rows_kept(finished[4], 1.0, 0.0) == finished[4].num_positions
+
+
+def test_a_resigned_games_cheap_ending_labels_at_its_own_weight():
+    import dataclasses
+
+    rng = np.random.default_rng(6)
+    game = engine_game(rng, 9, generation=1)
+    accelerated = dataclasses.replace(game, end_reason=schema.END_RESIGN, accelerated_from=10,
+                                      ownership_source=schema.OWNERSHIP_ACCELERATED)
+    stats = __import__("collections").Counter()
+    labels = L.label_games([game, accelerated], policy_fn=None, random_playouts=4, model_playout_moves=0,
+                           temperature=1.0, playout_weight=0.5, rng=np.random.default_rng(0), stats=stats,
+                           accelerated_weight=0.25)
+    assert [label.weight for label in labels] == [1.0, 0.25]
+    assert labels[1].source == schema.OWNERSHIP_ACCELERATED
+    np.testing.assert_array_equal(labels[0].ownership, labels[1].ownership)
+
+
 @pytest.mark.parametrize("size", [9, 13, 19])
 def test_history_planes_of_games_laid_end_to_end(size):
     """Each position's 16 planes come from its own game only (compiled kernel vs the definition)."""
