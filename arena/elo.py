@@ -1,87 +1,29 @@
 """Elo ratings from game results: a maximum-likelihood Bradley-Terry fit with
 profile-likelihood 95% intervals.
 
-Terms
------
+Data flows: pair records -> `merge_pairs` -> `fit_ratings(records, anchor)`
+-> a `Fit` of one `Rating` per player (estimate, interval ends, games);
+`choose_anchor` picks the anchor and `win_groups` shows the groups.
+`fit_ratings`' docstring says when an estimate is finite and how the
+intervals are defined and computed.
+
+Terms:
 * *player*: a name (``random``, ``gnugo:1``, ``gen:12``).
 * *pair record*: ``(a, b, games, score_a)``: ``games`` games between a and b,
   of which a scored ``score_a`` (a win 1, a draw 1/2, a loss 0).
-* *rating* ``r`` in Elo points; *natural units* ``x = r ln 10 / 400``.  The
-  model is Bradley-Terry (as BayesElo and Ordo): a player rated ``r_a``
-  scores against one rated ``r_b`` with expectation
-  ``P = 1 / (1 + 10^((r_b - r_a) / 400))``, the same in every game, colours
-  ignored (the ladder alternates them).
+* *rating* ``r`` in Elo points; *natural units* ``x = r ln 10 / 400``.  A
+  player rated ``r_a`` scores against one rated ``r_b`` with expectation
+  ``P = 1 / (1 + 10^((r_b - r_a) / 400))`` in every game, colours ignored
+  (Bradley-Terry, as BayesElo and Ordo).
 * *log-likelihood* ``LL = sum over pairs of s log P + (g - s) log (1 - P)``.
 * *anchor*: the player held at 0; every rating is a gap to it.  Players
   with no chain of games to it are *unrated* (left out).
-* *win graph*: an arrow ``u -> v`` when u scored (won or drew) at least once
-  against v.  u *reaches* v when a chain of arrows leads from u to v.  A
-  *mutual-win group* is a largest set of players who all reach each other
-  (a strongly connected component).
-
-The point estimate
-------------------
-The maximum of ``LL`` with the anchor at 0: no prior by default.  It is
-finite exactly for the players in the anchor's mutual-win group (Zermelo's
-and Ford's condition).  Any other player's likelihood keeps rising as its
-gap to the anchor grows, so no number is its estimate: a player that reaches
-the anchor but is not reached by it (it won all the games that link the two,
-e.g. 10-0) has ``elo = +inf`` and only its interval's lower end says
-something; the reverse has ``elo = -inf``; one neither reaching nor reached
-(e.g. two players that each beat ``random`` 10-0 and never met) has
-``elo = nan``: its games say nothing about its gap to the anchor.
-
-The interval
-------------
-The profile-likelihood 95% interval.  ``LL_profile(r)`` is ``LL`` maximised
-over every other player with this one at ``r`` and the anchor at 0;
-``LL_sup`` is the supremum of ``LL`` (reached only in the limit when some
-estimate is infinite); the *deviance* of ``r`` is
-``D(r) = 2 (LL_sup - LL_profile(r))``.
-
-* A finite estimate: the interval is ``{r : D(r) <= 3.841}`` (3.841 is the
-  chi-square(1) 95% point, Wilks' theorem), not symmetric in general.
-* An infinite estimate (``+inf``): the interval is ``[low, +inf)`` with
-  ``D(low) = 7.378 = -2 ln 0.025``; for ``-inf``, ``(-inf, high]`` the same
-  way; for ``nan``, ``(-inf, +inf)``.  Here the estimate sits on the
-  boundary, where Wilks' chi-square does not hold: ``exp(-D(r) / 2)`` is
-  then the chance, at ``r``, of the shut-out the games show (exactly so for
-  one pair: a 10-0 win over the anchor has chance ``P(r)^10``), and the end
-  is where that chance falls to 2.5%, the tail a two-sided 95% interval
-  leaves on each side.  A 10-0 win over the anchor alone gives
-  ``[140, +inf)``.  With 3.841 here, in the ladder-shaped tournaments of
-  tests/arena/test_elo_coverage.py the generations' high ends fell below the
-  truth 6% of the time (2.5% is the aim) while all intervals together still
-  held it 94%: only a count of each side's misses tells.  With 7.378, every
-  side misses 0.6-1.3% (conservative: scores of 10 games move in steps).
-
-How it is computed: cut the win graph into mutual-win groups; within each
-group the maximum is finite, and arrows between groups all point one way,
-so ``LL_sup`` is the sum of the groups' own maxima (the games between groups
-tend to certainty).  With the anchor held at 0 and the player at ``r``, the
-only players whose ratings stay finite relative to the two are those on a
-win chain between them; so ``LL_profile(r)`` needs one Newton maximisation
-over those players' games (concave, warm-started from the previous ``r``),
-and its slope in ``r`` is the player's own gradient there (envelope
-theorem).  ``2 (LL_sup - LL_profile)`` is convex in ``r``, so Newton's
-method on it (with that slope, steps capped) reaches each end from the
-outside without overshooting: a handful of maximisations an end.
-
-Choosing the anchor
--------------------
-Ratings are finite only inside the anchor's mutual-win group, so a good
-anchor shares its group with many players.  `choose_anchor` keeps the
-preferred one (the ladder's ``gnugo:1``) unless it has no games or is alone
-in its group, and then takes the candidate with the largest group.
-
-Options
--------
+* *win graph*: an arrow ``u -> v`` when u scored at least once against v; u
+  *reaches* v along arrows.  A *mutual-win group* is a largest set of
+  players who all reach each other (a strongly connected component).
 * ``prior_draws``: BayesElo's weak prior, that many virtual draws added to
-  every pair that played; the fit then maximises the posterior and every
-  connected player is finite.  It pulls each gap towards 0: 10-0 with 2
-  virtual draws reads as 11 of 12 points, 416 Elo, whatever the true gap.
-* ``interval="none"`` skips intervals (NaN ends), for callers that want only
-  the estimates (the ladder's prior-sensitivity comparison).
+  every pair that played (every connected player is then finite, and each
+  gap is pulled towards 0); ``interval="none"`` skips the intervals.
 """
 from __future__ import annotations
 
@@ -99,7 +41,7 @@ CHI2_95 = Z_95 ** 2
 """95% point of chi-square with one degree of freedom: the deviance limit of a finite estimate's interval."""
 SHUTOUT_DEVIANCE_95 = -2.0 * math.log(0.025)
 """The deviance limit of a one-sided interval's end (an infinite estimate): where the shut-out
-the games show had a 2.5% chance (module docstring)."""
+the games show had a 2.5% chance (`fit_ratings`)."""
 INTERVALS = ("profile", "none")
 
 _MAX_PROFILE_STEP = 4.0
@@ -424,7 +366,31 @@ def choose_anchor(records: Iterable[PairRecord], preferred: str, candidates: Seq
 def fit_ratings(records: Iterable[PairRecord], anchor: str = "random", *, prior_draws: float = 0.0,
                 interval: str = "profile", max_iterations: int = 100) -> Fit:
     """Elo of every player connected to ``anchor``: the maximum-likelihood (with ``prior_draws``,
-    maximum-posterior) fit and its 95% intervals, both as the module docstring defines them."""
+    maximum-posterior) fit and its 95% intervals (terms: the module docstring).
+
+    The estimate maximises ``LL`` with the anchor at 0.  It is finite exactly
+    for the players in the anchor's mutual-win group (Zermelo's and Ford's
+    condition); any other player's likelihood keeps rising as its gap grows:
+    one that reaches the anchor but is not reached by it (e.g. 10-0) has
+    ``+inf``, the reverse ``-inf``, one neither reaching nor reached ``nan``.
+
+    The interval: ``LL_profile(r)`` is ``LL`` maximised over every other
+    player with this one at ``r``; ``LL_sup`` is the supremum of ``LL``; the
+    deviance is ``D(r) = 2 (LL_sup - LL_profile(r))``.  A finite estimate's
+    interval is ``{r : D(r) <= CHI2_95}`` (Wilks).  An infinite one's is
+    ``[low, +inf)`` (or ``(-inf, high]``) with ``D(low) =
+    SHUTOUT_DEVIANCE_95``: there ``exp(-D / 2)`` is the chance of the shut-out
+    the games show, and the end is where it falls to 2.5% (a 10-0 win over
+    the anchor alone gives ``[140, +inf)``; why not CHI2_95 there:
+    docs/measured.md, "Elo intervals").  ``nan`` gets ``(-inf, +inf)``.
+
+    Computed per mutual-win group: within each the maximum is finite and the
+    games between groups tend to certainty, so ``LL_sup`` is the sum of the
+    groups' maxima.  ``LL_profile(r)`` needs one Newton maximisation over the
+    players on a win chain between the anchor and this one (concave,
+    warm-started), its slope in ``r`` is the player's own gradient (envelope
+    theorem), and Newton's method on the convex deviance reaches each end
+    from outside in a handful of maximisations."""
     if prior_draws < 0 or not math.isfinite(prior_draws):
         raise ValueError(f"prior_draws must be >= 0, got {prior_draws}")
     if interval not in INTERVALS:
@@ -482,7 +448,7 @@ def fit_ratings(records: Iterable[PairRecord], anchor: str = "random", *, prior_
 def _profile_interval(model: _Games, reach: np.ndarray, inside: np.ndarray, inside_terms: np.ndarray,
                       x_hat: np.ndarray, j: int, reaches_anchor: bool, reached_by_anchor: bool
                       ) -> tuple[float, float]:
-    """Player j's profile-likelihood 95% interval in natural units (module docstring)."""
+    """Player j's profile-likelihood 95% interval in natural units (`fit_ratings`)."""
     if not (reaches_anchor or reached_by_anchor):
         return -math.inf, math.inf
     # The players on a win chain between the anchor and j: the only ones whose ratings stay

@@ -1,12 +1,27 @@
-"""Live analysis over GTP: the requests and ``info`` lines of ``lz-analyze``,
-``kata-analyze`` and their ``*-genmove_analyze`` forms.
+"""Live analysis over GTP (Sabaki, Lizzie): the requests and ``info`` report lines of ``lz-analyze``,
+``kata-analyze`` and their ``*-genmove_analyze`` forms (Leela Zero's and KataGo's extensions).
 
-The protocol (command syntax, fields, ranges, when a reply stops) is
-documented in arena/gtp.py's module docstring; this module holds the parts
-that need no engine state: parsing a request's arguments, reading a search
-tree (`engine.search.Tree`) into per-move statistics, and writing them as
-one report line.  `AnalysisRun` steps a search generator from
-`arena.player.MctsPlayer` and keeps its latest tree for the reports.
+Data flows: `parse_request` reads a command's ``[COLOR] [INTERVAL] [KEY VALUE]...``;
+`AnalysisRun` steps a search generator of `arena.player.MctsPlayer` one
+evaluator batch at a time and keeps its latest tree (`engine.search.Tree`);
+`report_line` reads the root's visited moves (`root_move_stats`, most
+visited first) into one line.  The commands themselves, and when a reply
+stops, are `arena.gtp_engine.GtpEngine`'s (`cmd_lz_analyze`).
+
+A report line holds one block per move with visits::
+
+    info move D4 visits 31 winrate 5210 prior 1204 lcb 4903 order 0 pv D4 E5 E4 info move ...
+
+for lz-analyze (winrate, prior, lcb: integers in 0..10000); kata-analyze
+writes ``utility winrate scoreMean scoreStdev scoreLead prior lcb utilityLcb
+order pv [pvVisits]`` with decimals (win rates in [0, 1], utilities in
+[-1, 1]), then with ``ownership true`` N*N values in [-1, 1], row-major from
+the top left.  All values are for COLOR: ``winrate`` = (Q + 1) / 2 of the
+move's mean value Q, ``utility`` = Q, ``lcb`` = `winrate_lcb`; ``order`` 0
+is genmove's move; ``pv`` follows the most visited child (PV_MAX_MOVES at
+most).  The search has no score or ownership head, so both come from the
+rules: `score_after` and `ownership_values` (Tromp-Taylor, board as it
+stands; ``scoreStdev`` 0).
 """
 from __future__ import annotations
 
@@ -170,7 +185,7 @@ def winrate_lcb(winrate: float, visits: int) -> float:
 
 def score_after(board: Board, move: int) -> float:
     """Tromp-Taylor area score of the board after `move`, as it stands, for
-    the player who plays it (the search has no score estimate; see gtp.py)."""
+    the player who plays it (the search has no score estimate)."""
     after = board.copy()
     after.play(move)
     return -float(after.mover_score())

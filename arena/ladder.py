@@ -3,96 +3,25 @@
     python -m arena.ladder --root ROOT                      # every published generation
     python -m arena.ladder --root gs://b/run --generations 1,5,9 --games 20
 
-Players
--------
-* generation ``G`` (named ``gen:G``): MCTS with the run's published model G
-  (``--visits`` simulations a move);
-* anchors (``--anchors``, weakest first; names as `arena.match` player
-  specs): ``random`` (uniform legal moves), ``playouts:K`` (MCTS whose
-  leaves are valued by K random playouts, the network-free baseline, same
-  ``--visits``) and ``gnugo:L`` (GNU Go at level L).  The players are
-  `arena.match`'s own (`build_player`) and every game is played by
-  `arena.match.play_games`: there is no second game loop here.
+Players: generation G (``gen:G``, MCTS with the run's published model G at
+``--visits``) and the anchors (``--anchors``, weakest first, as
+`arena.match` player specs: ``random``, ``playouts:K``, ``gnugo:L``); every
+game is played by `arena.match.play_games`, there is no second game loop.
 
-Pairings (``schedule``), each ``--games`` games with alternating colours:
+Data flows: `Ladder.schedule_and_play` plays the pairings (``--games``
+games each, colours alternating) -> ``ROOT/report/ladder/results.jsonl``
+(one game a line, saved after every game, with its SGF and *digest*) ->
+`Ladder.fit` (`arena.elo`, over the distinct games, with the stored anchor
+games and the loop's closing matches folded in) -> the report
+(`arena.ladder_report`, ``ROOT/report/``).
 
-* the anchor chain: each anchor against the next one, so the anchors are
-  rated against each other and not only through the models;
-* each generation against the anchors, weakest first, stopping after the
-  first anchor against which it scored at most ``--give-up-score`` (a
-  generation that loses every game to GNU Go level 1 gains nothing from
-  level 10's 7-31 s games);
-* with ``--adjacent`` (default), consecutive rated generations.
-
-Results (``ROOT/report/ladder/results.jsonl``, one game per line) are saved
-after every game, with its SGF (``report/ladder/games/<pairing>/<index>.sgf``)
-and its *digest* (a hash of its colours, moves and result: two games with
-the same digest are the same game).  A game counts only under the
-*conditions* it was played with (board size, komi, visits, opening moves,
-move cap): a rerun with the same ones plays only the games still missing
-from each pairing; one with other conditions starts its own set beside the
-old one.  Delete the results file to start afresh.
-
-Stored anchor games
--------------------
-Anchor-against-anchor games are the same experiment in every lake, and the
-slow ones (GNU Go 10 against GNU Go 5) cost minutes, so zerolake ships them:
-``arena/anchor_games/<conditions>/`` (``ANCHOR_GAMES_DIR``; the folder
-name is the conditions with dashes for spaces, e.g.
-``9x9-komi-7.5-visits-64-opening-4-cap-0``) holds ``results.jsonl`` in the
-results format above (every line of that folder's conditions, with a digest;
-``sgf`` relative to the folder), the SGFs (``sgf/<pairing>/<index>.sgf``)
-and ``made.json`` (each recording session: command, date, games added, GNU
-Go's version).  A ladder loads the stored games of its own conditions
-between two of its ``--anchors`` (no folder: none) and counts them with the
-lake's: a pairing plays in the lake only the games the two lack together
-(none when the store holds ``--games``), and the fit uses both (a game in
-both, one the store took from this lake, once).  ``--no-stored-anchor-games``
-plays every anchor game in the lake.  ``--record-anchor-games`` makes the
-store: it plays only the anchor chain in ROOT (given a run.json with the
-default board size and komi when it has none), then adds ROOT's
-anchor-against-anchor games of its conditions that the store lacks.
-
-The closing match
------------------
-``operations.loop`` ends a long run with games of its last generation G
-against GNU Go level 1 with the network at V visits a move (V = 256), kept
-in ``loop/final-<G>.json`` (``layout.loop_marker``; ``vs_gnugo_1``, with
-``game_results`` and each game's SGF in the lake where the loop kept them).
-The ladder folds them into its fit as their own player ``gen:G@V``, the
-same network at V visits, so one table shows the ladder's view (``gen:G``
-at ``--visits``) and the closing match's, fitted together.  Games with an
-SGF get a digest and repeats count once; a closing result without per-game
-results (written by an older loop) adds its wins, draws and losses, every
-game counted as distinct.
-
-Ratings (`arena.elo`, whose docstring defines them exactly): one
-maximum-likelihood Bradley-Terry fit over the *distinct* games of the current
-conditions, with profile-likelihood 95% intervals.
-
-* Distinct games: deterministic players can repeat a game move for move
-  (two engines with no randomness left, as two fresh GNU Go processes may
-  be), and a repeat is no new evidence, so games with the same digest count
-  once and the report says how many were dropped.  A game recorded before digests
-  were kept gets its digest from its SGF.
-* The anchor, rated 0 (``--anchor``, default ``gnugo:1``): a rating is a
-  finite number only inside the anchor's mutual-win group (players each of
-  whom beat every other through a chain of wins), so ``random``, which every
-  trained generation beats 10-0, would leave them all unbounded above.  When
-  the anchor did not play, or is alone in its mutual-win group (nobody both
-  beat it and lost to it, directly or through others: no rating against it
-  is finite), the anchor of ``--anchors`` with the largest mutual-win group
-  is used instead, and the report says so and why.
-* A player with no finite estimate (it won, or lost, every game linking it to
-  the anchor) is shown as a bound, ``>= low`` or ``<= high``, with a
-  one-sided interval.
-* ``--prior-draws`` (default 0) adds BayesElo's virtual draws to every
-  pairing; the report always also shows each player's estimate under
-  the other choice (2 draws when none are used, none otherwise) and the
-  largest change, so a reader sees how much the prior, not the games, says.
-
-The table is printed and, with the plots, written to ``ROOT/report/``
-(`arena.ladder_report`): derived views, replaced on every run.
+Terms: *conditions* (`ladder_conditions`: board size, komi, visits, opening
+moves, move cap) are what a game counts under; a rerun with the same ones
+plays only the games still missing, one with others starts its own set.
+A *digest* (`game_digest`) hashes a game's colours, moves and result: equal
+digests, the same game, which counts once (`distinct_games`).  *Stored
+anchor games* (`ANCHOR_GAMES_DIR`) are anchor-against-anchor games shipped
+with zerolake; a *closing match* (`ClosingMatch`) is the loop's last games.
 """
 from __future__ import annotations
 
@@ -127,14 +56,28 @@ from inference.loading import EvaluatorSource, load_evaluator
 from arena.player import MctsConfig, SearchBudget
 
 DEFAULT_ANCHOR = "gnugo:1"
-"""The player rated 0 unless no rating against it is finite (module docstring)."""
+"""The player rated 0 (``--anchor``).  A rating is finite only inside the anchor's mutual-win group
+(`arena.elo`), so ``random``, which every trained generation beats 10-0, would leave them all
+unbounded above.  When the anchor did not play or no rating against it is finite, the anchor of
+``--anchors`` with the largest mutual-win group is used, and the report says so
+(`arena.elo.choose_anchor`)."""
 RESULTS_VERSION = 1
 DEFAULT_ANCHORS = "random,playouts:8,playouts:32,playouts:128,gnugo:1,gnugo:5,gnugo:10"
 COMPARISON_PRIOR_DRAWS = 2.0
 """The prior the report compares with when the fit uses none (BayesElo's default, the ladder's earlier one)."""
 FIXED_ANCHOR_KINDS = ("random", "playouts", "gnugo")
 ANCHOR_GAMES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "anchor_games")
-"""The stored anchor games shipped with zerolake (module docstring, 'Stored anchor games')."""
+"""The stored anchor games shipped with zerolake.
+
+Anchor-against-anchor games are the same experiment in every lake, and the slow ones (GNU Go 10
+against GNU Go 5) cost minutes, so they are stored here: ``<conditions>/`` (the conditions with
+dashes for spaces, e.g. ``9x9-komi-7.5-visits-64-opening-4-cap-0``) holds ``results.jsonl`` in the
+results format (``sgf`` relative to the folder), the SGFs (``sgf/<pairing>/<index>.sgf``) and
+``made.json`` (each recording session: command, date, games added, GNU Go's version).  A ladder
+loads the stored games of its own conditions between two of its ``--anchors`` and counts them with
+the lake's: a pairing plays in the lake only the games the two lack together, and a game in both
+counts once.  ``--no-stored-anchor-games`` plays every anchor game in the lake;
+``--record-anchor-games`` plays only the anchor chain in ROOT and adds its games to the store."""
 STORE_RESULTS = "results.jsonl"
 STORE_MADE = "made.json"
 STORE_VERSION = 1
@@ -277,7 +220,7 @@ def pairing_name(a: str, b: str) -> str:
 
 
 def ladder_conditions(board_size: int, komi: float, visits: int, opening_moves: int, max_moves: int) -> str:
-    """The conditions a game counts under (module docstring): ``9x9 komi 7.5 visits 64 opening 4 cap 0``."""
+    """The conditions a game counts under: ``9x9 komi 7.5 visits 64 opening 4 cap 0``."""
     return f"{board_size}x{board_size} komi {komi:g} visits {visits} opening {opening_moves} cap {max_moves}"
 
 
@@ -365,7 +308,7 @@ def pair_records(games: Sequence[LadderGame], conditions: str) -> list[elo.PairR
 
 
 # --------------------------------------------------------------------------
-# stored anchor games (module docstring)
+# stored anchor games (ANCHOR_GAMES_DIR)
 # --------------------------------------------------------------------------
 
 def store_folder(store: str, conditions: str) -> str:
@@ -412,12 +355,18 @@ def gnugo_version() -> str | None:
 
 
 # --------------------------------------------------------------------------
-# the loop's closing match (module docstring)
+# the loop's closing match (ClosingMatch)
 # --------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class ClosingMatch:
     """One closing result of ``operations.loop`` as the ladder folds it in.
+
+    The loop ends a long run with games of its last generation G against GNU
+    Go level 1 at V visits a move (``loop/final-<G>.json``,
+    ``layout.loop_marker``).  The ladder fits them as their own player
+    ``gen:G@V``, the same network at V visits, so one table shows the
+    ladder's view (``gen:G`` at ``--visits``) and the closing match's.
 
     ``player`` is ``gen:G@V`` and ``opponent`` the anchor it met; ``games``
     holds one LadderGame a game when the loop kept per-game results
@@ -665,7 +614,13 @@ class Ladder:
 
     # ---- the whole ladder --------------------------------------------------------
     def schedule_and_play(self) -> int:
-        """Play every pairing the schedule asks for (module docstring); returns games played."""
+        """Play every pairing the schedule asks for; returns games played.
+
+        The schedule: the anchor chain (each anchor against the next, so the
+        anchors are rated against each other too); each generation against
+        the anchors, weakest first, stopping after the first it scored at most
+        ``--give-up-score`` against; with ``--adjacent``, consecutive rated
+        generations."""
         anchors = self.config.anchor_names()
         played = 0
         for pairing in anchor_chain(anchors):
@@ -749,7 +704,8 @@ class Ladder:
                 + [record for match in self.closing for record in match.records()])
 
     def fit(self) -> elo.Fit:
-        """The fit of the distinct games (module docstring); ``anchor_reason`` says which anchor and why."""
+        """The fit of the distinct games (`records`); ``anchor_reason`` says which anchor and why
+        (DEFAULT_ANCHOR).  A player with no finite estimate shows as a bound, ``>= low`` or ``<= high``."""
         prior = self.config.prior_draws
         records = self.records()
         anchor, why = elo.choose_anchor(records, self.config.anchor, self.config.anchor_names(),

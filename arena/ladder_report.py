@@ -1,41 +1,28 @@
 """The ladder's report: ratings table, per-generation lake figures and PNG plots.
 
-Input: the `arena.elo.Fit` of the ladder's distinct games (and a second
-fit of the same games under the other prior, for the sensitivity column),
-and the lake itself:
+Data flows: the `arena.elo.Fit` of the ladder's distinct games (and a second
+fit under the other prior, for the sensitivity column) plus the lake ->
+figures per generation -> files under ``ROOT/report/`` (derived views,
+replaced on every run).  From the lake: ``models/<gen>/MANIFEST.json`` (the
+publication time ``metadata.created_unix`` and the window's last
+``metadata.training_metrics``: head losses and ``occupied_policy_mass``, the
+policy's mass on occupied, so illegal, points) and ``games/<gen>/`` chunks
+(games and positions per chunk, cached by path in
+``report/ladder/chunk-counts.json`` since chunks never change; the run's
+start is the earliest chunk's time, from its name).
 
-* ``models/<gen>/MANIFEST.json``: when each generation was published
-  (``metadata.created_unix``) and, from trainers that record it, the
-  window's last training report (``metadata.training_metrics``: the head
-  losses and ``occupied_policy_mass``, the policy's mass on occupied points,
-  i.e. on moves the input planes show are illegal);
-* ``games/<gen>/*.tfrecord.zst``: games and positions per chunk (read once;
-  chunks never change, so the counts are cached in
-  ``report/ladder/chunk-counts.json`` by chunk path) and the run's start
-  (the earliest chunk's time, from its name).
+Terms, for generation G: *hours* = its publication time minus the run's
+start; *games* and *positions* = the self-play games (and positions) of
+every generation before G, the data its training window could draw from.
 
-For generation G: *hours* = its publication time minus the run's start;
-*games* and *positions* = the self-play games (and their positions) of every
-generation before G, i.e. the data its training window could draw from.
-
-Output (all under ``ROOT/report/``, replaced on every run: derived views):
-``ratings.txt`` (the printed table), ``ratings.json``, and with plots on
-``rating-vs-hours.png``, ``rating-vs-games.png``, ``rating-vs-positions.png``
-(generations with 95% intervals, a generation with no finite estimate as a
-triangle at its bound pointing the open way; anchors with a finite rating as
-dashed lines), ``training-losses.png`` and ``illegal-move-mass.png`` (per
-generation).
-
-In ``ratings.json`` an infinite estimate or interval end is ``null`` (JSON
-has no infinity); ``estimate`` holds what the table shows (``412``,
-``>= 140``, ``<= -300`` or ``?``) and ``interval_text`` the table's
-interval column.  ``stored_anchor_games`` says where the
-stored anchor games came from, how many the store holds for these conditions
-and how many distinct ones the fit counted (null with
-``--no-stored-anchor-games``); ``closing_matches`` lists the loop's closing
-matches folded in (player ``gen:G@V``, source, games, distinct games).  A
-closing player's row shows its generation's figures, and the rating plots
-draw it as a cross at its generation.
+Output: ``ratings.txt`` (the table), ``ratings.json`` (an infinite estimate
+or interval end is ``null``; ``estimate`` and ``interval_text`` hold the
+table's texts such as ``412`` or ``>= 140``; ``stored_anchor_games`` and
+``closing_matches`` say which stored and closing-match games were folded
+in), and with plots ``rating-vs-hours.png``, ``rating-vs-games.png``,
+``rating-vs-positions.png`` (95% intervals; an open-ended estimate as a
+triangle at its bound; anchors as dashed lines; closing players as
+crosses), ``training-losses.png`` and ``illegal-move-mass.png``.
 """
 from __future__ import annotations
 

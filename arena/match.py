@@ -4,36 +4,24 @@
     python -m arena.match model:ROOT@12 model:ROOT@10 --games 200 --json
     python -m arena.match uniform gnugo:1 --games 10 --sgf-dir /tmp/games
 
-A *player spec* is one of:
+A *player spec* is ``model:ROOT[@GEN]`` (MCTS with a run's published model,
+default the latest), ``uniform`` (MCTS with uniform priors and value 0),
+``random`` (legal moves that don't fill an own eye), ``playouts[:K]`` (MCTS
+valued by K random playouts, default 16: `inference.loading.PlayoutEvaluator`)
+or ``gnugo[:LEVEL]`` (GNU Go over GTP, level 0-10, default 1).
 
-* ``model:ROOT[@GEN]``: MCTS with a published model of the run at ROOT (a
-  local folder or gs://bucket/prefix); generation GEN, default the latest;
-* ``uniform``: MCTS with the uniform evaluator (uniform priors, value 0: its
-  only signal is the rules' result at game-over leaves);
-* ``random``: uniform over legal moves that don't fill an own eye;
-* ``playouts[:K]``: MCTS whose value is the mean result of K random
-  playouts from the leaf (default 16), the classic network-free baseline
-  (`inference.loading.PlayoutEvaluator`); unlike ``uniform`` it beats random;
-* ``gnugo[:LEVEL]``: GNU Go over GTP (level 0-10, default 1).
-
-A plays Black in even-numbered games and White in odd ones.  With
-``--paired-openings K`` games 2k and 2k+1 both start with the same K random
-moves, so each opening is played once with each colour.  ``distinct_games``
-counts games that differ in colours or moves: deterministic players repeat
-games, and a repeat is no new evidence.  A game ends
-after two consecutive passes, a resignation, an illegal move (the mover
-forfeits) or the move cap, and is scored by Tromp-Taylor area with komi
-(Black's side: ``black_area - white_area - komi``).  A draw (a score of
-exactly 0) counts half a win.  The win rate is A's, with a 95% Wilson score
-interval (`wilson_interval`).
-
-The library entry point is `evaluate(player_a, player_b, games, board_size,
-komi, ...) -> EvalResult`, which the training loop calls each generation.
-It plays up to ``parallel_games`` games at once in lockstep: at each step
-every player searches all the games where it is to move in one call
-(`MctsPlayer.select_moves`, one evaluator batch per search step), so a
-model's network sees batches of many games.  External engines (GNU Go) hold
-one game each, so a match with one plays its games one at a time.
+Data flows: `evaluate(player_a, player_b, games, board_size, komi, ...) ->
+EvalResult` (the training loop's entry point) plays up to ``parallel_games``
+games in lockstep, each player searching all games where it is to move in
+one call (`MctsPlayer.select_moves`: one evaluator batch per step; GNU Go
+holds one game at a time).  A plays Black in even-numbered games; with
+``--paired-openings K`` games 2k and 2k+1 share K random opening moves.  A
+game ends after two passes, a resignation, an illegal move (a forfeit) or
+the move cap, scored by Tromp-Taylor area with komi from Black's side.
+Terms: a draw (score exactly 0) counts half a win; the win rate is A's, with
+a 95% Wilson score interval (`wilson_interval`); ``distinct_games`` counts
+games differing in colours or moves (a deterministic player's repeat is no
+new evidence).
 """
 from __future__ import annotations
 

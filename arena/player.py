@@ -13,20 +13,17 @@ every move through `observe`; the others ignore it.  The game loop
     player.close()                               # once, at the end
 
 Players here:
+* `RandomPlayer`: the engine's playout policy (uniform over legal moves
+  that don't fill the mover's own eye, else pass).  Seeded.
+* `MctsPlayer`: the batched Cython search (`engine.driver.GameBatch`) with an
+  evaluator (uniform or a published model); budget: visits, seconds, or both
+  (whichever ends first).  `select_moves` searches several games at once.
+* `GtpPlayer`: an external GTP engine (GNU Go via `arena.gtp_client`).
 
-* `RandomPlayer`: uniform over legal moves that don't fill the mover's own
-  eye (the engine's playout policy), passing when none is left.  Seeded.
-* `MctsPlayer`: the project's batched Cython search (`engine.driver`'s
-  `GameBatch`, trees from `engine.search`) with an evaluator (uniform or a
-  published model, `inference.evaluator`).  Budget: visits, seconds, or both
-  (whichever ends first).  `select_moves` searches several games' positions
-  in one GameBatch, so the evaluator sees one batch per step for all of them.
-* `GtpPlayer`: an external GTP engine (GNU Go via `arena.gtp_client`);
-  its ``genmove`` is the move.
-
-Evaluators are callables ``features float32[B, N, N, 17] -> (policy_logits
-float32[B, N*N+1], value float32[B])`` with the value seen by the side to move
-at each row (see `call_evaluator` for the accepted return shapes).
+Evaluators are callables ``features float32[B, N, N, C] -> (policy_logits
+float32[B, N*N+1], value float32[B])``, C the evaluator's input planes
+(`format.planes.input_planes_of`; the layout is format/planes.py's), with
+the value seen by the side to move at each row (`call_evaluator`).
 """
 from __future__ import annotations
 
@@ -176,7 +173,8 @@ class MctsConfig:
 
 
 def call_evaluator(evaluator, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Run `evaluator` (a `inference.evaluator.Evaluator`) on float32 [B, N, N, 17];
+    """Run `evaluator` (a `inference.evaluator.Evaluator`) on float32 [B, N, N, C] input planes
+    (format/planes.py; C = `format.planes.input_planes_of(evaluator)`);
     return (logits [B, N*N+1], values [B]).  Checks the one return shape,
     naming the evaluator on a mismatch (a published model must be wrapped in
     `ModelEvaluator` first)."""

@@ -3,50 +3,26 @@
     python -m arena.run_page --root ROOT --out run.html
     python -m arena.run_page --root gs://bucket/run --out run.html --recent-games 5
 
-What it is for: a person watching a run opens one file (it can be mailed or
-kept beside the run; it needs no server and fetches nothing) instead of
-running ``format.inspect summary``, reading the ladder's report and opening
-TensorBoard.  It lives in ``arena/`` because what it adds to the lake's own
-figures, the ratings, is the arena's.
+One file (no server, fetches nothing) instead of ``format.inspect summary``,
+the ladder's report and TensorBoard; it lives in ``arena/`` because the
+ratings it adds are the arena's.  Data flows lake -> numbers -> HTML:
 
-Data flows lake -> numbers -> HTML, one step after the other:
+1. `read_run` reads the lake, only through ``cloud.storage`` and writing
+   nothing: the ``games/<g>/`` chunks (counted as the ladder counts them,
+   `arena.ladder_report.chunk_counts`), ``windows/<g>/MANIFEST.json`` (else
+   the model manifest's ``window_positions``), ``models/<g>/MANIFEST.json``
+   (``global_step``, the losses), ``report/ratings.json`` (the ladder's
+   ratings, shown as they are, never refitted) and the newest games.  A
+   damaged object is named under "Problems" and the rest is drawn.
+2. `RunFacts`: a row per generation, speed bins, rating points, the recent
+   games' boards; plain dataclasses that tests compare with the sources.
+3. `render_page`: tables, SVG plots and a small script stepping through the
+   recent games; every checked number has a ``data-field`` attribute.
 
-1. Reading (`read_run`), only the lake and only through ``cloud.storage`` (a
-   folder and ``gs://`` alike); nothing is written to it:
-
-   * ``games/<g>/`` chunks: games and positions per chunk, counted as the
-     rating ladder counts them (`arena.ladder_report.chunk_counts`, which
-     uses the ladder's cache where it holds a chunk and decodes the chunk
-     otherwise: the same games and positions as ``format.inspect summary``),
-     and each chunk's time from its name;
-   * ``windows/<g>/MANIFEST.json``: the positions of the window that trained
-     model g (once retention has deleted the window, the ``window_positions``
-     its model's manifest recorded);
-   * ``models/<g>/MANIFEST.json``: the trainer's ``global_step`` and the
-     window's last ``training_metrics`` (the losses);
-   * ``report/ratings.json``: the rating ladder's last report
-     (``python -m arena.ladder`` writes it).  Its ratings and intervals are
-     shown as its table shows them, never refitted here: the page plays no
-     game, and one fit has one owner;
-   * the newest chunks: the last ``--recent-games`` games, for the viewer.
-
-   A damaged object costs only itself: it is named under "Problems" and the
-   rest of the page is drawn.
-
-2. Numbers (`RunFacts`): a row per generation, speed bins, rating points,
-   the recent games' boards; plain dataclasses a test can compare with
-   ``format.inspect summary`` and the ladder's table.
-
-3. HTML (`render_page`): tables, SVG plots drawn here, and a small inline
-   script that steps through the recent games.  Every number a test checks
-   sits in an element with a ``data-field`` attribute.
-
-Hours are the ladder's (`arena.ladder_report.generation_figures`): a model's
-publication time minus the earliest chunk's time.  Self-play speed is the
-positions of the chunks written in each of ``--speed-bins`` equal stretches of
-time between the first and the last chunk, per hour (a chunk counts when it
-was written, so the first stretch also holds the games of the first chunk,
-which were played before the run's clock starts).
+Units: hours are the ladder's (`arena.ladder_report.generation_figures`: a
+model's publication time minus the earliest chunk's).  Self-play speed is
+positions per hour of the chunks written in each of ``--speed-bins`` equal
+stretches between the first and last chunk (by write time).
 """
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ endstate labels) only orchestrates.  Data flows upward:
 * `engine.driver` (driver.pyx/.pxd): many games' searches at once; gathers
   leaves into one network batch and applies the evaluations.
 * `engine.playouts`: evaluators built on random playouts (generation 0's
-  player, ownership labels without a model).
+  player, ownership labels without a model) and the judge of dead stones
+  and seki (GTP's final_status_list).
 * `engine/rng.pxd`: the seeded generator every kernel draws from.
 
 The engine imports only `format` (the input-plane layout, format/planes.pxd)

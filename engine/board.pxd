@@ -161,6 +161,13 @@ cdef class Board:
     # over legal moves that don't fill the mover's own eye, else PASS.
     cdef bint in_atari(self, int move) noexcept nogil
     # The chain at flat point `move` has exactly one liberty (False if empty).
+    cdef void chain_labels_ptr(self, int16_t* out) noexcept nogil
+    # [N*N] int16: each stone's chain label, the lowest flat point of its chain
+    # (so labels run in GTP order, top row first); -1 on empty points.
+    cdef bint fills_safely(self, int move, Board probe) noexcept nogil
+    # The side to move may play `move` (legal: empty, no suicide, no superko)
+    # and the chain it then belongs to keeps two or more liberties.  Played
+    # on `probe`, a board of the same size and move cap, which it overwrites.
 
     # ---- internals (declared here so subclasses / search may inline) ----
     cdef void _place(self, int v, int c) noexcept nogil

@@ -467,6 +467,28 @@ cdef class Board:
             return False
         return _in_atari_root(self, self.chain_id[v])
 
+    cdef void chain_labels_ptr(self, int16_t* out) noexcept nogil:
+        """[N*N]: each stone's chain label, the lowest flat point of its chain; -1 on empty points."""
+        cdef int16_t first[MAX_PADDED]      # chain root -> its lowest flat point; -1 = not met yet
+        cdef int p, v, r
+        for v in range(self.num_padded):
+            first[v] = -1
+        for p in range(self.num_points):    # ascending, so a chain's first point met is its lowest
+            v = self.to_padded[p]
+            if self.color[v] != 1 and self.color[v] != -1:
+                out[p] = -1
+                continue
+            r = self.chain_id[v]
+            if first[r] < 0:
+                first[r] = p
+            out[p] = first[r]
+
+    cdef bint fills_safely(self, int move, Board probe) noexcept nogil:
+        # Played on `probe` (overwritten with a copy of self), so self is unchanged.
+        if probe.copy_from(self) != 0 or probe.play_move(move) != MOVE_OK:
+            return False
+        return not probe.in_atari(move)
+
     cdef void _place(self, int v, int c) noexcept nogil:
         """Put a stone of colour c on empty point v; update chains and their
         pseudo-liberties, merging with friendly neighbours.  No captures."""
@@ -789,7 +811,7 @@ cdef class Board:
         The final score (`area_score_c`), the ownership targets
         (`ownership_ptr`), the pass rule (`mover_score_c`,
         `write_candidate_mask_ptr`) and GTP's scoring all read it.  What a
-        referee calls dead (GTP's final_status_list, arena.gtp.stone_statuses)
+        referee calls dead (GTP's final_status_list, engine.playouts.stone_statuses)
         builds on it rather than judging again: it is this count at the end
         of random playouts (engine.playouts.playout_ownership).
         """
@@ -1117,6 +1139,18 @@ cdef class Board:
             if s == root:
                 break
         return count
+
+    def chains(self):
+        """The chains on the board, each a sorted list of flat points, in the
+        order of their lowest point (GTP order: top row first)."""
+        labels = np.empty(self.num_points, dtype=np.int16)
+        cdef int16_t[::1] view = labels
+        with nogil:
+            self.chain_labels_ptr(&view[0])
+        found = {}
+        for p in np.flatnonzero(labels >= 0):
+            found.setdefault(int(labels[p]), []).append(int(p))
+        return list(found.values())
 
     def chain_counters(self, int point):
         """(size, pseudo_libs, lib_sum, lib_sum2) kept for the chain at `point`,

@@ -8,6 +8,8 @@ scratch copy with `Board.playout`, and averages.
 
 * `playout_ownership`: mean Tromp-Taylor ownership of a board (the shuffle
   job's label for a resigned game without a model: pipeline.labels).
+* `stone_statuses`: which stones are alive, dead or in seki (GTP's
+  final_status_list), seki by the rules and death by `playout_ownership`.
 * `playout_values`: the value of each position of a batch of planes for its
   side to move (generation 0's evaluator: inference.loading.PlayoutEvaluator).
 * `positions_from_planes`: the stones and side to move that planes encode,
@@ -17,7 +19,8 @@ scratch copy with `Board.playout`, and averages.
 Seeds are explicit (xorshift64*, engine/rng.pxd), so every result is
 deterministic for a given seed.
 """
-from libc.stdint cimport int8_t, int32_t, int64_t, uint64_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint64_t
+from libc.string cimport memset
 
 cimport cython
 import numpy as np
@@ -36,20 +39,115 @@ def playout_ownership(Board board not None, int num_playouts, uint64_t seed):
     if num_playouts <= 0:
         raise ValueError(f"num_playouts must be positive, got {num_playouts}")
     cdef Board scratch = Board(board.N, board.komi_, board.max_moves_)
-    cdef int N2 = board.num_points
-    totals = np.zeros(N2, dtype=np.int32)
+    totals = np.zeros(board.num_points, dtype=np.int32)
     cdef int32_t[::1] tot = totals
-    cdef int8_t owner[MAX_SIZE * MAX_SIZE]
     cdef uint64_t state = rng_seed(seed)
-    cdef int i, p
     with nogil:
-        for i in range(num_playouts):
-            scratch.copy_from(board)
-            scratch.playout(&state)
-            scratch.ownership_ptr(owner)
-            for p in range(N2):
-                tot[p] += owner[p]
+        ownership_totals(board, scratch, num_playouts, &state, &tot[0])
     return (totals / np.float32(num_playouts)).astype(np.float32)
+
+
+cdef void ownership_totals(Board board, Board scratch, int num_playouts, uint64_t* rng_state,
+                           int32_t* totals) noexcept nogil:
+    cdef int8_t owner[MAX_SIZE * MAX_SIZE]
+    cdef int i, p
+    for i in range(num_playouts):
+        scratch.copy_from(board)
+        scratch.playout(rng_state)
+        scratch.ownership_ptr(owner)
+        for p in range(board.num_points):
+            totals[p] += owner[p]
+
+
+DEAD_STONE_PLAYOUTS = 400
+"""Random playouts behind `stone_statuses`' verdict of dead chains (docs/measured.md, "Dead stones")."""
+
+STATUS_ALIVE, STATUS_DEAD, STATUS_SEKI = STONE_ALIVE, STONE_DEAD, STONE_SEKI
+"""`stone_statuses`' verdicts (0 marks an empty point)."""
+
+
+def stone_statuses(Board board not None, int num_playouts=DEAD_STONE_PLAYOUTS, uint64_t seed=0):
+    """int8[N*N]: 0 on empty points, else STATUS_ALIVE / STATUS_DEAD / STATUS_SEKI.
+
+    The one judge of which stones are dead (GTP's final_status_list); the
+    score stays the rules' Tromp-Taylor count of the board as it stands.
+    Seki first: a chain touching a *seki point*, an empty point that
+    Tromp-Taylor leaves neutral, next to a stone, where neither colour can
+    play without suicide or leaving the played chain in atari (shared
+    liberties; dame between living walls are not).  Then dead: a chain whose
+    points the random playouts of `playout_ownership`, from the stones alone
+    with `board`'s side to move, give to the other colour more often than to
+    its own, summed over the chain.  A finished game (two passes) is played
+    on: a dead chain is captured in most playouts, a chain with two eyes
+    never.  `board` is unchanged; deterministic for a given seed."""
+    if num_playouts <= 0:
+        raise ValueError(f"num_playouts must be positive, got {num_playouts}")
+    cdef int8_t[::1] stones = np.ascontiguousarray(board.stones(), dtype=np.int8).reshape(-1)
+    cdef Board position = Board(board.N, board.komi_)
+    cdef Board flipped = Board(board.N, board.komi_)
+    cdef Board probe = Board(board.N, board.komi_)
+    cdef Board scratch = Board(board.N, board.komi_)
+    status = np.zeros(board.num_points, dtype=np.int8)
+    cdef int8_t[::1] out = status
+    cdef int to_play = board.st.to_play
+    with nogil:
+        # The stones of a board always load: every chain on it has a liberty.
+        position._load_stones(&stones[0], to_play)
+        flipped._load_stones(&stones[0], -to_play)
+        judge_stones(position, flipped, probe, scratch, num_playouts, seed, &out[0])
+    return status
+
+
+cdef void judge_stones(Board position, Board flipped, Board probe, Board scratch, int num_playouts,
+                       uint64_t seed, int8_t* status) noexcept nogil:
+    cdef int16_t label[MAX_SIZE * MAX_SIZE]       # chain label of each point (-1: empty)
+    cdef int8_t owner[MAX_SIZE * MAX_SIZE]
+    cdef int32_t totals[MAX_SIZE * MAX_SIZE]      # playout ownership, summed over the playouts
+    cdef int64_t chain_total[MAX_SIZE * MAX_SIZE]  # by chain label: totals summed over the chain
+    cdef uint8_t in_seki[MAX_SIZE * MAX_SIZE]     # by chain label: touches a seki point
+    cdef int N2 = position.num_points
+    cdef int S = position.stride
+    cdef int8_t* color = position.color
+    cdef int p, v, k, n, living = 0
+    cdef bint near_stone
+    cdef uint64_t state
+    position.chain_labels_ptr(label)
+    position.ownership_ptr(owner)
+    memset(in_seki, 0, N2)
+    for p in range(N2):
+        v = position.to_padded[p]
+        if color[v] != 0 or owner[p] != 0:
+            continue
+        near_stone = False
+        for k in range(4):
+            n = v - S if k == 0 else (v - 1 if k == 1 else (v + 1 if k == 2 else v + S))
+            near_stone = near_stone or color[n] == 1 or color[n] == -1
+        if not near_stone or position.fills_safely(p, probe) or flipped.fills_safely(p, probe):
+            continue
+        for k in range(4):
+            n = v - S if k == 0 else (v - 1 if k == 1 else (v + 1 if k == 2 else v + S))
+            if color[n] == 1 or color[n] == -1:
+                in_seki[label[position.to_flat[n]]] = 1
+    for p in range(N2):
+        if label[p] < 0:
+            status[p] = 0
+        elif in_seki[label[p]]:
+            status[p] = STONE_SEKI
+        else:
+            status[p] = STONE_ALIVE
+            living += 1
+    if living == 0:
+        return
+    memset(totals, 0, N2 * sizeof(int32_t))
+    memset(chain_total, 0, N2 * sizeof(int64_t))
+    state = rng_seed(seed)
+    ownership_totals(position, scratch, num_playouts, &state, totals)
+    for p in range(N2):
+        if label[p] >= 0:
+            chain_total[label[p]] += totals[p]
+    for p in range(N2):
+        if status[p] == STONE_ALIVE and chain_total[label[p]] * color[position.to_padded[p]] < 0:
+            status[p] = STONE_DEAD
 
 
 def run_playouts(Board board not None, int num_playouts, uint64_t seed):

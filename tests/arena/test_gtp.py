@@ -18,7 +18,8 @@ from format import schema
 from engine.board import Board, board_from_ascii
 from format.coords import gtp_to_move, move_to_gtp
 from format import layout
-from arena.gtp import GtpEngine, TimeControl, format_score, move_time_allotment
+from arena.gtp_engine import GtpEngine
+from arena.gtp_game import TimeControl, format_score, move_time_allotment
 from arena.gtp_client import GnuGo, GnuGoNotFound, find_gnugo
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

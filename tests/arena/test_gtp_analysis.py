@@ -1,4 +1,4 @@
-"""Tests of live analysis over GTP (arena/gtp.py: lz-analyze, kata-analyze and
+"""Tests of live analysis over GTP (arena/gtp_engine.py: lz-analyze, kata-analyze and
 their genmove_analyze forms), driven over pipes as the two GUIs drive it.
 
 The command sequences are the clients' own (read from their sources):
@@ -377,7 +377,8 @@ def test_genmove_analyze_streams_then_plays(fresh):
 
 def test_an_endless_analysis_stops_growing_at_the_cap(monkeypatch):
     from arena import gtp_analysis
-    from arena.gtp import GtpConfig, StreamingReply, build_engine
+    from arena.gtp import GtpConfig, build_engine
+    from arena.gtp_engine import StreamingReply
 
     monkeypatch.setattr(gtp_analysis, "ANALYSIS_MAX_NODES", 40 * (SIZE * SIZE + 1))
     engine = build_engine(GtpConfig(visits=4, quiet=True))

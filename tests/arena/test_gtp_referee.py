@@ -1,4 +1,4 @@
-"""Tests of the GTP commands referees and servers send (arena/gtp.py):
+"""Tests of the GTP commands referees and servers send (arena/gtp_referee.py, arena/gtp_engine.py):
 final_status_list, the three handicap commands, loadsgf/printsgf,
 kgs-genmove_cleanup and reg_genmove.
 
@@ -10,12 +10,14 @@ import pytest
 from sgfmill import sgf
 
 from format import schema
-from format.coords import gtp_to_move, move_to_gtp
+from format.coords import gtp_to_move
 from engine.board import board_from_ascii
-from arena.gtp import (MAX_SGF_BYTES, STATUS_ALIVE, STATUS_DEAD, STATUS_SEKI, GtpConfig, build_engine,
-                       fixed_handicap_points, stone_statuses)
+from format.sgf import MAX_SGF_BYTES
+from arena.gtp import GtpConfig, build_engine
+from arena.gtp_game import fixed_handicap_points
 from arena.gtp_client import GnuGo
 from tests.engine.test_board import SEKI_9
+from tests.engine.test_playouts import INVADED_9
 from tests.arena.test_gtp import Engine, require_gnugo, showboard_stones
 
 NEW_COMMANDS = ["final_status_list", "fixed_handicap", "place_free_handicap", "set_free_handicap", "loadsgf",
@@ -27,21 +29,6 @@ STREAMING_COMMANDS = {"lz-analyze", "kata-analyze"}
 # The seki of SEKI_9 (tests/engine/test_board.py): Black's A9-A7 and White's six stones
 # share B9 and B8 as their only liberties.
 SEKI_CHAINS = {"A9 A8 A7", "C9 C8 B7 C7 A6 B6"}
-
-
-INVADED_9 = """
-    ...X.O...
-    ...X.O...
-    .O.X.O...
-    ...X.O...
-    ...X.O.X.
-    ...X.O...
-    ...X.O...
-    ...X.O...
-    ...X.O...
-"""
-"""Two living walls, a lone White stone (B7) in Black's area and a lone Black one (H5) in White's:
-dead, by GNU Go's judgement and the engine's."""
 
 
 def position_sgf(ascii_position: str, komi: float = 7.5, moves: str = "") -> bytes:
@@ -200,6 +187,12 @@ def test_final_status_list_over_stdin(engine, tmp_path):
     listed = [v for line in alive + seki for v in line.split()]
     assert sorted(listed) == sorted(showboard_stones(engine.ok("showboard"), 9))   # each stone once
     assert engine.ask("final_status_list").startswith("? syntax error")
+    path = tmp_path / "invaded.sgf"
+    path.write_bytes(position_sgf(INVADED_9, moves=";B[];W[]"))
+    engine.ok(f"loadsgf {path}")                     # after two passes: the referee's question
+    assert engine.ok("final_status_list dead").split("\n") == ["B7", "H5"]
+    assert engine.ok("final_status_list seki") == ""
+    engine.ok(f"loadsgf {tmp_path / 'seki.sgf'}")
     assert engine.ask("final_status_list unknown").startswith("? syntax error")
 
     # reg_genmove answers without playing; kgs-genmove_cleanup plays.
@@ -209,35 +202,6 @@ def test_final_status_list_over_stdin(engine, tmp_path):
     move = engine.ok("kgs-genmove_cleanup b")
     if move != "pass":
         assert showboard_stones(engine.ok("showboard"), 9)[move] == "X"
-
-
-def test_stone_statuses_judge_seki_by_the_rules_and_death_by_playouts():
-    # Dame between two living walls: neutral points, but no seki (filling one keeps liberties).
-    walls = board_from_ascii("""
-        .X.O.
-        .X.O.
-        .X.O.
-        .X.O.
-        .X.O.
-    """)
-    assert set(stone_statuses(walls)[walls.stones().reshape(-1) != 0]) == {STATUS_ALIVE}
-    seki = board_from_ascii(SEKI_9)
-    status = stone_statuses(seki)
-    stones = seki.stones().reshape(-1)
-    in_seki = {move_to_gtp(p, 9) for p in range(81) if status[p] == STATUS_SEKI}
-    assert in_seki == {v for chain in SEKI_CHAINS for v in chain.split()}
-    assert ((status == STATUS_ALIVE) | (status == STATUS_SEKI)).sum() == (stones != 0).sum()
-    # A lone White stone inside Black's living area and a Black stone inside White's are dead,
-    # whoever is to move; the walls, with room for two eyes each, live.
-    for to_play in (schema.BLACK, schema.WHITE):
-        board = board_from_ascii(INVADED_9, to_play=to_play)
-        status = stone_statuses(board)
-        dead = {move_to_gtp(p, 9) for p in range(81) if status[p] == STATUS_DEAD}
-        assert dead == {"B7", "H5"}, to_play
-        # The rules still count every stone: final_score's Tromp-Taylor area is not the referee's.
-        assert board.ownership()[gtp_to_move("B7", 9)] == schema.WHITE
-    # The verdict does not hang on the seed.
-    assert all((stone_statuses(board_from_ascii(INVADED_9), seed=seed) == status).all() for seed in range(1, 4))
 
 
 def test_kgs_genmove_cleanup_does_not_pass_early_under_the_pass_rule(tmp_path):

@@ -1,16 +1,18 @@
 """engine.playouts and generation 0's evaluator (inference.loading.PlayoutEvaluator): its values must be
 those of real playouts, seen from the side to move, reproducible, and a non-position must not crash a
-worker's batch; generation 0 searches with random playouts unless told otherwise."""
+worker's batch; generation 0 searches with random playouts unless told otherwise.  Also the judge of
+dead stones and seki (`stone_statuses`) and the board's chain listing it reports by."""
 
 import numpy as np
 import pytest
 
 from engine.board import Board, board_from_ascii
-from engine.playouts import playout_values
+from engine.playouts import STATUS_ALIVE, STATUS_DEAD, STATUS_SEKI, playout_values, stone_statuses
 from inference.evaluator import UniformEvaluator
 from inference.loading import PlayoutEvaluator
 from selfplay.config import WorkerConfig
 from selfplay.worker import generation0_evaluator
+from tests.engine.test_board import SEKI_9
 
 # Black owns the left five columns with two eyes, White the right three: the
 # game is decided whatever random moves follow (Black 45 - White 27 - 7.5).
@@ -86,3 +88,75 @@ def test_generation_0_plays_with_random_playouts_unless_told_otherwise(tmp_path)
     assert logits.shape == (2, 82) and not logits.any() and values.shape == (2,)
 
 
+
+
+# --------------------------------------------------------------------------
+# stone_statuses: seki by the rules, death by playouts (GTP's final_status_list)
+# --------------------------------------------------------------------------
+
+INVADED_9 = """
+    ...X.O...
+    ...X.O...
+    .O.X.O...
+    ...X.O...
+    ...X.O.X.
+    ...X.O...
+    ...X.O...
+    ...X.O...
+    ...X.O...
+"""
+"""Two living walls, a lone White stone (B7) in Black's area and a lone Black one (H5) in White's:
+dead, by GNU Go's judgement and the engine's."""
+
+
+def flat(text: str, size: int = 9) -> int:
+    """A GTP vertex ('B7') as a flat point."""
+    return (size - int(text[1:])) * size + "ABCDEFGHJKLMNOPQRST".index(text[0])
+
+
+def test_chains_lists_each_chain_once_in_order_of_its_lowest_point():
+    board = board_from_ascii("""
+        XX.O.
+        .X.OO
+        X..O.
+        .....
+        ..XX.
+    """)
+    assert board.chains() == [[0, 1, 6], [3, 8, 9, 13], [10], [22, 23]]
+    assert Board(5).chains() == []
+    full = board_from_ascii(SEKI_9)
+    points = sorted(p for chain in full.chains() for p in chain)
+    assert points == list(np.flatnonzero(full.stones().reshape(-1)))   # every stone in exactly one chain
+
+
+def test_stone_statuses_judge_seki_by_the_rules_and_death_by_playouts():
+    # Dame between two living walls: neutral points, but no seki (filling one keeps liberties).
+    walls = board_from_ascii("""
+        .X.O.
+        .X.O.
+        .X.O.
+        .X.O.
+        .X.O.
+    """)
+    assert set(stone_statuses(walls)[walls.stones().reshape(-1) != 0]) == {STATUS_ALIVE}
+    assert not stone_statuses(Board(9)).any()
+    seki = board_from_ascii(SEKI_9)
+    before = seki.stones().copy()
+    status = stone_statuses(seki)
+    assert (seki.stones() == before).all() and seki.move_number == 0       # the board is left alone
+    in_seki = set(np.flatnonzero(status == STATUS_SEKI))
+    # Black's A9-A7 and White's six stones share B9 and B8 as their only liberties.
+    assert in_seki == {flat(v) for v in "A9 A8 A7 C9 C8 B7 C7 A6 B6".split()}
+    assert ((status == STATUS_ALIVE) | (status == STATUS_SEKI)).sum() == (before != 0).sum()
+    # A lone White stone inside Black's living area and a Black stone inside White's are dead,
+    # whoever is to move; the walls, with room for two eyes each, live.
+    for to_play in (1, -1):
+        board = board_from_ascii(INVADED_9, to_play=to_play)
+        status = stone_statuses(board)
+        assert set(np.flatnonzero(status == STATUS_DEAD)) == {flat("B7"), flat("H5")}, to_play
+        # The rules still count every stone: the Tromp-Taylor area is not the referee's.
+        assert board.ownership()[flat("B7")] == -1
+    # The verdict does not hang on the seed.
+    assert all((stone_statuses(board_from_ascii(INVADED_9), seed=seed) == status).all() for seed in range(1, 4))
+    with pytest.raises(ValueError, match="num_playouts"):
+        stone_statuses(walls, 0)
