@@ -54,7 +54,7 @@ import tensorflow as tf
 from format import planes as plane_layout
 from model.config import NetworkConfig, TrainConfig
 from model.network import build_network
-from inference.evaluator import AcceleratorMissing, connect_tpu
+from inference.devices import AcceleratorMissing, connect_tpu
 
 log = logging.getLogger(__name__)
 

@@ -103,7 +103,8 @@ from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
 from selfplay.config import CLI, WorkerConfig, default_spool_base
 from engine.driver import GameBatch
 from inference.eval_cache import with_evaluation_cache
-from inference.evaluator import UniformEvaluator, configure_accelerator, use_every_cpu_core
+from inference.devices import configure_accelerator, use_every_cpu_core
+from inference.evaluator import UniformEvaluator
 from selfplay.move_policy import MovePolicy, ResignationCounter
 from inference.openvino_evaluator import make_evaluator
 from inference.loading import PlayoutEvaluator
@@ -198,7 +199,7 @@ class ModelWatcher:
         self.board_size = board_size   # the run's (run.json): a model for another board is refused
         self.inference = inference   # WorkerConfig.inference: auto, tensorflow or openvino
         self.inference_threads = inference_threads
-        self.placement = placement   # inference.evaluator.Placement; None = set up at the first load
+        self.placement = placement   # inference.devices.Placement; None = set up at the first load
         self.poll_seconds = poll_seconds
         self.cache_dir = cache_dir
         self.known = current_generation
