@@ -141,7 +141,7 @@ from format import schema
 from engine.board import Board, IllegalMove
 from engine.playouts import playout_ownership
 from format.coords import GTP_COLUMNS, gtp_to_move, move_to_gtp
-from selfplay.move_policy import MovePolicy
+from engine.move_choice import MovePolicy
 from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
 from inference.loading import EvaluatorSource, load_evaluator
 from arena.player import COLOR_NAMES, RESIGN, MctsConfig, MctsPlayer, SearchBudget

@@ -41,7 +41,7 @@ from format import schema
 from format.coords import gtp_to_move, move_to_gtp
 from format.planes import input_planes_of
 from engine.board import Board
-from selfplay.move_policy import MovePolicy, ResignationCounter
+from engine.move_choice import MovePolicy, ResignationCounter
 from engine.search import STATE_EXPANDED
 
 RESIGN = -1

@@ -105,7 +105,7 @@ from engine.driver import GameBatch
 from inference.eval_cache import with_evaluation_cache
 from inference.devices import configure_accelerator, use_every_cpu_core
 from inference.evaluator import UniformEvaluator
-from selfplay.move_policy import MovePolicy, ResignationCounter
+from engine.move_choice import MovePolicy, ResignationCounter
 from inference.openvino_evaluator import make_evaluator
 from inference.loading import PlayoutEvaluator
 from selfplay.spool import Spool, SpoolError, SpoolFull, open_spool
@@ -138,7 +138,7 @@ class GameInProgress:
     full_search: list = dataclasses.field(default_factory=list)
     generation_moves: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     resignation: ResignationCounter | None = None
-    """Consecutive low root values per colour (selfplay.move_policy's rule)."""
+    """Consecutive low root values per colour (engine.move_choice's rule)."""
     resigned_by: int = 0
     would_resign: int = 0
     accelerated_from: int = -1
