@@ -74,7 +74,8 @@ import time
 from cloud.base import TEMP_MARKER, AlreadyExists, NotFound, StorageError
 from cloud.local import fsync_directory, write_local_file
 from format import layout
-from format.tfrecord import RecordError, compress_zstd, decompress_zstd, frame_records, iter_framed_records
+from format.codec import chunk_records, frame_chunk
+from format.tfrecord import RecordError
 
 log = logging.getLogger("selfplay.spool")
 
@@ -159,19 +160,6 @@ def decode_entry(data: bytes, name: str) -> tuple[int, bytes]:
     if hashlib.sha256(payload).digest() != digest:
         raise CorruptEntry(f"{name}: sha256 mismatch")
     return generation, payload
-
-
-def chunk_bytes(payloads: list[bytes]) -> bytes:
-    """A chunk file of already-encoded game records (what encode_chunk writes)."""
-    return compress_zstd(frame_records(payloads))
-
-
-def chunk_records(data: bytes, source: str) -> list[bytes] | None:
-    """The raw records of a stored chunk, or None if it is not a readable chunk."""
-    try:
-        return list(iter_framed_records(decompress_zstd(data, source), source))
-    except RecordError:
-        return None
 
 
 class Spool:
@@ -478,7 +466,7 @@ class Spool:
                           url, batch.file_name)
             self._rebatch(batch, tuple(name for name, _ in present), worker_id)
             return "rebatched", 0
-        data = chunk_bytes(payloads)
+        data = frame_chunk(payloads)
         try:
             storage.write_new(batch.chunk, data)
             outcome = "uploaded"
@@ -495,9 +483,10 @@ class Spool:
 
     @staticmethod
     def _holds(stored: bytes, payloads: list[bytes], url: str, exact: bool = False) -> bool:
-        records = chunk_records(stored, url)
-        if records is None:
-            return False
+        try:
+            records = list(chunk_records(stored, url))
+        except RecordError:
+            return False   # not a readable chunk: not these games
         return records == payloads if exact else set(payloads) <= set(records)
 
     def _rebatch(self, batch: Batch, names: tuple[str, ...], worker_id: str) -> None:
