@@ -12,8 +12,9 @@ endstate labeller (`pipeline.labels`) and the trainer's int8 gate
   `make_evaluator`, the factory that picks a backend for a loaded model;
 * `inference.model_files`: a published model's verified local copy
   (`ModelCache`) and its TensorFlow loading (`load_model`);
-* `inference.loading`: `load_evaluator` (a model root or the uniform
-  evaluator, probed before use) and `PlayoutEvaluator`, generation 0's;
+* `inference.loading`: `load_published_evaluator`, the one path from a
+  published model to a probed evaluator, `load_evaluator` (a model root or
+  the uniform evaluator) and `PlayoutEvaluator`, generation 0's;
 * `inference.eval_cache`: an LRU of outputs for positions seen again;
 * `inference.model_probe`: the check that a model's outputs are playable.
 """

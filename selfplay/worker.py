@@ -94,7 +94,7 @@ import numpy as np
 
 from cloud.storage import canonical_root
 from format import schema
-from inference.model_probe import ModelMisfit, check_outputs, one_line, probe_model
+from inference.model_probe import ModelMisfit, check_outputs, one_line
 from format import layout
 from format.codec import GameRecord, encode_game, quantize_policy
 from format.events import EventLog
@@ -106,8 +106,7 @@ from inference.eval_cache import with_evaluation_cache
 from inference.devices import configure_accelerator, use_every_cpu_core
 from inference.evaluator import UniformEvaluator
 from engine.move_choice import MovePolicy, ResignationCounter
-from inference.openvino_evaluator import make_evaluator
-from inference.loading import PlayoutEvaluator
+from inference.loading import PlayoutEvaluator, load_published_evaluator
 from selfplay.spool import Spool, SpoolError, SpoolFull, open_spool
 
 log = logging.getLogger("selfplay.worker")
@@ -226,7 +225,9 @@ class ModelWatcher:
     def poll_once(self):
         """Load the newest model if it is newer than the last one; returns it or None.
 
-        Raises whatever the registry or TensorFlow raise (see `reject`).
+        The model is loaded and probed by `inference.loading.load_published_evaluator`
+        once its manifest fits the run (`check_fits_run`).  Raises whatever the
+        registry, the probe or TensorFlow raise (see `reject`).
         """
         from format import registry
         from inference import model_files
@@ -243,12 +244,9 @@ class ModelWatcher:
         if self.placement is None:
             use_every_cpu_core()   # before TensorFlow builds its thread pools
             self.placement = configure_accelerator("")   # GPU memory growth before TF touches a GPU
-        with self.placement.scope():   # the model's variables live where it runs
-            # Also refuses a SavedModel whose declared shapes are not its manifest's board size.
-            model = model_files.load_model(self.storage, generation, cache_dir=self.cache_dir)
-        evaluator = make_evaluator(model, self.placement, self.inference, threads=self.inference_threads,
-                                   log=lambda line: print(f"[selfplay] {line}", flush=True))
-        probe_model(evaluator, model.board_size, generation)
+        evaluator = load_published_evaluator(
+            self.storage, generation, cache_dir=self.cache_dir, placement=self.placement, inference=self.inference,
+            threads=self.inference_threads, log=lambda line: print(f"[selfplay] {line}", flush=True)).evaluate
         self.known = generation
         self.failures = 0
         model_files.clear_cache(self.cache_dir, keep_generations={generation})
