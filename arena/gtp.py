@@ -31,7 +31,7 @@ from typing import Callable
 
 from format.cli import (RoleCli, board_size_setting, komi_setting, pass_when_winning_setting, root_setting,
                         setting, setting_problems)
-from selfplay.move_policy import MovePolicy
+from engine.move_choice import MovePolicy
 from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
 from inference.loading import EvaluatorSource, load_evaluator
 from arena.player import MctsConfig, MctsPlayer, SearchBudget
@@ -59,7 +59,7 @@ class GtpConfig:
     resign_threshold: float | None = setting(None, "answer genmove with 'resign' when the root value for us is "
                                                    "below this (e.g. -0.95; default: never resign)")
     resign_consecutive: int = setting(1, "...for this many of our consecutive moves (self-play's rule, "
-                                         "selfplay.move_policy)")
+                                         "engine.move_choice)")
     pass_when_winning: bool = pass_when_winning_setting()
     seed: int = setting(0, "seed of the search's random draws")
     quiet: bool = setting(False, "no per-move search line on stderr")

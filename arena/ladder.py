@@ -50,7 +50,7 @@ from format.sgf import game_from_sgf
 from arena import elo
 from arena.ladder_report import closing_player_name, generation_name, parse_generation_name, write_report
 from arena.match import GameResult, MatchConfig, PlayerSpec, build_player, play_games, sgf_bytes
-from selfplay.move_policy import MovePolicy
+from engine.move_choice import MovePolicy
 from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
 from inference.loading import EvaluatorSource, load_evaluator
 from arena.player import MctsConfig, SearchBudget

@@ -40,7 +40,7 @@ from format.cli import (board_size_setting, config_from_namespace, events_settin
 from format import schema
 from format.match_record import MatchGame, MatchRecord
 from engine.board import Board, IllegalMove
-from selfplay.move_policy import MovePolicy
+from engine.move_choice import MovePolicy
 from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
 from inference.loading import EvaluatorSource, PlayoutEvaluator, load_evaluator
 from arena.elo import Z_95

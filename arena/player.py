@@ -38,7 +38,7 @@ from format import schema
 from format.coords import gtp_to_move, move_to_gtp
 from format.planes import input_planes_of
 from engine.board import Board
-from selfplay.move_policy import MovePolicy, ResignationCounter
+from engine.move_choice import MovePolicy, ResignationCounter
 from engine.search import STATE_EXPANDED
 
 RESIGN = -1
@@ -145,7 +145,7 @@ class MctsConfig:
     c_puct_init, c_puct_base, fpu_reduction: PUCT (AlphaZero's c(s); first-
         play urgency Q(parent) - fpu_reduction for unvisited interior children).
     moves: how a finished search becomes a move and when to resign
-        (`selfplay.move_policy`, the rule self-play uses too): the first
+        (`engine.move_choice`, the rule self-play uses too): the first
         ``moves.sampled_moves`` moves by visit count, then the most visited;
         resign after ``moves.resign_consecutive`` own moves valued below
         ``moves.resign_threshold`` (None = never).

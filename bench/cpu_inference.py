@@ -43,7 +43,7 @@ from cloud.storage import open_storage  # noqa: E402
 from format import layout, registry  # noqa: E402
 from inference import model_files
 from model import cpu_int8  # noqa: E402
-from inference.evaluator import Placement, use_every_cpu_core  # noqa: E402
+from inference.devices import Placement, use_every_cpu_core  # noqa: E402
 from inference.openvino_evaluator import OpenVinoEvaluator, compile_for_cpu, make_evaluator, \
     openvino_from_signature  # noqa: E402
 from testdata.models import random_game_planes  # noqa: E402

@@ -327,7 +327,7 @@ def end_to_end(published: PublishedNetwork, seconds: float, games: int, label: s
     from cloud.storage import open_storage
     from format.run_config import RunConfig, ensure_run_config
     from selfplay.config import WorkerConfig
-    from inference.evaluator import Placement, use_every_cpu_core
+    from inference.devices import Placement, use_every_cpu_core
     from inference.openvino_evaluator import make_evaluator
 
     use_every_cpu_core()

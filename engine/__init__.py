@@ -13,6 +13,8 @@ endstate labels) only orchestrates.  Data flows upward:
 * `engine.playouts`: evaluators built on random playouts (generation 0's
   player, ownership labels without a model) and the judge of dead stones
   and seki (GTP's final_status_list).
+* `engine.move_choice` (Python): how a finished search becomes a move and
+  when a side resigns, the one rule of the worker and the arena's players.
 * `engine/rng.pxd`: the seeded generator every kernel draws from.
 
 The engine imports only `format` (the input-plane layout, format/planes.pxd)

@@ -1,53 +1,41 @@
-"""The one codec for the lake's two record kinds (byte layout: format/SPEC.md).
+"""The one codec for the lake's two record kinds (byte layout: format/SPEC.md): its public surface.
 
-This module is the codec's public surface; the code lives in three modules,
-one concern each:
+*Game records* keep one self-play game each (chunks, format/SPEC.md "Chunks");
+*position records* keep training examples (shards, "Shards", which also says
+which versions are written and which are only read).  The code lives in
+modules of one concern each:
 
-* `format.game_records`: game records and chunks;
-* `format.position_records`: position records and shards: versions 2, 3
-  and 4 (what the shuffle job writes) in groups of compact positions, and
-  the one decoder of every version;
-* `format.game_table`: a version-3 or 4 window's game table (each game's
-  ownership label and generation, once per game);
-* `format.legacy.version1`: version 1 (one assembled position a record),
-  the version before groups, read only (its writers, for tests and
-  bench/train.py, are `testdata.records_v1`);
-* `format.group_wire`: the same for versions 2, 3 and 4 (`encode_groups`,
-  byte-identical to `encode_position_groups`), what the shuffle job uses;
-
-with `format.example_fields` holding what both record kinds share (typed
-feature access and FormatError).
+* `format.game_records`: game records, and chunk framing and compression;
+* `format.position_records`: position records and shards, and the one
+  decoder of every version;
+* `format.group_wire`: the shuffle job's encoder of position groups
+  (`encode_groups`, byte-identical to `encode_position_groups`);
+* `format.game_table`: a window's game table (each game's ownership label
+  and generation, once per game);
+* `format.legacy.version1`: version-1 position records, read only;
+* `format.example_fields`: what both kinds share (typed feature access, FormatError).
 
 Data flow::
 
-    selfplay.worker --GameRecord--> encode_chunk() --bytes--> Storage.write_new(games/...)
-    Storage.read() --bytes--> read_chunk() --GameRecord...--> pipeline, format.inspect
-    pipeline --written_positions()--> --encode_groups()--> shards (GZIP TFRecord) --> model.tfdata --> trainer
+    selfplay.worker --encode_game()--> selfplay.spool --frame_chunk()--> chunks (games/...)
+    chunks --read_chunk() / iter_chunk()--> GameRecord... --> pipeline, format.inspect
+    pipeline --written_positions()--> encode_groups() --> shards (GZIP TFRecord) --> model.tfdata --> trainer
     pipeline --encode_game_table()--> the window's game table --> model.tfdata, read_shard(table=)
 
-*Game records* keep one game each: the moves, the fresh board planes of every
-position (bit-packed; history is rebuilt by the Beam job), a sparse quantized
-policy target per fully searched position, root values, the result and the
-endstate.  *Position records* keep training examples: version 4 groups of 64 compact
-positions (board, last moves and captures, the policy as integers proportional
-to it; ownership and generation as rows of the window's game table) that
-model.tfdata expands in the graph, so the trainer needs no Go engine;
-versions 1 (one assembled example each), 2 (ownership in each record) and 3
-(policy values of 1..255, every entry raised to at least 1) are still read.
-
 Every decode validates what it reads and raises :class:`FormatError` naming
-the source (file and record index) and the field.  Nothing read is unpickled
-or evaluated.
+the source (file and record index) and the field; nothing read is unpickled or evaluated.
 """
 from format.example_fields import FormatError
 from format.game_table import GameTable, decode_game_table, encode_game_table, read_window_table
 from format.game_records import (
     GameRecord,
     Segments,
+    chunk_records,
     decode_game,
     encode_chunk,
     encode_game,
     flat_segments,
+    frame_chunk,
     iter_chunk,
     pack_ownership,
     quantize_policy,
@@ -96,6 +84,8 @@ __all__ = [
     "encode_game",
     "decode_game",
     "encode_chunk",
+    "frame_chunk",
+    "chunk_records",
     "read_chunk",
     "iter_chunk",
     "decode_position",

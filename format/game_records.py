@@ -2,8 +2,13 @@
 
 Data flow::
 
-    selfplay.worker --GameRecord--> encode_chunk() --bytes--> Storage.write_new(games/...)
+    selfplay.worker --GameRecord--> encode_game() --record bytes--> selfplay.spool (one file a game)
+    selfplay.spool --record bytes...--> frame_chunk() --chunk bytes--> Storage.write_new(games/...)
     Storage.read() --bytes--> read_chunk() / iter_chunk() --GameRecord...--> pipeline, format.inspect
+
+`encode_chunk` (GameRecords to a chunk in one call) serves tests and
+generated data; `chunk_records` undoes `frame_chunk` without decoding (the
+spool compares a stored chunk's records with its own).
 
 A record keeps the moves, the fresh board planes of every position
 (bit-packed; the history planes are rebuilt by the Beam job), a sparse
@@ -369,9 +374,25 @@ def decode_game(data: bytes, source: str = "<bytes>") -> GameRecord:
     )
 
 
+def frame_chunk(records: Iterable[bytes]) -> bytes:
+    """A whole chunk file of game records already encoded (`encode_game`): zstd-compressed
+    TFRecord, one record per game.  The worker's spool keeps encoded records and frames them here."""
+    return compress_zstd(frame_records(records))
+
+
 def encode_chunk(games: Iterable[GameRecord]) -> bytes:
-    """A whole chunk file: zstd-compressed TFRecord, one record per game."""
-    return compress_zstd(frame_records(encode_game(g) for g in games))
+    """A whole chunk file of ``games``: `frame_chunk` of their `encode_game` records."""
+    return frame_chunk(encode_game(g) for g in games)
+
+
+def chunk_records(data: bytes, source: str) -> Iterator[bytes]:
+    """The encoded game records of a chunk file, in order, not decoded: `frame_chunk` undone.
+
+    ``source`` names the chunk in errors, and its suffix says the compression
+    (`format.tfrecord.decompress_for`).  Damaged compression or framing raises
+    RecordError, at the call or when the iteration reaches the damage.
+    """
+    return iter_framed_records(decompress_for(source, data), source)
 
 
 def iter_chunk(data: bytes, source: str) -> Iterator[GameRecord | FormatError]:
@@ -382,8 +403,7 @@ def iter_chunk(data: bytes, source: str) -> Iterator[GameRecord | FormatError]:
     correctly but fails validation costs only itself.
     """
     try:
-        raw = decompress_for(source, data)
-        for index, record in enumerate(iter_framed_records(raw, source)):
+        for index, record in enumerate(chunk_records(data, source)):
             try:
                 yield decode_game(record, f"{source}#{index}")
             except FormatError as exc:

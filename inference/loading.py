@@ -1,19 +1,25 @@
 """What a search evaluates with: the uniform evaluator, random playouts, or a published model.
 
 A search (the worker's `engine.driver.GameBatch`, the arena's `MctsPlayer`)
-calls an evaluator on batches of input planes.  This module picks and builds
-it from where it comes from:
+calls an evaluator on batches of input planes.  This module builds it; every
+role loads a published model through `load_published_evaluator`:
 
-    EvaluatorSource(model_root, generation)
-        --load_evaluator--> registry LATEST/manifest --inference.model_files.load_model--> LoadedModel
+    storage, generation --load_published_evaluator-->
+        --inference.model_files.load_model--> LoadedModel (files verified, shapes checked)
         --inference.openvino_evaluator.make_evaluator--> evaluator (int8 OpenVINO copy or TensorFlow)
         --inference.model_probe.probe_model--> refused if its outputs are misshapen or not finite
-        --> LoadedEvaluator(evaluate, name, generation, board_size, komi)
+        --> LoadedEvaluator(evaluate, name, generation, board_size)
 
-and holds `PlayoutEvaluator`, generation 0's network-free evaluator.
+`load_evaluator` (the arena's players) resolves an `EvaluatorSource` (a
+model root and generation, LATEST by default, or the uniform evaluator) and
+adds the run's komi; the self-play worker's model watcher
+(`selfplay.worker.ModelWatcher`) resolves LATEST itself and passes its device
+placement and ``--inference`` backend.  `PlayoutEvaluator` is generation 0's
+network-free evaluator.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -118,27 +124,47 @@ class LoadedEvaluator:
         return self.evaluate
 
 
+def load_published_evaluator(storage, generation: int, *, cache_dir=None, placement=None,
+                             inference: str = "auto", threads: int = 0, log=None) -> LoadedEvaluator:
+    """Published ``generation`` of the lake at ``storage`` as a probed evaluator (komi unset).
+
+    ``cache_dir``: an `inference.model_files.ModelCache` or folder (None: a
+    fresh one).  ``placement``: an `inference.devices.Placement`, where the
+    model's variables are loaded and where it runs (None: TensorFlow's
+    choice).  ``inference``, ``threads`` and ``log`` are
+    `inference.openvino_evaluator.make_evaluator`'s.  Raises `format.registry`'s
+    RegistryError for a generation that is not published or is corrupt
+    (including a SavedModel whose shapes are not its manifest's board size),
+    and `inference.model_probe.ModelMisfit` (a ValueError) for one whose
+    outputs on real positions are misshapen or not finite (a diverged network).
+    """
+    from inference import model_files
+    from inference.model_probe import probe_model
+    from inference.openvino_evaluator import make_evaluator
+
+    with placement.scope() if placement is not None else contextlib.nullcontext():
+        model = model_files.load_model(storage, generation, cache_dir=cache_dir)
+    evaluator = make_evaluator(model, placement, inference, threads=threads, log=log)
+    probe_model(evaluator, int(model.board_size), generation)    # a diverged model is refused, not played
+    return LoadedEvaluator(evaluator, f"model-g{generation}", generation, board_size=int(model.board_size))
+
+
 def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None, retry=None) -> LoadedEvaluator:
     """Load `source` once: the uniform evaluator, or a model from the registry.
 
     A model's board size is the one in its manifest; its komi is the run's
     (run.json), or None when the root has no run.json.  Raises LookupError
-    when the root has no published model yet, and `format.registry`'s
-    RegistryError for a generation that is not published or is corrupt, and
-    `inference.model_probe.ModelMisfit` (a ValueError) for one whose outputs on
-    real positions are misshapen or not finite (a diverged network).
-    ``retry`` is the storage RetryPolicy for a gs:// root (None: the default);
-    an unreachable bucket raises `cloud.base.StorageError` naming the object."""
+    when the root has no published model yet, and what
+    `load_published_evaluator` raises.  ``retry`` is the storage RetryPolicy
+    for a gs:// root (None: the default); an unreachable bucket raises
+    `cloud.base.StorageError` naming the object."""
     from inference.evaluator import UniformEvaluator
 
     if source.model_root is None:
         return LoadedEvaluator(UniformEvaluator(9), "uniform", 0)
-    from format import registry
-    from inference import model_files
     from cloud.storage import open_storage
+    from format import registry
     from format.run_config import read_run_config
-    from inference.model_probe import probe_model
-    from inference.openvino_evaluator import make_evaluator
 
     storage = open_storage(source.model_root, retry=retry)
     generation = source.generation
@@ -146,9 +172,7 @@ def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None, retry=
         generation = registry.latest_generation(storage)
         if generation is None:
             raise LookupError(f"{storage.url(layout.LATEST)} is missing: {source.model_root} has no published model yet")
-    model = model_files.load_model(storage, generation, cache_dir=cache_dir)
+    loaded = load_published_evaluator(storage, generation, cache_dir=cache_dir)
     run = read_run_config(storage)
-    evaluator = make_evaluator(model)
-    probe_model(evaluator, int(model.board_size), generation)    # a diverged model is refused, not played
-    return LoadedEvaluator(evaluator, f"model-g{generation}", generation,
-                           board_size=int(model.board_size), komi=None if run is None else run.komi)
+    loaded.komi = None if run is None else run.komi
+    return loaded

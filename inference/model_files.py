@@ -8,8 +8,8 @@ that will run it:
             --load_model--> LoadedModel (the SavedModel's serving signature, its shapes checked)
 
 Workers, players, the Beam job's labeller and the benchmarks load models
-through here; `inference.loading.load_evaluator` wraps the result in the
-evaluator a search calls.  TensorFlow is imported only by :func:`load_model`.
+through here; `inference.loading.load_published_evaluator` wraps the result
+in the evaluator a search calls.  TensorFlow is imported only by :func:`load_model`.
 """
 from __future__ import annotations
 

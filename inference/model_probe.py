@@ -6,9 +6,9 @@ search then backs up NaN and plays moves 0, 1, 2, ...), and one built for
 another board fails deep inside the first batch.  `probe_model` evaluates a
 fixed set of real positions (`probe_positions`) and refuses, in one line
 (`ModelMisfit`), outputs of the wrong shape or that are not finite
-(`check_outputs`).  The self-play worker probes each model before it switches
-to it and checks every batch in play; `inference.loading.load_evaluator` probes
-the model that a match, the GTP engine or the rating ladder is about to play.
+(`check_outputs`).  `inference.loading.load_published_evaluator` probes every
+model it loads, for the self-play worker (before it switches to it; the worker
+also checks every batch in play) and for a match, the GTP engine or the rating ladder.
 """
 from __future__ import annotations
 

@@ -237,6 +237,6 @@ def _runs_on_cpu(placement) -> bool:
         return True
     if placement is not None and placement.kind != "default":
         return False
-    from inference.evaluator import accelerator_devices
+    from inference.devices import accelerator_devices
 
     return not accelerator_devices()

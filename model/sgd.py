@@ -1,44 +1,17 @@
 """SGD: the distribution strategy, the losses, the multi-step training loop, checkpoints.
 
-Strategy (``resolve_strategy``): TPUStrategy, MirroredStrategy or the default
-one.  Training is a custom loop, not ``Model.fit`` (Keras 3's fit fails
-under Mirrored once steps_per_execution > 1): ``Trainer.train_steps`` is a
+    TrainConfig --resolve_strategy--> ResolvedStrategy (TPU, Mirrored or default; devices: inference.devices)
+    global batches (model.tfdata) --Trainer.train_steps(iterator, n)--> metric sums (METRIC_NAMES)
+    Trainer.checkpoint <--> the run's checkpoints (model.cycle); Trainer.published_weights() --> a published model
+
+Training is a custom loop, not ``Model.fit`` (Keras 3's fit fails under
+Mirrored once steps_per_execution > 1): ``Trainer.train_steps`` is a
 ``tf.function`` that runs ``n`` steps over ``tf.range(n)``, each one
 ``strategy.run(self._replica_step, ...)`` on a global batch split across
-replicas, and returns the summed metrics of those steps.
-
-Losses per example (``w`` = the record's weight for that head, targets from
-the side to move; ``A`` = actions, ``NN`` = points):
-
-* policy: cross-entropy ``-sum_a pi_a log softmax(logits)_a``;
-* value: ``(v - z)^2`` for the tanh head, win/draw/loss cross-entropy for
-  the wdl head against ``wdl_target(z)``.  ``z`` is a game result in
-  {-1, 0, +1}, or for a merged opening position (pipeline.positions.
-  cap_positions) the weighted mean of several, so a fraction;
-* ownership: per point, binary cross-entropy between ``(1 + o) / 2`` and
-  ``sigmoid(2 * ownership_logit)`` (= ``(1 + tanh) / 2``), averaged over NN;
-* score: Huber (delta 1) on ``(predicted - actual) / N``.
-
-The step loss is ``sum_h lambda_h sum_i w_ih loss_ih / D_h`` plus
-``l2 * sum ||kernel||^2`` (divided by the replica count, because Keras sums
-gradients across replicas), where ``D_h`` is the global batch size
-(``--loss-normalization batch``) or the global batch's sum of head h's weights
-(``weight``; `Trainer._normalized_data_loss`).  Metrics leave the step as sums (weighted loss,
-weight, correct top-1 moves...) so that they can be added over steps and
-replicas and divided once.
-
-Diagnostics (no loss): ``occupied_mass_sum``, the softmax policy's mass on
-occupied points summed over the batch (the illegal moves the input planes
-show; suicide and ko are not visible there).  A network that has learnt the
-rules puts almost none there.
-
-Checkpoint state (``TrainState``): the model, the optimizer (its
-``iterations`` is the global step that drives the learning rate), the SWA
-average, and the window position: which window (``window_generation``), how
-many of its steps are done (``window_step``) and how many it has in all
-(``window_steps_total``).  The data order of a window depends only on its
-shards and seed (``model.tfdata``), so resuming skips ``window_step``
-batches and sees exactly what the killed run would have seen.
+replicas, and returns the summed metrics of those steps.  Metrics leave the
+step as sums (weighted loss, weight, correct top-1 moves...) so that they can
+be added over steps and replicas and divided once (`summarize`).  The losses
+per head are `head_losses`'; the step loss is `Trainer._replica_step`'s.
 """
 from __future__ import annotations
 
@@ -55,7 +28,7 @@ import tensorflow as tf
 from format import planes as plane_layout
 from model.config import NetworkConfig, TrainConfig
 from model.network import build_network
-from inference.evaluator import AcceleratorMissing, connect_tpu
+from inference.devices import AcceleratorMissing, connect_tpu
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +164,14 @@ class Trainer:
     Build it once per process; ``train_steps(iterator, n)`` runs n steps on
     a distributed iterator of global batches and returns a dict of metric
     sums (``METRIC_NAMES``) as float64 numpy scalars.
+
+    Checkpoint state (``self.checkpoint``): the model, the optimizer (its
+    ``iterations`` is the global step that drives the learning rate), the SWA
+    average, and the window position: which window (``window_generation``),
+    how many of its steps are done (``window_step``) and how many it has in
+    all (``window_steps_total``).  The data order of a window depends only on
+    its shards and seed (``model.tfdata``), so resuming skips ``window_step``
+    batches and sees exactly what the killed run would have seen.
     """
 
     def __init__(self, config: TrainConfig, net_config: NetworkConfig, resolved: ResolvedStrategy, *,
@@ -308,6 +289,9 @@ class Trainer:
         return tf.add_n(terms)
 
     def _replica_step(self, batch):
+        """One replica's share of a step.  The step loss is ``sum_h lambda_h sum_i w_ih loss_ih / D_h``
+        (`head_losses`, `_normalized_data_loss`) plus ``l2 * sum ||kernel||^2`` divided by the
+        replica count, because Keras sums gradients across replicas."""
         with tf.GradientTape() as tape:
             outputs = self.model(batch["planes"], training=True)
             heads = head_losses(outputs, batch, self.net_config, draws_possible=self.draws_possible)
@@ -371,8 +355,22 @@ LOSS_HEADS = ("policy", "value", "ownership", "score")
 def head_losses(outputs: dict, batch: dict, net_config: NetworkConfig, *, draws_possible: bool = False) -> dict:
     """Weighted per-head loss sums, weight sums and accuracy counts over a batch.
 
+    Losses per example (``w`` = the record's weight for that head, targets
+    from the side to move; ``NN`` = points):
+
+    * policy: cross-entropy ``-sum_a pi_a log softmax(logits)_a``;
+    * value: ``(v - z)^2`` for the tanh head, win/draw/loss cross-entropy for
+      the wdl head against ``wdl_target(z)``.  ``z`` is a game result in
+      {-1, 0, +1}, or for a merged opening position (pipeline.positions.
+      cap_positions) the weighted mean of several, so a fraction;
+    * ownership: per point, binary cross-entropy between ``(1 + o) / 2`` and
+      ``sigmoid(2 * ownership_logit)`` (= ``(1 + tanh) / 2``), averaged over NN;
+    * score: Huber (delta 1) on ``(predicted - actual) / N``.
+
     Also ``occupied_mass_sum`` (`occupied_mass`, unweighted: every example
-    shows how the policy treats the rules, with or without a target).
+    shows how the policy treats the rules, with or without a target): the
+    softmax policy's mass on occupied points, which a network that has
+    learnt the rules keeps near zero.
     """
     n = float(net_config.board_size)
     pw, vw = batch["policy_weight"], batch["value_weight"]

@@ -113,7 +113,7 @@ def main(argv=None) -> int:
                              CheckpointWriteError, Diverged, TrainingRun)
     from model.staging import StagingError
     from model.sgd import resolve_strategy
-    from inference.evaluator import AcceleratorMissing
+    from inference.devices import AcceleratorMissing
 
     try:
         resolved = resolve_strategy(config)

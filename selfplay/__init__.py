@@ -4,6 +4,6 @@
 (`engine.driver`) with an evaluator from `inference`, keeps finished games in
 its local spool (`selfplay.spool`) until their chunk is in the lake, and
 picks up each newly published model.  `selfplay.config` is its settings;
-`selfplay.move_policy` is how a search becomes a move and when a side
+`engine.move_choice` is how a search becomes a move and when a side
 resigns, shared with the arena's players.
 """

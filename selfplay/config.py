@@ -19,7 +19,7 @@ import socket
 from cloud.storage import canonical_root, local_folder_overlaps_root
 from format.cli import (RoleCli, board_size_setting, events_setting, komi_setting, max_moves_setting,
                         pass_when_winning_setting, poll_seconds_setting, root_setting, setting, setting_problems)
-from inference.evaluator import parse_device
+from inference.devices import parse_device
 from inference.openvino_evaluator import INFERENCE_CHOICES
 from inference.eval_cache import DEFAULT_CAPACITY
 

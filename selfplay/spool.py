@@ -6,57 +6,22 @@ finished game is on local disk, checksummed and fsync'ed, before the worker
 says it exists (the ``game_finished`` event), and it leaves the disk only once
 the chunk that holds it is in the lake.
 
-Terms
------
-entry
-    One finished game: ``games/<gen:06d>-<game id>.game`` holding a header
-    (magic, generation, payload length, sha256 of the payload) and the payload,
-    the game's record as `format.codec.encode_game` serializes it.  Written by
-    `cloud.local.write_local_file` (a temp file beside it, fsync, rename, fsync
-    of the folder), so an entry is either whole or absent.
-loose entry
-    An entry that no batch lists yet.
-batch
-    ``batches/batch-<seq:08d>.json``: a fixed list of entries (one generation)
-    and the chunk path they will be uploaded as.  The chunk's name (worker id,
-    the batch's creation time, its seq) is fixed when the batch is written,
-    before any upload, so re-uploading a batch after a kill aims at the same
-    object: the lake's create-only write then refuses it, and an identical
-    stored object (the same records) means the earlier upload succeeded.
-corrupt entry
-    An entry whose header or checksum is wrong (a torn disk, a truncated
-    copy).  It is moved to ``corrupt/`` and reported; it costs only itself.
-
-full disk
-    A write that finds no room (ENOSPC, or EDQUOT on a quota) raises
-    `SpoolFull` and changes nothing.  Uploading is what makes room, and it
-    needs small writes itself (a batch file), so the spool keeps
-    ``RESERVE``, `RESERVE_BYTES` allocated bytes that it gives up only to
-    write a batch file on a full disk (a batch that still does not fit is
-    made smaller, down to one game), and allocates again once uploads have
-    made room.  Game entries and serial marks never use it: the worker stops
-    playing until there is room (see `selfplay.worker`).
+Terms: an *entry* is one finished game's file: a header (magic, generation,
+payload length, sha256 of the payload) and the payload, the game's record as
+`format.codec.encode_game` serializes it, written whole or not at all
+(`cloud.local.write_local_file`).  A *loose* entry is one no batch lists yet.
+A *batch* (`Batch`) fixes a list of entries of one generation and the chunk
+path they will be uploaded as.  A *corrupt* entry (`CorruptEntry`) costs only
+itself.  A full disk raises `SpoolFull` and changes nothing.
 
 Data flow: a game ends → `Spool.add` (entry, fsync, rename) → ``game_finished``
 → `Spool.make_batch` once ``--chunk-games`` entries of a generation are loose
-(or the oldest has waited ``--chunk-seconds``) → `Spool.upload` writes the
-chunk create-only → the entries are deleted, then the batch file.  A kill
-between any two steps leaves a state that `Spool.open` + `Spool.upload` finish
-without losing or duplicating a game: entries are deleted before their batch
-file, so a batch whose entries are partly gone has its chunk in the lake.
-
-Folder::
-
-    SPOOL/LOCK            fcntl.flock'ed by the one process using the spool; holds its pid
-    SPOOL/LAKE            the canonical root (`cloud.storage.canonical_root`) of the one lake
-                          whose games this spool holds: a spool never uploads into another lake
-    SPOOL/RESERVE         room kept for batch files on a full disk (see "full disk")
-    SPOOL/games/          entries
-    SPOOL/batches/        batch files
-    SPOOL/corrupt/        entries (and batch files) that failed their checks
-    SPOOL/*/.zl-tmp-*     files being written (cloud.base.TEMP_MARKER; removed when the spool opens)
-    SPOOL/serials/<seed>  high-water mark of the game serials handed out for a worker seed,
-                          so a worker restarted with the same --seed never replays a game
+(or the oldest has waited ``--chunk-seconds``) → `Spool.upload` frames them
+(`format.codec.frame_chunk`) and writes the chunk create-only → the entries are
+deleted, then the batch file.  A kill between any two steps leaves a state that
+opening the spool again (`Spool`) and `Spool.upload` finish without losing or
+duplicating a game: entries are deleted before their batch file, so a batch
+whose entries are partly gone has its chunk in the lake.  Folder layout: `Spool`.
 """
 from __future__ import annotations
 
@@ -74,7 +39,8 @@ import time
 from cloud.base import TEMP_MARKER, AlreadyExists, NotFound, StorageError
 from cloud.local import fsync_directory, write_local_file
 from format import layout
-from format.tfrecord import RecordError, compress_zstd, decompress_zstd, frame_records, iter_framed_records
+from format.codec import chunk_records, frame_chunk
+from format.tfrecord import RecordError
 
 log = logging.getLogger("selfplay.spool")
 
@@ -118,16 +84,32 @@ class SpoolOfOtherLake(SpoolError):
 
 
 class SpoolFull(SpoolError):
-    """The spool's disk has no room for a write; nothing was changed."""
+    """The spool's disk has no room for a write (ENOSPC, or EDQUOT on a quota); nothing was changed.
+
+    Uploading is what makes room, and it needs small writes itself (a batch
+    file), so the spool keeps ``RESERVE``, `RESERVE_BYTES` allocated bytes
+    that it gives up only to write a batch file on a full disk (a batch that
+    still does not fit is made smaller, down to one game), and allocates again
+    once uploads have made room.  Game entries and serial marks never use it:
+    the worker stops playing until there is room (see `selfplay.worker`).
+    """
 
 
 class CorruptEntry(SpoolError):
-    """An entry's header or checksum is wrong."""
+    """An entry's header or checksum is wrong (a torn disk, a truncated copy): it is moved to
+    ``corrupt/`` and reported, and costs only itself."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Batch:
-    """A batch file's contents (see the module docstring)."""
+    """A batch file's contents: ``batches/batch-<seq:08d>.json``, a fixed list of entries (one generation).
+
+    The chunk's name (worker id, the batch's creation time, its seq) is fixed
+    when the batch is written, before any upload, so re-uploading a batch
+    after a kill aims at the same object: the lake's create-only write then
+    refuses it, and an identical stored object (the same records) means the
+    earlier upload succeeded.
+    """
 
     seq: int
     created_ms: int
@@ -161,23 +143,23 @@ def decode_entry(data: bytes, name: str) -> tuple[int, bytes]:
     return generation, payload
 
 
-def chunk_bytes(payloads: list[bytes]) -> bytes:
-    """A chunk file of already-encoded game records (what encode_chunk writes)."""
-    return compress_zstd(frame_records(payloads))
-
-
-def chunk_records(data: bytes, source: str) -> list[bytes] | None:
-    """The raw records of a stored chunk, or None if it is not a readable chunk."""
-    try:
-        return list(iter_framed_records(decompress_zstd(data, source), source))
-    except RecordError:
-        return None
-
-
 class Spool:
     """One worker's spool folder, locked for the life of the object (`close()` unlocks).
 
-    ``reserve_bytes``: the size of ``RESERVE`` (0: none; see "full disk").
+    Folder::
+
+        SPOOL/LOCK            fcntl.flock'ed by the one process using the spool; holds its pid
+        SPOOL/LAKE            the canonical root (`cloud.storage.canonical_root`) of the one lake
+                              whose games this spool holds: a spool never uploads into another lake
+        SPOOL/RESERVE         room kept for batch files on a full disk (`SpoolFull`)
+        SPOOL/games/          entries: <gen:06d>-<game id>.game
+        SPOOL/batches/        batch files (`Batch`)
+        SPOOL/corrupt/        entries (and batch files) that failed their checks
+        SPOOL/*/.zl-tmp-*     files being written (cloud.base.TEMP_MARKER; removed when the spool opens)
+        SPOOL/serials/<seed>  high-water mark of the game serials handed out for a worker seed,
+                              so a worker restarted with the same --seed never replays a game
+
+    ``reserve_bytes``: the size of ``RESERVE`` (0: none; see `SpoolFull`).
     ``lake``: the canonical root of the lake it serves (`cloud.storage.
     canonical_root`); a spool bound to another lake raises `SpoolOfOtherLake`
     (its lock released), one bound to none is bound to this one.  None: no
@@ -478,7 +460,7 @@ class Spool:
                           url, batch.file_name)
             self._rebatch(batch, tuple(name for name, _ in present), worker_id)
             return "rebatched", 0
-        data = chunk_bytes(payloads)
+        data = frame_chunk(payloads)
         try:
             storage.write_new(batch.chunk, data)
             outcome = "uploaded"
@@ -495,9 +477,10 @@ class Spool:
 
     @staticmethod
     def _holds(stored: bytes, payloads: list[bytes], url: str, exact: bool = False) -> bool:
-        records = chunk_records(stored, url)
-        if records is None:
-            return False
+        try:
+            records = list(chunk_records(stored, url))
+        except RecordError:
+            return False   # not a readable chunk: not these games
         return records == payloads if exact else set(payloads) <= set(records)
 
     def _rebatch(self, batch: Batch, names: tuple[str, ...], worker_id: str) -> None:

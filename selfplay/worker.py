@@ -1,82 +1,26 @@
 """Self-play worker: plays many games at once and writes them to the lake.
 
-    python -m selfplay.worker --root ROOT [flags]     (ROOT: folder or gs://bucket/prefix)
+    python -m selfplay.worker --root ROOT [flags]   (ROOT: folder or gs://bucket/prefix; flags: selfplay.config)
 
-Data flow
----------
-* `engine.driver.GameBatch` holds ``--games`` games split in two halves.
-  The loop alternates: while the inference thread evaluates one half's batch,
-  this thread backs up the other half's results, plays the moves whose search
-  is done, and gathers that half's next batch (Cython, GIL released).
-* Each move gets a full search (``--visits``, Dirichlet noise, recorded as a
-  policy target) with probability ``--full-search-fraction``, else a fast one
-  (``--fast-visits``, ``full_search=False``): KataGo's playout-cap
-  randomization.  The first ``--temperature-moves`` moves are sampled in
-  proportion to visits, later ones are the most visited (Gumbel: the
-  sequential-halving winner).
-* Resignation: a player whose root value stays below ``--resign-threshold``
-  for ``--resign-consecutive`` own moves resigns.  The game is then finished
-  in acceleration mode (``--accelerated-visits``, no policy targets) down to
-  two passes, so the record carries the exact Tromp-Taylor ownership of the
-  final board (ownership_source ACCELERATED) and ``accelerated_from``; its
-  winner is the resignation's.  A ``--resign-disabled-fraction`` of games
-  never resigns and records ``would_resign`` instead, which measures how often
-  resigning would have been wrong (printed as "false resign").
-* play → spool → batch → chunk → delete from spool (`selfplay.spool`): a
-  finished game's record (`format.codec.encode_game`) is written to the local
-  spool (``--spool-dir``) as one checksummed, fsync'ed file, and only then is
-  the ``game_finished`` event emitted.  Once ``--chunk-games`` games of one
-  generation (the model generation that played most of a game's moves) are
-  spooled, or the oldest has waited ``--chunk-seconds``, they become a batch:
-  a file in the spool that fixes the list of games and the chunk name
-  (format.layout.chunk_path: worker name, batch time, batch seq).  The batch
-  is written create-only to ``games/<generation>/``; only then are its games
-  and the batch file deleted from the spool (``chunk_uploaded``).  So every
-  chunk holds the games of one generation, no partial chunk is ever visible,
-  and a finished game is never only in memory.
-* Worker name: ``--worker-id`` is a prefix; the name in chunk names and game
-  ids adds host, pid and random hex (`selfplay.config.unique_worker_name`),
-  so two workers never write the same chunk name.  One process per spool
-  (an flock on ``SPOOL/LOCK``).
-* Start-up: the root must be writable (a probe object under ``tmp/``), else
-  exit 2.  Then the spool's leftovers (a killed predecessor's) are uploaded:
-  complete batches first, then loose games in new batches.  A re-upload of a
-  batch whose chunk is already stored, with the same records, counts as done.
-* A watcher thread reads ``models/LATEST`` every ``--poll-seconds``; a newer
-  model is loaded (the registry verifies its checksums and that the
-  SavedModel's shapes are its manifest's board size), checked against the
-  run (its manifest's board size against run.json's) and probed: a few real
-  positions, each colour to move, must come back with outputs of the right
-  shapes, all finite (`probe_model`).  Only then do the games in progress
-  continue on it, from their next move.  A broken LATEST or a model that
-  fails a check is rejected (one stderr line, ``model_rejected`` event) and
-  retried with backoff while play goes on with the current model; at
-  start-up the worker waits for a loadable model.  Only when LATEST does not
-  exist does it play generation 0: MCTS valued by random playouts
-  (`generation0_evaluator`; ``--generation0-playouts 0``: the uniform
-  evaluator).
-* In play every batch's outputs are checked too (`check_outputs`, on the
-  inference thread): a model that answers a position the probe did not
-  cover with outputs that are not finite, or of the wrong shape, is refused
-  for good (`SelfPlayWorker._refuse_in_play`).  The batch is not backed up
-  but evaluated again by the model played before (never generation 0 once a
-  model exists; with none, play pauses until a newer model loads), and
-  every game in progress is dropped, since its search tree holds the
-  refused model's evaluations.  Games finished before are kept: every
-  evaluation they used was checked finite.
-* Every model evaluator is wrapped in an evaluation cache
-  (`inference.eval_cache`), fresh for each model: rows whose input planes the
-  model has already evaluated, in any of the worker's games, skip the network.
-* A failing bucket: the upload fails, the games stay spooled, one stderr
-  line, and the upload is retried with backoff while play goes on.
-* A full spool disk: play pauses (a game played without room could not be
-  kept) with one stderr line naming the spool; every spooled game is batched
-  and uploaded, which makes room (`selfplay.spool` keeps room for the batch
-  files), and play resumes with one line.  Uploading what is spooled never
-  waits for room: at start-up a full spool is uploaded first.
-* SIGTERM (or --max-games/--max-seconds): stop searching, upload every
-  spooled game, exit 0.  SIGKILL loses only unfinished games; a worker
-  restarted on the same spool uploads the rest.
+Data flow::
+
+    models/LATEST --ModelWatcher thread, inference.loading--> evaluator (checked against run.json, probed)
+    GameBatch (engine.driver) --input planes--> evaluator --logits, values--> GameBatch
+    finished search --engine.move_choice--> move; finished game --format.codec.encode_game-->
+    selfplay.spool entry (fsync'ed; then ``game_finished``) --batch of one generation-->
+    chunk games/<generation>/... (create-only) --> entries deleted
+
+``--games`` games are split in two halves: while the inference thread
+evaluates one half's batch, this thread backs up the other half's results,
+plays the moves whose search is done and gathers that half's next batch
+(Cython, GIL released).  Until a model is published, generation 0 plays
+(`generation0_evaluator`); a newer model takes over the games in progress at
+their next move, and a model that fails a check is refused (`ModelWatcher`,
+`SelfPlayWorker._refuse_in_play`).  A finished game is on disk before it
+counts, so SIGKILL loses only unfinished games (a worker restarted on the same
+spool uploads the rest); SIGTERM, --max-games or --max-seconds stop play,
+upload every spooled game and exit 0.  The root must be writable and agree
+with its run.json, else exit 2 (`open_root`).
 """
 from __future__ import annotations
 
@@ -94,7 +38,7 @@ import numpy as np
 
 from cloud.storage import canonical_root
 from format import schema
-from inference.model_probe import ModelMisfit, check_outputs, one_line, probe_model
+from inference.model_probe import ModelMisfit, check_outputs, one_line
 from format import layout
 from format.codec import GameRecord, encode_game, quantize_policy
 from format.events import EventLog
@@ -103,10 +47,10 @@ from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
 from selfplay.config import CLI, WorkerConfig, default_spool_base
 from engine.driver import GameBatch
 from inference.eval_cache import with_evaluation_cache
-from inference.evaluator import UniformEvaluator, configure_accelerator, use_every_cpu_core
-from selfplay.move_policy import MovePolicy, ResignationCounter
-from inference.openvino_evaluator import make_evaluator
-from inference.loading import PlayoutEvaluator
+from inference.devices import configure_accelerator, use_every_cpu_core
+from inference.evaluator import UniformEvaluator
+from engine.move_choice import MovePolicy, ResignationCounter
+from inference.loading import PlayoutEvaluator, load_published_evaluator
 from selfplay.spool import Spool, SpoolError, SpoolFull, open_spool
 
 log = logging.getLogger("selfplay.worker")
@@ -121,7 +65,18 @@ POLICY_DENOMINATOR = 1023
 
 @dataclasses.dataclass
 class GameInProgress:
-    """What is recorded of one game while it is played (lists grow per move)."""
+    """What is recorded of one game while it is played (lists grow per move).
+
+    Resignation (`engine.move_choice`'s rule, per colour): a side whose root
+    value stays below ``--resign-threshold`` for ``--resign-consecutive`` own
+    moves resigns; the game is then finished in acceleration mode
+    (``--accelerated-visits``, no policy targets) down to two passes, so the
+    record carries the exact Tromp-Taylor ownership of the final board
+    (ownership_source ACCELERATED) and ``accelerated_from``, with the
+    resignation's winner.  A ``--resign-disabled-fraction`` of games never
+    resigns and records ``would_resign`` instead: how often resigning would
+    have been wrong (printed as "false resign").
+    """
 
     game_id: str
     seed: int
@@ -137,7 +92,7 @@ class GameInProgress:
     full_search: list = dataclasses.field(default_factory=list)
     generation_moves: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     resignation: ResignationCounter | None = None
-    """Consecutive low root values per colour (selfplay.move_policy's rule)."""
+    """Consecutive low root values per colour (engine.move_choice's rule)."""
     resigned_by: int = 0
     would_resign: int = 0
     accelerated_from: int = -1
@@ -183,12 +138,18 @@ def backoff_seconds(failures: int, base: float, cap: float = 300.0) -> float:
 
 
 class ModelWatcher:
-    """Background thread: polls models/LATEST, loads newer models.
+    """Background thread: polls models/LATEST every ``--poll-seconds``, loads newer models.
 
-    `take()` hands the newest loaded evaluator to the play loop (or None).
-    A broken LATEST or a model that fails verification is rejected: one
-    stderr line and a ``model_rejected`` event each time, and the next try
-    waits longer (`backoff_seconds`); play goes on with the current model.
+    A newer model is checked against the run (its manifest's board size
+    against run.json's), loaded (the registry verifies its checksums and that
+    the SavedModel's shapes are its manifest's board size) and probed: a few
+    real positions, each colour to move, must come back with outputs of the
+    right shapes, all finite (`inference.loading.load_published_evaluator`).
+    `take()` then hands it to the play loop (or None).  A broken LATEST or a
+    model that fails a check is rejected: one stderr line and a
+    ``model_rejected`` event each time, and the next try waits longer
+    (`backoff_seconds`); play goes on with the current model.  At start-up
+    the worker waits for a loadable model (`load_first_model`).
     """
 
     def __init__(self, storage, poll_seconds: float, cache_dir: str, current_generation: int | None,
@@ -198,7 +159,7 @@ class ModelWatcher:
         self.board_size = board_size   # the run's (run.json): a model for another board is refused
         self.inference = inference   # WorkerConfig.inference: auto, tensorflow or openvino
         self.inference_threads = inference_threads
-        self.placement = placement   # inference.evaluator.Placement; None = set up at the first load
+        self.placement = placement   # inference.devices.Placement; None = set up at the first load
         self.poll_seconds = poll_seconds
         self.cache_dir = cache_dir
         self.known = current_generation
@@ -225,7 +186,9 @@ class ModelWatcher:
     def poll_once(self):
         """Load the newest model if it is newer than the last one; returns it or None.
 
-        Raises whatever the registry or TensorFlow raise (see `reject`).
+        The model is loaded and probed by `inference.loading.load_published_evaluator`
+        once its manifest fits the run (`check_fits_run`).  Raises whatever the
+        registry, the probe or TensorFlow raise (see `reject`).
         """
         from format import registry
         from inference import model_files
@@ -242,12 +205,9 @@ class ModelWatcher:
         if self.placement is None:
             use_every_cpu_core()   # before TensorFlow builds its thread pools
             self.placement = configure_accelerator("")   # GPU memory growth before TF touches a GPU
-        with self.placement.scope():   # the model's variables live where it runs
-            # Also refuses a SavedModel whose declared shapes are not its manifest's board size.
-            model = model_files.load_model(self.storage, generation, cache_dir=self.cache_dir)
-        evaluator = make_evaluator(model, self.placement, self.inference, threads=self.inference_threads,
-                                   log=lambda line: print(f"[selfplay] {line}", flush=True))
-        probe_model(evaluator, model.board_size, generation)
+        evaluator = load_published_evaluator(
+            self.storage, generation, cache_dir=self.cache_dir, placement=self.placement, inference=self.inference,
+            threads=self.inference_threads, log=lambda line: print(f"[selfplay] {line}", flush=True)).evaluate
         self.known = generation
         self.failures = 0
         model_files.clear_cache(self.cache_dir, keep_generations={generation})
@@ -377,6 +337,9 @@ class SelfPlayWorker:
         self._start_search(g)
 
     def _start_search(self, g: int) -> None:
+        """Full search (``--visits``, Dirichlet noise, recorded as a policy target) with probability
+        ``--full-search-fraction``, else a fast one (``--fast-visits``): KataGo's playout-cap
+        randomization.  A resigned game's searches are accelerated (``--accelerated-visits``)."""
         game = self.games[g]
         cfg = self.config
         if game.accelerating:
@@ -388,7 +351,12 @@ class SelfPlayWorker:
         self.batch.start_search(g, budget, gumbel=cfg.gumbel, noise=game.this_search_full)
 
     def _finish_move(self, g: int) -> None:
-        """Record the position, decide resignation, play the move."""
+        """Record the position, decide resignation, play the move.
+
+        The move follows `engine.move_choice`: the first ``--temperature-moves``
+        moves are sampled in proportion to visits, later ones are the most
+        visited (with ``--gumbel``, the sequential-halving winner).
+        """
         game = self.games[g]
         if game.dropped:
             self._new_game(g)   # its search is done, so nothing of it is in flight
@@ -463,6 +431,7 @@ class SelfPlayWorker:
             if game.would_resign:
                 self.counters.would_resign_games += 1
                 self.counters.false_resignations += int(winner == game.would_resign)
+        # The game's generation (its chunk's) is the one that played most of its moves.
         generation = max(game.generation_moves.items(), key=lambda kv: (kv[1], kv[0]))[0]
         m = len(game.moves)
         return GameRecord(
@@ -634,7 +603,11 @@ class SelfPlayWorker:
         return None
 
     def _ship(self, everything: bool = False) -> bool:
-        """Batch what is due, upload every batch; False when an upload failed (retried later)."""
+        """Batch what is due, upload every batch; False when an upload failed.
+
+        A failing bucket costs one stderr line: the games stay spooled and the
+        upload is retried with backoff while play goes on.
+        """
         while True:
             full = self._make_batches(everything)
             if not self.spool.batches:
@@ -668,7 +641,11 @@ class SelfPlayWorker:
             # batch file before these uploads made some.
 
     def upload_leftovers(self) -> None:
-        """At start-up: upload what a killed predecessor left in the spool (once)."""
+        """At start-up: upload what a killed predecessor left in the spool (once).
+
+        Complete batches go first, then loose games in new batches; uploading
+        never waits for room, so a full spool is emptied before play starts.
+        """
         if self._leftovers_done:
             return
         self._leftovers_done = True
@@ -692,6 +669,9 @@ class SelfPlayWorker:
         return False
 
     def _maybe_switch_model(self, watcher: ModelWatcher) -> None:
+        """Games in progress continue on a newly loaded model from their next move.  Every model
+        gets a fresh evaluation cache (`inference.eval_cache`): rows whose input planes it has
+        already evaluated, in any of the worker's games, skip the network."""
         evaluator = watcher.take()
         if evaluator is not None:
             log.info("switching to model generation %d", evaluator.generation)

@@ -52,7 +52,7 @@ case "$ROLE" in
         exec "$PY" -m pipeline.shuffle --root "$ZEROLAKE_ROOT" --follow --workers "$(nproc)" --events - "${EXTRA[@]}" ;;
     trainer)
         # On a TPU or GPU VM, --strategy tpu or gpu: an accelerator that does not come up is one clear
-        # error (inference.evaluator.AcceleratorMissing) and the unit restarts, rather than training on
+        # error (inference.devices.AcceleratorMissing) and the unit restarts, rather than training on
         # the host's CPU while the accelerator is billed.
         case "${ZEROLAKE_ACCELERATOR:-cpu}" in
             tpu|gpu) EXTRA=(--strategy "$ZEROLAKE_ACCELERATOR" "${EXTRA[@]}") ;;

@@ -344,7 +344,7 @@ def test_engine_plays_a_published_model(tmp_path, capsys):
 def test_genmove_resigns_a_hopeless_position_only_when_enabled():
     import numpy as np
 
-    from selfplay.move_policy import MovePolicy
+    from engine.move_choice import MovePolicy
     from arena.player import MctsConfig, MctsPlayer, SearchBudget
 
     def black_is_lost(planes):       # value for the side to move: -1 for Black, +1 for White

@@ -18,7 +18,8 @@ from cloud.storage import open_storage
 from format import registry
 from inference import model_files
 from format.run_config import read_run_config
-from inference.evaluator import ModelEvaluator, Placement
+from inference.devices import Placement
+from inference.evaluator import ModelEvaluator
 from arena.match import main as match_main
 from inference.openvino_evaluator import OpenVinoEvaluator, make_evaluator
 from testdata.models import random_game_planes

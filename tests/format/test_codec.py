@@ -9,7 +9,7 @@ import pytest
 from format import codec
 from format import schema
 from format.example_proto import Example
-from format.tfrecord import compress_zstd, frame_records, iter_framed_records, select_frames
+from format.tfrecord import RecordError, compress_zstd, frame_records, iter_framed_records, select_frames
 from testdata import records_v1
 from testdata.synthetic_games import synthetic_game
 
@@ -60,6 +60,20 @@ def test_chunk_round_trip_many_games():
     for a, b in zip(games, back):
         assert_games_equal(a, b)
 
+
+def test_the_spool_framing_and_encode_chunk_write_the_same_chunk():
+    """The worker's spool frames records it encoded earlier (`frame_chunk`); `encode_chunk` frames
+    GameRecords: one framing, so the same games make the same chunk, and `chunk_records` gives
+    back the records as they were framed."""
+    rng = np.random.default_rng(2)
+    games = [synthetic_game(rng, 9, visits=20) for _ in range(3)]
+    records = [codec.encode_game(g) for g in games]
+    chunk = codec.frame_chunk(records)
+    assert chunk == codec.encode_chunk(games)
+    assert list(codec.chunk_records(chunk, "c.tfrecord.zst")) == records
+    damaged = chunk[:len(chunk) // 2]
+    with pytest.raises(RecordError, match="c.tfrecord.zst"):
+        list(codec.chunk_records(damaged, "c.tfrecord.zst"))
 
 def test_tensorflow_parses_our_example_bytes(game):
     import tensorflow as tf  # imported here: 5 s, and only these tests need it

@@ -1,4 +1,4 @@
-"""inference.evaluator on accelerators, checked on the CPU.
+"""inference.evaluator on accelerators and inference.devices, checked on the CPU.
 
 A tiny real network (model.network, exported by model.export and loaded
 through format.registry, as a worker loads it) is evaluated plainly and
@@ -20,9 +20,8 @@ from model.export import export_inference_model
 from model.config import NetworkConfig
 from model.network import build_network
 from selfplay.config import WorkerConfig
-from inference.evaluator import (
-    FixedShapeFunction, ModelEvaluator, Placement, bucket_sizes, configure_accelerator,
-    padded_pieces, parse_device)
+from inference.devices import Placement, configure_accelerator, parse_device
+from inference.evaluator import FixedShapeFunction, ModelEvaluator, bucket_sizes, padded_pieces
 
 BUCKETS = (8, 32, 64)
 # below the first bucket, at each bucket, between buckets, above the largest

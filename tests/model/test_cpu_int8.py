@@ -11,7 +11,8 @@ from cloud.storage import open_storage
 from format import layout, registry
 from inference import model_files
 from model import cpu_int8
-from inference.evaluator import ModelEvaluator, Placement
+from inference.devices import Placement
+from inference.evaluator import ModelEvaluator
 from inference.openvino_evaluator import OpenVinoEvaluator, make_evaluator
 from testdata.models import publish_untrained_model, random_game_planes
 

@@ -199,7 +199,7 @@ def test_bad_flags_are_usage_errors(tmp_path):
 @pytest.mark.parametrize("accelerator", ["tpu", "gpu"])
 def test_an_accelerator_asked_for_and_absent_is_one_error(tmp_path, accelerator):
     """This machine has neither: the trainer says so in the one wording every role uses
-    (inference.evaluator.AcceleratorMissing) and exits 2, instead of training on the CPU."""
+    (inference.devices.AcceleratorMissing) and exits 2, instead of training on the CPU."""
     if accelerator == "gpu" and tf.config.list_physical_devices("GPU"):
         pytest.skip("this machine has a GPU")
     root = tmp_path / "lake"

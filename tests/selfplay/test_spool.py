@@ -22,7 +22,8 @@ from format import schema
 from format.codec import read_chunk
 from format.events import read_events
 from selfplay.config import WorkerConfig, default_spool_base
-from selfplay.spool import Spool, SpoolLocked, SpoolOfOtherLake, chunk_bytes, chunk_records
+from format.codec import chunk_records, frame_chunk
+from selfplay.spool import Spool, SpoolLocked, SpoolOfOtherLake
 from selfplay.worker import main, open_worker_spool
 from tests.selfplay.test_worker import wait_for
 
@@ -96,7 +97,7 @@ def test_a_batch_whose_chunk_was_stored_before_the_kill_counts_as_done(tmp_path)
     storage = LocalStorage(str(tmp_path / "lake"))
     payloads = [b"game one", b"game two", b"game three"]
     spool, batch = spool_with_batch(tmp_path, payloads)
-    storage.write_new(batch.chunk, chunk_bytes(payloads))   # the upload went through, then SIGKILL
+    storage.write_new(batch.chunk, frame_chunk(payloads))   # the upload went through, then SIGKILL
     spool.close()
     spool = Spool(str(tmp_path / "spool"))                 # the restart
     assert [b.chunk for b in spool.batches] == [batch.chunk] and not any(spool.loose.values())
@@ -109,7 +110,7 @@ def test_a_kill_while_deleting_the_uploaded_entries_neither_loses_nor_repeats(tm
     storage = LocalStorage(str(tmp_path / "lake"))
     payloads = [b"game one", b"game two"]
     spool, batch = spool_with_batch(tmp_path, payloads)
-    storage.write_new(batch.chunk, chunk_bytes(payloads))
+    storage.write_new(batch.chunk, frame_chunk(payloads))
     os.unlink(os.path.join(spool.games_dir, batch.entries[0]))   # killed after deleting one entry
     spool.close()
     spool = Spool(str(tmp_path / "spool"))
@@ -121,14 +122,14 @@ def test_a_different_object_under_the_chunk_name_keeps_the_games(tmp_path, caplo
     storage = LocalStorage(str(tmp_path / "lake"))
     payloads = [b"game one", b"game two"]
     spool, batch = spool_with_batch(tmp_path, payloads)
-    storage.write_new(batch.chunk, chunk_bytes([b"someone else's game"]))
+    storage.write_new(batch.chunk, frame_chunk([b"someone else's game"]))
     assert spool.upload(storage, batch, "w_host_2_cd") == ("rebatched", 0)
     assert "COLLISION" in caplog.text and batch.chunk in caplog.text
     assert spool.spooled == 2 and len(spool.batches) == 1 and spool.batches[0].chunk != batch.chunk
     assert spool.upload(storage, spool.batches[0], "w_host_2_cd") == ("uploaded", 2)
-    assert storage.read(batch.chunk) == chunk_bytes([b"someone else's game"])
-    assert chunk_records(storage.read(spool_chunk := storage.list(layout.games_prefix())[1].path),
-                         spool_chunk) == payloads
+    assert storage.read(batch.chunk) == frame_chunk([b"someone else's game"])
+    assert list(chunk_records(storage.read(spool_chunk := storage.list(layout.games_prefix())[1].path),
+                              spool_chunk)) == payloads
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
@@ -149,7 +150,7 @@ def test_a_corrupt_spool_entry_costs_only_itself(tmp_path, damage):
     assert spool.upload(storage, batch, "w2") == ("rebatched", 0)   # rebuilt without the bad entry
     assert spool.upload(storage, spool.batches[0], "w2") == ("uploaded", 2)
     [info] = storage.list(layout.games_prefix())
-    assert chunk_records(storage.read(info.path), info.path) == [b"game 0", b"game 2"]
+    assert list(chunk_records(storage.read(info.path), info.path)) == [b"game 0", b"game 2"]
     assert len(os.listdir(spool.corrupt_dir)) == 1
     assert any(names[1] in message for message in spool.corrupt)
 

@@ -1,10 +1,10 @@
-"""selfplay.move_policy: one move-choice and resignation rule for self-play and the players."""
+"""engine.move_choice: one move-choice and resignation rule for self-play and the players."""
 import numpy as np
 import pytest
 
 from format import schema
 from engine.board import Board
-from selfplay.move_policy import MovePolicy, ResignationCounter
+from engine.move_choice import MovePolicy, ResignationCounter
 from arena.player import RESIGN, MctsConfig, MctsPlayer, SearchBudget
 
 
