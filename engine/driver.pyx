@@ -401,16 +401,21 @@ cdef class GameBatch:
         with nogil:
             self.apply_group(group, &lg[0, 0], &vl[0])
 
-    def start_search(self, int game, int budget, *, bint gumbel=False, bint noise=False):
-        """Begin the search for the next move of `game` with `budget` simulations."""
+    def start_search(self, int game, int budget, *, bint gumbel=False, bint noise=False, float gumbel_noise=1.0):
+        """Begin the search for the next move of `game` with `budget` simulations.
+
+        ``gumbel_noise`` scales the Gumbel root's draws for this search (`Tree.gumbel_noise`)."""
         self._check_game(game)
         if budget < 0:
             raise ValueError("budget must be >= 0")
+        if not 0.0 <= gumbel_noise <= 1.0:
+            raise ValueError(f"gumbel_noise must be in [0, 1], got {gumbel_noise}")
         cdef Tree tree = self.trees_list[game]
         cdef Board root = self.roots_list[game]
         if root.st.over:
             raise ValueError(f"game {game} is over")
         tree.begin_search(budget)
+        tree.gumbel_noise = gumbel_noise
         self.use_gumbel[game] = gumbel
         self.searching[game] = 1
         self.noise_pending[game] = 0
@@ -459,6 +464,17 @@ cdef class GameBatch:
     def root_value(self, int game):
         """Mean value of the root for the player to move, in [-1, 1]."""
         return self.trees_list[game].root_value
+
+    def move_value(self, int game, int move):
+        """Mean value of the root's child for `move`, for the player to move at the root; the root's
+        mean value when that child has no visits."""
+        self._check_game(game)
+        cdef Tree tree = self.trees_list[game]
+        children = tree.children(ROOT_INDEX)
+        hit = np.flatnonzero((children["move"] == move) & (children["N"] > 0))
+        if not len(hit):
+            return float(tree.root_value)
+        return float(children["W"][hit[0]] / children["N"][hit[0]])
 
     def used_gumbel(self, int game):
         return bool(self.use_gumbel[game])

@@ -78,6 +78,8 @@ cdef class Tree:
     cdef readonly int32_t sims_budget   # simulations this search may start
     cdef readonly bint gumbel_ready     # gumbels drawn for the current root
     cdef readonly int32_t num_considered
+    cdef readonly float gumbel_noise    # scale of the root's Gumbel draws for this search: 1 is Gumbel
+                                        #   MuZero's; 0 considers the top-m priors and plays without sampling
 
     cdef int reserve(self, int32_t extra) except -1 nogil
     cdef void _init_node(self, int32_t i, int32_t parent, int32_t move) noexcept nogil

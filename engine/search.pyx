@@ -174,6 +174,7 @@ cdef class Tree:
         self.num_actions = num_actions
         self.capacity = 0
         self.size = 0
+        self.gumbel_noise = 1.0
         self.root_gumbel = <float*>malloc(num_actions * sizeof(float))
         self.root_search_visits = <int32_t*>malloc(num_actions * sizeof(int32_t))
         self.scratch = <float*>malloc(num_actions * sizeof(float))
@@ -368,7 +369,8 @@ cdef class Tree:
         cdef int32_t count = self.num_children[ROOT_INDEX]
         cdef int32_t k
         for k in range(count):
-            self.root_gumbel[k] = <float>rand_gumbel(rng)
+            # Drawn whatever the scale, so the random stream does not depend on it.
+            self.root_gumbel[k] = self.gumbel_noise * <float>rand_gumbel(rng)
             self.root_search_visits[k] = 0
         self.num_considered = params.max_considered if params.max_considered < count else count
         _fill_visit_sequence(self.num_considered, self.sims_budget, self.visit_sequence)

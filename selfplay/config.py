@@ -23,6 +23,9 @@ from inference.devices import parse_device
 from inference.openvino_evaluator import INFERENCE_CHOICES
 from inference.eval_cache import DEFAULT_CAPACITY
 
+RESIGN_VALUES = ("root", "move")
+"""``--resign-value``: what resignation reads (the root's mean value, or the played move's)."""
+
 
 def host_name() -> str:
     """This machine's name, with only the characters a chunk name allows."""
@@ -87,6 +90,12 @@ class WorkerConfig:
                                     at_most=100)
     gumbel_c_visit: float = setting(50.0, "Gumbel: visits added to the largest child count in sigma(q) (the "
                                           "paper's 50)", at_least=0, at_most=1e6)
+    gumbel_late_noise: float = setting(1.0, "Gumbel: scale of the root's Gumbel draws after the first "
+                                            "--temperature-moves moves (1 = Gumbel MuZero's throughout; 0 = "
+                                            "the later moves are the search's best, not sampled)",
+                                       at_least=0.0, at_most=1.0)
+    symmetry: bool = setting(False, "evaluate each position under a random board symmetry, its policy mapped "
+                                    "back (inference.symmetric), so the search keeps no orientation's bias")
     leaves_per_game: int = setting(8, "leaves one game may put in a batch per pass (virtual loss keeps them apart)",
                                       at_least=1)
     c_puct: float = setting(1.25, "PUCT exploration constant", above=0)
@@ -96,8 +105,9 @@ class WorkerConfig:
     dirichlet_epsilon: float = setting(0.25, "weight of the Dirichlet noise in the root priors",
                                              at_least=0.0, at_most=1.0)
     pass_when_winning: bool = pass_when_winning_setting()
-    temperature_moves: int = setting(-1, "moves sampled in proportion to visits before playing the best; "
-                                         "-1 = N*N // 12", at_least=-1)
+    temperature_moves: int = setting(-1, "moves sampled in proportion to visits before playing the best "
+                                         "(with --gumbel: moves with the full Gumbel noise, the rest with "
+                                         "--gumbel-late-noise); -1 = N*N // 12", at_least=-1)
     generation0_playouts: int = setting(1, "before any model is published (generation 0), each leaf's value is "
                                            "the mean of this many random playouts from it (uniform priors); "
                                            "0 = the uniform evaluator (value 0 everywhere: near-random games "
@@ -109,6 +119,10 @@ class WorkerConfig:
     resign_threshold: float = setting(-0.9, "resign when the root value (side to move) stays below this...",
                                             at_least=-1.0, at_most=1.0)
     resign_consecutive: int = setting(3, "...for this many consecutive own moves", at_least=1)
+    resign_value: str = setting("root", "the value resignation reads: root (the root's mean value) or move "
+                                        "(the mean value of the move played; with --gumbel the root's mean is "
+                                        "pulled towards the worse of the considered moves, which get equal "
+                                        "visits)", choices=RESIGN_VALUES)
     resign_disabled_fraction: float = setting(0.1, "share of games played to the end with resignation off, "
                                                    "to measure false resignations", at_least=0.0, at_most=1.0)
     accelerated_visits: int = setting(2, "simulations per move once a game is resigned and played out to two passes",

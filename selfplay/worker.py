@@ -51,6 +51,7 @@ from inference.devices import configure_accelerator, use_every_cpu_core
 from inference.evaluator import UniformEvaluator
 from engine.move_choice import MovePolicy, ResignationCounter
 from inference.loading import PlayoutEvaluator, load_published_evaluator
+from inference.symmetric import RandomSymmetryEvaluator
 from selfplay.spool import Spool, SpoolError, SpoolFull, open_spool
 
 log = logging.getLogger("selfplay.worker")
@@ -284,8 +285,7 @@ class SelfPlayWorker:
                  events: EventLog | None = None):
         self.config = config
         self.storage = storage
-        self.evaluator = with_evaluation_cache(evaluator or generation0_evaluator(config),
-                                               config.eval_cache_entries)
+        self.evaluator = self._playing(evaluator or generation0_evaluator(config))
         self.worker_name = config.worker_name
         self.events = events or EventLog(None, "worker")
         self._own_spool = spool is None
@@ -342,13 +342,16 @@ class SelfPlayWorker:
         randomization.  A resigned game's searches are accelerated (``--accelerated-visits``)."""
         game = self.games[g]
         cfg = self.config
+        # Gumbel's draws at full scale in the opening, --gumbel-late-noise after it.
+        gumbel_noise = 1.0 if len(game.moves) < cfg.sampled_moves else cfg.gumbel_late_noise
         if game.accelerating:
             game.this_search_full = False
-            self.batch.start_search(g, cfg.accelerated_visits, gumbel=cfg.gumbel, noise=False)
+            self.batch.start_search(g, cfg.accelerated_visits, gumbel=cfg.gumbel, noise=False,
+                                    gumbel_noise=gumbel_noise)
             return
         game.this_search_full = bool(game.rng.random() < cfg.full_search_fraction)
         budget = cfg.visits if game.this_search_full else cfg.fast_visits
-        self.batch.start_search(g, budget, gumbel=cfg.gumbel, noise=game.this_search_full)
+        self.batch.start_search(g, budget, gumbel=cfg.gumbel, noise=game.this_search_full, gumbel_noise=gumbel_noise)
 
     def _finish_move(self, g: int) -> None:
         """Record the position, decide resignation, play the move.
@@ -364,7 +367,7 @@ class SelfPlayWorker:
         board = self.batch.board(g)
         to_play = board.to_play
         value = float(self.batch.root_value(g))
-        if not game.accelerating:
+        if not game.accelerating and self.config.resign_value == "root":
             self._update_resignation(game, to_play, value)
         stones = board.stones()
         game.planes.append(np.stack([stones == schema.BLACK, stones == schema.WHITE]).astype(np.uint8))
@@ -385,6 +388,8 @@ class SelfPlayWorker:
             game.policy_values.append(np.zeros(0, np.int64))
         temperature = 0.0 if game.accelerating else self.move_policy.temperature(len(game.moves))
         move = int(self.batch.choose_move(g, temperature))
+        if not game.accelerating and self.config.resign_value == "move":
+            self._update_resignation(game, to_play, self.batch.move_value(g, move))
         game.moves.append(move)
         game.generation_moves[self.evaluator.generation] += 1
         if game.resigned_by and game.accelerated_from < 0:
@@ -679,7 +684,15 @@ class SelfPlayWorker:
                   flush=True)
             if self.evaluator is not None and self.evaluator.generation > 0:
                 self._previous = self.evaluator   # the fallback should this one fail in play
-            self.evaluator = with_evaluation_cache(evaluator, self.config.eval_cache_entries)
+            self.evaluator = self._playing(evaluator)
+
+    def _playing(self, evaluator):
+        """``evaluator`` as the search calls it: under random symmetries (``--symmetry``, a model's
+        only: the playouts of generation 0 have no orientation), behind the evaluation cache."""
+        if self.config.symmetry and evaluator.generation > 0:
+            evaluator = RandomSymmetryEvaluator(evaluator, self.config.board_size,
+                                                seed=(self.config.seed + evaluator.generation) % 2 ** 63)
+        return with_evaluation_cache(evaluator, self.config.eval_cache_entries)
 
     def _refuse_in_play(self, evaluator, problem: str) -> None:
         """A model answered a batch in play with outputs a search cannot use: refuse it for good.

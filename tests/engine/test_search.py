@@ -606,3 +606,37 @@ def test_sensible_moves_skip_own_eyes_and_pass_only_when_nothing_is_left():
             full.play(25)  # White passes
     sensible = full.sensible_mask()
     assert sensible[:25].sum() == 0 and sensible[25] == 1
+
+
+def tilted_evaluator(planes):
+    """Priors that prefer lower-numbered points, value 0: a policy with a clear top few."""
+    size = planes.shape[1]
+    logits = np.concatenate([-np.arange(size * size, dtype=np.float32) / 10.0, [-50.0]]).astype(np.float32)
+    return np.tile(logits, (len(planes), 1)), np.zeros(len(planes), np.float32)
+
+
+def test_without_gumbel_noise_the_root_plays_the_same_move_whatever_the_seed():
+    chosen = {}
+    for noise in (1.0, 0.0):
+        chosen[noise] = set()
+        for seed in range(12):
+            batch = GameBatch(9, 1, num_groups=1, seed=seed)
+            search(batch, 0, 8, tilted_evaluator, gumbel=True, gumbel_noise=noise)
+            assert batch.tree(0).gumbel_noise == noise
+            chosen[noise].add(batch.choose_move(0))
+    # With the draws at full scale the seeds sample several moves; with none the priors alone decide.
+    assert len(chosen[1.0]) > 1 and chosen[0.0] == {0}
+    with pytest.raises(ValueError, match="gumbel_noise must be in"):
+        GameBatch(9, 1, num_groups=1, seed=0).start_search(0, 8, gumbel=True, gumbel_noise=1.5)
+
+
+def test_a_moves_value_is_its_childs_mean_for_the_player_to_move():
+    batch = GameBatch(9, 1, num_groups=1, seed=3)
+    search(batch, 0, 32, material_evaluator)
+    children = batch.tree(0).children(0)
+    visited = np.flatnonzero(children["N"] > 0)
+    for k in visited[:5]:
+        assert batch.move_value(0, int(children["move"][k])) == pytest.approx(children["W"][k] / children["N"][k])
+    unvisited = np.flatnonzero(children["N"] == 0)
+    if len(unvisited):
+        assert batch.move_value(0, int(children["move"][unvisited[0]])) == pytest.approx(batch.root_value(0))

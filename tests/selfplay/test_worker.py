@@ -249,3 +249,48 @@ def test_the_gumbel_constants_reach_the_search(tmp_path, monkeypatch):
                           spool_dir=str(tmp_path / "spool"))
     SelfPlayWorker(config, LocalStorage(str(tmp_path / "lake")), material_evaluator)
     assert seen["gumbel_c_scale"] == pytest.approx(0.3) and seen["gumbel_c_visit"] == pytest.approx(20)
+
+
+def test_resignation_reads_the_played_moves_value_when_asked(tmp_path, monkeypatch):
+    from engine.driver import GameBatch
+
+    calls = {"move_value": 0}
+    real = GameBatch.move_value
+
+    class Counting(GameBatch):
+        def move_value(self, game, move):
+            calls["move_value"] += 1
+            return real(self, game, move)
+
+    import selfplay.worker as worker_module
+    monkeypatch.setattr(worker_module, "GameBatch", Counting)
+    resigned = {}
+    for rule in ("root", "move"):
+        lake = tmp_path / rule
+        config = WorkerConfig(root=str(lake), games=8, visits=8, fast_visits=4, full_search_fraction=0.5, gumbel=True,
+                              resign_threshold=-0.5, resign_consecutive=2, resign_disabled_fraction=0.0,
+                              resign_value=rule, accelerated_visits=1, max_games=8, chunk_games=4, seed=3,
+                              worker_id="rv", spool_dir=str(tmp_path / f"spool-{rule}"))
+        before = calls["move_value"]
+        SelfPlayWorker(config, LocalStorage(str(lake)), material_evaluator).run()
+        games = [g for chunk in decode_all(lake).values() for g in chunk]
+        resigned[rule] = sum(g.end_reason == schema.END_RESIGN for g in games)
+        # The root rule never asks for a move's value; the move rule asks once a move until a side resigns.
+        assert (calls["move_value"] > before) == (rule == "move")
+    assert resigned["move"] > 0
+
+
+def test_symmetry_turns_a_models_positions_but_not_generation_zeros(tmp_path):
+    from inference.eval_cache import CachedEvaluator
+    from inference.symmetric import RandomSymmetryEvaluator
+
+    def model(planes):
+        return material_evaluator(planes)
+
+    model.generation = 3
+    config = WorkerConfig(root=str(tmp_path / "lake"), games=2, symmetry=True, spool_dir=str(tmp_path / "spool"))
+    playing = SelfPlayWorker(config, LocalStorage(str(tmp_path / "lake")), model).evaluator
+    assert isinstance(playing, CachedEvaluator) and isinstance(playing.evaluator, RandomSymmetryEvaluator)
+    config = WorkerConfig(root=str(tmp_path / "lake"), games=2, symmetry=True, spool_dir=str(tmp_path / "spool0"))
+    generation0 = SelfPlayWorker(config, LocalStorage(str(tmp_path / "lake")), material_evaluator).evaluator
+    assert not isinstance(getattr(generation0, "evaluator", generation0), RandomSymmetryEvaluator)
