@@ -184,10 +184,8 @@ def settings_error(problems: list[str], what: str = "invalid flags") -> str:
 
 
 NUMBER_LIMIT = 10 ** 9
-"""A numeric setting with no declared upper (lower) bound is at most (at least)
-plus (minus) this: no count, size or duration of any role comes near it, and a
-value past it (1e300, 2**63) would otherwise overflow or exhaust memory deep
-inside a role instead of getting one line here."""
+"""A numeric setting with no declared bound is within +-this: no real setting comes near it, and a
+value past it (1e300, 2**63) would overflow or exhaust memory deep inside a role instead of one line here."""
 
 
 def _magnitude_problem(value, info) -> str | None:

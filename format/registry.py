@@ -31,11 +31,8 @@ LATEST_ATTEMPTS = 8
 failed one means another writer moved LATEST between our read and write)."""
 OUTPUTS = ("policy_logits", "value", "ownership", "score")
 MAX_MODEL_FILE_BYTES = 2 << 30
-"""The largest file a published model may hold.  A model file is read whole
-into memory, so the reader needs a bound even when the manifest itself lies;
-a 20-block, 256-filter network's variables are about 100 MB, so 2 GiB is past
-any network the trainer builds while still fitting a worker's memory.
-publish_model refuses to write a larger one."""
+"""The largest file a published model may hold (publish_model refuses more): files are read whole into
+memory, so readers need a bound even when the manifest lies; far past any network the trainer builds."""
 
 
 class RegistryError(RuntimeError):

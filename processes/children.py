@@ -24,11 +24,9 @@ import time
 import typing
 
 STOP_GRACE_SECONDS = {"worker": 25.0, "shuffle": 60.0, "train": 120.0, "window": 10.0, "evaluate": 10.0}
-"""Seconds a child's process group has after SIGTERM before SIGKILL, by what it is: the time its
-graceful path takes.  A self-play worker uploads its spool (25 s), the shuffle follower stops its
-window job and releases its claim (60 s), a trainer saves and uploads a checkpoint (120 s): the same
-as each role's systemd unit's TimeoutStopSec, so a role stops alike on a VM and under a launcher.  A
-window job (one ``pipeline.shuffle`` run) and a match have nothing to save: 10 s."""
+"""Seconds a child's process group has after SIGTERM before SIGKILL: the time its graceful path takes
+(a worker uploads its spool, the follower releases its claim, a trainer checkpoints), the same as its
+systemd unit's TimeoutStopSec, so a role stops alike on a VM and under a launcher."""
 
 
 def say(message: str) -> None:
