@@ -180,7 +180,7 @@ def staggered_worker_class():
     moves in.  A worker that has run for hours has its games at every stage,
     and only a few in the opening that all games share; a fresh one has every
     game at the empty board, where the evaluation cache answers a third of
-    the rows and more (measured: 32% in the first 20 s on 19x19).  A short
+    the rows and more (docs/measured.md).  A short
     run from fresh games would flatter the cache, so the bench starts the
     slots at staggered move numbers instead (random moves of the engine's
     playout policy: legal, no own-eye filling).  Later games start empty.

@@ -90,9 +90,8 @@ def _conv_policy_head(x, config, dtype):
     Every point's logit comes from the same weights applied to that point's
     features (as in Leela Zero's and KataGo's heads), so a rule learnt at one
     point, such as "an occupied point is never played", holds at all of them.
-    The dense head of AlphaGo Zero must learn it point by point: measured on
-    the demo's first window, 300 steps took the conv head's policy mass on
-    occupied points from 0.5 to 0.015 and left the dense head's at 0.5.
+    The dense head of AlphaGo Zero must learn it point by point, which at
+    this scale it did not (docs/results.md, the demo's defaults).
     """
     n = config.board_size
     y = _head_trunk(x, config, dtype, config.policy_channels, "policy")

@@ -171,8 +171,8 @@ _PACK_MAGIC = b"ZLARRAYS1\n"
 def pack_arrays(arrays: dict) -> bytes:
     """Named numpy arrays as one byte string: magic, JSON header line, raw data.
 
-    The temporary pieces are written and read once each; np.savez's zip
-    container (a CRC and a header per member) cost ~2 us a position here.
+    The temporary pieces are written and read once each, so np.savez's zip
+    container (a CRC and a header per member) is cost without use.
     Only plain dtypes are allowed (no object arrays, nothing unpickled).
     """
     header, blobs = [], []
