@@ -1,30 +1,18 @@
 """A/B test of a learning change: two arms of short loop runs from one generation-0 lake, then matches.
 
     python bench/learning.py --out /work/ab/gumbel --arm-b "--worker-gumbel --worker-visits 16"
-    python bench/learning.py --out /work/ab/bundle --arm-b-name held-out-bundle \
-        --arm-b "--train-steps-per-window 1000" --arm-b "--train-input-planes 22"
     python bench/learning.py --out /work/ab/gumbel ...      # the same command resumes where it stopped
     python bench/learning.py ... --window-minutes 150      # as many whole runs as fit, then exit 3
 
-Terms
------
-* *arm*: the loop flags of one side; A the baseline (``--arm-a``, default: main's defaults), B the
-  change (``--arm-b``, repeatable: a *bundle* of changes that may not set the same flag).
-* *run*: one ``python -m operations.loop`` of one arm with one seed for ``--minutes``.  The run, not
-  the game, is the unit of the result (runs of one configuration spread `PLANNED_RUN_SPREAD_ELO`).
-* *base*: the shared generation-0 lake every run starts from a copy of.
-* *outside load*: CPU time the machine spent on anything else during a run, as a share of
-  wall seconds x cores; a result is refused when a run's is above ``--max-outside-load`` (runs
-  recorded without it: when the arms' CPU seconds differ by more than ``--max-cpu-gap``).
-* *provenance*: flags, commit and machine of a cached base, run or match (``NAME.provenance.json``);
-  a rerun reuses it only when they match (else exit 2, or ``--allow-stale-cache``).
-
-Protocol: ``--seeds`` runs per arm, taking turns; cross-arm matches between the final models with
-paired openings (each opening played with both colours, only distinct games count); optional
-within-arm matches; keep B only if the run-level 95% interval's low end is above 0.  Each run's
-result is one Elo number; the effect is the mean of the arms' means, and its Welch t interval counts
-runs as the units with the games' noise once (`decide`).  The pooled-games Wilson figure is reported
-as ``pooled_elo`` only.  The protocol and its resolving power are in docs/results.md.
+An *arm* is the loop flags of one side: A the baseline (``--arm-a``, default main's defaults), B the
+change (``--arm-b``, repeatable: a bundle of changes, named by ``--arm-b-name``).  A *run* is one
+``operations.loop`` of one arm and seed for ``--minutes``, from a copy of the shared generation-0
+*base*; the run, not the game, is the unit (runs spread `PLANNED_RUN_SPREAD_ELO`).  ``--seeds``
+runs an arm take turns; cross-arm matches with paired openings follow; B is kept only if the
+run-level 95% interval (`decide`: Welch t over the runs' Elo numbers, the games' noise counted
+once) is above 0.  A result is refused when a run's *outside load* (other CPU use during it, as a
+share of wall seconds x cores) is above ``--max-outside-load``.  A cached base, run or match is
+reused only when its *provenance* (flags, commit, machine: ``NAME.provenance.json``) matches.
 
 Ends with one JSON line (``allow_nan=False``): verdict, intervals, each run's number, and each
 match's players, seed, tally and sha256 of its files, so every figure can be rebuilt from ``--out``.
