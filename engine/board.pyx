@@ -2,29 +2,21 @@
 """The Go rules engine: board, legality, scoring, features and the random playout.
 
 Rules (format/schema.py's RULES_TROMP_TAYLOR): Tromp-Taylor area scoring with komi, positional
-superko, suicide illegal; the game ends after two consecutive passes or at the move cap.  Terms:
-* *move / action*: ``p = row * N + col`` with row 0 the *top* edge, or ``PASS = N * N`` (GTP/SGF
-  text is `format.coords`' and `format.sgf`'s, never this module's).
+superko, suicide illegal; the game ends after two consecutive passes or at the move cap.
+* *move / action*: ``p = row * N + col`` (row 0 the *top* edge) or ``PASS = N * N``; never text.
 * *chain*: connected stones of one colour; each stone stores its chain's root (`chain_id`) and the
   next stone of a circular list (`chain_next`), so a merge relabels only the smaller chain.
-* *pseudo-liberties*: per chain ``libs`` (stone, empty neighbour) pairs and ``lib_sum`` /
-  ``lib_sum2``, the sum and sum of squares of those points, updated in O(1) a neighbour.
-  ``libs == 0`` is "captured"; ``libs * lib_sum2 == lib_sum**2`` exactly when the chain is in
-  atari (Cauchy-Schwarz).  `Board.liberties` counts true liberties.
-* *position hash*: 64-bit Zobrist hash of the stones only, keys from splitmix64 with a fixed seed
-  (the same in every process); the empty board is EMPTY_BOARD_HASH, not 0.
-
-Copy, not undo: search refreshes a scratch board with `copy_from`, a fixed-size memcpy, simpler
-than undoing captures and merges and never out of sync.  The superko history (HashLog) is owned by
-the constructed board and shared read-only by its copies, each remembering its prefix length and
-keeping a private suffix, so a superko test is two O(1) look-ups.  Don't play on an owner while
-other threads search from copies of it.
-
-Features: a ring of the last HISTORY_LENGTH colour arrays gives the network input in
-format/planes.py's layout (constants from format/planes.pxd).  Random playouts skip that upkeep;
-they play uniformly over legal moves that do not fill the mover's own single-point eye (xorshift64*,
-engine/rng.pxd, seeded explicitly).  `Board.playout` plays one; evaluators built on it are in
-`engine.playouts`.
+* *pseudo-liberties*: per chain ``libs`` (stone, empty neighbour) pairs, and ``lib_sum`` /
+  ``lib_sum2`` the sum and sum of squares of those points, O(1) to update: ``libs == 0`` is
+  "captured", ``libs * lib_sum2 == lib_sum**2`` is "in atari" (Cauchy-Schwarz).
+* *position hash*: 64-bit Zobrist hash of the stones only, fixed-seed keys (the same in every
+  process); the empty board is EMPTY_BOARD_HASH, not 0.
+Copy, not undo: search refreshes a scratch board with `copy_from`, a fixed-size memcpy; the
+superko history (HashLog) is owned by the constructed board and shared read-only by its copies, so
+don't play on an owner while other threads search from copies of it.  A ring of the last
+HISTORY_LENGTH boards gives the input planes of format/planes.py (constants: format/planes.pxd).
+Random playouts (`Board.playout`; evaluators in `engine.playouts`) play uniformly over legal moves
+that fill no own single-point eye, with xorshift64* (engine/rng.pxd) seeded explicitly.
 """
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t

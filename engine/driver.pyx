@@ -1,27 +1,22 @@
 # cython: language_level=3
 """Batched search over many self-play games: gather leaves, apply evaluations.
 
-One `GameBatch` holds ``num_games`` games, each a root `Board` (the game's position), a scratch
-`Board` (selection replays moves on it) and a `Tree` (engine.search).  The games are split by
-index into ``num_groups`` groups (two: halves) so that search and inference overlap: while the
-network evaluates one group's batch (releasing the GIL), the calling thread applies the other
-group's results and gathers its next batch with the GIL released.
+One `GameBatch` holds ``num_games`` games, each a root `Board`, a scratch `Board` (selection replays
+moves on it) and a `Tree` (engine.search), split by index into ``num_groups`` groups (two: halves)
+so search and inference overlap: while the network evaluates one group's batch (releasing the GIL),
+the calling thread applies the other's results and gathers its next batch without the GIL.
 
     gather(0) -> network(0) ...........
                  gather(1) -> network(1) .........
                  apply(0), moves(0), gather(0) -> network(0) ...
 
-One step of a group:
-* `gather(group, out)`: visits the group's games round-robin, each adding up to
-  ``leaves_per_game`` leaves a pass (virtual loss keeps them distinct), each leaf writing its input
-  planes (format/planes.py's layout, the first C channels of ``out``: float32 [batch_rows, N, N, C])
-  into its row.  Game-over leaves are scored by the rules and backed up at once, without a row.
-* `apply(group, logits, values)`: priors from the logits, backup of the values (side to move at
-  the leaf, in [-1, 1]).
-* `done_games(group)`: games whose search used its budget (new simulations, the root's own
-  evaluation excluded); the worker picks the move (`choose_move`), `play`s it (tree reuse) and
-  calls `start_search`.
-The nogil loops reach each game's Board and Tree through borrowed ``PyObject*`` pointers.
+* `gather(group, out)`: round-robin over the group's games, each adding up to ``leaves_per_game``
+  leaves (virtual loss keeps them distinct) and writing their input planes (the first C channels of
+  format/planes.py's layout; ``out`` is float32 [batch_rows, N, N, C]); game-over leaves are scored
+  by the rules and backed up at once, without a row.
+* `apply(group, logits, values)`: priors from logits, backup of values (the leaf's mover's, [-1, 1]).
+* `done_games(group)`: games whose search used its budget (new simulations); the worker picks the
+  move (`choose_move`), `play`s it (tree reuse) and calls `start_search`.
 """
 from cpython.ref cimport PyObject
 from libc.stdlib cimport malloc, free, calloc

@@ -1,26 +1,22 @@
 # cython: language_level=3
 """One game's Monte Carlo tree search: the tree, PUCT, Gumbel root, noise.
 
-Terms (AlphaGo Zero's notation): node ``i`` is the position reached by playing ``move[i]`` (a flat
-action ``row * N + col`` or PASS = N*N, format/schema.py) from its parent; the root is node 0
-(`ROOT_INDEX`).  ``N[i]`` visits, ``W[i]`` total value, ``Q = W / N``, ``P[i]`` prior of
-``move[i]`` at the parent, ``VL[i]`` visits in flight.  Perspective: **``W[i]`` is seen by the
-player who played ``move[i]``**, so the player to move at any node picks the child with the best
-``Q + U`` with no sign flips; values enter seen by the player to move at the *leaf* and `backup`
-negates once per level (a node's value for its own player to move is ``-W[i] / N[i]``).
+Node ``i`` is the position reached by playing ``move[i]`` (``row * N + col`` or PASS = N*N) from its
+parent; the root is node 0 (`ROOT_INDEX`).  ``N[i]`` visits, ``W[i]`` total value, ``Q = W / N``,
+``P[i]`` prior of ``move[i]`` at the parent, ``VL[i]`` visits in flight.  Perspective: **``W[i]`` is
+seen by the player who played ``move[i]``**, so the player to move picks the child with the best
+``Q + U`` with no sign flips; values enter seen by the player to move at the *leaf*, and `backup`
+negates once a level (a node's value for its own player to move is ``-W[i] / N[i]``).
 
-Layout: struct of arrays grown by doubling (`reserve`); a node's children are one contiguous
-range, so PUCT is one pass over the parent's child arrays (Minigo).  Children are created for
-legal moves when a leaf is first reached (`expand`: PENDING until `set_priors`); `promote` keeps
-the played move's subtree (tree reuse), compacted so node ids stay dense.
-
-Phases (mctx's simulate / expand / backward), driven by `engine.driver`, which owns the boards:
-select (`select_child`, `select_root_gumbel` at the root) while EXPANDED; expand the leaf, or give
-a game-over leaf the rules' value (`set_terminal`); backup (`set_priors`, then `backup`).  Virtual
-loss counts each in-flight visit as a loss for the player choosing it, spreading a batch's leaves.
+Layout: struct of arrays grown by doubling (`reserve`); a node's children are one contiguous range
+(Minigo's child arrays), created for legal moves when a leaf is first reached (`expand`: PENDING
+until `set_priors`); `promote` keeps the played move's subtree (tree reuse), compacted.
+Phases, driven by `engine.driver`, which owns the boards: select (`select_child`,
+`select_root_gumbel` at the root) while EXPANDED; expand, or `set_terminal` a game-over leaf;
+`set_priors`, then `backup`.  Virtual loss counts an in-flight visit as a loss for its chooser.
 Gumbel root (Danihelka et al., 2022; mctx ``gumbel_muzero_policy``): sequential halving over the
-top-m actions by g + logits, the move the best survivor by g + logits + sigma(q), the policy
-target softmax(logits + sigma(completed q)); interior nodes use PUCT.
+top-m actions by g + logits, the move the best survivor by g + logits + sigma(q), the policy target
+softmax(logits + sigma(completed q)); interior nodes use PUCT.
 """
 from libc.math cimport exp, log, sqrt, pow, cos, INFINITY
 from libc.stdlib cimport malloc, realloc, free
