@@ -14,7 +14,7 @@ the calling thread applies the other's results and gathers its next batch withou
   leaves (virtual loss keeps them distinct) and writing their input planes (the first C channels of
   format/planes.py's layout; ``out`` is float32 [batch_rows, N, N, C]); game-over leaves are scored
   by the rules and backed up at once, without a row.
-* `apply(group, logits, values)`: priors from logits, backup of values (the leaf's mover's, [-1, 1]).
+* `apply(group, logits, values)`: priors from logits, backup of values (side to move at the leaf, [-1, 1]).
 * `done_games(group)`: games whose search used its budget (new simulations); the worker picks the
   move (`choose_move`), `play`s it (tree reuse) and calls `start_search`.
 """
