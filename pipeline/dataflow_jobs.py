@@ -1,26 +1,22 @@
 """The shuffle follower's Dataflow jobs: their names and labels, and finding and cancelling them.
 
-A Dataflow job lives in Google's service, not under the launcher that submitted it: stopping the
-follower's child (SIGTERM, a lost claim, a killed VM) leaves it running.  So every job is named so
-that a follower, or ``down``, can find it again without having kept its id:
+A Dataflow job lives in Google's service, not under the launcher that submitted it, so stopping the
+follower's child (SIGTERM, a lost claim, a killed VM) leaves it running.  Every job is therefore
+named so that a follower, or ``down``, can find it again without having kept its id:
 * *name* ``zerolake-<run>-w<generation>-<attempt>`` (`job_name`): one job per attempt, since
-  Dataflow returns the existing job to a second submission of a name; fits Dataflow's job-name rule.
+  Dataflow returns the existing job to a second submission of a name;
 * *run*: the lake root as a label value (`run_label`): a slug of ``gs://BUCKET/RUN`` plus 8 hex
-  digits of its SHA-256, so two roots never share one.
-* *labels* (`job_labels`): for billing and the console only; job listings carry no labels, so
-  listings select by name (`list_filter`) and every name is parsed again (`parse_job_name`)
-  before anything is cancelled.
-
-Data flow::
+  digits of its SHA-256;
+* *labels* (`job_labels`): for billing and the console only, since job listings carry none: listings
+  select by name (`list_filter`) and every name is parsed again (`parse_job_name`) before a cancel.
 
     follower: job_name/job_labels -> beam_flags -> the launcher's Beam flags -> Dataflow
     follower: Dataflow.from_beam_args(--project, --region)
               .active_jobs(run, window) -> gcloud dataflow jobs list --status=active --format=json
               .cancel(job)              -> gcloud dataflow jobs cancel ID
 
-``gcloud`` runs as a subprocess (its path a parameter, for tests).  Any failure is one
-`DataflowJobsError` line naming the command and the job: the follower warns and carries on, since
-an uncancelled job costs money but never corrupts the lake.
+Any gcloud failure is one `DataflowJobsError` line naming the command and the job: the follower warns
+and carries on, since an uncancelled job costs money but never corrupts the lake.
 """
 from __future__ import annotations
 

@@ -1,26 +1,22 @@
 """The shuffle job's Beam transforms: stages, elements and the memory bound.
 
-Stages (each a composite PTransform, each tested with TestPipeline)::
-
     bundles: (bundle, [(chunk index, ChunkRef)])     # the driver's window plan
       | LabelAndScatter   read + verify + decode each chunk once, label, build positions;
-                          outputs .skipped (damaged chunks), .games (digests), .game_ids,
-                          .parts (early positions), .pieces (shard pieces), .stats
+                          outputs .skipped, .games, .game_ids, .parts (early positions),
+                          .pieces (shard pieces), .stats
       games | FindDuplicateGames       -> sorted int64 instances to drop
-      game_ids | BuildGameTable        -> the window's games (WindowGames): positions store an
-                                          index into them, the game table file holds their labels
-      parts | CapOpenings              per partition: drop duplicates, cap over-represented
-                                       keys, merge their targets -> more shard pieces
-      pieces | WriteShards             per shard: read its pieces, drop duplicates, permute,
-                                       write create-only in groups of positions, delete pieces
+      game_ids | BuildGameTable        -> the window's games (WindowGames), indexed by positions
+      parts | CapOpenings              per partition: drop duplicates, cap over-represented keys,
+                                       merge their targets -> more shard pieces
+      pieces | WriteShards             per shard: read pieces, drop duplicates, permute, write
       small outputs | WriteManifest    the game table file, then MANIFEST.json
 
-A chunk is read whole through the storage layer and decoded by `format.codec.iter_chunk` in one
-pass; a damaged or foreign chunk is skipped and reported.  Elements stay coarse (a bundle is about
-bundle_positions positions, a piece is one bundle's positions bound for one shard), so only piece
-paths, counters and 24 bytes a game cross stage boundaries; peak memory is one bundle, partition
-or shard.  Every random choice is seeded by (seed, stage, element), so retries rewrite identical
-pieces; pieces are scratch (``durable=False``), shards, game table and manifest are create-only.
+Each stage is a composite PTransform tested with TestPipeline.  A chunk is read whole and decoded
+by `format.codec.iter_chunk` in one pass; a damaged one is skipped and reported.  Elements stay
+coarse (a bundle is about bundle_positions positions; a piece is one bundle's positions bound for
+one shard), so only paths, counters and 24 bytes a game cross stages, and peak memory is one bundle,
+partition or shard.  Random choices are seeded by (seed, stage, element), so retries rewrite
+identical pieces; pieces are scratch, shards, game table and manifest create-only.
 """
 from __future__ import annotations
 
