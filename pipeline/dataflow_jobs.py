@@ -5,8 +5,7 @@ follower's child (SIGTERM, a lost claim, a killed VM) leaves it running.  Every 
 named so that a follower, or ``down``, can find it again without having kept its id:
 * *name* ``zerolake-<run>-w<generation>-<attempt>`` (`job_name`): one job per attempt, since
   Dataflow returns the existing job to a second submission of a name;
-* *run*: the lake root as a label value (`run_label`): a slug of ``gs://BUCKET/RUN`` plus 8 hex
-  digits of its SHA-256;
+* *run*: the lake root as a label value (`run_label`: a slug plus 8 hex digits of its SHA-256);
 * *labels* (`job_labels`): for billing and the console only, since job listings carry none: listings
   select by name (`list_filter`) and every name is parsed again (`parse_job_name`) before a cancel.
 

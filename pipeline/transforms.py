@@ -11,12 +11,11 @@
       pieces | WriteShards             per shard: read pieces, drop duplicates, permute, write
       small outputs | WriteManifest    the game table file, then MANIFEST.json
 
-Each stage is a composite PTransform tested with TestPipeline.  A chunk is read whole and decoded
-by `format.codec.iter_chunk` in one pass; a damaged one is skipped and reported.  Elements stay
-coarse (a bundle is about bundle_positions positions; a piece is one bundle's positions bound for
-one shard), so only paths, counters and 24 bytes a game cross stages, and peak memory is one bundle,
-partition or shard.  Random choices are seeded by (seed, stage, element), so retries rewrite
-identical pieces; pieces are scratch, shards, game table and manifest create-only.
+Each stage is a composite PTransform.  A chunk is read whole and decoded by
+`format.codec.iter_chunk` in one pass (a damaged one is skipped and reported).  Elements stay coarse
+(a bundle is about bundle_positions positions, a piece one bundle's positions for one shard), so
+peak memory is one bundle, partition or shard.  Random choices are seeded by (seed, stage,
+element), so retries rewrite identical pieces; shards, game table and manifest are create-only.
 """
 from __future__ import annotations
 
