@@ -1,23 +1,19 @@
 """The network's input planes: their layout, stated once, and the reference builder `input_planes`.
 
-Layout NHWC ``[N, N, C]``, all 0/1, C = ``BASIC_INPUT_PLANES`` (17, AlphaGo Zero's) or
-``INPUT_PLANES`` (22); a model manifest's ``feature_set_planes`` says which (17 when absent):
-* ``OWN_STONES + age`` (0-7) / ``OPPONENT_STONES + age`` (8-15): the stones of the side to move at t
-  / of its opponent, at t - age for age 0 .. HISTORY_LENGTH - 1.  "Side to move" is the player to
-  move at t for every age; every move, passes included, is one step; before the game: all zeros.
-* ``COLOUR_PLANE`` (16): all ones when ``COLOUR_PLANE_SIDE`` (Black) is to move.
-* ``ON_BOARD`` (17): all ones, so the edge differs from an empty point under zero padding.
-* ``LIBERTIES_1`` / ``_2`` / ``_3_OR_MORE`` (18-20): stones of either colour whose chain has exactly
-  1, exactly 2, or 3 or more liberties.
-* ``LEGAL`` (21): empty points where the side to move may play under the *basic* rules (not
-  suicide, not the immediate recapture of a single-stone ko, found from the boards at t and t-1).
-  Superko's longer cycles are left out so that every builder, the training reader included,
-  can build it from those two boards alone.
-
-A position record (format/SPEC.md) stores channels 0 .. PACKED_PLANES - 1 bit-packed and the side
-to move as a scalar; readers rebuild the rest.  The numbers live in `format.schema` (re-exported
-here) and, for compiled code, in format/planes.pxd.  Every builder (`engine.board.Board.features`
-and engine/driver.pyx's leaves, `pipeline.positions.history_planes`, `model.tfdata.GroupDecoder`,
+NHWC ``[N, N, C]``, all 0/1; C = ``BASIC_INPUT_PLANES`` (17, AlphaGo Zero's) or ``INPUT_PLANES``
+(22), as a model manifest's ``feature_set_planes`` says (17 when absent):
+* ``OWN_STONES + age`` / ``OPPONENT_STONES + age``: the stones of the side to move at t / of its
+  opponent, at t - age for age < HISTORY_LENGTH.  "Side to move" is the player to move at t for
+  every age; every move, passes included, is one step; before the game: all zeros.
+* ``COLOUR_PLANE``: all ones when ``COLOUR_PLANE_SIDE`` (Black) is to move.
+* ``ON_BOARD``: all ones, so the edge differs from an empty point under zero padding.
+* ``LIBERTIES_1`` / ``+ 1`` / ``+ 2``: stones whose chain has 1, 2, or 3 or more liberties.
+* ``LEGAL``: empty points where the side to move may play under the *basic* rules (not suicide, not
+  a ko recapture, `ko_ban`): from the boards at t and t-1 alone, so the training reader can build it.
+A position record (format/SPEC.md) stores channels below PACKED_PLANES bit-packed and the side to
+move as a scalar; readers rebuild the rest.  The numbers live in `format.schema` (and
+format/planes.pxd for compiled code).  Every builder (`engine.board.Board.features`, the search
+driver's leaves, `pipeline.positions.history_planes`, `model.tfdata.GroupDecoder`,
 `format.codec.decode_records`, `engine.playouts.playout_values`) is checked against `input_planes`
 bit for bit by tests/format/test_planes.py.
 """

@@ -1,25 +1,21 @@
 """An int8 copy of the inference model for CPU workers (OpenVINO), made when a model is published.
 
-On a CPU-only worker the network is nearly all of self-play's cost, and OpenVINO's int8 kernels
-evaluate it several times as fast as TensorFlow's float32 (docs/measured.md).  TensorFlow stays
-the reference: the SavedModel is always published, and GPU/TPU workers use it.
-
-Data flow, once per published generation (``model.cycle`` and ``testdata.models`` call
-`add_cpu_int8`)::
+On a CPU-only worker the network is nearly all of self-play's cost, and OpenVINO's int8 kernels run
+it several times as fast as TensorFlow's float32 (docs/measured.md).  TensorFlow stays the reference:
+the SavedModel is always published, and GPU/TPU workers use it.  Once a generation
+(``model.cycle`` and ``testdata.models`` call `add_cpu_int8`)::
 
     SavedModel dir --ov.convert_model--> float32 OpenVINO model (policy_logits and value only)
         --nncf.quantize on calibration planes (the window's own positions)--> int8 model
         --accuracy check against the SavedModel on held-out planes-->
     SavedModel dir/<layout.CPU_INT8_XML, .bin>  (published with the model's other files)
 
-The check is the gate: the copy is written only when, on held-out positions, the mean policy KL
-is within `MAX_POLICY_KL`, top-move agreement at least `MIN_TOP1_AGREEMENT` (not higher: an
-untrained network's near-tied moves swap under any rounding) and the mean value error at most
-`MAX_VALUE_MAE`; otherwise CPU workers run float32 OpenVINO.  Either way the figures go into the
-manifest's ``cpu_int8`` metadata.  Quantization: PERFORMANCE preset, NNCF's full bias correction,
-and the dense layers and convolutions of at most `KEEP_FLOAT_MAX_CHANNELS` outputs (the heads'
-projections: little arithmetic, most of the value's int8 error) kept float32.  OpenVINO and NNCF
-are imported only when called; without them (`available()`) a model is published without a copy.
+The check is the gate: on held-out positions, mean policy KL within `MAX_POLICY_KL`, top-move
+agreement at least `MIN_TOP1_AGREEMENT` (an untrained network's near-tied moves swap under any
+rounding) and mean value error at most `MAX_VALUE_MAE`; else CPU workers run float32 OpenVINO.
+The figures go into the manifest's ``cpu_int8`` metadata either way.  Quantization: PERFORMANCE
+preset, full bias correction, dense layers and convolutions of at most `KEEP_FLOAT_MAX_CHANNELS`
+outputs (little arithmetic, most of the value's error) kept float32.  No OpenVINO: no copy.
 """
 from __future__ import annotations
 
