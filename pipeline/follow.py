@@ -1,25 +1,21 @@
 """``python -m pipeline.shuffle --root ROOT --follow``: a new window whenever enough new games arrived.
 
-Terms: a *follower* is one process running `follow`; several may follow one lake and meet only
-through the storage root.  The *target* is the next window: one past the newest window with a
-manifest (the commit point; never redone), and never below the latest model + 1.  *New positions*
-are those in chunks that arrived since the newest window was planned, estimated from one listing
-(bytes under ``games/`` less the manifest's ``lake_bytes``, times its ``positions_per_byte``).
-The *cadence rule*: a window is due when new positions reach ``--follow-new-positions``, by
-default FOLLOW_WINDOW_FRACTION of the power-law window W(T), so consecutive windows overlap.
-``--follow-max-untrained K`` builds nothing while K windows newer than models/LATEST wait, and
-``--samples-per-row`` sizes a window's shards by its new positions (`Follower.window_reuse`).
-A *claim* (``cluster/claims/window-<gen>.json``, a format.leases record naming the *attempt*) is
-taken by compare-and-swap, renewed while the window is built, and replaced by another follower
-once expired; an *attempt* is one try at one window (its shard names, ``tmp/shuffle-<gen>-<attempt>/``).
+A *follower* runs `follow`; several may follow one lake, meeting only through the storage root.
+The *target* is the next window: one past the newest with a manifest (the commit point; never
+redone), never below the latest model + 1.  *New positions*: those in chunks that arrived since the
+newest window was planned, estimated from one listing (bytes under ``games/`` less its manifest's
+``lake_bytes``, times its ``positions_per_byte``).  The *cadence rule*: a window is due when they
+reach ``--follow-new-positions`` (default FOLLOW_WINDOW_FRACTION of the power-law window W(T)).
+``--follow-max-untrained K`` waits while K windows newer than models/LATEST exist;
+``--samples-per-row`` sizes shards to what training reads (`Follower.window_reuse`).  A *claim*
+(``cluster/claims/window-<gen>.json``, a format.leases record) is taken by compare-and-swap,
+renewed while the window is built, and replaced once expired; an *attempt* is one try at a window.
 
-One cycle: look (LATEST, manifests, listing: wait while new < needed) -> clean dead attempts' tmp
-pieces -> claim (lost: wait) -> build in a child ``python -m pipeline.shuffle ... --window-generation
-<target> --attempt <id>`` (its own session, dies with the follower; a Dataflow job when larger than
-``--dataflow-above-positions``, named and labelled by pipeline.dataflow_jobs) -> window_published
-event, release the claim.  SIGTERM stops the child, cancels its Dataflow job, deletes its pieces and
-releases the claim.  A manifest that does not validate is never trusted or overwritten: the follower
-names it and waits for an operator.
+One cycle: look (wait while new < needed) -> clean dead attempts' tmp pieces -> claim (lost: wait)
+-> build in a child ``python -m pipeline.shuffle ... --window-generation G --attempt A`` (its own
+session; on Dataflow above ``--dataflow-above-positions``) -> publish event, release the claim.
+SIGTERM stops the child, cancels its Dataflow job, deletes its pieces and releases the claim.  A
+manifest that does not validate is never trusted or overwritten: the follower names it and waits.
 """
 from __future__ import annotations
 

@@ -1,25 +1,21 @@
 """``python -m pipeline.shuffle``: turn the lake's newest games into a training window.
 
-Reads ``ROOT/games/<gen>/*.tfrecord.zst`` and writes
-``ROOT/windows/<target_gen>/<attempt>-<i>-of-<S>.tfrecord.gz`` (position records of the current
-version, `format.schema.POSITION_RECORD_VERSION`), the game table ``<attempt>-games.table.gz`` and,
-last, ``MANIFEST.json``; target_gen = latest published model + 1.  A window with a manifest is not
-redone; one whose manifest does not validate is an error (exit 2), never overwritten.  The job
-cleans killed writers' temporary files and claims its window as a follower does; SIGTERM exits
-143 once its files are removed and its claim released.  With the window complete it deletes the
-finished windows beyond ``--keep-windows`` (pipeline.retention).  ``--follow`` runs forever
-instead (pipeline.follow), building each window in a child of this same command.
+Reads ``ROOT/games/<gen>/*.tfrecord.zst``; writes ``ROOT/windows/<target_gen>/<attempt>-<i>-of-<S>
+.tfrecord.gz`` (position records of `format.schema.POSITION_RECORD_VERSION`), the game table
+``<attempt>-games.table.gz`` and, last, ``MANIFEST.json``; target_gen = latest model + 1.  A window
+with a manifest is not redone; an invalid manifest is an error (exit 2), never overwritten.  The job
+cleans killed writers' temporary files and claims its window as a follower does; SIGTERM exits 143
+once its files are removed and its claim released.  Then it deletes finished windows beyond
+``--keep-windows`` (pipeline.retention).  ``--follow`` runs forever instead (pipeline.follow).
 
-This module makes the cheap, global decisions (check run.json, choose the chunks by the power-law
-rule of pipeline.window_plan, size shards and partitions, pick the attempt id);
-pipeline.transforms does the work.  Local run (Beam's in-process FnApiRunner, ``--workers`` SDK
-worker processes started through `pipeline.beam_worker`) and Dataflow (the image
-operations/dataflow/Dockerfile builds; docs/deploy.md)::
+This module makes the cheap, global decisions (run.json, the chunks by pipeline.window_plan's
+power-law rule, shard and partition sizes, the attempt id); pipeline.transforms does the work.
+Locally on Beam's in-process FnApiRunner (``--workers`` processes of `pipeline.beam_worker`), or on
+Dataflow (the image operations/dataflow/Dockerfile builds; docs/deploy.md)::
 
     python -m pipeline.shuffle --root /data/lake
-    python -m pipeline.shuffle --root gs://BUCKET/lake \\
-        --runner DataflowRunner --project PROJECT --region REGION \\
-        --temp_location gs://BUCKET/beam-tmp --sdk_container_image IMAGE
+    python -m pipeline.shuffle --root gs://BUCKET/lake --runner DataflowRunner --project PROJECT \\
+        --region REGION --temp_location gs://BUCKET/beam-tmp --sdk_container_image IMAGE
 """
 from __future__ import annotations
 
