@@ -1,7 +1,7 @@
 """``python -m pipeline.shuffle``: turn the lake's newest games into a training window.
 
-Reads ``ROOT/games/<gen>/*.tfrecord.zst``; writes ``ROOT/windows/<target_gen>/<attempt>-<i>-of-<S>
-.tfrecord.gz`` (position records of `format.schema.POSITION_RECORD_VERSION`), the game table
+Reads ``ROOT/games/<gen>/*.tfrecord.zst``; writes ``windows/<target_gen>/<attempt>-<i>-of-<S>.tfrecord.gz``
+(position records of `format.schema.POSITION_RECORD_VERSION`), the game table
 ``<attempt>-games.table.gz`` and, last, ``MANIFEST.json``; target_gen = latest model + 1.  A window
 with a manifest is not redone; an invalid manifest is an error (exit 2), never overwritten.  The job
 cleans killed writers' temporary files and claims its window as a follower does; SIGTERM exits 143
