@@ -3,21 +3,18 @@
     .venv/bin/python bench/selfplay.py [--quick]      # needs leela-zero (scripts/setup.sh --test)
 
 A *visit* is one new simulation of a move search (a leaf evaluated by the network, scored by the
-rules, or answered by `inference.eval_cache`; `GameBatch.stats()["visits"]`), the same thing as
-Leela Zero's ``--benchmark`` playouts.  An *evaluation* is one row handed to the evaluator.
-
+rules, or answered by `inference.eval_cache`), the same as Leela Zero's ``--benchmark`` playouts.
 Figures (compare within one run, through the ratios; other processes share the machine):
 * ``search_sims_per_s_9`` / ``_19``: the Cython search alone with a stub evaluator (uniform
-  policy, value 0): a search-only figure, per CPU second of the search thread.
+  policy, value 0), per CPU second of the search thread.
 * ``visits_per_s_6x96_19``: the real worker loop (`selfplay.worker`) on 19x19 with a fresh 6x96
-  network published as model.train publishes one and run as a CPU worker runs it (int8 when it
-  passes its check); ``..._tensorflow`` and ``..._float32``: the same with the other backends.
+  network published and run as a CPU worker runs it (int8 when it passes its check);
+  ``..._tensorflow`` and ``..._float32``: the same on the other backends.
 * ``lz_visits_per_s_6x96_19``: Leela Zero ``--cpu-only --benchmark`` with a random 6x96 network,
   best of 1 and 2 threads; ``visits_vs_lz``: the ratio; ``visits_per_cpu_s_...``: per CPU second.
-* ``search_cpu_share``: the process's CPU time that is not the network; ``cache_hit_share``;
-  ``network_gflops`` (arithmetic actually done) against ``conv_gflops`` (one large convolution).
+* ``search_cpu_share``: the CPU time that is not the network; ``cache_hit_share``;
+  ``network_gflops`` (arithmetic done) against ``conv_gflops`` (one large convolution).
 * ``positions_per_s``, ``batch_fill`` and the ``_9`` figures: the same loop on 9x9.
-
 Ends with one JSON line.
 """
 from __future__ import annotations
