@@ -1,24 +1,21 @@
 """Expiring leases in the lake: which process owns something, until when.
 
-Roles meet only through the storage root, so "only one process may do X at a time" is an object in
-it: the trainer's lease (``cluster/trainer-lease.json``) and each window's claim
-(``cluster/claims/window-<gen>.json``).  This module is the mechanism; the callers (model.lease,
-pipeline.follow) choose the path, the lifetime and the takeover rules (`Takeover`).
+Roles meet only through the storage root, so "one process at a time" is an object in it: the
+trainer's lease (``cluster/trainer-lease.json``) and each window's claim
+(``cluster/claims/window-<gen>.json``).  The callers (model.lease, pipeline.follow) choose the path,
+the lifetime and the takeover rules (`Takeover`).  Terms: a *record* is the object's JSON
+(`LeaseRecord`: holder, host, pid, acquired, renewed, expires in the writer's unix seconds,
+released, details); the *holder* is one process start's id (``host:pid:random hex``); *held*:
+``expires`` in the future and not released; a *generation* is the object's storage generation, and
+every write is ``write_if_generation`` on the one its writer last saw (0 = create only), so of two
+racing processes exactly one wins.  Nothing is deleted: a finished holder writes *released*.  A
+record outside the bounds (`LeaseRecord.from_bytes`: finite, ordered times, a lifetime of at most
+`MAX_LEASE_SECONDS`, no clock from the future) is *damaged*, never an OverflowError.
 
-Terms: a *record* is the object's JSON (`LeaseRecord`: holder, host, pid, acquired, renewed,
-expires in unix seconds of the writer's clock, released, optional details).  The *holder* is the id
-of one process start (``host:pid:random hex``).  *Held*: ``expires`` in the future and not
-released.  *Generation*: the storage generation of the object; every write is
-``write_if_generation`` on the generation its writer last read or wrote (0 = create only), so of
-two racing processes exactly one wins.  Nothing is ever deleted: a finished holder writes its
-record back *released*.  A record outside the bounds (`LeaseRecord.from_bytes`: finite times in
-order, a lifetime of at most `MAX_LEASE_SECONDS`, not from a clock in the future) is *damaged*,
-never an OverflowError or an endless wait.
-
-`Lease`: ``try_acquire`` takes an absent, released, expired or (by the rules) takeable record;
-``renew`` rewrites it with a later ``expires``, or raises `LeaseLost`; ``check`` stops a holder
-whose renewals failed past ``expires``; ``release`` writes it back released.  Machines sharing a
-root must agree on the time to well under a lease's lifetime.
+`Lease`: ``try_acquire`` takes an absent, released, expired or takeable record; ``renew`` extends
+it or raises `LeaseLost`; ``check`` stops a holder whose renewals failed past ``expires``;
+``release`` writes it back released.  Machines sharing a root must agree on the time to well
+under a lease's lifetime.
 """
 from __future__ import annotations
 

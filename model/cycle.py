@@ -1,24 +1,20 @@
 """One training cycle: pick a window, train it in resumable slices, publish it.
 
-Per window::
-
     choose   model.windows.plan_next: the checkpoint's unfinished window if still newer than
-             LATEST, else the newest complete one; older candidates are skipped (``window_skipped``
-             event, the model's ``skipped_windows`` metadata)
-    train    slices of steps_per_call steps; progress lines, events and TensorBoard points every
-             log_every steps, a checkpoint every checkpoint_every steps and at the window's end;
-             the lease and SIGTERM are checked between slices (the step-call boundary)
+             LATEST, else the newest complete one (older candidates skipped and reported)
+    train    slices of steps_per_call steps; progress every log_every steps, a checkpoint every
+             checkpoint_every steps and at the window's end; the lease and SIGTERM are checked
+             between slices (the step-call boundary)
     publish  renew the lease, check LATEST is still older, export a float32 SavedModel,
              format.registry.publish_model (create-only files, LATEST moved by compare-and-swap)
 
 ``--follow`` repeats this forever; a window that appears mid-training waits until the current one
 is published.  SIGTERM saves a checkpoint at the next boundary and exits 0; a lost lease
-(model.lease) stops without saving or publishing; every checkpoint and publish follows a
-synchronous lease renewal.  Non-finite losses or weights raise `Diverged` (nothing since the last
-checkpoint is kept).  A read error traced to a damaged file skips the window, naming the file.
-Resume: the checkpoint holds the window and its steps done; rerunning the command skips the
-batches already trained.  I/O is *direct* (TensorFlow reads ROOT itself) or *stage*
-(``--stage-dir``, model.staging: every byte through the storage layer).
+(model.lease) stops without saving or publishing; every checkpoint and publish follows a lease
+renewal.  Non-finite losses or weights raise `Diverged`.  A read error traced to a damaged file
+skips the window, naming the file.  Resume: the checkpoint holds the window and its steps done, and
+the same command skips the batches already trained.  I/O is *direct* (TensorFlow reads ROOT) or
+*stage* (``--stage-dir``, model.staging: every byte through the storage layer).
 """
 from __future__ import annotations
 

@@ -1,24 +1,18 @@
 """Window retention: delete the training windows the trainer has finished, keep the newest K.
 
-The shuffle job (pipeline.shuffle, one-shot or as the follower's child) calls `apply_retention`
-after each run: one read of ``models/LATEST``, one listing of ``windows/``, a pure decision
-(`plan_retention`), then deletes through cloud.storage.
+The shuffle job calls `apply_retention` after each run: one read of ``models/LATEST``, one listing
+of ``windows/``, a pure decision (`plan_retention`), then deletes through cloud.storage.
+*Window G* is everything under ``windows/<G>/``, *complete* once its ``MANIFEST.json`` exists,
+*finished* when G <= LATEST, else *open*.  *K* is ``--keep-windows``: the newest K complete finished
+windows are kept (the follower measures new games against the newest manifest); K = 0 deletes nothing.
 
-Terms: *LATEST* is the newest published model generation (it only moves forward).  *Window G* is
-everything under ``windows/<G>/``, *complete* once its ``MANIFEST.json`` exists; *finished* when
-G <= LATEST, *open* otherwise.  *K* is ``--keep-windows``: the newest K complete finished windows
-are kept (the follower measures new games against the newest manifest); K = 0 deletes nothing.
-
-Why finished windows are safe to delete: the trainer only chooses (and a checkpoint only resumes)
-an open window (model.windows.plan_next), publishing reads no shard, and LATEST never moves back;
-the follower, the loop and the shuffle job read only open windows or the newest complete one.
-The one exception, a trainer that lost its lease while another published past its window, stops
-at its next step-call boundary anyway.
-
-Order: the manifest first, then the rest.  Readers trust a window only through its validated
-manifest, so a half-deleted window is "incomplete, ignored", never damaged; a folder left
-without a manifest at G <= LATEST (a *leftover*: a crash mid-delete, or a losing attempt's stray
-shards) is deleted whole.  Every delete is ``missing_ok``, so concurrent runs are harmless.
+Finished windows are safe to delete: the trainer only chooses or resumes an open window
+(model.windows.plan_next), publishing reads no shard, and LATEST never moves back; the follower,
+the loop and the shuffle job read only open windows or the newest complete one.  (A trainer that
+lost its lease while another published past its window stops at its next step-call boundary.)
+Order: the manifest first, then the rest, since readers trust a window only through its manifest;
+a folder left without one at G <= LATEST (a *leftover*: a crash mid-delete, a losing attempt's
+shards) is deleted whole.  Deletes are ``missing_ok``, so concurrent runs are harmless.
 """
 from __future__ import annotations
 
