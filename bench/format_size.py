@@ -1,8 +1,6 @@
 """Bytes at rest per position, counted on real self-play games and a real small run.
 
-    python bench/format_size.py
-
-Measured on files this run writes in a temporary folder:
+    python bench/format_size.py      # on files this run writes in a temporary folder:
 1. *Games*: ``python -m selfplay.worker`` (settings pinned, `PINNED_WORKER_FLAGS`) plays 9x9 and
    19x19 games into a local lake, first with the uniform evaluator, then with a small untrained
    network published as generation 1.
@@ -16,8 +14,8 @@ Measured on files this run writes in a temporary folder:
    19x19, Leela Zero's v2 training text (gzip -9); positions without a policy target get a
    uniform one there.
 
-Targets that must hold: bytes_per_full_search_position_9 <= 40, ..._19 <= 96,
-shard_bytes_per_record_<N> <= 0.5 x minigo_bytes_per_record_<N>.  Ends with one JSON line.
+Must hold: bytes_per_full_search_position_9 <= 40, ..._19 <= 96, shard_bytes_per_record_<N> <=
+0.5 x minigo_bytes_per_record_<N>.  Ends with one JSON line.
 """
 from __future__ import annotations
 

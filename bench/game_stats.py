@@ -13,8 +13,7 @@ chunks of a run's lake (local or gs://):
   (``layout.settings_record``; flags override).  Self-play time is almost all network evaluations,
   one a simulation, so ``*_simulation_share`` is a proxy for the self-play CPU they took.
 
-Generation 0 (random-playout games) is left out by default (``--min-generation 1``).
-Ends with one JSON line.
+Generation 0 is left out by default (``--min-generation 1``).  Ends with one JSON line.
 
     python bench/game_stats.py --lake RUNS/a1 [--lake RUNS/a2 ...]
 """

@@ -7,13 +7,11 @@ games better, against targets no arm chose?  For each arm and training seed, on 
    shuffle job builds one window with the arm's ``--shuffle-*`` flags;
 2. a fresh network of the loop's shape trains ``--steps`` steps on it with the arm's
    ``--train-*`` flags and the seed (same initial weights in every arm);
-3. it is scored on ``--heldout-lake``'s chunks of generation 1 and above (another run's; at most
-   ``--heldout-positions``) against fixed targets read from the chunks: the recorded policy of
-   every full-search move and the result of every game with a winner.
+3. it is scored on ``--heldout-lake``'s chunks of generation 1 and above (another run's) against
+   targets no arm chose: each full-search move's recorded policy and each decided game's result.
 
-Reported per arm: policy cross-entropy and top-1 agreement, value MSE, each as the mean over seeds
-with every seed's figure, and ``delta_*`` from the first arm (negative is better for
-cross-entropy and MSE).  Ends with one JSON line.  It holds both cores: run it alone.
+Reported per arm (mean over seeds, and each seed's): policy cross-entropy, top-1 agreement, value
+MSE, and ``delta_*`` from the first arm (negative: better).  One JSON line.  Run it alone.
 
     python bench/heldout.py --lake RUNS/a1 --heldout-lake RUNS/a2 --window 8 \\
         --arm base= --arm weight='--train-loss-normalization weight' \\

@@ -1,13 +1,12 @@
 """The policy/value network: a residual tower with four heads.
 
-Input is format/planes.py's NHWC planes ``[B, N, N, C]`` (0/1), C = ``input_planes``.  Outputs,
-float32, from the side to move (``A = N*N + 1`` actions, pass last):
+Input: format/planes.py's planes ``[B, N, N, C]``, C = ``input_planes``.  Outputs, float32, from
+the side to move (``A = N*N + 1`` actions, pass last):
 
 =====================  ==========  ==========================================
 ``policy_logits``      [B, A]      move logits (softmax gives the policy)
 ``value``              [B]         expected outcome in [-1, 1]
-``value_logits``       [B, 3]      win/draw/loss logits (``value_head="wdl"`` only;
-                                   then ``value = P(win) - P(loss)``)
+``value_logits``       [B, 3]      ``value_head="wdl"`` only: value = P(win) - P(loss)
 ``ownership_logits``   [B, N*N]    ``ownership = tanh(ownership_logits)``, in [-1, 1]
 ``score``              [B]         final area score (points, komi included)
 =====================  ==========  ==========================================
@@ -16,8 +15,7 @@ Tower: a 3x3 stem, then ``blocks`` residual blocks of two 3x3 convolutions with 
 (AlphaGo Zero; optionally synchronized across replicas); every ``global_pool_every``-th block is a
 KataGo global-pooling block.  Policy head: ``conv`` (default, `_conv_policy_head`) or AlphaGo
 Zero's ``dense``, kept so that runs started with it resume.  ``dtype_policy="mixed_bfloat16"``
-computes in bfloat16 with float32 variables; exported models are rebuilt in float32
-(``model.export``).  The shape is model.config's TensorFlow-free NetworkConfig.
+computes in bfloat16; exported models are float32 (``model.export``).  Shape: model.config's NetworkConfig.
 """
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 TensorFlow's own gs:// cannot reach a GCS emulator (docs/measured.md), and local SSDs are faster
 than the bucket; so in stage mode every byte between the lake (``ROOT``) and the machine goes
 through `cloud.base.Storage`, and TensorFlow sees only ``DIR``.  A *checkpoint* is the files
-``ckpt-N.*`` of ``tf.train.CheckpointManager`` (``N`` its step); the *state file* ``checkpoint``
-names the latest and kept ones.
+``ckpt-N.*`` (``N`` its step); the *state file* ``checkpoint`` names the latest and kept ones.
 
 ``DIR`` holds ``STAGE_ROOT`` (the one root it stages), ``windows/<gen>/`` (copies of the window
 being trained only), ``checkpoints/`` and ``logs/``.  Data flow::
@@ -15,9 +14,8 @@ being trained only), ``checkpoints/`` and ``logs/``.  Data flow::
             never names a checkpoint whose files are missing), then delete dropped ones
     logs    DIR/logs --> ROOT/logs, changed files whole, at most every ``at_most_every`` s
 
-A pull lands in ``DIR/checkpoints.incoming`` and is swapped in whole, never mixed.  Failed log
-uploads are retried at the next push; training never waits on them.  Staging never deletes
-anything under ROOT/windows.
+A pull lands in ``DIR/checkpoints.incoming`` and is swapped in whole.  Failed log uploads are
+retried at the next push; training never waits on them.  Nothing under ROOT/windows is deleted.
 """
 from __future__ import annotations
 
