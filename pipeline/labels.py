@@ -9,7 +9,7 @@ side, and its source (schema.OWNERSHIP_*):
   recorded winner are counted, never "fixed"; moves that do not replay fall back to the recorded
   final planes.
 * resigned without play-out, or stopped at the move cap: the final position is *played out*,
-  with a published model (`ModelPlayout`: policy-sampled moves, one batched call per move for a
+  with a published model (`model_playout_labels`: policy-sampled moves, one batched call per move for a
   bundle's games, then one random playout; OWNERSHIP_MODEL_PLAYOUT) or else as the mean of many
   random playouts (a soft label, OWNERSHIP_RANDOM_PLAYOUTS).  Played-out labels weigh less.
 
