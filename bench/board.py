@@ -1,17 +1,10 @@
 """Benchmark of the Go engine: random playouts per second on one thread.
 
-Measures the Cython engine (engine/board.pyx) on 9x9 and 19x19 from the
-empty board: playouts per second and moves per second (every move of a
-playout is fully checked: suicide, positional superko, eye rule), then the
-naive pure-Python board (bench/naive_board.py) on the same rules as the
-floor.  Each figure runs for about `--seconds` on one thread and is per
-second of this process's CPU time (time.process_time), so that other jobs
-sharing the machine's cores slow the run down but do not skew the rates
-much; they still add noise (cache and frequency effects).
-
-Reference on this machine, same run (docs/measured.md): libego 71,000-75,000/s
-on 9x9 and 16,100/s on 19x19; Pachi 30,000/s and 8,600/s; naive Python
-170-222/s and 8-16/s.
+Measures the Cython engine (engine/board.pyx) on 9x9 and 19x19 from the empty board, playouts and
+moves per second (every move fully checked: suicide, positional superko, eye rule), then the naive
+pure-Python board (bench/naive_board.py) on the same rules as the floor.  Each figure runs about
+``--seconds`` and is per second of this process's CPU time, so other jobs add noise but little
+skew.  Peers' rates on this machine: docs/measured.md.
 
     .venv/bin/python bench/board.py [--seconds 3] [--naive-seconds 5]
 

@@ -1,26 +1,16 @@
 """Benchmark: the whole system as a cluster under chaos, on a GCS emulator.
 
-Starts fake-gcs-server on 127.0.0.1 (the emulator that enforces create-only
-writes; tests/gcs_emulators.py's starter), then ``python -m operations.cluster``
-against a fresh ``gs://`` root on it, for about 8 minutes in all: 3 self-play
-workers, the shuffle follower and the trainer, tiny 9x9 settings, and a
-SIGKILL of a random role about every 20 s (each restarted by the launcher).
-The launcher's own status lines are echoed as progress.  At the end the
-launcher stops every role cleanly and checks the lake against the roles'
-events (operations.chaos_audit.audit_run).
+Starts fake-gcs-server on 127.0.0.1 (tests/gcs_emulators.py's starter), then ``python -m
+operations.cluster`` against a fresh ``gs://`` root for about 8 minutes: 3 self-play workers, the
+shuffle follower and the trainer at tiny 9x9 settings, with a random role SIGKILLed about every
+20 s and restarted by the launcher.  At the end the launcher stops every role and checks the lake
+against the roles' events (operations.chaos_audit.audit_run).
 
-Acceptance: kills >= 10, games_lost = 0, games_in_spool_only = 0 (every
-finished game reached the bucket by the end, not only a worker's disk),
-games_duplicated = 0, latest_regressions = 0, chunk_verify_failures = 0,
-generations >= 3.
-
-The emulator comes with the test tools (``scripts/setup.sh --test``).
-Without them the bench refuses to run (exit 2, saying how to install them),
-unless ``--local-root`` asks for a local folder root instead (same roles,
-same checks, no bucket semantics: a figure from it is not the bench's).
-Ends with one JSON line: the launcher's report plus ``acceptance``
-(true/false per criterion), ``root`` (``fake-gcs-server`` or ``local``) and
-``bench_wall_s``.
+Acceptance: kills >= 10, games_lost = 0, games_in_spool_only = 0, games_duplicated = 0,
+latest_regressions = 0, chunk_verify_failures = 0, generations >= 3.  Without the emulator
+(``scripts/setup.sh --test``) it exits 2, unless ``--local-root`` runs on a local folder (no bucket
+semantics: not the bench's figure).  Ends with one JSON line: the launcher's report plus
+``acceptance``, ``root`` and ``bench_wall_s``.
 
     python bench/cluster.py [--minutes 8] [--workers 3] [--kill-every 20] [--local-root] [-- extra operations.cluster flags]
 """
@@ -47,7 +37,7 @@ SETTINGS = ["--board-size", "9", "--worker-games", "8", "--worker-visits", "8", 
             "--worker-nice", "10", "--restart-backoff", "1", "--stop-grace", "20",
             "--shuffle-random-playouts", "8", "--shuffle-shard-positions", "10000",
             "--shuffle-window-min-positions", "6000", "--shuffle-window-max-positions", "12000",
-            # Pinned at the values first measured with (issue 16 moved these defaults).
+            # Pinned at the values first measured with, so that later default changes move no figure.
             "--worker-generation0-playouts", "0", "--train-policy-head", "dense"]
 
 ACCEPTANCE = {"kills": lambda v: v >= 10, "games_lost": lambda v: v == 0, "games_in_spool_only": lambda v: v == 0,

@@ -1,28 +1,14 @@
 """CPU inference of a trained network: TensorFlow, float32 OpenVINO and the int8 copy, side by side.
 
-What a CPU worker runs for a published model (`inference.openvino_evaluator.make_evaluator`): the int8
-OpenVINO copy when the trainer wrote one, else the float32 network through OpenVINO (since the int8
-copy of 4 of 17 trained generations failed its accuracy gate, and those generations then ran on
-TensorFlow at about half speed).  `bench/selfplay.py` measures an untrained 6x96 network, on which the
-int8 gate passes easily; this bench measures a trained one: the final model of the baseline two-hour
-run, published in the repository as a mini-lake (docs/baseline-2026-11-25/, a 4x32 9x9 network).
-
-Figures, all from this one run, the three backends timed in interleaved rounds on the same batches
-(the best round of each), every one on all the cores this process may use:
-
-* ``evals_per_s_tensorflow`` / ``_openvino_float32`` / ``_openvino_int8``: network evaluations per
-  second at the worker's batch (``BATCH`` positions: the default 32 games x 8 leaves a half-batch).
-* ``float32_vs_tensorflow``, ``int8_vs_tensorflow``: the ratios.
-* ``int8_*``: the int8 copy made here exactly as the trainer makes one (`model.cpu_int8.add_cpu_int8`:
-  NNCF calibrated on ``CALIBRATION`` positions, checked on ``CHECK`` held-out ones), its agreement
-  with the float32 network (top-1 move, policy KL, value error) and whether the trainer's gate would
-  publish it (``int8_gate_passed``).  ``float32_max_abs_logit_diff``: OpenVINO float32 against
-  TensorFlow on the same positions (rounding only).
-
-Positions: random-game positions (`testdata.models.random_game_planes`), not the model's own games:
-a mini-lake holds no games.  The trainer calibrates on its window's positions, so the gate's verdict
-here is indicative.
-
+A CPU worker runs a published model's int8 OpenVINO copy when the trainer wrote one, else the
+float32 network through OpenVINO (`inference.openvino_evaluator.make_evaluator`).  Unlike
+bench/selfplay.py's untrained network, this measures a trained one: docs/baseline-2026-11-25/'s
+4x32 9x9 model.  The backends are timed in interleaved rounds on the same batches (best round each):
+* ``evals_per_s_tensorflow`` / ``_openvino_float32`` / ``_openvino_int8``: evaluations per second
+  at the worker's batch (``BATCH``), and the ratios ``float32_vs_tensorflow``, ``int8_vs_tensorflow``;
+* ``int8_*``: a copy made as the trainer makes one (`model.cpu_int8.add_cpu_int8`), its agreement
+  with float32 and ``int8_gate_passed``; ``float32_max_abs_logit_diff``: OpenVINO against TensorFlow.
+Positions come from random games (a mini-lake holds none), so the gate's verdict is indicative.
 Ends with one JSON line.
 """
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """Does the engine call the same stones dead as GNU Go?  ``final_status_list dead`` on a closing match.
 
-A referee (gogui-twogtp, a KGS client) ends a game by asking both engines
-``final_status_list dead`` and scores the board without those stones, so the
-engine's list must agree with a sound judge.  This bench plays (or reads) the
-games of a closing match, the model against GNU Go level 1 at the closing
-settings (256 visits, PUCT, 4-move paired openings: operations.loop's final
-match), and asks both engines about each game's positions:
-
-- **finished**: the position after the game's last move (two passes);
-- **first pass**: the position right after the first pass of the game, when
-  one side said the game was over.  GNU Go (``--capture-all-dead``) removes
-  the dead stones it can before it passes and the model plays on until only
-  its own eyes are left, so finished positions hold few dead stones; the
-  first pass is where a person would count, with dead stones still standing.
-
-Each engine loads the same SGF with ``loadsgf FILE MOVE_NUMBER`` (the position
-before that move, GTP's meaning, in both) and answers ``final_status_list
-dead``.  GNU Go is the reference: **precision** is the share of the stones
-the engine calls dead that GNU Go calls dead, **recall** the share of GNU Go's
-dead stones the engine calls dead, both over every stone of every position
-of a kind.  An engine that calls nothing dead has recall 0 wherever GNU Go
-finds dead stones.  Ends with one JSON line.
+A referee (gogui-twogtp, a KGS client) scores a game without the stones both engines list as
+dead, so the engine's list must agree with a sound judge.  This bench plays (or reads) a closing
+match against GNU Go level 1 at operations.loop's closing settings and asks both engines, after
+``loadsgf FILE MOVE_NUMBER``, about two positions a game: *finished* (after the last move) and
+*first pass* (right after the game's first pass, where a person would count, dead stones still
+standing).  GNU Go is the reference: **precision** is the share of the engine's dead stones GNU
+Go calls dead, **recall** the share of GNU Go's that the engine calls dead, over every stone of
+every position of a kind.  Ends with one JSON line.
 
     python bench/final_status.py [--games 100] [--model docs/record-2026-11-26]
     python bench/final_status.py --sgf-dir DIR     # the SGFs of an earlier arena.match --sgf-dir

@@ -1,42 +1,21 @@
 """Bytes at rest per position, counted on real self-play games and a real small run.
 
-Everything is measured on files this run writes, in a temporary folder:
+    python bench/format_size.py      # on files this run writes in a temporary folder:
+1. *Games*: ``python -m selfplay.worker`` (settings pinned, `PINNED_WORKER_FLAGS`) plays 9x9 and
+   19x19 games into a local lake, first with the uniform evaluator, then with a small untrained
+   network published as generation 1.
+2. *Chunks*: ``bytes_per_position_<N>``, every chunk byte over its positions;
+   ``bytes_per_full_search_position_<N>``, the same when every move is fully searched (worst case).
+3. *Shards*: ``python -m pipeline.shuffle`` (`PINNED_SHUFFLE_FLAGS`) writes one window from each
+   lake; ``shard_bytes_per_record_<N>`` counts shard and game-table bytes (the table holds each
+   game's labels once) over the positions; ``lake_bytes_per_position_9`` every file under games/
+   and windows/ over the chunks' positions.
+4. *Peers* on the same positions in shard order: Minigo's tf.train.Example layout (ZLIB) and, on
+   19x19, Leela Zero's v2 training text (gzip -9); positions without a policy target get a
+   uniform one there.
 
-1. **Games.**  The self-play worker (``python -m selfplay.worker``, search
-   pinned: 64 visits a full search on 25% of moves, 16 otherwise; resignation
-   and play-out settings pinned too, `PINNED_WORKER_FLAGS`)
-   plays 9x9 and 19x19 games into a local lake: first with the uniform
-   evaluator (generation 0, no model), then with a small network published
-   as generation 1 (`testdata.models.publish_untrained_model`: 1 block of 8
-   filters, random weights; a network that plays differently from the
-   uniform evaluator, not a strong one).
-2. **Chunks.**  ``bytes_per_position_<N>``: every chunk byte of the lake over
-   its positions.  ``bytes_per_full_search_position_<N>``: the same from a
-   second lake whose games give *every* move a full search (the worst case).
-3. **Shards.**  The shuffle job (``python -m pipeline.shuffle``, reuse 1.5,
-   gzip level 2 and dedup pinned, `PINNED_SHUFFLE_FLAGS`; the window is the whole lake because it
-   is below the default minimum window) writes one window from each lake.
-   ``shard_bytes_per_record_<N>``: the window's shard bytes plus its game
-   table's (record version 3 keeps each game's ownership label and
-   generation there, once per game: every byte the shards need) over the
-   positions the shards hold.  ``lake_bytes_per_position_9``: the 9x9
-   lake's chunks plus its retained windows (every file under games/ and
-   windows/: shards, game tables, manifests) over the positions of its
-   chunks.
-4. **Peers, on the very positions of those shards, in shard order**:
-   Minigo's record layout (``x`` uint8[N, N, 17] raw, ``pi`` float32[N²+1]
-   raw, ``outcome``; one tf.train.Example per position; the file
-   ZLIB-compressed at zlib's default level, as TFRecordWriter does) and, on
-   19x19, Leela Zero's v2 training text format (16 lines of hex bitplanes,
-   the side to move, 362 probabilities, the winner), gzip-compressed at
-   level 9.  Positions the shards hold without a policy target get a
-   uniform one in the peers' layouts (both formats need one).
-
-Targets that must hold: bytes_per_full_search_position_9 <= 40,
-bytes_per_full_search_position_19 <= 96, shard_bytes_per_record_<N> <= 0.5 x
-minigo_bytes_per_record_<N>.  Ends with one JSON line.
-
-    python bench/format_size.py
+Must hold: bytes_per_full_search_position_9 <= 40, ..._19 <= 96, shard_bytes_per_record_<N> <=
+0.5 x minigo_bytes_per_record_<N>.  Ends with one JSON line.
 """
 from __future__ import annotations
 

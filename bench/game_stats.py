@@ -1,30 +1,19 @@
 """How a lake's self-play games end, and what their decided positions cost.
 
-The measurement issue 41's part 3 asks for, before and after a change to how
-games end (``--worker-pass-when-winning``): on the games of a run's lake
-(local or gs://), read from its chunks:
+Before and after a change to how games end (``--worker-pass-when-winning``), read from the
+chunks of a run's lake (local or gs://):
+- **game length**: moves a game (passes included), overall and by ending (two passes,
+  resignation, move cap), and the share of each ending;
+- **decided positions**: a game is *decided* at the first move where one player's root value has
+  been beyond ``--decided-value`` (either sign) on ``--decided-moves`` of its own moves in a row;
+  reported as a share of all positions and of full-search positions;
+- **their cost**: a move's simulations follow the worker's rule (``visits``, ``fast_visits``, or
+  ``accelerated_visits`` from ``accelerated_from`` on), with the run's values from the newest
+  settings record that ``operations.loop`` or ``operations.cluster`` wrote in the lake
+  (``layout.settings_record``; flags override).  Self-play time is almost all network evaluations,
+  one a simulation, so ``*_simulation_share`` is a proxy for the self-play CPU they took.
 
-- **game length**: moves a game (passes included), overall and by how it
-  ended (two passes, resignation, move cap), and the share of each ending;
-- **decided positions**: a game is *decided* at the first move where one
-  player's root value has been beyond ``--decided-value`` (either sign) on
-  ``--decided-moves`` of its own moves in a row; every later position of the
-  game was played after the result was known.  Reported as a share of all
-  positions, and of the full-search positions (the ones that train the
-  policy);
-- **their cost**: the chunk does not record a move's simulations, but the
-  worker spends them by rule: a full search ``visits``, a fast one
-  ``fast_visits``, a move at or after ``accelerated_from`` (a resigned game
-  played out) ``accelerated_visits``.  The run's own values are read from
-  the newest settings record of ``pipeline.loop`` or ``pipeline.cluster`` in
-  the lake (flags override).  Self-play's time is almost all network
-  evaluations, one per simulation, so the share of simulations spent on
-  decided positions is the share of self-play CPU they took, as a proxy
-  (named so in the keys: ``*_simulation_share``).
-
-Generation 0 (random-playout games, no network) is left out by default
-(``--min-generation 1``): it plays differently from every later generation.
-Ends with one JSON line.
+Generation 0 is left out by default (``--min-generation 1``).  Ends with one JSON line.
 
     python bench/game_stats.py --lake RUNS/a1 [--lake RUNS/a2 ...]
 """

@@ -1,38 +1,17 @@
 """How many self-play worker processes keep one GPU busy: the two sides measured apart.
 
-A worker alternates two half-batches: while the network evaluates one half,
-one search thread (Cython, GIL released) backs up the other half's results
-and gathers its next leaves.  So a process can never feed the accelerator
-faster than its one search thread gathers leaves, and a fast GPU needs
-several processes (docs/accelerators.md).  This script measures both sides
-on the machine it runs on:
+A worker's one search thread gathers one half-batch while the network evaluates the other, so a
+process can never feed the accelerator faster than that thread (docs/accelerators.md).  Measured:
+* *search side*: simulations per second of bench/selfplay.py's ``search_only`` in 1, 2, 4 ... P
+  processes at once;
+* *network side* (PyTorch and CUDA): positions per second of the worker's 6x96 network at batch
+  sizes 256 to 4096, float32 and bfloat16, on planes already on the GPU, and in float32 with each
+  batch's host copies (``gpu_positions_per_s_<N>_float32_with_copies``).  The network is a
+  stand-in rebuilt in PyTorch (same arithmetic per position), since TensorFlow cannot be installed
+  on the lent GPU machine.
 
-* **search side** (any machine with the compiled extensions): simulations
-  per second of the Cython search with a constant evaluator (the same
-  measurement: ``search_only`` of bench/selfplay.py, 64 games, 200-visit
-  searches), in 1, 2, 4 ... P processes at once, so it shows how the search
-  side scales with cores;
-* **network side** (needs PyTorch and CUDA): positions per second that the
-  GPU evaluates for a network of the worker's 6-block 96-filter shape at
-  batch sizes 256 to 4096, float32 and bfloat16, on planes already on the
-  GPU; and, in float32 (what a worker runs: published models are float32),
-  the same with each batch's planes copied from host memory and the
-  outputs copied back, as a worker's every call does
-  (``gpu_positions_per_s_<N>_float32_with_copies``).  **This network is a
-  stand-in:** the same tower and heads rebuilt in PyTorch, because
-  TensorFlow (the project's runtime) cannot be installed on the lent GPU
-  machine, which has no network access and takes at most 64 MiB of files.
-  Its arithmetic per position is the same; TensorFlow's own speed on a GPU
-  was not measured.
-
-``processes_to_fill_gpu_<N>`` is the float32 rate with copies (the best
-batch) over one bare search process's simulations/s: how many worker
-processes one GPU can serve before it becomes the bottleneck.  It is an
-estimate, not a measured worker count: a worker gathers fewer leaves than
-the bare search (records, planes, spool), which needs more processes, and
-TensorFlow may run the network slower than PyTorch, which needs fewer.
-The bfloat16 figures show what the GPU could do with a half-precision
-network, which the worker does not run.
+``processes_to_fill_gpu_<N>`` = the float32 rate with copies (best batch) / one search process's
+simulations a second: an estimate of how many workers one GPU serves, not a measured count.
 
     python bench/gpu_feed.py [--processes 16] [--seconds 10] [--skip-network]
 

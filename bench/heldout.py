@@ -1,39 +1,21 @@
 """Held-out check of training changes: arms trained alike on one run's games, scored on another run's.
 
-The check issue 41 asks for before an A/B of a change to what the shuffle job
-writes or how the trainer weighs it (``--shuffle-value-only-rows``,
-``--train-loss-normalization``, a record version...): does the change fit
-unseen games better, measured against targets that no arm chose?
+Before an A/B of a change to what the shuffle job writes or how the trainer weighs it
+(``--shuffle-value-only-rows``, ``--train-loss-normalization``...): does the change fit unseen
+games better, against targets no arm chose?  For each arm and training seed, on the same games:
+1. a scratch lake gets ``--lake``'s run.json and its chunks below ``--window`` (copies), and the
+   shuffle job builds one window with the arm's ``--shuffle-*`` flags;
+2. a fresh network of the loop's shape trains ``--steps`` steps on it with the arm's
+   ``--train-*`` flags and the seed (same initial weights in every arm);
+3. it is scored on ``--heldout-lake``'s chunks of generation 1 and above (another run's) against
+   targets no arm chose: each full-search move's recorded policy and each decided game's result.
 
-For each arm and each training seed, in the same run and on the same games:
-
-1. a scratch lake gets ``--lake``'s run.json and its chunks of generations
-   below ``--window`` (copies: the arms never share a folder), and the shuffle
-   job builds one window from them with the arm's ``--shuffle-*`` flags (the
-   job's own defaults otherwise, random-playout ownership labels, since the
-   scratch lake has no model);
-2. a fresh network of the loop's shape trains ``--steps`` steps on it with the
-   arm's ``--train-*`` flags and the seed (the same seed in every arm, so the
-   same initial weights);
-3. it is scored on the held-out games: chunks of ``--heldout-lake`` (another
-   run's: a lake's windows share its games) of generations 1 and above
-   (generation 0, the uniform player's, is in every arm's training), at most
-   ``--heldout-positions`` positions, against **fixed targets**: the policy
-   the worker recorded for every full-search move (from the chunk, not from a
-   shard, so no arm's record format touches it) and the game's result for
-   every position of a game with a winner.
-
-Reported per arm: policy cross-entropy and top-1 agreement with the recorded
-policy, value MSE against the result, each as the mean over seeds with every
-seed's figure, and the difference from the first arm (``delta_*``; negative
-cross-entropy and MSE are better).  Ends with one JSON line.
+Reported per arm (mean over seeds, and each seed's): policy cross-entropy, top-1 agreement, value
+MSE, and ``delta_*`` from the first arm (negative: better).  One JSON line.  Run it alone.
 
     python bench/heldout.py --lake RUNS/a1 --heldout-lake RUNS/a2 --window 8 \\
         --arm base= --arm weight='--train-loss-normalization weight' \\
         --arm value0='--shuffle-value-only-rows 0' --seeds 2
-
-It holds both cores for about (arms x seeds) x (a shuffle and --steps training
-steps): run it with nothing else computing.
 """
 from __future__ import annotations
 

@@ -1,22 +1,12 @@
 """Held-out losses of a 17-plane and a 22-plane network trained alike on one saved window.
 
-The check issue 24 asks for before an input-planes A/B: does the wider input
-(format/planes.py: on-board, liberties 1/2/3+ and legal moves after AlphaGo
-Zero's 17) let the same network fit the same data better, measured on
-positions it never trained on?
-
-For each width, in the same run and on the same data: a fresh network of the
-loop's shape (TrainConfig defaults: 4 blocks x 32 filters, batch 256, the
-loop's 50 warm-up steps) trains ``--steps`` steps on window ``--window`` of
-the lake ``--lake`` (the same seed, so the same batches and symmetries),
-then the first `HELDOUT_POSITIONS` positions of window ``--window`` of
-``--heldout-lake`` are evaluated without augmentation, and the mean losses
-over them are reported: policy cross-entropy, top-1 policy accuracy, value
-MSE, ownership and score losses.  The held-out lake must be another run's
-(e.g. two seeds of one bench/learning.py arm): a lake's windows overlap, so
-only another run's games are unseen, while the same generation keeps them
-alike in strength.  Ends with one JSON line; the ``delta_*`` keys are 22
-planes minus 17 (negative losses: the wider input fits better).
+Before an input-planes A/B: does the wider input (format/planes.py) let the same network fit the
+same data better on positions it never trained on?  For each width, in the same run: a fresh
+network of the loop's shape (TrainConfig defaults) trains ``--steps`` steps on window ``--window``
+of ``--lake`` with the same seed, then the first `HELDOUT_POSITIONS` positions of that window of
+``--heldout-lake`` (another run's, so unseen but alike in strength) are evaluated without
+augmentation: policy cross-entropy, top-1 accuracy, value MSE, ownership and score losses.
+Ends with one JSON line; ``delta_*`` is 22 planes minus 17 (negative: the wider input fits better).
 
     python bench/input_planes.py --lake RUNS/a1 --heldout-lake RUNS/a2 --window 6 [--steps 500]
 """

@@ -1,112 +1,21 @@
 """A/B test of a learning change: two arms of short loop runs from one generation-0 lake, then matches.
 
     python bench/learning.py --out /work/ab/gumbel --arm-b "--worker-gumbel --worker-visits 16"
-    python bench/learning.py --out /work/ab/bundle --arm-b-name held-out-bundle \
-        --arm-b "--train-steps-per-window 1000" --arm-b "--train-input-planes 22"
     python bench/learning.py --out /work/ab/gumbel ...      # the same command resumes where it stopped
     python bench/learning.py ... --window-minutes 150      # as many whole runs as fit, then exit 3
 
-Terms
------
-* *arm*: the loop's flags of one side.  Arm A is the baseline (``--arm-a``,
-  default none: current main's defaults), arm B the change (``--arm-b``).
-  An arm may be a *bundle*: ``--arm-b`` given several times, each one change
-  (one or more loop flags), all applied together, named by ``--arm-b-name``;
-  two changes of one arm may not set the same flag.  So the changes the
-  held-out checks support are tested as one arm against the defaults.
-* *run*: one ``python -m operations.loop`` of one arm with one seed, for
-  ``--minutes`` of wall clock (long-run planning: full self-play generations,
-  no generation limit; the closing matches cut to a minimum).  The run, not
-  the game, is the unit of the result: runs of one configuration land about
-  60 Elo apart from each other (`PLANNED_RUN_SPREAD_ELO`), and more games
-  between the same runs do not shrink that.
-* *base*: the shared generation-0 lake (run.json and the generation-0 games
-  of random-playout MCTS, made once by the worker as the loop would, and the
-  loop's own "self-play 0 done" marker).  Every run starts from a copy of it,
-  so the arms differ only from generation 1 on.
-* *CPU seconds* of a run: user + system time of the loop and every process
-  under it (``os.wait4``'s rusage), summed over its invocations.
-* *Outside load* of a run: CPU time the machine spent on anything else
-  while the run went (the busy time of /proc/stat's ``cpu`` line over the
-  run, less the run's own CPU seconds), as a share of the machine's
-  capacity (wall seconds x cores).  A result is refused, not judged, when
-  any run's outside load is above ``--max-outside-load``: the machine was
-  loaded, and that run got less than the others.  The arms' CPU seconds are
-  reported, not judged: a change that keeps the cores busier (fewer idle
-  phases) makes more of the same machine-hour, which is what is measured.
-  Runs recorded before the outside load was measured fall back to the old
-  rule: refused when the arms' mean CPU seconds differ by more than
-  ``--max-cpu-gap``.
-* *Provenance* of a cached thing (the base, a run, a match): the flags that
-  made it, the commit (git HEAD) and the machine (CPU model, cores, and
-  `machine_speed`), in ``NAME.provenance.json`` beside it.  A rerun reuses
-  it only when its flags and commit are the same and the machine has the
-  same CPU model and cores and a speed within `SPEED_TOLERANCE`; otherwise
-  it stops with one line naming what differs (exit 2).  ``--allow-stale-cache``
-  reuses it anyway, says so, and lists it in the JSON line's
-  ``stale_caches``.  (One A/B once reused an arm run days earlier, on
-  another machine, from a copied folder: this is what stops that.)
+An *arm* is the loop flags of one side: A the baseline (``--arm-a``, default main's defaults), B the
+change (``--arm-b``, repeatable: a bundle of changes, named by ``--arm-b-name``).  A *run* is one
+``operations.loop`` of one arm and seed for ``--minutes``, from a copy of the shared generation-0
+*base*; the run, not the game, is the unit (runs spread `PLANNED_RUN_SPREAD_ELO`).  ``--seeds``
+runs an arm take turns; cross-arm matches with paired openings follow; B is kept only if the
+run-level 95% interval (`decide`: Welch t over the runs' Elo numbers, the games' noise counted
+once) is above 0.  A result is refused when a run's *outside load* (other CPU use during it, as a
+share of wall seconds x cores) is above ``--max-outside-load``.  A cached base, run or match is
+reused only when its *provenance* (flags, commit, machine: ``NAME.provenance.json``) matches.
 
-The protocol (what makes a result worth keeping):
-
-1. ``--seeds`` runs per arm (5; 4-6), the arms taking turns (a1, b1, a2, ...).
-2. Cross-arm matches between the final models, every B run against every A
-   run, each run playing about ``--cross-games-per-run`` (100) games spread
-   evenly over the other arm's runs (100 / seeds a pairing, rounded up to an
-   even number), at ``--visits`` (64) a move.  Each opening is played with
-   both colours: games 2k and 2k+1 start with the same ``--paired-openings``
-   random moves (``arena.match --paired-openings``), and the players then
-   search without sampling, so a colour's edge in an opening cancels.  Only
-   distinct games count (two games with the same colours and moves are one).
-3. Optional within-arm matches (seed 1 against each other seed,
-   ``--within-games`` each, default none): a direct look at how far apart
-   two runs of the same code land.  The verdict does not need them: the
-   cross-arm results measure the run spread already (below).
-4. Keep B only if the run-level 95% interval's lower end is above 0.
-
-The run-level interval
-----------------------
-Each run's cross-arm result is one number: a B run's Elo over all its
-games against arm A, and B's Elo over all the games against one A run,
-each from the score with half a point added to each side (so a shut-out
-stays finite: ``ELO_PER_NAT ln((s + 1/2) / (g - s + 1/2))``).  If run j of B
-is ``b_j`` above its arm's mean and run i of A is ``a_i`` above its own,
-those are ``effect + b_j - mean(a)`` and ``effect + mean(b) - a_i`` plus the
-games' noise.  The effect is the mean of the two arms' means (each run
-weighs the same).  Its variance counts runs as the units:
-``s_B^2 / n_B + s_A^2 / n_A - v_games``, where ``s^2`` is the sample
-variance of an arm's run numbers and ``v_games`` the binomial variance of
-the pooled games (each ``s^2 / n`` holds the games' noise once, and it
-belongs in the total once), and at least ``v_games``.  The interval is the
-effect +- the Student t 97.5% point (Welch-Satterthwaite degrees of
-freedom) times its square root.  At 5 seeds an arm and 100 games a run,
-against simulated A/Bs with runs 60 Elo apart, it holds the true effect
-95% of the time (tests/bench/test_learning.py), where the games-pooled
-Wilson interval held it about half the time.
-
-The games-pooled figure stays as a secondary one (``pooled_elo``): Elo from
-the pooled score fraction p, ``400 log10(p / (1 - p))``, with the Wilson
-interval of p mapped the same way (monotone), clamped at +-800 for
-shut-outs.  It treats every game as independent, which they are not.
-
-What the protocol can resolve: with runs 60 Elo apart (SD of one run about
-its configuration's mean) and equal arms, the expected half-width of the
-interval and the effect kept 4 times in 5 are (`planned_precision`):
-
-    seeds an arm  cross games a run   half-width   effect kept 4 in 5
-    2             100                 +-279        348
-    4             100                 +-112        154
-    5             100                 +-95         131
-    6             100                 +-83         116
-
-More games a run buy little: at 5 seeds, 400 games a run instead of 100
-narrow the half-width from 95 to 89 Elo.  The JSON line reports the
-planned figures and the run spread the cross-arm results measured.
-
-Ends with one JSON line (``allow_nan=False``): the verdict, both intervals,
-each run's number, and each match's players, seed, tally and the sha256 of
-its JSON and SGFs (``digest``), so every figure can be rebuilt from the
-files under ``--out``.
+Ends with one JSON line (``allow_nan=False``): verdict, intervals, each run's number, and each
+match's players, seed, tally and sha256 of its files, so every figure can be rebuilt from ``--out``.
 """
 from __future__ import annotations
 
@@ -138,10 +47,8 @@ from arena.match import wilson_interval  # noqa: E402
 ELO_CLAMP = 800.0
 """|Elo| reported for a shut-out (a score of 0 or 1 has no finite Elo)."""
 PLANNED_RUN_SPREAD_ELO = 60.0
-"""SD of one run's strength about its configuration's mean, for planning.  From the eight
-within-arm matches of docs/results.md (7-139 Elo apart, root mean square 94): a match between two
-runs varies by twice the run variance plus 100 games' own noise (about 35 Elo), so
-sqrt((94^2 - 35^2) / 2) = 62."""
+"""SD of one run's strength about its configuration's mean, for planning (measured from the
+within-arm matches in docs/results.md)."""
 SPEED_TOLERANCE = 0.2
 """A cached thing's machine counts as this one when their speeds differ by less than this share."""
 DEFAULT_SEEDS = 5

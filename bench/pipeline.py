@@ -1,54 +1,21 @@
 """Benchmark of the whole shuffle job, run locally as a user would run it.
 
-Builds lakes of legal random games (testdata.random_games) in a temp folder:
-a 9x9 window, the same doubled, and a 19x19 window.  Each job runs as
-``python -m pipeline.shuffle`` in a subprocess (default local runner:
-FnApiRunner with 2 worker processes) while a thread samples the summed RSS of
-that process and all its children every 0.1 s.
+Builds lakes of legal random games in a temp folder (a 9x9 window, the same doubled, a 19x19
+window) and runs ``python -m pipeline.shuffle`` on each in a subprocess while a thread samples the
+summed RSS of its process tree every 0.1 s.  Reported: input positions per second end to end
+(Beam start-up included), peak RSS, and how much the peak grows when the 9x9 window doubles (a
+bounded design grows by the duplicate check's few bytes a game, not by the window's size).
 
-Reported: input positions per second end to end (window positions / wall
-time of the whole command, Beam start-up included), peak RSS of the process
-tree, and how much the peak grows when the 9x9 window doubles (a bounded
-design grows by the few bytes per game of the duplicate check, not by the
-window's size).
+The data is made to take self-play's code paths: a pool of distinct engine games with
+search-shaped targets and playout-cap randomization, each written as a random pool game under a
+random symmetry with a fresh id (so the opening cap trims about as much as in self-play), a third
+of them resigned (a resigned game has no final board, so the job labels it by playouts, its
+costliest path).  ``positions_per_s_9_model_labels``: the doubled 9x9 lake beside a published,
+untrained generation-1 model (``MODEL_NETWORK``, pinned), so resigned games are labelled by model
+playouts (pipeline.labels); the run is refused unless its manifest shows that path taken, and
+its peak memory is reported apart (``peak_rss_mb_model_labels``).
 
-The data decides which code paths get measured, so it is made to look like
-self-play's.  A pool of distinct games is played once per board size on the
-engine (legal, so the job's label step replays every game as it would a
-real one, instead of falling back to scoring unreplayable records in pure
-Python), with search-shaped policy targets and playout-cap randomization
-(100 visits, a quarter of positions fully searched).  Each game written to
-the lake is a random pool game under a random board symmetry with a fresh
-game id, so copies rarely coincide (8x the pool's distinct games) and the
-opening cap (each early position kept a bounded number of times) trims
-about as much as it would in real self-play.
-
-Assumption: a third of the written games are resignations (a pool game cut
-at a uniform 50-90% of its length), the rest end by two passes.  Self-play
-keeps a share of its games to the end (resignation disabled, to check false
-resignations) and resigns the rest; the real share depends on the run's
-resignation settings.  It matters for the measurement: a resigned game has
-no final board, so the job labels it by random playouts, its costliest
-label path, while a finished game's label is one replay.
-
-The generation-1 path (``positions_per_s_9_model_labels``): from the first
-published model on, the job labels resigned games by playing them out with
-that model (pipeline.labels, ``ModelPlayout``: one batched network call per
-move for a bundle's games, then one random playout), and every Beam worker
-loads the model (TensorFlow) first.  So the doubled 9x9 lake is built again,
-identical (same seed), beside a published model of generation 1, and the
-same job runs on it; its window is generation 2.  The model is untrained
-(random weights) in model.train's default shape when this was first
-measured (``MODEL_NETWORK``, pinned): an untrained policy seldom passes, so a
-played-out game usually runs to the move limit (2 N N), the costliest case
-a real first model can cost.  The bench refuses a run whose manifest does
-not show the model path taken (every played-out game labelled by the model,
-none by random playouts).  Its peak memory is reported apart
-(``peak_rss_mb_model_labels``): each Beam worker then holds TensorFlow.
-
-The pools build in seconds and are reused by the 9x9 lakes.  Timings
-are noisy: other work shares this machine's 2 cores.  Ends with one JSON
-line.
+Ends with one JSON line.
 """
 from __future__ import annotations
 
@@ -80,9 +47,10 @@ from testdata.random_games import engine_game, resigned_copy, symmetric_copy  # 
 
 GAMES_PER_CHUNK = 64
 POOL_GAMES = {9: 400, 19: 150}
-"""Distinct engine games per board size (about 5 s of play for 9x9, 8 s for 19x19)."""
+"""Distinct engine games per board size."""
 RESIGNED_SHARE = 1 / 3
-"""Share of written games recorded as resignations (an assumption, see above)."""
+"""Share of written games recorded as resignations: an assumption, since the real share depends on
+a run's resignation settings."""
 RESIGN_AT = (0.5, 0.9)
 """A resigned game keeps a uniform fraction in this range of its pool game."""
 MODEL_GENERATION = 1

@@ -1,80 +1,20 @@
 """Self-play throughput, beside Leela Zero measured in the same run.
 
-Terms (a reviewer who distrusts benchmarks should be able to recount them):
+    .venv/bin/python bench/selfplay.py [--quick]      # needs leela-zero (scripts/setup.sh --test)
 
-* *visit*: one new simulation of a move search: a leaf evaluated by the
-  network, a game-over leaf scored by the rules, or a leaf answered by the
-  evaluation cache (`inference.eval_cache`).  A search root's own evaluation is
-  not a visit, and visits kept with a reused subtree are not counted
-  (`GameBatch.stats()["visits"]`).  Leela Zero's figure is its own count of
-  the same thing: the playouts per second that ``leelaz --benchmark`` prints.
-* *evaluation*: one row the search hands to the evaluator; the cache answers
-  some of them, the network the rest.
-
-Figures (all from this one run; other processes share the machine, so
-compare within the run, through the ratios):
-
-* ``search_sims_per_s_9`` / ``_19``: the Cython search alone
-  (`engine.driver.GameBatch`) with a **stub evaluator** (uniform policy,
-  value 0, no network: ``search_evaluator`` says so): 64 games, 200
-  simulations a move, moves played and games restarted as in self-play.
-  Per second of the search thread's CPU time (``..._wall_s_..``: per wall
-  second).  The stub makes wide, shallow trees: a search-only figure, not a
-  self-play rate.  Minigo's Python MCTS does 8.8k readouts/s here.
-* ``visits_per_s_6x96_19``: the real worker loop (`selfplay.worker`, two
-  halves overlapping search and inference, chunks written to a temporary
-  root) on 19x19 with model.network's 6-block, 96-filter network, freshly
-  initialised, on the CPU.  The network is published as ``model.train``
-  publishes one (`testdata.models.publish_untrained_model`: the SavedModel,
-  plus the int8 OpenVINO copy when it passes its accuracy check, calibrated
-  here on positions of random games) and loaded back through the registry;
-  the worker's default ``--inference auto`` then runs the int8 copy, as a
-  CPU worker does (``inference_backend``; the copy's agreement with the
-  float32 network on held-out positions: ``int8_top1_agreement_19``,
-  ``int8_value_mae_19``).  ``..._tensorflow``: the same loop and network with
-  ``--inference tensorflow``, the float32 reference, in the same run.  The game slots start at staggered move numbers
-  (`staggered_worker_class`), as in a worker that has run for hours, so the
-  shared opening does not flatter the evaluation cache; the rates are
-  taken between the loop's first and last progress reports (start-up and
-  the batches discarded at the stop fall outside).
-* ``lz_visits_per_s_6x96_19``: Leela Zero 0.17 (Debian's ``leela-zero``),
-  ``--cpu-only --benchmark`` on 19x19 with a 6-block, 96-filter network of
-  random weights written here in its text format, at 1 and 2 threads; the
-  best is reported (``lz_threads``).  ``visits_vs_lz``: the ratio.
-* ``visits_per_cpu_s_6x96_19`` / ``lz_...``: the same visits per CPU second
-  of each (ours: the worker process in the window; Leela Zero's: its run
-  less a 1-visit run, i.e. less loading the weights), which other
-  processes' load does not stretch as it stretches wall time.
-* ``search_cpu_share``: of the process's CPU time, the share that is not the
-  network: the play loop's thread (gather, backup, moves, records) plus the
-  evaluation cache's own work.  ``search_cpu_us_per_visit``: that time per
-  visit.  (The inference thread's busy fraction of wall time is not reported:
-  it is near 1 whenever a network call outlasts a half's search, and says
-  nothing about the search's cost.)
-* ``cache_hit_share``: evaluations answered by the cache over evaluations
-  asked for.
-* ``visits_per_s_6x96_19_float32`` / ``visits_vs_lz_float32``: the same loop
-  and network published without its int8 copy, which a CPU worker then runs
-  as float32 on OpenVINO (``float32_backend``): what every generation whose
-  int8 copy fails its accuracy check self-plays at.  The int8 agreement
-  figures come from this untrained network (``int8_checked_on``), where the
-  check passes easily; ``bench/cpu_inference.py`` checks a trained one.
-* ``network_gflops``: the network's arithmetic per row, counted as
-  direct convolution and dense layers (2 x multiply-adds), times the rows the
-  network computed per second (the cache's misses; padding rows not
-  counted): the arithmetic it really did.  ``conv_gflops``: one
-  large 3x3, 96-channel 19x19 convolution in TensorFlow, timed in this run.
-  ``network_vs_conv``: their ratio.
-* ``positions_per_s``, ``batch_fill`` (rows filled over rows offered),
-  ``search_cpu_share_default_9``: the same loop on 9x9 with the worker's
-  default small network.  ``visits_per_s_6b96c_9``: 6x96 on 9x9 (KataGo's
-  Eigen backend does 781 visits/s on two threads here).
-
-Needs Leela Zero: ``apt-get install -y leela-zero`` (scripts/setup.sh --test
-installs it); without it the bench stops at once and says so.
-
-    .venv/bin/python bench/selfplay.py [--quick]
-
+A *visit* is one new simulation of a move search (a leaf evaluated by the network, scored by the
+rules, or answered by `inference.eval_cache`), the same as Leela Zero's ``--benchmark`` playouts.
+Figures (compare within one run, through the ratios; other processes share the machine):
+* ``search_sims_per_s_9`` / ``_19``: the Cython search alone with a stub evaluator (uniform
+  policy, value 0), per CPU second of the search thread.
+* ``visits_per_s_6x96_19``: the real worker loop (`selfplay.worker`) on 19x19 with a fresh 6x96
+  network published and run as a CPU worker runs it (int8 when it passes its check);
+  ``..._tensorflow`` and ``..._float32``: the same on the other backends.
+* ``lz_visits_per_s_6x96_19``: Leela Zero ``--cpu-only --benchmark`` with a random 6x96 network,
+  best of 1 and 2 threads; ``visits_vs_lz``: the ratio; ``visits_per_cpu_s_...``: per CPU second.
+* ``search_cpu_share``: the CPU time that is not the network; ``cache_hit_share``;
+  ``network_gflops`` (arithmetic done) against ``conv_gflops`` (one large convolution).
+* ``positions_per_s``, ``batch_fill`` and the ``_9`` figures: the same loop on 9x9.
 Ends with one JSON line.
 """
 from __future__ import annotations
@@ -205,7 +145,7 @@ PINNED_WORKER_SETTINGS = dict(
 )
 PINNED_NETWORK_SETTINGS = dict(policy_head="dense", policy_channels=16, head_filters=2, value_hidden=64,
                                global_pool_every=0, value_head="tanh")
-"""The network settings besides its size, pinned like the worker's (conv became the default policy head later)."""
+"""The network settings besides its size, pinned like the worker's."""
 
 
 SNAPSHOTS = 6
@@ -237,7 +177,7 @@ def staggered_worker_class():
     moves in.  A worker that has run for hours has its games at every stage,
     and only a few in the opening that all games share; a fresh one has every
     game at the empty board, where the evaluation cache answers a third of
-    the rows and more (measured: 32% in the first 20 s on 19x19).  A short
+    the rows and more (docs/measured.md).  A short
     run from fresh games would flatter the cache, so the bench starts the
     slots at staggered move numbers instead (random moves of the engine's
     playout policy: legal, no own-eye filling).  Later games start empty.

@@ -1,43 +1,20 @@
 """The storage interface every role uses, and the pieces both backends share.
 
-Terms
------
-* **root**: where a lake lives, given as a *root URL*: a local directory
-  (``lake``, ``/data/lake``, ``file:///data/lake``) or ``gs://bucket[/prefix]``.
-* **path**: the name of an object relative to the root, '/'-separated, e.g.
-  ``games/000003/w1-20261121T2300-0001.tfrecord.zst``.  Paths never start or
-  end with '/', and have no empty, '.' or '..' segments (see
-  :func:`validate_path`), so a path can never escape its root.
-* **object**: the bytes stored under a path.  Objects are written whole:
-  a reader sees either nothing or every byte, never a prefix.
-* **prefix**: a plain string prefix of paths, as in GCS listings.
-  ``list("games/")`` is every object under ``games``; ``list("")`` is all.
-* **stray name**: a file or object under the root whose name is no valid
-  path (a backslash or newline in a local name; ``//``, ``.`` or ``..`` in
-  a GCS object name; bytes that are not UTF-8).  Listings skip it and log
-  one warning naming it (:func:`skip_stray_name`), so that listing and
-  reading agree: every listed path can be read and deleted.  Names that
-  start with :data:`TEMP_MARKER` are the storage layer's own and are
-  skipped without a word.
+Terms: a *root* is where a lake lives, given as a URL (``lake``, ``/data/lake``, ``file:///...``
+or ``gs://bucket[/prefix]``).  A *path* names an object relative to the root, '/'-separated, with
+no leading or trailing '/' and no empty, '.' or '..' segments (`validate_path`), so it cannot
+escape its root.  An *object* is the bytes under a path, written whole (a reader sees nothing or
+everything).  A *prefix* is a plain string prefix of paths (``list("games/")``).  A *stray name*
+is a name under the root that is no valid path; listings skip it with one warning
+(`skip_stray_name`), and names starting with `TEMP_MARKER` are the layer's own.
 
-Write semantics (the lake's central promise)
---------------------------------------------
-* ``write_new`` creates an object and refuses to overwrite one
-  (:class:`AlreadyExists`).  Self-play chunks, shards and model files use it.
-* ``write_replace`` atomically replaces a small scratch object; readers see
-  the old bytes or the new bytes.
-* ``read_versioned`` + ``write_if_generation`` are compare-and-swap on one
-  small object (``models/LATEST``, the trainer's lease, a window claim):
-  the write succeeds only if the object is still at the *generation* the
-  caller read (0 = it must not exist), so of two racing writers exactly one
-  wins and the other gets :class:`PreconditionFailed`.  A generation is an
-  int that grows with every write of that object (GCS's object generation;
-  locally the file's nanosecond mtime, forced to grow).  Nothing relies on a
-  conditional *delete*: fake-gcs-server does not enforce preconditions on
-  deletes.
-
-Errors name the object's URL and, for GCS, the HTTP status; they never carry
-credentials, tokens or request headers.
+Writes: ``write_new`` creates and refuses to overwrite (`AlreadyExists`: chunks, shards, model
+files); ``write_replace`` atomically replaces a small scratch object; ``read_versioned`` +
+``write_if_generation`` are compare-and-swap on one small object (``models/LATEST``, leases):
+the write succeeds only at the *generation* read (0 = must not exist), else
+`PreconditionFailed`.  A generation grows with every write (GCS's object generation; locally the
+nanosecond mtime, forced to grow).  Nothing relies on a conditional delete.  Errors name the
+object's URL and, for GCS, the HTTP status, never credentials or headers.
 """
 
 from __future__ import annotations

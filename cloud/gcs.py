@@ -1,41 +1,15 @@
 """Google Cloud Storage backend of the storage interface (see cloud.base for terms).
 
-A root ``gs://bucket/some/prefix`` maps path ``games/x`` to the object
-``some/prefix/games/x`` in ``bucket``.  Every request goes through
-:meth:`GcsStorage._with_retries`, which retries transient failures under a
-:class:`~cloud.base.RetryPolicy`.  The client library's own retries are
-switched off (``retry=None``) so that one policy, ours, bounds every call.
-
-Create-only writes and retries
-------------------------------
-``write_new`` uploads with ``if_generation_match=0``: GCS stores the object
-only if no live object has that name, else answers 412.  A 412 on the
-*first* attempt means someone else's object is there: :class:`AlreadyExists`.
-A 412 on a *retry* is ambiguous: our earlier attempt may have been stored
-with its response lost (a timeout, a dropped connection, a 503 from a
-proxy).  We then fetch the stored object's size and CRC32C (or, when the
-server gives no CRC32C, its bytes) and compare with ours: identical means
-success, different means :class:`AlreadyExists`.  This cannot tell our
-write from another writer's byte-identical write at the same moment; both
-leave exactly the object we meant to write, so success is the honest answer.
-Deletes get the same treatment: a 404 on a retry means the object is gone,
-whoever removed it.
-
-Clients
--------
-By default a client is built on first use with ``google.cloud.storage.Client``,
-which reads the environment *then*: with ``STORAGE_EMULATOR_HOST`` set it
-talks to that emulator with anonymous credentials, otherwise to GCS with
-Application Default Credentials.  Pass ``client=`` to choose explicitly.
-
-Error messages name the object's URL, the operation and the HTTP status.
-They never include request headers or tokens, and our errors are raised
-with neither ``__cause__`` nor ``__context__``: the library's exception holds
-the request, Authorization header included.
-
-The client library (3.17) also fetches bucket metadata in background threads
-for its tracing (GET /storage/v1/b/<bucket>, with its own retries).  Those
-requests do not affect any result here.
+A root ``gs://bucket/some/prefix`` maps path ``games/x`` to object ``some/prefix/games/x``.  Every
+request goes through `GcsStorage._with_retries` under one `~cloud.base.RetryPolicy` (the client
+library's own retries are off).  ``write_new`` uploads with ``if_generation_match=0``: a 412 on
+the first attempt is `AlreadyExists`; a 412 on a retry may be our own lost-response write, so
+the stored object's size and CRC32C (or bytes) are compared with ours, and identical is success.
+A 404 on a retried delete likewise means gone.  The client is built on first use
+(``google.cloud.storage.Client``: ``STORAGE_EMULATOR_HOST`` selects an emulator with anonymous
+credentials, else Application Default Credentials), or passed as ``client=``.  Errors name the
+URL, operation and HTTP status and are raised without ``__cause__`` or ``__context__``, since the
+library's exception holds the Authorization header.
 """
 
 from __future__ import annotations

@@ -1,46 +1,17 @@
 """Local-directory backend of the storage interface (see cloud.base for terms).
 
-How a whole-object write works here
------------------------------------
-1. The bytes go to a temp file in the object's own directory, named
-   ``.zl-tmp-<name>.<pid>.<random>`` (same directory = same filesystem, so
-   the next step is atomic), and are fsync'ed.
-2. ``write_new`` then *hard-links* the temp file to the final name.  link(2)
-   fails with EEXIST when the name is taken, so of two racing writers exactly
-   one wins, and the object appears under its name only when complete.
-   ``write_replace`` uses rename(2), which atomically replaces.
-3. The temp name is unlinked and the directory fsync'ed, so the new name
-   survives a power cut.
+A whole-object write goes to a temp file ``.zl-tmp-<name>.<pid>.<random>`` in the object's own
+directory (same filesystem), fsync'ed; ``write_new`` then hard-links it to the final name (link(2)
+fails with EEXIST, so of two racing writers exactly one wins), ``write_replace`` renames it; the
+temp name is unlinked and the directory fsync'ed.  A killed writer leaves only a temp file, never
+listed (`LocalStorage.remove_stale_temp_files` sweeps them).  ``write_if_generation`` also holds an
+flock on ``.zl-tmp-lock-<name>`` beside the object, which lives as long as the object does.
 
-A process killed between steps 1 and 2 leaves only a temp file: never
-listed, never readable as an object, and removable with
-:meth:`LocalStorage.remove_stale_temp_files`.  A conditional write
-(``write_if_generation``) also holds an flock on a lock file beside the
-object, ``.zl-tmp-lock-<name>``, which stays while the object does (that sweep
-never removes it) and goes with the object's delete, under the lock.
-
-Every failure of the operating system is a :class:`StorageError` naming the
-object (a read-only disk, a permission denied, a file where a folder should
-be), never a raw OSError.
-
-Folders are made on the first write under them and, as in an object store
-where a prefix exists only while objects have it, removed by the delete that
-leaves them empty (up to, not including, the root).
-
-Symbolic links
---------------
-A link is followed wherever it is: the root, a folder (``games/`` moved to
-another disk when this one filled) or a file.  An object's path is the name
-under the root, never the link's target, so every reader (listing, read,
-delete) sees the same objects whatever is a link.  A link to a folder that
-holds it (a loop) is skipped by listings and logged once: what is under it
-is listed under its real name already.  A link whose target is missing
-(``games/`` on a disk that is not mounted) is a :class:`StorageError`, never
-an empty listing, since it may hide every object under it.
-
-Only regular files are objects: a FIFO, socket or device under the root is
-never listed, and reading one is a StorageError (it is never opened for
-reading, which could block).
+Every OS failure is a `StorageError` naming the object, never a raw OSError.  Folders appear with
+the first write under them and go with the delete that empties them (the root stays).  Symbolic
+links are followed anywhere (root, folder, file); a path is always the name under the root, a link
+loop is skipped and logged once, and a dangling link is a StorageError, never an empty listing.
+Only regular files are objects: FIFOs, sockets and devices are never listed or opened.
 """
 
 from __future__ import annotations

@@ -1,78 +1,22 @@
 # cython: language_level=3
 """The Go rules engine: board, legality, scoring, features and the random playout.
 
-Rules (format/schema.py's RULES_TROMP_TAYLOR): Tromp-Taylor area scoring with
-komi, positional superko, suicide illegal, the game ends after two
-consecutive passes or when the move cap is reached.
-
-Terms
------
-move / action
-    Flat index ``p = row * N + col`` with row 0 the *top* edge, or
-    ``PASS = N * N``.  GTP/SGF text is handled by `format.coords` and
-    `format.sgf`, never here.
-chain
-    A maximal set of connected stones of one colour.  Each chain has a root
-    stone that stores its counters; every stone stores its root (`chain_id`)
-    and the next stone of a circular list (`chain_next`), so a merge relabels
-    only the smaller chain and a capture walks only the captured stones.
-pseudo-liberties
-    For each chain we keep ``libs`` = the number of (stone, empty neighbour)
-    pairs, ``lib_sum`` and ``lib_sum2`` = the sum and the sum of squares of
-    those empty points.  Playing or removing a stone updates them in O(1) per
-    neighbour, so no move ever walks a group to count liberties.  ``libs == 0``
-    is exactly "captured", and by Cauchy-Schwarz ``libs * lib_sum2 ==
-    lib_sum**2`` holds exactly when every pseudo-liberty is the same point,
-    i.e. the chain is in atari.  That answers capture and suicide exactly;
-    `Board.liberties` counts the true number when a caller wants it.
-position hash
-    64-bit Zobrist hash of the stones only (positional superko ignores the
-    side to move).  Keys come from splitmix64 with a fixed seed, so hashes are
-    the same in every process.  The empty board hashes to EMPTY_BOARD_HASH,
-    not 0, so 0 can mark empty table slots.
-
-Copy rather than undo
----------------------
-Search refreshes a scratch board from the root once per simulation with
-`copy_from`: one memcpy of a fixed-size block (about 4 KB on 9x9, 12 KB on
-19x19) plus a small struct.  Undo would have to log every capture and split
-merged chains back apart, and search would still have to replay or unwind
-5-40 moves per simulation; a flat copy is simpler, can't go out of sync, and
-costs about as much as two or three moves.  What makes the copy independent of
-game length is the superko history:
-
-* The board made by the constructor *owns* a HashLog: the hashes of every
-  position of its game line, in order, plus an open-addressing index.  It is
-  allocated once for the whole game (max_moves + 2 entries) and only the
-  owner appends to it, so readers on other threads never see it move.
-* A copy references the same HashLog (refcounted) and remembers how long its
-  prefix was (``log_len``): entries past that belong to the owner's future and
-  are ignored.  Positions the copy reaches itself go to its private suffix
-  (``local_seq`` plus a hash set cleared in O(1) by bumping a stamp).
-* So a superko test is two O(1) hash look-ups, and `copy_from` copies only
-  the other board's private suffix, which is empty when copying a game's own
-  board.  Don't play on an owner while other threads search from copies of it.
-
-History and features
---------------------
-A ring of the last 8 colour arrays (slot ``m & 7`` holds the position after
-move ``m``; passes add a slot too) gives the network input, NHWC
-``[N, N, 17]``, in the layout that format/planes.py defines (and whose
-constants come from format/planes.pxd): channels 0-7 the side to move's
-stones at t..t-7, 8-15 the opponent's, 16 all ones when Black is to move.
-Planes before the start of the game are zero.  Random playouts skip this
-upkeep (it is a third of their cost); after one only the final position is
-in the ring.
-
-Random playouts
----------------
-Uniform over legal moves that do not fill the mover's own single-point eye
-(all orthogonal neighbours are the mover's stones or the edge, and fewer than
-two diagonals are the opponent's, none on the edge), passing when none is
-left; they end like games do.  The generator is xorshift64* (engine/rng.pxd)
-seeded explicitly.  `Board.playout` plays one on a board; the evaluators built
-on it (ownership and values averaged over many playouts, and reading a
-position back from network input planes) are in `engine.playouts`.
+Rules (format/schema.py's RULES_TROMP_TAYLOR): Tromp-Taylor area scoring with komi, positional
+superko, suicide illegal; the game ends after two consecutive passes or at the move cap.
+* *move / action*: ``p = row * N + col`` (row 0 the *top* edge) or ``PASS = N * N``; never text.
+* *chain*: connected stones of one colour; each stone stores its chain's root (`chain_id`) and the
+  next stone of a circular list (`chain_next`), so a merge relabels only the smaller chain.
+* *pseudo-liberties*: per chain ``libs`` (stone, empty neighbour) pairs, and ``lib_sum`` /
+  ``lib_sum2`` the sum and sum of squares of those points, O(1) to update: ``libs == 0`` is
+  "captured", ``libs * lib_sum2 == lib_sum**2`` is "in atari" (Cauchy-Schwarz).
+* *position hash*: 64-bit Zobrist hash of the stones only, fixed-seed keys (the same in every
+  process); the empty board is EMPTY_BOARD_HASH, not 0.
+Copy, not undo: search refreshes a scratch board with `copy_from`, a fixed-size memcpy; the
+superko history (HashLog) is owned by the constructed board and shared read-only by its copies, so
+don't play on an owner while other threads search from copies of it.  A ring of the last
+HISTORY_LENGTH boards gives the input planes of format/planes.py (constants: format/planes.pxd).
+Random playouts (`Board.playout`; evaluators in `engine.playouts`) play uniformly over legal moves
+that fill no own single-point eye, with xorshift64* (engine/rng.pxd) seeded explicitly.
 """
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -884,7 +828,8 @@ cdef class Board:
         return self.area_score_c() * self.st.to_play
 
     cdef bint _is_own_eye(self, int v, int c) noexcept nogil:
-        """Empty v is a single-point eye of colour c, and not a false eye."""
+        """Empty v is a single-point eye of colour c, and not a false eye: every orthogonal
+        neighbour is c's or the edge, and fewer than two diagonals are the opponent's (none on the edge)."""
         cdef int S = self.stride
         cdef int8_t* color = self.color
         cdef int a = color[v - S]

@@ -1,40 +1,22 @@
 # cython: language_level=3
 """Batched search over many self-play games: gather leaves, apply evaluations.
 
-One `GameBatch` holds ``num_games`` games, each a root `Board` (the game's
-actual position), a scratch `Board` (selection replays moves on it) and a
-`Tree` (engine.search).  The games are split by index into ``num_groups``
-groups (two: halves) so that search and inference overlap:
+One `GameBatch` holds ``num_games`` games, each a root `Board`, a scratch `Board` (selection replays
+moves on it) and a `Tree` (engine.search), split by index into ``num_groups`` groups (two: halves)
+so search and inference overlap: while the network evaluates one group's batch (releasing the GIL),
+the calling thread applies the other's results and gathers its next batch without the GIL.
 
     gather(0) -> network(0) ...........
                  gather(1) -> network(1) .........
                  apply(0), moves(0), gather(0) -> network(0) ...
 
-While the network evaluates one group's batch (TensorFlow releases the GIL),
-the calling thread applies the other group's results and gathers its next
-batch with the GIL released, so the network is never waiting on search.
-
-Data flow of one step for a group:
-* `gather(group, out)`: with the GIL released, visits the group's games
-  round-robin; each game adds up to ``leaves_per_game`` leaves per pass
-  (virtual loss makes them distinct), each leaf writing its 17 input planes
-  straight into row r of ``out`` (float32 [batch_rows, N, N, 17]).
-  Game-over leaves are scored by the rules (sign of the Tromp-Taylor area
-  score, seen by the player to move there) and backed up at once, without
-  using a row.  Returns the number of rows filled.
-* `apply(group, logits, values)`: priors from the logits, backup of the
-  values (side to move at the leaf, in [-1, 1]), again without the GIL.
-* `done_games(group)`: games whose move search has used its budget; the
-  Python worker then picks the move (`choose_move`), reads the targets and
-  `play`s it (which promotes the subtree: tree reuse) and starts the next
-  search with `start_search`.
-
-A move's search budget counts new simulations (the root's own evaluation
-excluded), so with tree reuse the root ends with more visits than the budget.
-
-The nogil loops reach each game's Board and Tree through borrowed
-``PyObject*`` pointers (the owning Python lists keep them alive), so no
-reference counting happens inside the hot loop.
+* `gather(group, out)`: round-robin over the group's games, each adding up to ``leaves_per_game``
+  leaves (virtual loss keeps them distinct) and writing their input planes (the first C channels of
+  format/planes.py's layout; ``out`` is float32 [batch_rows, N, N, C]); game-over leaves are scored
+  by the rules and backed up at once, without a row.
+* `apply(group, logits, values)`: priors from logits, backup of values (side to move at the leaf, [-1, 1]).
+* `done_games(group)`: games whose search used its budget (new simulations); the worker picks the
+  move (`choose_move`), `play`s it (tree reuse) and calls `start_search`.
 """
 from cpython.ref cimport PyObject
 from libc.stdlib cimport malloc, free, calloc
@@ -86,19 +68,13 @@ cdef class GameBatch:
               sensible_moves=True, pass_when_winning=False)
 
     ``batch_rows`` defaults to games per group x leaves_per_game.
-    ``sensible_moves`` restricts every node's children to legal moves that do
-    not fill the mover's own single-point eye, with PASS only once no such
-    move is left (Board.write_sensible_mask_ptr).  Without it an untrained
-    network passes early or fills its eyes, its self-play games end with
-    scores that carry no signal, and the first generations learn nothing
-    (measured: a generation-1 model trained on such games lost 20/20 to
-    uniform random moves).  Off gives the plain legal-move tree.
-    ``pass_when_winning`` (with ``sensible_moves``) adds PASS to those
-    children whenever the Tromp-Taylor score of the board as it stands wins
-    for the player to move (Board.write_candidate_mask_ptr's
-    CANDIDATES_PASS_WHEN_WINNING): the search may then end a won game by
-    answering a pass with a pass, and leave a seki alone.  Off (the default)
-    plays exactly as before.
+    ``sensible_moves`` restricts children to legal moves that do not fill the
+    mover's own single-point eye, PASS only once none is left
+    (Board.write_sensible_mask_ptr): without it an untrained network's games
+    end with scores that carry no signal (docs/measured.md).
+    ``pass_when_winning`` (with ``sensible_moves``) adds PASS whenever the
+    board's Tromp-Taylor score as it stands wins for the player to move
+    (CANDIDATES_PASS_WHEN_WINNING), so a won game may end pass for pass.
     """
 
     def __cinit__(self, int board_size, int num_games, *, double komi=DEFAULT_KOMI, int max_moves=0,

@@ -1,49 +1,22 @@
 # cython: language_level=3
 """One game's Monte Carlo tree search: the tree, PUCT, Gumbel root, noise.
 
-Terms (AlphaGo Zero paper notation)
------------------------------------
-* A *node* is a position; node ``i`` is reached by playing ``move[i]`` (a flat
-  action ``row * N + col`` or PASS = N*N, see format/schema.py) from its
-  parent.  The root is node 0 (`ROOT_INDEX`).
-* ``N[i]`` visits, ``W[i]`` total value, ``Q = W / N`` mean value, ``P[i]``
-  prior of ``move[i]`` at the parent, ``VL[i]`` visits in flight.
-* Perspective: **``W[i]`` is seen by the player who played ``move[i]``**, i.e.
-  the player to move at the parent.  So at any node the player to move picks
-  the child with the best ``Q + U`` directly, with no sign flips in the
-  selection loop.  Network values and rules values enter the tree seen by the
-  player to move at the *leaf* (`backup` negates once per level).  The value
-  of a node for its own player to move is therefore ``-W[i] / N[i]``.
+Node ``i`` is the position reached by playing ``move[i]`` (``row * N + col`` or PASS = N*N) from its
+parent; the root is node 0 (`ROOT_INDEX`).  ``N[i]`` visits, ``W[i]`` total value, ``Q = W / N``,
+``P[i]`` prior of ``move[i]`` at the parent, ``VL[i]`` visits in flight.  Perspective: **``W[i]`` is
+seen by the player who played ``move[i]``**, so the player to move picks the child with the best
+``Q + U`` with no sign flips; values enter seen by the player to move at the *leaf*, and `backup`
+negates once a level (a node's value for its own player to move is ``-W[i] / N[i]``).
 
-Layout
-------
-Struct of arrays, preallocated and grown by doubling (`reserve`); a node's
-children are one contiguous range, so the children's N, W and P are the
-parent's child arrays (Minigo) and PUCT is one pass over them.  Children are
-created for legal moves only, when a leaf is first reached (`expand`), which
-marks the leaf PENDING until its network evaluation arrives (`set_priors`).
-`promote` keeps the subtree of the move played (tree reuse) and compacts it
-to the front of freshly allocated arrays, so node ids stay dense.
-
-Phases (mctx's simulate / expand / backward), driven by `engine.driver`,
-which owns the boards:
-1. select: from the root, `select_child` (or `select_root_gumbel` at the root)
-   while the node is EXPANDED, playing each move on a scratch board;
-2. expand: the leaf gets its legal moves (`expand`, state PENDING) and its
-   features go into the batch; a game-over leaf gets the rules' value
-   (`set_terminal`) and is backed up at once;
-3. backup: when the batch returns, `set_priors` then `backup`.
-Virtual loss (`add_virtual_loss` at selection, removed by `backup`) counts
-each in-flight visit as a lost visit for the player choosing it, so further
-selections of the same game in the same batch spread to other leaves.
-
-Gumbel root (Danihelka et al., 2022, "Policy improvement by planning with
-Gumbel"; mctx `gumbel_muzero_policy`): the root draws g(a) ~ Gumbel, the
-simulations follow mctx's table of considered visits (sequential halving over
-the top-m actions by g + logits), the move played is the best surviving
-action by g + logits + sigma(q), and the policy target is
-softmax(logits + sigma(completed q)).  Interior nodes use PUCT (mctx uses a
-deterministic improved-policy rule there; PUCT is the cheaper choice here).
+Layout: struct of arrays grown by doubling (`reserve`); a node's children are one contiguous range
+(Minigo's child arrays), created for legal moves when a leaf is first reached (`expand`: PENDING
+until `set_priors`); `promote` keeps the played move's subtree (tree reuse), compacted.
+Phases, driven by `engine.driver`, which owns the boards: select (`select_child`,
+`select_root_gumbel` at the root) while EXPANDED; expand, or `set_terminal` a game-over leaf;
+`set_priors`, then `backup`.  Virtual loss counts an in-flight visit as a loss for its chooser.
+Gumbel root (Danihelka et al., 2022; mctx ``gumbel_muzero_policy``): sequential halving over the
+top-m actions by g + logits, the move the best survivor by g + logits + sigma(q), the policy target
+softmax(logits + sigma(completed q)); interior nodes use PUCT.
 """
 from libc.math cimport exp, log, sqrt, pow, cos, INFINITY
 from libc.stdlib cimport malloc, realloc, free

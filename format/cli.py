@@ -1,51 +1,20 @@
 """One way to turn a role's config dataclass into command-line flags.
 
-Every entry point (worker, shuffle, train, loop, cluster, GTP, match) keeps
-its settings in one frozen dataclass whose fields carry their own help text
-(:func:`setting`) and whose ``__post_init__`` validates them, raising
-ValueError with a message that names the flag.  This module builds the
-argparse flags from the fields and the config from the parsed flags, so that
-every role has the same conventions:
-
-* a field ``board_size`` is the flag ``--board-size`` (dashed), and that is
-  its one name: no role keeps an alias or an old spelling beside it;
-* a ``bool`` field is ``--x`` / ``--no-x``;
-* a field typed ``int | None`` (or float/str) takes a value or stays None;
-* ``--help`` shows each field's help and its default;
-* a field's valid values are declared on it (``choices``; bounds
-  ``at_least``, ``above``, ``at_most``, ``below``): :func:`setting_problems`
-  checks them for every role in one wording (``--reuse: must be in (0, 16],
-  got 17``) and ``--help`` shows the range.  ``__post_init__`` keeps only the
-  checks that span several fields or need code (a path, a pattern);
-* a bad value exits with status 2 and one line naming the flag (argparse's
-  usage error), never a traceback.
-
-Settings that several roles share (same name, same meaning: ``root``,
-``board_size``, ``komi``, ``max_moves``, ``events``, ``poll_seconds``) are
-declared through one constructor each (:func:`root_setting`,
-:func:`board_size_setting`...), which holds the one help text and the one
-validation; a role only says what differs (its default, a note).  The
-validation runs in the role's ``__post_init__`` through
-:func:`setting_problems`, so every role words a bad board size the same way.
-
-Beam's own pipeline options keep Beam's spelling (``--temp_location``); the
-shuffle job passes what it does not know on to Beam.  The storage layer's
-retry flags (``--storage-max-attempts``...) are added by
-:func:`add_storage_flags` for every role that reads or writes a bucket.
-
-Launchers (`operations.loop`, `operations.cluster`) hold each role's whole
-config as one field whose flags are the role's own, prefixed (``--worker-visits``):
-`operations.roles` declares such fields.  A field stands for a group of flags
-of its own when its metadata has a ``flag_group`` (an object with
-``add_flags(parser, field)``, ``value(field, namespace, parser)`` and
-``epilog(config_cls)``); this module asks it and knows nothing else of roles.
-
-A config may also hold a whole config of its own (:func:`nested_setting`:
-``TrainConfig.network`` is a ``NetworkConfig``) whose fields are the holder's
-flags under their own names (``--blocks``): the nested config declares each
-once and validates them, and the holder's flags, its launcher's composed
-flags (``--train-blocks``) and a child's command line all reach them
-(:func:`nested_flag_fields`, :func:`config_from_paths`, :func:`changed_argv`).
+Every entry point keeps its settings in one frozen dataclass whose fields carry their help text
+and valid values (`setting`: ``choices``, ``at_least``, ``above``, ``at_most``, ``below``); this
+module builds the argparse flags from the fields and the config from the parsed flags, so every
+role has the same conventions:
+* a field ``board_size`` is the flag ``--board-size``, its one name; a ``bool`` is ``--x`` /
+  ``--no-x``; ``int | None`` takes a value or stays None; ``--help`` shows help, default and range;
+* `setting_problems` checks declared values in one wording (``--reuse: must be in (0, 16], got
+  17``); ``__post_init__`` keeps only checks that span fields or need code; a bad value exits 2
+  with one line naming the flag, never a traceback.
+Shared settings (``root``, ``board_size``, ``komi``...) are declared once each (`root_setting`,
+`board_size_setting`...).  Beam's options keep Beam's spelling and pass through; `add_storage_flags`
+adds the storage retry flags.  A field whose metadata has a ``flag_group`` stands for a group of
+flags (a launcher's prefixed role flags, ``--worker-visits``, declared by `operations.roles`);
+a `nested_setting` holds a whole config whose fields are the holder's flags under their own names
+(``TrainConfig.network``: ``--blocks``; see `nested_flag_fields`, `changed_argv`).
 """
 from __future__ import annotations
 
@@ -215,10 +184,8 @@ def settings_error(problems: list[str], what: str = "invalid flags") -> str:
 
 
 NUMBER_LIMIT = 10 ** 9
-"""A numeric setting with no declared upper (lower) bound is at most (at least)
-plus (minus) this: no count, size or duration of any role comes near it, and a
-value past it (1e300, 2**63) would otherwise overflow or exhaust memory deep
-inside a role instead of getting one line here."""
+"""A numeric setting with no declared bound is within +-this: no real setting comes near it, and a
+value past it (1e300, 2**63) would overflow or exhaust memory deep inside a role instead of one line here."""
 
 
 def _magnitude_problem(value, info) -> str | None:

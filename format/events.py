@@ -1,24 +1,17 @@
 """Structured progress: one JSON event per line, beside each role's human status line.
 
-Every long-running role (``selfplay.worker``, ``pipeline.shuffle``,
-``model.train``, ``arena.match``, ``operations.loop``, ``operations.cluster``)
-takes ``--events PATH``.  It then appends one JSON object per line to PATH ('-' = stdout),
-flushed as it is written, so a reader (the loop, the cluster launcher, a
-person with ``tail -f | jq``) learns what the role is doing without parsing
-its human log lines, and a line survives the writer being SIGKILLed the
-moment after.  The schema is versioned; `REQUIRED` and `NOTES` here are the
-one copy of every event and its fields, from which `spec_table` writes
-format/SPEC.md's "Events" table (``python -m format.events``).
-
-Every event carries::
+Every long-running role takes ``--events PATH`` and appends one JSON object a line to PATH ('-' =
+stdout), flushed as written, so a reader (the loop, the cluster launcher, ``tail -f | jq``) learns
+what the role is doing without parsing log lines, and a line survives a SIGKILL right after.
+`REQUIRED` and `NOTES` are the one copy of every event and its fields, from which `spec_table`
+writes format/SPEC.md's "Events" table (``python -m format.events``).  Every event carries::
 
     {"schema": "zerolake.event", "version": 1, "time": <unix seconds>,
      "role": "worker" | "shuffle" | "train" | "match" | "loop" | "cluster",
      "pid": <int>, "event": <name>, ...fields}
 
-Readers call :func:`parse_event` on each line (None for a line that is not
-an event, EventError for an event of an unknown version) or
-:class:`EventTail` to follow a file as it grows.
+Readers call `parse_event` on each line (None for a non-event, EventError for an unknown
+version) or follow a growing file with `EventTail`.
 """
 from __future__ import annotations
 

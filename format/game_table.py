@@ -1,16 +1,11 @@
 """A window's game table: each game's ownership label and generation, once per game.
 
-Position records version 3 (format/SPEC.md "Window game table") keep neither
-per position: a position's ``game`` column indexes a row of this table, and
-only a position whose label is its own (a capped opening's merged mean)
-keeps an int8 row in its record.  The shuffle job writes the table beside
-its shards, before the manifest (which names it); every reader reads it
-through `decode_game_table` (bytes) or `read_window_table` (a window of a
-lake), which validate it and raise `FormatError` naming the file and the
-field.
-
-File: a GZIP TFRecord holding one ``tf.train.Example`` (the project's own
-codec: CRC-checked framing, the validated field reader); columns::
+Position records that use a table (``schema.TABLE_RECORD_VERSIONS``; format/SPEC.md "Window game
+table") keep neither per position: a position's ``game`` column indexes a row here, and only a
+position whose label is its own (a capped opening's merged mean) keeps an int8 row.  The shuffle
+job writes the table beside its shards, before the manifest that names it; readers use
+`decode_game_table` (bytes) or `read_window_table` (a lake's window), which raise `FormatError`
+naming the file and field.  File: a GZIP TFRecord of one ``tf.train.Example``, columns::
 
     version, board_size, count (G)
     generation      int64[G]
@@ -18,10 +13,8 @@ codec: CRC-checked framing, the validated field reader); columns::
     ownership       bytes      G rows of base-3 codes from Black's side (pack_trits); zeros for fine games
     ownership_fine  bytes      int8[F, NN] round(127 * o) of each fine game, in order
 
-In memory the table is `GameTable`: generation int64[G] and ownership int8
-[G, NN] (round(127 * o), Black's side, exact labels as -127/0/127), the
-form the encoder compares each position's label with and `model.tfdata`
-gathers from.
+In memory it is `GameTable`: generation int64[G] and ownership int8[G, NN] (round(127 * o),
+Black's side), which the encoder compares labels with and `model.tfdata` gathers from.
 """
 from __future__ import annotations
 

@@ -1,23 +1,13 @@
-"""Wire encoder of version-2, 3 and 4 position records: protobuf bytes written directly.
+"""Wire encoder of group position records (``schema.GROUP_RECORD_VERSIONS``): protobuf bytes written directly.
 
-`format.position_records.encode_position_groups` is the reference: one
-``tf.train.Example`` per group of 64 positions, built with the protobuf
-API.  Filling its int64 lists (``set_int64``: a numpy array to a Python
-list, then the repeated field's ``extend``) was two thirds of its time, so
-the shuffle job writes the same bytes here instead (`encode_groups`; a test
-asserts byte identity with the reference on every group version and both
-board sizes).
-
-The wire format of an Example: field 1 (Features) holds the map entries
-(field 1 each: {key: field 1, value: field 2, a Feature}); a Feature is
-``bytes_list`` (field 1, one value: field 1) or ``int64_list`` (field 3,
-its values as one packed varint run: field 1, absent when empty).  Every
-int64 column of the whole batch is varint-encoded at once with numpy
-(`varints`); a record then takes a contiguous slice of each column's bytes,
-so what is left per record is joining ~16 short byte strings.  The map
-entries go in the order protobuf's deterministic serializer emits them
-(upb's map-key order, which is not plain string order: "board_size" before
-"board"), read once from protobuf itself (`_key_order`).
+`format.position_records.encode_position_groups` is the reference (one ``tf.train.Example`` per
+group of positions, built with the protobuf API, whose list filling dominates its time); the
+shuffle job writes the same bytes here (`encode_groups`; a test asserts byte identity on every
+group version and both board sizes).  An Example on the wire: field 1 (Features) holds map entries
+({key: field 1, value: field 2, a Feature}); a Feature is ``bytes_list`` (field 1) or
+``int64_list`` (field 3, one packed varint run, absent when empty).  Every int64 column of a batch
+is varint-encoded at once with numpy (`varints`), each record takes slices of them, and entries go
+in protobuf's deterministic map-key order, read once from protobuf itself (`_key_order`).
 """
 from __future__ import annotations
 

@@ -1,75 +1,21 @@
 """Expiring leases in the lake: which process owns something, until when.
 
-Roles meet only through the storage root, so "only one process may do X at a
-time" is an object in it: the trainer's lease (``cluster/trainer-lease.json``,
-one trainer per root) and each window's claim
-(``cluster/claims/window-<gen>.json``, one shuffle follower per window).  Both
-are the mechanism of this module; the callers (model.lease, pipeline.follow)
-choose the path, the lifetime and the takeover rules, and word their messages.
+Roles meet only through the storage root, so "one process at a time" is an object in it: the
+trainer's lease (``cluster/trainer-lease.json``) and each window's claim
+(``cluster/claims/window-<gen>.json``).  The callers (model.lease, pipeline.follow) choose the path,
+the lifetime and the takeover rules (`Takeover`).  Terms: a *record* is the object's JSON
+(`LeaseRecord`: holder, host, pid, acquired, renewed, expires in the writer's unix seconds,
+released, details); the *holder* is one process start's id (``host:pid:random hex``); *held*:
+``expires`` in the future and not released; a *generation* is the object's storage generation, and
+every write is ``write_if_generation`` on the one its writer last saw (0 = create only), so of two
+racing processes exactly one wins.  Nothing is deleted: a finished holder writes *released*.  A
+record outside the bounds (`LeaseRecord.from_bytes`: finite, ordered times, a lifetime of at most
+`MAX_LEASE_SECONDS`, no clock from the future) is *damaged*, never an OverflowError.
 
-Terms
------
-* *record*: the object's JSON document (:class:`LeaseRecord`)::
-
-      {"holder": str, "host": str, "pid": int, "acquired": unix s,
-       "renewed": unix s, "expires": unix s, "released": bool,
-       "details": {str: str}}            # details: the caller's, optional
-
-* *holder*: the id of one process start (``host:pid:random hex`` by default),
-  so a restarted process never mistakes its predecessor's record for its own.
-* *held*: ``expires`` is in the future and ``released`` is false.
-* *generation*: the storage generation of the object (``read_versioned``).
-  Every write is ``write_if_generation`` on the generation its writer last
-  read or wrote (0 = create only): of two processes racing, exactly one wins.
-  Nothing is ever deleted (fake-gcs-server ignores preconditions on deletes);
-  a finished holder writes its record back *released*.
-
-Protocol (:class:`Lease`)
--------------------------
-acquire  read the record; take it (a conditional write on the generation
-         read) if it is absent, released, expired, or - by the caller's
-         rules - damaged, or held by a dead process on this very host.  A lost
-         race re-reads: either the winner now holds it (the caller is told
-         who) or it is takeable again.
-renew    rewrite the record with a later ``expires``, conditionally on the
-         generation last written.  A failed precondition is re-read: if the
-         record is still ours (our own earlier write landed although the
-         request reported an error, as a retried GCS request can) go on from
-         it; otherwise the lease is lost (:class:`LeaseLost`).
-check    a holder whose renewals kept failing must not act once ``expires``
-         has passed: another process may own the lease by then.
-release  write the record back with ``expires`` = now and ``released`` true,
-         conditionally; a release that finds the lease taken leaves it alone.
-
-Takeover rules (:class:`Takeover`), each the caller's choice:
-
-* ``damaged``: a record that does not parse is ``"refused"`` (an operator
-  must delete it: right for the trainer, where two holders would corrupt the
-  checkpoints) or ``"expired"`` (anyone may replace it: right for window
-  claims, where the window's manifest is the commit point and a stuck claim
-  would stop the pipeline);
-* ``dead_local_holder``: a held record whose holder ran on this host and
-  whose pid no longer exists may be taken at once, so a SIGKILLed process
-  restarted on the same machine need not wait out the expiry;
-* ``own_period``: a record counts as held only until its last renewal plus
-  the *reader's* own period too, whatever expiry its writer put in it (right
-  for window claims: a claim written with an hour's life by one follower
-  cannot stall the others for that hour; its holder, renewing every quarter
-  of its period, keeps it while its period is under four times the reader's).
-
-Times are the writer's wall clock (unix seconds): machines sharing a root
-must agree on the time to well under a lease's lifetime.  What a record may
-say is bounded, so that one bad writer cannot hold a lease for ever:
-
-* every time is finite, after 1970 and before `MAX_UNIX_SECONDS`;
-  ``acquired <= renewed <= expires``; ``pid`` is a positive int32;
-* a lifetime (``expires - renewed``) is at most `MAX_LEASE_SECONDS`, so a
-  record's life ends at most that long after its last renewal;
-* a record renewed further in the reader's future than its own lifetime
-  comes from a clock that is off by more than the protocol tolerates.
-
-A record outside these bounds is *damaged* (the takeover rules above decide
-what that means), never an OverflowError or an endless wait.
+`Lease`: ``try_acquire`` takes an absent, released, expired or takeable record; ``renew`` extends
+it or raises `LeaseLost`; ``check`` stops a holder whose renewals failed past ``expires``;
+``release`` writes it back released.  Machines sharing a root must agree on the time to well
+under a lease's lifetime.
 """
 from __future__ import annotations
 
@@ -133,7 +79,7 @@ class LeaseLost(LeaseError):
 
 @dataclasses.dataclass(frozen=True)
 class LeaseRecord:
-    """A lease object's contents (module docstring)."""
+    """A lease object's contents (the module docstring's terms)."""
 
     holder: str
     host: str
@@ -192,13 +138,19 @@ class LeaseRecord:
 
     def from_the_future(self, now: float) -> bool:
         """Renewed further ahead of ``now`` than its own lifetime: its writer's clock is off by
-        more than the protocol tolerates, and the record is damaged (module docstring)."""
+        more than the protocol tolerates, and the record is damaged."""
         return self.renewed - now > self.expires - self.renewed
 
 
 @dataclasses.dataclass(frozen=True)
 class Takeover:
-    """When a record another process wrote may be replaced (module docstring)."""
+    """When a record another process wrote may be replaced.
+
+    ``damaged``: a record that does not parse is refused (an operator must delete it: the trainer,
+    where two holders would corrupt checkpoints) or counts as expired (window claims, where the
+    manifest is the commit point).  ``dead_local_holder``: a held record whose pid on this host is
+    gone may be taken at once.  ``own_period``: a record counts as held only until its last renewal
+    plus the *reader's* own period, whatever expiry its writer gave it."""
 
     damaged: str = DAMAGED_REFUSED
     dead_local_holder: bool = False

@@ -1,22 +1,13 @@
 """Match results as the lake keeps them: the one owner of the loop's evaluation documents.
 
-``arena.match`` plays a match and reports it as its ``result`` event
-(SPEC.md, match events); the loop keeps what it needs of it in the lake:
+``arena.match`` reports a match as its ``result`` event; the loop keeps ``loop/eval-<G>.json`` (a
+`MatchRecord`: generation G against uniform random moves, totals only) and ``loop/final-<G>.json``
+(a `ClosingRecord`: the closing matches against random moves, generation 0's player and, when
+played, GNU Go level 1 with each game's result and SGF path, which arena.ladder folds in).
 
-* ``loop/eval-<G>.json``: one `MatchRecord`, generation G against uniform
-  random moves (totals only);
-* ``loop/final-<G>.json``: one `ClosingRecord`, the final generation's
-  closing matches: against random moves, against generation 0's player and,
-  when the run plays GNU Go, against GNU Go level 1 with each game's result
-  and the lake path of its SGF (``loop/final-<G>-gnugo-1/<index>.sgf``),
-  which the rating ladder folds into its fit (arena.ladder).
-
-Data flow: match event (a dict) --`MatchRecord.from_json_dict`--> the loop
---`to_bytes`--> the lake --`from_bytes`--> the loop's summary and the ladder.
-Every reader goes through `from_json_dict`, which refuses anything that is
-not such a record with a ValueError naming the document and the field; a
-field this reader does not know is ignored, so a newer writer's extra
-statistics do not break an older reader.
+Data flow: match event --`MatchRecord.from_json_dict`--> the loop --`to_bytes`--> the lake
+--`from_bytes`--> the loop's summary and the ladder.  `from_json_dict` refuses anything else with
+a ValueError naming the document and field, and ignores unknown fields (newer writers' extras).
 """
 from __future__ import annotations
 

@@ -1,80 +1,21 @@
-"""The network's input planes: their layout, stated once, and the reference builder.
+"""The network's input planes: their layout, stated once, and the reference builder `input_planes`.
 
-Every builder of network input follows this module, and
-tests/format/test_planes.py checks each one against `input_planes` bit for
-bit on the same positions of many legal games (9x9 and 19x19):
-
-* `engine.board.Board.features` (compiled, constants from
-  format/planes.pxd): float32 [N, N, C] for inference, C = 17 or 22; the search driver
-  (engine/driver.pyx) writes leaves into its batch with the same C routine,
-  and the shuffle job's model playouts (pipeline/labels.py) call it too.
-* `pipeline.positions.history_planes` (compiled in pipeline/_history.pyx,
-  constants from format/planes.pxd): channels 0-15 of every position of
-  whole games, bit-packed for position records.
-* `model.tfdata.GroupDecoder` (and, for version-1 records,
-  `model.tfdata_version1.PositionDecoder`): position records ->
-  float32 [B, N, N, C] under one of the 8 symmetries, for training
-  (version-1 records: 17 channels only).
-* `format.codec.decode_records`: each position's channels 0-15 as uint8
-  [16, N, N] (inspection, tests).
-* `engine.playouts.playout_values` (the value of
-  `inference.loading.PlayoutEvaluator`): reads the position at t back out of
-  the planes (the newest own and opponent stones and the colour plane).
-
-The layout, NHWC ``[N, N, INPUT_PLANES]``, all 0/1.  The first 17 channels
-are AlphaGo Zero's planes:
-
-* channel ``OWN_STONES + age`` (0-7): the stones of the side to move at
-  t - age, for age 0 .. HISTORY_LENGTH - 1;
-* channel ``OPPONENT_STONES + age`` (8-15): the opponent's stones at the same
-  times;
-* channel ``COLOUR_PLANE`` (16): all ones when ``COLOUR_PLANE_SIDE`` (Black)
-  is to move, all zeros otherwise.
-
-Then five planes of the position at t that a small network cannot work out
-in a few layers (KataGo's inputs; capturing races are where GNU Go beat the
-basic planes):
-
-* ``ON_BOARD`` (17): all ones, so that the edge differs from an empty point
-  under zero padding whoever is to move;
-* ``LIBERTIES_1``, ``LIBERTIES_2``, ``LIBERTIES_3_OR_MORE`` (18-20): the
-  stones, of either colour, whose chain has exactly 1, exactly 2, or 3 or
-  more liberties;
-* ``LEGAL`` (21): the empty points where the side to move may play under
-  the *basic* rules: not suicide, and not the immediate recapture of a
-  single-stone ko.  Positional superko's longer cycles are left out on
-  purpose: every builder works from the boards at t and t-1 alone, so all
-  of them agree, and the training reader, which sees no game line, can
-  build it too.
-
-The recapture that the ko rule forbids is found from those two boards: the
-last move put a single stone at ``m`` (opponent's at t, empty at t-1) and
-took exactly one stone of the side to move at ``k`` (own at t-1, empty at
-t), and the chain at ``m`` is that one stone with one liberty.  Playing
-``k`` would then take ``m`` and bring back the board at t-1.
-
-A model takes the first ``BASIC_INPUT_PLANES`` (17) or all
-``INPUT_PLANES`` (22) channels (``schema.INPUT_PLANE_CHOICES``; the model
-manifest's ``feature_set_planes`` says which, 17 when absent), and every
-builder takes the number of channels to write (17 unless told), so a
-17-plane model costs nothing for the planes it does not read.
-
-"Side to move" is the player to move at t, for every age: the history planes
-of a White-to-move position show White's stones in channels 0-7 even at t-1,
-when Black was to move.  A position t - age before the start of the game
-(age > move number) has all-zero planes.  Every move, passes included, is
-one step of history, so after a pass channel 0 and channel 1 show the same
-stones.
-
-A position record (format/SPEC.md) stores channels 0 .. PACKED_PLANES - 1,
-plane-major and bit-packed, and the side to move as a scalar from which the
-readers rebuild the colour plane; the five planes after it are functions of
-channels 0, 1, 8 and 9, and are rebuilt too.
-
-The numbers (HISTORY_LENGTH, INPUT_PLANES, PACKED_PLANES) are part of the
-on-disk contract and live in `format.schema`, re-exported here; compiled
-code takes the same numbers and channels from format/planes.pxd, and the
-cross-check test asserts that the two agree.
+NHWC ``[N, N, C]``, all 0/1; C = ``BASIC_INPUT_PLANES`` (17, AlphaGo Zero's) or ``INPUT_PLANES``
+(22), as a model manifest's ``feature_set_planes`` says (17 when absent):
+* ``OWN_STONES + age`` / ``OPPONENT_STONES + age``: the stones of the side to move at t / of its
+  opponent, at t - age for age < HISTORY_LENGTH.  "Side to move" is the player to move at t for
+  every age; every move, passes included, is one step; before the game: all zeros.
+* ``COLOUR_PLANE``: all ones when ``COLOUR_PLANE_SIDE`` (Black) is to move.
+* ``ON_BOARD``: all ones, so the edge differs from an empty point under zero padding.
+* ``LIBERTIES_1`` / ``+ 1`` / ``+ 2``: stones whose chain has 1, 2, or 3 or more liberties.
+* ``LEGAL``: empty points where the side to move may play under the *basic* rules (not suicide, not
+  a ko recapture, `ko_ban`): from the boards at t and t-1 alone, so the training reader can build it.
+A position record (format/SPEC.md) stores channels below PACKED_PLANES bit-packed and the side to
+move as a scalar; readers rebuild the rest.  The numbers live in `format.schema` (and
+format/planes.pxd for compiled code).  Every builder (`engine.board.Board.features`, the search
+driver's leaves, `pipeline.positions.history_planes`, `model.tfdata.GroupDecoder`,
+`format.codec.decode_records`, `engine.playouts.playout_values`) is checked against `input_planes`
+bit for bit by tests/format/test_planes.py.
 """
 from __future__ import annotations
 
@@ -176,8 +117,11 @@ def chain_liberties(board: np.ndarray) -> np.ndarray:
 
 def ko_ban(board: np.ndarray, previous: np.ndarray | None, to_play: int,
            liberties: np.ndarray | None = None) -> tuple[int, int] | None:
-    """The point where ``to_play`` may not retake a ko at once, or None (module docstring's rule).
+    """The point where ``to_play`` may not retake a ko at once, or None.
 
+    The last move put a single stone at ``m`` (opponent's at t, empty at t-1) and took exactly one
+    stone of ``to_play`` at ``k`` (own at t-1, empty at t), and the chain at ``m`` is that one stone
+    with one liberty: playing ``k`` would bring back the board at t-1.
     ``liberties``: `chain_liberties` of ``board`` when the caller has it."""
     if previous is None:
         return None

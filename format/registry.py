@@ -1,38 +1,19 @@
 """Model registry: published inference models in the lake, how to publish one and find the latest.
 
-What a published model is in the lake (its files, ``MANIFEST.json``, LATEST)
-is format/SPEC.md's "Model manifest"; `layout.ModelManifest` is the one
-owner of the manifest's schema.  This module keeps its rules: a generation
-*exists* once its manifest does; files without a manifest are leftovers of
-an interrupted publish and are replaced by the next attempt.  Because the
-manifest and the files are create-only, two trainers can never both publish
-one generation, a generation is never republished, and a published
-generation's files are never overwritten (a trainer that lost its lease
-stops with AlreadyPublished).  A reader reads each file only up to the size
-its manifest gives (and at most MAX_MODEL_FILE_BYTES), so a file replaced by
-a huge one cannot fill memory.
+A published model's files, ``MANIFEST.json`` and LATEST are format/SPEC.md's "Model manifest";
+`layout.ModelManifest` owns the manifest's schema and every path comes from `format.layout`.
+Rules kept here: a generation *exists* once its manifest does (files without one are an
+interrupted publish's leftovers, replaced by the next attempt); files and manifest are
+create-only, so a generation is published once and never overwritten (`AlreadyPublished`); a
+reader reads a file only up to its manifest's size (and `MAX_MODEL_FILE_BYTES`).  LATEST only
+moves forward, by compare-and-swap (``read_versioned`` + ``write_if_generation``), so racing
+publishers can never move it back.
 
-LATEST only moves forward, and never by a blind overwrite: publish_model
-reads it with its storage generation (``read_versioned``) and replaces it
-with ``write_if_generation`` on exactly that generation.  If another writer
-moved it in between, the write fails with PreconditionFailed and the loop
-reads again; if LATEST already names our generation or a newer one, it is
-left alone.  So two publishers racing (a trainer and the one that took over
-its lease, say) can never move LATEST backwards.  Every lake path here comes
-from :mod:`format.layout`.
-
-Readers (self-play workers) poll :func:`latest_generation`, then
-`inference.model_files.load_model`, which copies the files into a local
-cache, checks every sha256 against the manifest, and refuses any mismatch
-with :class:`ModelIntegrityError` naming the file.  The SavedModel's
-``serving_default`` signature takes ``planes`` float32 [B, N, N, C] (C, 17
-or 22, the manifest's ``metadata.feature_set_planes``, 17 when absent) and
-returns ``policy_logits`` [B, N*N+1], ``value`` [B], ``ownership`` [B, N*N]
-and ``score`` [B], all from the side to move (``model.export`` writes it),
-N being the manifest's ``board_size``: a signature that declares other shapes
-is refused the same way, naming the manifest.
-
-Nothing here imports TensorFlow, so polling LATEST stays cheap.
+Readers poll `latest_generation`, then `inference.model_files.load_model`, which checks every
+sha256 (`ModelIntegrityError`).  The SavedModel's ``serving_default`` takes ``planes`` float32
+[B, N, N, C] (C: the manifest's ``metadata.feature_set_planes``, 17 when absent) and returns
+``policy_logits`` [B, N*N+1], ``value`` [B], ``ownership`` [B, N*N] and ``score`` [B], from the
+side to move; other declared shapes are refused.  Nothing here imports TensorFlow.
 """
 from __future__ import annotations
 
@@ -50,11 +31,8 @@ LATEST_ATTEMPTS = 8
 failed one means another writer moved LATEST between our read and write)."""
 OUTPUTS = ("policy_logits", "value", "ownership", "score")
 MAX_MODEL_FILE_BYTES = 2 << 30
-"""The largest file a published model may hold.  A model file is read whole
-into memory, so the reader needs a bound even when the manifest itself lies;
-a 20-block, 256-filter network's variables are about 100 MB, so 2 GiB is past
-any network the trainer builds while still fitting a worker's memory.
-publish_model refuses to write a larger one."""
+"""The largest file a published model may hold (publish_model refuses more): files are read whole into
+memory, so readers need a bound even when the manifest lies; far past any network the trainer builds."""
 
 
 class RegistryError(RuntimeError):

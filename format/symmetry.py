@@ -1,42 +1,19 @@
 """The 8 dihedral symmetries of the Go board, for planes and policy vectors.
 
-Pure numpy, no engine import: the trainer's input pipeline (model.tfdata)
-builds its augmentation tables from it, and the tests and test data check
-and make symmetric copies with it.
+Pure numpy, no engine import: the trainer's input pipeline (model.tfdata), the tests and the test
+data use it.  Conventions (format/schema.py): a point is ``p = row * N + col`` with row 0 the top
+edge; actions are ``0 .. N*N`` with ``PASS = N*N``.
 
-Conventions (format/schema.py): a point is ``p = row * N + col`` with row 0
-the top edge; actions are ``0 .. N*N`` with ``PASS = N*N``.
+Symmetry ``k`` (0..7) acts on ``a[row, col]`` in this order: if ``k & 4`` transpose; if ``k & 1``
+flip rows (``r -> N-1-r``); if ``k & 2`` flip columns.  ``k = 0`` is the identity, 1-3 the two
+mirrors and the 180-degree rotation (self-inverse), 5 and 6 the 90-degree rotations (each other's
+inverse), 4 and 7 the diagonal mirrors.
 
-Symmetry ``k`` (0..7) acts on a board array ``a[row, col]`` as three steps in
-this order:
-
-1. if ``k & 4``: transpose (``a[r, c] -> a[c, r]``);
-2. if ``k & 1``: flip vertically (row ``r`` -> ``N-1-r``);
-3. if ``k & 2``: flip horizontally (col ``c`` -> ``N-1-c``).
-
-``k = 0`` is the identity; ``k = 1, 2, 3`` are the two mirrors and the
-180-degree rotation (each its own inverse); ``k = 5, 6`` are the two
-90-degree rotations (each other's inverse) and ``k = 4, 7`` the two diagonal
-mirrors.
-
-Tables and their semantics
---------------------------
-``perm = symmetry_permutations(N)``, int32 ``[8, N*N + 1]``:
-    ``perm[k][p]`` is *where point p goes* under symmetry k, i.e. for any
-    array of planes ``x``: ``apply_symmetry_to_planes(x, k).reshape(..., -1)
-    [..., perm[k][p]] == x.reshape(..., -1)[..., p]``.  ``perm[k][PASS] ==
-    PASS``.
-``INVERSE[k]``:
-    the symmetry that undoes k: ``perm[INVERSE[k]][perm[k][p]] == p``.
-``inverse_permutations(N)[k]``:
-    ``perm[INVERSE[k]]``, so ``inv[k][perm[k][p]] == p``.
-
-Round trips (tested in tests/engine/test_board_properties.py):
-``apply_symmetry_to_planes(apply_symmetry_to_planes(x, k), INVERSE[k]) == x``,
-the same for ``apply_symmetry_nhwc`` and ``apply_symmetry_to_policy``, and a
-one-hot plane at ``p`` maps to a one-hot plane at ``perm[k][p]``.  A policy
-vector over actions transforms with the same table:
-``apply_symmetry_to_policy(pi, k)[perm[k][a]] == pi[a]``.
+Tables: ``perm = symmetry_permutations(N)``, int32 ``[8, N*N + 1]``: ``perm[k][p]`` is *where
+point p goes* under k (``perm[k][PASS] == PASS``), for planes and for policies alike
+(``apply_symmetry_to_policy(pi, k)[perm[k][a]] == pi[a]``).  ``INVERSE[k]`` undoes k, and
+``inverse_permutations(N)[k] == perm[INVERSE[k]]``.  The round trips are tested in
+tests/engine/test_board_properties.py.
 """
 import functools
 

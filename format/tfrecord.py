@@ -32,29 +32,23 @@ _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
 
 ZSTD_LEVEL = 10
-"""zstd level for chunks: within 2% of level 19's size here at ~10x the speed."""
+"""zstd level for chunks: close to level 19's size at a fraction of its time (docs/measured.md)."""
 
 GZIP_LEVELS = range(0, 4)
 """Compression levels of ISA-L's gzip writer (0 fastest .. 3 smallest)."""
 
 SHARD_GZIP_LEVEL = 2
-"""Default level of training shards.  On 9x9 position records here: zlib
-level 1 took 6.9 us a record for 33.2% of the size, zlib level 6 20.8 us for
-29.2%, ISA-L level 2 1.5 us for 31.9%."""
+"""Default level of training shards: near zlib's sizes at several times its speed (docs/measured.md)."""
 
 MAX_RECORD_BYTES = 64 << 20
 """No record in the lake is this large; a bigger length field is corruption."""
 
 
 MAX_EXPANSION = 64
-"""No file zerolake writes expands more than this many times when decompressed.
-The records are compact already (varints, bit-packed planes, sparse policies),
-so compression gains little.  Measured on worker chunks: 5-8x on 9x9, 15-17x on
-19x19 (the most: generation 0 at 1-2 visits, whose policies hold one or two
-moves); shards 1.8-2.3x; game tables 1.8-2.4x.  A file that expands further is
-a decompression bomb (65 KB of zstd holds 2 GB of zeros) and is refused before
-it costs more memory than the bound.  A refused file is only skipped, never
-deleted, so a bound found too tight later costs no data."""
+"""No file zerolake writes expands more than this many times when decompressed (its records are
+compact already; the measured ratios are in docs/measured.md).  A file that expands further is a
+decompression bomb and is refused before it costs more memory; it is skipped, never deleted, so a
+bound found too tight later costs no data."""
 
 MIN_DECOMPRESSED_LIMIT = 64 << 20
 """Every file may expand to at least this much, whatever its size: small files

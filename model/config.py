@@ -1,24 +1,14 @@
 """TrainConfig: every setting of ``python -m model.train``, validated once;
 NetworkConfig: the network's shape, which TrainConfig holds as ``network``.
 
-The dataclass is the single source of defaults; format.cli turns each field
-into a ``--flag`` (underscores become dashes) with its help text, and the
-dataclass validates.  Nothing here imports TensorFlow, so a bad
-flag fails in well under a second.
-
-Steps and batches: ``batch_size`` is per replica; the *global* batch is
-``batch_size x replicas``.  A window is trained for ``steps_per_window``
-steps, or, when that is 0, ``ceil(positions x epochs_per_window / global
-batch)``.  The learning-rate schedule runs on the global step, which keeps
-counting across windows (see ``model.sgd.LearningRateSchedule``).
-
-The network's shape is declared once, in NetworkConfig (model.network builds
-a network from one; every published model's metadata records it as
-``network``).  TrainConfig holds one as ``network`` and its fields are the
-trainer's flags under their own names (``--blocks``, ``--filters``...:
-format.cli's ``nested_setting``); a launcher's are ``--train-blocks``...
-TrainConfig's board size may be 0 (ROOT/run.json's, read later), so the held
-shape has board size 0 and the trainer builds ``network_for(board size)``.
+The dataclasses are the single source of defaults; format.cli turns each field into a ``--flag``
+with its help text.  Nothing here imports TensorFlow, so a bad flag fails fast.  ``batch_size`` is
+per replica (global batch = ``batch_size x replicas``); a window is trained ``steps_per_window``
+steps, or when 0 ``ceil(positions x epochs_per_window / global batch)``; the learning-rate
+schedule runs on the global step, which counts across windows (``model.sgd``).  NetworkConfig's
+fields are the trainer's flags under their own names (``--blocks``; a launcher's
+``--train-blocks``), and every published model records it as ``network``.  Its board size may be
+0 (run.json's, read later): the trainer builds ``network_for(board size)``.
 """
 from __future__ import annotations
 

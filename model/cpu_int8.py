@@ -1,45 +1,21 @@
 """An int8 copy of the inference model for CPU workers (OpenVINO), made when a model is published.
 
-Why: on a CPU-only worker the network is nearly all of self-play's cost
-(the search takes ~1% of the CPU), and TensorFlow's float32 convolutions run
-at about the speed of one plain convolution.  OpenVINO's int8 kernels (AVX2,
-no VNNI needed) evaluate the same 6x96 19x19 network about 2.5x as many
-times per CPU second, so a CPU worker plays about 2.5x the games.  TensorFlow
-stays the reference: the SavedModel is always published, GPU and TPU workers
-use it, and a CPU worker falls back to it when this copy is missing.
+On a CPU-only worker the network is nearly all of self-play's cost, and OpenVINO's int8 kernels run
+it several times as fast as TensorFlow's float32 (docs/measured.md).  TensorFlow stays the reference:
+the SavedModel is always published, and GPU/TPU workers use it.  Once a generation
+(``model.cycle`` and ``testdata.models`` call `add_cpu_int8`)::
 
-Data flow, once per published generation (``model.cycle`` and
-``testdata.models`` call `add_cpu_int8`)::
-
-    SavedModel dir --ov.convert_model--> float32 OpenVINO model
-        (inference.openvino_evaluator.float_openvino_model: outputs pruned to policy_logits
-        and value, all the search reads; the ownership and score heads are dropped)
+    SavedModel dir --ov.convert_model--> float32 OpenVINO model (policy_logits and value only)
         --nncf.quantize on calibration planes (the window's own positions)--> int8 model
         --accuracy check against the SavedModel on held-out planes-->
     SavedModel dir/<layout.CPU_INT8_XML, .bin>  (published with the model's other files)
 
-The accuracy check is the gate: the copy is written only when, on held-out
-positions, the int8 policy is within `MAX_POLICY_KL` (mean KL divergence from
-the float32 policy), the two networks agree on the top move at least
-`MIN_TOP1_AGREEMENT` of the time (not higher: an untrained network's
-near-tied moves swap places under any rounding, which the KL shows to be
-harmless), and their values differ by at most `MAX_VALUE_MAE` on average.  Otherwise nothing is written and CPU workers run
-the float32 network through OpenVINO (`inference.openvino_evaluator`).  Either way the measured figures go into the model manifest's
-metadata (``cpu_int8``), so a person can see what each generation got.
-
-Quantization choices: the PERFORMANCE preset (symmetric activations), NNCF's
-full bias correction, and the dense layers plus the convolutions with at most
-`KEEP_FLOAT_MAX_CHANNELS` output channels (the heads' 1x1 projections) left in
-float32: they are a tiny share of the arithmetic and most of the int8 error on
-the value.  Full, not fast, bias correction: on the baseline two-hour run's
-trained 4x32 9x9 generations, whose copies the gate refused with the fast one
-(generation 15: value error 0.039, 16: 0.037 on their own windows' positions),
-it gives 0.006 and 0.009 with top-1 agreement 0.94-0.95, in 1.2-1.4 s of
-quantization on 2 cores (untrained networks, where the fast one was
-chosen, passed either way).
-
-OpenVINO and NNCF are imported only here and only when called; without them
-(`available()` is False) a model is published without the copy.
+The check is the gate: on held-out positions, mean policy KL within `MAX_POLICY_KL`, top-move
+agreement at least `MIN_TOP1_AGREEMENT` (an untrained network's near-tied moves swap under any
+rounding) and mean value error at most `MAX_VALUE_MAE`; else CPU workers run float32 OpenVINO.
+The figures go into the manifest's ``cpu_int8`` metadata either way.  Quantization: PERFORMANCE
+preset, full bias correction, dense layers and convolutions of at most `KEEP_FLOAT_MAX_CHANNELS`
+outputs (little arithmetic, most of the value's error) kept float32.  No OpenVINO: no copy.
 """
 from __future__ import annotations
 
@@ -54,12 +30,9 @@ from inference.openvino_evaluator import (OpenVinoEvaluator, compile_for_cpu, fl
                                           import_openvino)
 
 CALIBRATION_POSITIONS = 256
-"""Positions NNCF collects activation ranges on (512 took 1.5x as long for the same agreement:
-6x96 19x19, top-1 0.981 vs 0.971, value error 0.0030 vs 0.0032)."""
+"""Positions NNCF collects activation ranges on (more cost time, not agreement: docs/measured.md)."""
 CALIBRATION_BATCH = 32
-"""Positions per NNCF calibration step.  Measured against one position a step: 6x96 19x19 2.3 s
-instead of 3.3 s, top-1 agreement 0.977 vs 0.969; 1x16 9x9 0.6 s instead of 0.9 s, value error
-0.003 vs 0.010."""
+"""Positions per NNCF calibration step (faster and more accurate than one a step: docs/measured.md)."""
 CHECK_POSITIONS = 256
 """Held-out positions the accuracy gate compares the two networks on."""
 MIN_TOP1_AGREEMENT = 0.80

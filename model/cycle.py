@@ -1,75 +1,20 @@
 """One training cycle: pick a window, train it in resumable slices, publish it.
 
-Per window::
+    choose   model.windows.plan_next: the checkpoint's unfinished window if still newer than
+             LATEST, else the newest complete one (older candidates skipped and reported)
+    train    slices of steps_per_call steps; progress every log_every steps, a checkpoint every
+             checkpoint_every steps and at the window's end; the lease and SIGTERM are checked
+             between slices (the step-call boundary)
+    publish  renew the lease, check LATEST is still older, export a float32 SavedModel,
+             format.registry.publish_model (create-only files, LATEST moved by compare-and-swap)
 
-    choose   model.windows.plan_next: the checkpoint's unfinished, unpublished
-             window if it is still newer than LATEST, else the newest complete
-             window newer than LATEST; every older candidate is skipped
-             (``window_skipped`` event + a log line, once each) and listed in
-             the published model's ``skipped_windows`` metadata
-    train    slices of steps_per_call steps; a progress line, a ``progress``
-             event and TensorBoard points every log_every window steps; a
-             checkpoint every checkpoint_every window steps and at the end of
-             the window.  Between slices (the step-call boundary) the run
-             checks the trainer lease and SIGTERM
-    publish  renew the lease, check LATEST is still older, export a float32
-             SavedModel, then format.registry.publish_model (files create-only,
-             the lease renewed again, the manifest create-only, LATEST moved
-             forward by compare-and-swap)
-
-Follow mode (``--follow``) repeats choose/train/publish forever, polling
-every ``--poll-seconds`` when there is nothing new.  A window that appears
-while another is being trained does not interrupt it: the current window is
-finished and published (so every published generation is a whole window),
-then the run jumps to the newest window, skipping the ones in between.  A
-stale window (older than LATEST) is never started.
-
-Stopping: SIGTERM ends the run at the next step-call boundary (or at once
-while it waits for a window) after saving a checkpoint of the steps done
-since the last one; exit 0.  A lost trainer lease (model.lease) stops it at
-the next boundary without saving or publishing (model.train exits 3).  Every
-checkpoint and every publish is preceded by a synchronous lease renewal, so
-no shared state is written by a trainer that no longer owns the root.
-
-Divergence: every step call's loss sums, and before every checkpoint and
-publish the weights, optimizer slots and average, must be finite.  The first
-that is not raises Diverged (model.train exits 4 with a ``diverged`` event and
-one line naming the step, window and learning rate): nothing since the last
-checkpoint is saved or published, in follow mode too, since carrying on with
-the same settings would only diverge again; a rerun with a lower
---learning-rate resumes from the last (finite) checkpoint.
-
-Damaged files: a read error of tf.data (or of the game table, read when the
-dataset is built) is traced to the first file the repository's own readers
-refuse, and the window is skipped with a ``window_skipped`` event naming it.
-The checkpoint is then saved with no window in progress, so that no later
-process resumes the damaged window before a newer one.  Follow mode goes on
-to the next window; one-shot mode stops with the one line (LakeError, as for
-a bad manifest).  A read error that no file explains is raised as it was.
-
-Windows the trainer has finished (generation <= LATEST) are deleted by the
-shuffle job's retention (pipeline.retention, ``--keep-windows``); a window
-newer than LATEST, the only kind a checkpoint can resume, is never deleted,
-so the window a checkpoint is reading from is still there when the run
-resumes.  (Stage mode removes only its own *local copies* of other windows.)
-
-Resume: the checkpoint holds the window generation and how many of its
-steps are done.  Rerunning the same command restores it, rebuilds the same
-data stream and skips the batches already trained (model.tfdata), so the
-run continues from the last checkpoint.  A window whose model is already
-published is never trained or published again.
-
-I/O modes (printed at start):
-
-* direct: TensorFlow reads the shards from ROOT/windows and writes
-  ROOT/checkpoints and ROOT/logs itself (local roots, and gs:// on real GCS);
-* stage (``--stage-dir``, see model.staging): shards are copied to the stage
-  directory through the storage layer and read there; checkpoints are
-  written there and each is uploaded to ROOT/checkpoints before its
-  progress line is printed; summaries stay local.  On start the newer of the
-  stage directory's and ROOT's checkpoints is used, so resuming works on a
-  fresh disk too.  A gs:// root is staged by default while
-  $STORAGE_EMULATOR_HOST is set, because TensorFlow cannot reach an emulator.
+``--follow`` repeats this forever; a window that appears mid-training waits until the current one
+is published.  SIGTERM saves a checkpoint at the next boundary and exits 0; a lost lease
+(model.lease) stops without saving or publishing; every checkpoint and publish follows a lease
+renewal.  Non-finite losses or weights raise `Diverged`.  A read error traced to a damaged file
+skips the window, naming the file.  Resume: the checkpoint holds the window and its steps done, and
+the same command skips the batches already trained.  I/O is *direct* (TensorFlow reads ROOT) or
+*stage* (``--stage-dir``, model.staging: every byte through the storage layer).
 """
 from __future__ import annotations
 

@@ -1,45 +1,21 @@
 """The policy/value network: a residual tower with four heads.
 
-Input is format/planes.py's NHWC planes ``[B, N, N, C]`` (float, 0/1), C =
-``input_planes``: 17 (AlphaGo Zero's) or 22 (with liberties).  Outputs,
-all float32 and from the side to move (``A = N*N + 1`` actions, pass last):
+Input: format/planes.py's planes ``[B, N, N, C]``, C = ``input_planes``.  Outputs, float32, from
+the side to move (``A = N*N + 1`` actions, pass last):
 
-=====================  ==========  ==========================================
-output                 shape       meaning
 =====================  ==========  ==========================================
 ``policy_logits``      [B, A]      move logits (softmax gives the policy)
 ``value``              [B]         expected outcome in [-1, 1]
-``value_logits``       [B, 3]      win/draw/loss logits (``value_head="wdl"``
-                                   only; then ``value = P(win) - P(loss)``)
-``ownership_logits``   [B, N*N]    ``tanh(ownership_logits)`` is ownership
-``ownership``          [B, N*N]    final ownership in [-1, 1]
+``value_logits``       [B, 3]      ``value_head="wdl"`` only: value = P(win) - P(loss)
+``ownership_logits``   [B, N*N]    ``ownership = tanh(ownership_logits)``, in [-1, 1]
 ``score``              [B]         final area score (points, komi included)
 =====================  ==========  ==========================================
 
-Policy head (``policy_head``): ``conv`` (the default) scores each point with
-one 1x1 convolution over a small hidden layer and the pass move from the
-board's mean features; ``dense`` is AlphaGo Zero's 2-channel projection into
-a dense layer, kept so that runs started with it resume (see
-`_conv_policy_head` for why conv).
-
-Tower: a 3x3 stem convolution, then ``blocks`` residual blocks of two 3x3
-convolutions with batch norm (AlphaGo Zero).  With ``global_pool_every = k``
-every k-th block is a KataGo global-pooling block: the mean and max of a
-few channels of its first convolution are turned, by a dense layer, into a
-per-channel bias for the rest, so that whole-board facts (ko, a big group's
-life, the score) can reach every point in one block.
-
-Batch norm can be *synchronized* across replicas so that training on 1 or 8
-replicas computes the same statistics (the Mirrored-vs-default test relies
-on it); the cost is one small all-reduce per batch-norm layer.
-
-Mixed precision: ``dtype_policy="mixed_bfloat16"`` computes in bfloat16 with
-float32 variables; heads always return float32.  An exported model is
-rebuilt with ``"float32"`` and the same weights (see ``model.export``), so
-self-play workers on CPU never run bfloat16.
-
-The shape is model.config's NetworkConfig (TensorFlow-free, so that the
-trainer's flags are checked without importing TensorFlow).
+Tower: a 3x3 stem, then ``blocks`` residual blocks of two 3x3 convolutions with batch norm
+(AlphaGo Zero; optionally synchronized across replicas); every ``global_pool_every``-th block is a
+KataGo global-pooling block.  Policy head: ``conv`` (default, `_conv_policy_head`) or AlphaGo
+Zero's ``dense``, kept so that runs started with it resume.  ``dtype_policy="mixed_bfloat16"``
+computes in bfloat16; exported models are float32 (``model.export``).  Shape: model.config's NetworkConfig.
 """
 from __future__ import annotations
 
@@ -112,9 +88,8 @@ def _conv_policy_head(x, config, dtype):
     Every point's logit comes from the same weights applied to that point's
     features (as in Leela Zero's and KataGo's heads), so a rule learnt at one
     point, such as "an occupied point is never played", holds at all of them.
-    The dense head of AlphaGo Zero must learn it point by point: measured on
-    the demo's first window, 300 steps took the conv head's policy mass on
-    occupied points from 0.5 to 0.015 and left the dense head's at 0.5.
+    The dense head of AlphaGo Zero must learn it point by point, which at
+    this scale it did not (docs/results.md, the demo's defaults).
     """
     n = config.board_size
     y = _head_trunk(x, config, dtype, config.policy_channels, "policy")

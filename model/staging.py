@@ -1,66 +1,21 @@
 """Stage mode (``--stage-dir DIR``): TensorFlow reads and writes only local files.
 
-Why: TensorFlow's own gs:// filesystem has hard-coded endpoints, so it cannot
-be pointed at a GCS emulator (docs/measured.md); and on a cluster
-with local SSDs, reading a window from local disk and checkpointing locally
-is faster than doing either against the bucket.  In stage mode every byte
-that crosses between the lake and the machine goes through
-:class:`cloud.base.Storage`, and TensorFlow sees only ``DIR``.
+TensorFlow's own gs:// cannot reach a GCS emulator (docs/measured.md), and local SSDs are faster
+than the bucket; so in stage mode every byte between the lake (``ROOT``) and the machine goes
+through `cloud.base.Storage`, and TensorFlow sees only ``DIR``.  A *checkpoint* is the files
+``ckpt-N.*`` (``N`` its step); the *state file* ``checkpoint`` names the latest and kept ones.
 
-Terms
------
-* ``ROOT``: the lake root (``--root``); ``DIR``: the stage directory.
-* *checkpoint*: the files ``ckpt-N.index`` and ``ckpt-N.data-XXXXX-of-YYYYY``
-  that ``tf.train.CheckpointManager`` writes; ``ckpt-N`` is its *prefix* and
-  ``N`` (the global step, see model.cycle) its *step*.
-* *state file*: ``checkpoint``, the manager's small text file naming the
-  latest prefix and the prefixes it keeps.  A checkpoint directory "points
-  at" what its state file names.
+``DIR`` holds ``STAGE_ROOT`` (the one root it stages), ``windows/<gen>/`` (copies of the window
+being trained only), ``checkpoints/`` and ``logs/``.  Data flow::
 
-Layout of ``DIR``::
+    start   pull ROOT/checkpoints if its step is higher (or DIR has none), else push DIR's
+    window  ROOT/windows/<gen>/shards --> DIR/windows/<gen>/   (same name and size: already there)
+    save    push every kept checkpoint's files create-only, then the state file LAST (so ROOT
+            never names a checkpoint whose files are missing), then delete dropped ones
+    logs    DIR/logs --> ROOT/logs, changed files whole, at most every ``at_most_every`` s
 
-    DIR/STAGE_ROOT                 the root URL this directory stages (one root per DIR)
-    DIR/windows/<gen>/<shard>      local copies of the window being trained (other copies removed)
-    DIR/checkpoints/               CheckpointManager's directory
-    DIR/logs/                      TensorBoard summaries (unless --log-dir), copied to ROOT/logs
-
-Data flow::
-
-    start   ROOT/checkpoints --pull--> DIR/checkpoints  if ROOT's step is higher, or DIR has none
-            DIR/checkpoints  --push--> ROOT/checkpoints if DIR's step is higher
-            (the higher step wins; on a tie DIR is kept and nothing moves)
-    window  ROOT/windows/<gen>/shards --> DIR/windows/<gen>/  (same name and size = already there)
-    save    CheckpointManager writes DIR/checkpoints; then push:
-              1. every kept checkpoint's files, create-only (write_new; an identical
-                 object already there counts as done)
-              2. the state file, replaced (write_replace) LAST, so ROOT never points
-                 at a checkpoint whose files are not all there
-              3. files of checkpoints the manager dropped, deleted from ROOT (best effort)
-
-    logs    DIR/logs/<file> --> ROOT/logs/<file>  (push_logs: a file whose size
-            changed since its last upload is uploaded whole, write_replace; at most
-            every ``at_most_every`` seconds, and at every checkpoint)
-
-Summaries: TensorFlow appends to its event files in DIR/logs, and a deployed
-trainer's DIR is on the VM's disk, which ``down`` deletes with the VM; so the
-files go up to ROOT/logs, where ``tensorboard --logdir ROOT/logs`` reads them
-during the run and after it (TensorFlow's own gs:// cannot reach an emulator,
-so this goes through the storage layer, as checkpoints do).  An upload that
-fails is logged and tried again at the next push: training never waits on it.
-
-A pull downloads only the latest checkpoint into ``DIR/checkpoints.incoming``
-and swaps it in whole, so a pull killed half-way leaves ``DIR`` without a
-checkpoint (the next start pulls again), never with a mixed one.  A
-checkpoint file that exists in ROOT with other bytes is replaced only when
-ROOT's state file does not name its checkpoint: it is then the leftover of
-an upload that was killed before its state file went up.  One trainer per
-root is assumed, as everywhere in the lake (model.lease enforces it).
-
-Invariant: staging never deletes anything under ROOT/windows.  It removes
-only its own local copies in ``DIR/windows/`` of windows other than the one
-being staged; the remote window a checkpoint is reading from stays, so a
-resumed run (on this disk or a fresh one) can always stage it again.  Lake
-paths come from format.layout.
+A pull lands in ``DIR/checkpoints.incoming`` and is swapped in whole.  Failed log uploads are
+retried at the next push; training never waits on them.  Nothing under ROOT/windows is deleted.
 """
 from __future__ import annotations
 

@@ -1,26 +1,13 @@
 """``python -m model.train --root ROOT``: train on the newest window and publish.
 
-Wiring only: flags -> TrainConfig (model.config) -> checks that need no
-TensorFlow (run.json's board size, a complete window to train) -> the
-trainer lease (model.lease) -> strategy -> model.cycle.TrainingRun.
-
-Exit status:
-
-* 0: done (one-shot), or stopped by SIGTERM (after saving a checkpoint);
-* 2: refused, with one clear line on stderr (bad flag, nothing to train, a
-  bad window manifest in one-shot mode, a broken models/LATEST, another
-  trainer holding the lease, a checkpoint that cannot be written...), before
-  TensorFlow is imported where possible; the lease is released;
-* 3: the lease was taken by another trainer (or lapsed) while training:
-  stopped at once, nothing published;
-* 4: training diverged (the loss stopped being finite): nothing since the
-  last checkpoint saved or published, one line saying what to change.
-
-After SIGKILL, rerunning the same command resumes from the checkpoint; on
-the same machine it takes the dead process's lease at once, elsewhere it
-waits for the lease to expire (``--lease-wait``) or is refused until then.
-
-Examples::
+Wiring only: flags -> TrainConfig (model.config) -> checks that need no TensorFlow (run.json's
+board size, a complete window) -> the trainer lease (model.lease) -> strategy ->
+model.cycle.TrainingRun.  Exit status: 0 done (one-shot) or stopped by SIGTERM after a checkpoint;
+2 refused with one line on stderr (a bad flag, nothing to train, a bad manifest, another trainer's
+lease...), before TensorFlow is imported where possible; 3 the lease was lost while training,
+nothing published; 4 training diverged, nothing since the last checkpoint kept.  After SIGKILL
+the same command resumes from the checkpoint (on the same machine it takes the dead process's
+lease at once, elsewhere it waits up to ``--lease-wait``).
 
     python -m model.train --root lake                       # one window, then exit
     python -m model.train --root lake --follow --events train.jsonl   # forever

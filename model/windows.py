@@ -1,35 +1,17 @@
 """Finding work in the lake: run.json's board size and which window to train.
 
-A *window* is ``windows/<gen>/`` (paths from format.layout): shards written
-by the Beam job, then its manifest written last.  Its ``target_generation``
-is the model generation trained from it.  A window folder without a
-manifest is still being written and is ignored.  Nothing here imports
-TensorFlow, so the trainer's CLI can refuse bad input before paying for it.
+A *window* is ``windows/<gen>/`` (format.layout): shards, then its manifest last; a folder without
+a manifest is still being written and is ignored.  Its ``target_generation`` is the model
+generation trained from it.  *LATEST* is the newest published generation; a *candidate* is a
+window with a manifest newer than LATEST, *bad* when its manifest fails
+format.layout.read_window_manifest or names another board size; *current* is the window the
+checkpoint was training (-1 for none).
 
-Terms
------
-* *LATEST*: the newest published generation (format.registry).
-* *candidate*: a window with a manifest whose generation is newer than
-  LATEST.  Its manifest is read with format.layout.read_window_manifest
-  (every shard it names must exist) and must be for the run's board size;
-  a candidate that fails is *bad*, with the ManifestError's message (object
-  and field) as its reason.
-* *current*: the window the checkpoint was training (-1 for none).
-
-The choice (:func:`plan_next`), the same in one-shot and follow mode:
-
-1. the current window, if it is still a good candidate: finish it (training
-   a window is never abandoned for a newer one; the trainer jumps to the
-   newest window only at a window boundary);
-2. else the newest good candidate.
-
-Every other candidate older than the chosen window is *skipped* and never
-trained: superseded, bad, or (the current window once LATEST passed it)
-stale.  Bad candidates newer than the choice are skipped too (a manifest is
-create-only, so it never becomes good).  The trainer reports each skipped
-window once (a ``window_skipped`` event and a log line) and lists those
-below the window it publishes in that model's ``skipped_windows`` metadata.
-In one-shot mode a bad candidate is an error instead (exit 2).
+`plan_next`, the same in one-shot and follow mode: the current window if it is still a good
+candidate (a window is never abandoned mid-way), else the newest good candidate.  Every other
+candidate older than the choice, and every bad one, is *skipped*: reported once (a
+``window_skipped`` event) and listed in the published model's ``skipped_windows``; in one-shot
+mode a bad candidate is an error (exit 2).  Nothing here imports TensorFlow.
 """
 from __future__ import annotations
 

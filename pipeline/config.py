@@ -1,22 +1,12 @@
 """ShuffleConfig: every setting of the shuffle job, validated once, exposed as flags.
 
-The job (``python -m pipeline.shuffle``) is configured by one frozen
-dataclass.  Each field's metadata carries its help text; format.cli turns the
-fields into dashed flags (``--window-exponent`` for ``window_exponent``, the
-one name of each setting) and builds the config back, so the CLI and the
-library cannot drift apart.  Beam's own options keep Beam's underscores
-(``--temp_location``): the job passes what it does not know on to Beam, but
-refuses an underscore spelling of one of its own flags (`pipeline.shuffle`).
-
-Follow-mode fields (``follow``, ``follow_new_positions``, ``poll_seconds``,
-``claim_seconds``, ``events``, ``dataflow_above_positions``) steer the
-long-running follower in `pipeline.follow`; they do not change how one window
-is built, and `window_argv` leaves them out when the follower starts a
-one-window child.
-
-Units: positions are training examples (one board position of one game);
-"reuse" is how many times a position appears in the window's shards in
-expectation.
+One frozen dataclass; format.cli turns its fields into dashed flags (``--window-exponent``) and
+back, so the CLI and the library cannot drift apart.  Beam's own options keep Beam's underscores
+and pass through, but an underscore spelling of the job's own flags is refused (`pipeline.shuffle`).
+Follow-mode fields (``follow``, ``follow_new_positions``, ``poll_seconds``, ``claim_seconds``,
+``events``, ``dataflow_above_positions``) steer `pipeline.follow` and are left out of a
+one-window child's command (`window_argv`).  Units: positions are training examples; "reuse" is
+how many times a position appears in the window's shards in expectation.
 """
 from __future__ import annotations
 

@@ -1,44 +1,21 @@
 """The shuffle follower's Dataflow jobs: their names and labels, and finding and cancelling them.
 
-A follower (pipeline.follow) builds a large window by launching ``python -m
-pipeline.shuffle`` with Beam's Dataflow flags; that launcher submits one
-Dataflow job and waits for it.  The job lives in Google's service, not under
-the launcher: stopping the launcher (a SIGTERM, a lost claim, a killed VM)
-leaves the job running to its window's end.  So every job is named so that
-a follower, or ``down``, can find it again without having kept its id:
-
-* *name*: ``zerolake-<run>-w<generation>-<attempt>`` (`job_name`): one job per
-  attempt (Dataflow keeps one active job per name and region, and returns the
-  existing one to a second submission of that name, so the attempt id in the
-  name keeps two attempts apart).  It matches Dataflow's job-name rule,
-  ``[a-z]([-a-z0-9]{0,1022}[a-z0-9])?``.
-* *run*: the lake root, as a label value (`run_label`): a readable slug of
-  ``gs://BUCKET/RUN`` plus 8 hex digits of its SHA-256, so two roots never
-  share a run and the value fits a label (lowercase, digits, '-', <= 63).
-* *labels* (`job_labels`): ``zerolake-run``, ``zerolake-window``,
-  ``zerolake-role=shuffle``, ``zerolake-attempt``: for billing and the
-  console.  They are not what a listing selects by: ``gcloud dataflow jobs
-  list`` reads the Dataflow API's job summaries, which carry the id, name,
-  type, state and times but no labels, so a ``--filter`` on labels would
-  match nothing.  Listings select by name (`list_filter`), and every name
-  returned is parsed again here (`parse_job_name`) before anything is
-  cancelled, so a loose filter cannot cancel another run's job.
-
-Data flow::
+A Dataflow job lives in Google's service, not under the launcher that submitted it, so stopping the
+follower's child (SIGTERM, a lost claim, a killed VM) leaves it running.  Every job is therefore
+named so that a follower, or ``down``, can find it again without having kept its id:
+* *name* ``zerolake-<run>-w<generation>-<attempt>`` (`job_name`): one job per attempt, since
+  Dataflow returns the existing job to a second submission of a name;
+* *run*: the lake root as a label value (`run_label`: a slug plus 8 hex digits of its SHA-256);
+* *labels* (`job_labels`): for billing and the console only, since job listings carry none: listings
+  select by name (`list_filter`) and every name is parsed again (`parse_job_name`) before a cancel.
 
     follower: job_name/job_labels -> beam_flags -> the launcher's Beam flags -> Dataflow
     follower: Dataflow.from_beam_args(--project, --region)
               .active_jobs(run, window) -> gcloud dataflow jobs list --status=active --format=json
               .cancel(job)              -> gcloud dataflow jobs cancel ID
 
-``gcloud`` is a subprocess (the Google Cloud CLI on the follower's VM, with the
-follower's account, whose roles/dataflow.developer may list and cancel jobs);
-its path is a parameter so that tests can put a stand-in first on PATH.  Any
-failure (not installed, a non-zero exit, a timeout, output that is not the
-expected JSON) is one `DataflowJobsError` line naming the command and the
-job or window: the follower warns and carries on, since a job it cannot
-cancel costs money until its window's end but never corrupts the lake (the
-manifest is create-only).
+Any gcloud failure is one `DataflowJobsError` line naming the command and the job: the follower warns
+and carries on, since an uncancelled job costs money but never corrupts the lake.
 """
 from __future__ import annotations
 

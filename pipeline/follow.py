@@ -1,86 +1,21 @@
 """``python -m pipeline.shuffle --root ROOT --follow``: a new window whenever enough new games arrived.
 
-Terms
------
-* *follower*: one process running `follow`.  Several may follow one lake
-  (on several machines); they meet only through the storage root.
-* *target*: the window a follower would build next: one past the newest
-  window that has a manifest, and never below the latest model + 1 (the
-  generation the one-shot job would pick).  A window with a manifest is
-  never redone; the manifest is the commit point.
-* *new positions*: positions in chunks that arrived since the newest
-  window was planned: (bytes listed under ``games/`` now - ``lake_bytes``
-  recorded in that window's manifest) x its ``positions_per_byte``.  One
-  listing, nothing decoded (before the first window, or for a manifest
-  without those fields, a few chunks are decoded once to learn positions
-  per byte, as pipeline.window_plan does).
-* *cadence rule*: the next window is due when new positions reach
-  ``--follow-new-positions``, by default FOLLOW_WINDOW_FRACTION (1/4) of the
-  window the power-law rule would take from the lake now, W(T).  So each
-  window shares about three quarters of its positions with the previous one,
-  and the cadence slows as the window grows, in the manner of KataGo's
-  shuffle loop, which reshuffles after a fixed amount of new data relative to
-  its window.  Before the first window every position is new, so the first
-  window is written as soon as the lake holds a chunk.
-* *work in hand*: with ``--follow-max-untrained K`` the follower builds no
-  window while K windows newer than models/LATEST exist: the trainer trains
-  only the newest, so a window built then would supersede one it has not
-  reached, and the shuffle spent on that one would be lost.  K = 2 keeps one
-  window ready while the trainer trains another (operations.loop's concurrent
-  mode).
-* *sizing*: with ``--samples-per-row S`` a window's shards hold about S x new
-  positions rows (within ``--follow-min-rows``/``--follow-max-rows``), drawn
-  evenly from the whole window by giving its job a lower ``--reuse``
-  (`Follower.window_reuse`): what the trainer's samples-per-row rule will read
-  of it (model.windows.samples_per_row_steps), not a reshuffle of the whole
-  window.  The job still reads, labels and deduplicates the whole window.
-* *claim*: ``cluster/claims/window-<gen>.json`` (format.layout.window_claim),
-  a format.leases record whose ``details`` name the ``attempt``; the claims'
-  rules live in pipeline.lake_view, as a one-shot job takes one too.  Taken,
-  renewed and released by compare-and-swap (format.leases): of two followers
-  taking it at once exactly one wins.  Its holder renews it every quarter of
-  ``--claim-seconds`` while the window is built; a holder that was SIGKILLed
-  stops renewing, and once ``expires`` has passed another follower replaces
-  it.  A damaged claim counts as expired (:data:`CLAIM_TAKEOVER`).  Claims
-  are never deleted; a holder that stops early marks its claim released.
-* *attempt*: one try at one window: the id in its shard names and its
-  temporary folder ``tmp/shuffle-<gen>-<attempt>/`` (format.layout.job_tmp_dir).
+A *follower* runs `follow`; several may follow one lake, meeting only through the storage root.
+The *target* is the next window: one past the newest with a manifest (the commit point; never
+redone), never below the latest model + 1.  *New positions*: those in chunks that arrived since the
+newest window was planned, estimated from one listing (bytes under ``games/`` less its manifest's
+``lake_bytes``, times its ``positions_per_byte``).  The *cadence rule*: a window is due when they
+reach ``--follow-new-positions`` (default FOLLOW_WINDOW_FRACTION of the power-law window W(T)).
+``--follow-max-untrained K`` waits while K windows newer than models/LATEST exist;
+``--samples-per-row`` sizes shards to what training reads (`Follower.window_reuse`).  A *claim*
+(``cluster/claims/window-<gen>.json``, a format.leases record) is taken by compare-and-swap,
+renewed while the window is built, and replaced once expired; an *attempt* is one try at a window.
 
-Data flow of one cycle::
-
-    look:   models/LATEST, windows/<g>/MANIFEST.json (validated), games/ listing
-            -> target, new positions, needed       (wait while new < needed)
-    clean:  delete tmp pieces of attempts that are not live, and (at start, then
-            hourly) killed writers' temporary files (pipeline.lake_view.clean_tmp)
-    claim:  cluster/claims/window-<target>.json     (lost: wait for the winner)
-    build:  child process ``python -m pipeline.shuffle ... --window-generation
-            <target> --attempt <id>`` (the one-shot job), claim renewed meanwhile;
-            with --dataflow-above-positions N a window of at most N positions
-            runs in-process without the Beam (Dataflow) flags, a larger one
-            with them and its job's name and labels (:meth:`Follower.window_command`);
-            first, jobs of earlier attempts at <target> still running are cancelled
-    done:   window_published event; delete own tmp pieces; release the claim
-
-Why a child process: Beam's runner cannot be interrupted cleanly from a
-signal handler, and a process that runs for days should not accumulate the
-runner's state.  A SIGTERM reaches the follower alone (the child has its
-own session); the follower stops the child's process group, cancels the
-attempt's Dataflow job, deletes the attempt's pieces, releases the claim and
-exits 0.  The window stays unpublished and the next follower redoes it.  The
-child dies with the follower (PR_SET_PDEATHSIG) if the follower is
-SIGKILLed; what a killed attempt leaves in tmp/ is deleted by the next
-follower that looks.
-
-*Dataflow jobs* outlive their launcher, so each is named
-``zerolake-<run>-w<gen>-<attempt>`` and labelled (pipeline.dataflow_jobs).
-The follower cancels its attempt's job whenever the child ends without
-success (a stop, a lost claim, a failed launcher), and after taking a claim
-it cancels any job of an earlier attempt at that window still running (a
-SIGKILLed follower's) before it launches its own.
-
-A window manifest that does not validate is never trusted or overwritten:
-the follower logs it once, names the object, field and the fix, and waits
-until an operator moves the window aside.
+One cycle: look (wait while new < needed) -> clean dead attempts' tmp pieces -> claim (lost: wait)
+-> build in a child ``python -m pipeline.shuffle ... --window-generation G --attempt A`` (its own
+session; on Dataflow above ``--dataflow-above-positions``) -> publish event, release the claim.
+SIGTERM stops the child, cancels its Dataflow job, deletes its pieces and releases the claim.  A
+manifest that does not validate is never trusted or overwritten: the follower names it and waits.
 """
 from __future__ import annotations
 

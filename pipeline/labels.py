@@ -1,33 +1,19 @@
 """Endstate labels: final ownership and score for every game of the window.
 
-A game record carries its result (winner, from which the value target comes)
-but an ownership map only when it ended on the board.  This module gives
-every game an ownership label, from Black's side, and says where it came
-from (schema.OWNERSHIP_*):
+A game record carries its result (the value target) but an ownership map only when it ended on
+the board.  This module gives every game an ownership label, float32[N*N] in [-1, 1] from Black's
+side, and its source (schema.OWNERSHIP_*):
+* the moves reach two passes (`ended_by_two_passes`: `END_TWO_PASSES`, or a resignation played out
+  by self-play, `OWNERSHIP_ACCELERATED`): replayed with the Cython engine, labelled with the exact
+  Tromp-Taylor ownership of the final board (weight 1).  Its score's disagreements with the
+  recorded winner are counted, never "fixed"; moves that do not replay fall back to the recorded
+  final planes.
+* resigned without play-out, or stopped at the move cap: the final position is *played out*,
+  with a published model (`model_playout_labels`: policy-sampled moves, one batched call per move for a
+  bundle's games, then one random playout; OWNERSHIP_MODEL_PLAYOUT) or else as the mean of many
+  random playouts (a soft label, OWNERSHIP_RANDOM_PLAYOUTS).  Played-out labels weigh less.
 
-* the moves reach two passes (`ended_by_two_passes`): games that ended so
-  (`END_TWO_PASSES`) and resigned games that self-play finished in
-  acceleration mode down to two passes (`END_RESIGN` with ownership source
-  `OWNERSHIP_ACCELERATED`; their winner is the resignation's).  The
-  moves are replayed with the Cython engine and the label is the
-  Tromp-Taylor ownership of the final board, exact (weight 1, whatever the
-  played-out weight is).  The area
-  score of that board is checked against the recorded winner; disagreements
-  are counted, never "fixed" (the value target stays the recorded result).
-  If the moves do not replay (a record from a tool, not a legal game) the
-  recorded final planes are scored instead.
-* resigned without being played out, or stopped at the move cap: the
-  replayed final position is
-  *played out*.  With a published model (`ModelPlayout`), each game in a
-  bundle plays policy-sampled moves, one batched network call per move for
-  all of them, until the model passes or a move limit; random playouts with
-  the eye rule then finish the board (one playout: a hard label,
-  OWNERSHIP_MODEL_PLAYOUT).  Without a model, the label is the mean
-  ownership over many random playouts (a soft label in [-1, 1],
-  OWNERSHIP_RANDOM_PLAYOUTS).  Played-out labels get a lower weight.
-
-Ownership here is float32[N*N] in [-1, 1] from Black's side; the shard
-writer turns it to the side to move's view and int8 ``round(o * 127)``.
+The shard writer turns labels to the side to move's view as int8 ``round(o * 127)``.
 """
 from __future__ import annotations
 

@@ -95,13 +95,10 @@ def delete_tmp_dir(storage, tmp_dir: str) -> int:
 # ---------------------------------------------------------------------------
 
 CLAIM_TAKEOVER = Takeover(damaged=DAMAGED_EXPIRED, own_period=True)
-"""A damaged claim counts as expired: the window's manifest is the commit
-point, so two builders cost only work, while a claim nobody may replace would
-stop the pipeline until an operator came.  For the same reason a claim lives
-at most its last renewal plus the reader's own ``--claim-seconds``,
-whatever expiry its writer gave it.  A claim of a dead follower on this
-host is still waited out (``--claim-seconds``): its child's Beam workers may
-outlive it for a moment."""
+"""A damaged claim counts as expired, and a claim lives at most its last renewal plus the reader's
+own ``--claim-seconds``: the window's manifest is the commit point, so two builders cost only work,
+while a claim nobody may replace would stop the pipeline.  A dead local follower's claim is still
+waited out, since its child's Beam workers may outlive it for a moment."""
 
 
 def holder_id() -> str:
@@ -110,10 +107,9 @@ def holder_id() -> str:
 
 
 ONE_SHOT_CLAIM_TAKEOVER = dataclasses.replace(CLAIM_TAKEOVER, dead_local_holder=True)
-"""A one-shot job also takes at once a claim whose holder ran on this host and is gone: a job
-SIGKILLed by its launcher (operations.loop, past its grace) and run again must not be refused
-for ``--claim-seconds``; what its workers still write meanwhile lands in a dead attempt's
-folder, which the next clean-up deletes."""
+"""A one-shot job also takes at once a claim whose holder ran on this host and is gone, so a job
+SIGKILLed by its launcher and run again is not refused; its workers' late writes land in a dead
+attempt's folder, which the next clean-up deletes."""
 
 
 def claim_lease(storage, generation: int, holder: str, attempt: str, ttl: float,

@@ -1,27 +1,17 @@
 """Training positions as batches of numpy arrays: build, cap, copy, serialize.
 
-The Beam job never moves one position per element.  A `PositionBatch` is a
-struct of arrays for P positions (any number of games); every step here is a
-whole-array operation or, where a loop is unavoidable, a loop over games.
-
-Terms
------
+A `PositionBatch` is a struct of arrays for P positions (any number of games); every step is a
+whole-array operation or a loop over games, never one Beam element a position.  Terms:
 * ``N`` board size, ``NN = N*N`` points, ``A = NN + 1`` actions.
-* *fresh planes*: a game record keeps, for each position, only its own
-  board (uint8[M, 2, N, N], Black plane then White plane).
-* *history planes*: the 16 packed planes of a position record, input
-  channels 0-15 in format/planes.py's layout: planes 0-7 the side to move's
-  stones at t..t-7, 8-15 the opponent's, zero before the game's start.
-  `games_positions` builds them for a whole bundle of games at once
-  (`history_planes`).
-* *instance*: a game's number within this run (bundle chunk index << 20 |
-  game index); exact duplicate games are dropped by instance.
-* *key*: 64-bit hash of (history planes, side to move) for positions early
-  enough to be capped (move number < dedup_max_move); 0 for the rest.
-* *copies*: each position goes to the shards floor(r) + Bernoulli(frac(r))
-  times (r = reuse), which has the lowest spread of any integer count with
-  mean r, and each game's copies are dealt round-robin over the shards from a
-  random start, so a game is spread as evenly as it can be.
+* *fresh planes*: a game record's own board per position (uint8[M, 2, N, N], Black then White).
+* *history planes*: a position record's packed planes, the stone channels of format/planes.py's
+  layout (``PACKED_PLANES``), built for a whole bundle at once by `games_positions`.
+* *instance*: a game's number within this run (bundle chunk index << 20 | game index); exact
+  duplicate games are dropped by instance.
+* *key*: 64-bit hash of (history planes, side to move) for positions early enough to be capped
+  (move number < dedup_max_move); 0 for the rest.
+* *copies*: each position goes to the shards floor(r) + Bernoulli(frac(r)) times (r = reuse, the
+  lowest-spread integer count with mean r), a game's copies dealt round-robin from a random shard.
 """
 from __future__ import annotations
 
@@ -181,8 +171,8 @@ _PACK_MAGIC = b"ZLARRAYS1\n"
 def pack_arrays(arrays: dict) -> bytes:
     """Named numpy arrays as one byte string: magic, JSON header line, raw data.
 
-    The temporary pieces are written and read once each; np.savez's zip
-    container (a CRC and a header per member) cost ~2 us a position here.
+    The temporary pieces are written and read once each, so np.savez's zip
+    container (a CRC and a header per member) is cost without use.
     Only plain dtypes are allowed (no object arrays, nothing unpickled).
     """
     header, blobs = [], []

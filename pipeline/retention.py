@@ -1,70 +1,18 @@
 """Window retention: delete the training windows the trainer has finished, keep the newest K.
 
-The shuffle job (pipeline.shuffle) calls :func:`apply_retention` after each
-run, so one-shot runs and ``--follow`` (whose child job is that same
-command) both keep ``windows/`` bounded.  Data flow: one read of
-``models/LATEST``, one listing of ``windows/``, a pure decision
-(:func:`plan_retention`), then deletes through the storage interface
-(cloud.storage; local folders and gs:// alike).
+The shuffle job calls `apply_retention` after each run: one read of ``models/LATEST``, one listing
+of ``windows/``, a pure decision (`plan_retention`), then deletes through cloud.storage.
+*Window G* is everything under ``windows/<G>/``, *complete* once its ``MANIFEST.json`` exists,
+*finished* when G <= LATEST, else *open*.  *K* is ``--keep-windows``: the newest K complete finished
+windows are kept (the follower measures new games against the newest manifest); K = 0 deletes nothing.
 
-Terms
------
-* *LATEST*: the newest published model generation (format.registry); it
-  only moves forward (compare-and-swap, ``advance_latest``).
-* *window G*: every object under ``windows/<G>/`` (format.layout); it is
-  *complete* once its ``MANIFEST.json`` exists.
-* *finished*: G <= LATEST.  *open*: G > LATEST.
-* *K*: ``--keep-windows``.  The newest K complete finished windows are kept
-  (for inspection and for the follower, which measures new games against the
-  newest window's manifest); K = 0 turns retention off (nothing is deleted).
-
-The rule: a finished window is never read again, an open one may be
---------------------------------------------------------------------
-Proved from the trainer's code (model/windows.py, model/cycle.py):
-
-1. The trainer reads shards only in ``TrainingRun.train_window``, of the
-   window ``choose_window`` returned, which is ``plan_next(...).window``.
-2. ``plan_next`` returns either the checkpoint's window, and only when
-   ``current > floor`` (floor = LATEST, -1 before any model), or the newest
-   good window with ``generation > floor``.  So a window is chosen only
-   while it is open, and a checkpoint's window with G <= LATEST is never
-   resumed: it is either published (``current_published``) or reported
-   stale and skipped.
-3. LATEST only moves forward, so a finished window stays finished.
-4. Publishing reads no shard (only the manifest's path, in the metadata);
-   ``_finish_interrupted_publish`` only moves LATEST to a window already
-   published.  Stage mode copies only the chosen (open) window's shards.
-
-So deleting only finished windows never removes a window that a checkpoint
-or a running trainer reads, with one exception that cannot be avoided by any
-order: a trainer that lost its lease while another trainer published past
-its window may still be reading that window's shards until its next
-step-call boundary, where it stops anyway (model.lease).
-
-Other readers: the follower's target is the first generation from LATEST + 1
-up without a manifest, and it reads only window target - 1, the newest
-complete one (kept: open windows are never deleted, and K >= 1 keeps the
-newest finished one); the one-machine loop looks only at window LATEST + 1;
-the shuffle job only at its own target (LATEST + 1, or the follower's).
-
-Order of deletion: the manifest first, then every other object of the folder
---------------------------------------------------------------------------
-* A reader trusts a window only through its manifest, validated with every
-  shard it names present (format.layout.read_window_manifest).  Once the
-  manifest is gone the folder is "incomplete, ignored" for every role, so no
-  reader ever trusts a half-deleted window.  Deleting shards first would
-  leave, for a while or after a crash, a manifest naming missing shards:
-  a window every role refuses as damaged, and that a one-shot trainer whose
-  checkpoint names it reports as an error.
-* A crash mid-delete leaves a folder without a manifest whose generation is
-  <= LATEST: a *leftover*.  No role can use it (it is ignored as incomplete,
-  and a manifest written there later would be for a window the trainer never
-  trains), so the next run deletes leftovers whole.  The same rule removes
-  the stray shards of an attempt that lost its window to another follower
-  and kept writing after the winner's window was published.
-
-Concurrent retention runs (two followers) delete the same objects; every
-delete is ``missing_ok``, so either finishing is enough.
+Finished windows are safe to delete: the trainer only chooses or resumes an open window
+(model.windows.plan_next), publishing reads no shard, and LATEST never moves back; the follower,
+the loop and the shuffle job read only open windows or the newest complete one.  (A trainer that
+lost its lease while another published past its window stops at its next step-call boundary.)
+Order: the manifest first, then the rest, since readers trust a window only through its manifest;
+a folder left without one at G <= LATEST (a *leftover*: a crash mid-delete, a losing attempt's
+shards) is deleted whole.  Deletes are ``missing_ok``, so concurrent runs are harmless.
 """
 from __future__ import annotations
 

@@ -1,50 +1,21 @@
 """``python -m pipeline.shuffle``: turn the lake's newest games into a training window.
 
-Reads ``ROOT/games/<gen>/*.tfrecord.zst``, writes
-``ROOT/windows/<target_gen>/<attempt>-<i>-of-<S>.tfrecord.gz`` (position
-records version 3), the window's game table ``<attempt>-games.table.gz``
-and, last, ``MANIFEST.json``.  target_gen = the latest published model
-generation + 1 (1 before any model).  A window that already has a manifest
-is not redone; a manifest that does not validate
-(format.layout.read_window_manifest: bad JSON, unknown version, a shard or
-the game table it names is missing) is an error (exit 2), never trusted and
-never overwritten.
+Reads ``ROOT/games/<gen>/*.tfrecord.zst``; writes ``windows/<target_gen>/<attempt>-<i>-of-<S>.tfrecord.gz``
+(position records of `format.schema.POSITION_RECORD_VERSION`), the game table
+``<attempt>-games.table.gz`` and, last, ``MANIFEST.json``; target_gen = latest model + 1.  A window
+with a manifest is not redone; an invalid manifest is an error (exit 2), never overwritten.  The job
+cleans killed writers' temporary files and claims its window as a follower does; SIGTERM exits 143
+once its files are removed and its claim released.  Then it deletes finished windows beyond
+``--keep-windows`` (pipeline.retention).  ``--follow`` runs forever instead (pipeline.follow).
 
-Beside followers: before it plans, the job deletes what killed jobs and
-writers left in the lake's temporary area (pipeline.lake_view.clean_tmp),
-and it claims its window as a follower does (refused in one line while a
-live job holds the claim), so a follower neither builds the same window nor
-deletes the job's pieces.  SIGTERM ends it with one line and exit 143 once
-its temporary files are removed and its claim released; a lake error during
-the run (a shard the disk refuses) is one line naming the object, exit 2.
-
-Then, with the window complete, the job deletes the windows the trainer has
-finished beyond the newest ``--keep-windows`` (pipeline.retention: only
-generations <= models/LATEST, manifest first; a window newer than LATEST is
-never deleted) and says what it deleted.
-
-``--follow`` runs forever instead (pipeline.follow): it waits for new games,
-claims the next window, builds it in a child process of this same command
-(hidden flags ``--window-generation G --attempt A``) and waits again.
-
-The driver (this module) does the cheap, global decisions: check run.json
-(pipeline.lake_view, which the follower shares), choose the window's chunks by the power-law rule (pipeline.window_plan), size the
-shards and dedup partitions, pick the attempt id; pipeline.transforms does
-the work.  Stages, elements and the memory bound are described there.
-
-Local run (Beam's in-process FnApiRunner, chosen explicitly so nothing is
-downloaded at run time; ``--workers`` SDK worker processes, each Beam's
-harness started through `pipeline.beam_worker`, which skips a slow
-interpreter teardown at the end)::
+This module makes the cheap, global decisions (run.json, the chunks by pipeline.window_plan's
+power-law rule, shard and partition sizes, the attempt id); pipeline.transforms does the work.
+Locally on Beam's in-process FnApiRunner (``--workers`` processes of `pipeline.beam_worker`), or on
+Dataflow (the image operations/dataflow/Dockerfile builds; docs/deploy.md)::
 
     python -m pipeline.shuffle --root /data/lake
-
-Dataflow (the workers run the image operations/dataflow/Dockerfile builds, with the
-Cython engine compiled in; docs/deploy.md)::
-
-    python -m pipeline.shuffle --root gs://BUCKET/lake \\
-        --runner DataflowRunner --project PROJECT --region REGION \\
-        --temp_location gs://BUCKET/beam-tmp --sdk_container_image IMAGE
+    python -m pipeline.shuffle --root gs://BUCKET/lake --runner DataflowRunner --project PROJECT \\
+        --region REGION --temp_location gs://BUCKET/beam-tmp --sdk_container_image IMAGE
 """
 from __future__ import annotations
 

@@ -1,56 +1,21 @@
 """The shuffle job's Beam transforms: stages, elements and the memory bound.
 
-Stages (each a composite PTransform, each tested with TestPipeline)::
+    bundles: (bundle, [(chunk index, ChunkRef)])     # the driver's window plan
+      | LabelAndScatter   read + verify + decode each chunk once, label, build positions;
+                          outputs .skipped, .games, .game_ids, .parts (early positions),
+                          .pieces (shard pieces), .stats
+      games | FindDuplicateGames       -> sorted int64 instances to drop
+      game_ids | BuildGameTable        -> the window's games (WindowGames), indexed by positions
+      parts | CapOpenings              per partition: drop duplicates, cap over-represented keys,
+                                       merge their targets -> more shard pieces
+      pieces | WriteShards             per shard: read pieces, drop duplicates, permute, write
+      small outputs | WriteManifest    the game table file, then MANIFEST.json
 
-    bundles: (bundle, [(chunk index, ChunkRef)])          # driver's window plan
-      | LabelAndScatter      read + verify + decode each chunk once, label endstates,
-                             build positions; early positions -> partition pieces,
-                             the rest -> serialized shard pieces (temp files)
-          .skipped   {chunk, reason}               damaged / foreign chunks
-          .games     (instances, digests)          one small element per bundle
-          .game_ids  (instances, game ids, generations, label rows)  one per bundle
-          .parts     (partition, piece path)
-          .pieces    (shard, piece path)
-          .stats     {counter: n}
-      games | FindDuplicateGames      -> one sorted int64 array of instances to drop
-      game_ids | BuildGameTable       -> the window's games (WindowGames): version-3
-                             positions store an index into them; the manifest lists their
-                             ids, and their labels and generations are the game table file
-      parts | CapOpenings (side input: duplicates)  per partition: drop duplicate
-                             games, cap over-represented keys, merge their
-                             targets, serialize, -> more shard pieces
-      pieces | WriteShards (side inputs: duplicates, game table) per shard: read its pieces,
-                             drop duplicate games, permute, write the shard
-                             create-only (version-4 records: groups of 64
-                             positions of the permuted order), delete the pieces
-      all the small outputs | WriteManifest  one combined element (side input: the
-                             game table) -> the game table file, then MANIFEST.json
-
-Why chunks are read this way: one whole-object read through the storage layer
-(local or gs://), then `format.codec.iter_chunk` decompresses, checks every
-CRC and decodes every game in one pass and never raises.  A damaged or
-foreign chunk is skipped whole and reported.  Feeding "good" chunks to
-``beam.io.ReadAllFromTFRecord`` afterwards would read and decompress each
-chunk a second time and turn each game into its own element; chunks are a
-few hundred KB, so a whole read is cheap.
-
-Elements stay coarse: a bundle is ~bundle_positions positions, a piece is
-every position of one bundle bound for one shard.  Nothing proportional to
-the window's positions crosses a stage boundary: the two-phase disk shuffle
-(pieces under ROOT/tmp/, then one shard at a time) keeps only piece paths in
-Beam's collections, so the runner's memory holds paths, per-bundle counters
-and 24 bytes per game for the duplicate check.  Peak memory is one bundle,
-one dedup partition or one shard (each bounded by a flag).  The window's
-games are the one exception, a side input of phase 2: an id, a generation
-and an int8 label row (N*N bytes) per game, not per position.
-
-Retries: every random choice is seeded by (seed, stage, element), so a
-retried bundle rewrites identical pieces (replace-writes under this attempt's
-temp folder), and a retried shard that already exists is recounted, not
-rewritten.  Pieces are scratch (``durable=False``: no fsync on a local
-disk): a crash loses the attempt, never the lake, and a rerun is a new
-attempt.  Shards, the game table and the manifest are durable, create-only
-writes (a retried manifest step finds its own table and checks its bytes).
+Each stage is a composite PTransform.  A chunk is read whole and decoded by
+`format.codec.iter_chunk` in one pass (a damaged one is skipped and reported).  Elements stay coarse
+(a bundle is about bundle_positions positions, a piece one bundle's positions for one shard), so
+peak memory is one bundle, partition or shard.  Random choices are seeded by (seed, stage,
+element), so retries rewrite identical pieces; shards, game table and manifest are create-only.
 """
 from __future__ import annotations
 

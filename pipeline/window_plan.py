@@ -1,29 +1,18 @@
 """Which chunks make up the training window (runs in the driver, before Beam).
 
-Terms
------
-* *lake positions*: positions in every chunk under ``games/``.
-* *window*: the newest chunks whose positions add up to `window_positions`
-  of the lake total.  The rule is KataGo's (shuffle.py,
-  ``compute_desired_num_rows``): the whole lake while it is small, then a
-  power law, so that the window keeps growing but ever more slowly and old
-  generations drop out::
+*Lake positions* T: positions in every chunk under ``games/``.  The *window* is the newest chunks
+whose positions add up to `window_positions` of T, by KataGo's rule (shuffle.py's
+``compute_desired_num_rows``): the whole lake while small, then a power law that keeps growing
+ever more slowly, so old generations drop out::
 
-      W(T) = T                                           for T <= m
-      W(T) = m + b * s * ((1 + (T - m) / s) ** a - 1) / a    for T > m
+    W(T) = T                                               for T <= m
+    W(T) = m + b * s * ((1 + (T - m) / s) ** a - 1) / a    for T > m
 
-  with m = window_min_positions, s = window_scale, a = window_exponent and
-  b = window_slope.  dW/dT is b at T = m and decays like T**(a-1): with b = 1
-  every new position joins the window at first; KataGo grows its window by
-  0.4 positions per new one (its ``expand_window_per_row``), so that the
-  first generations' games leave it sooner.
-* Chunk file sizes are known from a listing, position counts are not (a
-  chunk has no index).  So the driver decodes the newest few chunks to learn
-  positions per compressed byte and estimates every chunk from its size.  The
-  manifest records both the estimate and the positions actually read.
-* *bundle*: a group of whole chunks, about `bundle_positions` positions, that
-  one Beam element carries through the first stage (elements must be coarse:
-  the local runner moves ~10k elements/s).
+with m = window_min_positions, s = window_scale, a = window_exponent, b = window_slope (dW/dT at
+T = m; KataGo's ``expand_window_per_row`` is 0.4).  A chunk's size is known from a listing but its
+positions are not, so the newest few chunks are decoded to learn positions per byte and every
+chunk is estimated from its size (the manifest records estimate and actual).  A *bundle* is whole
+chunks of about `bundle_positions` positions, one coarse Beam element.
 """
 from __future__ import annotations
 

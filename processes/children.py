@@ -1,34 +1,17 @@
 """Child processes: how zerolake starts a role as a child process, stops it, and talks meanwhile.
 
-The launchers (operations.loop, operations.cluster) and the shuffle follower
-(pipeline.follow) start each child with `start_child`: ``python -m`` in a
-session and process group of its own (its id is the child's pid), unbuffered,
-so a Ctrl-C at the terminal reaches only the parent, which then decides how
-to stop the child.  How long a child gets to stop is one table,
-`STOP_GRACE_SECONDS`, by role: the time its graceful path takes, the same as
-its systemd unit's ``TimeoutStopSec`` (operations/vm/systemd/).  A launcher turns
-SIGTERM into KeyboardInterrupt (`stop_on_sigint_and_sigterm`), so a
-preempted VM stops it exactly as a Ctrl-C does, and prints with `say`.
+`start_child` runs ``python -m`` in a session and process group of its own (its id is the
+child's pid), unbuffered, so a Ctrl-C reaches only the parent, which decides how to stop the
+child.  `STOP_GRACE_SECONDS` gives each role's stop time, the same as its systemd unit's
+``TimeoutStopSec`` (operations/vm/systemd/).  A launcher turns SIGTERM into KeyboardInterrupt
+(`stop_on_sigint_and_sigterm`), so a preempted VM stops it as a Ctrl-C does.
 
-*Why the group, not only the child.*  A child may start processes of its own:
-the shuffle job runs Beam's SDK worker processes (``--workers``), which
-inherit its group.  Signalling only the child can leave them running as
-orphans (still writing temporary pieces, still holding CPU); signalling the
-group reaches every one of them.  So :func:`stop_groups` sends SIGTERM to each
-group (the roles' graceful path: a worker uploads its spool, a trainer
-checkpoints, a follower releases its claim), waits up to a grace period,
-SIGKILLs the groups whose leader is still running, and finally SIGKILLs
-whatever is left in every group (processes that outlived their leader).
+`stop_groups` signals the whole group, not only the child, since a child's own processes (the
+shuffle job's Beam workers) would otherwise be left as orphans: SIGTERM (each role's graceful
+path), a grace period, then SIGKILL to what is left.  `cpu_seconds_of_trees` (live, from /proc),
+`waited_children_cpu_seconds` and `cpu_share` report the CPU the children used.
 
-*What the children cost.*  A launcher reports the CPU its roles used
-(:func:`cpu_seconds_of_trees` for the live ones, read from /proc,
-:func:`waited_children_cpu_seconds` for those it has waited for, each with
-whatever they waited for in turn: a follower's window jobs and their Beam
-workers), as a share of the machine's cores over the wall time
-(:func:`cpu_share`).
-
-It imports nothing of the project, so that the shuffle follower and the
-launchers above it may both use it.
+It imports nothing of the project, so every floor may use it.
 """
 from __future__ import annotations
 
@@ -41,11 +24,9 @@ import time
 import typing
 
 STOP_GRACE_SECONDS = {"worker": 25.0, "shuffle": 60.0, "train": 120.0, "window": 10.0, "evaluate": 10.0}
-"""Seconds a child's process group has after SIGTERM before SIGKILL, by what it is: the time its
-graceful path takes.  A self-play worker uploads its spool (25 s), the shuffle follower stops its
-window job and releases its claim (60 s), a trainer saves and uploads a checkpoint (120 s): the same
-as each role's systemd unit's TimeoutStopSec, so a role stops alike on a VM and under a launcher.  A
-window job (one ``pipeline.shuffle`` run) and a match have nothing to save: 10 s."""
+"""Seconds a child's process group has after SIGTERM before SIGKILL: the time its graceful path takes
+(a worker uploads its spool, the follower releases its claim, a trainer checkpoints), the same as its
+systemd unit's TimeoutStopSec, so a role stops alike on a VM and under a launcher."""
 
 
 def say(message: str) -> None:

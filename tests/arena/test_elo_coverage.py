@@ -1,8 +1,8 @@
 """The ladder's intervals miss the truth on each side as rarely as they claim: a simulation of real ladders.
 
-Issue 24: with 10 games a pairing, gaps of hundreds of Elo and shut-outs everywhere, the earlier fit
+With 10 games a pairing, gaps of hundreds of Elo and shut-outs everywhere, the earlier fit
 (2 virtual draws a pairing, +-1.96 standard errors from the Hessian) put GNU Go level 1 180-250 Elo
-above the final generations where a 40-game match said ~500.  Issue 41: a test that only bounds the
+above the final generations where a 40-game match said ~500.  And a test that only bounds the
 two-sided coverage (92-98%) passed a variant known to be wrong, whose one-sided intervals missed on one
 side twice as often as they should while the other intervals made up for it.  This file plays synthetic
 tournaments with known true ratings and counts, for each method, how often each 95% interval's low end
@@ -91,7 +91,7 @@ def tournament(rng: np.random.Generator) -> tuple[dict[str, float], list[PairRec
 
 
 def earlier_fit(records: list[PairRecord], anchor: str, prior_draws: float = 2.0) -> elo.Fit:
-    """The ladder's fit before issue 24: the maximum-posterior estimates with ``prior_draws`` virtual
+    """The ladder's earlier fit: the maximum-posterior estimates with ``prior_draws`` virtual
     draws a pairing, each rating +- 1.96 standard errors from the inverse Hessian of the
     log-posterior at the maximum (a Laplace approximation), so symmetric whatever the games say.
 

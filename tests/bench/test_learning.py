@@ -61,7 +61,7 @@ def test_student_t_quantiles_match_the_tables():
 
 
 def test_the_run_level_interval_holds_the_true_effect_95_percent_and_the_games_pooled_one_about_half():
-    """The issue's point: runs of one configuration land about 60 Elo apart, so an interval that takes
+    """Why runs are the units: runs of one configuration land about 60 Elo apart, so an interval that takes
     every game as independent covers a configuration's true effect far less often than it says."""
     rng = np.random.default_rng(41)
     trials, effect, seeds = 800, 100.0, bench.DEFAULT_SEEDS

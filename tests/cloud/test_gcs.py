@@ -266,7 +266,7 @@ def test_redact_removes_token_shapes():
     assert cleaned.count("<redacted>") == 3
 
 
-# --- stray names (issue 36, defect 6) -------------------------------------------------
+# --- stray names: skipped and reported once, listing and reading agree ----------------
 
 def test_a_stray_object_name_is_skipped_and_reported_once(fake_gcs, caplog):
     """Object names that read and delete refuse ('//', '.', '..', a backslash) are not

@@ -304,7 +304,7 @@ def test_racing_writers_exactly_one_wins_each_object(lake, tmp_path):
     assert not _temp_files(lake.url(""))
 
 
-# --- stray names, links and special files (issue 36, defects 6 and 13) ----------------
+# --- stray names, links and special files: skipped or refused, listing and reading agree
 
 
 def _warnings(caplog) -> list[str]:

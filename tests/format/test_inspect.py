@@ -229,7 +229,7 @@ def test_a_version_3_window_is_read_with_its_game_table(tmp_path, capsys):
     assert f"BAD {storage.url(table_path)}" in out and "is damaged" in out and "0 good, 2 bad" in out
 
 
-# --- links and special files (issue 36, defect 13) ---------------------------------
+# --- links, stray names and special files: nothing hidden, nothing waited on --------
 
 
 @pytest.mark.parametrize("linked", ["all games", "one generation"])

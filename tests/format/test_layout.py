@@ -110,7 +110,7 @@ def test_layout_paths_are_what_the_spec_says():
         layout.game_table_name("a-b")
 
 
-# --- names the layout does not write (issue 36, defects 5 and 6) ----------------------
+# --- names the layout does not write: never parsed, refused in a manifest -----------
 
 def test_only_the_names_the_layout_writes_parse():
     """ASCII digits of the layout's width, never another Unicode digit ('²' passed

@@ -1,4 +1,4 @@
-"""The trainer's faults (issue 25, defects 3 and 4): divergence, absurd settings, damaged files.
+"""The trainer's faults: divergence, absurd settings, damaged files.
 
 Divergence: with a learning rate of 8 the loss becomes NaN within a few
 dozen steps.  The trainer used to checkpoint and publish that network, and

@@ -2,8 +2,8 @@
 
 * The wdl head's target for a fractional (merged) value is a fractional
   win/loss distribution whose expectation is the value, not the class
-  ``round(1 - v)`` (which made every |v| < 0.5 a certain draw; a learning
-  bug of issue 16, pinned by a test that failed before its fix).
+  ``round(1 - v)`` (which made every |v| < 0.5 a certain draw: a learning
+  bug, pinned by a test that failed before its fix).
 * The occupied-policy-mass diagnostic.
 """
 

@@ -316,7 +316,7 @@ def test_a_long_run_evaluates_against_random_every_4th_generation_the_demo_every
 
 
 # ---------------------------------------------------------------------------
-# The concurrent schedule (issue 41 part 2): every role at once, each started once
+# The concurrent schedule: every role at once, each started once
 # ---------------------------------------------------------------------------
 
 CONCURRENT = ["--schedule", "concurrent", "--workers", "1", "--generations", "1", "--minutes", "10",

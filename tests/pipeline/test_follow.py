@@ -428,7 +428,7 @@ def test_follow_flags_are_validated(capsys):
 
 
 # ---------------------------------------------------------------------------
-# Per-window runner: small windows in-process, large ones on Dataflow (issue 15)
+# Per-window runner: small windows in-process, large ones on Dataflow
 # ---------------------------------------------------------------------------
 
 DATAFLOW_FLAGS = ["--runner", "DataflowRunner", "--project", "p", "--region", "us-central1",
@@ -472,7 +472,7 @@ def test_the_threshold_without_dataflow_flags_is_one_clear_error(capsys):
 
 
 # ---------------------------------------------------------------------------
-# Shuffle only what training reads (issue 41): pacing by the trainer, windows sized to its reads
+# Shuffle only what training reads: pacing by the trainer, windows sized to its reads
 # ---------------------------------------------------------------------------
 
 def test_a_window_holds_about_what_the_trainer_reads_and_none_is_built_to_be_superseded(tmp_path):

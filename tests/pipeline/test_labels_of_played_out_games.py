@@ -1,7 +1,7 @@
 """pipeline.labels: a resigned game that self-play played on to two passes (END_RESIGN, ownership
 source ACCELERATED) has an exact final board, so its ownership label is that board's with weight 1,
-not a played-out label with the lower played-out weight (a learning bug of issue 16, pinned by a test
-that failed before its fix)."""
+not a played-out label with the lower played-out weight (a learning bug, pinned by a test that failed
+before its fix)."""
 
 import dataclasses
 import math

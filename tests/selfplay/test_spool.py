@@ -357,7 +357,7 @@ def test_a_sigkilled_worker_on_a_gcs_emulator_root_loses_and_repeats_nothing(tmp
         assert stored.count(game_id) == 1, game_id
 
 
-# ---- a full spool disk (issue 25, defect 11) ----------------------------------------------
+# ---- a full spool disk: play pauses, the spool goes up, no game is lost -----------------
 
 def small_worker_config(tmp_path, spool_dir, **changes):
     fields = dict(root=str(tmp_path / "lake"), games=4, visits=2, fast_visits=2, chunk_games=1000,

@@ -13,7 +13,7 @@ object, runs the command that reads that object, and checks the outcome:
 Entry points run in-process (``main(argv)``) so TensorFlow and Beam are
 imported once; "no traceback" is checked on the captured output, because a
 traceback in-process is an exception escaping ``main``, which fails the
-test by itself.  The defect-8 cases of issue 13 (a bucket-less ``gs://``,
+test by itself.  The roots that cannot be opened (a bucket-less ``gs://``,
 an unreachable endpoint, a root that is a file, a broken LATEST) and the GTP
 fuzz test are at the end.
 """
@@ -325,7 +325,7 @@ FAULTS = [
     # checkpoint state
     Fault("garbage checkpoint state / train", garbage_checkpoint_state, train, "error"),
     Fault("dangling checkpoint state / train", dangling_checkpoint_state, train, "error"),
-    # issue 36: names the layout never writes, and something in the way of the lease
+    # names the layout never writes, and something in the way of the lease
     Fault("'.' as a shard of the window manifest / train", dot_shard_manifest, train, "error", also="'shards'"),
     Fault("'.' as a shard of the window manifest / shuffle", dot_shard_manifest, shuffle_target_window, "error",
           also="'shards'"),
@@ -360,7 +360,7 @@ def test_a_tampered_object_is_named_never_a_traceback(fault, lake, tmp_path, cap
 
 
 # --------------------------------------------------------------------------
-# Issue 13, defect 8: one line naming the root, exit 2, never a traceback
+# A root that cannot be opened: one line naming the root, exit 2, never a traceback
 # --------------------------------------------------------------------------
 
 def closed_port() -> int:
@@ -535,7 +535,7 @@ def test_gtp_process_memory_stays_bounded_under_100_mb_without_a_newline():
 
 
 # --------------------------------------------------------------------------
-# Issue 36: what else a lake may hold (stray names, links, something in the
+# What else a lake may hold (stray names, links, something in the
 # way of a write), met by the long-lived roles
 # --------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Capacity that is waited for (issue 38 item 2): queued TPUs, and trainers that cannot be had yet.
+"""Capacity that is waited for: queued TPUs, and trainers that cannot be had yet.
 
 The plan's script runs against a stand-in gcloud that plays a queued
 resource: its request states come from a list (describe pops one each look),

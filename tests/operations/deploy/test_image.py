@@ -1,4 +1,4 @@
-"""The VMs run the release's image (issue 39 item 3): nothing is installed at boot.
+"""The VMs run the release's image: nothing is installed at boot.
 
 * Every Compute Engine VM and the worker template name the release's image by digest in their metadata
   (``zerolake-image``) and start operations/vm/startup-image.sh; the TPU trainer keeps startup.sh (pip).

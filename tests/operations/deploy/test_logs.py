@@ -1,4 +1,4 @@
-"""Logs as data (issue 38 item 6): operations/vm/ship-logs.sh, run by zerolake-logging.service.
+"""Logs as data: operations/vm/ship-logs.sh, run by zerolake-logging.service.
 
 Run with stand-in ``systemctl`` and ``curl`` on PATH: a failed Ops Agent
 install exits 1 (the unit, Restart=on-failure every 2 minutes, runs it again:

@@ -1,4 +1,4 @@
-"""Networks (issue 38 item 3): --network, --subnet and --no-external-ip reach every VM, the TPU VM's
+"""Networks: --network, --subnet and --no-external-ip reach every VM, the TPU VM's
 queued request and the Dataflow workers, each with the flag its own tool documents (tests/operations/deploy/test_plan.py
 checks every gcloud flag against the installed gcloud's --help; Beam's are checked here against its parser)."""
 from __future__ import annotations

@@ -40,7 +40,7 @@ from tests.operations.deploy.support import VM_IMAGE_DIGEST, account, iam_grants
 from tests.operations.deploy.support import creates as _creates
 
 SCENARIOS = {
-    # the acceptance example: GPU workers, TPU trainer
+    # the headline deployment: GPU workers, TPU trainer
     "gpu-workers-tpu-trainer": ["--workers", "8", "--worker-gpu", "nvidia-l4", "--trainer-tpu", "v5litepod-8"],
     "cpu-workers-cpu-trainer": ["--workers", "3", "--trainer-cpu", "--no-spot"],
     "t4-workers-multi-gpu-trainer": ["--workers", "2", "--worker-gpu", "nvidia-tesla-t4", "--worker-gpu-count", "2",

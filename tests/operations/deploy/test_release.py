@@ -1,4 +1,4 @@
-"""Releases (issue 39 item 1): immutable, named by their sha256, checked by every VM, written only by the deployer.
+"""Releases: immutable, named by their sha256, checked by every VM, written only by the deployer.
 
 * One source is one release: the repack's bytes do not depend on file times.
 * startup.sh refuses a doctored package in one line, before unpacking or running anything.

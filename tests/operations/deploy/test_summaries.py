@@ -1,4 +1,4 @@
-"""A deployed trainer's TensorBoard summaries reach ROOT/logs (issue 38 item 4), on the GCS emulator.
+"""A deployed trainer's TensorBoard summaries reach ROOT/logs, on the GCS emulator.
 
 A deployed trainer runs in stage mode (run-role.sh gives --stage-dir), so
 TensorFlow writes its event files to the VM's disk, which ``down`` deletes.

@@ -1,4 +1,4 @@
-"""A TPU trainer that TensorFlow can see (issue 38 item 1) and the zones Google lists (item 5).
+"""A TPU trainer that TensorFlow can see, and the zones Google lists.
 
 * For every generation of operations/deploy/zones.py's one table, the plan boots
   the TensorFlow PJRT software version the table names (a ``tpu-vm-tf-...-pjrt``
