@@ -1,19 +1,14 @@
 """The one codec for the lake's two record kinds (byte layout: format/SPEC.md).
 
-This module is the codec's public surface; the code lives in three modules,
+This module is the codec's public surface; the code lives in four modules,
 one concern each:
 
 * `format.game_records`: game records and chunks;
-* `format.position_records`: position records and shards: versions 2, 3
-  and 4 (what the shuffle job writes) in groups of compact positions, and
-  the one decoder of every version;
-* `format.game_table`: a version-3 or 4 window's game table (each game's
-  ownership label and generation, once per game);
-* `format.legacy.version1`: version 1 (one assembled position a record),
-  the version before groups, read only (its writers, for tests and
-  bench/train.py, are `testdata.records_v1`);
-* `format.group_wire`: the same for versions 2, 3 and 4 (`encode_groups`,
-  byte-identical to `encode_position_groups`), what the shuffle job uses;
+* `format.position_records`: position records and shards (groups of
+  compact positions) and their decoder;
+* `format.game_table`: a window's game table (each game's ownership label
+  and generation, once per game);
+* `format.group_wire`: the position records' encoder (`encode_groups`);
 
 with `format.example_fields` holding what both record kinds share (typed
 feature access and FormatError).
@@ -22,7 +17,7 @@ Data flow::
 
     selfplay.worker --GameRecord--> encode_chunk() --bytes--> Storage.write_new(games/...)
     Storage.read() --bytes--> read_chunk() --GameRecord...--> pipeline, format.inspect
-    pipeline --written_positions()--> --encode_groups()--> shards (GZIP TFRecord) --> model.tfdata --> trainer
+    pipeline --PositionBatch.compact()--> --encode_groups()--> shards (GZIP TFRecord) --> model.tfdata --> trainer
     pipeline --encode_game_table()--> the window's game table --> model.tfdata, read_shard(table=)
 
 *Game records* keep one game each: the moves, the fresh board planes of every
@@ -31,9 +26,8 @@ policy target per fully searched position, root values, the result and the
 endstate.  *Position records* keep training examples: version 4 groups of 64 compact
 positions (board, last moves and captures, the policy as integers proportional
 to it; ownership and generation as rows of the window's game table) that
-model.tfdata expands in the graph, so the trainer needs no Go engine;
-versions 1 (one assembled example each), 2 (ownership in each record) and 3
-(policy values of 1..255, every entry raised to at least 1) are still read.
+model.tfdata expands in the graph, so the trainer needs no Go engine.  A
+shard of an older version is refused: its window is rebuilt from the games.
 
 Every decode validates what it reads and raises :class:`FormatError` naming
 the source (file and record index) and the field.  Nothing read is unpickled
@@ -59,16 +53,13 @@ from format.position_records import (
     PositionHistory,
     PositionRecord,
     colour_codes,
-    decode_position,
     decode_records,
-    encode_position_groups,
     encode_shard,
     pack_trits,
+    policy_columns,
     policy_integers,
-    policy_small_integers,
     read_shard,
     unpack_trits,
-    written_positions,
 )
 from format.group_wire import encode_groups
 
@@ -84,21 +75,18 @@ __all__ = [
     "PositionRecord",
     "CompactPositions",
     "PositionHistory",
-    "encode_position_groups",
     "encode_groups",
     "decode_records",
     "pack_trits",
     "unpack_trits",
     "colour_codes",
     "policy_integers",
-    "policy_small_integers",
-    "written_positions",
+    "policy_columns",
     "encode_game",
     "decode_game",
     "encode_chunk",
     "read_chunk",
     "iter_chunk",
-    "decode_position",
     "encode_shard",
     "read_shard",
     "quantize_policy",

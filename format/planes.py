@@ -11,10 +11,8 @@ bit on the same positions of many legal games (9x9 and 19x19):
 * `pipeline.positions.history_planes` (compiled in pipeline/_history.pyx,
   constants from format/planes.pxd): channels 0-15 of every position of
   whole games, bit-packed for position records.
-* `model.tfdata.GroupDecoder` (and, for version-1 records,
-  `model.tfdata_version1.PositionDecoder`): position records ->
-  float32 [B, N, N, C] under one of the 8 symmetries, for training
-  (version-1 records: 17 channels only).
+* `model.tfdata.GroupDecoder`: position records ->
+  float32 [B, N, N, C] under one of the 8 symmetries, for training.
 * `format.codec.decode_records`: each position's channels 0-15 as uint8
   [16, N, N] (inspection, tests).
 * `engine.playouts.playout_values` (the value of

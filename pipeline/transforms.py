@@ -423,14 +423,13 @@ class WriteShardFn(_LakeDoFn):
         generation = np.concatenate([piece.generation for piece in pieces])
         keep = np.flatnonzero(~_drop_mask(instance, dropped))
         order = keep[ctx.rng(3, shard).permutation(len(keep))]
-        # The positions in order, as records of the version the manifest names (codec.written_positions:
-        # version 4, the policy targets without version 3's floor).
+        # The positions in order, as records of the version the manifest names (schema.POSITION_RECORD_VERSION).
         batch = P.concat([piece.batch for piece in pieces])
         frames = b""
         if batch is not None and len(order):
             batch = batch.take(order)
             compact = batch.compact(P.game_table_index(game_table.instances, batch.instance), game_table.table)
-            frames = frame_records(codec.encode_groups(codec.written_positions(compact, batch.policy_prob)))
+            frames = frame_records(codec.encode_groups(compact))
         self.storage.write_new(path, compress_gzip(frames, ctx.config.shard_gzip_level))
         gens, counts = np.unique(generation[order], return_counts=True)
         yield {"name": name, "positions": int(len(order)),
