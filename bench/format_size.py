@@ -17,8 +17,8 @@ Everything is measured on files this run writes, in a temporary folder:
    gzip level 2 and dedup pinned, `PINNED_SHUFFLE_FLAGS`; the window is the whole lake because it
    is below the default minimum window) writes one window from each lake.
    ``shard_bytes_per_record_<N>``: the window's shard bytes plus its game
-   table's (record version 3 keeps each game's ownership label and
-   generation there, once per game: every byte the shards need) over the
+   table's (a window keeps each game's ownership label and generation
+   there, once per game: every byte the shards need) over the
    positions the shards hold.  ``lake_bytes_per_position_9``: the 9x9
    lake's chunks plus its retained windows (every file under games/ and
    windows/: shards, game tables, manifests) over the positions of its

@@ -64,10 +64,11 @@ when Black was to move.  A position t - age before the start of the game
 one step of history, so after a pass channel 0 and channel 1 show the same
 stones.
 
-A position record (format/SPEC.md) stores channels 0 .. PACKED_PLANES - 1,
-plane-major and bit-packed, and the side to move as a scalar from which the
-readers rebuild the colour plane; the five planes after it are functions of
-channels 0, 1, 8 and 9, and are rebuilt too.
+A position record (format/SPEC.md) stores what rebuilds channels 0 ..
+PACKED_PLANES - 1 (the board at t, the last moves and their captures), and
+the side to move as a scalar from which the readers rebuild the colour
+plane; the five planes after it are functions of channels 0, 1, 8 and 9,
+and are rebuilt too.
 
 The numbers (HISTORY_LENGTH, INPUT_PLANES, PACKED_PLANES) are part of the
 on-disk contract and live in `format.schema`, re-exported here; compiled

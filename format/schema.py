@@ -82,7 +82,8 @@ INPUT_PLANES = BASIC_INPUT_PLANES + 5
 INPUT_PLANE_CHOICES = (BASIC_INPUT_PLANES, INPUT_PLANES)
 """The input widths a model may take: a model reads the first C channels of the layout."""
 PACKED_PLANES = 2 * HISTORY_LENGTH
-"""Planes bit-packed in a position record (the colour plane is a scalar)."""
+"""The history planes (channels 0 .. 15): a decoded position record's planes, and what the shuffle job's
+dedup key hashes, bit-packed (the colour plane is a scalar)."""
 
 # --- game records (chunks) -------------------------------------------------
 

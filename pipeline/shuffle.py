@@ -2,7 +2,7 @@
 
 Reads ``ROOT/games/<gen>/*.tfrecord.zst``, writes
 ``ROOT/windows/<target_gen>/<attempt>-<i>-of-<S>.tfrecord.gz`` (position
-records version 3), the window's game table ``<attempt>-games.table.gz``
+records, format/SPEC.md "Shards"), the window's game table ``<attempt>-games.table.gz``
 and, last, ``MANIFEST.json``.  target_gen = the latest published model
 generation + 1 (1 before any model).  A window that already has a manifest
 is not redone; a manifest that does not validate

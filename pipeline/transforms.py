@@ -13,7 +13,7 @@ Stages (each a composite PTransform, each tested with TestPipeline)::
           .pieces    (shard, piece path)
           .stats     {counter: n}
       games | FindDuplicateGames      -> one sorted int64 array of instances to drop
-      game_ids | BuildGameTable       -> the window's games (WindowGames): version-3
+      game_ids | BuildGameTable       -> the window's games (WindowGames):
                              positions store an index into them; the manifest lists their
                              ids, and their labels and generations are the game table file
       parts | CapOpenings (side input: duplicates)  per partition: drop duplicate
@@ -306,11 +306,11 @@ class FindDuplicateGames(beam.PTransform):
 class WindowGames:
     """The window's games: every game read, sorted by instance.
 
-    A version-3 position stores its game as an index into this order; the
-    manifest lists the ids in it (``games``) and the game table file holds
-    each game's ownership label and generation in it (``table``), so a shard
-    keeps an integer per position where version 1 kept the id string, the
-    label and the generation.
+    A position stores its game as an index into this order; the manifest
+    lists the ids in it (``games``) and the game table file holds each
+    game's ownership label and generation in it (``table``), so a shard
+    keeps an integer per position, not the id string, the label and the
+    generation.
     """
 
     instances: np.ndarray

@@ -2,7 +2,7 @@
 
 Self-play data takes hours to make; the trainer's tests need a window of
 training shards in seconds.  This module writes one in the exact lake layout
-and in the record version production writes (format/SPEC.md: version 3
+and in the record version production writes (format/SPEC.md "Shards":
 groups of compact positions, ``windows/<gen>/<attempt>-XXXXX-of-YYYYY.tfrecord.gz``,
 the window's game table beside them, ``MANIFEST.json`` last), through the
 same encoder as the shuffle job (``format.codec.encode_groups``).
@@ -18,7 +18,7 @@ so a network can learn each head and a test can watch every loss fall:
   stone, 0.25 spread over the empty points touching own stones; some
   records have no policy (``policy_weight`` 0, no entries).
 
-A record keeps the board at t and the last 7 moves (version 3), from which
+A record keeps the board at t and the last 7 moves, from which
 the reader rebuilds the 7 older boards.  Here the last 7 moves are stones of
 the board at t, alternating colours back from the side that just moved, with
 no captures, so the history planes look like a board that filled up over

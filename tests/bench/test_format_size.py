@@ -67,7 +67,7 @@ def test_minigo_records_hold_the_planes_channels_last_and_a_dense_policy():
 
 
 def test_shard_bytes_count_the_game_table(tmp_path):
-    """A version-3 window's shard bytes include its game table: every byte the shards need."""
+    """A window's shard bytes include its game table: every byte the shards need."""
     from format import codec, layout
     from pipeline import labels as L
     from pipeline import positions as P

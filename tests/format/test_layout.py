@@ -97,7 +97,7 @@ def test_layout_paths_are_what_the_spec_says():
     with pytest.raises(ValueError):
         layout.settings_record("loop", "../x")
     assert layout.parse_chunk_path("games/3/x.tfrecord.zst") is None
-    # A window: shards and, from record version 3 on, the game table of the same job attempt.
+    # A window: shards and the game table of the same job attempt.
     assert (layout.shard_path(2, layout.shard_name("6b03d37b", 1, 4))
             == "windows/000002/6b03d37b-00001-of-00004.tfrecord.gz")
     assert layout.game_table_path(2, layout.game_table_name("6b03d37b")) == "windows/000002/6b03d37b-games.table.gz"

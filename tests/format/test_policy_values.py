@@ -95,7 +95,7 @@ def l1_bound(n: int) -> float:
 
 
 def tail_mass(index, prob, largest_share=1 / 255) -> float:
-    """Mass of the entries below ``largest_share`` of the target's largest: the tail version 3 raised."""
+    """Mass of the entries below ``largest_share`` of the target's largest: its tail."""
     prob = np.asarray(prob, np.float64)
     return float(prob[prob < largest_share * prob.max()].sum())
 
