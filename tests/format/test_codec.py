@@ -9,7 +9,7 @@ import pytest
 from format import codec
 from format import schema
 from format.example_proto import Example
-from format.tfrecord import compress_zstd, frame_records, iter_framed_records
+from format.tfrecord import compress_zstd, frame_records
 from testdata.synthetic_games import synthetic_game
 
 
