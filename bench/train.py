@@ -2,19 +2,15 @@
 
 1. Input pipeline, no model: examples/s that ``model.tfdata.training_dataset``
    delivers from GZIP shards (read, shuffle, batch, parse, unpack, random
-   symmetry per example), for 9x9 and 19x19, batch 1024, for every position
-   record version in the same run, on the same positions: version 4 (the
-   default the shuffle job writes: groups of compact positions whose history
-   planes the graph rebuilds, ownership labels gathered from the window's
-   game table, policy values up to 65535), version 3 (the same with policy
-   values up to 255), version 2 (the same groups with each position's label
-   in its record) and version 1 (one assembled example a record).
-   ``input_examples_per_s_<N>`` is the default version's figure;
-   ``..._v1`` / ``..._v2`` / ``..._v3`` / ``..._v4`` name each version.  All of them
-   decode the 17 planes of the default network; ``..._22_planes`` is the
-   default version decoded for a 22-plane network (format/planes.py: the
-   liberty and legal-move planes are computed in the graph, from the board
-   at t, not stored, so they cost examples/s here and no shard bytes).
+   symmetry per example), for 9x9 and 19x19, batch 1024: groups of compact
+   positions whose history planes the graph rebuilds, ownership labels
+   gathered from the window's game table (``input_examples_per_s_<N>``,
+   ``input_examples_per_cpu_s_<N>``, and ``shard_bytes_per_position_<N>``
+   with the game table counted), decoded for the 17 planes of the default
+   network; ``..._22_planes`` is the same shards decoded for a 22-plane
+   network (format/planes.py: the liberty and legal-move planes are
+   computed in the graph, from the board at t, not stored, so they cost
+   examples/s here and no shard bytes).
 2. Training: steps/s of the default 9x9 network (TrainConfig defaults:
    4 blocks x 32 filters, batch 256, float32, default strategy) fed by the
    same pipeline.
@@ -24,9 +20,9 @@
 The positions are those of legal random games played by the engine
 (`testdata.random_games.engine_game`, search-shaped policy targets on a
 quarter of the moves, as playout-cap randomization leaves them), built into
-records by the shuffle job's own code (`pipeline.positions`), 4 shards per
-version in a temporary folder (versions 3 and 4: and the game table, named as the
-job names it, so that `training_dataset` finds it beside the shards).  Timings on a
+records by the shuffle job's own code (`pipeline.positions`, `format.codec`),
+4 shards and the game table in a temporary folder (named as the job names
+them, so that `training_dataset` finds the table beside the shards).  Timings on a
 shared 2-core machine are noisy, so the pipeline is also measured per CPU
 second of this process (all its threads), which other load disturbs much
 less; on two idle cores the wall rate approaches twice that figure.  Ends
@@ -54,10 +50,9 @@ VISITS = {9: 200, 19: 800}
 SHARDS = 4
 
 
-def write_shards(folder: str, board_size: int, positions: int) -> dict:
-    """{record version: shard paths} holding the same ``positions`` positions, shuffled alike."""
-    from format import codec, layout, schema
-    from testdata import records_v1
+def write_shards(folder: str, board_size: int, positions: int) -> list[str]:
+    """Paths of shards holding ``positions`` shuffled positions, with their game table beside them."""
+    from format import codec, layout
     from pipeline import labels as L
     from pipeline import positions as P
     from testdata.random_games import engine_game
@@ -71,46 +66,18 @@ def write_shards(folder: str, board_size: int, positions: int) -> dict:
                            playout_weight=0.5, rng=rng, stats=L.empty_stats())
     batch = P.games_positions(games, labels, list(range(len(games))), dedup_max_move=0)
     batch = batch.take(rng.permutation(len(batch))[:positions])
-    fresh = np.concatenate([g.planes.reshape(g.num_positions, 2, -1) for g in games])
-    planes = P.history_planes(fresh, np.concatenate([np.arange(g.num_positions) for g in games]))
-    # The permutation above reordered the batch; rebuild v1 planes in the same order via the instances.
-    order = _rows_of(batch, games)
-    v1 = records_v1.encode_positions(
-        board_size=board_size, planes_packed=planes[order], to_play=batch.to_play,
-        policy_offsets=batch.policy_offsets, policy_index=batch.policy_index, policy_prob=batch.policy_prob,
-        value=batch.value, score=batch.score, ownership=batch.ownership, policy_weight=batch.policy_weight,
-        value_weight=batch.value_weight, ownership_weight=batch.ownership_weight,
-        score_weight=batch.score_weight, game_id=batch.game_id, move_number=batch.move_number,
-        generation=batch.generation)
     # instance = game index: the game table's rows are the games in order.
     table = codec.GameTable(board_size=board_size, generation=np.array([g.generation for g in games]),
                             ownership=P.game_label_rows(labels))
-    def v4(rows):  # what the shuffle job writes (pipeline.transforms.WriteShardFn)
-        part = batch.take(rows)
-        return codec.encode_groups(codec.written_positions(part.compact(table=table), part.policy_prob))
-
-    out = {}
-    for version, records_of in ((1, lambda rows: [v1[i] for i in rows]),
-                                (2, lambda rows: batch.take(rows).encode()),
-                                (3, lambda rows: batch.take(rows).encode(table=table)),
-                                (4, v4)):
-        paths, attempt = [], f"v{version}n{board_size}"
-        for shard, rows in enumerate(np.array_split(np.arange(len(batch)), SHARDS)):
-            path = os.path.join(folder, layout.shard_name(attempt, shard, SHARDS))
-            with open(path, "wb") as f:
-                f.write(codec.encode_shard(records_of(rows)))
-            paths.append(path)
-        if version in schema.TABLE_RECORD_VERSIONS:
-            with open(os.path.join(folder, layout.game_table_name(attempt)), "wb") as f:
-                f.write(codec.encode_game_table(table))
-        out[version] = paths
-    return out
-
-
-def _rows_of(batch, games) -> np.ndarray:
-    """Row of each of ``batch``'s positions in the games laid end to end (instance = game index)."""
-    starts = np.concatenate([[0], np.cumsum([g.num_positions for g in games])[:-1]])
-    return starts[batch.instance] + batch.move_number
+    paths, attempt = [], f"n{board_size}"
+    for shard, rows in enumerate(np.array_split(np.arange(len(batch)), SHARDS)):
+        path = os.path.join(folder, layout.shard_name(attempt, shard, SHARDS))
+        with open(path, "wb") as f:  # what the shuffle job writes (pipeline.transforms.WriteShardFn)
+            f.write(codec.encode_shard(batch.take(rows).encode(None, table)))
+        paths.append(path)
+    with open(os.path.join(folder, layout.game_table_name(attempt)), "wb") as f:
+        f.write(codec.encode_game_table(table))
+    return paths
 
 
 def pipeline_rate(shards: list[str], board_size: int, seconds: float, input_planes: int = 17) -> tuple[float, float]:
@@ -165,34 +132,30 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="timed seconds per measurement")
     parser.add_argument("--positions", type=int, default=16384,
-                        help="9x9 positions per record version (19x19: half); fewer only for a smoke run")
+                        help="9x9 positions (19x19: half); fewer only for a smoke run")
     args = parser.parse_args(argv)
     from format import layout
-    from format.schema import POSITION_RECORD_VERSION, TABLE_RECORD_VERSIONS
+    from format.schema import POSITION_RECORD_VERSION
 
     result = {"bench": "train"}
     with tempfile.TemporaryDirectory(prefix="zerolake-bench-") as scratch:
         counts = {9: args.positions, 19: args.positions // 2}
         shards = {n: write_shards(scratch, n, counts[n]) for n in (9, 19)}
         for n in (9, 19):
-            for version in sorted(shards[n]):
-                rate, cpu = pipeline_rate(shards[n][version], n, args.seconds)
-                with_table = version in TABLE_RECORD_VERSIONS
-                files = shards[n][version] + ([layout.game_table_beside(shards[n][version][0])] if with_table else [])
-                size = sum(os.path.getsize(p) for p in files) / counts[n]
-                print(f"input pipeline {n:2d}x{n:<2d} v{version}: {rate:10.0f} examples/s, {cpu:8.0f} per CPU "
-                      f"second (batch {PIPELINE_BATCH}, no model; {size:.0f} bytes a position at rest)")
-                result[f"input_examples_per_s_{n}_v{version}"] = round(rate)
-                result[f"input_examples_per_cpu_s_{n}_v{version}"] = round(cpu)
-                result[f"shard_bytes_per_position_{n}_v{version}"] = round(size, 1)
-            for key in ("input_examples_per_s", "input_examples_per_cpu_s"):
-                result[f"{key}_{n}"] = result[f"{key}_{n}_v{POSITION_RECORD_VERSION}"]
-            rate, cpu = pipeline_rate(shards[n][POSITION_RECORD_VERSION], n, args.seconds, input_planes=22)
-            print(f"input pipeline {n:2d}x{n:<2d} v{POSITION_RECORD_VERSION}, 22 planes: {rate:10.0f} examples/s, "
+            rate, cpu = pipeline_rate(shards[n], n, args.seconds)
+            files = shards[n] + [layout.game_table_beside(shards[n][0])]
+            size = sum(os.path.getsize(p) for p in files) / counts[n]
+            print(f"input pipeline {n:2d}x{n:<2d}: {rate:10.0f} examples/s, {cpu:8.0f} per CPU "
+                  f"second (batch {PIPELINE_BATCH}, no model; {size:.0f} bytes a position at rest)")
+            result[f"input_examples_per_s_{n}"] = round(rate)
+            result[f"input_examples_per_cpu_s_{n}"] = round(cpu)
+            result[f"shard_bytes_per_position_{n}"] = round(size, 1)
+            rate, cpu = pipeline_rate(shards[n], n, args.seconds, input_planes=22)
+            print(f"input pipeline {n:2d}x{n:<2d}, 22 planes: {rate:10.0f} examples/s, "
                   f"{cpu:8.0f} per CPU second (liberties and legal moves computed in the graph)")
             result[f"input_examples_per_s_{n}_22_planes"] = round(rate)
             result[f"input_examples_per_cpu_s_{n}_22_planes"] = round(cpu)
-        steps, batch = train_rate(shards[9][POSITION_RECORD_VERSION], os.path.join(scratch, "lake9"), args.seconds)
+        steps, batch = train_rate(shards[9], os.path.join(scratch, "lake9"), args.seconds)
         consumed = steps * batch
         print(f"training 9x9 default net: {steps:.2f} steps/s at batch {batch} = {consumed:.0f} examples/s")
         ratio = result["input_examples_per_s_9"] / consumed

@@ -1,26 +1,33 @@
 """The one codec for the lake's two record kinds (byte layout: format/SPEC.md): its public surface.
 
-*Game records* keep one self-play game each (chunks, format/SPEC.md "Chunks");
-*position records* keep training examples (shards, "Shards", which also says
-which versions are written and which are only read).  The code lives in
-modules of one concern each:
+This module is the codec's public surface; the code lives in four modules,
+one concern each:
 
-* `format.game_records`: game records, and chunk framing and compression;
-* `format.position_records`: position records and shards, and the one
-  decoder of every version;
-* `format.group_wire`: the shuffle job's encoder of position groups
-  (`encode_groups`, byte-identical to `encode_position_groups`);
+* `format.game_records`: game records and chunks;
+* `format.position_records`: position records and shards (groups of
+  compact positions) and their decoder;
 * `format.game_table`: a window's game table (each game's ownership label
   and generation, once per game);
-* `format.legacy.version1`: version-1 position records, read only;
-* `format.example_fields`: what both kinds share (typed feature access, FormatError).
+* `format.group_wire`: the position records' encoder (`encode_groups`);
+
+with `format.example_fields` holding what both record kinds share (typed
+feature access and FormatError).
 
 Data flow::
 
     selfplay.worker --encode_game()--> selfplay.spool --frame_chunk()--> chunks (games/...)
     chunks --read_chunk() / iter_chunk()--> GameRecord... --> pipeline, format.inspect
-    pipeline --written_positions()--> encode_groups() --> shards (GZIP TFRecord) --> model.tfdata --> trainer
+    pipeline --PositionBatch.compact()--> --encode_groups()--> shards (GZIP TFRecord) --> model.tfdata --> trainer
     pipeline --encode_game_table()--> the window's game table --> model.tfdata, read_shard(table=)
+
+*Game records* keep one game each: the moves, the fresh board planes of every
+position (bit-packed; history is rebuilt by the Beam job), a sparse quantized
+policy target per fully searched position, root values, the result and the
+endstate.  *Position records* keep training examples: version 4 groups of 64 compact
+positions (board, last moves and captures, the policy as integers proportional
+to it; ownership and generation as rows of the window's game table) that
+model.tfdata expands in the graph, so the trainer needs no Go engine.  A
+shard of an older version is refused: its window is rebuilt from the games.
 
 Every decode validates what it reads and raises :class:`FormatError` naming
 the source (file and record index) and the field; nothing read is unpickled or evaluated.
@@ -47,16 +54,13 @@ from format.position_records import (
     PositionHistory,
     PositionRecord,
     colour_codes,
-    decode_position,
     decode_records,
-    encode_position_groups,
     encode_shard,
     pack_trits,
+    policy_columns,
     policy_integers,
-    policy_small_integers,
     read_shard,
     unpack_trits,
-    written_positions,
 )
 from format.group_wire import encode_groups
 
@@ -72,15 +76,13 @@ __all__ = [
     "PositionRecord",
     "CompactPositions",
     "PositionHistory",
-    "encode_position_groups",
     "encode_groups",
     "decode_records",
     "pack_trits",
     "unpack_trits",
     "colour_codes",
     "policy_integers",
-    "policy_small_integers",
-    "written_positions",
+    "policy_columns",
     "encode_game",
     "decode_game",
     "encode_chunk",
@@ -88,7 +90,6 @@ __all__ = [
     "chunk_records",
     "read_chunk",
     "iter_chunk",
-    "decode_position",
     "encode_shard",
     "read_shard",
     "quantize_policy",

@@ -9,7 +9,7 @@ private descriptor pool.  The wire bytes are identical to TensorFlow's; a
 test parses our bytes with ``tf.io.parse_example`` to prove it.
 
 `varint` is the wire format's integer, for the writers that emit protobuf
-wire bytes directly (format.group_wire, testdata.records_v1).
+wire bytes directly (format.group_wire).
 
 A private pool (not the default one) keeps this from clashing with
 TensorFlow's own registration of ``tensorflow.Example`` when both are loaded

@@ -1,11 +1,16 @@
 """A window's game table: each game's ownership label and generation, once per game.
 
-Position records that use a table (``schema.TABLE_RECORD_VERSIONS``; format/SPEC.md "Window game
-table") keep neither per position: a position's ``game`` column indexes a row here, and only a
-position whose label is its own (a capped opening's merged mean) keeps an int8 row.  The shuffle
-job writes the table beside its shards, before the manifest that names it; readers use
-`decode_game_table` (bytes) or `read_window_table` (a lake's window), which raise `FormatError`
-naming the file and field.  File: a GZIP TFRecord of one ``tf.train.Example``, columns::
+Position records (format/SPEC.md "Window game table") keep neither
+per position: a position's ``game`` column indexes a row of this table, and
+only a position whose label is its own (a capped opening's merged mean)
+keeps an int8 row in its record.  The shuffle job writes the table beside
+its shards, before the manifest (which names it); every reader reads it
+through `decode_game_table` (bytes) or `read_window_table` (a window of a
+lake), which validate it and raise `FormatError` naming the file and the
+field.
+
+File: a GZIP TFRecord holding one ``tf.train.Example`` (the project's own
+codec: CRC-checked framing, the validated field reader); columns::
 
     version, board_size, count (G)
     generation      int64[G]
@@ -30,7 +35,7 @@ from format.position_records import code_colours, colour_codes, pack_trits, unpa
 from format.tfrecord import RecordError, compress_gzip, decompress_gzip, frame_records, iter_framed_records
 
 class MissingGameTable(FormatError):
-    """A version-3 window's game table is not where its manifest (or its shards' folder) says."""
+    """A window's game table is not where its manifest (or its shards' folder) says."""
 
     def __init__(self, source: str, problem: str):
         super().__init__(source, None, problem)
@@ -163,7 +168,7 @@ def decode_game_table(data: bytes, source: str, *, board_size: int | None = None
 
 
 def read_window_table(storage, window) -> GameTable:
-    """The game table of a window (a `format.layout.WindowManifest` of record version 3), validated
+    """The game table of a window (a `format.layout.WindowManifest`), validated
     against its manifest.  A missing or damaged table raises FormatError naming the file."""
     from cloud.base import NotFound
 
@@ -174,5 +179,5 @@ def read_window_table(storage, window) -> GameTable:
         data = storage.read(window.game_table)
     except NotFound:
         raise MissingGameTable(url, f"is missing: the window's manifest ({storage.url(window.path)}) names it, and "
-                                    "version-3 positions take their ownership and generation from it") from None
+                                    "its positions take their ownership and generation from it") from None
     return decode_game_table(data, url, board_size=window.board_size, games=window.games)

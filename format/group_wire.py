@@ -1,13 +1,22 @@
-"""Wire encoder of group position records (``schema.GROUP_RECORD_VERSIONS``): protobuf bytes written directly.
+"""Wire encoder of position records: protobuf bytes written directly.
 
-`format.position_records.encode_position_groups` is the reference (one ``tf.train.Example`` per
-group of positions, built with the protobuf API, whose list filling dominates its time); the
-shuffle job writes the same bytes here (`encode_groups`; a test asserts byte identity on every
-group version and both board sizes).  An Example on the wire: field 1 (Features) holds map entries
-({key: field 1, value: field 2, a Feature}); a Feature is ``bytes_list`` (field 1) or
-``int64_list`` (field 3, one packed varint run, absent when empty).  Every int64 column of a batch
-is varint-encoded at once with numpy (`varints`), each record takes slices of them, and entries go
-in protobuf's deterministic map-key order, read once from protobuf itself (`_key_order`).
+A record is one ``tf.train.Example`` per group of 64 positions.  Building it
+with the protobuf API (filling int64 lists: a numpy array to a Python list,
+then the repeated field's ``extend``) was two thirds of the time, so the
+shuffle job writes the same bytes here instead (`encode_groups`; a test
+asserts byte identity with a protobuf-API reference encoder, kept in the
+tests, on both board sizes).
+
+The wire format of an Example: field 1 (Features) holds the map entries
+(field 1 each: {key: field 1, value: field 2, a Feature}); a Feature is
+``bytes_list`` (field 1, one value: field 1) or ``int64_list`` (field 3,
+its values as one packed varint run: field 1, absent when empty).  Every
+int64 column of the whole batch is varint-encoded at once with numpy
+(`varints`); a record then takes a contiguous slice of each column's bytes,
+so what is left per record is joining ~16 short byte strings.  The map
+entries go in the order protobuf's deterministic serializer emits them
+(upb's map-key order, which is not plain string order: "board_size" before
+"board"), read once from protobuf itself (`_key_order`).
 """
 from __future__ import annotations
 
@@ -70,17 +79,11 @@ def _key_order(keys) -> list[str]:
     return sorted(keys, key=lambda k: data.index(b"\x0a" + _varint(len(k)) + k.encode() + b"\x12"))
 
 
-_INT_FIELDS = {2: (schema.P2_CAPTURE_COUNT, schema.P2_CAPTURES, schema.P2_POLICY_COUNT, schema.P2_POLICY_INDEX_DELTA,
-                   schema.P2_POLICY_VALUE, schema.P2_GENERATION, schema.P2_GAME, schema.P2_MOVE_NUMBER),
-               3: (schema.P2_CAPTURE_COUNT, schema.P2_CAPTURES, schema.P2_POLICY_COUNT, schema.P2_POLICY_INDEX_DELTA,
-                   schema.P2_POLICY_VALUE, schema.P2_GAME, schema.P2_MOVE_NUMBER)}
-_BYTES_FIELDS = {2: (schema.P2_BOARD, schema.P2_MOVES, schema.P2_OWNERSHIP, schema.P2_OWNERSHIP_FINE, schema.P2_TARGETS),
-                 3: (schema.P2_BOARD, schema.P2_MOVES, schema.P2_OWNERSHIP_FINE, schema.P2_TARGETS)}
-_SCALARS = (schema.P_VERSION, schema.P_BOARD_SIZE, schema.P2_COUNT)
-# Version 4 has version 3's columns (only its policy values are wider).
-_INT_FIELDS[4], _BYTES_FIELDS[4] = _INT_FIELDS[3], _BYTES_FIELDS[3]
-_ORDER = {version: _key_order(_SCALARS + _INT_FIELDS[version] + _BYTES_FIELDS[version])
-          for version in schema.GROUP_RECORD_VERSIONS}
+_INT_FIELDS = (schema.P_CAPTURE_COUNT, schema.P_CAPTURES, schema.P_POLICY_COUNT, schema.P_POLICY_INDEX_DELTA,
+               schema.P_POLICY_VALUE, schema.P_GAME, schema.P_MOVE_NUMBER)
+_BYTES_FIELDS = (schema.P_BOARD, schema.P_MOVES, schema.P_OWNERSHIP_FINE, schema.P_TARGETS)
+_SCALARS = (schema.P_VERSION, schema.P_BOARD_SIZE, schema.P_COUNT)
+_ORDER = _key_order(_SCALARS + _INT_FIELDS + _BYTES_FIELDS)
 
 
 def _entry(key: str, feature: bytes) -> bytes:
@@ -106,11 +109,9 @@ def _bytes_feature(value: bytes) -> bytes:
 
 
 def encode_groups(c: CompactPositions) -> list[bytes]:
-    """Version-2, 3 or 4 records (``c.version``) of every position of ``c`` in order, POSITION_GROUP a record;
-    byte-identical to `format.position_records.encode_position_groups`."""
-    version = c.version
-    if version not in _ORDER:
-        raise ValueError(f"CompactPositions of version {version}: groups are versions {schema.GROUP_RECORD_VERSIONS}")
+    """Records (version ``schema.POSITION_RECORD_VERSION``) of every position of ``c`` in order,
+    POSITION_GROUP a record."""
+    version = schema.POSITION_RECORD_VERSION
     n, count = c.board_size, len(c)
     group = schema.POSITION_GROUP
     move_dtype = np.uint8 if schema.move_bytes(n) == 1 else np.dtype("<u2")
@@ -121,16 +122,14 @@ def encode_groups(c: CompactPositions) -> list[bytes]:
     capture_offsets = np.asarray(c.capture_offsets, np.int64)
     # Per position (row offsets = position index) or per entry (offsets: the ragged column's).
     int_columns = {
-        schema.P2_CAPTURE_COUNT: (np.diff(capture_offsets), None),
-        schema.P2_CAPTURES: (c.captures, capture_offsets),
-        schema.P2_POLICY_COUNT: (np.diff(policy_offsets), None),
-        schema.P2_POLICY_INDEX_DELTA: (_index_deltas(c.policy_index, policy_offsets), policy_offsets),
-        schema.P2_POLICY_VALUE: (c.policy_value, policy_offsets),
-        schema.P2_GAME: (c.game, None),
-        schema.P2_MOVE_NUMBER: (c.move_number, None),
+        schema.P_CAPTURE_COUNT: (np.diff(capture_offsets), None),
+        schema.P_CAPTURES: (c.captures, capture_offsets),
+        schema.P_POLICY_COUNT: (np.diff(policy_offsets), None),
+        schema.P_POLICY_INDEX_DELTA: (_index_deltas(c.policy_index, policy_offsets), policy_offsets),
+        schema.P_POLICY_VALUE: (c.policy_value, policy_offsets),
+        schema.P_GAME: (c.game, None),
+        schema.P_MOVE_NUMBER: (c.move_number, None),
     }
-    if version == 2:
-        int_columns[schema.P2_GENERATION] = (c.generation, None)
     bounds = np.r_[np.arange(0, count, group), count]  # the records' first positions, then the end
     encoded = {}
     for key, (values, entry_offsets) in int_columns.items():
@@ -140,28 +139,26 @@ def encode_groups(c: CompactPositions) -> list[bytes]:
     # Fixed-width columns: (every position's row end to end, bytes a row).
     width = schema.trit_bytes(n)
     fixed = {
-        schema.P2_BOARD: (np.ascontiguousarray(c.board, np.uint8).tobytes(), width),
-        schema.P2_MOVES: (np.ascontiguousarray(np.asarray(c.moves).astype(move_dtype)).tobytes(),
+        schema.P_BOARD: (np.ascontiguousarray(c.board, np.uint8).tobytes(), width),
+        schema.P_MOVES: (np.ascontiguousarray(np.asarray(c.moves).astype(move_dtype)).tobytes(),
                      schema.HISTORY_MOVES * schema.move_bytes(n)),
     }
-    if version == 2:
-        fixed[schema.P2_OWNERSHIP] = (np.ascontiguousarray(c.ownership, np.uint8).tobytes(), width)
     fine_rows = np.ascontiguousarray(c.ownership_fine, np.int8).tobytes()
     nn = n * n
     fine_bounds = fine_offsets[bounds].tolist()
     targets = _targets_rows(c)
     constants = {schema.P_VERSION: _entry(schema.P_VERSION, _int_feature(_varint(version))),
                  schema.P_BOARD_SIZE: _entry(schema.P_BOARD_SIZE, _int_feature(_varint(n))),
-                 schema.P2_COUNT: _entry(schema.P2_COUNT, _int_feature(_varint(group)))}
-    order = _ORDER[version]
+                 schema.P_COUNT: _entry(schema.P_COUNT, _int_feature(_varint(group)))}
+    order = _ORDER
     records = []
     for r, lo in enumerate(range(0, count, group)):
         hi = min(lo + group, count)
         entries = dict(constants)
         if hi - lo != group:
-            entries[schema.P2_COUNT] = _entry(schema.P2_COUNT, _int_feature(_varint(hi - lo)))
-        entries[schema.P2_TARGETS] = _entry(schema.P2_TARGETS, _bytes_feature(_target_columns(targets[lo:hi])))
-        entries[schema.P2_OWNERSHIP_FINE] = _entry(schema.P2_OWNERSHIP_FINE, _bytes_feature(
+            entries[schema.P_COUNT] = _entry(schema.P_COUNT, _int_feature(_varint(hi - lo)))
+        entries[schema.P_TARGETS] = _entry(schema.P_TARGETS, _bytes_feature(_target_columns(targets[lo:hi])))
+        entries[schema.P_OWNERSHIP_FINE] = _entry(schema.P_OWNERSHIP_FINE, _bytes_feature(
             fine_rows[fine_bounds[r] * nn:fine_bounds[r + 1] * nn]))
         for key, (data, row) in fixed.items():
             entries[key] = _entry(key, _bytes_feature(data[lo * row:hi * row]))

@@ -11,7 +11,7 @@ Subcommands::
 
 PATH is one chunk (``*.tfrecord.zst``), shard (``*.tfrecord.gz``) or window
 game table (``*.table.gz``); ROOT is a lake root or any folder/prefix under
-it.  Both may be local or ``gs://``.  A version-3 shard is read with the game
+it.  Both may be local or ``gs://``.  A shard is read with the game
 table beside it (format.layout.game_table_beside).
 Data flows storage -> ``format.codec`` -> tables; nothing here writes.
 """
@@ -141,7 +141,7 @@ class Summary:
 
 def _game_table(storage, path: str, tables: dict):
     """The game table beside shard ``path`` (cached), or None when it is missing or damaged
-    (a version-3 shard then reports what is wrong with it)."""
+    (a shard then reports what is wrong with it)."""
     table_path = layout.game_table_beside(path)
     if table_path not in tables:
         tables[table_path] = None
@@ -195,7 +195,7 @@ def scan(storage, paths, *, progress=True) -> Summary:
                 records = codec.read_shard(data, url, table=table if isinstance(table, codec.GameTable) else None)
             except codec.FormatError as exc:
                 why = str(exc)
-                if exc.field == schema.P2_GAME and not isinstance(table, codec.GameTable):
+                if exc.field == schema.P_GAME and not isinstance(table, codec.GameTable):
                     table_url = storage.url(layout.game_table_beside(path))
                     why += f" (its game table {table_url} is " + (f"damaged: {table})" if table else "missing)")
                 summary.bad_files[url] = why

@@ -338,9 +338,9 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
     if not isinstance(komi, (int, float)) or isinstance(komi, bool) or abs(komi) > schema.MAX_KOMI:
         raise ManifestError(url, "komi", f"is {komi!r}, expected a number in [-{schema.MAX_KOMI:g}, {schema.MAX_KOMI:g}]")
     record_version = need("record_version", int) if "record_version" in document else 1
-    if record_version not in schema.POSITION_RECORD_VERSIONS:
-        raise ManifestError(url, "record_version", f"is {record_version}; this reader knows versions "
-                            f"{sorted(schema.POSITION_RECORD_VERSIONS)} (update zerolake)")
+    problem = schema.position_record_version_problem(record_version)
+    if problem:
+        raise ManifestError(url, "record_version", problem)
     games = document.get("games", [])
     if not isinstance(games, list) or not all(isinstance(g, str) for g in games):
         raise ManifestError(url, "games", "must be a list of game ids (what a version-2 or 3 record's 'game' indexes)")

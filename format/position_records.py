@@ -1,44 +1,25 @@
 """Position records: training examples in shards (format/SPEC.md "Shards").
 
-Four versions, all decoded here and by model.tfdata:
+A record holds a *group* of up to ``schema.POSITION_GROUP`` positions,
+stored column by column at about what a chunk costs: the board at t in base
+3 (5 points a byte), the last 7 moves and the stones each captured (from
+which the 7 older boards, hence the 16 history planes, follow), the policy
+as integers proportional to it with gap-coded indices (`policy_integers`),
+the scalar targets in 14 bytes, and each position's game (an index into the
+window's game table, `format.game_table`, which holds each game's ownership
+label and generation) and move number.  A position whose label differs from
+its game's row (a capped opening's merged mean) keeps its own int8 row in
+``ownership_fine`` (flag bit 1).  `CompactPositions` is that at-rest form.
+Only ``schema.POSITION_RECORD_VERSION`` is read: a shard of an older
+version is refused with the one line that says how to rebuild its window.
 
-* **version 1**: one assembled position per record, the version before
-  groups.  Its field decoding is `format.legacy.version1` (nothing in
-  production writes it; its writers are `testdata.records_v1`);
-  `decode_records` reads it through there.
-* **version 2**: a *group* of up to
-  ``schema.POSITION_GROUP`` positions per record, stored column by column at
-  about what a chunk costs: the board at t in base 3 (5 points a byte), the
-  last 7 moves and the stones each captured (from which the 7 older boards,
-  hence the 16 history planes, follow), ownership at the labels' precision
-  (ternary for final-board labels, int8 for fractional ones), the policy as
-  small integers with gap-coded indices, the scalar targets in 14 bytes,
-  and the provenance as integers (generation, the game's index in the
-  window's game table, move number).  `CompactPositions` is that at-rest form;
-  `encode_position_groups` writes it, `decode_records` reads either
-  version back to `PositionRecord` (history rebuilt with the reference
-  builder `format.planes.record_planes`).
-* **version 3**: version 2 without the
-  per-position ownership label and generation, which are properties of the
-  source game: they are rows of the window's game table
-  (`format.game_table`), indexed by the record's ``game`` column.  A
-  position whose label differs from its game's row (a capped opening's
-  merged mean) keeps its own int8 row in ``ownership_fine`` (flag bit 1).
-* **version 4** (written by the shuffle job): version 3 whose policy values
-  keep every target the worker records exactly (`policy_integers`): version
-  3's values are 1..255, a target that is not visit counts scaled so its
-  largest is 255 and every other entry raised to at least 1, which made a
-  Gumbel improved policy's tail of small entries heavier than the search said.
+Data flow::
 
-Data flow of versions 2, 3 and 4::
-
-    pipeline.positions.PositionBatch --compact(game, table)--> CompactPositions (version 3)
-        --written_positions(compact, policy_prob)--> CompactPositions (version 4: the policy without the floor)
-        --encode_position_groups() (reference) / group_wire.encode_groups() (the job)--> records
-        --encode_shard()--> GZIP shard
-    (versions 3 and 4: + the window's GameTable --format.game_table--> its table file)
-    shard (+ table) --model.tfdata (in the graph)--> training batches
-    shard (+ table) --read_shard()/decode_records() (numpy, tools and tests)--> PositionRecord
+    pipeline.positions.PositionBatch --compact(game, table)--> CompactPositions
+        --group_wire.encode_groups()--> records --encode_shard()--> GZIP shard
+    (+ the window's GameTable --format.game_table--> its table file)
+    shard + table --model.tfdata (in the graph)--> training batches
+    shard + table --read_shard()/decode_records() (numpy, tools and tests)--> PositionRecord
 """
 from __future__ import annotations
 
@@ -49,7 +30,6 @@ import numpy as np
 
 from format import planes as plane_layout
 from format import schema
-from format.example_proto import Example
 from format.tfrecord import (
     RecordError,
     compress_gzip,
@@ -57,8 +37,7 @@ from format.tfrecord import (
     frame_records,
     iter_framed_records,
 )
-from format.example_fields import FeatureReader, FormatError, parse_example, set_bytes, set_int64
-from format.legacy import version1
+from format.example_fields import FeatureReader, FormatError, parse_example
 
 # --------------------------------------------------------------------------
 # Position records
@@ -84,54 +63,43 @@ class PositionRecord:
     ownership_weight: float
     score_weight: float
     game_id: str
-    """The source game; from version 2 on looked up in the manifest's ``games`` when given, else ""."""
+    """The source game, looked up in the manifest's ``games`` when given, else ""."""
     move_number: int
     """Position index in its game."""
     generation: int
-    version: int = 1
-    game: int = -1
-    """Versions 2 and 3: the game's index in the window's game table (the manifest's ``games``); -1 in version 1."""
+    game: int
+    """The game's index in the window's game table (the manifest's ``games``)."""
 
 
-def decode_position(data: bytes, source: str = "<bytes>") -> PositionRecord:
-    """Parse and validate one version-1 position record (the trainer uses model.tfdata).
-
-    A version-2 or 3 record holds a group of positions: `decode_records` reads every version.
-    """
-    records = decode_records(data, source)
-    if records and records[0].version != 1:
-        raise FormatError(source, schema.P_VERSION, f"is a version-{records[0].version} group of {len(records)} "
-                                               f"positions; read it with decode_records")
-    return records[0]
+def _checked_version(r: FeatureReader) -> None:
+    """Refuse a record of any version but the one this release reads, in one line naming the file."""
+    problem = schema.position_record_version_problem(r.int(schema.P_VERSION))
+    if problem:
+        raise r.error(schema.P_VERSION, problem)
 
 
 def decode_version(data: bytes, source: str = "<bytes>") -> int:
-    """The version of one position record (any version), checked against the known ones."""
-    r = FeatureReader(parse_example(data, source), source)
-    version = r.int(schema.P_VERSION)
-    if version not in schema.POSITION_RECORD_VERSIONS:
-        raise r.error(schema.P_VERSION, f"unknown position-record version {version} (this reader knows "
-                                   f"{sorted(schema.POSITION_RECORD_VERSIONS)}); update zerolake to read it")
-    return version
+    """The version of one position record: ``schema.POSITION_RECORD_VERSION``, or FormatError naming
+    ``source`` (an older version: rebuild the window)."""
+    _checked_version(FeatureReader(parse_example(data, source), source))
+    return schema.POSITION_RECORD_VERSION
 
 
 def decode_records(data: bytes, source: str = "<bytes>", games: Sequence[str] | None = None,
                    table=None) -> list[PositionRecord]:
-    """Every position in one record of any version (one for v1, a group for v2, v3 and v4).
+    """Every position in one record (a group).
 
-    ``games`` is the manifest's list of game ids: given, each version-2, 3 or 4
-    position's ``game_id`` is looked up in it.  ``table`` is the window's
-    `format.game_table.GameTable`, required by versions 3 and 4 (each position's
+    ``games`` is the manifest's list of game ids: given, each position's
+    ``game_id`` is looked up in it.  ``table`` is the window's
+    `format.game_table.GameTable`, which every record needs (each position's
     ownership label and generation are its game's row there).
     """
-    version = decode_version(data, source)
     r = FeatureReader(parse_example(data, source), source)
+    _checked_version(r)
     n = r.int(schema.P_BOARD_SIZE)
     if not schema.MIN_BOARD_SIZE <= n <= schema.MAX_BOARD_SIZE:
         raise r.error(schema.P_BOARD_SIZE, f"impossible board size {n}")
-    if version >= 2:
-        return _decode_group(r, n, games, version, table)
-    return [PositionRecord(**version1.decode_fields(r, n))]
+    return _decode_group(r, n, games, table)
 
 
 def encode_shard(records: Sequence[bytes]) -> bytes:
@@ -143,7 +111,7 @@ def read_shard(data: bytes, source: str, games: Sequence[str] | None = None, tab
     """Decode a whole shard (tools and tests; the trainer streams with tf.data).
 
     ``games``: the manifest's game ids, to fill game ids; ``table``: the
-    window's game table, which versions 3 and 4 need (`decode_records`).
+    window's game table, which every record needs (`decode_records`).
     """
     try:
         raw = decompress_for(source, data)
@@ -154,7 +122,7 @@ def read_shard(data: bytes, source: str, games: Sequence[str] | None = None, tab
 
 
 # --------------------------------------------------------------------------
-# Version 2: groups of compact positions
+# Groups of compact positions
 # --------------------------------------------------------------------------
 
 
@@ -214,38 +182,32 @@ def code_colours(codes: np.ndarray) -> np.ndarray:
     return np.where(codes == 1, schema.BLACK, np.where(codes == 2, schema.WHITE, schema.EMPTY)).astype(np.int8)
 
 
-def policy_integers(prob: np.ndarray, offsets: np.ndarray,
-                    version: int = schema.POSITION_RECORD_VERSION) -> np.ndarray:
-    """Each position's positive probabilities as integers proportional to them: a group record's policy values.
+def policy_integers(prob: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Each position's positive probabilities as integers proportional to them: a record's policy values.
 
     Position i's entries are ``prob[offsets[i]:offsets[i+1]]``.  A target
     made of whole multiples of one unit ``min(p) / k`` (the first k in
     1..schema.POLICY_UNITS that works, the largest multiple at most
-    ``schema.policy_value_max(version)``) comes out as those multiples:
-    visit counts whose smallest is 1..16 as the counts, and (version 4) the
-    worker's quantized Gumbel targets as the integers its chunk holds, up
-    to a common factor.  Any other target is scaled so its largest entry is
-    the version's maximum and rounded; versions 2 and 3 then raise every
-    entry to at least 1 (uint8 in 1..255), version 4 raises none (uint16 in
-    0..65535, where 0 marks an entry below ``max(p) / 131070`` that the
-    record drops: `written_positions`).  Small integers keep the gzip'd
-    shard small: a one-visit entry costs a few bits, not a float.  One pass
-    over all positions (segment reductions), no loop over positions.
+    ``schema.POLICY_VALUE_MAX``) comes out as those multiples: visit counts
+    whose smallest is 1..16 as the counts, and the worker's quantized Gumbel
+    targets as the integers its chunk holds, up to a common factor.  Any
+    other target is scaled so its largest entry is ``POLICY_VALUE_MAX`` and
+    rounded, no entry raised (uint16 in 0..65535, where 0 marks an entry
+    below ``max(p) / 131070`` that the record drops: `policy_columns`).
+    Small integers keep the gzip'd shard small: a one-visit entry costs a
+    few bits, not a float.  One pass over all positions (segment
+    reductions), no loop over positions.
 
-    Exact multiples: version 4 accepts ``|p / u - v| <= 1e-3 + 1e-6 * v`` (the
-    float32 rounding of probabilities as large as 65535 units), version 3
-    ``< 1e-3``; SPEC.md "Position records, version 4" states the error bounds.
+    Exact multiples: ``|p / u - v| <= 1e-3 + 1e-6 * v`` (the float32 rounding
+    of probabilities as large as 65535 units); SPEC.md "Position records"
+    states the error bounds.
     """
-    if version not in schema.GROUP_RECORD_VERSIONS:
-        raise ValueError(f"policy values are those of group records (versions {schema.GROUP_RECORD_VERSIONS}), "
-                         f"not version {version}")
-    limit = schema.policy_value_max(version)
-    dtype = np.uint8 if limit <= np.iinfo(np.uint8).max else np.uint16
+    limit = schema.POLICY_VALUE_MAX
     prob = np.asarray(prob, dtype=np.float64)
     offsets = np.asarray(offsets, dtype=np.int64)
     counts = np.diff(offsets)
     if not len(prob):
-        return np.zeros(0, dtype)
+        return np.zeros(0, np.uint16)
     if not (prob > 0).all() or not np.isfinite(prob).all():
         raise ValueError("policy entries must be positive and finite")
     starts = offsets[:-1][counts > 0]
@@ -253,61 +215,46 @@ def policy_integers(prob: np.ndarray, offsets: np.ndarray,
     smallest = np.repeat(np.minimum.reduceat(prob, starts), counts)
     largest = np.repeat(np.maximum.reduceat(prob, starts), counts)
     out = np.round(prob / largest * limit)
-    if version < 4:
-        out = np.maximum(out, 1)  # the floor version 4 removed
     settled = np.zeros(len(counts), bool)
     # Whole multiples: the smallest entry is a small multiple of the unit (1 visit in real searches).
     for unit in range(1, schema.POLICY_UNITS + 1):
         ratio = prob / smallest * unit
         whole = np.round(ratio)
-        if version < 4:
-            off = np.abs(ratio - whole) < 1e-3
-        else:
-            off = np.abs(ratio - whole) <= 1e-3 + 1e-6 * whole
+        off = np.abs(ratio - whole) <= 1e-3 + 1e-6 * whole
         exact = (np.maximum.reduceat(whole, starts) <= limit) & np.logical_and.reduceat(off, starts) & ~settled
         out = np.where(np.repeat(exact, counts), whole, out)
         settled |= exact
         if settled.all():
             break
-    return out.astype(dtype)
+    return out.astype(np.uint16)
 
 
-def policy_small_integers(prob: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """uint8[K] in 1..255: version 3's policy values (`policy_integers` of version 3, with its floor)."""
-    return policy_integers(prob, offsets, 3)
+def policy_columns(index: np.ndarray, prob: np.ndarray, offsets: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets int64[P+1], index int64[K], values uint16[K]): the policy columns of a record.
 
-
-def written_positions(c: "CompactPositions", policy_prob: np.ndarray) -> "CompactPositions":
-    """``c`` (version 3, as `pipeline.positions.PositionBatch.compact` builds it with the window's game table)
-    in the version the shuffle job writes, ``schema.POSITION_RECORD_VERSION`` (4).
-
-    The same columns, but the policy values are recomputed from
-    ``policy_prob`` (the probabilities of ``c.policy_index``'s entries, in
-    that order) by `policy_integers` without version 3's floor; an entry
-    below ``max(p) / 131070`` of a target that is not whole multiples is
-    dropped (index and offsets with it).
+    ``index`` and ``prob`` are every position's actions and probabilities,
+    position i's at ``offsets[i]:offsets[i+1]``; the values are
+    `policy_integers`, and an entry below ``max(p) / 131070`` of a target
+    that is not whole multiples (value 0) is dropped, index and offsets with it.
     """
-    if c.version not in schema.TABLE_RECORD_VERSIONS:
-        raise ValueError(f"CompactPositions of version {c.version}: version {schema.POSITION_RECORD_VERSION} "
-                         "is written from version-3 columns (a window's game table)")
-    policy_prob = np.asarray(policy_prob)
-    if len(policy_prob) != len(c.policy_index):
-        raise ValueError(f"{len(policy_prob)} probabilities for {len(c.policy_index)} policy entries")
-    values = policy_integers(policy_prob, c.policy_offsets, schema.POSITION_RECORD_VERSION)
-    offsets, index = np.asarray(c.policy_offsets, np.int64), np.asarray(c.policy_index, np.int64)
+    offsets, index = np.asarray(offsets, np.int64), np.asarray(index, np.int64)
+    if len(prob) != len(index):
+        raise ValueError(f"{len(prob)} probabilities for {len(index)} policy entries")
+    values = policy_integers(prob, offsets)
     kept = values > 0
     if not kept.all():
-        entry_position = np.repeat(np.arange(len(c)), np.diff(offsets))
-        offsets = np.zeros(len(c) + 1, np.int64)
-        np.cumsum(np.bincount(entry_position[kept], minlength=len(c)), out=offsets[1:])
+        positions = len(offsets) - 1
+        entry_position = np.repeat(np.arange(positions), np.diff(offsets))
+        offsets = np.zeros(positions + 1, np.int64)
+        np.cumsum(np.bincount(entry_position[kept], minlength=positions), out=offsets[1:])
         index, values = index[kept], values[kept]
-    return dataclasses.replace(c, policy_offsets=offsets, policy_index=index, policy_value=values,
-                               version=schema.POSITION_RECORD_VERSION)
+    return offsets, index, values
 
 
 @dataclasses.dataclass
 class PositionHistory:
-    """P positions as version-2 and 3 records keep them: the board at t and how it got there.
+    """P positions as records keep them: the board at t and how it got there.
 
     The 16 history planes follow from these columns (`history_boards`).  The
     shuffle job's `pipeline.positions.PositionBatch` and the at-rest
@@ -332,22 +279,17 @@ class PositionHistory:
 
 @dataclasses.dataclass
 class CompactPositions(PositionHistory):
-    """P positions in the at-rest form of a version-2, 3 or 4 record, column by column.
+    """P positions in the at-rest form of a record, column by column.
 
     Colours are absolute (codes 0 empty/neutral, 1 Black, 2 White); the
-    targets are from the side to move's view, as in version 1.  ``version``
-    says which record they are for: versions 3 and 4 have no ternary ``ownership``
-    (None) and ``fine`` marks the positions whose label is their own, not
-    their game's row of the window's game table; version 4's policy values
-    are `policy_integers` without version 3's floor.
+    targets are from the side to move's view.  ``fine`` marks the positions
+    whose ownership label is their own, not their game's row of the
+    window's game table.
     """
 
-    ownership: np.ndarray | None
-    """Version 2: uint8[P, trit_bytes(N)]: final ownership, Black's view, `pack_trits` of codes
-    (0 neutral); all zeros for the positions whose ownership is fine (below).  Version 3: None."""
     fine: np.ndarray
-    """bool[P]: the position's ownership lies in ``ownership_fine`` (version 2: it is fractional;
-    version 3: it is not its game's row of the game table)."""
+    """bool[P]: the position's ownership lies in ``ownership_fine`` (it is not its game's row of the game
+    table)."""
     ownership_fine: np.ndarray
     """int8[F, NN]: ``round(127 * o)``, Black's view, of each fine position in order (F = fine.sum())."""
     value: np.ndarray
@@ -362,16 +304,11 @@ class CompactPositions(PositionHistory):
     policy_index: np.ndarray
     """int64[K]: action indices, ascending per position."""
     policy_value: np.ndarray
-    """uint8[K] in 1..255 (versions 2, 3), uint16[K] in 1..65535 (version 4): probability = value / (sum of
-    the position's values)."""
-    generation: np.ndarray
-    """int64[P]: generation of the model that played the source game."""
+    """uint16[K] in 1..65535 (`policy_columns`): probability = value / (sum of the position's values)."""
     game: np.ndarray
     """int64[P]: the source game's index in the window's game table."""
     move_number: np.ndarray
     """int64[P]: the position's index in its game."""
-    version: int = 2
-    """The record version these columns are for (2, 3 or 4)."""
 
 
 def _targets_rows(c: CompactPositions) -> np.ndarray:
@@ -415,56 +352,6 @@ def _index_deltas(index: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return deltas
 
 
-def encode_position_groups(c: CompactPositions) -> list[bytes]:
-    """Version-2, 3 or 4 records (``c.version``) of every position of ``c`` in order, POSITION_GROUP to a record.
-
-    The reference encoder, through the protobuf API; the shuffle job writes
-    the same bytes with `format.group_wire.encode_groups` (~3x faster).  The
-    per-position byte rows are built once for all positions; each record
-    then takes a contiguous slice of every column.
-    """
-    if c.version not in schema.GROUP_RECORD_VERSIONS:
-        raise ValueError(f"CompactPositions of version {c.version}: groups are versions {schema.GROUP_RECORD_VERSIONS}")
-    v2 = c.version == 2
-    n = c.board_size
-    move_dtype = np.uint8 if schema.move_bytes(n) == 1 else np.dtype("<u2")
-    board = np.ascontiguousarray(c.board, np.uint8)
-    ownership = np.ascontiguousarray(c.ownership, np.uint8) if v2 else None
-    moves = np.ascontiguousarray(c.moves.astype(move_dtype))
-    targets = _targets_rows(c)
-    deltas = _index_deltas(c.policy_index, c.policy_offsets)
-    policy_counts = np.diff(c.policy_offsets)
-    capture_counts = np.diff(c.capture_offsets)
-    fine_offsets = np.concatenate([[0], np.cumsum(np.asarray(c.fine, np.int64))])
-    fine_rows = np.ascontiguousarray(c.ownership_fine, np.int8)
-    records = []
-    for lo in range(0, len(c), schema.POSITION_GROUP):
-        hi = min(lo + schema.POSITION_GROUP, len(c))
-        p_lo, p_hi = c.policy_offsets[lo], c.policy_offsets[hi]
-        c_lo, c_hi = c.capture_offsets[lo], c.capture_offsets[hi]
-        ex = Example()
-        set_int64(ex, schema.P_VERSION, [c.version])
-        set_int64(ex, schema.P_BOARD_SIZE, [n])
-        set_int64(ex, schema.P2_COUNT, [hi - lo])
-        set_bytes(ex, schema.P2_BOARD, board[lo:hi].tobytes())
-        set_bytes(ex, schema.P2_MOVES, moves[lo:hi].tobytes())
-        set_int64(ex, schema.P2_CAPTURE_COUNT, capture_counts[lo:hi])
-        set_int64(ex, schema.P2_CAPTURES, c.captures[c_lo:c_hi])
-        if v2:
-            set_bytes(ex, schema.P2_OWNERSHIP, ownership[lo:hi].tobytes())
-        set_bytes(ex, schema.P2_OWNERSHIP_FINE, fine_rows[fine_offsets[lo]:fine_offsets[hi]].tobytes())
-        set_bytes(ex, schema.P2_TARGETS, _target_columns(targets[lo:hi]))
-        set_int64(ex, schema.P2_POLICY_COUNT, policy_counts[lo:hi])
-        set_int64(ex, schema.P2_POLICY_INDEX_DELTA, deltas[p_lo:p_hi])
-        set_int64(ex, schema.P2_POLICY_VALUE, c.policy_value[p_lo:p_hi])
-        if v2:
-            set_int64(ex, schema.P2_GENERATION, c.generation[lo:hi])
-        set_int64(ex, schema.P2_GAME, c.game[lo:hi])
-        set_int64(ex, schema.P2_MOVE_NUMBER, c.move_number[lo:hi])
-        records.append(ex.SerializeToString(deterministic=True))
-    return records
-
-
 def history_boards(board: np.ndarray, moves: np.ndarray, captures: np.ndarray, to_play: int,
                    board_size: int) -> list[np.ndarray]:
     """int8 [N, N] boards t, t-1, ... (newest first, as many as the game has, up to 8).
@@ -489,21 +376,19 @@ def history_boards(board: np.ndarray, moves: np.ndarray, captures: np.ndarray, t
     return [b.reshape(board_size, board_size) for b in boards]
 
 
-def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, version: int,
-                  table) -> list[PositionRecord]:
-    """Validate a version-2, 3 or 4 record and rebuild each position (history planes by the reference builder).
+def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, table) -> list[PositionRecord]:
+    """Validate a record and rebuild each position (history planes by the reference builder).
 
-    Versions 3 and 4 take each position's generation, and its ownership unless the
-    position keeps its own row, from ``table`` (the window's GameTable).
+    Each position takes its generation, and its ownership unless it keeps
+    its own row, from ``table`` (the window's GameTable).
     """
-    with_table = version in schema.TABLE_RECORD_VERSIONS
-    if with_table and table is None:
-        raise r.error(schema.P2_GAME, f"version-{version} positions take their ownership and generation from the "
-                                 "window's game table (the manifest's 'game_table'); none was given to this reader")
+    if table is None:
+        raise r.error(schema.P_GAME, "positions take their ownership and generation from the window's game table "
+                                      "(the manifest's 'game_table'); none was given to this reader")
     nn, actions, width = n * n, schema.num_actions(n), schema.trit_bytes(n)
-    count = r.int(schema.P2_COUNT)
+    count = r.int(schema.P_COUNT)
     if not 1 <= count <= schema.POSITION_GROUP:
-        raise r.error(schema.P2_COUNT, f"is {count}, outside 1..{schema.POSITION_GROUP}")
+        raise r.error(schema.P_COUNT, f"is {count}, outside 1..{schema.POSITION_GROUP}")
 
     def fixed(field, row_bytes):
         raw = r.bytes(field)
@@ -520,88 +405,80 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, version
             raise r.error(count_field, f"sums to {int(counts.sum())} but '{values_field}' holds {len(values)} entries")
         return np.concatenate([[0], np.cumsum(counts)]), values
 
-    board_codes = unpack_trits(fixed(schema.P2_BOARD, width), nn)
-    own_codes = unpack_trits(fixed(schema.P2_OWNERSHIP, width), nn) if version == 2 else None
-    for field, codes in ((schema.P2_BOARD, board_codes), (schema.P2_OWNERSHIP, own_codes)):
-        if codes is not None and (codes == 3).any():
-            raise r.error(field, "holds a byte above 242 (not 5 base-3 digits)")
+    board_codes = unpack_trits(fixed(schema.P_BOARD, width), nn)
+    if (board_codes == 3).any():
+        raise r.error(schema.P_BOARD, "holds a byte above 242 (not 5 base-3 digits)")
     move_width = schema.move_bytes(n)
-    moves = fixed(schema.P2_MOVES, schema.HISTORY_MOVES * move_width).copy().view(
+    moves = fixed(schema.P_MOVES, schema.HISTORY_MOVES * move_width).copy().view(
         np.uint8 if move_width == 1 else np.dtype("<u2")).astype(np.int64)
     no_move = nn + schema.NO_MOVE_OFFSET
     if (moves > no_move).any():
-        raise r.error(schema.P2_MOVES, f"holds a move above {no_move}")
+        raise r.error(schema.P_MOVES, f"holds a move above {no_move}")
     if ((moves[:, :-1] == no_move) & (moves[:, 1:] != no_move)).any():
-        raise r.error(schema.P2_MOVES, "has a move older than the game's start")
-    raw_targets = r.bytes(schema.P2_TARGETS)
+        raise r.error(schema.P_MOVES, "has a move older than the game's start")
+    raw_targets = r.bytes(schema.P_TARGETS)
     if len(raw_targets) != schema.TARGET_BYTES * schema.POSITION_GROUP:
-        raise r.error(schema.P2_TARGETS, f"has {len(raw_targets)} bytes, expected {schema.TARGET_BYTES} x {schema.POSITION_GROUP}")
+        raise r.error(schema.P_TARGETS, f"has {len(raw_targets)} bytes, expected {schema.TARGET_BYTES} x {schema.POSITION_GROUP}")
     targets = np.frombuffer(raw_targets, np.uint8).reshape(schema.TARGET_BYTES, schema.POSITION_GROUP)[:, :count].T.copy()
     if (targets[:, 0] > 3).any():
-        raise r.error(schema.P2_TARGETS, "has a flags byte above 3 (bit 0: White to move, bit 1: "
-                                    + ("fine ownership)" if version == 2 else "own ownership)"))
+        raise r.error(schema.P_TARGETS, "has a flags byte above 3 (bit 0: White to move, bit 1: own ownership)")
     fine = (targets[:, 0] & schema.TARGET_FLAG_OWN_OWNERSHIP) != 0
-    fine_raw = r.bytes(schema.P2_OWNERSHIP_FINE)
+    fine_raw = r.bytes(schema.P_OWNERSHIP_FINE)
     if len(fine_raw) != int(fine.sum()) * nn:
-        raise r.error(schema.P2_OWNERSHIP_FINE, f"has {len(fine_raw)} bytes, expected {int(fine.sum())} "
-                                           f"{'fine' if version == 2 else 'own-label'} positions x {nn}")
+        raise r.error(schema.P_OWNERSHIP_FINE, f"has {len(fine_raw)} bytes, expected {int(fine.sum())} "
+                                           f"own-label positions x {nn}")
     fine_rows = np.frombuffer(fine_raw, np.int8).reshape(-1, nn)
     if (fine_rows == -128).any():
-        raise r.error(schema.P2_OWNERSHIP_FINE, f"holds -128 (ownership is -{schema.OWNERSHIP_SCALE}..{schema.OWNERSHIP_SCALE})")
+        raise r.error(schema.P_OWNERSHIP_FINE, f"holds -128 (ownership is -{schema.OWNERSHIP_SCALE}..{schema.OWNERSHIP_SCALE})")
     fine_index = np.cumsum(fine) - 1
     value = targets[:, 1].view(np.int8).astype(np.float32) / schema.ROOT_VALUE_SCALE
     score = targets[:, 2:6].copy().view("<f4")[:, 0].astype(np.float32)
     if not np.isfinite(score).all():
-        raise r.error(schema.P2_TARGETS, "has a score that is not finite")
+        raise r.error(schema.P_TARGETS, "has a score that is not finite")
     weights = targets[:, 6:14].copy().view("<f2").astype(np.float32)
     if not np.isfinite(weights).all() or (weights < 0).any():
-        raise r.error(schema.P2_TARGETS, "has a loss weight that is negative or not finite")
-    capture_offsets, captures = counted(schema.P2_CAPTURE_COUNT, schema.P2_CAPTURES)
+        raise r.error(schema.P_TARGETS, "has a loss weight that is negative or not finite")
+    capture_offsets, captures = counted(schema.P_CAPTURE_COUNT, schema.P_CAPTURES)
     if len(captures) and (captures.min() < 0 or captures.max() >= schema.HISTORY_MOVES * nn):
-        raise r.error(schema.P2_CAPTURES, f"holds an entry outside 0..{schema.HISTORY_MOVES * nn - 1}")
-    policy_offsets, deltas = counted(schema.P2_POLICY_COUNT, schema.P2_POLICY_INDEX_DELTA)
-    values = r.ints(schema.P2_POLICY_VALUE)
-    most = schema.policy_value_max(version)
+        raise r.error(schema.P_CAPTURES, f"holds an entry outside 0..{schema.HISTORY_MOVES * nn - 1}")
+    policy_offsets, deltas = counted(schema.P_POLICY_COUNT, schema.P_POLICY_INDEX_DELTA)
+    values = r.ints(schema.P_POLICY_VALUE)
+    most = schema.POLICY_VALUE_MAX
     if len(values) != len(deltas) or (len(values) and (values.min() < 1 or values.max() > most)):
-        raise r.error(schema.P2_POLICY_VALUE, f"must hold {len(deltas)} integers in 1..{most}")
+        raise r.error(schema.P_POLICY_VALUE, f"must hold {len(deltas)} integers in 1..{most}")
     columns = {}
-    for field in ((schema.P2_GENERATION,) if version == 2 else ()) + (schema.P2_GAME, schema.P2_MOVE_NUMBER):
+    for field in (schema.P_GAME, schema.P_MOVE_NUMBER):
         columns[field] = r.ints(field)
         if len(columns[field]) != count or (columns[field] < 0).any():
             raise r.error(field, f"has {len(columns[field])} entries (or a negative one), expected {count}")
-    game, move_number = columns[schema.P2_GAME], columns[schema.P2_MOVE_NUMBER]
+    game, move_number = columns[schema.P_GAME], columns[schema.P_MOVE_NUMBER]
     if games is not None and len(game) and game.max() >= len(games):
-        raise r.error(schema.P2_GAME, f"holds game {int(game.max())}, but the window's game table has {len(games)}")
-    if with_table:
-        if table.board_size != n:
-            raise r.error(schema.P_BOARD_SIZE, f"is {n}, but the window's game table is "
-                                          f"{table.board_size}x{table.board_size}")
-        if len(game) and game.max() >= len(table):
-            raise r.error(schema.P2_GAME, f"holds game {int(game.max())}, but the window's game table has {len(table)}")
-        generation = table.generation[game]
-    else:
-        generation = columns[schema.P2_GENERATION]
+        raise r.error(schema.P_GAME, f"holds game {int(game.max())}, but the window's game table has {len(games)}")
+    if table.board_size != n:
+        raise r.error(schema.P_BOARD_SIZE, f"is {n}, but the window's game table is "
+                                           f"{table.board_size}x{table.board_size}")
+    if len(game) and game.max() >= len(table):
+        raise r.error(schema.P_GAME, f"holds game {int(game.max())}, but the window's game table has {len(table)}")
+    generation = table.generation[game]
     out = []
     for i in range(count):
         to_play = schema.WHITE if targets[i, 0] & 1 else schema.BLACK
         lo, hi = policy_offsets[i], policy_offsets[i + 1]
         index = np.cumsum(deltas[lo:hi])
         if hi > lo and ((deltas[lo + 1:hi] < 1).any() or index[0] < 0 or index[-1] >= actions):
-            raise r.error(schema.P2_POLICY_INDEX_DELTA, f"position {i}: indices not strictly increasing in 0..{nn}")
+            raise r.error(schema.P_POLICY_INDEX_DELTA, f"position {i}: indices not strictly increasing in 0..{nn}")
         prob = (values[lo:hi] / max(1, values[lo:hi].sum())).astype(np.float32)
         boards = history_boards(code_colours(board_codes[i]), moves[i],
                                 captures[capture_offsets[i]:capture_offsets[i + 1]], to_play, n)
         if fine[i]:
             ownership = fine_rows[fine_index[i]].astype(np.float32) * to_play / schema.OWNERSHIP_SCALE
-        elif with_table:
-            ownership = table.ownership[game[i]].astype(np.float32) * to_play / schema.OWNERSHIP_SCALE
         else:
-            ownership = code_colours(own_codes[i]).astype(np.float32) * to_play
+            ownership = table.ownership[game[i]].astype(np.float32) * to_play / schema.OWNERSHIP_SCALE
         out.append(PositionRecord(
             board_size=n, planes=plane_layout.record_planes(boards, to_play), to_play=to_play,
             policy_index=index, policy_prob=prob, value=float(value[i]), score=float(score[i]),
             ownership=ownership, policy_weight=float(weights[i, 0]), value_weight=float(weights[i, 1]),
             ownership_weight=float(weights[i, 2]), score_weight=float(weights[i, 3]),
             game_id=games[game[i]] if games is not None else "", move_number=int(move_number[i]),
-            generation=int(generation[i]), version=version, game=int(game[i])))
+            generation=int(generation[i]), game=int(game[i])))
     return out

@@ -27,19 +27,26 @@ FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = frozenset({1})
 
 POSITION_RECORD_VERSION = 4
-"""Version of the position records the shuffle job writes (SPEC.md "Shards": v4,
-groups of compact positions whose ownership label and generation are rows of
-the window's game table, policy targets stored without v3's floor).  Bumped
-alone (from 1 to 2, 3, then 4): chunks and run.json did not change, so
-existing lakes keep their games."""
+"""Version of the position records in a window's shards (SPEC.md "Shards": groups of
+compact positions whose ownership label and generation are rows of the window's game
+table).  Shards are derived data: a reader refuses every other version
+(`position_record_version_problem`), and an older window is rebuilt from the lake's
+games, which did not change (chunks and run.json keep their own version)."""
 
-POSITION_RECORD_VERSIONS = frozenset({1, 2, 3, 4})
-"""Position-record versions every reader (codec, tf.data) decodes."""
+REBUILD_WINDOW = "python -m pipeline.shuffle --root ROOT"
+"""The command that rebuilds a lake's windows in the current record version."""
 
-GROUP_RECORD_VERSIONS = (2, 3, 4)
-"""The versions that hold groups of compact positions (`format.position_records`, `model.tfdata.GroupDecoder`)."""
-TABLE_RECORD_VERSIONS = (3, 4)
-"""The group versions whose ownership labels and generations are rows of the window's game table."""
+
+def position_record_version_problem(version: int) -> str | None:
+    """None when position records of ``version`` are readable; else the one line that says what to do."""
+    if version == POSITION_RECORD_VERSION:
+        return None
+    if 0 < version < POSITION_RECORD_VERSION:
+        return (f"holds version-{version} position records, which this release no longer reads (it reads version "
+                f"{POSITION_RECORD_VERSION}): rebuild the window from the lake's games with `{REBUILD_WINDOW}`")
+    return (f"holds version-{version} position records, which this release does not know (it reads version "
+            f"{POSITION_RECORD_VERSION}); update zerolake to read it")
+
 
 MIN_BOARD_SIZE = 5
 MAX_BOARD_SIZE = 19
@@ -75,7 +82,8 @@ INPUT_PLANES = BASIC_INPUT_PLANES + 5
 INPUT_PLANE_CHOICES = (BASIC_INPUT_PLANES, INPUT_PLANES)
 """The input widths a model may take: a model reads the first C channels of the layout."""
 PACKED_PLANES = 2 * HISTORY_LENGTH
-"""Planes bit-packed in a position record (the colour plane is a scalar)."""
+"""The history planes (channels 0 .. 15): a decoded position record's planes, and what the shuffle job's
+dedup key hashes, bit-packed (the colour plane is a scalar)."""
 
 # --- game records (chunks) -------------------------------------------------
 
@@ -145,77 +153,50 @@ G_SEED = "seed"
 
 # --- position records (training shards) -----------------------------------
 
+# A position record holds a group of up to POSITION_GROUP positions, stored
+# column by column (SPEC.md "Position records"); flags bit 1 marks a position
+# whose ownership label is its own (in ``ownership_fine``), every other
+# position takes its game's row of the window's game table (SPEC.md "Window
+# game table").
 P_VERSION = "version"
 P_BOARD_SIZE = "board_size"
-P_PLANES = "planes"
-P_TO_PLAY = "to_play"
-P_POLICY_INDEX = "policy_index"
-P_POLICY_PROB = "policy_prob"
-P_VALUE = "value"
-P_SCORE = "score"
-P_OWNERSHIP = "ownership"
-P_POLICY_WEIGHT = "policy_weight"
-P_VALUE_WEIGHT = "value_weight"
-P_OWNERSHIP_WEIGHT = "ownership_weight"
-P_SCORE_WEIGHT = "score_weight"
-P_GAME_ID = "game_id"
-P_MOVE_NUMBER = "move_number"
-P_GENERATION = "generation"
-
-# Version 2 position records: a group of up to POSITION_GROUP positions per
-# record, stored column by column (SPEC.md "Position records, version 2").
 POSITION_GROUP = 64
-"""Positions per v2 record (the last record of a shard may hold fewer)."""
+"""Positions per record (the last record of a shard may hold fewer)."""
 HISTORY_MOVES = HISTORY_LENGTH - 1
-"""Moves a v2 position keeps (t-1 .. t-7): with the board at t they rebuild the history."""
+"""Moves a position keeps (t-1 .. t-7): with the board at t they rebuild the history."""
 NO_MOVE_OFFSET = 1
-"""A v2 move of ``PASS + NO_MOVE_OFFSET`` (= N*N + 1) means "before the game's start"."""
+"""A move of ``PASS + NO_MOVE_OFFSET`` (= N*N + 1) means "before the game's start"."""
 TRIT_POINTS = 5
-"""A v2 board or ownership byte holds 5 points in base 3 (3**5 = 243 <= 256)."""
+"""A board byte holds 5 points in base 3 (3**5 = 243 <= 256)."""
 TARGET_BYTES = 14
-"""Bytes of one v2 position's ``targets`` row (SPEC.md): flags, int8 value, float32 score, 4 float16 weights."""
-P2_COUNT = "count"
-P2_BOARD = "board"
-P2_MOVES = "moves"
-P2_CAPTURE_COUNT = "capture_count"
-P2_CAPTURES = "captures"
-P2_OWNERSHIP = "ownership"
-P2_OWNERSHIP_FINE = "ownership_fine"
-P2_TARGETS = "targets"
-P2_POLICY_COUNT = "policy_count"
-P2_POLICY_INDEX_DELTA = "policy_index_delta"
-P2_POLICY_VALUE = "policy_value"
-P2_GENERATION = "generation"
-P2_GAME = "game"
-"""v2: each position's game, an index into the window's game table (the manifest's ``games``)."""
-P2_MOVE_NUMBER = "move_number"
-
-# Version 3 (and 4) position records: version 2 without ``ownership`` and
-# ``generation``; flags bit 1 marks a position whose label is its own (in
-# ``ownership_fine``), every other position takes its game's row of the
-# window's game table (SPEC.md "Window game table").
+"""Bytes of one position's ``targets`` row (SPEC.md): flags, int8 value, float32 score, 4 float16 weights."""
+P_COUNT = "count"
+P_BOARD = "board"
+P_MOVES = "moves"
+P_CAPTURE_COUNT = "capture_count"
+P_CAPTURES = "captures"
+P_OWNERSHIP_FINE = "ownership_fine"
+P_TARGETS = "targets"
+P_POLICY_COUNT = "policy_count"
+P_POLICY_INDEX_DELTA = "policy_index_delta"
+P_POLICY_VALUE = "policy_value"
+P_GAME = "game"
+"""Each position's game, an index into the window's game table (the manifest's ``games``)."""
+P_MOVE_NUMBER = "move_number"
 TARGET_FLAG_WHITE = 1
-"""Bit of a v2-v4 targets row's flags byte: White to move."""
+"""Bit of a targets row's flags byte: White to move."""
 TARGET_FLAG_OWN_OWNERSHIP = 2
-"""Bit of a v2-v4 targets row's flags byte: the ownership row lies in ``ownership_fine``
-(v2: a fractional label; v3 and v4: a label that is not the game table's row)."""
+"""Bit of a targets row's flags byte: the ownership row lies in ``ownership_fine`` (a label that is not the
+game table's row)."""
 
-# Policy values of a group record (SPEC.md "Position records, version 4"): a
-# position's probabilities as integers proportional to them.
+# Policy values (SPEC.md "Position records"): a position's probabilities as
+# integers proportional to them.
 POLICY_UNITS = 16
 """A target is stored as whole multiples of one unit ``min(p) / k``, the first k in 1..POLICY_UNITS that works
 (visit counts whose smallest is at most this come out as the counts)."""
-SMALL_POLICY_VALUE_MAX = 255
-"""v2/v3: values are 1..255; a target that is not whole multiples is scaled so its largest is 255 and every
-other entry is raised to at least 1 (the floor v4 removed)."""
 POLICY_VALUE_MAX = 65535
-"""v4: values are 1..65535; a target that is not whole multiples is ``round(65535 * p / max(p))``, the entries
+"""Values are 1..65535; a target that is not whole multiples is ``round(65535 * p / max(p))``, the entries
 that round to 0 dropped (none raised)."""
-
-
-def policy_value_max(version: int) -> int:
-    """The largest policy value a group record of ``version`` may hold."""
-    return POLICY_VALUE_MAX if version >= 4 else SMALL_POLICY_VALUE_MAX
 
 
 GAME_TABLE_VERSION = 1
@@ -239,12 +220,12 @@ def num_actions(board_size: int) -> int:
 
 
 def trit_bytes(board_size: int) -> int:
-    """Bytes of one v2 board or ownership map: 5 points a byte."""
+    """Bytes of one board (or ternary ownership map, in a game table): 5 points a byte."""
     return (board_size * board_size + TRIT_POINTS - 1) // TRIT_POINTS
 
 
 def move_bytes(board_size: int) -> int:
-    """Bytes of one v2 move: uint8 while N*N + 1 (no move) fits, else uint16 little-endian."""
+    """Bytes of one recorded move: uint8 while N*N + 1 (no move) fits, else uint16 little-endian."""
     return 1 if board_size * board_size + NO_MOVE_OFFSET < 256 else 2
 
 

@@ -23,7 +23,6 @@ import zlib
 from typing import Iterator
 
 import google_crc32c
-import numpy as np
 import zstandard
 from isal import igzip
 
@@ -109,57 +108,6 @@ def frame_records(records) -> bytes:
             header = headers[len(record)] = frame_header(len(record))
         parts += [header, record, _CRC.pack(masked_crc32c(record))]
     return b"".join(parts)
-
-
-def _kernels():
-    # The compiled copy and CRC loops (format/_gather.pyx), imported when
-    # first needed: reading and checking files works without a build.
-    from format import _gather
-    return _gather
-
-
-def gather_segments(pool: np.ndarray, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> None:
-    """Copy ``pool[starts[i, k]:+lengths[i, k]]`` for every (i, k), in order, into ``out``.
-
-    Bounds are the caller's to check (the kernel copies with memcpy).
-    """
-    _kernels().gather_segments(pool, np.ascontiguousarray(starts, np.int64),
-                               np.ascontiguousarray(lengths, np.int64), out)
-
-
-def fill_data_crcs(frames: np.ndarray, offsets: np.ndarray) -> None:
-    """Write the data CRC of every frame of a batch, in place.
-
-    ``frames`` (uint8) holds frames end to end, frame i at
-    ``offsets[i]:offsets[i+1]``, each with its header written and 4 bytes
-    left for the CRC at its end.  One compiled loop checksums them all.
-    """
-    offsets = np.ascontiguousarray(offsets, np.int64)
-    if len(offsets) < 2:
-        return
-    if offsets[0] < 0 or offsets[-1] > len(frames) or (np.diff(offsets) < 16).any():
-        raise ValueError("frame offsets do not describe whole frames of the buffer")
-    _kernels().fill_frame_crcs(frames, offsets)
-
-
-def select_frames(frames: bytes | np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(frames ``rows`` of a batch end to end, their offsets int64[len(rows)+1]).
-
-    ``frames`` holds frames end to end, frame i at ``offsets[i]:offsets[i+1]``.
-    """
-    data = np.frombuffer(frames, np.uint8) if isinstance(frames, (bytes, bytearray, memoryview)) else frames
-    offsets = np.asarray(offsets, np.int64)
-    rows = np.asarray(rows, np.int64)
-    if len(rows) and (rows.min() < 0 or rows.max() >= len(offsets) - 1):
-        raise ValueError("frame row out of range")
-    if len(offsets) and (offsets[0] < 0 or offsets[-1] > len(data)):
-        raise ValueError("frame offsets exceed the buffer")
-    lo, hi = offsets[rows], offsets[rows + 1]
-    new_offsets = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum(hi - lo, out=new_offsets[1:])
-    out = np.empty(new_offsets[-1], np.uint8)
-    gather_segments(data, lo[:, None], (hi - lo)[:, None], out)
-    return out, new_offsets
 
 
 def iter_framed_records(data: bytes, source: str) -> Iterator[bytes]:

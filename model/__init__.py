@@ -5,8 +5,7 @@ Modules, in the order data flows through them:
 * ``config``         TrainConfig, the CLI flags and their validation (no TensorFlow).
 * ``windows``        run.json's board size and the complete training windows in the lake.
 * ``lease``          one trainer per lake root (format.leases, with the trainer's rules).
-* ``tfdata``         the tf.data input pipeline: shards (and game tables) -> training batches;
-                     ``tfdata_version1`` decodes the older version-1 records.
+* ``tfdata``         the tf.data input pipeline: shards (and game tables) -> training batches.
 * ``network``        the residual policy/value/ownership/score network (Keras 3).
 * ``sgd``            strategy resolution, losses, the multi-step SGD tf.function, checkpoint state.
 * ``staging``        --stage-dir: shards and checkpoints through local disk and the storage layer.

@@ -397,7 +397,7 @@ class TrainingRun:
     # --- training --------------------------------------------------------------
     def _shard_files(self, window: Window) -> list[str]:
         """What tf.data reads: local copies in stage mode, else the shards' URLs.  A window's
-        game table (record version 3) is staged too: tf.data finds it beside the shards."""
+        game table is staged too: tf.data finds it beside the shards."""
         if not self.stage:
             return [self.storage.url(path) for path in window.shards]
         staged = self.stage.stage_window(window.target_generation, window.files)

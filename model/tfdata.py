@@ -1,29 +1,24 @@
 """tf.data reader for training shards: position records -> training batches.
 
-Four record versions (format/SPEC.md), chosen per window from its first
-record (`shard_record_version`): versions 4 (what the shuffle job writes),
-3 and 2 hold groups of 64 compact positions that are expanded here, in the
-graph (`GroupDecoder`); version 1 (one assembled position a record) is
-still read, decoded by `model.tfdata_version1`.  A version-3 or 4
-window's ownership labels are rows of its game table (format.game_table),
-which `training_dataset` loads once, from the shards' folder unless told
-where it is.  Version 4 differs from 3 only in its policy values' range
-(1..65535, not 1..255), so the dense policy between the stages is uint16
-instead of uint8.
+A record (format/SPEC.md) holds a group of 64 compact positions that are
+expanded here, in the graph (`GroupDecoder`).  A window's ownership labels
+are rows of its game table (format.game_table), which `training_dataset`
+loads once, from the shards' folder unless told where it is.  Only
+``schema.POSITION_RECORD_VERSION`` is read: an older window is refused, in
+one line naming the shard, before any decoding (`shard_record_version`).
 
-Version 2, 3 and 4 data flow::
+Data flow::
 
     shard files (GZIP TFRecord), each record a group of up to 64 positions
-      (versions 3 and 4: + the window's game table, loaded once into constants)
+      (+ the window's game table, loaded once into constants)
       -> interleave over files (fixed order), shuffle groups (seeded)
       -> batch batch_size / 64 groups, then *stage 1* on the whole batch:
          parse_example, fixed columns cut to one row per position, the
-         sparse policy scattered dense (uint8 values, uint16 in version 4; stage 2 normalizes), the captures turned
+         sparse policy scattered dense (uint16 values; stage 2 normalizes), the captures turned
          into a bit mask per point (bit k-1: move t-k captured a stone here),
          the fine (int8) ownership rows scattered to their positions;
-         versions 3 and 4: every other position's ternary codes or int8 row
-         gathered from the game table by its ``game`` (so stage 2 sees the
-         same two columns as for version 2)
+         every other position's ternary codes or int8 row gathered from the
+         game table by its ``game``
       -> rebatch to exactly batch_size positions, enumerate, skip batches
          already trained (stage 1 is cheap; the costly stage 2 is skipped)
       -> *stage 2*, XLA-compiled: base-3 bytes -> board and ownership via a
@@ -67,7 +62,7 @@ from format import layout
 from format import planes as plane_layout
 from format import position_records
 from format import schema
-from model import tfdata_version1
+from format.example_fields import FormatError
 from format.symmetry import NUM_SYMMETRIES, inverse_permutations, symmetry_permutations
 
 
@@ -76,12 +71,12 @@ HEAD_WEIGHT_KEYS = ("policy_weight", "value_weight", "ownership_weight", "score_
 
 
 class GroupDecoder:
-    """Decodes version-2, 3 or 4 records (groups of compact positions) for one board size.
+    """Decodes records (groups of compact positions) for one board size.
 
     `stage1` runs on a batch of serialized records and returns one row per
     position, unexpanded; `stage2` (XLA-compiled) expands a batch of rows
-    into the decoded batch the module docstring describes (the dict every
-    record version decodes to), and gives the data flow.  Versions 3 and 4 need the window's game
+    into the decoded batch the module docstring describes, and gives the
+    data flow.  It needs the window's game
     ``table`` (format.game_table.GameTable), held as constants: the table's
     base-3 codes of each exact label, and the int8 rows of the fractional
     ones with an index per game (a game without one points at a zero row).
@@ -89,22 +84,16 @@ class GroupDecoder:
     the batch's ``planes`` hold: the training network's input width.
     """
 
-    def __init__(self, board_size: int, *, jit: bool = True, version: int = 2, table=None,
+    def __init__(self, board_size: int, *, table, jit: bool = True,
                  input_planes: int = schema.BASIC_INPUT_PLANES):
         plane_layout.check_channels(input_planes)
         if not schema.MIN_BOARD_SIZE <= board_size <= schema.MAX_BOARD_SIZE:
             raise ValueError(f"board_size {board_size} outside "
                              f"[{schema.MIN_BOARD_SIZE}, {schema.MAX_BOARD_SIZE}]")
-        if version not in schema.GROUP_RECORD_VERSIONS:
-            raise ValueError(f"GroupDecoder reads record versions {schema.GROUP_RECORD_VERSIONS}, not {version}")
-        self.with_table = version in schema.TABLE_RECORD_VERSIONS
-        if self.with_table and (table is None or table.board_size != board_size):
-            raise ValueError(f"version-{version} records need their window's game table "
+        if table is None or table.board_size != board_size:
+            raise ValueError(f"position records need their window's game table "
                              f"for {board_size}x{board_size} (format.game_table)")
-        self.version = version
-        self.policy_value_max = schema.policy_value_max(version)
-        # The dense policy's dtype between the stages: the narrowest that holds every value.
-        self._policy_dtype = tf.uint8 if self.policy_value_max <= tf.uint8.max else tf.uint16
+        self.version = schema.POSITION_RECORD_VERSION
         self.input_planes = input_planes
         n = self.board_size = board_size
         self.points = n * n
@@ -129,27 +118,24 @@ class GroupDecoder:
         self._spec = {
             schema.P_VERSION: tf.io.FixedLenFeature([1], tf.int64),
             schema.P_BOARD_SIZE: tf.io.FixedLenFeature([1], tf.int64),
-            schema.P2_COUNT: tf.io.FixedLenFeature([1], tf.int64),
-            schema.P2_BOARD: tf.io.FixedLenFeature([1], tf.string),
-            schema.P2_OWNERSHIP: tf.io.FixedLenFeature([1], tf.string),
-            schema.P2_OWNERSHIP_FINE: tf.io.FixedLenFeature([1], tf.string),
-            schema.P2_MOVES: tf.io.FixedLenFeature([1], tf.string),
-            schema.P2_TARGETS: tf.io.FixedLenFeature([1], tf.string),
-            schema.P2_CAPTURE_COUNT: tf.io.VarLenFeature(tf.int64),
-            schema.P2_CAPTURES: tf.io.VarLenFeature(tf.int64),
-            schema.P2_POLICY_COUNT: tf.io.VarLenFeature(tf.int64),
-            schema.P2_POLICY_INDEX_DELTA: tf.io.VarLenFeature(tf.int64),
-            schema.P2_POLICY_VALUE: tf.io.VarLenFeature(tf.int64),
+            schema.P_COUNT: tf.io.FixedLenFeature([1], tf.int64),
+            schema.P_BOARD: tf.io.FixedLenFeature([1], tf.string),
+            schema.P_OWNERSHIP_FINE: tf.io.FixedLenFeature([1], tf.string),
+            schema.P_MOVES: tf.io.FixedLenFeature([1], tf.string),
+            schema.P_TARGETS: tf.io.FixedLenFeature([1], tf.string),
+            schema.P_CAPTURE_COUNT: tf.io.VarLenFeature(tf.int64),
+            schema.P_CAPTURES: tf.io.VarLenFeature(tf.int64),
+            schema.P_POLICY_COUNT: tf.io.VarLenFeature(tf.int64),
+            schema.P_POLICY_INDEX_DELTA: tf.io.VarLenFeature(tf.int64),
+            schema.P_POLICY_VALUE: tf.io.VarLenFeature(tf.int64),
+            schema.P_GAME: tf.io.VarLenFeature(tf.int64),
         }
-        if self.with_table:
-            del self._spec[schema.P2_OWNERSHIP]
-            self._spec[schema.P2_GAME] = tf.io.VarLenFeature(tf.int64)
-            codes, slot, rows = table.planes()
-            self._games = len(table)
-            self._fine_games = len(rows) - 1
-            self._table_codes = tf.constant(codes)      # uint8 [G, W]: exact labels, zeros for fine games
-            self._table_slot = tf.constant(slot)        # int32 [G]: each game's row of _table_fine
-            self._table_fine = tf.constant(rows)        # int8 [F + 1, NN]: fine labels, then a zero row
+        codes, slot, rows = table.planes()
+        self._games = len(table)
+        self._fine_games = len(rows) - 1
+        self._table_codes = tf.constant(codes)      # uint8 [G, W]: exact labels, zeros for fine games
+        self._table_slot = tf.constant(slot)        # int32 [G]: each game's row of _table_fine
+        self._table_fine = tf.constant(rows)        # int8 [F + 1, NN]: fine labels, then a zero row
         self._group = group
         self._stage2 = tf.function(self._expand, jit_compile=jit, autograph=False)
 
@@ -164,35 +150,31 @@ class GroupDecoder:
         checks = [
             tf.debugging.assert_equal(
                 parsed[schema.P_VERSION], tf.constant(self.version, tf.int64),
-                message=f"position record field '{schema.P_VERSION}' is not {self.version} "
-                        "(this window mixes record versions)"),
+                message=f"position record field '{schema.P_VERSION}' is not {self.version}: rebuild the window "
+                        f"from the lake's games with `{schema.REBUILD_WINDOW}`"),
             tf.debugging.assert_equal(
                 parsed[schema.P_BOARD_SIZE], tf.constant(self.board_size, tf.int64),
                 message=f"position record field '{schema.P_BOARD_SIZE}' is not {self.board_size}"),
         ]
         with tf.control_dependencies(checks):
-            count = tf.cast(parsed[schema.P2_COUNT][:, 0], tf.int32)
+            count = tf.cast(parsed[schema.P_COUNT][:, 0], tf.int32)
         valid = tf.reshape(tf.range(self._group)[None, :] < count[:, None], [-1])
         positions = tf.reduce_sum(count)
         # targets: column by column, each column POSITION_GROUP long (SPEC.md).
-        targets = tf.io.decode_raw(parsed[schema.P2_TARGETS][:, 0], tf.uint8,
+        targets = tf.io.decode_raw(parsed[schema.P_TARGETS][:, 0], tf.uint8,
                                    fixed_length=schema.TARGET_BYTES * self._group)
         targets = tf.reshape(tf.transpose(tf.reshape(targets, [-1, schema.TARGET_BYTES, self._group]), [0, 2, 1]),
                              [-1, schema.TARGET_BYTES])
         targets = tf.boolean_mask(targets, valid)
-        moves = self._rows(parsed, schema.P2_MOVES, schema.HISTORY_MOVES * self.move_width, valid)
+        moves = self._rows(parsed, schema.P_MOVES, schema.HISTORY_MOVES * self.move_width, valid)
         moves = tf.cast(tf.reshape(moves, [-1, schema.HISTORY_MOVES, self.move_width]), tf.int32)
         if self.move_width == 2:  # uint16 little-endian
             moves = moves[..., :1] + 256 * moves[..., 1:]
         weights = tf.bitcast(tf.reshape(targets[:, 6:14], [-1, 4, 2]), tf.float16)  # little-endian hosts
         score = tf.bitcast(targets[:, 2:6], tf.float32)
-        fine = self._fine_ownership(parsed, targets, positions)
-        if self.with_table:
-            codes, fine = self._table_ownership(parsed, targets, fine)
-        else:
-            codes = self._rows(parsed, schema.P2_OWNERSHIP, self.width, valid)
+        codes, fine = self._table_ownership(parsed, targets, self._fine_ownership(parsed, targets, positions))
         return {
-            "board": self._rows(parsed, schema.P2_BOARD, self.width, valid),
+            "board": self._rows(parsed, schema.P_BOARD, self.width, valid),
             "ownership_codes": codes,
             "moves": moves[..., 0],
             "captured": self._capture_bits(parsed, positions),
@@ -212,7 +194,7 @@ class GroupDecoder:
         in the order of the flagged positions.
         """
         fine = self._own_rows(targets)
-        joined = tf.strings.reduce_join(parsed[schema.P2_OWNERSHIP_FINE][:, 0])
+        joined = tf.strings.reduce_join(parsed[schema.P_OWNERSHIP_FINE][:, 0])
         rows = tf.reshape(tf.io.decode_raw(joined, tf.int8), [-1, self.points])
         return tf.scatter_nd(tf.cast(tf.where(fine), tf.int32), rows, tf.stack([positions, self.points]))
 
@@ -222,18 +204,18 @@ class GroupDecoder:
         return tf.not_equal(tf.bitwise.bitwise_and(targets[:, 0], schema.TARGET_FLAG_OWN_OWNERSHIP), 0)
 
     def _table_ownership(self, parsed, targets, own) -> tuple[tf.Tensor, tf.Tensor]:
-        """Versions 3 and 4: (uint8 [P, W] ternary codes, int8 [P, NN] fine rows) of every position.
+        """(uint8 [P, W] ternary codes, int8 [P, NN] fine rows) of every position.
 
         A position flagged own keeps its record's row (``own``, zero codes);
         every other one takes its game's row of the table: base-3 codes for
         an exact label, the int8 row for a fractional one (the other column
-        zero), exactly the two columns a version-2 record stores.
+        zero).
         """
-        game = tf.cast(parsed[schema.P2_GAME].values, tf.int32)
+        game = tf.cast(parsed[schema.P_GAME].values, tf.int32)
         checks = [tf.debugging.assert_less(
-            game, self._games, message=f"position record field '{schema.P2_GAME}' is outside the window's game "
+            game, self._games, message=f"position record field '{schema.P_GAME}' is outside the window's game "
                                        f"table ({self._games} games)"),
-                  tf.debugging.assert_non_negative(game, message=f"position record field '{schema.P2_GAME}' "
+                  tf.debugging.assert_non_negative(game, message=f"position record field '{schema.P_GAME}' "
                                                                  "is negative")]
         with tf.control_dependencies(checks):
             game = tf.identity(game)
@@ -254,8 +236,8 @@ class GroupDecoder:
 
     def _capture_bits(self, parsed, positions) -> tf.Tensor:
         """uint8 [P, NN]: bit age-1 set where move t-age captured a stone."""
-        rows, _ = self._entry_rows(parsed[schema.P2_CAPTURE_COUNT].values)
-        entry = tf.cast(parsed[schema.P2_CAPTURES].values, tf.int32)
+        rows, _ = self._entry_rows(parsed[schema.P_CAPTURE_COUNT].values)
+        entry = tf.cast(parsed[schema.P_CAPTURES].values, tf.int32)
         bits = tf.bitwise.left_shift(1, entry // self.points)
         # Each (position, point, age) is captured at most once: the sum is the OR.
         mask = tf.math.unsorted_segment_sum(bits, rows * self.points + entry % self.points,
@@ -263,29 +245,28 @@ class GroupDecoder:
         return tf.cast(tf.reshape(mask, [-1, self.points]), tf.uint8)
 
     def _dense_policy(self, parsed, positions) -> tf.Tensor:
-        """uint8 or uint16 [P, A]: the integer policy values, indices un-gap-coded (stage 2 normalizes).
+        """uint16 [P, A]: the integer policy values, indices un-gap-coded (stage 2 normalizes).
 
-        Kept as uint8 (versions 2, 3: each action appears once a position,
-        values 1..255) or uint16 (version 4: values 1..65535) so the rebatch
-        between the stages copies a quarter or half of int32's bytes.  A
-        value outside 1..max is refused, naming the field.
+        Kept as uint16 (each action appears once a position, values
+        1..65535) so the rebatch between the stages copies half of int32's
+        bytes.  A value outside 1..max is refused, naming the field.
         """
-        rows, starts = self._entry_rows(parsed[schema.P2_POLICY_COUNT].values)
-        deltas = tf.cast(parsed[schema.P2_POLICY_INDEX_DELTA].values, tf.int32)
+        rows, starts = self._entry_rows(parsed[schema.P_POLICY_COUNT].values)
+        deltas = tf.cast(parsed[schema.P_POLICY_INDEX_DELTA].values, tf.int32)
         running = tf.cumsum(deltas)
         first = tf.gather(starts, rows)  # each entry's position's first entry
         index = running - tf.gather(running - deltas, first)
-        value = parsed[schema.P2_POLICY_VALUE].values
-        field = f"position record field '{schema.P2_POLICY_VALUE}'"
+        value = parsed[schema.P_POLICY_VALUE].values
+        field = f"position record field '{schema.P_POLICY_VALUE}'"
         checks = [
-            tf.debugging.assert_less_equal(value, tf.constant(self.policy_value_max, tf.int64),
-                                           message=f"{field} holds a value above {self.policy_value_max}"),
+            tf.debugging.assert_less_equal(value, tf.constant(schema.POLICY_VALUE_MAX, tf.int64),
+                                           message=f"{field} holds a value above {schema.POLICY_VALUE_MAX}"),
             tf.debugging.assert_positive(value, message=f"{field} holds a value below 1"),
         ]
         with tf.control_dependencies(checks):
             value = tf.cast(value, tf.int32)
         dense = tf.math.unsorted_segment_sum(value, rows * self.actions + index, positions * self.actions)
-        return tf.cast(tf.reshape(dense, [-1, self.actions]), self._policy_dtype)
+        return tf.cast(tf.reshape(dense, [-1, self.actions]), tf.uint16)
 
     def decode_rows(self, rows: dict, symmetries: tf.Tensor) -> dict:
         """Stage 2: a batch of stage-1 rows and int32 [B] symmetry ids -> the training batch."""
@@ -457,7 +438,7 @@ class GroupDecoder:
 
 
 def load_game_table(path: str, board_size: int):
-    """A version-3 or 4 window's game table (format.game_table.GameTable) from a local path or URL tf reads.
+    """A window's game table (format.game_table.GameTable) from a local path or URL tf reads.
 
     Read once per dataset; missing or damaged, it raises FormatError naming the file.
     """
@@ -467,13 +448,14 @@ def load_game_table(path: str, board_size: int):
         with tf.io.gfile.GFile(path, "rb") as f:
             data = f.read()
     except tf.errors.NotFoundError:
-        raise MissingGameTable(path, "is missing: a version-3 or 4 window's ownership labels and generations are its "
+        raise MissingGameTable(path, "is missing: a window's ownership labels and generations are its "
                                      "game table, kept beside its shards (the manifest's 'game_table')") from None
     return decode_game_table(data, path, board_size=board_size)
 
 
 def shard_record_version(path: str) -> int:
-    """The position-record version of a shard, read from its first record."""
+    """The position-record version of a shard, read from its first record: the one this release
+    reads, or FormatError naming the file (an older version: rebuild the window)."""
     for record in tf.data.TFRecordDataset(path, compression_type="GZIP").take(1):
         return position_records.decode_version(record.numpy(), path)
     raise ValueError(f"{path}: the shard holds no record")
@@ -496,14 +478,14 @@ def training_dataset(
 ) -> tf.data.Dataset:
     """Batches of decoded positions from GZIP shards, in a reproducible order.
 
-    ``record_version`` (1, 2, 3 or 4) is read from the first shard when not
+    ``record_version`` (the manifest's) is read from the first shard when not
     given; a window's shards all hold one version (the job writes them
-    together).  Versions 3 and 4 read the window's game table, once: the file
-    ``game_table`` (a path or URL), by default the one beside the shards
-    (`format.layout.game_table_beside` of the first shard, which is where
-    the lake keeps it and where a staged copy must put it).
-    ``input_planes`` is the network's input width, 17 or 22
-    (format/planes.py); version-1 windows hold 17 planes a position only.
+    together), and any but ``schema.POSITION_RECORD_VERSION`` is refused with
+    FormatError naming the first shard.  The window's game table is read
+    once: the file ``game_table`` (a path or URL), by default the one beside
+    the shards (`format.layout.game_table_beside` of the first shard, which
+    is where the lake keeps it and where a staged copy must put it).
+    ``input_planes`` is the network's input width, 17 or 22 (format/planes.py).
 
     The order of batches depends only on ``shard_paths`` and ``seed`` (file
     order, shuffle and symmetries are all seeded, interleave is
@@ -515,35 +497,14 @@ def training_dataset(
         raise ValueError("training_dataset needs at least one shard")
     if record_version is None:
         record_version = shard_record_version(shard_paths[0])
-    if record_version not in schema.POSITION_RECORD_VERSIONS:
-        raise ValueError(f"{shard_paths[0]}: position-record version {record_version} is unknown to this reader "
-                         f"(it knows {sorted(schema.POSITION_RECORD_VERSIONS)}); update zerolake to read it")
-    if record_version in schema.GROUP_RECORD_VERSIONS:
-        table = None
-        if record_version in schema.TABLE_RECORD_VERSIONS:
-            table = load_game_table(game_table or layout.game_table_beside(shard_paths[0]), board_size)
-        decoder = GroupDecoder(board_size, version=record_version, table=table, input_planes=input_planes)
-        return _group_dataset(shard_paths, decoder, batch_size=batch_size, seed=seed,
-                              skip_batches=skip_batches, shuffle_buffer=shuffle_buffer, augment=augment,
-                              repeat=repeat, reader_parallelism=reader_parallelism)
-    if plane_layout.check_channels(input_planes) != schema.BASIC_INPUT_PLANES:
-        raise ValueError(f"{shard_paths[0]}: a version-1 window holds AlphaGo Zero's 17 input planes a position, "
-                         f"not the {input_planes} this network takes; rerun the shuffle job to write the window "
-                         "in the current record version")
-    # Version 1: one position a record.  Each reader groups its records into
-    # mini-batches (tfdata_version1.MINIBATCH says why), and the legacy
-    # decoder takes a batch of serialized records.
-    decoder = tfdata_version1.PositionDecoder(board_size)
-    files, cycle = _shuffled_files(shard_paths, seed, repeat, reader_parallelism)
-    minibatches = _read_shuffled(files, cycle, per_element=tfdata_version1.MINIBATCH, shuffle_buffer=shuffle_buffer,
-                                 seed=seed, per_reader_batch=tfdata_version1.MINIBATCH)
-    batches = _numbered_batches(minibatches, batch_size, skip_batches)
-
-    def decode(batch_number, serialized):
-        return decoder.decode(serialized, _symmetries(augment, seed, batch_number, batch_size))
-
-    decoded = batches.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return decoded.prefetch(tf.data.AUTOTUNE)
+    problem = schema.position_record_version_problem(record_version)
+    if problem:
+        raise FormatError(shard_paths[0], schema.P_VERSION, problem)
+    table = load_game_table(game_table or layout.game_table_beside(shard_paths[0]), board_size)
+    decoder = GroupDecoder(board_size, table=table, input_planes=input_planes)
+    return _group_dataset(shard_paths, decoder, batch_size=batch_size, seed=seed,
+                          skip_batches=skip_batches, shuffle_buffer=shuffle_buffer, augment=augment,
+                          repeat=repeat, reader_parallelism=reader_parallelism)
 
 
 def _shuffled_files(shard_paths, seed: int, repeat: bool, reader_parallelism: int):
@@ -555,13 +516,11 @@ def _shuffled_files(shard_paths, seed: int, repeat: bool, reader_parallelism: in
     return files, max(1, min(reader_parallelism, len(shard_paths)))
 
 
-def _read_shuffled(files, cycle: int, *, per_element: int, shuffle_buffer: int, seed: int,
-                   per_reader_batch: int = 0) -> tf.data.Dataset:
-    """Records of ``cycle`` shards read at once (each reader's grouped ``per_reader_batch`` at a time if > 0),
-    then shuffled with a buffer of ``shuffle_buffer`` positions, ``per_element`` positions per element."""
+def _read_shuffled(files, cycle: int, *, per_element: int, shuffle_buffer: int, seed: int) -> tf.data.Dataset:
+    """Records of ``cycle`` shards read at once, then shuffled with a buffer of ``shuffle_buffer``
+    positions, ``per_element`` positions per element."""
     def read(path):
-        records = tf.data.TFRecordDataset(path, compression_type="GZIP", buffer_size=1 << 20)
-        return records.batch(per_reader_batch) if per_reader_batch else records
+        return tf.data.TFRecordDataset(path, compression_type="GZIP", buffer_size=1 << 20)
 
     elements = files.interleave(read, cycle_length=cycle, block_length=1, num_parallel_calls=cycle,
                                 deterministic=True)
@@ -587,10 +546,9 @@ def _symmetries(augment: bool, seed: int, batch_number, batch_size: int) -> tf.T
 
 def _group_dataset(shard_paths, decoder: GroupDecoder, *, batch_size, seed, skip_batches, shuffle_buffer, augment,
                    repeat, reader_parallelism) -> tf.data.Dataset:
-    """training_dataset for group shards, versions 2, 3 and 4 (module docstring, "Version 2, 3 and 4 data flow")."""
+    """training_dataset's pipeline (module docstring, "Data flow")."""
     files, cycle = _shuffled_files(shard_paths, seed, repeat, reader_parallelism)
-    # A record already holds 64 positions, so each element here is what a
-    # version-1 mini-batch was, with no .batch() per reader.
+    # A record already holds 64 positions: no .batch() per reader.
     groups = _read_shuffled(files, cycle, per_element=schema.POSITION_GROUP, shuffle_buffer=shuffle_buffer, seed=seed)
     records_per_call = max(1, batch_size // schema.POSITION_GROUP)
     rows = groups.batch(records_per_call).map(decoder.stage1, num_parallel_calls=tf.data.AUTOTUNE,

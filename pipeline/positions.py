@@ -26,7 +26,7 @@ import numpy as np
 from format import codec
 from format import schema
 from format.codec import GameRecord
-from format.game_table import fractional, label_rows
+from format.game_table import label_rows
 from pipeline.labels import EndstateLabel
 
 INSTANCE_SHIFT = 20
@@ -52,7 +52,7 @@ def _ragged_take(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.
 class PositionBatch(codec.PositionHistory):
     """P training positions of one board size, targets already in record form.
 
-    The position itself is kept the way a version-2 or 3 record stores it
+    The position itself is kept the way a record stores it
     (`codec.PositionHistory`: the board at t, the last 7 moves and their captures);
     the targets at full precision, so that merging capped openings averages
     exact values.
@@ -103,56 +103,37 @@ class PositionBatch(codec.PositionHistory):
         lo, hi = self.policy_offsets[i], self.policy_offsets[i + 1]
         return self.policy_index[lo:hi], self.policy_prob[lo:hi]
 
-    def compact(self, game: np.ndarray | None = None, table: codec.GameTable | None = None
-                ) -> codec.CompactPositions:
-        """The positions in version-3 at-rest form (codec.CompactPositions), or version 2 without a table.
+    def compact(self, game: np.ndarray | None, table: codec.GameTable) -> codec.CompactPositions:
+        """The positions in the at-rest form of a record (codec.CompactPositions), what the shuffle job writes.
 
         ``game`` is each position's index in the window's game table
-        (`game_table_index`); without one (tests, benches) the instance
-        stands in.  ``table`` is the window's game table (codec.GameTable,
-        whose rows ``game`` indexes): given, the records are version 3 and a
-        position keeps an int8 ownership row (``fine``) only where its label
-        differs from its game's row, which happens only to a capped
-        opening's merged copies; every other position's label is its game's
-        row.  Without a table (version 2) ownership is stored per position
-        at the labels' precision, from Black's side: exact labels (final
-        board, accelerated play to two passes) are -1, 0 or +1 a point and
-        go in the ternary column; fractional ones (a random-playout
-        average, the mean of a capped opening's occurrences) keep their int8
-        ``round(127 * o)``, v1's precision, in the fine column.  The policy
-        becomes small integers (codec.policy_small_integers).
+        (`game_table_index`); None (tests, benches) lets the instance stand
+        in.  ``table`` is the window's game table (codec.GameTable, whose
+        rows ``game`` indexes): a position keeps an int8 ownership row
+        (``fine``) only where its label differs from its game's row, which
+        happens only to a capped opening's merged copies; every other
+        position's label is its game's row.  The policy becomes integers
+        proportional to it (codec.policy_columns).
         """
-        n = self.board_size
         game = np.asarray(self.instance if game is None else game, np.int64)
         # Ownership is int8 in -SCALE..SCALE from the side to move, and
         # to_play is +1 or -1, so the product stays in int8 (no widening:
         # this runs over every point of every position of a window).
         black_view = self.ownership.astype(np.int8, copy=False) * self.to_play.astype(np.int8)[:, None]
-        if table is not None:
-            if len(game) and game.max() >= len(table):
-                raise ValueError(f"a position's game {int(game.max())} is outside the game table ({len(table)})")
-            fine = (black_view != table.ownership[game]).any(axis=1)   # its own label, not its game's
-            ownership = None
-        else:
-            fine = fractional(black_view)
-            ternary = np.sign(black_view)                                               # +1 Black, -1 White
-            ternary[fine] = schema.EMPTY
-            ownership = codec.pack_trits(codec.colour_codes(ternary))
-        values = codec.policy_small_integers(self.policy_prob, self.policy_offsets)
+        if len(game) and game.max() >= len(table):
+            raise ValueError(f"a position's game {int(game.max())} is outside the game table ({len(table)})")
+        fine = (black_view != table.ownership[game]).any(axis=1)   # its own label, not its game's
+        offsets, index, values = codec.policy_columns(self.policy_index, self.policy_prob, self.policy_offsets)
         return codec.CompactPositions(
-            board_size=n, board=self.board, moves=self.moves, capture_offsets=self.capture_offsets,
-            captures=self.captures, to_play=self.to_play, ownership=ownership,
-            fine=fine, ownership_fine=black_view[fine],
+            board_size=self.board_size, board=self.board, moves=self.moves, capture_offsets=self.capture_offsets,
+            captures=self.captures, to_play=self.to_play, fine=fine, ownership_fine=black_view[fine],
             value=self.value, score=self.score, policy_weight=self.policy_weight, value_weight=self.value_weight,
             ownership_weight=self.ownership_weight, score_weight=self.score_weight,
-            policy_offsets=self.policy_offsets, policy_index=self.policy_index, policy_value=values,
-            generation=self.generation.astype(np.int64), game=game,
-            move_number=self.move_number.astype(np.int64), version=2 if table is None else 3)
+            policy_offsets=offsets, policy_index=index, policy_value=values, game=game,
+            move_number=self.move_number.astype(np.int64))
 
-    def encode(self, game: np.ndarray | None = None, table: codec.GameTable | None = None) -> list[bytes]:
-        """Serialized records, POSITION_GROUP positions each, in row order: version 3 with the window's
-        game ``table``, version 2 without (``game``, ``table``: see compact).  Written by the wire
-        encoder (codec.encode_groups), byte-identical to the reference encode_position_groups."""
+    def encode(self, game: np.ndarray | None, table: codec.GameTable) -> list[bytes]:
+        """Serialized records, POSITION_GROUP positions each, in row order (``game``, ``table``: see compact)."""
         return codec.encode_groups(self.compact(game, table))
 
     def to_bytes(self) -> bytes:

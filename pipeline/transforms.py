@@ -276,11 +276,11 @@ class FindDuplicateGames(beam.PTransform):
 class WindowGames:
     """The window's games: every game read, sorted by instance.
 
-    A version-3 position stores its game as an index into this order; the
-    manifest lists the ids in it (``games``) and the game table file holds
-    each game's ownership label and generation in it (``table``), so a shard
-    keeps an integer per position where version 1 kept the id string, the
-    label and the generation.
+    A position stores its game as an index into this order; the manifest
+    lists the ids in it (``games``) and the game table file holds each
+    game's ownership label and generation in it (``table``), so a shard
+    keeps an integer per position, not the id string, the label and the
+    generation.
     """
 
     instances: np.ndarray
@@ -393,14 +393,13 @@ class WriteShardFn(_LakeDoFn):
         generation = np.concatenate([piece.generation for piece in pieces])
         keep = np.flatnonzero(~_drop_mask(instance, dropped))
         order = keep[ctx.rng(3, shard).permutation(len(keep))]
-        # The positions in order, as records of the version the manifest names (codec.written_positions:
-        # version 4, the policy targets without version 3's floor).
+        # The positions in order, as records of the version the manifest names (schema.POSITION_RECORD_VERSION).
         batch = P.concat([piece.batch for piece in pieces])
         frames = b""
         if batch is not None and len(order):
             batch = batch.take(order)
             compact = batch.compact(P.game_table_index(game_table.instances, batch.instance), game_table.table)
-            frames = frame_records(codec.encode_groups(codec.written_positions(compact, batch.policy_prob)))
+            frames = frame_records(codec.encode_groups(compact))
         self.storage.write_new(path, compress_gzip(frames, ctx.config.shard_gzip_level))
         gens, counts = np.unique(generation[order], return_counts=True)
         yield {"name": name, "positions": int(len(order)),

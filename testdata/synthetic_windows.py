@@ -2,7 +2,7 @@
 
 Self-play data takes hours to make; the trainer's tests need a window of
 training shards in seconds.  This module writes one in the exact lake layout
-and in the record version production writes (format/SPEC.md: version 3
+and in the record version production writes (format/SPEC.md "Shards":
 groups of compact positions, ``windows/<gen>/<attempt>-XXXXX-of-YYYYY.tfrecord.gz``,
 the window's game table beside them, ``MANIFEST.json`` last), through the
 same encoder as the shuffle job (``format.codec.encode_groups``).
@@ -18,7 +18,7 @@ so a network can learn each head and a test can watch every loss fall:
   stone, 0.25 spread over the empty points touching own stones; some
   records have no policy (``policy_weight`` 0, no entries).
 
-A record keeps the board at t and the last 7 moves (version 3), from which
+A record keeps the board at t and the last 7 moves, from which
 the reader rebuilds the 7 older boards.  Here the last 7 moves are stones of
 the board at t, alternating colours back from the side that just moved, with
 no captures, so the history planes look like a board that filled up over
@@ -109,32 +109,32 @@ def _policy_target(rng, board, neighbours):
     return index[order], prob[order]
 
 
-def compact_positions(positions: list[SyntheticPosition], *, board_size: int, generation: int,
+def compact_positions(positions: list[SyntheticPosition], *, board_size: int,
                       first_game: int) -> codec.CompactPositions:
-    """The positions in the at-rest form of the version the shuffle job writes (codec.written_positions);
-    position i is game ``first_game + i`` of the window's game table (its ownership is that row, so no
-    position keeps its own)."""
+    """The positions in the at-rest form the shuffle job writes (codec.CompactPositions, the policy as
+    codec.policy_columns makes it); position i is game ``first_game + i`` of the window's game table (its
+    ownership is that row, so no position keeps its own)."""
     count, nn = len(positions), board_size * board_size
     policy_counts = [p.policy_index.size for p in positions]
     offsets = np.concatenate([[0], np.cumsum(policy_counts)]).astype(np.int64)
     policy_prob = np.concatenate([p.policy_prob for p in positions]) if count else np.zeros(0, np.float32)
+    policy_index = np.concatenate([p.policy_index for p in positions]).astype(np.int64)
+    offsets, policy_index, policy_value = codec.policy_columns(policy_index, policy_prob, offsets)
     has_policy = np.array([c > 0 for c in policy_counts], np.float32)
     ones = np.ones(count, np.float32)
-    return codec.written_positions(codec.CompactPositions(
+    return codec.CompactPositions(
         board_size=board_size,
         board=codec.pack_trits(codec.colour_codes(np.stack([p.board.reshape(-1) for p in positions]))),
         moves=np.stack([p.last_moves for p in positions]),
         capture_offsets=np.zeros(count + 1, np.int64), captures=np.zeros(0, np.int64),
         to_play=np.array([p.to_play for p in positions], np.int8),
-        ownership=None, fine=np.zeros(count, bool), ownership_fine=np.zeros((0, nn), np.int8),
+        fine=np.zeros(count, bool), ownership_fine=np.zeros((0, nn), np.int8),
         value=np.array([p.value for p in positions], np.float32),
         score=np.array([p.score for p in positions], np.float32),
         policy_weight=has_policy, value_weight=ones, ownership_weight=ones, score_weight=ones,
-        policy_offsets=offsets, policy_index=np.concatenate([p.policy_index for p in positions]).astype(np.int64),
-        policy_value=codec.policy_small_integers(policy_prob, offsets),
-        generation=np.full(count, generation, np.int64),
+        policy_offsets=offsets, policy_index=policy_index, policy_value=policy_value,
         game=np.arange(first_game, first_game + count, dtype=np.int64),
-        move_number=np.arange(count, dtype=np.int64), version=3), policy_prob)
+        move_number=np.arange(count, dtype=np.int64))
 
 
 def write_synthetic_window(storage, *, target_generation: int, board_size: int,
@@ -147,7 +147,7 @@ def write_synthetic_window(storage, *, target_generation: int, board_size: int,
     names = [layout.shard_name(attempt, i, shards) for i in range(shards)]
     shard_positions = {}
     for name, rows in zip(names, np.array_split(np.arange(positions), shards)):
-        compact = compact_positions([made[i] for i in rows], board_size=board_size, generation=generation,
+        compact = compact_positions([made[i] for i in rows], board_size=board_size,
                                     first_game=int(rows[0]) if len(rows) else 0)
         storage.write_new(layout.shard_path(target_generation, name), codec.encode_shard(codec.encode_groups(compact)))
         shard_positions[name] = len(rows)

@@ -29,7 +29,7 @@ def _position(rng, n: int, to_play: int, with_policy: bool = True) -> PositionRe
     return PositionRecord(board_size=n, planes=planes, to_play=to_play, policy_index=index, policy_prob=prob,
                           value=-1.0, score=2.5, ownership=np.zeros(n * n, np.float32), policy_weight=1.0,
                           value_weight=1.0, ownership_weight=1.0, score_weight=1.0, game_id="g", move_number=4,
-                          generation=0, version=2)
+                          generation=0, game=0)
 
 
 @pytest.mark.parametrize("to_play", [schema.BLACK, schema.WHITE])
@@ -67,7 +67,7 @@ def test_minigo_records_hold_the_planes_channels_last_and_a_dense_policy():
 
 
 def test_shard_bytes_count_the_game_table(tmp_path):
-    """A version-3 window's shard bytes include its game table: every byte the shards need."""
+    """A window's shard bytes include its game table: every byte the shards need."""
     from format import codec, layout
     from pipeline import labels as L
     from pipeline import positions as P
@@ -80,7 +80,7 @@ def test_shard_bytes_count_the_game_table(tmp_path):
     batch = P.games_positions(games, labels, [0, 1], dedup_max_move=0)
     table = codec.GameTable(board_size=9, generation=[0, 0], ownership=P.game_label_rows(labels))
     shard, table_name = layout.shard_name("a1", 0, 1), layout.game_table_name("a1")
-    (tmp_path / shard).write_bytes(codec.encode_shard(batch.encode(table=table)))
+    (tmp_path / shard).write_bytes(codec.encode_shard(batch.encode(None, table)))
     (tmp_path / table_name).write_bytes(codec.encode_game_table(table))
     manifest = {"folder": str(tmp_path), "shards": [shard], "game_table": table_name, "games": ["g0", "g1"]}
     size, positions = bench.shard_positions(manifest)

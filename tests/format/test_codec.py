@@ -9,8 +9,7 @@ import pytest
 from format import codec
 from format import schema
 from format.example_proto import Example
-from format.tfrecord import RecordError, compress_zstd, frame_records, iter_framed_records, select_frames
-from testdata import records_v1
+from format.tfrecord import RecordError, compress_zstd, frame_records
 from testdata.synthetic_games import synthetic_game
 
 
@@ -206,72 +205,6 @@ def test_quantize_policy_sums_exactly_and_is_close():
         assert np.abs(dense - probs).max() < 1 / 1023
 
 
-def _position_batch(rng, n, count):
-    counts = rng.integers(0, 30, count)
-    counts[::4] = 0
-    offsets = np.concatenate([[0], np.cumsum(counts)])
-    index = np.concatenate([np.sort(rng.choice(n * n + 1, c, replace=False)) for c in counts])
-    prob = np.concatenate([rng.dirichlet(np.ones(c)) if c else np.zeros(0) for c in counts]).astype(np.float32)
-    return dict(
-        board_size=n, planes_packed=rng.integers(0, 256, (count, schema.packed_plane_bytes(n, 16)), dtype=np.uint8),
-        to_play=rng.choice([1, -1], count), policy_offsets=offsets, policy_index=index, policy_prob=prob,
-        value=rng.choice([-1.0, 1.0], count), score=rng.normal(0, 10, count),
-        ownership=rng.integers(-127, 128, (count, n * n), dtype=np.int8),
-        policy_weight=(counts > 0).astype(np.float32), value_weight=np.ones(count),
-        ownership_weight=rng.random(count), score_weight=np.ones(count),
-        game_id=[f"g{i // 7}" for i in range(count)], move_number=np.arange(count) % 90,
-        generation=np.arange(count) // 40)
-
-
-@pytest.mark.parametrize("n", [9, 19])
-def test_batched_position_encoder_matches_single(n):
-    rng = np.random.default_rng(n)
-    batch = _position_batch(rng, n, 120)
-    fast = records_v1.encode_positions(**batch)
-    o = batch["policy_offsets"]
-    for i, data in enumerate(fast):
-        slow = records_v1.encode_position(
-            board_size=n, planes_packed=batch["planes_packed"][i].tobytes(), to_play=int(batch["to_play"][i]),
-            policy_index=batch["policy_index"][o[i]:o[i + 1]], policy_prob=batch["policy_prob"][o[i]:o[i + 1]],
-            value=float(batch["value"][i]), score=float(batch["score"][i]),
-            ownership_int8=batch["ownership"][i].tobytes(), policy_weight=float(batch["policy_weight"][i]),
-            value_weight=float(batch["value_weight"][i]), ownership_weight=float(batch["ownership_weight"][i]),
-            score_weight=float(batch["score_weight"][i]), game_id=batch["game_id"][i],
-            move_number=int(batch["move_number"][i]), generation=int(batch["generation"][i]))
-        a, b = Example(), Example()
-        a.ParseFromString(data)
-        b.ParseFromString(slow)
-        assert a == b
-        record = codec.decode_position(data, "shard#%d" % i)
-        assert record.to_play == batch["to_play"][i]
-        np.testing.assert_array_equal(record.policy_index, batch["policy_index"][o[i]:o[i + 1]])
-
-
-def test_framed_encoder_writes_exactly_the_frames_of_frame_records():
-    rng = np.random.default_rng(4)
-    batch = _position_batch(rng, 9, 50)
-    records = records_v1.encode_positions(**batch)
-    frames, offsets = records_v1.encode_positions_framed(**batch)
-    assert frames.tobytes() == frame_records(records)
-    assert offsets[-1] == len(frames) and len(offsets) == 51
-    assert list(iter_framed_records(frames.tobytes(), "x")) == records  # both CRCs check
-    rows = np.array([7, 0, 49, 7])
-    picked, picked_offsets = select_frames(frames, offsets, rows)
-    assert picked.tobytes() == frame_records([records[r] for r in rows])
-    assert np.array_equal(np.diff(picked_offsets), np.diff(offsets)[rows])
-    with pytest.raises(ValueError, match="row"):
-        select_frames(frames, offsets, np.array([50]))
-
-
-def test_compiled_crc32c_matches_google_crc32c():
-    import google_crc32c
-    from format import _gather
-    rng = np.random.default_rng(0)
-    for length in (0, 1, 7, 8, 9, 63, 64, 65, 1000, 4099):
-        data = rng.integers(0, 256, length, dtype=np.uint8)
-        assert _gather.crc32c(data) == google_crc32c.value(data.tobytes())
-
-
 def test_decoded_policies_behave_as_lists_of_arrays():
     game = synthetic_game(np.random.default_rng(8), 9, visits=30, full_search_fraction=0.5)
     decoded = codec.decode_game(codec.encode_game(game))
@@ -293,20 +226,22 @@ def test_decoded_policies_behave_as_lists_of_arrays():
     assert codec.encode_game(decoded) == codec.encode_game(game)
 
 
-def test_shard_round_trip_and_tensorflow_reads_gzip():
+def test_shard_round_trip_and_tensorflow_reads_gzip(tmp_path):
     import tensorflow as tf  # imported here: 5 s, and only these tests need it
-    rng = np.random.default_rng(11)
-    batch = _position_batch(rng, 9, 30)
-    data = codec.encode_shard(records_v1.encode_positions(**batch))
-    records = codec.read_shard(data, "s.tfrecord.gz")
-    assert len(records) == 30
-    packed = np.packbits(records[3].planes.ravel(), bitorder="big")
-    np.testing.assert_array_equal(packed, batch["planes_packed"][3])
-    np.testing.assert_allclose(records[5].ownership * schema.OWNERSHIP_SCALE, batch["ownership"][5])
-    import tempfile, os
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "s.tfrecord.gz")
-        with open(path, "wb") as f:
-            f.write(data)
-        count = sum(1 for _ in tf.data.TFRecordDataset(path, compression_type="GZIP"))
-    assert count == 30
+    from pipeline import labels as L
+    from pipeline import positions as P
+
+    game = synthetic_game(np.random.default_rng(11), 9, visits=30, full_search_fraction=0.5, generation=2)
+    label = L.EndstateLabel(np.asarray(game.ownership, np.float32), game.score, schema.OWNERSHIP_FINAL_BOARD, 1.0)
+    batch = P.games_positions([game], [label], [0], dedup_max_move=0)
+    table = codec.GameTable(board_size=9, generation=[2], ownership=P.game_label_rows([label]))
+    data = codec.encode_shard(batch.encode(None, table))
+    records = codec.read_shard(data, "s.tfrecord.gz", table=table)
+    assert len(records) == len(batch) == game.num_positions
+    packed = P.history_planes(np.asarray(game.planes, np.uint8).reshape(len(batch), 2, -1), batch.move_number)
+    np.testing.assert_array_equal(np.packbits(records[3].planes.ravel(), bitorder="big"), packed[3])
+    np.testing.assert_allclose(records[5].ownership * schema.OWNERSHIP_SCALE, batch.ownership[5])
+    path = tmp_path / "s.tfrecord.gz"
+    path.write_bytes(data)
+    count = sum(1 for _ in tf.data.TFRecordDataset(str(path), compression_type="GZIP"))
+    assert count == -(-len(batch) // schema.POSITION_GROUP)

@@ -212,7 +212,7 @@ def test_a_version_3_window_is_read_with_its_game_table(tmp_path, capsys):
     storage = open_storage(root)
     shard = layout.shard_path(1, layout.shard_name("att1", 0, 1))
     table_path = layout.game_table_path(1, layout.game_table_name("att1"))
-    storage.write_new(shard, codec.encode_shard(batch.encode(table=table)))
+    storage.write_new(shard, codec.encode_shard(batch.encode(None, table)))
     storage.write_new(table_path, codec.encode_game_table(table))
     summary = _summary(root, capsys)
     assert summary["shard_positions"] == len(batch) and summary["game_tables"] == 1 and not summary["bad_files"]

@@ -97,7 +97,7 @@ def test_layout_paths_are_what_the_spec_says():
     with pytest.raises(ValueError):
         layout.settings_record("loop", "../x")
     assert layout.parse_chunk_path("games/3/x.tfrecord.zst") is None
-    # A window: shards and, from record version 3 on, the game table of the same job attempt.
+    # A window: shards and the game table of the same job attempt.
     assert (layout.shard_path(2, layout.shard_name("6b03d37b", 1, 4))
             == "windows/000002/6b03d37b-00001-of-00004.tfrecord.gz")
     assert layout.game_table_path(2, layout.game_table_name("6b03d37b")) == "windows/000002/6b03d37b-games.table.gz"
@@ -136,7 +136,7 @@ def _window_document(**changes) -> bytes:
     import json
 
     document = {"version": layout.WINDOW_MANIFEST_VERSION, "target_generation": 4, "board_size": 9,
-                "record_version": 3, "shards": ["a1-00000-of-00001.tfrecord.gz"], "positions": 10,
+                "record_version": 4, "shards": ["a1-00000-of-00001.tfrecord.gz"], "positions": 10,
                 "game_table": "a1-games.table.gz"}
     return json.dumps({**document, **changes}).encode()
 
@@ -162,7 +162,6 @@ def test_a_window_manifest_with_the_layouts_names_is_read():
     window = layout.parse_window_manifest(_window_document(), path)
     assert window.shards == (layout.shard_path(4, layout.shard_name("a1", 0, 1)),)
     assert window.game_table == layout.game_table_path(4, layout.game_table_name("a1"))
-    # Older windows' shard names (record versions 1 and 2) are still read.
-    old = layout.parse_window_manifest(_window_document(record_version=1, game_table=None,
-                                                        shards=["a-0-of-1.tfrecord.gz"]), path)
-    assert old.shards == ("windows/000004/a-0-of-1.tfrecord.gz",) and old.game_table is None
+    # Shard names of an earlier release's form are read too.
+    other = layout.parse_window_manifest(_window_document(shards=["a-0-of-1.tfrecord.gz"]), path)
+    assert other.shards == ("windows/000004/a-0-of-1.tfrecord.gz",)

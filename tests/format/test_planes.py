@@ -11,22 +11,19 @@ runs, and must come out identical:
   and its children); the labeller's model playouts (`model_playout_labels`'s
   policy_fn);
 * training: chunk (`codec.encode_chunk`) -> decoded games -> the Beam job's
-  position builder (`pipeline.positions.games_positions`) -> serialized
-  records of every version -> `codec.decode_records` and tf.data's decoders
-  (`GroupDecoder` for versions 2 and 3, whose history planes are rebuilt
-  from the board, the last moves and their captures, version 3 with its
-  ownership gathered from the window's game table; `PositionDecoder` for
-  version 1, from the compiled history kernel's planes) under every one of
-  the 8 symmetries, compared with `format.symmetry` applied to the
-  reference; version 3's training batches equal version 2's bit for bit
-  (ownership included); and once through the real `pipeline.shuffle` job
-  (which writes version 3 and its game table) on a tiny lake and
-  `tfdata.training_dataset`;
+  position builder (`pipeline.positions.games_positions`, whose compiled
+  `history_planes` the dedup keys hash) -> serialized records ->
+  `codec.decode_records` and tf.data's `GroupDecoder` (history planes
+  rebuilt from the board, the last moves and their captures, ownership
+  gathered from the window's game table) under every one of the 8
+  symmetries, compared with `format.symmetry` applied to the reference; and
+  once through the real `pipeline.shuffle` job (which writes the records
+  and their game table) on a tiny lake and `tfdata.training_dataset`;
 * `PlayoutEvaluator`, which reads the position back out of the planes.
 
 Each builder that serves a model builds both widths a model may take (17
 and 22 channels, `schema.INPUT_PLANE_CHOICES`), checked against the
-reference's first 17 and all 22 channels; version-1 records give 17 only.
+reference's first 17 and all 22 channels.
 
 `test_the_games_tell_every_channel_apart` makes sure the data can catch a
 layout slip: every two channels differ on some position, so a builder that
@@ -56,11 +53,9 @@ from format.symmetry import NUM_SYMMETRIES, apply_symmetry_nhwc
 from format.tfrecord import decompress_for, iter_framed_records
 from inference.loading import PlayoutEvaluator
 from model.tfdata import GroupDecoder, training_dataset
-from model.tfdata_version1 import PositionDecoder
 from pipeline import labels as L
 from pipeline import positions as P
 from pipeline.shuffle import main as shuffle_main
-from testdata import records_v1
 from testdata.random_games import engine_game, resigned_copy
 
 BOARD_SIZES = (9, 19)
@@ -290,20 +285,6 @@ def _labels(games):
                          playout_weight=0.5, rng=np.random.default_rng(0), stats=L.empty_stats())
 
 
-RECORD_VERSIONS = (1, 2, 3)
-
-
-def v1_records(batch: P.PositionBatch, fresh: np.ndarray) -> list[bytes]:
-    """Version-1 records of ``batch`` (history planes from the compiled kernel), one per position."""
-    return records_v1.encode_positions(
-        board_size=batch.board_size, planes_packed=P.history_planes(fresh, batch.move_number),
-        to_play=batch.to_play, policy_offsets=batch.policy_offsets, policy_index=batch.policy_index,
-        policy_prob=batch.policy_prob, value=batch.value, score=batch.score, ownership=batch.ownership,
-        policy_weight=batch.policy_weight, value_weight=batch.value_weight,
-        ownership_weight=batch.ownership_weight, score_weight=batch.score_weight, game_id=batch.game_id,
-        move_number=batch.move_number, generation=batch.generation)
-
-
 def game_table(games, labels) -> codec.GameTable:
     """The window game table of ``games`` (row g = game g, as the job's instance order makes it)."""
     return codec.GameTable(board_size=games[0].board_size, generation=[g.generation for g in games],
@@ -312,8 +293,8 @@ def game_table(games, labels) -> codec.GameTable:
 
 @pytest.fixture(scope="module")
 def position_records(games):
-    """{(board size, version): (serialized records, PositionBatch)} built the way the Beam job's DoFn does;
-    {(board size, "table"): the game table} for version 3."""
+    """{board size: (serialized records, PositionBatch, game table, fresh planes uint8[P, 2, NN])} built the
+    way the Beam job's DoFn does."""
     out = {}
     for n in BOARD_SIZES:
         decoded = codec.read_chunk(codec.encode_chunk(games[n]), f"chunk-{n}{schema.CHUNK_SUFFIX}")  # suffix: zstd
@@ -321,42 +302,42 @@ def position_records(games):
         batch = P.games_positions(decoded, labels, list(range(len(decoded))), dedup_max_move=0)
         fresh = np.concatenate([g.planes.reshape(g.num_positions, 2, -1) for g in decoded])
         table = game_table(decoded, labels)
-        out[n, 1] = (v1_records(batch, fresh), batch)
-        out[n, 2] = (batch.encode(), batch)
-        out[n, 3] = (batch.encode(table=table), batch)  # instance = game index = the table's row
-        out[n, "table"] = table
+        out[n] = (batch.encode(None, table), batch, table, fresh)  # instance = game index = the table's row
     return out
 
 
-def group_decoder(n: int, version: int, position_records, width: int = planes.BASIC_INPUT_PLANES) -> GroupDecoder:
-    """tf.data's decoder of a version-2 or 3 window (XLA-compiled, as training_dataset builds it)."""
-    return GroupDecoder(n, version=version, table=position_records[n, "table"] if version == 3 else None,
-                        input_planes=width)
-
-
-@pytest.mark.parametrize("version", RECORD_VERSIONS)
 @pytest.mark.parametrize("n", BOARD_SIZES)
-def test_position_records_hold_the_reference_planes(n, version, games, position_records):
-    records, batch = position_records[n, version]
+def test_the_compiled_history_kernel_builds_the_reference_record_planes(n, games, position_records):
+    """`pipeline.positions.history_planes` (pipeline/_history.pyx), whose bits the dedup keys hash."""
+    _, batch, _, fresh = position_records[n]
+    packed = P.history_planes(fresh, batch.move_number)
     expected = [planes_i for game in games[n] for planes_i in reference_record_planes(game)]
-    decoded = [position for record in records
-               for position in codec.decode_records(record, table=position_records[n, "table"])]
+    assert len(packed) == len(expected)
+    for row, planes_i in enumerate(expected):
+        bits = np.unpackbits(packed[row], count=planes_i.size, bitorder="big").reshape(planes_i.shape)
+        assert_same_record_planes(bits, planes_i, f"{n}x{n} position {row}: history_planes")
+
+
+@pytest.mark.parametrize("n", BOARD_SIZES)
+def test_position_records_hold_the_reference_planes(n, games, position_records):
+    records, batch, table, _ = position_records[n]
+    expected = [planes_i for game in games[n] for planes_i in reference_record_planes(game)]
+    decoded = [position for record in records for position in codec.decode_records(record, table=table)]
     assert len(decoded) == len(expected) == len(batch)
-    assert len(records) == (len(expected) if version == 1 else -(-len(expected) // schema.POSITION_GROUP))
+    assert len(records) == -(-len(expected) // schema.POSITION_GROUP)
     for row, rec in enumerate(decoded):
-        where = f"{n}x{n} v{version} position {row} (move {batch.move_number[row]}): codec.decode_records"
-        assert rec.version == version
+        where = f"{n}x{n} position {row} (move {batch.move_number[row]}): codec.decode_records"
         assert rec.to_play == _to_play(batch.move_number[row]) == batch.to_play[row], where
         assert_same_record_planes(rec.planes, expected[row], where)
 
 
-@pytest.mark.parametrize("version, width", [(1, 17), (2, 17), (2, 22), (3, 17), (3, 22)])
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("n", BOARD_SIZES)
-def test_tfdata_decodes_the_reference_planes_under_every_symmetry(n, version, width, references, position_records):
+def test_tfdata_decodes_the_reference_planes_under_every_symmetry(n, width, references, position_records):
     """tf.data's augmented planes == format.symmetry applied to the reference (engine side)."""
-    records, batch = position_records[n, version]
+    records, batch, table, _ = position_records[n]
     expected = np.concatenate(references[n])[..., :width]
-    decoder = PositionDecoder(n) if version == 1 else group_decoder(n, version, position_records, width)
+    decoder = GroupDecoder(n, table=table, input_planes=width)  # XLA-compiled, as training_dataset builds it
     symmetries = np.arange(len(batch), dtype=np.int32) % NUM_SYMMETRIES
     for shift in (0, 3):  # every position under two symmetries, every symmetry on ~M/4 positions
         ks = (symmetries + shift) % NUM_SYMMETRIES
@@ -364,37 +345,7 @@ def test_tfdata_decodes_the_reference_planes_under_every_symmetry(n, version, wi
         assert decoded.shape[0] == len(expected)
         for row, k in enumerate(ks.tolist()):
             assert_same_planes(decoded[row], apply_symmetry_nhwc(expected[row], k),
-                               f"{n}x{n} v{version} {width} planes, position {row}, symmetry {k}: tfdata")
-
-
-@pytest.mark.parametrize("n", BOARD_SIZES)
-def test_both_versions_decode_to_the_same_training_batch(n, position_records):
-    """Policy, ownership and scalar targets agree between the versions (to version 2's stated precision)."""
-    (v1, batch), (v2, _) = position_records[n, 1], position_records[n, 2]
-    ks = tf.constant(np.arange(len(batch), dtype=np.int32) * 5 % NUM_SYMMETRIES)
-    one, two = PositionDecoder(n).decode(tf.constant(v1), ks), group_decoder(n, 2, position_records).decode(
-        tf.constant(v2), ks)
-    assert set(one) == set(two)
-    for key in one:
-        a, b = one[key].numpy(), two[key].numpy()
-        assert a.shape == b.shape, key
-        # Policy: small integers (exact for visit counts); ownership: ternary labels (exact, int8 in v1
-        # is 127/127); value: int8; score: half points (exact for area scores with a half-point komi).
-        np.testing.assert_allclose(b, a, atol=2e-3 if key == "policy" else 1e-6, err_msg=key)
-
-
-@pytest.mark.parametrize("n", BOARD_SIZES)
-def test_version_3_decodes_to_version_2s_training_batch_bit_for_bit(n, position_records):
-    """The game table changes where ownership is stored, not what the trainer gets: every key of the
-    batch, ownership included, equal to the bit (tests/format/test_position_records_v3.py adds fractional labels and
-    capped openings' own rows)."""
-    (v2, batch), (v3, _) = position_records[n, 2], position_records[n, 3]
-    ks = tf.constant(np.arange(len(batch), dtype=np.int32) * 3 % NUM_SYMMETRIES)
-    two = group_decoder(n, 2, position_records).decode(tf.constant(v2), ks)
-    three = group_decoder(n, 3, position_records).decode(tf.constant(v3), ks)
-    assert set(two) == set(three)
-    for key in two:
-        assert two[key].numpy().tobytes() == three[key].numpy().tobytes(), key
+                               f"{n}x{n} {width} planes, position {row}, symmetry {k}: tfdata")
 
 
 # --- once through the real shuffle job ------------------------------------------------
@@ -426,14 +377,13 @@ def test_the_shuffle_job_and_training_dataset_deliver_the_reference_planes(tmp_p
                      if name.endswith(schema.GAME_TABLE_SUFFIX)]
     with open(os.path.join(windows, window, table_name), "rb") as f:
         table = codec.decode_game_table(f.read(), table_name, board_size=n, games=len(games[n]))
-    # The shards hold every position once (version 3 records keep no game id:
+    # The shards hold every position once (records keep no game id:
     # compare the multisets of record planes), with the reference planes.
     shard_planes = []
     for path in shard_paths:
         with open(path, "rb") as f:
             for record in iter_framed_records(decompress_for(path, f.read()), path):
                 for rec in codec.decode_records(record, table=table):
-                    assert rec.version == schema.POSITION_RECORD_VERSION
                     shard_planes.append((rec.planes.tobytes(), rec.to_play))
     assert sorted(shard_planes) == sorted((planes_i.tobytes(), _to_play(key[1]))
                                           for key, planes_i in expected_records.items())

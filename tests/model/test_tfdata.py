@@ -1,132 +1,113 @@
 """model.tfdata: what the trainer decodes is what the Beam job encoded.
 
-Records are written with the project's codec (``format.codec``) and read back
-through the tf.data pipeline, on 9x9 and 19x19 in the same run.  Symmetries
-are checked against ``format.symmetry``'s numpy reference, and with a single
-marked point that must move alike in planes, policy and ownership.
+Records are written with the shuffle job's own code (`pipeline.positions`,
+`format.codec`) from random legal games, and read back through the tf.data
+pipeline, on 9x9 and 19x19 in the same run.  The numpy decoder
+(`codec.decode_records`) is the reference: every key of the training batch
+matches it, and under each of the 8 symmetries the policy and ownership
+match ``format.symmetry`` applied to it (the planes are checked under every
+symmetry in tests/format/test_planes.py).  The stream is reproducible and a
+resumed one skips to the same batches.
 """
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from format import codec
+from format import layout
 from format import schema
-from format.codec import encode_shard
-from testdata.records_v1 import encode_position
-from model.tfdata_version1 import PositionDecoder
-from format.symmetry import apply_symmetry_nhwc, apply_symmetry_to_policy, symmetry_permutations
-from model.tfdata import training_dataset
+from format.symmetry import apply_symmetry_nhwc, apply_symmetry_to_policy
+from model.tfdata import GroupDecoder, training_dataset
+from pipeline import labels as L
+from pipeline import positions as P
+from testdata.random_games import engine_game, resigned_copy
 
 BOARD_SIZES = [9, 19]
 
 
-def random_record(rng, n, *, to_play=None, policy_points=None):
-    """(serialized record, expected decoded arrays) for a random position."""
-    planes = (rng.random((schema.PACKED_PLANES, n, n)) < 0.3).astype(np.uint8)
-    to_play = to_play if to_play is not None else int(rng.choice([schema.BLACK, schema.WHITE]))
-    k = int(rng.integers(0, 6))
-    index = rng.choice(n * n + 1, size=k, replace=False) if policy_points is None else policy_points
-    prob = rng.dirichlet(np.ones(len(index))).astype(np.float32) if len(index) else np.zeros(0, np.float32)
-    ownership = rng.integers(-127, 128, size=n * n).astype(np.int8)
-    value, score = float(rng.choice([-1.0, 0.0, 1.0])), float(rng.normal() * 10)
-    weights = rng.random(4).astype(np.float32)
-    record = encode_position(
-        board_size=n, planes_packed=np.packbits(planes.reshape(-1), bitorder="big").tobytes(),
-        to_play=to_play, policy_index=[int(i) for i in index], policy_prob=prob.tolist(),
-        value=value, score=score, ownership_int8=ownership.tobytes(),
-        policy_weight=float(weights[0]), value_weight=float(weights[1]),
-        ownership_weight=float(weights[2]), score_weight=float(weights[3]),
-        game_id="test", move_number=3, generation=1)
-    dense_policy = np.zeros(n * n + 1, np.float32)
-    dense_policy[np.asarray(index, dtype=np.int64)] = prob
-    nhwc = np.concatenate([np.transpose(planes, (1, 2, 0)),
-                           np.full((n, n, 1), 1.0 if to_play == schema.BLACK else 0.0)], axis=-1)
-    expected = {"planes": nhwc.astype(np.float32), "policy": dense_policy,
-                "ownership": ownership.astype(np.float32) / schema.OWNERSHIP_SCALE,
-                "value": value, "score": score, "policy_weight": weights[0],
-                "value_weight": weights[1], "ownership_weight": weights[2], "score_weight": weights[3]}
-    return record, expected
+@pytest.fixture(scope="module")
+def windows():
+    """{N: (records, PositionBatch, GameTable)} of finished games and a resigned one (a played-out label)."""
+    rng = np.random.default_rng(31)
+    out = {}
+    for n, count in ((9, 3), (19, 1)):
+        games = [engine_game(rng, n, visits=40, full_search_fraction=0.5) for _ in range(count)]
+        games.append(resigned_copy(engine_game(rng, n), 0.5))
+        labels = L.label_games(games, policy_fn=None, random_playouts=3, model_playout_moves=0, temperature=1.0,
+                               playout_weight=0.5, rng=rng, stats=L.empty_stats())
+        batch = P.games_positions(games, labels, list(range(len(games))), dedup_max_move=0)
+        batch = batch.take(rng.permutation(len(batch)))  # a shard's shuffled order
+        table = codec.GameTable(board_size=n, generation=[g.generation for g in games],
+                                ownership=P.game_label_rows(labels))
+        out[n] = (batch.encode(None, table), batch, table)  # instance = game index = the table's row
+    return out
+
+
+def reference(records, table) -> dict:
+    """The numpy decoder's batch (codec.decode_records), keyed as tf.data's, without symmetry."""
+    positions = [p for r in records for p in codec.decode_records(r, "s#0", table=table)]
+    n = table.board_size
+    planes, policy = [], np.zeros((len(positions), schema.num_actions(n)), np.float32)
+    for i, p in enumerate(positions):
+        colour = np.full((1, n, n), 1 if p.to_play == schema.BLACK else 0, np.uint8)
+        planes.append(np.moveaxis(np.concatenate([p.planes, colour]), 0, -1).astype(np.float32))
+        policy[i, p.policy_index] = p.policy_prob
+    out = {"planes": np.stack(planes), "policy": policy, "ownership": np.stack([p.ownership for p in positions])}
+    for key in ("value", "score", "policy_weight", "value_weight", "ownership_weight", "score_weight"):
+        out[key] = np.array([getattr(p, key) for p in positions], np.float32)
+    return out
+
+
+def write_window(folder, records, table, shards: int = 1) -> list[str]:
+    """Shard files of ``records`` (split in order) with the game table beside them."""
+    paths = []
+    for shard, part in enumerate(np.array_split(np.arange(len(records)), shards)):
+        path = folder / layout.shard_name("t", shard, shards)
+        path.write_bytes(codec.encode_shard([records[i] for i in part]))
+        paths.append(str(path))
+    (folder / layout.game_table_name("t")).write_bytes(codec.encode_game_table(table))
+    return paths
 
 
 @pytest.mark.parametrize("n", BOARD_SIZES)
-def test_shard_round_trip_through_the_pipeline(tmp_path, n):
-    rng = np.random.default_rng(n)
-    pairs = [random_record(rng, n) for _ in range(24)]
-    shard = tmp_path / "shard-00000-of-00001.tfrecord.gz"
-    shard.write_bytes(encode_shard([record for record, _ in pairs]))
-    dataset = training_dataset([str(shard)], board_size=n, batch_size=8, seed=0,
-                               shuffle_buffer=0, augment=False, repeat=False)
-    batches = list(dataset)
-    assert len(batches) == 3
-    assert batches[0]["planes"].shape == (8, n, n, schema.BASIC_INPUT_PLANES)
-    assert batches[0]["policy"].shape == (8, n * n + 1)
-    assert batches[0]["ownership"].shape == (8, n * n)
-    for i, (_, expected) in enumerate(pairs):
-        batch = batches[i // 8]
-        for key, want in expected.items():
-            np.testing.assert_allclose(batch[key][i % 8].numpy(), want, rtol=1e-6, atol=1e-7,
-                                       err_msg=f"record {i} field {key}")
+def test_shard_round_trip_through_the_pipeline(tmp_path, n, windows):
+    records, batch, table = windows[n]
+    paths = write_window(tmp_path, records, table)
+    dataset = training_dataset(paths, board_size=n, batch_size=16, seed=0, shuffle_buffer=0, augment=False,
+                               repeat=False, reader_parallelism=1)
+    streamed = list(dataset)
+    assert len(streamed) == len(batch) // 16
+    assert streamed[0]["planes"].shape == (16, n, n, schema.BASIC_INPUT_PLANES)
+    want = reference(records, table)
+    for key, expected in want.items():
+        got = np.concatenate([b[key].numpy() for b in streamed])
+        np.testing.assert_allclose(got, expected[:len(got)], rtol=1e-6, atol=1e-7, err_msg=key)
 
 
 @pytest.mark.parametrize("n", BOARD_SIZES)
-def test_every_symmetry_matches_the_numpy_reference(n):
-    rng = np.random.default_rng(100 + n)
-    pairs = [random_record(rng, n) for _ in range(8)]
-    decoder = PositionDecoder(n)
-    serialized = tf.constant([record for record, _ in pairs])
-    symmetries = tf.constant(np.arange(8), tf.int32)  # record k gets symmetry k
-    decoded = decoder.decode(serialized, symmetries)
-    for k, (_, expected) in enumerate(pairs):
-        np.testing.assert_array_equal(decoded["planes"][k].numpy(),
-                                      apply_symmetry_nhwc(expected["planes"], k))
-        np.testing.assert_allclose(decoded["policy"][k].numpy(),
-                                   apply_symmetry_to_policy(expected["policy"], k), atol=1e-7)
-        ownership = apply_symmetry_nhwc(expected["ownership"].reshape(n, n, 1), k).reshape(-1)
-        np.testing.assert_allclose(decoded["ownership"][k].numpy(), ownership, atol=1e-7)
+def test_every_symmetry_moves_policy_and_ownership_as_the_numpy_reference(n, windows):
+    records, batch, table = windows[n]
+    want = reference(records, table)
+    decoder = GroupDecoder(n, table=table, jit=False)
+    ks = np.arange(len(batch), dtype=np.int32) % 8
+    decoded = decoder.decode(tf.constant(records), tf.constant(ks))
+    for i, k in enumerate(ks.tolist()):
+        np.testing.assert_allclose(decoded["policy"][i].numpy(), apply_symmetry_to_policy(want["policy"][i], k),
+                                   atol=1e-7, err_msg=f"position {i} symmetry {k}")
+        ownership = apply_symmetry_nhwc(want["ownership"][i].reshape(n, n, 1), k).reshape(-1)
+        np.testing.assert_allclose(decoded["ownership"][i].numpy(), ownership, atol=1e-7,
+                                   err_msg=f"position {i} symmetry {k}")
+    assert (want["policy"][:, n * n] > 0).any()  # pass is among the targets (and stays pass above)
 
 
-@pytest.mark.parametrize("n", BOARD_SIZES)
-def test_a_marked_point_moves_together_in_planes_policy_and_ownership(n):
-    marked = n + 2  # row 1, col 2: lands somewhere different under every symmetry
-    planes = np.zeros((schema.PACKED_PLANES, n * n), np.uint8)
-    planes[3, marked] = 1
-    ownership = np.zeros(n * n, np.int8)
-    ownership[marked] = 127
-    record = encode_position(
-        board_size=n, planes_packed=np.packbits(planes.reshape(-1), bitorder="big").tobytes(),
-        to_play=schema.WHITE, policy_index=[marked], policy_prob=[1.0], value=1.0, score=2.5,
-        ownership_int8=ownership.tobytes(), policy_weight=1.0, value_weight=1.0,
-        ownership_weight=1.0, score_weight=1.0, game_id="marked", move_number=0, generation=0)
-    decoded = PositionDecoder(n).decode(tf.constant([record] * 8), tf.range(8, dtype=tf.int32))
-    destinations = set()
-    for k in range(8):
-        planes_k = decoded["planes"][k].numpy().reshape(n * n, schema.BASIC_INPUT_PLANES)
-        stone_at = np.flatnonzero(planes_k[:, 3])
-        policy_at = np.flatnonzero(decoded["policy"][k].numpy())
-        owned_at = np.flatnonzero(decoded["ownership"][k].numpy())
-        assert list(stone_at) == list(policy_at) == list(owned_at) == [symmetry_permutations(n)[k][marked]]
-        assert planes_k[:, 16].sum() == 0  # White to move: colour plane all zero
-        destinations.add(int(stone_at[0]))
-    assert len(destinations) == 8
-
-
-def test_pass_stays_pass_under_every_symmetry():
+def test_order_is_reproducible_and_skip_resumes_the_same_stream(tmp_path, windows):
     n = 9
-    record, _ = random_record(np.random.default_rng(1), n, policy_points=np.array([n * n]))
-    decoded = PositionDecoder(n).decode(tf.constant([record] * 8), tf.range(8, dtype=tf.int32))
-    np.testing.assert_array_equal(decoded["policy"].numpy()[:, n * n], np.ones(8, np.float32))
-
-
-def test_order_is_reproducible_and_skip_resumes_the_same_stream(tmp_path):
-    n = 9
-    rng = np.random.default_rng(5)
-    for shard_index in range(2):
-        records = [random_record(rng, n)[0] for _ in range(40)]
-        (tmp_path / f"s{shard_index}.tfrecord.gz").write_bytes(encode_shard(records))
-    paths = sorted(str(p) for p in tmp_path.iterdir())
+    records, _, table = windows[n]
+    paths = write_window(tmp_path, records, table, shards=2)
 
     def first_batches(skip, count):
-        dataset = training_dataset(paths, board_size=n, batch_size=16, seed=7,
-                                   shuffle_buffer=32, skip_batches=skip)
+        dataset = training_dataset(paths, board_size=n, batch_size=16, seed=7, shuffle_buffer=128,
+                                   skip_batches=skip)
         return [batch for batch, _ in zip(dataset, range(count))]
 
     full = first_batches(0, 8)
@@ -135,14 +116,15 @@ def test_order_is_reproducible_and_skip_resumes_the_same_stream(tmp_path):
         for key in ("planes", "policy", "ownership", "value"):
             np.testing.assert_array_equal(a[key].numpy(), b[key].numpy())
     # Augmentation is on: not every example of a batch came out untransformed.
-    plain = training_dataset(paths, board_size=n, batch_size=16, seed=7, shuffle_buffer=32,
-                             augment=False)
+    plain = training_dataset(paths, board_size=n, batch_size=16, seed=7, shuffle_buffer=128, augment=False)
     plain_first = next(iter(plain))
     assert not np.array_equal(plain_first["planes"].numpy(), full[0]["planes"].numpy())
     np.testing.assert_array_equal(plain_first["value"].numpy(), full[0]["value"].numpy())
 
 
-def test_wrong_board_size_is_refused_naming_the_field(tmp_path):
-    record, _ = random_record(np.random.default_rng(2), 9)
+def test_wrong_board_size_is_refused_naming_the_field(windows):
+    records, _, _ = windows[9]
+    other = codec.GameTable(board_size=19, generation=[0], ownership=np.zeros((1, 361), np.int8))
     with pytest.raises(tf.errors.InvalidArgumentError, match="board_size"):
-        PositionDecoder(19).decode(tf.constant([record]), tf.zeros([1], tf.int32))
+        GroupDecoder(19, table=other, jit=False).decode(tf.constant(records[:1]),
+                                                        tf.zeros([schema.POSITION_GROUP], tf.int32))

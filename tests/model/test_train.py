@@ -145,7 +145,8 @@ def test_samples_per_row_steps_train_each_new_row_about_that_often_within_the_bo
     plan = {"lake_bytes": 150_000, "positions_per_byte": 0.05}
     window = layout.parse_window_manifest(json.dumps({
         "version": layout.WINDOW_MANIFEST_VERSION, "target_generation": 3, "board_size": 9,
-        "shards": ["a.tfrecord.gz"], "positions": 1000, "window": plan}).encode(), layout.window_manifest(3))
+        "shards": ["a.tfrecord.gz"], "positions": 1000, "window": plan, "record_version": 4,
+        "game_table": "a-games.table.gz"}).encode(), layout.window_manifest(3))
     assert new_rows(window, 100_000) == 2500
     assert new_rows(window, 0) == 7500                                        # before any model: the whole lake
     assert new_rows(window, 200_000) == 0                                     # never negative

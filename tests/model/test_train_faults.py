@@ -9,7 +9,7 @@ checkpoint, nothing published, LATEST unmoved.  An absurd learning rate is
 refused at the command line.
 
 Damage: a shard (bytes flipped, truncated, or garbage; or one record's body
-damaged, which only the reader that meets it finds) or a version-3 game
+damaged, which only the reader that meets it finds) or a game
 table that does not read used to kill the trainer with a TensorFlow
 traceback naming no file, and ``--follow`` crash-looped on it.  Now the file
 is named in one line and a ``window_skipped`` event; one-shot exits 2, a
@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 
 from cloud.storage import open_storage
-from format import codec, layout
+from format import codec, layout, schema
 from format.tfrecord import compress_gzip, frame_records
 from testdata import synthetic_windows as synthetic
 
@@ -228,8 +228,8 @@ def test_a_damaged_shard_is_named_in_one_line_and_its_window_skipped(tmp_path, h
     assert not storage.exists(layout.LATEST)
 
 
-def write_v3_window(storage, generation: int, board_size: int = 9, games: int = 6) -> None:
-    """A version-3 window (two shards and the game table) of random engine games."""
+def write_engine_window(storage, generation: int, board_size: int = 9, games: int = 6) -> None:
+    """A window (two shards and the game table) of random engine games."""
     from pipeline import labels as L
     from pipeline import positions as P
     from testdata.random_games import engine_game
@@ -247,17 +247,38 @@ def write_v3_window(storage, generation: int, board_size: int = 9, games: int = 
         storage.write_new(layout.shard_path(generation, name), compress_gzip(frame_records(part)))
     storage.write_new(layout.game_table_path(generation, layout.game_table_name("test")),
                       codec.encode_game_table(table))
-    document = {"version": layout.WINDOW_MANIFEST_VERSION, "record_version": 3, "target_generation": generation,
+    document = {"version": layout.WINDOW_MANIFEST_VERSION, "record_version": schema.POSITION_RECORD_VERSION,
+                "target_generation": generation,
                 "board_size": board_size, "shards": names, "positions": len(batch),
                 "games": [g.game_id for g in played], "game_table": layout.game_table_name("test")}
     storage.write_new(layout.window_manifest(generation), layout.window_manifest_bytes(document))
+
+
+def test_a_shard_of_an_older_record_version_is_named_with_the_rebuild_command_and_skipped(tmp_path):
+    """A window whose manifest says the current version but whose shard holds older records (written
+    by an earlier release): tf.data's check stops it, and the trainer names the shard in one line
+    that says how to rebuild the window."""
+    from format.tfrecord import decompress_gzip, iter_framed_records
+    from tests.format.reference_records import with_version
+
+    root = str(tmp_path / "lake")
+    storage = lake_with_windows(root, [1])
+    shard = layout.read_window_manifest(storage, 1).shards[1]
+    url = storage.url(shard)
+    records = list(iter_framed_records(decompress_gzip(storage.read(shard), url), url))
+    with open(url, "wb") as handle:
+        handle.write(compress_gzip(frame_records([with_version(r, 3) for r in records])))
+    events = str(tmp_path / "train.jsonl")
+    code, out, err = train(["--root", root, *TINY, "--steps-per-window", "40", "--events", events])
+    assert_named_and_skipped(code, out, err, events, url)
+    assert "version-3 position records" in err and "`python -m pipeline.shuffle --root ROOT`" in err, err
 
 
 def test_a_damaged_game_table_is_named_in_one_line_and_its_window_skipped(tmp_path):
     root = str(tmp_path / "lake")
     storage = open_storage(root)
     synthetic.write_run_config(storage, board_size=9)
-    write_v3_window(storage, 1)
+    write_engine_window(storage, 1)
     table = layout.read_window_manifest(storage, 1).game_table
     damage(storage.url(table), "truncated")
     events = str(tmp_path / "train.jsonl")

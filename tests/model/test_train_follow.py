@@ -308,8 +308,9 @@ def test_plan_trains_the_newest_and_skips_the_rest():
     (b"{not json", "not valid JSON"),
     (json.dumps({"version": 99, "target_generation": 2, "board_size": 9, "shards": ["a"],
                  "positions": 5}).encode(), "field 'version': is 99"),
-    (json.dumps({"version": 1, "target_generation": 2, "board_size": 9,
-                 "shards": ["shard-missing.tfrecord.gz"], "positions": 5}).encode(), "field 'shards'"),
+    (json.dumps({"version": 1, "target_generation": 2, "board_size": 9, "record_version": 4,
+                 "shards": ["shard-missing.tfrecord.gz"], "positions": 5, "game_table": "a-games.table.gz"}).encode(),
+     "field 'shards'"),
 ])
 def test_bad_manifest_is_one_clear_error_in_one_shot_mode(tmp_path, capsys, data, field):
     root = tmp_path / "lake"

@@ -230,13 +230,14 @@ def test_sigterm_while_waiting_exits_zero_with_a_stopped_event(tmp_path):
 
 def _bad_manifest(kind: str) -> tuple[bytes, str]:
     good = {"version": layout.WINDOW_MANIFEST_VERSION, "target_generation": 1, "board_size": 9,
-            "shards": ["a-00000-of-00001.tfrecord.gz"], "positions": 10}
+            "shards": ["a-00000-of-00001.tfrecord.gz"], "positions": 10, "record_version": 4,
+            "game_table": "a-games.table.gz"}
     if kind == "json":
         return b'{"version": 1, "shards": [', "not valid JSON"
     if kind == "version":
         return json.dumps({**good, "version": 99}).encode(), "field 'version'"
     if kind == "no_game_table":
-        return json.dumps({**good, "record_version": 3}).encode(), "field 'game_table'"
+        return json.dumps({k: v for k, v in good.items() if k != "game_table"}).encode(), "field 'game_table'"
     return json.dumps(good).encode(), "field 'shards'"  # the shard file is missing
 
 

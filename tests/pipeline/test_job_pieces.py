@@ -81,9 +81,11 @@ def test_history_planes_and_targets_round_trip_through_position_records(size):
     rng = np.random.default_rng(size)
     game = synthetic_game(rng, size, visits=40, full_search_fraction=0.5, generation=3)
     batch = P.games_positions([game], [_label(game)], [7], dedup_max_move=10)
-    records = batch.encode()
-    assert len(records) == -(-game.num_positions // schema.POSITION_GROUP)  # version 2: groups of positions
-    decoded = [position for record in records for position in codec.decode_records(record)]
+    table = codec.GameTable(board_size=size, generation=[3], ownership=P.game_label_rows([_label(game)]))
+    in_table = np.zeros(len(batch), np.int64)  # instance 7 is the table's row 0
+    records = batch.encode(in_table, table)
+    assert len(records) == -(-game.num_positions // schema.POSITION_GROUP)  # groups of positions
+    decoded = [position for record in records for position in codec.decode_records(record, table=table)]
     assert len(decoded) == game.num_positions
     for i in (0, 1, 5, game.num_positions - 1):
         rec = decoded[i]
@@ -104,7 +106,7 @@ def test_history_planes_and_targets_round_trip_through_position_records(size):
         assert np.allclose(rec.ownership, game.ownership * mover)
     assert (batch.key[:10] != 0).all() and (batch.key[10:] == 0).all()
     # Serialization of temporary files keeps every byte.
-    assert P.PositionBatch.from_bytes(batch.to_bytes()).encode() == records
+    assert P.PositionBatch.from_bytes(batch.to_bytes()).encode(in_table, table) == records
 
 
 def test_value_only_rows_keep_every_policy_row_and_the_configured_share_of_the_others():
@@ -203,9 +205,13 @@ def _opening_batch(num_games, cap_moves=4):
 
 def test_keys_are_distinct_for_distinct_positions_and_spread_over_partitions():
     batch = _opening_batch(40, cap_moves=0)
-    # The 16 history planes, packed, rebuilt from the version-2 records (board, moves, captures).
+    # The 16 history planes, packed, rebuilt from the records (board, moves, captures); the game
+    # table's labels do not matter to the planes.
+    games = int(batch.instance.max()) + 1
+    table = codec.GameTable(board_size=9, generation=np.zeros(games, np.int64),
+                            ownership=np.zeros((games, 81), np.int8))
     planes = np.stack([np.packbits(position.planes.ravel(), bitorder="big")
-                       for record in batch.encode() for position in codec.decode_records(record)])
+                       for record in batch.encode(None, table) for position in codec.decode_records(record, table=table)])
     rows = np.flatnonzero(batch.move_number < 12)
     keys = P.position_keys(planes, batch.to_play, batch.move_number, max_move=12)
     assert (keys[rows] != 0).all() and (keys[batch.move_number >= 12] == 0).all()
