@@ -110,12 +110,18 @@ PINNED_TRAIN_SETTINGS = dict(
 )
 
 
-def train_rate(shards: list[str], root: str, seconds: float) -> tuple[float, int]:
+TRAIN_VARIANTS = {"xla": {"xla": True}, "bfloat16": {"precision": "bfloat16"}}
+"""``--variants``: trainer settings measured beside the pinned ones, in the same run, each as
+``train_steps_per_s_9_<name>``."""
+
+
+def train_rate(shards: list[str], root: str, seconds: float, **overrides) -> tuple[float, int]:
     from model.tfdata import training_dataset
     from model.config import NetworkConfig, TrainConfig
     from model.sgd import Trainer, resolve_strategy
 
-    config = TrainConfig(root=root, network=NetworkConfig(**PINNED_NETWORK_SETTINGS), **PINNED_TRAIN_SETTINGS)
+    config = TrainConfig(root=root, network=NetworkConfig(**PINNED_NETWORK_SETTINGS),
+                         **{**PINNED_TRAIN_SETTINGS, **overrides})
     resolved = resolve_strategy(config)
     trainer = Trainer(config, config.network_for(9), resolved)
     dataset = training_dataset(shards, board_size=9, batch_size=trainer.global_batch, seed=2)
@@ -133,7 +139,13 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="timed seconds per measurement")
     parser.add_argument("--positions", type=int, default=16384,
                         help="9x9 positions (19x19: half); fewer only for a smoke run")
+    parser.add_argument("--variants", default="",
+                        help=f"comma-separated trainer variants also timed on 9x9: {', '.join(TRAIN_VARIANTS)}")
     args = parser.parse_args(argv)
+    variants = [name for name in args.variants.split(",") if name]
+    unknown = [name for name in variants if name not in TRAIN_VARIANTS]
+    if unknown:
+        parser.error(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(TRAIN_VARIANTS)})")
     from format import layout
     from format.schema import POSITION_RECORD_VERSION
 
@@ -160,6 +172,11 @@ def main(argv=None) -> int:
         print(f"training 9x9 default net: {steps:.2f} steps/s at batch {batch} = {consumed:.0f} examples/s")
         ratio = result["input_examples_per_s_9"] / consumed
         print(f"pipeline supply / training demand (9x9): {ratio:.1f}x")
+        for name in variants:
+            rate, _ = train_rate(shards[9], os.path.join(scratch, f"lake9-{name}"), args.seconds,
+                                 **TRAIN_VARIANTS[name])
+            print(f"training 9x9 default net, {name}: {rate:.2f} steps/s ({rate / steps:.2f}x)")
+            result[f"train_steps_per_s_9_{name}"] = round(rate, 3)
     result.update({"positions_9": args.positions, "seconds": args.seconds, "record_version": POSITION_RECORD_VERSION, "train_steps_per_s_9": round(steps, 3),
                    "train_batch_9": batch, "train_examples_per_s_9": round(consumed),
                    "supply_over_demand_9": round(ratio, 2), "cpus": os.cpu_count()})
