@@ -17,7 +17,7 @@ Terms
 * *role*: ``worker`` (self-play), ``shuffle`` (the shuffle follower),
   ``trainer``.  Each role has its own zone (``--worker-zone`` ...; ``--zone``
   where none is given) and its own service account ``NAME-<role>`` with only
-  what that role needs (operations.deploy.plan lists the grants).
+  what that role needs (operations.deploy.sections lists the grants).
 * *accelerator kind* of a role: ``cpu``, ``gpu`` (NVIDIA, through
   ``--*-gpu``), ``tpu`` (trainer only, a Cloud TPU VM through ``--trainer-tpu``).
 * *deploy area*: ``gs://BUCKET/zerolake-deploy/<name>/``, outside the lake
@@ -30,7 +30,7 @@ Terms
 * *worker group*: the regional managed instance group ``NAME-workers`` whose
   target size is ``--workers``: Compute Engine creates its VMs from an instance
   template (spot, the release in its metadata), recreates a preempted one, and
-  rolls a new template out (operations.deploy.plan).  A worker's spool lives on
+  rolls a new template out (operations.deploy.workers).  A worker's spool lives on
   its stateful disk ``zerolake-spool``, which the group keeps across recreation.
 """
 from __future__ import annotations
@@ -130,7 +130,7 @@ SHA256 = re.compile(r"[0-9a-f]{64}")
 """A release's name: the sha256 of its file, in lower-case hex (sha256sum's)."""
 DEPLOY_AREA = "zerolake-deploy"
 """The bucket's top-level folder of the deployments' releases and Dataflow files; no lake root may lie in it
-(the role accounts cannot write it, operations.deploy.plan)."""
+(the role accounts cannot write it, operations.deploy.sections)."""
 ARGS_TEXT = re.compile(r"[A-Za-z0-9_./:= -]*")
 """Extra role flags travel in instance metadata, where ',' separates entries:
 letters, digits and ``_./:=-`` and spaces only."""

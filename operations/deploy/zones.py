@@ -8,7 +8,7 @@ that have it (``zone_problem``).  GPU types have no table (Google offers each
 in dozens of zones, and a partial table would refuse good ones): they are
 checked live only.  Tables age: Google adds zones, so ``--no-check-zones``
 trusts the zone instead, and every generated script asks gcloud again, live,
-before it creates anything there (`operations.deploy.plan.accelerator_check`).
+before it creates anything there (`operations.deploy.vms.accelerator_check`).
 
 TensorFlow on a TPU VM (why the table has a runtime and an environment)
 ------------------------------------------------------------------------
