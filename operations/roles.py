@@ -44,6 +44,7 @@ import time
 import typing
 
 from format import layout
+from format.settings_record import SettingsRecord
 from format.cli import (add_flag, changed_argv, config_flag_argv, config_from_paths, field_default, flag_name,
                         nested_flag_fields)
 
@@ -236,12 +237,12 @@ def record_settings(storage, launcher: str, config, *, argv: typing.Sequence[str
     """
     started = time.gmtime()
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', started)}-{secrets.token_hex(4)}"
-    record = layout.SettingsRecord(
+    record = SettingsRecord(
         launcher=launcher, run_id=run_id, started=time.strftime("%Y-%m-%dT%H:%M:%SZ", started),
         host=socket.gethostname(), argv=tuple(argv), settings=dataclasses.asdict(config),
         storage_retry=dataclasses.asdict(retry) if retry is not None else None)
     path = layout.settings_record(launcher, run_id)
     data = record.to_bytes()
-    layout.SettingsRecord.from_bytes(data, path)       # what is written must read back
+    SettingsRecord.from_bytes(data, path)       # what is written must read back
     storage.write_new(path, data)
     return path

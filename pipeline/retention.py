@@ -50,7 +50,7 @@ the shuffle job only at its own target (LATEST + 1, or the follower's).
 Order of deletion: the manifest first, then every other object of the folder
 --------------------------------------------------------------------------
 * A reader trusts a window only through its manifest, validated with every
-  shard it names present (format.layout.read_window_manifest).  Once the
+  shard it names present (format.window_manifest.read_window_manifest).  Once the
   manifest is gone the folder is "incomplete, ignored" for every role, so no
   reader ever trusts a half-deleted window.  Deleting shards first would
   leave, for a while or after a crash, a manifest naming missing shards:

@@ -6,7 +6,7 @@ records version 3), the window's game table ``<attempt>-games.table.gz``
 and, last, ``MANIFEST.json``.  target_gen = the latest published model
 generation + 1 (1 before any model).  A window that already has a manifest
 is not redone; a manifest that does not validate
-(format.layout.read_window_manifest: bad JSON, unknown version, a shard or
+(format.window_manifest.read_window_manifest: bad JSON, unknown version, a shard or
 the game table it names is missing) is an error (exit 2), never trusted and
 never overwritten.
 
@@ -61,6 +61,7 @@ import time
 
 from cloud.base import StorageError
 from format import layout
+from format.window_manifest import WindowManifest
 from format.cli import flag_name, role_parser
 from format.events import EventLog
 from format.leases import Lease, describe_time
@@ -87,7 +88,7 @@ def _round_up(count: int, multiple: int) -> int:
 
 
 def prepare(config: ShuffleConfig, storage, *, target: int | None = None,
-            attempt: str | None = None) -> tuple["JobContext", list] | layout.WindowManifest:
+            attempt: str | None = None) -> tuple["JobContext", list] | WindowManifest:
     """Driver decisions: (context, bundle elements), or the existing window if it is done.
 
     ``target``: the window to build (default: latest model + 1); ``attempt``:
@@ -255,7 +256,7 @@ def local_runner(config: ShuffleConfig):
 
 
 def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None = None,
-        attempt: str | None = None) -> layout.WindowManifest:
+        attempt: str | None = None) -> WindowManifest:
     """Run the job; returns the window's manifest (the existing one if already done).
 
     ``attempt`` given: a follower's child job, which builds under its
@@ -272,7 +273,7 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
     if one_shot:
         clean_tmp(storage)
     prepared = prepare(config, storage, target=target, attempt=attempt)
-    if isinstance(prepared, layout.WindowManifest):
+    if isinstance(prepared, WindowManifest):
         progress(f"window {prepared.target_generation} already has a manifest; nothing to do")
         retain_windows(config, storage)
         return prepared

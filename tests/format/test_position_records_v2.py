@@ -176,13 +176,15 @@ def test_window_manifest_names_its_record_version_and_refuses_an_unknown_one():
     import json
 
     from format import layout
+    from format.documents import ManifestError
+    from format.window_manifest import parse_window_manifest, WINDOW_MANIFEST_VERSION
 
     path = layout.window_manifest(3)
-    document = {"version": layout.WINDOW_MANIFEST_VERSION, "target_generation": 3, "board_size": 9,
+    document = {"version": WINDOW_MANIFEST_VERSION, "target_generation": 3, "board_size": 9,
                 "shards": ["a-0-of-1.tfrecord.gz"], "positions": 10}
-    assert layout.parse_window_manifest(json.dumps(document).encode(), path).record_version == 1
+    assert parse_window_manifest(json.dumps(document).encode(), path).record_version == 1
     document["record_version"] = 2
-    assert layout.parse_window_manifest(json.dumps(document).encode(), path).record_version == 2
+    assert parse_window_manifest(json.dumps(document).encode(), path).record_version == 2
     document["record_version"] = UNKNOWN_VERSION
-    with pytest.raises(layout.ManifestError, match="record_version.*update zerolake"):
-        layout.parse_window_manifest(json.dumps(document).encode(), path)
+    with pytest.raises(ManifestError, match="record_version.*update zerolake"):
+        parse_window_manifest(json.dumps(document).encode(), path)

@@ -24,6 +24,8 @@ import tensorflow as tf
 from cloud.storage import open_storage
 from format import codec
 from format import layout
+from format.documents import ManifestError
+from format.window_manifest import parse_window_manifest, read_window_manifest, window_manifest_bytes, WINDOW_MANIFEST_VERSION
 from format import schema
 from format.example_fields import set_bytes, set_int64
 from format.example_proto import Example
@@ -223,10 +225,10 @@ def _publish(storage, generation, batch, game, table, *, write_table=True) -> di
     if write_table:
         storage.write_new(layout.game_table_path(generation, layout.game_table_name(attempt)),
                           codec.encode_game_table(table))
-    document = {"version": layout.WINDOW_MANIFEST_VERSION, "record_version": 3, "target_generation": generation,
+    document = {"version": WINDOW_MANIFEST_VERSION, "record_version": 3, "target_generation": generation,
                 "board_size": table.board_size, "shards": names, "positions": len(batch),
                 "games": [f"g{i}" for i in range(len(table))], "game_table": layout.game_table_name(attempt)}
-    storage.write_new(layout.window_manifest(generation), layout.window_manifest_bytes(document))
+    storage.write_new(layout.window_manifest(generation), window_manifest_bytes(document))
     return document
 
 
@@ -234,7 +236,7 @@ def test_the_manifest_names_the_table_and_the_readers_check_it(tmp_path, window)
     batch, game, table = window
     storage = open_storage(str(tmp_path / "lake"))
     _publish(storage, 1, batch, game, table)
-    manifest = layout.read_window_manifest(storage, 1, check_shards=True)
+    manifest = read_window_manifest(storage, 1, check_shards=True)
     assert manifest.record_version == 3
     assert manifest.game_table == layout.game_table_path(1, layout.game_table_name("abc1"))
     assert manifest.files == manifest.shards + (manifest.game_table,)
@@ -245,20 +247,20 @@ def test_the_manifest_names_the_table_and_the_readers_check_it(tmp_path, window)
     assert [r.game_id for r in records] == [f"g{g}" for g in game]
 
     _publish(storage, 2, batch, game, table, write_table=False)
-    with pytest.raises(layout.ManifestError, match="field 'game_table'.*-games.table.gz, which is missing"):
-        layout.read_window_manifest(storage, 2, check_shards=True)
+    with pytest.raises(ManifestError, match="field 'game_table'.*-games.table.gz, which is missing"):
+        read_window_manifest(storage, 2, check_shards=True)
     with pytest.raises(codec.FormatError, match="abc1-games.table.gz: is missing"):
-        codec.read_window_table(storage, layout.read_window_manifest(storage, 2))
+        codec.read_window_table(storage, read_window_manifest(storage, 2))
 
     document = json.loads(storage.read(layout.window_manifest(1)))
     for bad in ({k: v for k, v in document.items() if k != "game_table"}, {**document, "game_table": "../x"},
                 {**document, "game_table": document["shards"][0]}):
-        with pytest.raises(layout.ManifestError, match="field 'game_table'"):
-            layout.parse_window_manifest(json.dumps(bad).encode(), layout.window_manifest(1))
+        with pytest.raises(ManifestError, match="field 'game_table'"):
+            parse_window_manifest(json.dumps(bad).encode(), layout.window_manifest(1))
     more_games = {**document, "games": document["games"] + ["extra"]}
     storage.write_replace(layout.window_manifest(1), json.dumps(more_games).encode())
     with pytest.raises(codec.FormatError, match="manifest lists") as err:
-        codec.read_window_table(storage, layout.read_window_manifest(storage, 1))
+        codec.read_window_table(storage, read_window_manifest(storage, 1))
     assert err.value.field == schema.GT_COUNT and storage.url(manifest.game_table) in str(err.value)
 
 

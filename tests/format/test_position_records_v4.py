@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from format import codec
 from format import layout
+from format.window_manifest import parse_window_manifest, WINDOW_MANIFEST_VERSION
 from format import schema
 from format.example_fields import set_int64
 from format.example_proto import Example
@@ -262,10 +263,10 @@ def test_tfdata_decodes_the_worker_targets_and_trains_a_version_4_window(tmp_pat
         small = (p4 > 0) & (p4 < p4.max(axis=1, keepdims=True) / 255)
         tails += (p3 * small).sum(), (p4 * small).sum()
     assert tails[0] > 1.5 * tails[1]  # ...whose tail version 3 made heavier
-    manifest = {"version": layout.WINDOW_MANIFEST_VERSION, "record_version": 4, "target_generation": 1,
+    manifest = {"version": WINDOW_MANIFEST_VERSION, "record_version": 4, "target_generation": 1,
                 "board_size": n, "shards": [os.path.basename(p) for p in paths[4]], "positions": len(batch),
                 "games": [str(i) for i in range(len(table))], "game_table": layout.game_table_name("four")}
-    assert layout.parse_window_manifest(json.dumps(manifest).encode(), layout.window_manifest(1)).record_version == 4
+    assert parse_window_manifest(json.dumps(manifest).encode(), layout.window_manifest(1)).record_version == 4
 
 
 def _with_values(record: bytes, values) -> bytes:

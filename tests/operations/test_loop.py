@@ -13,6 +13,7 @@ import pytest
 
 from cloud.storage import open_storage
 from format import layout
+from format.settings_record import SettingsRecord
 from format.match_record import MatchGame, MatchRecord
 from operations.loop import Loop
 from operations.loop import settings as S
@@ -106,7 +107,7 @@ def test_each_invocation_records_its_settings_in_the_lake(tmp_path, monkeypatch)
     storage = open_storage(root)
     records = [i.path for i in storage.list(layout.settings_records_prefix("loop"))]
     assert len(records) == 2                                  # a second run adds its own, overwriting none
-    record = layout.SettingsRecord.from_bytes(storage.read(records[0]), records[0])
+    record = SettingsRecord.from_bytes(storage.read(records[0]), records[0])
     assert record.launcher == "loop" and record.settings["worker"]["visits"] == 9
     assert record.settings["generations"] == 2 and record.settings["train"]["steps_per_window"] == 0   # auto
 
