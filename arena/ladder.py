@@ -40,6 +40,7 @@ from typing import Callable, Sequence
 from cloud.base import NotFound, StorageError
 from cloud.storage import open_storage
 from format import layout
+from format.documents import document_value
 from format import schema
 from format.cli import RoleCli, max_moves_setting, root_setting, setting, setting_problems
 from format.match_record import ClosingRecord, MatchRecord
@@ -258,7 +259,7 @@ _LADDER_GAME_TYPES = {"pairing": str, "index": int, "a": str, "b": str, "black":
 
 
 def _ladder_game(document: dict) -> LadderGame:
-    """One results line's game, each field of its type and in range (format.layout.document_value's rule);
+    """One results line's game, each field of its type and in range (format.documents.document_value's rule);
     ValueError names the field."""
     values = {}
     for field in dataclasses.fields(LadderGame):
@@ -266,7 +267,7 @@ def _ladder_game(document: dict) -> LadderGame:
             if field.default is dataclasses.MISSING:
                 raise ValueError(f"no {field.name!r}")
             continue
-        values[field.name] = layout.document_value(
+        values[field.name] = document_value(
             document[field.name], _LADDER_GAME_TYPES[field.name],
             lambda problem, name=field.name: ValueError(f"{name} {problem}"),
             at_least=None if field.name == "winner" else 0)

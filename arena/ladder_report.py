@@ -36,6 +36,7 @@ import numpy as np
 
 from cloud.base import NotFound, TooLarge
 from format import codec, layout
+from format.documents import MAX_DOCUMENT_BYTES, MAX_DOCUMENT_NUMBER, too_large
 from format.registry import RegistryError, read_manifest
 from arena import elo
 
@@ -110,7 +111,7 @@ def _counts_entry(entry) -> bool:
     """Whether a cache entry is ``[games, positions]`` as a chunk can hold them; any other (a damaged or
     doctored cache) is counted again from the chunk, never trusted."""
     return (isinstance(entry, list) and len(entry) == 2
-            and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= layout.MAX_DOCUMENT_NUMBER
+            and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_DOCUMENT_NUMBER
                     for n in entry))
 
 
@@ -338,11 +339,11 @@ def read_ratings_document(storage) -> dict | None:
     path = layout.report_path("ratings.json")
     url = storage.url(path)
     try:
-        data = storage.read(path, max_bytes=layout.MAX_DOCUMENT_BYTES)
+        data = storage.read(path, max_bytes=MAX_DOCUMENT_BYTES)
     except NotFound:
         return None
     except TooLarge:
-        raise ValueError(f"{url}: {layout.too_large(layout.MAX_DOCUMENT_BYTES)}") from None
+        raise ValueError(f"{url}: {too_large(MAX_DOCUMENT_BYTES)}") from None
     try:
         document = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:

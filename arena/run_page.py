@@ -39,6 +39,7 @@ from cloud.storage import open_storage
 import numpy as np
 
 from format import codec, layout, schema
+from format.window_manifest import read_window_manifest
 from format.cli import RoleCli, root_setting, setting, setting_problems
 from format.coords import move_to_gtp
 from format.registry import RegistryError, latest_generation, read_manifest
@@ -329,7 +330,7 @@ def read_run(storage, config: RunPageConfig) -> RunFacts:
         window_positions, window_source = None, ""
         if generation in windows:
             try:
-                window_positions = layout.read_window_manifest(storage, generation).positions
+                window_positions = read_window_manifest(storage, generation).positions
                 window_source = "window"
             except (ValueError, StorageError) as exc:
                 problems.append(f"window {generation}: {exc}")

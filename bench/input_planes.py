@@ -32,10 +32,10 @@ REPORTED = ("policy_loss", "policy_accuracy", "value_mse", "ownership_loss", "sc
 def window_shards(lake: str, generation: int) -> tuple[list[str], int]:
     """(the window's shard paths, its board size), read through the lake's one manifest reader."""
     from cloud.storage import open_storage
-    from format import layout
+    from format.window_manifest import read_window_manifest
 
     storage = open_storage(lake)
-    manifest = layout.read_window_manifest(storage, generation, check_shards=True)
+    manifest = read_window_manifest(storage, generation, check_shards=True)
     return [storage.url(path) for path in manifest.shards], manifest.board_size
 
 

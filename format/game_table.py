@@ -168,7 +168,7 @@ def decode_game_table(data: bytes, source: str, *, board_size: int | None = None
 
 
 def read_window_table(storage, window) -> GameTable:
-    """The game table of a window (a `format.layout.WindowManifest`), validated
+    """The game table of a window (a `format.window_manifest.WindowManifest`), validated
     against its manifest.  A missing or damaged table raises FormatError naming the file."""
     from cloud.base import NotFound
 

@@ -29,7 +29,7 @@ import threading
 import time
 
 from cloud.base import AlreadyExists, NotFound, PreconditionFailed, StorageError, TooLarge
-from format import layout
+from format.documents import MAX_POINTER_BYTES, too_large
 
 log = logging.getLogger(__name__)
 
@@ -189,11 +189,11 @@ def read_record(storage, path: str, *, now: float | None = None) -> tuple[LeaseR
     """The record at ``path`` (None when absent) and its generation (0 when absent); LeaseDamaged if
     unparsable or out of range at ``now`` (default: this machine's clock)."""
     try:
-        data, generation = storage.read_versioned(path, max_bytes=layout.MAX_POINTER_BYTES)
+        data, generation = storage.read_versioned(path, max_bytes=MAX_POINTER_BYTES)
     except NotFound:
         return None, 0
     except TooLarge as exc:
-        raise LeaseDamaged(f"{storage.url(path)}: {layout.too_large(layout.MAX_POINTER_BYTES)}",
+        raise LeaseDamaged(f"{storage.url(path)}: {too_large(MAX_POINTER_BYTES)}",
                            exc.generation or 0) from None
     try:
         record = LeaseRecord.from_bytes(data, storage.url(path))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from format import layout
+from format.documents import document_value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,9 +125,9 @@ _RECORD_TYPES = {"player_a": str, "player_b": str, "board_size": int, "komi": fl
 
 def _checked(value, name: str, where: str, kind=None):
     """``value`` of the field ``name`` if it has the field's type (``kind``, else the record's), by
-    the rule of every lake document (format.layout.document_value); an int is at least 0."""
+    the rule of every lake document (format.documents.document_value); an int is at least 0."""
     kind = _RECORD_TYPES[name] if kind is None else kind
-    return layout.document_value(value, kind, lambda problem: ValueError(f"{where}: {name} {problem}"),
+    return document_value(value, kind, lambda problem: ValueError(f"{where}: {name} {problem}"),
                                  at_least=0)
 
 

@@ -1,7 +1,7 @@
 """Model registry: published inference models in the lake, how to publish one and find the latest.
 
 A published model's files, ``MANIFEST.json`` and LATEST are format/SPEC.md's "Model manifest";
-`layout.ModelManifest` owns the manifest's schema and every path comes from `format.layout`.
+`format.model_manifest.ModelManifest` owns the manifest's schema and every path comes from `format.layout`.
 Rules kept here: a generation *exists* once its manifest does (files without one are an
 interrupted publish's leftovers, replaced by the next attempt); files and manifest are
 create-only, so a generation is published once and never overwritten (`AlreadyPublished`); a
@@ -24,6 +24,8 @@ import numpy as np
 
 from cloud.base import AlreadyExists, NotFound, PreconditionFailed, TooLarge
 from format import layout
+from format.documents import ManifestError, MAX_DOCUMENT_BYTES, MAX_POINTER_BYTES, too_large
+from format.model_manifest import ModelFile, ModelManifest
 
 SIGNATURE = "serving_default"
 LATEST_ATTEMPTS = 8
@@ -81,11 +83,11 @@ def _parse_latest(storage, data: bytes) -> int:
 def latest_generation(storage) -> int | None:
     """The generation in ``models/LATEST``, or None before the first publish."""
     try:
-        return _parse_latest(storage, storage.read(layout.LATEST, max_bytes=layout.MAX_POINTER_BYTES))
+        return _parse_latest(storage, storage.read(layout.LATEST, max_bytes=MAX_POINTER_BYTES))
     except NotFound:
         return None
     except TooLarge:
-        raise RegistryError(f"{storage.url(layout.LATEST)}: {layout.too_large(layout.MAX_POINTER_BYTES)}") from None
+        raise RegistryError(f"{storage.url(layout.LATEST)}: {too_large(MAX_POINTER_BYTES)}") from None
 
 
 def advance_latest(storage, generation: int) -> int:
@@ -100,12 +102,12 @@ def advance_latest(storage, generation: int) -> int:
     generation = _check_generation(generation)
     for _ in range(LATEST_ATTEMPTS):
         try:
-            data, version = storage.read_versioned(layout.LATEST, max_bytes=layout.MAX_POINTER_BYTES)
+            data, version = storage.read_versioned(layout.LATEST, max_bytes=MAX_POINTER_BYTES)
             current = _parse_latest(storage, data)
         except NotFound:
             version, current = 0, None
         except TooLarge:
-            raise RegistryError(f"{storage.url(layout.LATEST)}: {layout.too_large(layout.MAX_POINTER_BYTES)}") \
+            raise RegistryError(f"{storage.url(layout.LATEST)}: {too_large(MAX_POINTER_BYTES)}") \
                 from None
         if current is not None and current >= generation:
             return current
@@ -137,7 +139,7 @@ def _local_files(local_dir: str) -> list[str]:
 
 
 def publish_model(storage, generation: int, local_dir: str, metadata: dict, *,
-                  before_commit=None) -> layout.ModelManifest:
+                  before_commit=None) -> ModelManifest:
     """Upload ``local_dir`` as ``models/<generation>/``, then its manifest, then LATEST.
 
     Raises AlreadyPublished if the generation's manifest exists (before
@@ -169,8 +171,8 @@ def publish_model(storage, generation: int, local_dir: str, metadata: dict, *,
         with open(local_path, "rb") as handle:
             data = handle.read()
         _write_model_file(storage, generation, relative, data)
-        files[relative] = layout.ModelFile(sha256_hex(data), len(data))
-    manifest = layout.ModelManifest(generation=generation, files=files, metadata=metadata)
+        files[relative] = ModelFile(sha256_hex(data), len(data))
+    manifest = ModelManifest(generation=generation, files=files, metadata=metadata)
     if before_commit is not None:
         before_commit()
     try:
@@ -217,17 +219,17 @@ def _write_model_file(storage, generation: int, relative: str, data: bytes) -> N
             from None
 
 
-def read_manifest(storage, generation: int) -> layout.ModelManifest:
+def read_manifest(storage, generation: int) -> ModelManifest:
     path = manifest_path(_check_generation(generation))
     try:
-        data = storage.read(path, max_bytes=layout.MAX_DOCUMENT_BYTES)
+        data = storage.read(path, max_bytes=MAX_DOCUMENT_BYTES)
     except NotFound:
         raise RegistryError(f"{storage.url(path)} does not exist: generation {generation} "
                             "is not published") from None
     except TooLarge:
-        raise ModelIntegrityError(f"{storage.url(path)}: {layout.too_large(layout.MAX_DOCUMENT_BYTES)}", path) \
+        raise ModelIntegrityError(f"{storage.url(path)}: {too_large(MAX_DOCUMENT_BYTES)}", path) \
             from None
     try:
-        return layout.ModelManifest.from_bytes(data, generation, storage.url(path))   # the one owner of its schema
-    except layout.ManifestError as exc:
+        return ModelManifest.from_bytes(data, generation, storage.url(path))   # the one owner of its schema
+    except ManifestError as exc:
         raise ModelIntegrityError(str(exc), path) from None

@@ -13,6 +13,7 @@ import json
 import math
 
 from format import layout
+from format.documents import MAX_POINTER_BYTES, too_large
 from format import schema
 
 FEATURE_SET = "agz17-v1"
@@ -101,9 +102,9 @@ def read_run_config(storage) -> RunConfig | None:
 
     url = storage.url(layout.RUN_CONFIG)
     try:
-        data = storage.read(layout.RUN_CONFIG, max_bytes=layout.MAX_POINTER_BYTES)
+        data = storage.read(layout.RUN_CONFIG, max_bytes=MAX_POINTER_BYTES)
     except TooLarge:
-        raise RunConfigMismatch(f"{url}: {layout.too_large(layout.MAX_POINTER_BYTES)}") from None
+        raise RunConfigMismatch(f"{url}: {too_large(MAX_POINTER_BYTES)}") from None
     return RunConfig.from_json(data, url)
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from cloud.base import NotFound, TooLarge
 from cloud.local import write_local_file
 from format import layout
+from format.model_manifest import model_input_planes, ModelManifest
 from format.registry import (MAX_MODEL_FILE_BYTES, OUTPUTS, SIGNATURE, ModelIntegrityError, RegistryError,
                              manifest_path, model_dir, read_manifest, sha256_hex)
 
@@ -131,7 +132,7 @@ def _as_cache(cache) -> ModelCache:
 
 
 def fetch_model_files(storage, generation: int,
-                      cache_dir: "ModelCache | str | None" = None) -> tuple[str, layout.ModelManifest]:
+                      cache_dir: "ModelCache | str | None" = None) -> tuple[str, ModelManifest]:
     """Local directory holding the verified files of ``generation``, and its manifest.
 
     ``cache_dir`` is a :class:`ModelCache`, a folder for one, or None for a
@@ -203,7 +204,7 @@ class LoadedModel:
     @property
     def input_planes(self) -> int:
         """The network's input width, 17 or 22: the first C channels of format/planes.py's layout."""
-        return layout.model_input_planes(self.metadata)
+        return model_input_planes(self.metadata)
 
     @property
     def signature(self):

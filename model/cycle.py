@@ -32,6 +32,8 @@ from google.protobuf import text_format
 from tensorflow.core.framework import summary_pb2
 
 from format import layout, schema
+from format.documents import ManifestError
+from format.window_manifest import read_window_manifest
 from format.events import EventLog
 from format.run_config import read_run_config
 from cloud.base import NotFound
@@ -343,8 +345,8 @@ class TrainingRun:
             recorded = read_manifest(self.storage, latest).metadata.get("window_lake_bytes")
             if isinstance(recorded, int) and not isinstance(recorded, bool):
                 return recorded
-            return layout.read_window_manifest(self.storage, latest).planned_lake_bytes
-        except (RegistryError, layout.ManifestError, NotFound):
+            return read_window_manifest(self.storage, latest).planned_lake_bytes
+        except (RegistryError, ManifestError, NotFound):
             return None
 
     def _without_damaged(self, scan):
@@ -440,7 +442,7 @@ class TrainingRun:
         in numpy (a window is shuffled, so they are a fair sample; building a tf.data pipeline
         for them cost ~10 s on a loaded 2-core machine, most of a chaos-killed trainer's life)."""
         wanted = CALIBRATION_POSITIONS + CHECK_POSITIONS
-        manifest = layout.read_window_manifest(self.storage, window.target_generation)
+        manifest = read_window_manifest(self.storage, window.target_generation)
         table = read_window_table(self.storage, manifest) if manifest.game_table else None
         source = self.storage.url(window.shards[0])
         raw = decompress_for(source, self.storage.read(window.shards[0]))
@@ -460,7 +462,7 @@ class TrainingRun:
         staged copy; these name the lake's.  If every file reads, ``error`` was not damage,
         and it is raised as it is.  Only ever run after a read failed, so its cost (reading
         the window once in numpy, one record at a time) is paid only then."""
-        manifest = layout.read_window_manifest(self.storage, window.target_generation)
+        manifest = read_window_manifest(self.storage, window.target_generation)
         games = manifest.games
         try:
             table = read_window_table(self.storage, manifest) if manifest.game_table else None

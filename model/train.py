@@ -22,6 +22,7 @@ import sys
 import threading
 
 from format import layout
+from format.documents import ManifestError
 from format.events import EventLog
 from format.registry import RegistryError, latest_generation
 from model.config import CLI, TrainConfig
@@ -117,7 +118,7 @@ def main(argv=None) -> int:
         print(f"model.train: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_DIVERGED
     except (LakeError, CheckpointMismatch, CheckpointStateError, CheckpointWriteError, StagingError, StorageError,
-            AcceleratorMissing, RegistryError, LeaseError, layout.ManifestError) as exc:
+            AcceleratorMissing, RegistryError, LeaseError, ManifestError) as exc:
         return refuse(str(exc), "error")
     lease.release()
     events.emit("stopped", reason=run.stop_reason)

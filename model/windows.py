@@ -4,7 +4,7 @@ A *window* is ``windows/<gen>/`` (format.layout): shards, then its manifest last
 a manifest is still being written and is ignored.  Its ``target_generation`` is the model
 generation trained from it.  *LATEST* is the newest published generation; a *candidate* is a
 window with a manifest newer than LATEST, *bad* when its manifest fails
-format.layout.read_window_manifest or names another board size; *current* is the window the
+format.window_manifest.read_window_manifest or names another board size; *current* is the window the
 checkpoint was training (-1 for none).
 
 `plan_next`, the same in one-shot and follow mode: the current window if it is still a good
@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from cloud.base import NotFound
 from format import layout
+from format.documents import ManifestError
+from format.window_manifest import read_window_manifest, WindowManifest
 from format.run_config import NoRun, RunConfigMismatch, require_run_config
 
 log = logging.getLogger(__name__)
@@ -30,8 +32,8 @@ class LakeError(RuntimeError):
     """The lake cannot be trained from as asked; the message says why and where."""
 
 
-Window = layout.WindowManifest
-"""A complete training window: the window manifest's one typed owner, format.layout.WindowManifest."""
+Window = WindowManifest
+"""A complete training window: the window manifest's one typed owner, format.window_manifest.WindowManifest."""
 
 
 def window_steps(window: Window, global_batch: int, epochs: float) -> int:
@@ -103,9 +105,9 @@ def read_window(storage, generation: int, board_size: int) -> Window:
     Every shard the manifest names must exist, and the board size must be
     the run's.  A manifest that vanished raises the storage layer's NotFound.
     """
-    manifest = layout.read_window_manifest(storage, generation, check_shards=True)
+    manifest = read_window_manifest(storage, generation, check_shards=True)
     if manifest.board_size != board_size:
-        raise layout.ManifestError(storage.url(manifest.path), "board_size",
+        raise ManifestError(storage.url(manifest.path), "board_size",
                                    f"is {manifest.board_size}; this run (run.json) is {board_size}x{board_size}")
     return manifest
 
@@ -119,7 +121,7 @@ def scan_windows(storage, board_size: int, newer_than: int | None, also: int = -
             continue
         try:
             good.append(read_window(storage, generation, board_size))
-        except layout.ManifestError as exc:
+        except ManifestError as exc:
             bad.append(Skipped(generation, str(exc)))
         except NotFound:
             continue

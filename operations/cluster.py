@@ -1,68 +1,28 @@
 """``python -m operations.cluster``: every role at once, as separate processes, on one root.
 
-This is the asynchronous counterpart of :mod:`operations.loop`, and a small
-model of a cloud deployment.  The loop runs the roles one after another;
-here they all run at the same time and meet only through the storage root,
-exactly as they would on many machines (K self-play VMs, a Dataflow job, a
-TPU trainer)::
+The roles run at the same time and meet only through the storage root, as they would on many machines
+(operations.loop's concurrent schedule runs its roles with this supervisor)::
 
     worker0..K-1   python -m selfplay.worker --spool-dir ... --events ...   games/<gen>/ chunks
     shuffle        python -m pipeline.shuffle --follow --events ...        windows/<gen>/
     trainer        python -m model.train --follow --stage-dir ... --events ... models/<gen>/ + LATEST
 
-Terms
------
-*role*: one supervised child process with a fixed name (``worker0``,
-``shuffle``, ``trainer``) and *kind* (``worker``, ``shuffle``, ``train``).
-A role that exits, for whatever reason, is started again after a short
-backoff (doubling while it keeps dying young), with the same arguments, so
-it resumes from its spool, its checkpoint or the lake.  A role dies with the
-launcher (PR_SET_PDEATHSIG): a SIGKILLed launcher leaves none running.
+A *role* is one supervised child process with a fixed name (``worker0``, ``shuffle``, ``trainer``) and
+*kind* (``worker``, ``shuffle``, ``train``); one that exits is started again after a doubling backoff
+with the same arguments, so it resumes from its spool, its checkpoint or the lake, and each dies with
+the launcher (PR_SET_PDEATHSIG).  The *state dir* (``--state-dir``, default ``./cluster-state/<hash of
+root>``) is what a machine would keep on its local disk: per role ``spool/``, ``stage/``, ``models/``,
+``events/<role>.jsonl`` and ``logs/<role>.log``; the same command reuses it and resumes.
 
-*state dir* (``--state-dir``, default ``./cluster-state/<hash of root>``):
-what a machine would keep on its local disk.  Per role: ``spool/`` (worker),
-``stage/`` (trainer), ``models/`` (worker's model cache); and
-``events/<role>.jsonl`` (the role's ``--events`` file) and
-``logs/<role>.log`` (its human output, never parsed).  The same command with
-the same root reuses it, so a stopped cluster resumes where it was.
+Data flow: the roles' settings are their own configs (``--worker-*``, ``--shuffle-*``, ``--train-*``:
+operations.roles), recorded once per invocation in ``cluster/settings/<run id>.json``.  The launcher
+reads only the roles' events (format.events.EventTail) and the lake, prints a status line every few
+seconds and emits it as a ``status`` event (with each role's share of the cores).
 
-Each role's settings are the role's own config (``--worker-*``,
-``--shuffle-*``, ``--train-*``; operations.roles.role_setting), turned into its
-command by operations.roles.role_argv; ``--role-args ROLE=ARGS`` appends anything
-else (Beam's options, say).  Each invocation writes its full settings once to
-``cluster/settings/<run id>.json`` (``layout.settings_record``).
-
-Data flow of what the launcher itself knows: it reads ONLY the roles'
-structured events (:class:`format.events.EventTail`) and the lake (paths from
-:mod:`format.layout`, through :mod:`cloud.storage`).  Every few seconds it
-prints one status line (generation = LATEST, games, positions, chunks, each
-role's state and restarts, the last loss, the share of the cores the roles
-used so far: processes.children's CPU accounting) and emits a ``status``
-event with each role's share too.  operations.loop's concurrent schedule runs
-its roles with this supervisor.
-
-Chaos
------
-With ``--chaos-kill-every S`` a seeded random role gets SIGKILL every ~S
-seconds (uniform in [S/2, 3S/2]); the kind (worker, shuffle, train) is drawn
-among the kinds killed least so far, so a short run still kills each kind.
-At the end the launcher stops killing, restarts whatever is down, lets the
-workers come up (a restarted worker uploads its spool first), stops every
-role cleanly, and `operations.chaos_audit.audit_run` verifies the lake against the events:
-every chunk decodes, every game a worker reported finished is in exactly
-one chunk, generations were published in order and once each, LATEST never
-moved backwards, live workers play the newest model, no two games are
-identical move for move, no temporary pieces are left.  It prints one JSON
-line (and writes it to ``--report``).
-
-Stopping: Ctrl-C or SIGTERM sends SIGTERM to every child's process group,
-gives each child its own grace (processes.children.STOP_GRACE_SECONDS, unless
-``--stop-grace`` sets one for all), SIGKILLs stragglers, and exits 130.
-
-Example (a local lake, 3 workers, tiny 9x9 settings)::
-
-    python -m operations.cluster --root ./lake --workers 3 --worker-visits 8 --train-steps-per-window 50
-    python -m operations.cluster --root gs://bucket/run --workers 3 --chaos-kill-every 20 --minutes 8
+Chaos: ``--chaos-kill-every S`` SIGKILLs a seeded random role every ~S seconds (the kinds killed least
+first); at the end every role is restarted, stopped cleanly, and operations.chaos_audit checks the lake
+against the events, printing one JSON line (and ``--report``).  Ctrl-C or SIGTERM stops every child's
+process group with its own grace (processes.children.STOP_GRACE_SECONDS, or ``--stop-grace``); exit 130.
 """
 from __future__ import annotations
 

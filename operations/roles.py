@@ -1,36 +1,21 @@
 """Launchers' composition of the roles' configs: one role's whole config as one field of a launcher's.
 
-A launcher (``operations.loop``, ``operations.cluster``) starts the roles as
-child processes.  It does not re-declare their settings: it holds each role's
-own config as a field declared with :func:`role_setting`
-(``worker: WorkerConfig``, ``train: TrainConfig``, ``shuffle: ShuffleConfig``).
-The convention, one for every launcher:
+A launcher (``operations.loop``, ``operations.cluster``) starts the roles as child processes and holds
+each role's own config as a field declared with :func:`role_setting` (``worker: WorkerConfig``,
+``train: TrainConfig``, ``shuffle: ShuffleConfig``).  One convention for every launcher:
 
-* the role field ``R`` exposes each field ``F`` of the role's config as the
-  flag ``--R-F`` (``--worker-visits``, ``--train-learning-rate``,
-  ``--shuffle-reuse``), with the role's own help text, in a ``--help``
-  group of its own; that is the setting's one name on the launcher (no short
-  alias beside it);
-* a field of a nested config of the role's (``TrainConfig.network``, a
-  ``NetworkConfig``: format.cli's ``nested_setting``) is a flag of the role
-  under its own name, so the launcher's is ``--R-F`` too (``--train-blocks``);
-* *shared* fields (``root``, ``board_size``, ``komi``) are the launcher's
-  own flags, copied into every role;
-* *managed* fields (events file, seed, spool...) are set by the launcher for
-  each child process and are not flags;
-* the launcher may give a role field its own default (fewer games at once);
-* the role's ``__post_init__`` validates, and its error names the launcher's
-  flag (``--worker-visits: must be >= 1``).
+* the role field ``R`` exposes each field ``F`` of the role's config as the flag ``--R-F``
+  (``--worker-visits``; a nested config's field too: ``--train-blocks``), with the role's help text,
+  in a ``--help`` group of its own; that is the setting's one name on the launcher;
+* *shared* fields (``root``, ``board_size``, ``komi``) are the launcher's own flags, copied into
+  every role; *managed* fields (events file, seed, spool...) are set per child and are not flags;
+* the launcher may give a role field its own default; the role's ``__post_init__`` validates, and
+  its error names the launcher's flag (``--worker-visits: must be >= 1``).
 
-:func:`role_argv` turns a role field back into the child's command line (one
-function for every child; nothing is forwarded flag by flag), and
-:func:`record_settings` writes the launcher's full settings to the lake once
-per invocation (``layout.settings_record``).
-
-:func:`open_launch` is a launcher's start (open the root, check run.json,
-record the settings).  The flags themselves are `format.cli`'s: a role field
-is a field with a ``flag_group`` (`ROLE_FLAGS`), which `format.cli` asks to
-add its flags, read them back and explain them in ``--help``.
+Data flow: flags -> format.cli -> the launcher's config (role fields included) -> :func:`role_argv`,
+the child's command line (one function for every child; nothing is forwarded flag by flag).
+:func:`open_launch` is a launcher's start: open the root, check run.json, and write the full settings
+once per invocation (:func:`record_settings`, ``layout.settings_record``).
 """
 from __future__ import annotations
 
@@ -44,6 +29,7 @@ import time
 import typing
 
 from format import layout
+from format.settings_record import SettingsRecord
 from format.cli import (add_flag, changed_argv, config_flag_argv, config_from_paths, field_default, flag_name,
                         nested_flag_fields)
 
@@ -236,12 +222,12 @@ def record_settings(storage, launcher: str, config, *, argv: typing.Sequence[str
     """
     started = time.gmtime()
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', started)}-{secrets.token_hex(4)}"
-    record = layout.SettingsRecord(
+    record = SettingsRecord(
         launcher=launcher, run_id=run_id, started=time.strftime("%Y-%m-%dT%H:%M:%SZ", started),
         host=socket.gethostname(), argv=tuple(argv), settings=dataclasses.asdict(config),
         storage_retry=dataclasses.asdict(retry) if retry is not None else None)
     path = layout.settings_record(launcher, run_id)
     data = record.to_bytes()
-    layout.SettingsRecord.from_bytes(data, path)       # what is written must read back
+    SettingsRecord.from_bytes(data, path)       # what is written must read back
     storage.write_new(path, data)
     return path

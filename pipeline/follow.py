@@ -29,6 +29,7 @@ import time
 
 from cloud.base import ObjectInfo, StorageError
 from format import layout
+from format.window_manifest import WindowManifest
 from format.events import EventLog
 from format.leases import Lease, LeaseLost, LeaseRecord, describe_time
 from format.registry import RegistryError
@@ -52,7 +53,7 @@ MIN_REUSE = 0.001
 # Temporary pieces (claims and dead attempts: pipeline.lake_view)
 # ---------------------------------------------------------------------------
 
-def remove_stray_shards(storage, window: layout.WindowManifest) -> int:
+def remove_stray_shards(storage, window: WindowManifest) -> int:
     """Delete objects in a published window's folder that its manifest does not name (shards, game table).
 
     They are shards of attempts that were stopped, killed or lost a race.
@@ -96,7 +97,7 @@ class Follower:
         self.events = events
         self.holder = holder_id()
         self.stop_reason = ""
-        self._newest_window: layout.WindowManifest | None = None
+        self._newest_window: WindowManifest | None = None
         """The one window manifest kept: the newest read.  Only the newest window is ever looked at again
         (``look`` measures new games against it), and a manifest lists every game id of its window (MBs at
         scale), so keeping each one read would grow a follower that runs for weeks by one per window."""
@@ -190,7 +191,7 @@ class Follower:
         if sweep:
             self._next_temp_sweep = time.monotonic() + STALE_TEMP_SECONDS
 
-    def window(self, generation: int) -> layout.WindowManifest | None:
+    def window(self, generation: int) -> WindowManifest | None:
         """A validated window; ShuffleError if untrusted.
 
         The newest one read is cached (a window is immutable once valid), and
@@ -232,7 +233,7 @@ class Follower:
         needed = self.config.follow_new_positions or max(1, math.ceil(FOLLOW_WINDOW_FRACTION * window))
         return Outlook(target, max(0, int(new_bytes * per_byte)), needed, window, untrained=untrained)
 
-    def measure(self, last: layout.WindowManifest | None, chunks, lake_bytes: int) -> tuple[float, int]:
+    def measure(self, last: WindowManifest | None, chunks, lake_bytes: int) -> tuple[float, int]:
         """(positions per byte, bytes that arrived since ``last`` was planned).
 
         ``lake_bytes``: the summed size of ``chunks``.

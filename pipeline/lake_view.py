@@ -18,6 +18,8 @@ import time
 import uuid
 
 from format import layout
+from format.documents import ManifestError
+from format.window_manifest import read_window_manifest, WindowManifest
 from format.leases import DAMAGED_EXPIRED, Lease, LeaseRecord, Takeover, held_record
 from format.run_config import NoRun, RunConfigMismatch, require_run_config
 from pipeline.config import ShuffleConfig
@@ -58,23 +60,23 @@ def check_run_config(config: ShuffleConfig, storage):
         raise ShuffleError(str(exc)) from None
 
 
-def untrusted_window(exc: layout.ManifestError, generation: int) -> str:
+def untrusted_window(exc: ManifestError, generation: int) -> str:
     """The operator's message for a window manifest that does not validate."""
     return (f"{exc}\n  window {generation} cannot be trusted and is never overwritten (its manifest is "
             f"create-only): move {layout.window_dir(generation)}/ aside or delete it, and the job rebuilds it")
 
 
-def existing_window(storage, generation: int) -> layout.WindowManifest | None:
+def existing_window(storage, generation: int) -> WindowManifest | None:
     """The validated window ``generation`` (every shard present), None if it has no manifest yet.
 
     A manifest that exists but does not validate raises ShuffleError.
     """
     from cloud.storage import NotFound
     try:
-        return layout.read_window_manifest(storage, generation, check_shards=True)
+        return read_window_manifest(storage, generation, check_shards=True)
     except NotFound:
         return None
-    except layout.ManifestError as exc:
+    except ManifestError as exc:
         raise ShuffleError(untrusted_window(exc, generation)) from None
 
 

@@ -32,6 +32,7 @@ import time
 
 from cloud.base import StorageError
 from format import layout
+from format.window_manifest import WindowManifest
 from format.cli import flag_name, role_parser
 from format.events import EventLog
 from format.leases import Lease, describe_time
@@ -58,7 +59,7 @@ def _round_up(count: int, multiple: int) -> int:
 
 
 def prepare(config: ShuffleConfig, storage, *, target: int | None = None,
-            attempt: str | None = None) -> tuple["JobContext", list] | layout.WindowManifest:
+            attempt: str | None = None) -> tuple["JobContext", list] | WindowManifest:
     """Driver decisions: (context, bundle elements), or the existing window if it is done.
 
     ``target``: the window to build (default: latest model + 1); ``attempt``:
@@ -227,7 +228,7 @@ def local_runner(config: ShuffleConfig):
 
 
 def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None = None,
-        attempt: str | None = None) -> layout.WindowManifest:
+        attempt: str | None = None) -> WindowManifest:
     """Run the job; returns the window's manifest (the existing one if already done).
 
     ``attempt`` given: a follower's child job, which builds under its
@@ -244,7 +245,7 @@ def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None 
     if one_shot:
         clean_tmp(storage)
     prepared = prepare(config, storage, target=target, attempt=attempt)
-    if isinstance(prepared, layout.WindowManifest):
+    if isinstance(prepared, WindowManifest):
         progress(f"window {prepared.target_generation} already has a manifest; nothing to do")
         retain_windows(config, storage)
         return prepared

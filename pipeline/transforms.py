@@ -31,6 +31,7 @@ import numpy as np
 
 from format import codec
 from format import layout
+from format.window_manifest import parse_window_manifest, window_manifest_bytes, WINDOW_MANIFEST_VERSION
 from format import schema
 from format.tfrecord import compress_gzip, frame_records
 from pipeline import labels as L
@@ -476,7 +477,7 @@ def build_manifest(context: JobContext, summary: dict, game_ids: Sequence[str] =
             generations[str(g)] = generations.get(str(g), 0) + c
     label_keys = set(L.LABEL_STATS)
     return {
-        "version": layout.WINDOW_MANIFEST_VERSION,
+        "version": WINDOW_MANIFEST_VERSION,
         "record_version": schema.POSITION_RECORD_VERSION,
         "target_generation": context.target_generation,
         "board_size": context.board_size,
@@ -522,11 +523,11 @@ class WriteManifestFn(_LakeDoFn):
         self.write_game_table(game_table.table)
         path = layout.window_manifest(self.context.target_generation)
         try:
-            storage.write_new(path, layout.window_manifest_bytes(manifest))
+            storage.write_new(path, window_manifest_bytes(manifest))
         except AlreadyExists:
             # A retried bundle of this attempt wrote it already; anyone else's
             # manifest (a racing follower that took over an expired claim) wins.
-            existing = layout.parse_window_manifest(storage.read(path), path, storage.url(path))
+            existing = parse_window_manifest(storage.read(path), path, storage.url(path))
             if existing.attempt != self.context.attempt:
                 raise RuntimeError(f"{storage.url(path)} was written by attempt {existing.attempt} "
                                    f"while attempt {self.context.attempt} ran") from None

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from format import codec, layout, schema
+from format.window_manifest import window_manifest_bytes, WINDOW_MANIFEST_VERSION
 from format.run_config import RunConfig, ensure_run_config
 
 SYNTHETIC_KOMI = schema.DEFAULT_KOMI
@@ -156,13 +157,13 @@ def write_synthetic_window(storage, *, target_generation: int, board_size: int,
                             ownership=np.stack(black_view) if made else np.zeros((0, board_size ** 2), np.int8))
     table_name = layout.game_table_name(attempt)
     storage.write_new(layout.game_table_path(target_generation, table_name), codec.encode_game_table(table))
-    manifest = {"version": layout.WINDOW_MANIFEST_VERSION, "record_version": schema.POSITION_RECORD_VERSION,
+    manifest = {"version": WINDOW_MANIFEST_VERSION, "record_version": schema.POSITION_RECORD_VERSION,
                 "target_generation": target_generation, "board_size": board_size, "komi": SYNTHETIC_KOMI,
                 "attempt": attempt, "shards": names, "shard_positions": shard_positions, "positions": positions,
                 "generations": {str(generation): positions},
                 "games": [f"synthetic-{seed}-{i}" for i in range(positions)], "game_table": table_name,
                 "source": "testdata.synthetic_windows"}
-    storage.write_new(layout.window_manifest(target_generation), layout.window_manifest_bytes(manifest))
+    storage.write_new(layout.window_manifest(target_generation), window_manifest_bytes(manifest))
     return manifest
 
 

@@ -4,7 +4,7 @@ Data flow::
 
     flags --format.cli--> DeployConfig (operations.deploy.config, validated once; zones and TPU runtimes
           from the dated tables of operations.deploy.zones)
-          --operations.deploy.plan--> Steps --render--> one bash script (printed; run by --apply)
+          --operations.deploy.plan (update, down)--> Steps --render--> one bash script (printed; run by --apply)
     ROOT  --operations.deploy.status--> one table (generations, games/h, workers, trainer lease)
           (+ with --project: the worker group's VMs against its target, from gcloud)
 

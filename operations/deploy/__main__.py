@@ -7,7 +7,7 @@
     python -m operations.deploy status --root gs://B/run [--project P --region R]   # R: the workers' region
     python -m operations.deploy down --project P --root gs://B/run [--keep-workers K] [--apply]
 
-Entry point only: flags -> DeployConfig -> operations.deploy.plan / status.  A bad
+Entry point only: flags -> DeployConfig -> operations.deploy.plan / update / down / status.  A bad
 flag exits 2 naming it; ``--apply`` without a usable gcloud exits 2 naming
 what is missing, before anything runs.
 """
@@ -20,8 +20,12 @@ import subprocess
 import sys
 import tempfile
 
-from operations.deploy import plan as P
 from operations.deploy.config import DeployConfig
+from operations.deploy.down import build_down_plan
+from operations.deploy.plan import build_plan
+from operations.deploy.render import render
+from operations.deploy.update import build_update_plan
+from operations.deploy.workers import worker_group_name
 from format.cli import add_config_flags, add_storage_flags, bounded_number, config_from_namespace, storage_retry
 
 
@@ -103,18 +107,18 @@ def main(argv=None) -> int:
     config = config_from_namespace(DeployConfig, args, parser)
     if args.command == "plan":
         title = f"bring up deployment {config.name} of {config.root} in {config.project}/{config.zone}"
-        script = P.render(P.build_plan(config), title)
+        script = render(build_plan(config), title)
     elif args.command == "update":
         release = config.release[:12] + "..." if config.release else "this checkout's release"
         title = f"update deployment {config.name} of {config.root} in {config.project} to {release}"
-        script = P.render(P.build_update_plan(config), title)
+        script = render(build_update_plan(config), title)
     else:
         if args.keep_workers and not args.workers_only:
             parser.error("--keep-workers scales the workers down: give it with --workers-only")
         title = f"take down deployment {config.name} in {config.project} (the bucket {config.bucket} is kept)"
-        script = P.render(P.build_down_plan(config, keep_workers=args.keep_workers,
-                                            workers_only=args.workers_only,
-                                            delete_account=args.delete_account), title)
+        script = render(build_down_plan(config, keep_workers=args.keep_workers,
+                                        workers_only=args.workers_only,
+                                        delete_account=args.delete_account), title)
     if not args.apply:
         sys.stdout.write(script)
         return 0
@@ -136,7 +140,7 @@ def _status(args, parser) -> int:
         storage = open_storage(args.root, retry=storage_retry(args, parser))
         print(table(read_status(storage, recent_minutes=args.recent_minutes, sample_chunks=args.sample_chunks)))
         if args.project:
-            group = P.worker_group_name(args.name)
+            group = worker_group_name(args.name)
             print(f"worker group {group} ({args.region})  {worker_group_text(args.project, group, args.region)}")
     except ValueError as exc:
         parser.error(f"--root: {exc}")

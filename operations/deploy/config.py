@@ -1,37 +1,25 @@
 """What a deployment is made of: one frozen dataclass, its flags, and the machine tables.
 
-`DeployConfig` holds every choice a person makes when putting zerolake on
-Google Cloud: the project, each role's zone, the lake root ``gs://BUCKET/RUN``,
-and the count, machine and accelerator of each role.  ``python -m
-operations.deploy`` turns its fields into flags (format.cli) and validates them
-once, in ``__post_init__``: a TPU or GPU type that the dated table in
-`operations.deploy.zones` does not list in its role's zone is refused there.
-`operations.deploy.plan` turns a validated config into the shell plan.  Nothing
-here touches the network or the environment.
+`DeployConfig` holds every choice a person makes when putting zerolake on Google Cloud: the project,
+each role's zone, the lake root ``gs://BUCKET/RUN``, and the count, machine and accelerator of each
+role.  ``python -m operations.deploy`` turns its fields into flags (format.cli) and validates them
+once, in ``__post_init__`` (a TPU type the dated table of `operations.deploy.zones` does not list in
+its role's zone is refused there); `operations.deploy.plan` turns a validated config into the shell
+plan.  Nothing here touches the network or the environment.
 
-Terms
------
-* *deployment name* (``--name``): the prefix of every VM, TPU and service
-  account name, and the value of the ``zerolake-deployment`` label that
-  ``down`` and scaling select on.
-* *role*: ``worker`` (self-play), ``shuffle`` (the shuffle follower),
-  ``trainer``.  Each role has its own zone (``--worker-zone`` ...; ``--zone``
-  where none is given) and its own service account ``NAME-<role>`` with only
-  what that role needs (operations.deploy.plan lists the grants).
-* *accelerator kind* of a role: ``cpu``, ``gpu`` (NVIDIA, through
-  ``--*-gpu``), ``tpu`` (trainer only, a Cloud TPU VM through ``--trainer-tpu``).
-* *deploy area*: ``gs://BUCKET/zerolake-deploy/<name>/``, outside the lake
-  root, where the plan puts the releases the VMs install
-  (``releases/<sha256>.tar.gz``, create-only), the name of the release the
-  deployment runs (``release``), and Dataflow's staging and temporary files.
-  It holds nothing secret; only the person deploying can write it.
-* *release*: one sdist, named by the sha256 of its file
-  (operations.deploy.release); every VM's metadata names the one it runs.
-* *worker group*: the regional managed instance group ``NAME-workers`` whose
-  target size is ``--workers``: Compute Engine creates its VMs from an instance
-  template (spot, the release in its metadata), recreates a preempted one, and
-  rolls a new template out (operations.deploy.plan).  A worker's spool lives on
-  its stateful disk ``zerolake-spool``, which the group keeps across recreation.
+Terms:
+
+* *deployment name* (``--name``): the prefix of every VM, TPU and service account name, and the
+  ``zerolake-deployment`` label that ``down`` selects on.
+* *role*: ``worker`` (self-play), ``shuffle`` (the shuffle follower), ``trainer``; each has its own
+  zone (``--worker-zone`` ...; ``--zone`` by default) and service account ``NAME-<role>``.
+* *accelerator kind* of a role: ``cpu``, ``gpu`` (NVIDIA, ``--*-gpu``), ``tpu`` (trainer only).
+* *deploy area*: ``gs://BUCKET/zerolake-deploy/<name>/``, outside the lake root: the releases
+  (``releases/<sha256>.tar.gz``, create-only), the name of the one the deployment runs
+  (``release``), Dataflow's staging and temporary files.  Only the person deploying writes it.
+* *release*: one sdist, named by its sha256 (operations.deploy.release).
+* *worker group*: the regional managed instance group ``NAME-workers`` of ``--workers`` VMs
+  (operations.deploy.workers); each worker's spool lives on its stateful disk ``zerolake-spool``.
 """
 from __future__ import annotations
 
@@ -130,7 +118,7 @@ SHA256 = re.compile(r"[0-9a-f]{64}")
 """A release's name: the sha256 of its file, in lower-case hex (sha256sum's)."""
 DEPLOY_AREA = "zerolake-deploy"
 """The bucket's top-level folder of the deployments' releases and Dataflow files; no lake root may lie in it
-(the role accounts cannot write it, operations.deploy.plan)."""
+(the role accounts cannot write it, operations.deploy.sections)."""
 ARGS_TEXT = re.compile(r"[A-Za-z0-9_./:= -]*")
 """Extra role flags travel in instance metadata, where ',' separates entries:
 letters, digits and ``_./:=-`` and spaces only."""

@@ -1,29 +1,19 @@
 """``python -m operations.deploy status``: how a deployed run is doing, read from its lake alone.
 
-The roles meet only through the lake, so the lake is what says how they are
-doing; no VM is asked.  One listing of ``games/`` and ``windows/``, a read of
-``models/LATEST`` and of the trainer's lease, and the decoding of at most
-``sample_chunks`` recent chunks give one table:
+The roles meet only through the lake, so the lake is what says how they are doing; no VM is asked.
+One listing of ``games/`` and ``windows/``, a read of ``models/LATEST`` and of the trainer's lease,
+and the decoding of at most ``sample_chunks`` recent chunks give one table:
 
-* *generation*: ``models/LATEST`` (format.registry), and the newest window
-  with a manifest;
-* *games per hour*: the bytes of chunks written in the last ``recent_minutes``
-  (the time in each chunk's name, format.layout.parse_chunk_path) times games
-  per byte measured on the newest of them, scaled to an hour;
-* *workers seen*: distinct worker processes, and the machines (their
-  ``--worker-id`` prefix, the host name by default), with a chunk in that
-  time;
-* *trainer lease*: who holds ``cluster/trainer-lease.json`` (model.lease) and
-  until when, or that it was released or expired.
+* *generation*: ``models/LATEST`` (format.registry), and the newest window with a manifest;
+* *games per hour*: the bytes of chunks written in the last ``recent_minutes`` (the time in each
+  chunk's name, format.layout.parse_chunk_path) times games per byte measured on the newest of them;
+* *workers seen*: distinct worker processes, and machines (their ``--worker-id`` prefix), with a
+  chunk in that time;
+* *trainer lease*: who holds ``cluster/trainer-lease.json`` (model.lease) and until when.
 
-With ``--project`` it also asks gcloud for the worker group (the one thing
-the lake cannot say: how many worker VMs Compute Engine has running against
-the group's target size, which a stockout of spot VMs holds below it):
-`worker_group_text`.
-
-This module reads the lake through format.layout / format.registry /
-model.lease, which is why operations.deploy sits in the top layer of
-tests/system/test_layering.py while the rest of cloud/ stays at the bottom.
+With ``--project`` it also asks gcloud how many worker VMs the group runs against its target size
+(which a stockout of spot VMs holds below it): `worker_group_text`.  It reads the lake through
+format/ and model.lease, which is why operations.deploy sits on the operations floor.
 """
 from __future__ import annotations
 

@@ -1,38 +1,23 @@
 """Where each accelerator exists, and how each TPU generation runs TensorFlow: one dated table.
 
-Accelerators exist only in some zones (v4 TPUs in one), and a plan that asks
-for one elsewhere fails half-way, after the bucket and accounts are made.  So
-`operations.deploy.config.DeployConfig` refuses, before printing anything, a TPU
-type that `TPU_GENERATIONS` does not list in its role's zone, naming the zones
-that have it (``zone_problem``).  GPU types have no table (Google offers each
-in dozens of zones, and a partial table would refuse good ones): they are
-checked live only.  Tables age: Google adds zones, so ``--no-check-zones``
-trusts the zone instead, and every generated script asks gcloud again, live,
-before it creates anything there (`operations.deploy.plan.accelerator_check`).
+Accelerators exist only in some zones, and a plan that asks for one elsewhere fails half-way, after the
+bucket and accounts are made.  So `operations.deploy.config.DeployConfig` refuses, before printing
+anything, a TPU type that `TPU_GENERATIONS` does not list in its role's zone, naming the zones that
+have it (``zone_problem``).  GPU types have no table (each is offered in dozens of zones, and a
+partial table would refuse good ones).  Tables age, so ``--no-check-zones`` trusts the zone instead,
+and every generated script asks gcloud again, live, before it creates anything there
+(`operations.deploy.vms.accelerator_check`).
 
-TensorFlow on a TPU VM (why the table has a runtime and an environment)
-------------------------------------------------------------------------
-A TPU VM boots a *software version* (``--runtime-version``).  Google's runtime
-page gives the ``v2-alpha-tpuv*`` images for PyTorch and JAX; for TensorFlow it
-names ``tpu-vm-tf-x.y.z[-pod][-pjrt|-se]`` and says that v5e, v5p and v6e run
-TensorFlow 2.15.0 and later through the ``-pjrt`` images (v4 with TensorFlow
-2.10.1 and later follows the v2/v3 naming).  The newest TensorFlow image it
-lists as read here is ``tpu-vm-tf-2.16.1-pjrt``; none carries 2.20.  zerolake
-pins tensorflow-tpu 2.20 (setup.py: the last release with TPU wheels, with the
-libtpu it names) and operations/vm/install.sh installs it into /opt/zerolake/venv,
-so the image's own TensorFlow is not the one that runs: the plan boots the
-documented TensorFlow PJRT image of the generation, and the trainer's
-TensorFlow (a pip-installed tensorflow-tpu on the PJRT runtime) finds the TPU
-only when its environment is set before TensorFlow is imported: PJRT_DEVICE,
-NEXT_PLUGGABLE_DEVICE_USE_C_API and TF_PLUGGABLE_DEVICE_LIBRARY_PATH (the
-libtpu of that venv), as the Keras-RS TPU example for tensorflow-tpu sets them
-(`TF_PJRT_SOURCE`).  operations/vm/run-role.sh exports exactly that environment,
-read from this table with ``python -m operations.deploy.zones environment GEN``,
-for every role on a TPU VM.  A generation the table does not have has no
-documented TensorFlow path here and is refused by the plan.
+A TPU VM boots a *software version* (``--runtime-version``): the plan boots the documented TensorFlow
+PJRT image of the generation, but the trainer runs the tensorflow-tpu that operations/vm/install.sh
+pins (setup.py), which finds the TPU only when PJRT_DEVICE, NEXT_PLUGGABLE_DEVICE_USE_C_API and
+TF_PLUGGABLE_DEVICE_LIBRARY_PATH (its libtpu) are set before TensorFlow is imported
+(`TF_PJRT_SOURCE`).  operations/vm/run-role.sh exports exactly that environment for every role on a
+TPU VM, read from this table with ``python -m operations.deploy.zones environment GEN``.  A generation
+the table does not have has no documented TensorFlow path and is refused by the plan.
 
-Nothing here reaches Google: the table is read from the pages below on the
-date `AS_OF`; docs/deploy.md says what each page gave.
+Nothing here reaches Google: the table is read from the pages below on the date `AS_OF`;
+docs/deploy.md says what each page gave.
 """
 from __future__ import annotations
 

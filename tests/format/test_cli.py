@@ -82,7 +82,7 @@ def role_configs():
     from model.config import TrainConfig
     from operations.cluster import ClusterConfig
     from pipeline.config import ShuffleConfig
-    from operations.loop import LoopConfig
+    from operations.loop.settings import LoopConfig
     from arena.gtp import GtpConfig
     from arena.ladder import LadderConfig
     from arena.match import MatchConfig, PlayerSpec

@@ -23,6 +23,9 @@ from hypothesis import strategies as st
 
 from cloud.storage import open_storage
 from format import codec, layout
+from format.documents import ManifestError
+from format.model_manifest import parse_model_manifest
+from format.window_manifest import MAX_WINDOW_POSITIONS, parse_window_manifest, read_window_manifest
 from format.leases import LeaseDamaged, LeaseRecord
 from format.run_config import RunConfig, RunConfigMismatch
 from testdata.random_games import engine_game
@@ -86,12 +89,12 @@ def test_a_window_manifest_with_any_hostile_number_is_a_named_error(window, data
     value = data.draw(HOSTILE)
     text = json.dumps(replaced(document, field, value)).encode()
     try:
-        manifest = layout.parse_window_manifest(text, path)
-    except layout.ManifestError as exc:
+        manifest = parse_window_manifest(text, path)
+    except ManifestError as exc:
         assert path in str(exc)
         return
     # Accepted: then whatever the trainer plans from it is sane.
-    assert 0 < manifest.positions <= layout.MAX_WINDOW_POSITIONS
+    assert 0 < manifest.positions <= MAX_WINDOW_POSITIONS
     assert 5 <= manifest.board_size <= 19
 
 
@@ -100,19 +103,19 @@ def test_counts_are_cross_checked_within_the_manifest_and_against_the_shards(win
     shards = document["shards"]
     positions = document["positions"]
     bad = {"positions": positions + 1}                                          # shard counts disagree
-    with pytest.raises(layout.ManifestError, match="shard_positions.*adds up to"):
-        layout.parse_window_manifest(json.dumps({**document, **bad}).encode(), path)
+    with pytest.raises(ManifestError, match="shard_positions.*adds up to"):
+        parse_window_manifest(json.dumps({**document, **bad}).encode(), path)
     lie = {name: 1 for name in shards} | {shards[0]: 10 ** 8 - len(shards) + 1}
     absurd = dict(document, positions=10 ** 8, shard_positions=lie,
                   generations={"0": 10 ** 8})                                   # consistent, but a lie
-    layout.parse_window_manifest(json.dumps(absurd).encode(), path)
+    parse_window_manifest(json.dumps(absurd).encode(), path)
     lake = open_storage(str(tmp_path / "lake"))
     for info in storage.list(layout.window_dir(1) + "/"):
         if info.path != path:
             lake.write_new(info.path, storage.read(info.path))
     lake.write_new(path, json.dumps(absurd).encode())
-    with pytest.raises(layout.ManifestError, match="positions.*more than its shards"):
-        layout.read_window_manifest(lake, 1, check_shards=True)
+    with pytest.raises(ManifestError, match="positions.*more than its shards"):
+        read_window_manifest(lake, 1, check_shards=True)
 
 
 @settings(max_examples=200, deadline=None)
@@ -161,8 +164,8 @@ def test_a_model_manifest_with_any_hostile_number_is_a_named_error(data):
     text = json.dumps(replaced(document, field, data.draw(HOSTILE))).encode()
     url = "fuzz/" + layout.model_manifest(3)
     try:
-        manifest = layout.parse_model_manifest(text, 3, url)
-    except layout.ManifestError as exc:
+        manifest = parse_model_manifest(text, 3, url)
+    except ManifestError as exc:
         assert url in str(exc)
         return
     assert 5 <= manifest.board_size <= 19 and manifest.generation == 3

@@ -20,6 +20,8 @@ import re
 import pytest
 
 from format import layout
+from format.documents import ManifestError
+from format.window_manifest import parse_window_manifest, WINDOW_MANIFEST_VERSION
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCANNED = ("cloud", "format", "selfplay", "pipeline", "model", "testdata", "bench", "tests")
@@ -135,7 +137,7 @@ def test_only_the_names_the_layout_writes_parse():
 def _window_document(**changes) -> bytes:
     import json
 
-    document = {"version": layout.WINDOW_MANIFEST_VERSION, "target_generation": 4, "board_size": 9,
+    document = {"version": WINDOW_MANIFEST_VERSION, "target_generation": 4, "board_size": 9,
                 "record_version": 4, "shards": ["a1-00000-of-00001.tfrecord.gz"], "positions": 10,
                 "game_table": "a1-games.table.gz"}
     return json.dumps({**document, **changes}).encode()
@@ -152,16 +154,16 @@ def test_a_window_manifest_naming_what_the_layout_never_writes_is_refused(field,
     """Each name is refused by the manifest's reader, naming the manifest and the field,
     and never reaches a path check that raises something else (a follower died of it)."""
     path = layout.window_manifest(4)
-    with pytest.raises(layout.ManifestError, match=rf"^gs://b/lake/{path}: field '{field}'") as caught:
-        layout.parse_window_manifest(_window_document(**{field: value}), path, f"gs://b/lake/{path}")
+    with pytest.raises(ManifestError, match=rf"^gs://b/lake/{path}: field '{field}'") as caught:
+        parse_window_manifest(_window_document(**{field: value}), path, f"gs://b/lake/{path}")
     assert caught.value.field == field
 
 
 def test_a_window_manifest_with_the_layouts_names_is_read():
     path = layout.window_manifest(4)
-    window = layout.parse_window_manifest(_window_document(), path)
+    window = parse_window_manifest(_window_document(), path)
     assert window.shards == (layout.shard_path(4, layout.shard_name("a1", 0, 1)),)
     assert window.game_table == layout.game_table_path(4, layout.game_table_name("a1"))
     # Shard names of an earlier release's form are read too.
-    other = layout.parse_window_manifest(_window_document(shards=["a-0-of-1.tfrecord.gz"]), path)
+    other = parse_window_manifest(_window_document(shards=["a-0-of-1.tfrecord.gz"]), path)
     assert other.shards == ("windows/000004/a-0-of-1.tfrecord.gz",)

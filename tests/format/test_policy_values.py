@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from format import codec
 from format import layout
+from format.window_manifest import parse_window_manifest, WINDOW_MANIFEST_VERSION
 from format import schema
 from format.example_fields import set_int64
 from format.example_proto import Example
@@ -228,11 +229,11 @@ def test_tfdata_decodes_the_worker_targets_and_trains_a_window(tmp_path, gumbel_
     def key(p):
         return np.sort(p).round(6).tobytes()
     assert not collections.Counter(map(key, streamed)) - collections.Counter(map(key, policy))
-    manifest = {"version": layout.WINDOW_MANIFEST_VERSION, "record_version": schema.POSITION_RECORD_VERSION,
+    manifest = {"version": WINDOW_MANIFEST_VERSION, "record_version": schema.POSITION_RECORD_VERSION,
                 "target_generation": 1, "board_size": n, "shards": [os.path.basename(p) for p in paths],
                 "positions": len(batch), "games": [str(i) for i in range(len(table))],
                 "game_table": layout.game_table_name("four")}
-    assert layout.parse_window_manifest(json.dumps(manifest).encode(),
+    assert parse_window_manifest(json.dumps(manifest).encode(),
                                         layout.window_manifest(1)).record_version == schema.POSITION_RECORD_VERSION
 
 

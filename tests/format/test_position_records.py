@@ -28,6 +28,8 @@ import tensorflow as tf
 
 from cloud.storage import open_storage
 from format import codec
+from format.documents import ManifestError
+from format.window_manifest import WINDOW_MANIFEST_VERSION, parse_window_manifest, read_window_manifest, window_manifest_bytes
 from format import layout
 from format import schema
 from format.example_fields import set_bytes, set_int64
@@ -200,10 +202,10 @@ def test_a_shard_of_an_older_version_is_refused_with_the_rebuild_command(tmp_pat
     with pytest.raises(tf.errors.InvalidArgumentError, match="rebuild the window .*pipeline.shuffle --root ROOT"):
         decoder.decode(tf.constant([with_version(batch.encode(game, table)[0], version)]),
                        tf.zeros([schema.POSITION_GROUP], tf.int32))
-    document = {"version": layout.WINDOW_MANIFEST_VERSION, "target_generation": 3, "board_size": 9,
+    document = {"version": WINDOW_MANIFEST_VERSION, "target_generation": 3, "board_size": 9,
                 "shards": ["a-0-of-1.tfrecord.gz"], "positions": 10, "record_version": version}
-    with pytest.raises(layout.ManifestError) as err:
-        layout.parse_window_manifest(json.dumps(document).encode(), layout.window_manifest(3))
+    with pytest.raises(ManifestError) as err:
+        parse_window_manifest(json.dumps(document).encode(), layout.window_manifest(3))
     assert_rebuild_line(str(err.value), layout.window_manifest(3), version)
 
 
@@ -228,17 +230,17 @@ def test_an_unknown_record_version_is_refused_with_what_to_do(tmp_path, window):
 
 def test_window_manifest_names_its_record_version():
     path = layout.window_manifest(3)
-    document = {"version": layout.WINDOW_MANIFEST_VERSION, "target_generation": 3, "board_size": 9,
+    document = {"version": WINDOW_MANIFEST_VERSION, "target_generation": 3, "board_size": 9,
                 "shards": ["a-0-of-1.tfrecord.gz"], "positions": 10, "record_version": schema.POSITION_RECORD_VERSION,
                 "game_table": "a-games.table.gz"}
-    manifest = layout.parse_window_manifest(json.dumps(document).encode(), path)
+    manifest = parse_window_manifest(json.dumps(document).encode(), path)
     assert manifest.record_version == schema.POSITION_RECORD_VERSION
     del document["record_version"]  # manifests before version 2 records lacked the field: version 1
-    with pytest.raises(layout.ManifestError, match="version-1 position records.*pipeline.shuffle"):
-        layout.parse_window_manifest(json.dumps(document).encode(), path)
+    with pytest.raises(ManifestError, match="version-1 position records.*pipeline.shuffle"):
+        parse_window_manifest(json.dumps(document).encode(), path)
     document["record_version"] = UNKNOWN_VERSION
-    with pytest.raises(layout.ManifestError, match="record_version.*update zerolake"):
-        layout.parse_window_manifest(json.dumps(document).encode(), path)
+    with pytest.raises(ManifestError, match="record_version.*update zerolake"):
+        parse_window_manifest(json.dumps(document).encode(), path)
 
 
 def test_training_dataset_finds_the_table_beside_the_shards_or_where_named(tmp_path, window):
@@ -355,11 +357,11 @@ def _publish(storage, generation, batch, game, table, *, write_table=True) -> di
     if write_table:
         storage.write_new(layout.game_table_path(generation, layout.game_table_name(attempt)),
                           codec.encode_game_table(table))
-    document = {"version": layout.WINDOW_MANIFEST_VERSION, "record_version": schema.POSITION_RECORD_VERSION,
+    document = {"version": WINDOW_MANIFEST_VERSION, "record_version": schema.POSITION_RECORD_VERSION,
                 "target_generation": generation,
                 "board_size": table.board_size, "shards": names, "positions": len(batch),
                 "games": [f"g{i}" for i in range(len(table))], "game_table": layout.game_table_name(attempt)}
-    storage.write_new(layout.window_manifest(generation), layout.window_manifest_bytes(document))
+    storage.write_new(layout.window_manifest(generation), window_manifest_bytes(document))
     return document
 
 
@@ -367,7 +369,7 @@ def test_the_manifest_names_the_table_and_the_readers_check_it(tmp_path, window)
     batch, game, table = window
     storage = open_storage(str(tmp_path / "lake"))
     _publish(storage, 1, batch, game, table)
-    manifest = layout.read_window_manifest(storage, 1, check_shards=True)
+    manifest = read_window_manifest(storage, 1, check_shards=True)
     assert manifest.record_version == schema.POSITION_RECORD_VERSION
     assert manifest.game_table == layout.game_table_path(1, layout.game_table_name("abc1"))
     assert manifest.files == manifest.shards + (manifest.game_table,)
@@ -378,20 +380,20 @@ def test_the_manifest_names_the_table_and_the_readers_check_it(tmp_path, window)
     assert [r.game_id for r in records] == [f"g{g}" for g in game]
 
     _publish(storage, 2, batch, game, table, write_table=False)
-    with pytest.raises(layout.ManifestError, match="field 'game_table'.*-games.table.gz, which is missing"):
-        layout.read_window_manifest(storage, 2, check_shards=True)
+    with pytest.raises(ManifestError, match="field 'game_table'.*-games.table.gz, which is missing"):
+        read_window_manifest(storage, 2, check_shards=True)
     with pytest.raises(codec.FormatError, match="abc1-games.table.gz: is missing"):
-        codec.read_window_table(storage, layout.read_window_manifest(storage, 2))
+        codec.read_window_table(storage, read_window_manifest(storage, 2))
 
     document = json.loads(storage.read(layout.window_manifest(1)))
     for bad in ({k: v for k, v in document.items() if k != "game_table"}, {**document, "game_table": "../x"},
                 {**document, "game_table": document["shards"][0]}):
-        with pytest.raises(layout.ManifestError, match="field 'game_table'"):
-            layout.parse_window_manifest(json.dumps(bad).encode(), layout.window_manifest(1))
+        with pytest.raises(ManifestError, match="field 'game_table'"):
+            parse_window_manifest(json.dumps(bad).encode(), layout.window_manifest(1))
     more_games = {**document, "games": document["games"] + ["extra"]}
     storage.write_replace(layout.window_manifest(1), json.dumps(more_games).encode())
     with pytest.raises(codec.FormatError, match="manifest lists") as err:
-        codec.read_window_table(storage, layout.read_window_manifest(storage, 1))
+        codec.read_window_table(storage, read_window_manifest(storage, 1))
     assert err.value.field == schema.GT_COUNT and storage.url(manifest.game_table) in str(err.value)
 
 

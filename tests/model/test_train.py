@@ -22,6 +22,7 @@ from cloud.storage import open_storage
 from format import schema
 from model.tfdata import training_dataset
 from format import layout
+from format.window_manifest import parse_window_manifest, read_window_manifest, WINDOW_MANIFEST_VERSION
 from testdata import synthetic_windows as synthetic
 from model.config import ConfigError, TrainConfig
 from model.config import NetworkConfig
@@ -42,7 +43,7 @@ def lake(tmp_path_factory):
 
 def test_the_test_window_is_the_record_version_production_writes(lake):
     _, storage, _ = lake
-    window = layout.read_window_manifest(storage, 1, check_shards=True)
+    window = read_window_manifest(storage, 1, check_shards=True)
     assert window.record_version == schema.POSITION_RECORD_VERSION and window.game_table in window.files
     assert len(window.games) == window.positions == 2000     # each synthetic position is its own game
 
@@ -143,8 +144,8 @@ def test_samples_per_row_steps_train_each_new_row_about_that_often_within_the_bo
     assert samples_per_row_steps(10**9, 8.0, 512) == math.ceil(10**9 * 8 / 512)   # 0 = no maximum
     # New rows: the lake's chunk bytes between the two windows' plans, at this window's rows per byte.
     plan = {"lake_bytes": 150_000, "positions_per_byte": 0.05}
-    window = layout.parse_window_manifest(json.dumps({
-        "version": layout.WINDOW_MANIFEST_VERSION, "target_generation": 3, "board_size": 9,
+    window = parse_window_manifest(json.dumps({
+        "version": WINDOW_MANIFEST_VERSION, "target_generation": 3, "board_size": 9,
         "shards": ["a.tfrecord.gz"], "positions": 1000, "window": plan, "record_version": 4,
         "game_table": "a-games.table.gz"}).encode(), layout.window_manifest(3))
     assert new_rows(window, 100_000) == 2500

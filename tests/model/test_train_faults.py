@@ -36,6 +36,7 @@ import pytest
 
 from cloud.storage import open_storage
 from format import codec, layout, schema
+from format.window_manifest import read_window_manifest, window_manifest_bytes, WINDOW_MANIFEST_VERSION
 from format.tfrecord import compress_gzip, frame_records
 from testdata import synthetic_windows as synthetic
 
@@ -220,7 +221,7 @@ def assert_named_and_skipped(code, out, err, events, url) -> None:
 def test_a_damaged_shard_is_named_in_one_line_and_its_window_skipped(tmp_path, how):
     root = str(tmp_path / "lake")
     storage = lake_with_windows(root, [1])
-    shard = layout.read_window_manifest(storage, 1).shards[1]
+    shard = read_window_manifest(storage, 1).shards[1]
     damage(storage.url(shard), how)
     events = str(tmp_path / "train.jsonl")
     code, out, err = train(["--root", root, *TINY, "--steps-per-window", "40", "--events", events])
@@ -247,11 +248,11 @@ def write_engine_window(storage, generation: int, board_size: int = 9, games: in
         storage.write_new(layout.shard_path(generation, name), compress_gzip(frame_records(part)))
     storage.write_new(layout.game_table_path(generation, layout.game_table_name("test")),
                       codec.encode_game_table(table))
-    document = {"version": layout.WINDOW_MANIFEST_VERSION, "record_version": schema.POSITION_RECORD_VERSION,
+    document = {"version": WINDOW_MANIFEST_VERSION, "record_version": schema.POSITION_RECORD_VERSION,
                 "target_generation": generation,
                 "board_size": board_size, "shards": names, "positions": len(batch),
                 "games": [g.game_id for g in played], "game_table": layout.game_table_name("test")}
-    storage.write_new(layout.window_manifest(generation), layout.window_manifest_bytes(document))
+    storage.write_new(layout.window_manifest(generation), window_manifest_bytes(document))
 
 
 def test_a_shard_of_an_older_record_version_is_named_with_the_rebuild_command_and_skipped(tmp_path):
@@ -263,7 +264,7 @@ def test_a_shard_of_an_older_record_version_is_named_with_the_rebuild_command_an
 
     root = str(tmp_path / "lake")
     storage = lake_with_windows(root, [1])
-    shard = layout.read_window_manifest(storage, 1).shards[1]
+    shard = read_window_manifest(storage, 1).shards[1]
     url = storage.url(shard)
     records = list(iter_framed_records(decompress_gzip(storage.read(shard), url), url))
     with open(url, "wb") as handle:
@@ -279,7 +280,7 @@ def test_a_damaged_game_table_is_named_in_one_line_and_its_window_skipped(tmp_pa
     storage = open_storage(root)
     synthetic.write_run_config(storage, board_size=9)
     write_engine_window(storage, 1)
-    table = layout.read_window_manifest(storage, 1).game_table
+    table = read_window_manifest(storage, 1).game_table
     damage(storage.url(table), "truncated")
     events = str(tmp_path / "train.jsonl")
     code, out, err = train(["--root", root, *TINY, "--steps-per-window", "10", "--events", events])
@@ -300,7 +301,7 @@ def test_a_damaged_first_shard_met_by_the_int8_calibration_is_named_too(tmp_path
     monkeypatch.setattr(TrainingRun, "publish", damaging_publish)
     root = str(tmp_path / "lake")
     storage = lake_with_windows(root, [1])
-    shard = layout.read_window_manifest(storage, 1).shards[0]
+    shard = read_window_manifest(storage, 1).shards[0]
     events = str(tmp_path / "train.jsonl")
     code, out, err = train(["--root", root, *TINY, "--cpu-int8", "--steps-per-window", "10", "--events", events])
     assert_named_and_skipped(code, out, err, events, storage.url(shard))
@@ -313,7 +314,7 @@ def test_a_window_skipped_for_damage_is_never_resumed_from_its_checkpoint(tmp_pa
     of resuming the damaged one (and exiting 2) forever."""
     root = str(tmp_path / "lake")
     storage = lake_with_windows(root, [1])
-    shard = layout.read_window_manifest(storage, 1).shards[1]
+    shard = read_window_manifest(storage, 1).shards[1]
     damage(storage.url(shard), "record flipped late")
     events = str(tmp_path / "train.jsonl")
     flags = [*TINY, "--steps-per-call", "2", "--checkpoint-every", "2", "--log-every", "2"]
@@ -330,7 +331,7 @@ def test_a_window_skipped_for_damage_is_never_resumed_from_its_checkpoint(tmp_pa
 def test_following_skips_a_damaged_window_and_trains_the_next(tmp_path):
     root = str(tmp_path / "lake")
     storage = lake_with_windows(root, [1])
-    damage(storage.url(layout.read_window_manifest(storage, 1).shards[0]), "flipped")
+    damage(storage.url(read_window_manifest(storage, 1).shards[0]), "flipped")
     events = str(tmp_path / "train.jsonl")
     failures = []
 

@@ -13,8 +13,12 @@ import pytest
 
 from cloud.storage import open_storage
 from format import layout
+from format.settings_record import SettingsRecord
 from format.match_record import MatchGame, MatchRecord
-from operations.loop import Loop, LoopConfig, PhaseFailed
+from operations.loop import Loop
+from operations.loop import settings as S
+from operations.loop.run import PhaseFailed
+from operations.loop.settings import LoopConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,8 +69,9 @@ def test_the_loop_reads_progress_from_events_not_from_human_lines(tmp_path, monk
     seen = []
     loop.run_child("train", ["fake_trainer", "--events", events], events, seen.append)
     assert [e["event"] for e in seen] == ["progress"] and seen[0]["loss"] == 2.5
-    tree = ast.parse((REPO / "operations" / "loop.py").read_text())
-    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    trees = [ast.parse(path.read_text()) for path in (REPO / "operations" / "loop").glob("*.py")]
+    imported = {alias.name for tree in trees for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
     assert "re" not in imported                               # no regex over the children's lines
 
 
@@ -102,7 +107,7 @@ def test_each_invocation_records_its_settings_in_the_lake(tmp_path, monkeypatch)
     storage = open_storage(root)
     records = [i.path for i in storage.list(layout.settings_records_prefix("loop"))]
     assert len(records) == 2                                  # a second run adds its own, overwriting none
-    record = layout.SettingsRecord.from_bytes(storage.read(records[0]), records[0])
+    record = SettingsRecord.from_bytes(storage.read(records[0]), records[0])
     assert record.launcher == "loop" and record.settings["worker"]["visits"] == 9
     assert record.settings["generations"] == 2 and record.settings["train"]["steps_per_window"] == 0   # auto
 
@@ -214,7 +219,7 @@ def test_a_run_that_will_play_gnu_go_without_it_stops_at_once(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert time.monotonic() - started < 10 and "GNU Go level 1" in err and "gnugo" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "lake").exists()
-    assert L.missing_tools(L.LoopConfig(root=str(tmp_path / "lake"))) == ""   # the demo plays no GNU Go
+    assert L.missing_tools(LoopConfig(root=str(tmp_path / "lake"))) == ""   # the demo plays no GNU Go
 
 
 def test_a_second_loop_on_a_root_is_refused_up_front(tmp_path, capsys):
@@ -267,6 +272,7 @@ def test_the_closing_gnu_go_match_plays_paired_openings_the_others_sampled_ones(
     # Sampling the model's first moves while GNU Go plays its best from move 1 handicaps the
     # model: the closing match against GNU Go plays each random opening with both colours.
     from operations import loop as L
+    from operations.loop import run as loop_run
 
     root = str(tmp_path / "lake")
     loop = Loop(L.CLI.parse(["--root", root, "--final-gnugo-games", "4", "--final-eval-games", "2"])[0],
@@ -280,11 +286,11 @@ def test_the_closing_gnu_go_match_plays_paired_openings_the_others_sampled_ones(
         return []
 
     monkeypatch.setattr(loop, "run_child", fake_match)
-    monkeypatch.setattr(L, "summary_table", lambda *args: "")
+    monkeypatch.setattr(loop_run, "summary_table", lambda *args: "")
     loop.finish()
     by_opponent = {argv[2]: argv for argv in commands}
     gnugo = by_opponent["gnugo:1"]
-    assert gnugo[gnugo.index("--paired-openings") + 1] == str(L.GNUGO_PAIRED_OPENINGS) == "4"
+    assert gnugo[gnugo.index("--paired-openings") + 1] == str(S.GNUGO_PAIRED_OPENINGS) == "4"
     assert all("--paired-openings" not in argv for opponent, argv in by_opponent.items() if opponent != "gnugo:1")
 
 
@@ -376,11 +382,11 @@ def test_each_schedule_gets_its_trainer_steps_and_the_follower_its_sizing(tmp_pa
     assert config("--hours", "2", "--schedule", "turns").concurrent is False
     assert config("--schedule", "concurrent").concurrent
     # Turns keep today's 500 steps a generation; the concurrent schedule's trainer uses its rule.
-    assert Loop(config(), storage).config.train.steps_per_window == L.TURNS_STEPS_PER_WINDOW
+    assert Loop(config(), storage).config.train.steps_per_window == S.TURNS_STEPS_PER_WINDOW
     assert Loop(config("--hours", "2"), storage).config.train.steps_per_window == 0
     assert Loop(config("--hours", "2", "--train-steps-per-window", "30"),
                 storage).config.train.steps_per_window == 30
     shuffle = config("--hours", "2", "--train-samples-per-row", "4", "--train-batch-size", "256").follower_shuffle()
     assert (shuffle.samples_per_row, shuffle.follow_max_untrained) == (4.0, 2)
-    assert shuffle.follow_new_positions == L.CONCURRENT["min_steps_per_window"] * 256 // 4
-    assert shuffle.follow_max_rows == L.CONCURRENT["max_steps_per_window"] * 256
+    assert shuffle.follow_new_positions == S.CONCURRENT["min_steps_per_window"] * 256 // 4
+    assert shuffle.follow_max_rows == S.CONCURRENT["max_steps_per_window"] * 256

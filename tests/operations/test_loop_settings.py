@@ -6,7 +6,8 @@ from selfplay.config import WorkerConfig
 
 
 def test_the_long_run_mode_resolves_its_auto_settings(tmp_path):
-    from operations.loop import DEMO_GENERATIONS, GNUGO_GAME_SECONDS, LONG_RUN, Loop, LoopConfig
+    from operations.loop import Loop
+    from operations.loop.settings import DEMO_GENERATIONS, GNUGO_GAME_SECONDS, LONG_RUN, LoopConfig
 
     root = str(tmp_path / "lake")
     demo = LoopConfig(root=root)
@@ -45,10 +46,11 @@ def test_the_long_run_mode_resolves_its_auto_settings(tmp_path):
 
 def test_the_loop_self_plays_with_its_own_search_and_flags_override_it(tmp_path):
     from operations import loop as L
+    from operations.loop.settings import LOOP_SEARCH
 
     root = str(tmp_path / "lake")
     config = L.CLI.parse(["--root", root])[0]
-    assert {name: getattr(config.worker, name) for name in L.LOOP_SEARCH} == L.LOOP_SEARCH
+    assert {name: getattr(config.worker, name) for name in LOOP_SEARCH} == LOOP_SEARCH
     assert WorkerConfig(root=root).gumbel is False          # the worker's own defaults are not the loop's
     config = L.CLI.parse(["--root", root, "--no-worker-gumbel", "--worker-visits", "64",
                           "--worker-fast-visits", "16"])[0]
@@ -56,7 +58,7 @@ def test_the_loop_self_plays_with_its_own_search_and_flags_override_it(tmp_path)
 
 
 def test_the_summary_names_the_closing_opponents_and_the_gnugo_visits():
-    from operations.loop import GenerationRecord, summary_table
+    from operations.loop.records import GenerationRecord, summary_table
 
     from format.match_record import ClosingRecord, MatchRecord
 

@@ -5,6 +5,8 @@ import dataclasses
 import pytest
 
 from format import layout
+from format.documents import ManifestError
+from format.settings_record import parse_settings_record, SettingsRecord
 from format.cli import RoleCli, nested_setting, setting, setting_problems
 from operations.roles import complete_roles, record_settings, role_argv, role_setting
 from tests.format.test_cli import Example
@@ -59,11 +61,11 @@ def test_the_settings_record_is_written_once_per_invocation(tmp_path):
     first = record_settings(storage, "loop", config, argv=["--seed", "1"], retry=RetryPolicy())
     second = record_settings(storage, "loop", config, argv=[])
     assert first != second and first.startswith(layout.settings_records_prefix("loop"))
-    record = layout.SettingsRecord.from_bytes(storage.read(first), first)
+    record = SettingsRecord.from_bytes(storage.read(first), first)
     assert record.settings["role"]["visits"] == 16 and record.argv == ("--seed", "1")
     assert record.storage_retry["max_attempts"] == RetryPolicy().max_attempts
-    with pytest.raises(layout.ManifestError, match="version"):
-        layout.parse_settings_record(b'{"version": 99}', first)
+    with pytest.raises(ManifestError, match="version"):
+        parse_settings_record(b'{"version": 99}', first)
 
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 from format import layout
+from format.window_manifest import read_window_manifest
 from format import codec
 from format import schema
 from format.run_config import RunConfig
@@ -45,7 +46,7 @@ def read_window(root: str, target_generation: int):
     from cloud.storage import open_storage
 
     storage = open_storage(root)
-    window = layout.read_window_manifest(storage, target_generation, check_shards=True)
+    window = read_window_manifest(storage, target_generation, check_shards=True)
     manifest = window.document
     table = codec.read_window_table(storage, window) if window.game_table else None
     shards = {}

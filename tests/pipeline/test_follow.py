@@ -21,6 +21,7 @@ import pytest
 
 from cloud.storage import open_storage
 from format import layout
+from format.window_manifest import read_window_manifest, WINDOW_MANIFEST_VERSION, WindowManifest
 from format.events import read_events
 from format.leases import Lease, LeaseLost, LeaseRecord, read_record
 from pipeline import follow as F
@@ -165,7 +166,7 @@ def test_an_expired_claim_of_a_killed_follower_is_taken_over(tmp_path):
     names = [e["event"] for e in read_events(events)]
     # The dead claim was still live when the second follower started (unless it started late).
     assert names.index("window_published") > names.index("started")
-    manifest = layout.read_window_manifest(storage, 1, check_shards=True)
+    manifest = read_window_manifest(storage, 1, check_shards=True)
     assert manifest.document["attempt"] != attempt
     assert "took over the expired claim" in out
     assert tmp_files(root) == []
@@ -229,7 +230,7 @@ def test_sigterm_while_waiting_exits_zero_with_a_stopped_event(tmp_path):
 # ---------------------------------------------------------------------------
 
 def _bad_manifest(kind: str) -> tuple[bytes, str]:
-    good = {"version": layout.WINDOW_MANIFEST_VERSION, "target_generation": 1, "board_size": 9,
+    good = {"version": WINDOW_MANIFEST_VERSION, "target_generation": 1, "board_size": 9,
             "shards": ["a-00000-of-00001.tfrecord.gz"], "positions": 10, "record_version": 4,
             "game_table": "a-games.table.gz"}
     if kind == "json":
@@ -382,7 +383,7 @@ def test_a_follower_keeps_one_window_manifest_however_many_windows_it_reads(tmp_
     hold the newest one only, not one per window it has read."""
     def manifests_alive() -> int:
         gc.collect()
-        return sum(isinstance(o, layout.WindowManifest) for o in gc.get_objects())
+        return sum(isinstance(o, WindowManifest) for o in gc.get_objects())
 
     storage = open_storage(str(tmp_path))
     write_run_config(storage, board_size=9)

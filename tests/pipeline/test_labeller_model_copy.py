@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from cloud.local import LocalStorage
-from format import layout
+from format.window_manifest import read_window_manifest
 from tests.arena.test_sigterm import publish_fake_model, stub_environment
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,5 +62,5 @@ def test_a_shuffle_that_labels_with_a_model_leaves_no_copy_of_it(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert "play-out labels: model generation 1" in done.stdout        # the workers did load the model
-    assert layout.read_window_manifest(LocalStorage(str(lake)), 2).positions > 0
+    assert read_window_manifest(LocalStorage(str(lake)), 2).positions > 0
     assert os.listdir(tmpdir) == []

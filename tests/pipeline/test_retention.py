@@ -20,6 +20,7 @@ import pytest
 from cloud.base import NotFound, ObjectInfo, StorageError
 from cloud.storage import open_storage
 from format import layout
+from format.window_manifest import read_window_manifest
 from format.registry import advance_latest
 from model.windows import plan_next, scan_windows
 from pipeline.config import ShuffleConfig, window_argv
@@ -166,7 +167,7 @@ def test_a_reader_never_trusts_a_half_deleted_window(lake):
     def reader():
         # What the shuffle job and the trainer do: read the manifest with every shard checked.
         try:
-            layout.read_window_manifest(lake, 1, check_shards=True)
+            read_window_manifest(lake, 1, check_shards=True)
             seen.append("whole")
         except NotFound:
             seen.append("gone")              # no manifest: ignored as incomplete
@@ -224,7 +225,7 @@ def test_retention_runs_after_the_job_writes_a_window(tmp_path, capsys):
     assert "retention: deleted finished windows 000001" in out
     assert "open (newer than LATEST 2, never deleted): 000003" in out
     assert sorted(present(lake)) == [2, 3]
-    assert layout.read_window_manifest(lake, 3, check_shards=True).positions > 0
+    assert read_window_manifest(lake, 3, check_shards=True).positions > 0
 
 
 def test_a_follower_passes_k_to_the_job_it_starts():

@@ -11,6 +11,7 @@ import json
 import numpy as np
 
 from format import layout
+from format.window_manifest import read_window_manifest
 from format import codec
 from format import schema
 from format.run_config import RunConfig
@@ -39,7 +40,7 @@ def test_job_runs_on_a_gs_root(gcs_emulator):
     assert manifest["input"]["positions_read"] == positions
     assert [s["chunk"] for s in manifest["chunks_skipped"]] == [broken]
     records = 0
-    table = codec.read_window_table(storage, layout.read_window_manifest(storage, 1, check_shards=True))
+    table = codec.read_window_table(storage, read_window_manifest(storage, 1, check_shards=True))
     for name in manifest["shards"]:
         shard = codec.read_shard(storage.read(f"{window}/{name}"), name, table=table)
         assert len(shard) == manifest["shard_positions"][name]

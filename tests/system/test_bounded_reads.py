@@ -27,6 +27,9 @@ import zstandard
 
 from cloud.storage import open_storage
 from format import codec, layout
+from format.documents import ManifestError, MAX_DOCUMENT_BYTES, MAX_POINTER_BYTES
+from format.model_manifest import ModelFile, ModelManifest
+from format.window_manifest import read_window_manifest
 from format.tfrecord import (MAX_EXPANSION, RecordError, TooLarge, check_gzip_frames, compress_gzip, compress_zstd,
                              decompress_gzip, decompress_zstd, decompressed_limit, frame_header, frame_records,
                              iter_framed_records)
@@ -119,7 +122,7 @@ def test_shuffle_job_skips_a_bomb_chunk_and_builds_the_window(lake):
     assert "Traceback" not in run.stderr and "MemoryError" not in run.stderr
     assert "skipped 1 chunks" in run.stdout, run.stdout[-2000:]
     assert "expands past" in run.stdout + run.stderr
-    manifest = layout.read_window_manifest(lake["storage"], 1)
+    manifest = read_window_manifest(lake["storage"], 1)
     assert manifest.positions > 0
 
 
@@ -138,17 +141,18 @@ def test_window_readers_refuse_a_bomb_shard_or_table(lake, tmp_path, kind):
     root = str(tmp_path / "lake")
     shutil.copytree(lake["root"], root)
     storage = open_storage(root)
-    window = layout.read_window_manifest(storage, 1)
+    window = read_window_manifest(storage, 1)
     target = window.shards[0] if kind == "shard" else window.game_table
     os.remove(storage.url(target))
     storage.write_new(target, gzip_bomb())
     # The trainer reads a window's table and its first shard through these two.
     script = ("import sys\n"
               "from cloud.storage import open_storage\n"
-              "from format import codec, layout\n"
+              "from format import codec\n"
               "from format.game_table import read_window_table\n"
+              "from format.window_manifest import read_window_manifest\n"
               "storage = open_storage(sys.argv[1])\n"
-              "window = layout.read_window_manifest(storage, 1)\n"
+              "window = read_window_manifest(storage, 1)\n"
               "try:\n"
               "    table = read_window_table(storage, window)\n"
               "    codec.read_shard(storage.read(window.shards[0]), storage.url(window.shards[0]), table=table)\n"
@@ -162,23 +166,23 @@ def test_window_readers_refuse_a_bomb_shard_or_table(lake, tmp_path, kind):
 
 def test_oversized_documents_are_named_damage(tmp_path):
     """A document past its format bound is refused by its one reader, naming it,
-    before it is read whole (the bounds: format.layout.MAX_*_BYTES)."""
+    before it is read whole (the bounds: format.documents.MAX_*_BYTES)."""
     from format import registry
     from format.leases import LeaseDamaged, read_record
     from format.run_config import RunConfigMismatch, read_run_config
 
     storage = open_storage(str(tmp_path / "lake"))
-    padding = b" " * (layout.MAX_POINTER_BYTES + 1)
+    padding = b" " * (MAX_POINTER_BYTES + 1)
     storage.write_new(layout.RUN_CONFIG, b"{}" + padding)
     storage.write_new(layout.LATEST, b"1\n" + padding)
     storage.write_new(layout.TRAINER_LEASE, b"{}" + padding)
-    storage.write_new(layout.window_manifest(1), b"{}" + b" " * (layout.MAX_DOCUMENT_BYTES + 1))
-    storage.write_new(registry.manifest_path(1), b"{}" + b" " * (layout.MAX_DOCUMENT_BYTES + 1))
+    storage.write_new(layout.window_manifest(1), b"{}" + b" " * (MAX_DOCUMENT_BYTES + 1))
+    storage.write_new(registry.manifest_path(1), b"{}" + b" " * (MAX_DOCUMENT_BYTES + 1))
     cases = [(RunConfigMismatch, lambda: read_run_config(storage), layout.RUN_CONFIG),
              (registry.RegistryError, lambda: registry.latest_generation(storage), layout.LATEST),
              (registry.RegistryError, lambda: registry.advance_latest(storage, 2), layout.LATEST),
              (LeaseDamaged, lambda: read_record(storage, layout.TRAINER_LEASE), layout.TRAINER_LEASE),
-             (layout.ManifestError, lambda: layout.read_window_manifest(storage, 1), layout.window_manifest(1)),
+             (ManifestError, lambda: read_window_manifest(storage, 1), layout.window_manifest(1)),
              (registry.ModelIntegrityError, lambda: registry.read_manifest(storage, 1), registry.manifest_path(1))]
     for error, read, path in cases:
         with pytest.raises(error, match="is larger than") as err:
@@ -190,7 +194,7 @@ def test_oversized_documents_are_named_damage(tmp_path):
 def test_a_shards_framing_is_checked_in_bounded_memory(lake):
     """format.tfrecord.check_gzip_frames, what the trainer runs on each shard before tf.data reads it."""
     storage = lake["storage"]
-    shard = layout.read_window_manifest(storage, 1).shards[0]
+    shard = read_window_manifest(storage, 1).shards[0]
     data = storage.read(shard)
     assert check_gzip_frames(data, "real.gz") == len(list(iter_framed_records(decompress_gzip(data, "real.gz"),
                                                                               "real.gz")))
@@ -212,7 +216,7 @@ def test_the_trainer_refuses_a_shard_whose_length_field_lies_before_tf_data_read
     root = str(tmp_path / "lake")
     shutil.copytree(lake["root"], root)
     storage = open_storage(root)
-    shard = layout.read_window_manifest(storage, 1).shards[0]
+    shard = read_window_manifest(storage, 1).shards[0]
     os.remove(storage.url(shard))
     storage.write_new(shard, lying_frame_bomb())
     events = str(tmp_path / "train.jsonl")
@@ -251,8 +255,8 @@ def test_a_model_file_larger_than_its_manifest_says_is_refused_in_bounded_memory
     assert run.stdout.strip() == (f"{storage.url(layout.model_file(1, 'variables/data'))} is larger than the 70 "
                                   "bytes its manifest says (file corrupted or replaced); refusing to load")
 
-    files = dict(manifest.files, **{"variables/data": layout.ModelFile("0" * 64, registry.MAX_MODEL_FILE_BYTES + 1)})
-    storage.write_new(registry.manifest_path(2), layout.ModelManifest(2, files, manifest.metadata).to_bytes())
+    files = dict(manifest.files, **{"variables/data": ModelFile("0" * 64, registry.MAX_MODEL_FILE_BYTES + 1)})
+    storage.write_new(registry.manifest_path(2), ModelManifest(2, files, manifest.metadata).to_bytes())
     with pytest.raises(registry.ModelIntegrityError, match=r"field 'files.variables/data.size' is 2,147,483,649, "
                                                            "more than the 2,147,483,648 bytes") as err:
         model_files.fetch_model_files(storage, 2, str(tmp_path / "cache"))

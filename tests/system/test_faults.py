@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from cloud.storage import open_storage
 from format import layout
+from format.window_manifest import read_window_manifest
 from format.registry import publish_model
 from model.staging import STATE_FILE
 from testdata import synthetic_windows as synthetic
@@ -107,7 +108,7 @@ def first_chunk(storage) -> str:
 
 
 def only_shard(storage) -> str:
-    [shard] = layout.read_window_manifest(storage, TRAIN_WINDOW).shards
+    [shard] = read_window_manifest(storage, TRAIN_WINDOW).shards
     return shard
 
 
@@ -351,7 +352,7 @@ def test_a_tampered_object_is_named_never_a_traceback(fault, lake, tmp_path, cap
         assert fault.also in output, output
     if fault.outcome == "skip":
         # Counted and named in the window's manifest, not only in a log line.
-        document = layout.read_window_manifest(storage, TRAIN_WINDOW + 1).document
+        document = read_window_manifest(storage, TRAIN_WINDOW + 1).document
         assert damaged in json.dumps(document["chunks_skipped"]), document["chunks_skipped"]
     if fault.outcome == "wait":
         # The worker said what it rejected, and played nothing without its model.
@@ -685,5 +686,5 @@ def test_chunks_under_a_linked_folder_are_the_shuffle_jobs_too(lake, tmp_path, c
     os.symlink(tmp_path / "disk2", folder)
     assert storage.list(layout.games_prefix()) == chunks
     assert shuffle_once(lake, tmp_path) == 0, "".join(capsys.readouterr())
-    document = layout.read_window_manifest(storage, TRAIN_WINDOW + 1).document
+    document = read_window_manifest(storage, TRAIN_WINDOW + 1).document
     assert document["input"]["chunks_read"] == len(chunks) == 2

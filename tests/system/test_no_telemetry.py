@@ -22,6 +22,7 @@ import pytest
 
 from cloud.local import LocalStorage
 from format import layout
+from format.window_manifest import read_window_manifest
 from tests.network_guard import missing_tools, run_offline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,7 +85,7 @@ def test_no_role_connects_anywhere_on_a_local_lake(guarded, tmp_path):
         assert result.returncode == 0, f"{role}: {result.stdout[-2000:]}{result.stderr[-3000:]}"
         assert [a for a in attempts if not a.loopback] == [], f"{role} tried to connect: {attempts}"
     storage = LocalStorage(str(lake))
-    assert layout.read_window_manifest(storage, 2).positions > 0        # the shuffle did label and write
+    assert read_window_manifest(storage, 2).positions > 0        # the shuffle did label and write
     assert storage.exists(layout.model_file(2, layout.CPU_INT8_XML))    # the trainer did quantize
     assert "= " in runs["gtp"][0].stdout                                 # the engine did answer genmove
     assert not (guarded.home / "intel").exists()                        # no telemetry client id either

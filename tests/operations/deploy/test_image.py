@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from operations.deploy import plan as P
+from operations.deploy import steps as S
 from tests.operations.deploy.support import BASE, RELEASE, REPO, VM, creates, plan_text
 
 REPO_IMAGE = "us-central1-docker.pkg.dev/zl-test-project/zerolake-images/zerolake-"
@@ -45,14 +45,14 @@ def test_every_vm_names_the_release_image_by_digest_and_starts_no_install(name, 
     for words in vms:
         kind = "gpu" if "zerolake-accelerator=gpu" in _metadata(words) else "cpu"
         entries = _metadata(words).split(",")
-        assert f"{P.IMAGE_METADATA}={REPO_IMAGE}{kind}@${{zerolake_vm_image_{kind}}}" in entries, words[:4]
-        assert f"--metadata-from-file=startup-script={P.IMAGE_STARTUP_SCRIPT}" in words, words[:4]
+        assert f"{S.IMAGE_METADATA}={REPO_IMAGE}{kind}@${{zerolake_vm_image_{kind}}}" in entries, words[:4]
+        assert f"--metadata-from-file=startup-script={S.IMAGE_STARTUP_SCRIPT}" in words, words[:4]
         # The digest is read (and a missing image stops the plan) before the VM or template is made.
         made = f"instances create {words[3]}" if words[1] == "instances" else "instance-templates create"
         assert script.index(f"zerolake_vm_image_{kind}=$(") < script.index(made)
     for words in creates(script, ("compute", "tpus", "queued-resources", "create")):
-        assert f"--metadata-from-file=startup-script={P.STARTUP_SCRIPT}" in words     # TPU: pip at boot
-        assert P.IMAGE_METADATA not in " ".join(words)
+        assert f"--metadata-from-file=startup-script={S.STARTUP_SCRIPT}" in words     # TPU: pip at boot
+        assert S.IMAGE_METADATA not in " ".join(words)
     # One build per accelerator the plan's VMs use, of the release object (checked against its sha256).
     assert kinds == sorted({"gpu" if "zerolake-accelerator=gpu" in _metadata(w) else "cpu" for w in vms})
     for kind in ("cpu", "gpu"):
@@ -65,7 +65,7 @@ def test_every_vm_names_the_release_image_by_digest_and_starts_no_install(name, 
 
 def test_the_generated_start_up_path_of_cpu_and_gpu_vms_installs_nothing():
     """startup-image.sh is every Compute Engine VM's start-up script: no pip, no install.sh, no apt."""
-    code = [line for line in P.IMAGE_STARTUP_SCRIPT.read_text().splitlines() if not line.lstrip().startswith("#")]
+    code = [line for line in S.IMAGE_STARTUP_SCRIPT.read_text().splitlines() if not line.lstrip().startswith("#")]
     for word in ("pip", "install.sh", "apt-get", "venv"):
         assert not [line for line in code if re.search(rf"\b{re.escape(word)}\b", line)], word
 
@@ -159,8 +159,8 @@ def test_startup_image_refuses_an_image_not_pinned_by_digest_in_artifact_registr
 
 
 def test_startup_image_is_valid_bash_and_in_the_sdist():
-    assert os.access(P.IMAGE_STARTUP_SCRIPT, os.X_OK)
-    assert subprocess.run(["bash", "-n", str(P.IMAGE_STARTUP_SCRIPT)]).returncode == 0
+    assert os.access(S.IMAGE_STARTUP_SCRIPT, os.X_OK)
+    assert subprocess.run(["bash", "-n", str(S.IMAGE_STARTUP_SCRIPT)]).returncode == 0
 
 
 # ---- scripts/check_image.sh --entries: each role's entry as the image runs it ------------------

@@ -31,8 +31,9 @@ import sys
 
 import pytest
 
-from operations.deploy import plan as P
+from operations.deploy import steps as S
 from operations.deploy.config import DeployConfig
+from operations.deploy.workers import worker_template_prefix
 from tests.operations.deploy.support import (BASE, RELEASE, REPO, check_invocation, gcloud_invocations, metadata_of,
                                              needs_gcloud, plan_text, run_deploy, stand_in_gcloud)
 from tests.operations.deploy.support import gcloud_help  # noqa: F401  (a fixture, used by parameter name)
@@ -117,18 +118,18 @@ def test_the_acceptance_plan_holds_every_part(capsys):
     metadata = next(w for w in words if w.startswith("--metadata="))
     assert "zerolake-accelerator=gpu" in metadata and "install-nvidia-driver=True" in metadata
     # The VMs run the release's image by digest (operations/vm/startup-image.sh); nothing is installed at boot.
-    assert f"--metadata-from-file=startup-script={P.IMAGE_STARTUP_SCRIPT}" in words
-    assert (f"{P.IMAGE_METADATA}=us-central1-docker.pkg.dev/zl-test-project/zerolake-images/zerolake-gpu"
+    assert f"--metadata-from-file=startup-script={S.IMAGE_STARTUP_SCRIPT}" in words
+    assert (f"{S.IMAGE_METADATA}=us-central1-docker.pkg.dev/zl-test-project/zerolake-images/zerolake-gpu"
             "@${zerolake_vm_image_gpu}") in metadata
     # The release travels in the template's metadata, so the group's VMs run it and check its sha256.
     assert {"zerolake-package=gs://zl-test-bucket/zerolake-deploy/zerolake/releases/${zerolake_release}.tar.gz",
-            f"{P.RELEASE_METADATA}=${{zerolake_release}}"} <= set(metadata.removeprefix("--metadata=").split(","))
-    assert f"--create-disk=device-name={P.SPOOL_DEVICE},size={P.SPOOL_DISK_GB}GB,type=pd-balanced" in words
+            f"{S.RELEASE_METADATA}=${{zerolake_release}}"} <= set(metadata.removeprefix("--metadata=").split(","))
+    assert f"--create-disk=device-name={S.SPOOL_DEVICE},size={S.SPOOL_DISK_GB}GB,type=pd-balanced" in words
     [group] = _creates(script, ("compute", "instance-groups", "managed", "create"))
     assert group[4] == "zerolake-workers" and {
         "--size=8", "--region=us-central1", "--zones=us-central1-a", "--template=$zerolake_template",
         "--target-distribution-shape=any", "--instance-redistribution-type=none",
-        f"--stateful-disk=device-name={P.SPOOL_DEVICE},auto-delete=on-permanent-instance-deletion"} <= set(group)
+        f"--stateful-disk=device-name={S.SPOOL_DEVICE},auto-delete=on-permanent-instance-deletion"} <= set(group)
     [tpu] = _creates(script, ("compute", "tpus", "queued-resources", "create"))
     assert "--accelerator-type=v5litepod-8" in tpu and "zerolake-accelerator=tpu" in " ".join(tpu)
     assert "--runtime-version=tpu-vm-tf-2.16.1-pjrt" in tpu and "--node-id=zerolake-trainer" in tpu
@@ -182,7 +183,7 @@ def test_dataflow_shuffle_gets_its_apis_roles_image_and_beam_flags(capsys):
     builds = _creates(script, ("builds", "submit"))       # Dataflow's image, and the follower's and trainer's
     assert len(builds) == 3 and all("--region=us-central1" in build and any(w.startswith("--config=") for w in build)
                                     for build in builds)
-    assert f"cp {P.DATAFLOW_DOCKERFILE} " in script and f"{image}:release-$zerolake_release" in script
+    assert f"cp {S.DATAFLOW_DOCKERFILE} " in script and f"{image}:release-$zerolake_release" in script
     assert not _creates(script, ("artifacts", "docker", "tags"))            # no moving tag: jobs name the digest
     [digest] = [w for w in _creates(script, ("artifacts", "docker", "images", "describe"))
                 if "--format=value(image_summary.digest)" in w and "dataflow-worker" in w[4]]
@@ -199,7 +200,7 @@ def test_dataflow_shuffle_gets_its_apis_roles_image_and_beam_flags(capsys):
     assert {role for member, role in project if member == f"serviceAccount:{account('shuffle')}"} >= {
         "roles/dataflow.developer", "roles/compute.viewer", "roles/dataflow.worker"}
     assert not any("dataflow.admin" in role for _, role in project)
-    assert {role for member, role in project if member == f"serviceAccount:{account('worker')}"} == set(P.LOG_ROLES)
+    assert {role for member, role in project if member == f"serviceAccount:{account('worker')}"} == set(S.LOG_ROLES)
     assert ("iam service-accounts", account("shuffle"), f"serviceAccount:{account('shuffle')}",
             "roles/iam.serviceAccountUser") in grants
     worker = template_of(script)
@@ -226,23 +227,23 @@ def test_each_role_runs_as_its_own_account_with_only_its_grants(capsys):
     by_member: dict = {}
     for kind, resource, who, role in iam_grants(script):
         by_member.setdefault(who.removeprefix("serviceAccount:"), set()).add((kind, role))
-    bucket = {("storage buckets", role) for role in P.BUCKET_ROLES}
-    logs = {("projects", role) for role in P.LOG_ROLES}
+    bucket = {("storage buckets", role) for role in S.BUCKET_ROLES}
+    logs = {("projects", role) for role in S.LOG_ROLES}
     image = {("artifacts repositories", "roles/artifactregistry.reader")}     # the release's image, by digest
     assert by_member[account("worker")] == bucket | logs | image
     assert by_member[account("trainer")] == bucket | logs            # the TPU trainer pulls no image (pip)
     # The follower: its Dataflow jobs, and nothing more (no keeper: the worker group restarts preempted workers,
     # so no role can list, start or change VMs, and no custom role is made).
-    assert by_member[account("shuffle")] - bucket - logs == {("projects", role) for role in P.DATAFLOW_PROJECT_ROLES} | {
+    assert by_member[account("shuffle")] - bucket - logs == {("projects", role) for role in S.DATAFLOW_PROJECT_ROLES} | {
         ("iam service-accounts", "roles/iam.serviceAccountUser"),
         ("artifacts repositories", "roles/artifactregistry.reader")}
     assert "iam roles create" not in script and "keeper" not in script
     # Every grant is retried: an account just created takes a while to be seen by IAM.
     grant_lines = [line for line in script.splitlines() if "add-iam-policy-binding" in line]
-    assert grant_lines and all(line.lstrip().startswith(f"retry {P.GRANT_TRIES} gcloud") for line in grant_lines)
+    assert grant_lines and all(line.lstrip().startswith(f"retry {S.GRANT_TRIES} gcloud") for line in grant_lines)
     # ... and each new account is waited for before its first grant.
     for role in ("worker", "shuffle", "trainer"):
-        wait = script.index(f"retry {P.GRANT_TRIES} gcloud iam service-accounts describe {account(role)}")
+        wait = script.index(f"retry {S.GRANT_TRIES} gcloud iam service-accounts describe {account(role)}")
         assert script.index(f"service-accounts create zerolake-{role}") < wait < script.index(
             f"--member=serviceAccount:{account(role)}")
 
@@ -349,7 +350,7 @@ def test_the_template_is_named_by_its_settings_and_release(capsys):
         script = plan_text(["plan", "--only", "workers", "--workers", "2", "--release", RELEASE, *argv] + BASE, capsys)
         return next(line for line in script.splitlines() if line.startswith("zerolake_template="))
     assert name() == name() and name() != name("--worker-args", "--visits 64") != name("--worker-machine", "c2d-standard-8")
-    assert name().endswith("-${zerolake_release:0:12}") and len(P.worker_template_prefix(P.DeployConfig(
+    assert name().endswith("-${zerolake_release:0:12}") and len(worker_template_prefix(DeployConfig(
         project="zl-test-project", root="gs://zl-test-bucket/run1", name="a" * 21)) + "0" * 21) <= 63
 
 
@@ -371,7 +372,7 @@ def test_the_follower_parses_the_plans_shuffle_flags_and_chooses_per_window(caps
     import shlex
 
     from operations.deploy.config import DeployConfig
-    from operations.deploy.plan import shuffle_runner_args
+    from operations.deploy.vms import shuffle_runner_args
     from pipeline import follow as F
     from pipeline.shuffle import build_parser
 
@@ -523,10 +524,10 @@ def test_apply_runs_the_plan_through_gcloud(tmp_path, capsys, monkeypatch):
 
 
 def test_the_plan_points_at_files_that_exist():
-    assert P.STARTUP_SCRIPT.exists() and (REPO / "Dockerfile").exists() and P.DATAFLOW_DOCKERFILE.exists()
+    assert S.STARTUP_SCRIPT.exists() and (REPO / "Dockerfile").exists() and S.DATAFLOW_DOCKERFILE.exists()
     assert "operations/vm/install.sh" in (REPO / "Dockerfile").read_text()
-    assert "operations/vm/install.sh" in P.STARTUP_SCRIPT.read_text()
-    assert "operations/vm/install.sh --system" in P.DATAFLOW_DOCKERFILE.read_text()
+    assert "operations/vm/install.sh" in S.STARTUP_SCRIPT.read_text()
+    assert "operations/vm/install.sh --system" in S.DATAFLOW_DOCKERFILE.read_text()
     json.dumps(dataclasses.asdict(DeployConfig(project="zl-test-project", root="gs://zl-test-bucket/r")))
     assert sys.executable
 

@@ -23,7 +23,7 @@ import tarfile
 import pytest
 
 from format import layout
-from operations.deploy import plan as P
+from operations.deploy import steps as S
 from operations.deploy import release as R
 from tests.operations.deploy.support import (BASE, RELEASE, VM, VM_IMAGE_DIGEST, account, check_invocation, creates,
                                              gcloud_invocations, iam_grants, metadata_of, needs_gcloud, plan_text,
@@ -145,7 +145,7 @@ def test_the_release_is_uploaded_create_only_under_its_sha256_and_the_vms_are_to
                          "gs://zl-test-bucket/zerolake-deploy/zerolake/release"       # the deployment's release
     [create] = [c for c in calls if c.startswith("compute instances create zerolake-trainer")]
     metadata = dict(e.split("=", 1) for e in re.search(r"--metadata=(\S+)", create).group(1).split(","))
-    assert metadata[P.RELEASE_METADATA] == sha256 and metadata["zerolake-package"] == url
+    assert metadata[S.RELEASE_METADATA] == sha256 and metadata["zerolake-package"] == url
 
 
 def test_a_plan_of_another_release_than_the_deployment_runs_is_refused_in_one_line(tmp_path, capsys):
@@ -180,15 +180,15 @@ def test_no_role_account_can_write_a_release_and_every_role_can_read_them(scenar
             conditions.setdefault(flags["--member"], []).append((flags["--role"], expression and expression.group(1)))
     for role in ("worker", "shuffle", "trainer"):
         grants = conditions[f"serviceAccount:{account(role)}"]
-        writes = [c for r, c in grants if r == P.LAKE_WRITER_ROLE]
+        writes = [c for r, c in grants if r == S.LAKE_WRITER_ROLE]
         assert writes and all(c for c in writes)                     # never unconditional
         assert not any(_may(c, name) for c in writes for name in (release, pointer, other)), role
         assert all(_may(c, chunk) for c in writes)
-        reads = [c for r, c in grants if r == P.RELEASE_READER_ROLE]
+        reads = [c for r, c in grants if r == S.RELEASE_READER_ROLE]
         assert reads and all(_may(c, release) and not _may(c, pointer) and not _may(c, chunk) for c in reads)
-        assert {r for r, _ in grants} == set(P.BUCKET_ROLES)
+        assert {r for r, _ in grants} == set(S.BUCKET_ROLES)
     # The follower's Dataflow jobs run as it and stage their files in the deploy area, outside the releases.
-    follower = [c for r, c in conditions[f"serviceAccount:{account('shuffle')}"] if r == P.LAKE_WRITER_ROLE]
+    follower = [c for r, c in conditions[f"serviceAccount:{account('shuffle')}"] if r == S.LAKE_WRITER_ROLE]
     uses_dataflow = "--shuffle-runner" not in scenario
     assert _may(follower[0], objects + "zerolake-deploy/zerolake/dataflow-tmp/x") == uses_dataflow
     # An earlier plan's unconditional grant is removed.
@@ -266,8 +266,8 @@ exit 0
             text = " ".join(call)
             assert f"zerolake-release-sha256={release}" in text and f"releases/{release}.tar.gz" in text
             # The updated VMs pull the release's image by the digest the plan read, and install nothing.
-            assert f"startup-script={P.IMAGE_STARTUP_SCRIPT}" in text
-            assert f"{P.IMAGE_METADATA}=us-central1-docker.pkg.dev/zl-test-project/zerolake-images/zerolake-" in text
+            assert f"startup-script={S.IMAGE_STARTUP_SCRIPT}" in text
+            assert f"{S.IMAGE_METADATA}=us-central1-docker.pkg.dev/zl-test-project/zerolake-images/zerolake-" in text
             assert f"@{VM_IMAGE_DIGEST}" in text
     follower = " ".join(next(c for c in calls if c[2:4] == ["add-metadata", "zerolake-shuffle"]))
     assert "--sdk_container_image=us-central1-docker.pkg.dev/zl-test-project/zerolake-images/dataflow-worker" \
@@ -280,7 +280,7 @@ exit 0
 def test_a_tpu_trainer_is_updated_in_place(capsys):
     script = plan_text(UPDATES["tpu-dataflow"] + BASE, capsys)
     [update] = creates(script, ("compute", "tpus", "tpu-vm", "update"))
-    assert any(w.startswith("--update-metadata=") and P.RELEASE_METADATA in w for w in update)
+    assert any(w.startswith("--update-metadata=") and S.RELEASE_METADATA in w for w in update)
     order = [script.index(m) for m in ("tpu-vm update", "tpu-vm stop", "tpu-vm start", "instance-templates create",
                                        "rolling-action start-update")]
     assert order == sorted(order)

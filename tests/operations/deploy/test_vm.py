@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from operations.deploy import plan as P
+from operations.deploy import steps as S
 from tests.operations.deploy.support import REPO, VM, run_role
 
 
@@ -157,7 +157,7 @@ def test_the_tpu_flavour_pins_exact_versions():
 
 
 def test_the_dataflow_image_is_beams_own_for_the_pinned_beam_and_python():
-    text = P.DATAFLOW_DOCKERFILE.read_text()
+    text = S.DATAFLOW_DOCKERFILE.read_text()
     python = re.search(r"^FROM apache/beam_python(3\.[0-9]+)_sdk:\$\{BEAM_VERSION\}$", text, re.M)
     assert python, "operations/dataflow/Dockerfile does not start from Beam's own Python SDK image"
     beam = _pins_for(python.group(1)).get("apache-beam")

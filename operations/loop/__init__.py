@@ -1,0 +1,134 @@
+"""``python -m operations.loop``: the whole system in cycles on one machine, against one lake root.
+
+Self-play, the shuffle job and the trainer run as child processes, either in turns (a process each per
+generation: operations.loop.turns) or at once (operations.loop.concurrent); every run ends with the
+same closing matches and summary (operations.loop.run, operations.loop.records).  LoopConfig and the
+schedules' defaults are in operations.loop.settings.
+
+This module is the entry: flags -> LoopConfig (format.cli's RoleCli) -> a check of the tools the run
+needs -> the loop's lease on the root (one loop per root: layout.LOOP_LEASE) -> the run's settings
+record (``loop/settings/<run id>.json``, one per invocation) -> `Loop.run`.  Exit status: 0 done,
+130 interrupted (rerun the same command to resume), 1 a phase failed, 2 a bad flag, a missing tool or
+a root another loop drives, 3 the lease was lost.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+
+from format import layout
+from format.cli import RoleCli
+from format.leases import DAMAGED_EXPIRED, Lease, LeaseLost, Takeover, describe_time
+from operations.loop.concurrent import ConcurrentSchedule
+from operations.loop.run import Interrupted, PhaseFailed
+from operations.loop.settings import LoopConfig
+from operations.loop.turns import TurnsSchedule
+from operations.roles import open_launch
+from processes.children import say, stop_on_sigint_and_sigterm
+
+CLI = RoleCli(
+    LoopConfig, prog="python -m operations.loop",
+    description="Run self-play, the shuffle job and the trainer in cycles on one machine against one lake "
+                "root, evaluate each new model, and print a summary. Rerun the same command to resume.")
+
+
+class Loop(TurnsSchedule, ConcurrentSchedule):
+    """The loop of one invocation; ``--schedule`` chooses which of its schedules runs."""
+
+    def run(self) -> int:
+        if self.config.concurrent:
+            return self.run_concurrent()
+        return self.run_turns()
+
+
+LOOP_LEASE_SECONDS = 60.0
+"""Lifetime of the loop's lease on its root (renewed every quarter of it by a thread)."""
+
+
+def hold_root(config: LoopConfig, retry):
+    """This loop's lease on its root (renewing), or the one line that refuses a second loop.
+
+    Two loops on one root played the same seeds into it and then died on a
+    create-only write; one loop per root, as one trainer per root.
+    """
+    from cloud.storage import StorageError, open_storage
+
+    try:
+        lease = Lease(open_storage(config.root, retry=retry), layout.LOOP_LEASE, LOOP_LEASE_SECONDS,
+                      takeover=Takeover(damaged=DAMAGED_EXPIRED, dead_local_holder=True), name="loop lease",
+                      lost_note="; stopping (another operations.loop took this root)")
+        holder = lease.try_acquire()
+    except (StorageError, ValueError) as exc:
+        return f"cannot open {config.root}: {exc}"
+    if holder is not None:
+        return (f"another operations.loop ({holder.holder}) drives {config.root} ({lease.url}); it expires "
+                f"{describe_time(holder.expires, time.time())} unless renewed. One loop per root: stop that "
+                "one, or give this one another --root")
+    lease.start_renewing()
+    return lease
+
+
+def missing_tools(config: LoopConfig) -> str:
+    """What this run will need but the machine lacks, in one line ('' = nothing): checked at
+    start-up, so a long run never finds out after hours of training."""
+    if config.gnugo_games:
+        from arena.gtp_client import GnuGoNotFound, find_gnugo
+
+        try:
+            find_gnugo()
+        except GnuGoNotFound as exc:
+            return (f"this run ends with {config.gnugo_games} games against GNU Go level 1, and {exc} "
+                    "(scripts/run.sh installs it for such runs; or scripts/setup.sh --gnugo)")
+    return ""
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    config, retry = CLI.parse(argv)
+    missing = missing_tools(config)
+    if missing:
+        print(f"operations.loop: error: {missing}", file=sys.stderr)
+        return 2
+    lease = hold_root(config, retry)
+    if isinstance(lease, str):
+        print(f"operations.loop: error: {lease}", file=sys.stderr)
+        return 2
+    storage, record = open_launch(CLI.prog, "loop", config, retry=retry, argv=argv)
+    # Ctrl-C and SIGTERM (e.g. a preempted VM) both stop the phase in flight cleanly.
+    stop_on_sigint_and_sigterm()
+    loop = Loop(config, storage, retry)
+    loop.lease = lease
+    limit = config.generation_limit
+    say(f"zerolake loop on {storage.url()}: {config.board_size}x{config.board_size}, "
+        f"{'as many generations as fit' if limit is None else f'{limit} generations'} within "
+        f"{config.budget_text()}, the roles {'at once' if config.concurrent else 'in turns'}; "
+        f"settings in {storage.url(record)}")
+    reason = "error"
+    try:
+        code = loop.run()
+        reason = "done"
+        return code
+    except Interrupted as exc:
+        say(f"interrupted during {exc}; rerun the same command to resume")
+        reason = "interrupted"
+        return 130
+    except KeyboardInterrupt:
+        loop.stop_child()
+        say("interrupted; rerun the same command to resume")
+        reason = "interrupted"
+        return 130
+    except PhaseFailed as exc:
+        print(f"operations.loop: error: {exc}", file=sys.stderr)
+        return 1
+    except LeaseLost as exc:
+        loop.stop_child()
+        print(f"operations.loop: error: {exc}", file=sys.stderr)
+        reason = "lease lost"
+        return 3
+    finally:
+        lease.stop_renewing()
+        lease.release()
+        loop.events.emit("stopped", reason=reason, generation=loop.status.generation)
+        loop.events.close()
+        shutil.rmtree(loop.events_dir, ignore_errors=True)
