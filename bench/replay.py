@@ -270,7 +270,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     names = [name for name, _, _ in args.arm]
     if len(set(names)) != len(names):
         parser.error("--arm names must differ")
-    if not os.path.isfile(os.path.join(args.lake, "run.json")):
+    from format import layout
+
+    if not os.path.isfile(os.path.join(args.lake, layout.RUN_CONFIG)):
         parser.error(f"--lake {args.lake}: no run.json there (a local lake folder is needed)")
     if not args.heldout_sgf and not args.heldout_lake:
         parser.error("give --heldout-sgf or --heldout-lake (or both): the held-out positions")
