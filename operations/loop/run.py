@@ -59,6 +59,8 @@ class LoopRun:
         self.deadline = self.status.started + config.budget_seconds
         self.rows: dict[int, GenerationRecord] = {}
         self.phase_seconds = {"shuffle": 45.0, "train": 120.0, "evaluate": 40.0}
+        if config.anneal:
+            self.config = config = replace(config, train=self.annealed(config.train))
         self.child: subprocess.Popen | None = None
         # Local, per invocation: the children's --events files (one per phase run).
         self.events_dir = tempfile.mkdtemp(prefix="zerolake-loop-events-")
@@ -151,6 +153,16 @@ class LoopRun:
         stop_groups([self.child], STOP_GRACE_SECONDS[PHASE_CHILD[self.status.phase]])
 
     # --- the matches, and the closing matches that end every run ---------------
+    def annealed(self, train):
+        """``train`` with the --anneal schedule on the clock: the rate falls over the last --anneal share of
+        the time this invocation leaves for self-play and training (the budget less the closing matches)."""
+        now = time.time()
+        end = now + max(0.0, self.deadline - time.monotonic() - self.final_eval_seconds())
+        if end - now < 1.0:       # nothing left to train: no schedule to plan
+            return train
+        return replace(train, lr_schedule="anneal", lr_anneal_by="clock",
+                       lr_anneal_from=round(end - self.config.anneal * (end - now), 1), lr_anneal_to=round(end, 1))
+
     def final_eval_seconds(self) -> float:
         """Expected time of the closing matches (1.5 x final_eval_games games, and the GNU Go games).
 

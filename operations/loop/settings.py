@@ -131,6 +131,10 @@ class LoopConfig:
                                          f"{LONG_RUN['final_gnugo_games']} with --hours", at_least=-1)
     final_gnugo_visits: int = setting(0, "the model's simulations a move in those games; 0 = auto: --eval-visits, "
                                          f"or {LONG_RUN['final_gnugo_visits']} with --hours", at_least=0)
+    anneal: float = setting(0.0, "the last this share of the run's training time lowers the trainer's rate along a "
+                                 "half cosine to --train-lr-final-fraction, timed by the clock from the budget "
+                                 "(model.train --lr-schedule anneal); 0 = the rate stays at its peak",
+                            at_least=0.0, at_most=1.0)
     seed: int = setting(1, "seed of self-play (1000 x seed + generation), the shuffle (seed + generation) and "
                            "evaluation")
     events: str = events_setting(what="the loop's own (phases, stop)")
@@ -163,6 +167,9 @@ class LoopConfig:
     def __post_init__(self):
         for problem in setting_problems(self):           # shared settings, declared ranges (format.cli)
             raise ValueError(problem)
+        if self.anneal and self.train.lr_schedule not in ("constant", "anneal"):   # anneal: the loop's own plan
+            raise ValueError(f"--anneal: plans the trainer's schedule itself; drop --train-lr-schedule "
+                             f"{self.train.lr_schedule} or --anneal")
         complete_roles(self)
 
     # The 'auto' settings, resolved (the settings record keeps the flags as given).

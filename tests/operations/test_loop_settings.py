@@ -88,3 +88,30 @@ def test_the_concurrent_schedule_starts_two_workers_by_default_each_with_its_own
         assert sorted(kinds) == sorted(["worker"] * workers + ["shuffle", "train"])
         spools = {role.spec.spool_dir for role in cluster.roles if role.spec.kind == "worker"}
         assert len(spools) == workers and "" not in spools
+
+
+def test_anneal_plans_the_trainers_rate_to_fall_over_the_last_share_of_the_budget(tmp_path, capsys):
+    import time
+
+    import pytest
+
+    from operations import loop as L
+    from operations.roles import role_argv
+
+    root = str(tmp_path / "lake")
+    config = L.CLI.parse(["--root", root, "--hours", "2", "--anneal", "0.25"])[0]
+    before = time.time()
+    loop = L.Loop(config, storage=None)
+    train = loop.config.train
+    assert (train.lr_schedule, train.lr_anneal_by) == ("anneal", "clock")
+    # It ends where the closing matches begin, and starts a quarter of the training time before.
+    end = before + 7200 - loop.final_eval_seconds()
+    assert train.lr_anneal_to == pytest.approx(end, abs=5)
+    assert train.lr_anneal_to - train.lr_anneal_from == pytest.approx(0.25 * (end - before), abs=5)
+    argv = role_argv(loop.config, "train")
+    assert argv[argv.index("--lr-schedule") + 1] == "anneal" and "--lr-anneal-from" in argv
+    # Off by default; and the loop will not plan over a schedule given by hand.
+    assert L.Loop(L.CLI.parse(["--root", root, "--hours", "2"])[0], storage=None).config.train.lr_schedule == "constant"
+    with pytest.raises(SystemExit):
+        L.CLI.parse(["--root", root, "--anneal", "0.2", "--train-lr-schedule", "cosine"])
+    assert "--anneal: plans the trainer's schedule itself" in capsys.readouterr().err
