@@ -395,15 +395,18 @@ def chunk_records(data: bytes, source: str) -> Iterator[bytes]:
     return iter_framed_records(decompress_for(source, data), source)
 
 
-def iter_chunk(data: bytes, source: str) -> Iterator[GameRecord | FormatError]:
+def iter_chunk(data: bytes, source: str, keep=None) -> Iterator[GameRecord | FormatError]:
     """Yield each game of a chunk, or a FormatError in place of a bad record.
 
     Damage to the framing or compression ends the iteration with one
     FormatError (later records cannot be located); a record that frames
-    correctly but fails validation costs only itself.
+    correctly but fails validation costs only itself.  ``keep``: called once
+    per record in order; a record it refuses is neither decoded nor yielded.
     """
     try:
         for index, record in enumerate(chunk_records(data, source)):
+            if keep is not None and not keep():
+                continue
             try:
                 yield decode_game(record, f"{source}#{index}")
             except FormatError as exc:

@@ -87,6 +87,11 @@ class ShuffleConfig:
     # --- shuffle ---
     reuse: float = _field(1.5, "expected copies of each position in the shards (floor(r) + Bernoulli(frac(r)))",
                                above=0, at_most=16)
+    sample_games: float = _field(
+        0.0, "with --reuse below 1 (a window sized to what the trainer reads): decode and label only a random "
+             "share min(1, reuse x this) of the window's games and keep their positions at reuse / that share, "
+             "the same rows in expectation for a fraction of the work, each sampled game giving about 1/this "
+             "of its positions; 0 = decode every game", at_least=0, at_most=1000)
     shard_positions: int = _field(100_000, "target records per output shard; the shard count grows with the window",
                                            at_least=1)
     shard_gzip_level: int = _field(
@@ -135,6 +140,16 @@ class ShuffleConfig:
            "(0 = every window where the Beam flags say)", follow=True, at_least=0)
     storage_retry: RetryPolicy = setting(default_factory=RetryPolicy, hidden=True)
     """How hard gs:// requests retry (the --storage-* flags; the DoFns open the lake with it too)."""
+
+    @property
+    def game_share(self) -> float:
+        """The share of the window's games decoded and labelled (``--sample-games``)."""
+        return min(1.0, self.reuse * self.sample_games) if self.sample_games and self.reuse < 1 else 1.0
+
+    @property
+    def row_reuse(self) -> float:
+        """Expected shard copies of each position of a decoded game: --reuse over the games' share."""
+        return self.reuse / self.game_share
 
     def __post_init__(self):
         errors = setting_problems(self)        # shared settings, declared choices and ranges (format.cli)

@@ -149,14 +149,19 @@ class LabelBundleFn(_LakeDoFn):
         ctx, cfg = self.context, self.context.config
         started = time.monotonic()
         games, instances, stats = [], [], L.empty_stats()
+        # --sample-games: a random share of the records is decoded at all (a stream of its own, stage 6).
+        share, draw = cfg.game_share, ctx.rng(6, bundle)
+        keep = None if share >= 1 else (lambda: bool(draw.random() < share))
         stats.update(chunks_read=0, chunks_skipped=0, games_read=0, positions_read=0, value_only_rows_dropped=0,
                      after_resignation_rows_dropped=0)
         for chunk_index, ref in chunks:
             url = self.storage.url(ref.path)
             try:
-                items = list(codec.iter_chunk(self.storage.read(ref.path), url))
+                items = list(codec.iter_chunk(self.storage.read(ref.path), url, keep))
             except Exception as exc:  # unreadable object: cost only this chunk
                 items = [codec.FormatError(url, None, f"cannot read ({exc})")]
+            if not items and keep is not None:
+                continue  # every record of the chunk sampled out
             problem = chunk_problem(items, ctx.board_size, ctx.komi)
             if problem is not None:
                 stats["chunks_skipped"] += 1
@@ -204,7 +209,7 @@ class LabelBundleFn(_LakeDoFn):
                                            durable=False)
                 yield beam.pvalue.TaggedOutput(PARTS, (part, path))
         late = batch.take(np.flatnonzero(~early))
-        for shard, piece in P.split_for_shards(late, cfg.reuse, ctx.num_shards, rng).items():
+        for shard, piece in P.split_for_shards(late, cfg.row_reuse, ctx.num_shards, rng).items():
             path = f"{ctx.tmp_dir}/shards/{shard:05d}/b{bundle:06d}.npz"
             self.storage.write_replace(path, piece.to_bytes(), durable=False)
             yield beam.pvalue.TaggedOutput(PIECES, (shard, path))
@@ -338,7 +343,7 @@ class CapPartitionFn(_LakeDoFn):
             capped, cap_stats = P.cap_positions(batch, cfg.position_cap)
             stats.update(cap_stats)
             rng = ctx.rng(2, part)
-            for shard, piece in P.split_for_shards(capped, cfg.reuse, ctx.num_shards, rng).items():
+            for shard, piece in P.split_for_shards(capped, cfg.row_reuse, ctx.num_shards, rng).items():
                 path = f"{ctx.tmp_dir}/shards/{shard:05d}/c{part:05d}.npz"
                 self.storage.write_replace(path, piece.to_bytes(), durable=False)
                 yield beam.pvalue.TaggedOutput(PIECES, (shard, path))

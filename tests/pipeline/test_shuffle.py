@@ -280,3 +280,30 @@ def test_value_only_rows_zero_writes_only_rows_with_a_policy_target(tmp_path):
     with_target = sum(int(np.count_nonzero(g.full_search)) for g in games)
     assert len(records) == with_target and all(rec.policy_weight > 0 for rec in records)
     assert manifest["input"]["value_only_rows_dropped"] == sum(g.num_positions for g in games) - with_target
+
+
+def test_sample_games_decodes_a_share_of_the_games_for_the_same_rows(tmp_path):
+    # 40 games in 4 chunks at --reuse 0.25: every game decoded, or a half (0.25 x 2) with their
+    # positions kept at 0.5; the rows stay about the same, the games in the window halve.
+    rng = np.random.default_rng(8)
+    games = [synthetic_game(rng, 9, visits=20, generation=0, full_search_fraction=0.25) for _ in range(40)]
+    positions = sum(g.num_positions for g in games)
+    windows = {}
+    for sample in ("0", "2"):
+        root = str(tmp_path / sample)
+        write_run_json(root, 9)
+        for seq in range(4):
+            write_chunk(root, 0, games[10 * seq:10 * seq + 10], seq)
+        assert main(["--root", root, "--workers", "1", "--random-playouts", "4", "--reuse", "0.25",
+                     "--dedup-max-move", "0", "--sample-games", sample, "--seed", "3"]) == 0
+        manifest, shards = read_window(root, 1)
+        windows[sample] = (manifest, [rec for recs in shards.values() for rec in recs])
+    every, sampled = windows["0"], windows["2"]
+    assert len(every[0]["games"]) == 40 and 8 <= len(sampled[0]["games"]) <= 32
+    assert sampled[0]["input"]["positions_read"] < positions == every[0]["input"]["positions_read"]
+    for _, records in (every, sampled):
+        expected = 0.25 * positions
+        assert abs(len(records) - expected) < 5 * np.sqrt(expected)
+    # Each sampled game gives about twice the rows of a game when every game is decoded.
+    per_game = {k: len(w[1]) / len(w[0]["games"]) for k, w in windows.items()}
+    assert per_game["2"] > 1.4 * per_game["0"]
