@@ -91,8 +91,9 @@ def scratch_lake(lake: str, window: int, folder: str) -> str:
 
 
 def build_window(root: str, shuffle_flags: list[str], seed: int) -> list[str]:
-    """Run the shuffle job on ``root``; the shard URLs of the window it wrote."""
+    """Run the shuffle job on ``root``; the shard URLs of the window it wrote (the one after LATEST)."""
     from cloud.storage import open_storage
+    from format import registry
     from format.window_manifest import read_window_manifest
 
     done = subprocess.run([sys.executable, "-m", "pipeline.shuffle", "--root", root, "--seed", str(seed + 1),
@@ -101,7 +102,7 @@ def build_window(root: str, shuffle_flags: list[str], seed: int) -> list[str]:
         raise SystemExit(f"bench/heldout.py: the shuffle job failed ({shlex.join(shuffle_flags)}):\n"
                          + done.stderr[-3000:])
     storage = open_storage(root)
-    manifest = read_window_manifest(storage, 1, check_shards=True)
+    manifest = read_window_manifest(storage, (registry.latest_generation(storage) or 0) + 1, check_shards=True)
     return [storage.url(path) for path in manifest.shards]
 
 

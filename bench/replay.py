@@ -1,18 +1,25 @@
-"""Replay test of a training lever: arms trained alike on one frozen lake, judged by games and held-out losses.
+"""Replay test of a lever: arms trained alike on one frozen lake (or one frozen model's self-play), judged by
+games and held-out losses.
 
     python bench/replay.py --lake RUNS/two --window 40 --steps 6000 --seeds 2 --out /work/replay/anneal \\
-        --arm base= --arm anneal='--train-lr-schedule cosine --train-lr-decay-steps 6000' \\
+        --arm base= --arm anneal='--train-lr-schedule anneal --train-lr-anneal-from 4500 --train-lr-anneal-to 6000' \\
         --heldout-sgf RUNS/two/strength/gnugo-1/games
+    python bench/replay.py --generator RUNS/two@20 --selfplay-minutes 10 --steps 3000 --out /work/replay/search \\
+        --arm base= --arm deeper='--worker-gumbel-considered 4' --heldout-sgf RUNS/two/strength/gnugo-1/games
     python bench/replay.py ...        # the same command resumes: finished trainings and matches are reused
 
 A two-hour run's strength spreads about 60 Elo from run to run, mostly from self-play; a replay takes
 self-play out.  Every arm trains on the same positions with the same seeds; only the arm's flags differ.
+A *fixed-generator* replay (``--generator``) tests a self-play lever the same way: every arm's worker
+plays ``--selfplay-minutes`` with the same frozen model (the loop's worker settings plus the arm's
+``--worker-*`` flags), and a fresh network trains ``--steps`` on what each arm made.
 
-For each arm (``NAME=FLAGS``: ``--shuffle-*`` and ``--train-*`` settings, as operations.loop spells
-them) and each seed:
+For each arm (``NAME=FLAGS``: ``--shuffle-*``, ``--train-*`` and, with ``--generator``, ``--worker-*``
+settings, as operations.loop spells them) and each seed:
 
 1. ``OUT/runs/ARM-SEED`` gets the frozen lake's run.json and its chunks of generations below
-   ``--window`` (hard links where the file system allows, else copies);
+   ``--window`` (hard links where the file system allows, else copies); or, with ``--generator``, the
+   generator's run.json and model, and the games the arm's worker plays with it;
 2. the shuffle job builds one window from them with the arm's shuffle flags (labels from random
    playouts: the scratch lake has no model);
 3. ``python -m model.train`` trains a fresh network ``--steps`` steps on it with the arm's trainer
@@ -61,6 +68,23 @@ def say(text: str) -> None:
     print(f"[replay {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
+def parse_arm(text: str) -> tuple[str, list[str], list[str], list[str]]:
+    """``NAME=FLAGS`` -> (name, shuffle argv, train argv, worker flags).  Shuffle and train flags as
+    bench/heldout.py reads them (``--shuffle-X``/``--train-X`` -> ``--X``); ``--worker-X`` flags stay as
+    operations.loop spells them (the worker's settings are the loop's, changed by these)."""
+    import shlex
+
+    name, sep, flags = text.partition("=")
+    words, rest, worker = shlex.split(flags) if sep else [], [], []
+    target = rest
+    for word in words:
+        if word.startswith("--"):
+            target = worker if word.startswith("--worker-") else rest
+        target.append(word)
+    name, shuffle, train = heldout.parse_arm(f"{name}{sep}{shlex.join(rest)}")
+    return name, shuffle, train, worker
+
+
 def link_or_copy(source: str, target: str) -> None:
     os.makedirs(os.path.dirname(target), exist_ok=True)
     try:
@@ -79,6 +103,45 @@ def scratch_lake(lake: str, window: int, root: str) -> int:
     for relative in [layout.RUN_CONFIG, *paths]:
         link_or_copy(os.path.join(lake, relative), os.path.join(root, relative))
     return len(paths)
+
+
+def generator_lake(generator: str, root: str) -> int:
+    """``root`` gets the generator lake's run.json and one published model (``ROOT[@GEN]``, default
+    its LATEST) as its LATEST; that generation."""
+    from cloud.storage import open_storage
+    from format import layout, registry
+
+    lake, _, wanted = generator.partition("@")
+    storage = open_storage(lake)
+    generation = int(wanted) if wanted else registry.latest_generation(storage)
+    if generation is None or not registry.is_published(storage, generation):
+        raise SystemExit(f"bench/replay.py: --generator {generator}: no such published model")
+    link_or_copy(os.path.join(lake, layout.RUN_CONFIG), os.path.join(root, layout.RUN_CONFIG))
+    prefix = layout.model_dir(generation)
+    for info in storage.list(prefix):
+        link_or_copy(os.path.join(lake, info.path), os.path.join(root, info.path))
+    registry.advance_latest(open_storage(root), generation)
+    return generation
+
+
+def self_play(root: str, worker_flags: list[str], seed: int, minutes: float, log_path: str) -> int:
+    """The loop's worker (its settings, then ``worker_flags``) for ``minutes`` on ``root``; positions made."""
+    from cloud.storage import open_storage
+    from operations import loop
+    from operations.roles import role_argv
+
+    config = loop.CLI.parse(["--root", root, *worker_flags])[0]
+    argv = [sys.executable, "-m", "selfplay.worker",
+            *role_argv(config, "worker", seed=1000 * seed + 7, max_seconds=60.0 * minutes, worker_id=f"replay{seed}")]
+    with open(log_path, "w") as log:
+        done = subprocess.run(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise SystemExit(f"bench/replay.py: self-play failed (exit {done.returncode}); see {log_path}")
+    from format import codec
+
+    storage = open_storage(root)
+    return sum(game.num_positions for path in heldout.chunk_paths(root, range(1 << 30))
+               for game in codec.iter_chunk(storage.read(path), path) if not isinstance(game, codec.FormatError))
 
 
 def train(root: str, train_flags: list[str], seed: int, steps: int, log_path: str) -> None:
@@ -144,12 +207,16 @@ def score_model(root: str, heldout_sets: dict) -> dict:
     return out
 
 
-def run_arm(args, name: str, shuffle_flags: list[str], train_flags: list[str], seed: int, heldout_sets) -> dict:
+def run_arm(args, name: str, shuffle_flags: list[str], train_flags: list[str], worker_flags: list[str], seed: int,
+            heldout_sets) -> dict:
     """Train (or reuse) one arm's seed and score its model; its entry for the JSON line."""
     root = os.path.join(args.out, "runs", f"{name}-{seed}")
     provenance_path = root + ".provenance.json"
-    wanted = learning.provenance({"lake": os.path.realpath(args.lake), "window": args.window, "steps": args.steps,
-                                  "seed": seed, "shuffle": shuffle_flags, "train": train_flags})
+    source = ({"generator": args.generator, "selfplay_minutes": args.selfplay_minutes, "worker": worker_flags}
+              if args.generator else {"lake": os.path.realpath(args.lake), "window": args.window})
+    wanted = learning.provenance({**source, "steps": args.steps, "seed": seed, "shuffle": shuffle_flags,
+                                  "train": train_flags})
+    positions_path = root + ".positions.json"
     scores_path = root + ".heldout.json"
     if os.path.exists(provenance_path):
         cache_args = argparse.Namespace(allow_stale_cache=args.allow_stale_cache, stale_caches=[])
@@ -158,8 +225,18 @@ def run_arm(args, name: str, shuffle_flags: list[str], train_flags: list[str], s
     else:
         shutil.rmtree(root, ignore_errors=True)          # an attempt that did not finish
         started = time.perf_counter()
-        chunks = scratch_lake(args.lake, args.window, root)
-        say(f"{name} seed {seed}: shuffling {chunks} chunks ({' '.join(shuffle_flags) or 'defaults'})")
+        if args.generator:
+            generation = generator_lake(args.generator, root)
+            say(f"{name} seed {seed}: {args.selfplay_minutes:g} minutes of self-play with generation {generation} "
+                f"({' '.join(worker_flags) or 'the loop worker'})")
+            positions = self_play(root, worker_flags, seed, args.selfplay_minutes, root + ".selfplay.log")
+        else:
+            chunks = scratch_lake(args.lake, args.window, root)
+            positions = None
+            say(f"{name} seed {seed}: {chunks} chunks")
+        with open(positions_path, "w") as handle:
+            json.dump({"selfplay_positions": positions}, handle)
+        say(f"{name} seed {seed}: shuffling ({' '.join(shuffle_flags) or 'defaults'})")
         heldout.build_window(root, shuffle_flags, seed)
         say(f"{name} seed {seed}: training {args.steps} steps ({' '.join(train_flags) or 'defaults'})")
         train(root, train_flags, seed, args.steps, root + ".train.log")
@@ -175,7 +252,10 @@ def run_arm(args, name: str, shuffle_flags: list[str], train_flags: list[str], s
         scores = json.load(handle)
     say(f"{name} seed {seed}: " + "; ".join(f"{kind} " + ", ".join(f"{k} {v:.4f}" for k, v in figures.items())
                                             for kind, figures in scores.items()))
-    return {"root": root, "heldout": scores, "provenance": learning.provenance_digest(wanted)}
+    with open(positions_path) as handle:
+        positions = json.load(handle)["selfplay_positions"]
+    return {"root": root, "heldout": scores, "provenance": learning.provenance_digest(wanted),
+            "selfplay_positions": positions}
 
 
 def games_per_seed(total: int, seeds: int) -> int:
@@ -193,9 +273,10 @@ def run_replay(args) -> dict:
     from cloud.storage import open_storage
     from format.run_config import read_run_config
 
-    run = read_run_config(open_storage(args.lake))
+    source = args.generator.partition("@")[0] if args.generator else args.lake
+    run = read_run_config(open_storage(source))
     if run is None:
-        raise SystemExit(f"bench/replay.py: --lake {args.lake} has no run.json")
+        raise SystemExit(f"bench/replay.py: {source} has no run.json")
     heldout_sets: dict = {}
     cache: dict = {}
     if args.heldout_sgf:
@@ -205,14 +286,18 @@ def run_replay(args) -> dict:
         heldout_sets["lake"] = lambda width: cache.setdefault(("lake", width), heldout.heldout_set(
             args.heldout_lake, args.heldout_positions, width))
     arms: dict = {}
-    for name, shuffle_flags, train_flags in args.arm:
-        arms[name] = [run_arm(args, name, shuffle_flags, train_flags, seed, heldout_sets) for seed in range(args.seeds)]
-    result: dict = {"bench": "replay", "lake": args.lake, "window": args.window, "steps": args.steps,
+    for name, shuffle_flags, train_flags, worker_flags in args.arm:
+        arms[name] = [run_arm(args, name, shuffle_flags, train_flags, worker_flags, seed, heldout_sets)
+                      for seed in range(args.seeds)]
+    result: dict = {"bench": "replay", "lake": args.lake, "window": args.window, "generator": args.generator,
+                    "selfplay_minutes": args.selfplay_minutes, "steps": args.steps,
                     "seeds": args.seeds, "visits": args.visits, "opponent": args.opponent,
                     "commit": learning.current_commit()[0], "machine": learning.machine(), "arms": {}}
     reference = args.arm[0][0]
-    for name, shuffle_flags, train_flags in args.arm:
-        entry = {"shuffle": shuffle_flags, "train": train_flags, "heldout": {}, "matches": []}
+    for name, shuffle_flags, train_flags, worker_flags in args.arm:
+        entry = {"shuffle": shuffle_flags, "train": train_flags, "worker": worker_flags, "heldout": {}, "matches": []}
+        if args.generator:
+            entry["selfplay_positions"] = [seed_run["selfplay_positions"] for seed_run in arms[name]]
         for kind in heldout_sets:
             for key in HELDOUT_KEYS:
                 figures = [seed_run["heldout"][kind][key] for seed_run in arms[name]]
@@ -245,12 +330,16 @@ def run_replay(args) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench/replay.py", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--lake", required=True, help="the frozen lake every arm trains on (a local folder)")
-    parser.add_argument("--window", type=int, required=True,
-                        help="train on the lake's chunks of generations below this")
-    parser.add_argument("--arm", action="append", type=heldout.parse_arm, required=True,
+    parser.add_argument("--lake", default="", help="the frozen lake every arm trains on (a local folder)")
+    parser.add_argument("--window", type=int, default=0,
+                        help="with --lake: train on the lake's chunks of generations below this")
+    parser.add_argument("--generator", default="",
+                        help="instead of --lake: LAKE[@GEN], the frozen model every arm's worker self-plays with")
+    parser.add_argument("--selfplay-minutes", type=float, default=10.0,
+                        help="with --generator: each arm's self-play time (one worker, the loop's settings)")
+    parser.add_argument("--arm", action="append", type=parse_arm, required=True,
                         help="NAME=FLAGS, repeated; the first is the reference (e.g. base=, the defaults); "
-                             "FLAGS are --shuffle-* and --train-* settings")
+                             "FLAGS are --shuffle-*, --train-* and (with --generator) --worker-* settings")
     parser.add_argument("--out", required=True, help="folder for the arms' runs, the matches and their games")
     parser.add_argument("--seeds", type=int, default=2, help="training seeds per arm")
     parser.add_argument("--steps", type=int, default=6000, help="training steps per arm and seed")
@@ -267,18 +356,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--allow-stale-cache", action="store_true",
                         help="reuse runs and matches made with other settings, commit or machine (and say so)")
     args = parser.parse_args(argv)
-    names = [name for name, _, _ in args.arm]
+    names = [name for name, *_ in args.arm]
     if len(set(names)) != len(names):
         parser.error("--arm names must differ")
     from format import layout
 
-    if not os.path.isfile(os.path.join(args.lake, layout.RUN_CONFIG)):
-        parser.error(f"--lake {args.lake}: no run.json there (a local lake folder is needed)")
+    if bool(args.lake) == bool(args.generator):
+        parser.error("give --lake (a training lever) or --generator (a self-play lever), not both")
+    if args.lake and args.window < 1:
+        parser.error("--lake needs --window (at least 1): the generations every arm trains on")
+    if args.lake and any(worker for *_, worker in args.arm):
+        parser.error("--worker-* flags need --generator: with --lake no arm plays")
+    if args.generator and args.selfplay_minutes <= 0:
+        parser.error(f"--selfplay-minutes must be above 0, not {args.selfplay_minutes}")
+    lake = args.lake or args.generator.partition("@")[0]
+    if not os.path.isfile(os.path.join(lake, layout.RUN_CONFIG)):
+        parser.error(f"{lake}: no run.json there (a local lake folder is needed)")
     if not args.heldout_sgf and not args.heldout_lake:
         parser.error("give --heldout-sgf or --heldout-lake (or both): the held-out positions")
-    if args.heldout_lake and os.path.realpath(args.heldout_lake) == os.path.realpath(args.lake):
+    if args.lake and args.heldout_lake and os.path.realpath(args.heldout_lake) == os.path.realpath(args.lake):
         parser.error("--heldout-lake must be another run's lake: the arms train on --lake's games")
-    for flag in ("window", "seeds", "steps", "heldout_positions", "visits"):
+    for flag in ("seeds", "steps", "heldout_positions", "visits"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1, not {getattr(args, flag)}")
     for flag in ("gnugo_games", "head_to_head_games"):
