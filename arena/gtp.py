@@ -117,7 +117,21 @@ def build_engine(config: GtpConfig, log: Callable[[str], None] | None = None, re
     return GtpEngine(player_for, mcts.budget, board_size=loaded.board_size or config.board_size,
                      komi=config.komi if loaded.komi is None else loaded.komi, log=log,
                      cleanup_factory=cleanup_player_for if config.pass_when_winning else None,
-                     scorer=None if loaded.network is None else NetworkScore(loaded.network))
+                     scorer=network_score(config, loaded, retry))
+
+
+def network_score(config: GtpConfig, loaded, retry) -> NetworkScore | None:
+    """kata-analyze's score fields for a published model: its score head,
+    through the SavedModel itself (the search's evaluator may be OpenVINO's
+    copy, which keeps only the policy and value); None for the uniform
+    evaluator, which has none."""
+    if loaded.board_size is None:
+        return None
+    from cloud.storage import open_storage
+    from inference.model_files import load_model
+
+    source = evaluator_source(config)
+    return NetworkScore(load_model(open_storage(source.model_root, retry=retry), loaded.generation))
 
 
 MAX_LINE_BYTES = 4096

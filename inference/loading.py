@@ -99,17 +99,13 @@ class LoadedEvaluator:
     """An evaluator callable plus what it can play.
 
     board_size/komi: the run's settings (run.json) for a model; None for the
-    uniform evaluator, which plays any size.
-    network: the published model itself (`inference.model_files.LoadedModel`,
-    planes -> every head, the score's included), for readers of the heads
-    the search does not use; None for the uniform evaluator."""
+    uniform evaluator, which plays any size."""
 
     evaluate: object
     name: str
     generation: int
     board_size: int | None = None
     komi: float | None = None
-    network: object = None
 
     def for_board_size(self, board_size: int):
         """The callable for `board_size` (ValueError if the model can't play it)."""
@@ -155,5 +151,4 @@ def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None, retry=
     evaluator = make_evaluator(model)
     probe_model(evaluator, int(model.board_size), generation)    # a diverged model is refused, not played
     return LoadedEvaluator(evaluator, f"model-g{generation}", generation,
-                           board_size=int(model.board_size), komi=None if run is None else run.komi,
-                           network=model)
+                           board_size=int(model.board_size), komi=None if run is None else run.komi)
