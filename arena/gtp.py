@@ -16,18 +16,25 @@ at most MAX_LINE_BYTES each) on its own thread, hands each to
 input line (`stream_reply`).  The engine never exits except on ``quit``,
 end of input or SIGTERM.
 
+Lizzie reads the engine's stderr as part of its replies, and stops reading
+the engine for good at a line it takes for one; `main` therefore quiets
+TensorFlow's logging before it is imported (`quiet_libraries`) and passes
+everything written to fd 2, by any library, through `sanitized_stderr`.
+
 The commands and their replies: arena/gtp_engine.py; the analysis
 commands' report lines: arena/gtp_analysis.py; the game state:
 arena/gtp_game.py.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import queue
 import sys
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 from format.cli import (RoleCli, board_size_setting, komi_setting, pass_when_winning_setting, root_setting,
                         setting, setting_problems)
@@ -35,6 +42,7 @@ from engine.move_choice import MovePolicy
 from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
 from inference.loading import EvaluatorSource, load_evaluator
 from arena.player import MctsConfig, MctsPlayer, SearchBudget
+from arena.gtp_analysis import NetworkScore
 from arena.gtp_engine import GtpEngine, StreamingReply
 
 
@@ -108,7 +116,22 @@ def build_engine(config: GtpConfig, log: Callable[[str], None] | None = None, re
 
     return GtpEngine(player_for, mcts.budget, board_size=loaded.board_size or config.board_size,
                      komi=config.komi if loaded.komi is None else loaded.komi, log=log,
-                     cleanup_factory=cleanup_player_for if config.pass_when_winning else None)
+                     cleanup_factory=cleanup_player_for if config.pass_when_winning else None,
+                     scorer=network_score(config, loaded, retry))
+
+
+def network_score(config: GtpConfig, loaded, retry) -> NetworkScore | None:
+    """kata-analyze's score fields for a published model: its score head,
+    through the SavedModel itself (the search's evaluator may be OpenVINO's
+    copy, which keeps only the policy and value); None for the uniform
+    evaluator, which has none."""
+    if loaded.board_size is None:
+        return None
+    from cloud.storage import open_storage
+    from inference.model_files import load_model
+
+    source = evaluator_source(config)
+    return NetworkScore(load_model(open_storage(source.model_root, retry=retry), loaded.generation))
 
 
 MAX_LINE_BYTES = 4096
@@ -231,8 +254,83 @@ def serve(engine: GtpEngine, stdin, stdout) -> None:
         raw = lines.get() if follow is _NOT_READ else follow
 
 
+# --------------------------------------------------------------------------
+# stderr, as a GUI reading it with the replies sees it
+# --------------------------------------------------------------------------
+
+UNSAFE_LINE_STARTS = (b"=", b"?", b"info", b"play", b"komi=", b"opp_komi=", b"Tuning")
+"""Line starts that Lizzie 0.7.4 (Leelaz.parseLine) acts on: a reply (its id
+parsed as an integer, which throws on anything else and ends the reading),
+an analysis line, a move, a komi, a tuning notice."""
+UNSAFE_LINE_PART = b" -> "
+"""Leela Zero's old summary lines; Lizzie parses one as a move's data."""
+STDERR_MARK = b"stderr: "
+"""Put before a line that would be unsafe, so that no GUI acts on it."""
+STDERR_CHUNK = 65536
+"""Bytes read from the pipe at once; also the longest line held back
+waiting for its newline (a longer one is written out as a line)."""
+
+
+def safe_stderr_line(line: bytes) -> bytes:
+    """`line` (with its newline) as the engine's stderr writes it: unchanged
+    unless a GUI could take it for engine output (`UNSAFE_LINE_STARTS`,
+    `UNSAFE_LINE_PART`), then marked with `STDERR_MARK` and its arrows made
+    ``=>``."""
+    if line.startswith(UNSAFE_LINE_STARTS) or UNSAFE_LINE_PART in line:
+        return STDERR_MARK + line.replace(UNSAFE_LINE_PART, b" => ")
+    return line
+
+
+def quiet_libraries() -> None:
+    """TensorFlow's C++ logging (absl) only for errors, unless the user set
+    it; call before TensorFlow is imported."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@contextlib.contextmanager
+def sanitized_stderr() -> Iterator[None]:
+    """While inside, fd 2 is a pipe whose lines a thread writes to the real
+    stderr through `safe_stderr_line`, so that what a library writes there
+    (C code included) cannot read as a GTP reply.  On leaving, fd 2 is the
+    real stderr again and what was written is flushed out."""
+    sys.stderr.flush()
+    real = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def copy() -> None:
+        pending = b""
+        while chunk := os.read(read_end, STDERR_CHUNK):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            if len(pending) >= STDERR_CHUNK:
+                lines, pending = lines + [pending], b""
+            if lines:
+                os.write(real, b"".join(safe_stderr_line(line + b"\n") for line in lines))
+        if pending:
+            os.write(real, safe_stderr_line(pending + b"\n"))
+
+    thread = threading.Thread(target=copy, name="gtp-stderr", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(real, 2)          # the pipe's last writer closed: the thread reads its end
+        thread.join(timeout=5)
+        os.close(read_end)
+        os.close(real)
+
+
 def main(argv=None) -> int:
     config, retry = CLI.parse(argv)
+    quiet_libraries()
+    with sanitized_stderr():
+        return _main(config, retry)
+
+
+def _main(config: GtpConfig, retry) -> int:
     log = None if config.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     # A GUI or systemd stops an engine with SIGTERM: unwinding closes the player and,
     # at exit, removes the temporary copy of the model (inference.model_files.ModelCache).

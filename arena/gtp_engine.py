@@ -30,7 +30,7 @@ from format import schema
 from format.coords import gtp_to_move, move_to_gtp
 from engine.board import Board, IllegalMove
 from arena.player import COLOR_NAMES, RESIGN, MctsPlayer, SearchBudget
-from arena.gtp_analysis import AnalysisRun, max_analysis_visits, parse_request
+from arena.gtp_analysis import AnalysisRun, max_analysis_visits, parse_request, root_moves
 from arena.gtp_game import (GtpFailure, Setup, TimeControl, board_for, board_to_text, format_score,
                             move_time_allotment, new_board, parse_color)
 from arena.gtp_referee import RefereeCommands
@@ -38,6 +38,11 @@ from arena.gtp_referee import RefereeCommands
 ENGINE_NAME = "zerolake"
 ENGINE_VERSION = "0.1"
 PROTOCOL_VERSION = "2"
+LEELA_ZERO_LEVEL = "0.17"
+"""The Leela Zero release whose analysis commands (lz-analyze with avoid/allow,
+lz-genmove_analyze) the engine speaks: the first word of the ``version``
+reply, because Lizzie reads that word as a Leela Zero version (``MAJOR.MINOR``,
+MINOR an integer of at least 15, else a modal dialog or a parse error)."""
 
 
 @dataclasses.dataclass
@@ -70,12 +75,16 @@ class GtpEngine(RefereeCommands):
     on another size); `budget` is the per-move search budget.
     `cleanup_factory` makes the chooser of kgs-genmove_cleanup and of
     place_free_handicap's searched stones, one without the pass rule's early
-    pass; None when the player has no pass rule (it is then used itself)."""
+    pass; None when the player has no pass rule (it is then used itself).
+    `scorer`: the network's score estimate for kata-analyze's score fields
+    (`arena.gtp_analysis.NetworkScore`; None: a model without one, no
+    score fields)."""
 
     def __init__(self, player_factory: Callable[[int], MctsPlayer], budget: SearchBudget,
                  board_size: int = schema.DEFAULT_BOARD_SIZE, komi: float = schema.DEFAULT_KOMI, log: Callable[[str], None] | None = None,
-                 cleanup_factory: Callable[[int], MctsPlayer] | None = None):
+                 cleanup_factory: Callable[[int], MctsPlayer] | None = None, scorer=None):
         self._player_factory = player_factory
+        self.scorer = scorer
         self._cleanup_factory = cleanup_factory
         self._cleanup_player: MctsPlayer | None = None     # made on first use
         self.budget = budget
@@ -227,7 +236,10 @@ class GtpEngine(RefereeCommands):
         return ENGINE_NAME
 
     def cmd_version(self, args):
-        return f"{ENGINE_VERSION} ({self.player.name})"
+        """``0.17 (zerolake 0.1, model-g3; ...)``: the first word is `LEELA_ZERO_LEVEL` for
+        Lizzie, the rest says what the engine is."""
+        return (f"{LEELA_ZERO_LEVEL} ({ENGINE_NAME} {ENGINE_VERSION}, {self.player.name}; "
+                f"speaks Leela Zero {LEELA_ZERO_LEVEL}'s analysis commands)")
 
     def cmd_known_command(self, args):
         self._want_args(args, 1, "known_command COMMAND")
@@ -334,7 +346,9 @@ class GtpEngine(RefereeCommands):
         next input line, a bare newline included (Sabaki's stop), which is then
         answered as a command.  The tree is kept: analysing the same position
         again, or the one after the next move, goes on from it; it stops
-        growing at `gtp_analysis.max_analysis_visits` root visits."""
+        growing at `gtp_analysis.max_analysis_visits` root visits.  With
+        ``avoid``/``allow`` (Lizzie's) the root's moves are restricted
+        (`gtp_analysis.root_moves`) in a fresh tree, which is not kept."""
         return self._analyze(args, kata=False)
 
     def cmd_kata_analyze(self, args):
@@ -354,7 +368,7 @@ class GtpEngine(RefereeCommands):
 
     def _analysis_position(self, args, kata: bool):
         try:
-            request = parse_request(args, kata)
+            request = parse_request(args, kata, self.size)
         except ValueError as exc:
             raise GtpFailure(f"syntax error: {exc}") from None
         color = self.board.to_play if request.color is None else request.color
@@ -362,16 +376,23 @@ class GtpEngine(RefereeCommands):
 
     def _analyze(self, args, kata: bool) -> StreamingReply:
         """Search until the next input line, reporting every interval."""
-        request, _, board = self._analysis_position(args, kata)
-        run = AnalysisRun(self.player.analysis_steps(board, max_analysis_visits(self.size)), board, request)
+        request, color, board = self._analysis_position(args, kata)
+        moves = None
+        if not board.is_over:
+            moves = root_moves(request, color, board.candidate_mask(True, self.player.config.pass_when_winning))
+        steps = self.player.analysis_steps(board, max_analysis_visits(self.size), root_moves=moves)
+        run = AnalysisRun(steps, board, request, self.scorer)
         return StreamingReply(step=run.step, report=run.report, finish=lambda: "",
                               interval=request.interval, stoppable=True)
 
     def _genmove_analyze(self, args, kata: bool) -> StreamingReply:
         """genmove with reports; the reply ends with 'play VERTEX'."""
         request, color, board = self._analysis_position(args, kata)
+        if request.avoid or request.allow:
+            raise GtpFailure("syntax error: avoid/allow are for lz-analyze and kata-analyze, not genmove")
         started = time.monotonic()
-        run = AnalysisRun(self.player.select_move_steps(board, self._move_budget(color)), board, request)
+        run = AnalysisRun(self.player.select_move_steps(board, self._move_budget(color)), board, request,
+                          self.scorer)
         name = "kata-genmove_analyze" if kata else "lz-genmove_analyze"
 
         def finish() -> str:

@@ -293,7 +293,8 @@ class MctsPlayer(BasePlayer):
             yield batch.tree(0)
         return self._choose_moves(batch, slots, [board])[0]
 
-    def analysis_steps(self, board: Board, max_visits: int) -> Iterator[object]:
+    def analysis_steps(self, board: Board, max_visits: int,
+                       root_moves: Sequence[int] | None = None) -> Iterator[object]:
         """Search `board` without choosing a move (live analysis): yields the
         tree after each evaluator batch until the root has `max_visits`
         visits, then ends.  Visits of a subtree kept from the last search
@@ -301,13 +302,44 @@ class MctsPlayer(BasePlayer):
         long the caller lets it run.  The first yield is the tree as loaded
         (a kept subtree may hold visits already).  Nothing is in flight at a
         yield, so the caller may stop at any one; the next search of this
-        or a following position reuses the tree as `select_move` does."""
+        or a following position reuses the tree as `select_move` does.
+
+        `root_moves` (GTP's avoid/allow): the root's only children, in a
+        fresh tree whose root is evaluated here; that tree is not reused
+        by the next search, which starts afresh."""
+        if root_moves is not None:
+            yield from self._restricted_analysis_steps(board, max_visits, root_moves)
+            return
         batch, slots = self._start_search([board], [0], None)
         tree = batch.tree(0)
         # A fresh root's own evaluation is a visit too (engine.driver), so it counts as one here.
         batch.start_search(0, max(0, max_visits - max(int(tree.root_visits), 1)))
         yield tree
         for _ in self.search_steps(batch, slots, None):
+            yield tree
+
+    def _restricted_analysis_steps(self, board: Board, max_visits: int,
+                                   root_moves: Sequence[int]) -> Iterator[object]:
+        """`analysis_steps` with the root's children set to `root_moves`: the
+        root is expanded and evaluated here (as the driver would, a virtual
+        loss then its backup, so it counts one visit), then the driver
+        searches below it."""
+        if board.is_over:
+            raise ValueError(f"cannot search a finished game: {board!r}")
+        batch = self._ensure_batch(board.size, 1)
+        batch.set_board(0, board.copy())
+        self._live_slots.discard(0)       # the next search must not reuse a restricted root
+        tree = batch.tree(0)
+        features = batch.board(0).features(input_planes_of(self.evaluator))[None]
+        logits, values = call_evaluator(self.evaluator, features)
+        self.evaluator_calls += 1
+        tree.expand_node(0, np.asarray(sorted(root_moves), np.int16))
+        tree.virtual_loss(0)
+        tree.evaluate_node(0, logits[0], float(values[0]))
+        tree.backup_value(0, float(values[0]))
+        batch.start_search(0, max(0, max_visits - 1))
+        yield tree
+        for _ in self.search_steps(batch, [0], None):
             yield tree
 
     def _start_search(self, boards: Sequence[Board], slots: Sequence[int] | None,

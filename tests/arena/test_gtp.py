@@ -416,3 +416,33 @@ def test_an_endless_line_is_refused_in_bounded_memory():
     assert replies[0] == f"? command longer than {MAX_LINE_BYTES} bytes"
     assert replies[1] == "= zerolake"
     assert peak < 5 * 1024 * 1024, f"peak {peak} bytes while reading a 100 MB line"
+
+
+LIBRARY_NOISE = (b"= 0.5 from a library\n? 12\ninfo move D4 visits 3\nplay D4\n"
+                 b"D4 -> 123 (V: 50.1%)\nkomi=7.5\nI0000 port.cc:153] oneDNN custom operations are on\n"
+                 b"= no newline at the end")
+"""What a library might write on fd 2: each line but the oneDNN notice is one Lizzie
+0.7.4 (Leelaz.parseLine) would act on, reading the engine's stderr as its output."""
+
+
+def test_library_writes_on_stderr_cannot_read_as_gtp_output():
+    # A library writing straight to fd 2 while the model loads, as TensorFlow's C++ code does.
+    script = ("import os, sys\n"
+              "from arena import gtp\n"
+              "load = gtp.build_engine\n"
+              "def noisy(*args, **kwargs):\n"
+              f"    os.write(2, {LIBRARY_NOISE!r})\n"
+              "    print('=7 from python', file=sys.stderr)\n"
+              "    return load(*args, **kwargs)\n"
+              "gtp.build_engine = noisy\n"
+              "sys.exit(gtp.main(['--quiet']))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, input=b"1 name\nquit\n",
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout == b"=1 zerolake\n\n=\n\n"
+    err = done.stderr.decode().splitlines()
+    # Every line came through; the unterminated one goes on with Python's line.
+    assert len(err) == 8 and err[-1] == "stderr: = no newline at the end=7 from python", err
+    for line in err:
+        assert not line.startswith(("=", "?", "info", "play", "komi=")) and " -> " not in line, line
+    assert "stderr: D4 => 123 (V: 50.1%)" in err and "I0000 port.cc:153] oneDNN custom operations are on" in err

@@ -50,8 +50,10 @@ REPLY_SECONDS = 90.0
 """Longest wait for any reply (a model's first evaluation compiles it)."""
 
 LZ_KEYS = ["move", "visits", "winrate", "prior", "lcb", "order"]
-KATA_KEYS = ["move", "visits", "utility", "winrate", "scoreMean", "scoreStdev", "scoreLead", "prior", "lcb",
-             "utilityLcb", "order"]
+KATA_KEYS = ["move", "visits", "utility", "winrate", "prior", "lcb", "utilityLcb", "order"]
+KATA_SCORED_KEYS = ["move", "visits", "utility", "winrate", "scoreMean", "scoreLead", "prior", "lcb",
+                    "utilityLcb", "order"]
+"""kata-analyze's fields without a score head (the uniform evaluator) and with one (a model)."""
 
 
 class StreamingEngine(Engine):
@@ -59,8 +61,9 @@ class StreamingEngine(Engine):
     comes fails the test (after REPLY_SECONDS) instead of hanging it, and
     so that lines can be read one at a time while an analysis streams."""
 
-    def __init__(self, *flags):
+    def __init__(self, *flags, scored: bool = False):
         super().__init__("--visits", "64", *flags)
+        self.scored = scored          # kata-analyze writes the network's score fields
         self.out: queue.Queue = queue.Queue()
         self._pump_thread = threading.Thread(target=self._pump, daemon=True)
         self._pump_thread.start()
@@ -159,7 +162,7 @@ def model_root(tmp_path_factory):
 @pytest.fixture(scope="module", params=["uniform", "model"])
 def engine(request):
     flags = ("--root", request.getfixturevalue("model_root")) if request.param == "model" else ()
-    e = StreamingEngine(*flags)
+    e = StreamingEngine(*flags, scored=request.param == "model")
     yield e
     e.close()
 
@@ -207,14 +210,15 @@ def parse_report(line: str) -> tuple[list[dict], list[float] | None]:
     return blocks, ownership
 
 
-def check_report(line: str, board: Board, kata: bool, pv_visits: bool = False) -> int:
+def check_report(line: str, board: Board, kata: bool, pv_visits: bool = False, scored: bool = False) -> int:
     """Assert the grammar of one report on `board` (its side to move is the
-    analysed colour); returns the total visits of the reported moves."""
+    analysed colour); returns the total visits of the reported moves.
+    `scored`: kata's score fields are there (the engine plays a model)."""
     blocks, ownership = parse_report(line)
     assert blocks
     last_visits = None
     for order, block in enumerate(blocks):
-        assert block["keys"] == (KATA_KEYS if kata else LZ_KEYS), block["keys"]
+        assert block["keys"] == ((KATA_SCORED_KEYS if scored else KATA_KEYS) if kata else LZ_KEYS), block["keys"]
         assert int(block["order"]) == order
         visits = int(block["visits"])
         assert visits >= 1 and (last_visits is None or visits <= last_visits)   # most visited first
@@ -225,11 +229,9 @@ def check_report(line: str, board: Board, kata: bool, pv_visits: bool = False) -
             assert 0.0 <= lcb <= winrate <= 1.0 and 0.0 <= prior <= 1.0
             assert float(block["utility"]) == pytest.approx(2 * winrate - 1, abs=2e-6)
             assert float(block["utilityLcb"]) == pytest.approx(2 * lcb - 1, abs=2e-6)
-            assert float(block["scoreMean"]) == float(block["scoreLead"])
-            assert float(block["scoreStdev"]) == 0.0
-            after = board.copy()
-            after.play(gtp_to_move(block["move"], board.size))
-            assert float(block["scoreLead"]) == pytest.approx(-after.mover_score(), abs=1e-5)
+            if scored:
+                assert float(block["scoreMean"]) == float(block["scoreLead"])
+                assert abs(float(block["scoreLead"])) <= 2 * board.size * board.size
         else:
             winrate, prior, lcb = (int(block[k]) for k in ("winrate", "prior", "lcb"))   # Lizzie: Integer.parseInt
             assert 0 <= lcb <= winrate <= 10000 and 0 <= prior <= 10000
@@ -266,11 +268,37 @@ def check_stream(lines: list[str], board: Board, kata: bool, **options) -> None:
 # the clients' sessions
 # --------------------------------------------------------------------------
 
+def lizzie_version_check(reply: str) -> None:
+    """What Lizzie 0.7.4 does with the reply to ``version``
+    (src/main/java/featurecat/lizzie/analysis/Leelaz.java, parseLine, tag 0.7.4):
+
+        String[] params = line.trim().split(" ");
+        currentCmdNum = Integer.parseInt(params[0].substring(1).trim());
+        ...
+        } else if (isCheckingVersion && !isKataGo) {
+          String[] ver = params[1].split("\\.");
+          int minor = Integer.parseInt(ver[1]);
+          // Gtp support added in version 15
+          if (minor < 15) {
+            JOptionPane.showMessageDialog(
+                Lizzie.frame,
+                "Lizzie requires version 0.15 or later of Leela Zero for analysis (found "
+
+    A parse failure (``0.17-zl``) throws in Lizzie's reading thread, which
+    then reads the engine no more; a minor below 15 opens the dialog."""
+    params = reply.strip().split(" ")
+    int(params[0][1:].strip())
+    minor = int(params[1].split(".")[1])
+    assert minor >= 15, f"Lizzie 0.7.4 opens its 'requires version 0.15' dialog for {reply!r}"
+
+
 def test_lizzie_session(fresh):
     e = fresh
     board = Board(SIZE, KOMI)
     assert e.ask("1 name") == "=1 zerolake"
-    assert e.ask("2 version").startswith("=2 ")
+    version = e.ask("2 version")
+    lizzie_version_check(version)
+    assert "zerolake" in version and ("model-g1" if e.scored else "uniform") in version    # says what it is
     assert e.ask(f"3 boardsize {SIZE}") == "=3"
     assert e.ask(f"4 komi {KOMI}") == "=4"
     e.start_stream("lz-analyze 10", 5)                         # pondering on
@@ -302,23 +330,23 @@ def test_sabaki_session(fresh):
     e.ok(f"boardsize {SIZE}")
     e.ok("clear_board")
     e.start_stream(f"{chosen} B 50")
-    check_stream(e.reports(3), board, kata=True)
+    check_stream(e.reports(3), board, kata=True, scored=e.scored)
     rest, reply, seconds = e.stop_with("protocol_version")     # enginesyncer.js's abort
     assert reply == "= 2" and seconds < STOP_SECONDS, (reply, seconds)
     for command in ("play B E5", "play W C3"):
         e.ok(command)
         board.play(gtp_to_move(command.split()[2], SIZE))
     e.start_stream(f"{chosen} B 50")
-    check_stream(e.reports(3), board, kata=True)
+    check_stream(e.reports(3), board, kata=True, scored=e.scored)
     rest, reply, seconds = e.stop_with("")                     # StreamController.sendAbort: a bare newline
     assert seconds < STOP_SECONDS, seconds
     for line in rest:
-        check_report(line, board, kata=True)
+        check_report(line, board, kata=True, scored=e.scored)
     e.ok("undo")                                               # Sabaki's sync after going back a move
     board = Board(SIZE, KOMI)
     board.play(gtp_to_move("E5", SIZE))
     e.start_stream(f"{chosen} W 50")
-    check_stream(e.reports(2), board, kata=True)
+    check_stream(e.reports(2), board, kata=True, scored=e.scored)
     rest, reply, seconds = e.stop_with("protocol_version")
     assert reply == "= 2" and seconds < STOP_SECONDS
 
@@ -332,7 +360,7 @@ def test_kata_analyze_ownership_and_pv_visits(fresh):
         board.play(gtp_to_move(vertex, SIZE))
     e.start_stream("kata-analyze interval 10 ownership true pvVisits true maxmoves 3", 21)
     lines = e.reports(3)
-    check_stream(lines, board, kata=True, pv_visits=True)
+    check_stream(lines, board, kata=True, pv_visits=True, scored=e.scored)
     assert all(len(parse_report(line)[0]) <= 3 for line in lines)
     assert all(len(parse_report(line)[1]) == SIZE * SIZE for line in lines)
     rest, reply, seconds = e.stop_with("22 final_score")
@@ -366,7 +394,7 @@ def test_genmove_analyze_streams_then_plays(fresh):
             lines.append(text)
         assert e.line() == ""
         for line in lines:
-            check_report(line, board, kata, pv_visits=kata)
+            check_report(line, board, kata, pv_visits=kata, scored=kata and e.scored)
         vertex = text.split()[1]
         move = gtp_to_move(vertex, SIZE)
         assert board.is_legal(move)
@@ -394,5 +422,119 @@ def test_an_endless_analysis_stops_growing_at_the_cap(monkeypatch):
         assert check_report(first, Board(SIZE, KOMI), kata=True) == 39
         assert not reply.step() and reply.report() == first               # reports go on, unchanged
         assert engine.handle("name") == "= zerolake\n\n"
+    finally:
+        engine.close()
+
+
+# --------------------------------------------------------------------------
+# in-process: avoid/allow, intervals, the score head
+# --------------------------------------------------------------------------
+
+def analyse(engine, command: str, steps: int = 40) -> str:
+    """The report of an in-process analysis after `steps` evaluator batches."""
+    from arena.gtp_engine import StreamingReply
+
+    reply = engine.handle(command)
+    assert isinstance(reply, StreamingReply), reply
+    for _ in range(steps):
+        if not reply.step():
+            break
+    return reply.report()
+
+
+def reported_moves(line: str) -> set[str]:
+    return {block["move"] for block in parse_report(line)[0]}
+
+
+def test_avoid_and_allow_restrict_the_searched_moves():
+    from arena.gtp import GtpConfig, build_engine
+
+    engine = build_engine(GtpConfig(visits=4, quiet=True))
+    try:
+        board = Board(SIZE, KOMI)
+        everything = analyse(engine, "lz-analyze b 1")
+        assert {"D4", "E5", "C3"} <= reported_moves(everything)
+        # Lizzie's right-click "avoid": both colours, avoid-keep-variations (30) plies.
+        line = analyse(engine, "lz-analyze 10 avoid b D4,E5 30 avoid w D4,E5 30")
+        check_report(line, board, kata=False)
+        moves = reported_moves(line)
+        assert len(moves) > 20 and not moves & {"D4", "E5"}, moves
+        line = analyse(engine, "kata-analyze b 10 allow b E5,C3 1")
+        check_report(line, board, kata=True)
+        assert reported_moves(line) == {"E5", "C3"}
+        line = analyse(engine, "lz-analyze b 10 allow b A1:B2 1 avoid b pass 1")       # a rectangle
+        assert reported_moves(line) == {"A1", "A2", "B1", "B2"}
+        line = analyse(engine, "lz-analyze b 10 avoid w E5 1")         # White's moves: not the root's
+        assert "E5" in reported_moves(line)
+        # The restricted tree is not reused: the next plain analysis sees every move again.
+        assert {"D4", "E5", "C3"} <= reported_moves(analyse(engine, "lz-analyze b 1"))
+        for bad in ("lz-analyze 10 avoid b D4", "lz-analyze 10 avoid x D4 1", "lz-analyze 10 avoid b D4 0",
+                    "lz-analyze 10 avoid b Z4 1", "lz-analyze 10 allow b E5 1 avoid b D4 1",
+                    "lz-analyze 10 avoid b A1:B2:C3 1", "lz-genmove_analyze b 10 avoid b D4 1"):
+            assert engine.handle(bad).startswith("? syntax error"), bad
+        assert engine.handle("name") == "= zerolake\n\n"
+    finally:
+        engine.close()
+
+
+def test_an_out_of_range_interval_is_refused():
+    from arena.gtp import GtpConfig, build_engine
+
+    engine = build_engine(GtpConfig(visits=4, quiet=True))
+    try:
+        for command in ("lz-analyze 1000000000000", "kata-analyze b interval 99999999999999999999"):
+            reply = engine.handle(command)
+            assert isinstance(reply, str) and reply.startswith("? syntax error"), (command, reply)
+            assert "interval" in reply
+        from arena.gtp_engine import StreamingReply
+
+        assert isinstance(engine.handle("lz-analyze 8640000"), StreamingReply)        # a day: taken
+    finally:
+        engine.close()
+
+
+def test_kata_scores_are_the_networks_estimate(tmp_path):
+    """scoreLead/scoreMean of each move: minus the score head's value of the position
+    after it (its player to move is the opponent); none at all without a score head."""
+    from arena.gtp import GtpConfig, build_engine
+    from cloud.storage import open_storage
+    from inference.model_files import load_model
+    from testdata.models import publish_untrained_model
+
+    root = str(tmp_path / "lake")
+    publish_untrained_model(root, 1, SIZE, seed=5)
+    model = load_model(open_storage(root), 1, cache_dir=str(tmp_path / "cache"))
+    engine = build_engine(GtpConfig(model=f"{root}/{layout.MODELS_DIR}/000001", visits=4, quiet=True))
+    try:
+        engine.handle("play b E5")
+        board = Board(SIZE, KOMI)
+        board.play(gtp_to_move("E5", SIZE))
+        line = analyse(engine, "kata-analyze w 10 maxmoves 6")
+        blocks = parse_report(line)[0]
+        assert blocks and all(block["keys"] == KATA_SCORED_KEYS for block in blocks)
+        for block in blocks:
+            after = board.copy()
+            after.play(gtp_to_move(block["move"], SIZE))
+            expected = -float(model(after.features(model.input_planes)[None])["score"][0])
+            assert float(block["scoreLead"]) == pytest.approx(expected, abs=1e-3), block
+            assert float(block["scoreMean"]) == float(block["scoreLead"])
+    finally:
+        engine.close()
+    uniform = build_engine(GtpConfig(visits=4, quiet=True))
+    try:
+        blocks = parse_report(analyse(uniform, "kata-analyze b 10"))[0]
+        assert blocks and all(block["keys"] == KATA_KEYS for block in blocks)
+    finally:
+        uniform.close()
+
+
+def test_version_is_one_lizzie_accepts_and_names_the_engine():
+    from arena.gtp import GtpConfig, build_engine
+
+    engine = build_engine(GtpConfig(visits=4, quiet=True))
+    try:
+        reply = engine.handle("2 version").strip()
+        lizzie_version_check(reply)
+        assert "zerolake" in reply and "uniform" in reply, reply
     finally:
         engine.close()
