@@ -84,6 +84,16 @@ if [[ $WANT_TEST == 1 ]] && ! command -v chromium-headless-shell >/dev/null && !
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium-headless-shell >/dev/null
 fi
 
+# Debian's Lizzie (a JRE with it) on a virtual display: tests/arena/test_lizzie.py runs
+# scripts/check_lizzie.sh, the real GUI analysing a network through `python -m arena.gtp`.
+if [[ $WANT_TEST == 1 ]] && { [[ ! -f /usr/share/java/lizzie.jar ]] || ! command -v Xvfb >/dev/null \
+        || ! command -v xdotool >/dev/null || ! command -v import >/dev/null; }; then
+    echo "[setup] installing Lizzie, a JRE, Xvfb, xdotool and imagemagick from Debian"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq liblizzie-java default-jre xvfb xdotool \
+        imagemagick >/dev/null
+fi
+
 PYTHON="${PYTHON:-python3}"
 if [[ ! -x .venv/bin/python ]]; then
     echo "[setup] creating .venv"
