@@ -170,7 +170,8 @@ def final_board_label(game: GameRecord, board, stats: dict) -> EndstateLabel:
         score = float(ownership.sum()) - game.komi
     if game.winner and winner_of(score) != game.winner:
         stats["final_board_result_disagreements"] += 1
-    source = schema.OWNERSHIP_ACCELERATED if game.ownership_source == schema.OWNERSHIP_ACCELERATED else schema.OWNERSHIP_FINAL_BOARD
+    accelerated = game.ownership_source == schema.OWNERSHIP_ACCELERATED
+    source = schema.OWNERSHIP_ACCELERATED if accelerated else schema.OWNERSHIP_FINAL_BOARD
     return EndstateLabel(ownership.astype(np.float32), score, source, 1.0)
 
 
@@ -270,9 +271,11 @@ def label_games(games: Sequence[GameRecord], *, policy_fn: PolicyFn | None, rand
             if games[i].winner:
                 stats["playout_winner_checked"] += 1
                 stats["playout_winner_agreements"] += int(winner_of(label.score) == games[i].winner)
-    for i, game in enumerate(games):
-        if labels[i] is None:  # not two passes and the moves do not replay
+    labelled = []
+    for game, label in zip(games, labels):
+        if label is None:  # not two passes and the moves do not replay
             stats["unlabelled"] += 1
-            labels[i] = EndstateLabel(np.zeros(game.board_size ** 2, np.float32), math.nan, schema.OWNERSHIP_NONE, 0.0)
+            label = EndstateLabel(np.zeros(game.board_size ** 2, np.float32), math.nan, schema.OWNERSHIP_NONE, 0.0)
+        labelled.append(label)
     stats["games_labelled"] += len(games)
-    return labels
+    return labelled

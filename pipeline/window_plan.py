@@ -112,7 +112,8 @@ def estimate_positions_per_byte(storage, chunks: Sequence[ChunkRef], sample: int
     a full search (it carries a policy target), and ``value_only_rows`` of the
     others, in expectation (`pipeline.positions.thin_value_only_rows`).
     """
-    positions = size = games = 0
+    positions = 0.0  # in expectation (rows_kept)
+    size = games = 0
     for chunk in chunks:
         if sample <= 0:
             break
