@@ -84,7 +84,8 @@ _INT_FIELDS = {2: (schema.P2_CAPTURE_COUNT, schema.P2_CAPTURES, schema.P2_POLICY
                    schema.P2_POLICY_VALUE, schema.P2_GENERATION, schema.P2_GAME, schema.P2_MOVE_NUMBER),
                3: (schema.P2_CAPTURE_COUNT, schema.P2_CAPTURES, schema.P2_POLICY_COUNT, schema.P2_POLICY_INDEX_DELTA,
                    schema.P2_POLICY_VALUE, schema.P2_GAME, schema.P2_MOVE_NUMBER)}
-_BYTES_FIELDS = {2: (schema.P2_BOARD, schema.P2_MOVES, schema.P2_OWNERSHIP, schema.P2_OWNERSHIP_FINE, schema.P2_TARGETS),
+_BYTES_FIELDS = {2: (schema.P2_BOARD, schema.P2_MOVES, schema.P2_OWNERSHIP, schema.P2_OWNERSHIP_FINE,
+                     schema.P2_TARGETS),
                  3: (schema.P2_BOARD, schema.P2_MOVES, schema.P2_OWNERSHIP_FINE, schema.P2_TARGETS)}
 _SCALARS = (schema.P_VERSION, schema.P_BOARD_SIZE, schema.P2_COUNT)
 # Version 4 has version 3's columns (only its policy values are wider).
@@ -173,10 +174,10 @@ def encode_groups(c: CompactPositions) -> list[bytes]:
         entries[schema.P2_TARGETS] = _entry(schema.P2_TARGETS, _bytes_feature(_target_columns(targets[lo:hi])))
         entries[schema.P2_OWNERSHIP_FINE] = _entry(schema.P2_OWNERSHIP_FINE, _bytes_feature(
             fine_rows[fine_bounds[r] * nn:fine_bounds[r + 1] * nn]))
-        for key, (data, row) in fixed.items():
-            entries[key] = _entry(key, _bytes_feature(data[lo * row:hi * row]))
-        for key, (data, at) in encoded.items():
-            entries[key] = _entry(key, _int_feature(data[at[r]:at[r + 1]]))
+        for key, (column, row) in fixed.items():
+            entries[key] = _entry(key, _bytes_feature(column[lo * row:hi * row]))
+        for key, (varint_bytes, at) in encoded.items():
+            entries[key] = _entry(key, _int_feature(varint_bytes[at[r]:at[r + 1]]))
         body = b"".join([entries[key] for key in order])
         records.append(b"\x0a" + _varint(len(body)) + body)
     return records
