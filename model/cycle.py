@@ -86,7 +86,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow.core.framework import summary_pb2
 
-from format import layout, schema
+from format import layout
 from format.events import EventLog
 from format.run_config import read_run_config
 from cloud.base import NotFound
@@ -266,8 +266,9 @@ class TrainingRun:
         try:
             self.trainer.checkpoint.restore(latest).assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.OpError) as exc:
-            raise CheckpointMismatch(f"{latest} does not match this network (was it written with other "
-                               f"--input-planes/--blocks/--filters/--value-head/--policy-head/--swa-decay flags?): {exc}") from None
+            raise CheckpointMismatch(
+                f"{latest} does not match this network (was it written with other --input-planes/--blocks/"
+                f"--filters/--value-head/--policy-head/--swa-decay flags?): {exc}") from None
         self._saved_step = int(self.trainer.window_step.numpy())
         generation = int(self.trainer.window_generation.numpy())
         where = (f"window {generation} at step {int(self.trainer.window_step.numpy())}/"

@@ -161,7 +161,7 @@ class _Gather:
         self.starts.insert(at, starts[which] + base)
         self.lengths.insert(at, lengths[which])
 
-    def rows(self, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
+    def rows(self, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray | int) -> None:
         """Record i gets ``data[starts[i]:starts[i] + lengths[i]]``."""
         base = self._add_pool(np.ascontiguousarray(data, np.uint8).reshape(-1))
         self.starts.append(np.asarray(starts, np.int64) + base)
