@@ -317,7 +317,7 @@ def _position_gather(
 def encode_positions(
     *, board_size: int, planes_packed: np.ndarray, to_play, policy_offsets, policy_index, policy_prob,
     value, score, ownership: np.ndarray, policy_weight, value_weight, ownership_weight, score_weight,
-    game_id: Sequence[str], move_number, generation,
+    game_id: Sequence[str] | np.ndarray, move_number, generation,
 ) -> list[bytes]:
     """Serialize P position records at once; byte-identical to encode_position.
 
