@@ -272,10 +272,10 @@ def label_games(games: Sequence[GameRecord], *, policy_fn: PolicyFn | None, rand
                 stats["playout_winner_checked"] += 1
                 stats["playout_winner_agreements"] += int(winner_of(label.score) == games[i].winner)
     labelled = []
-    for game, label in zip(games, labels):
-        if label is None:  # not two passes and the moves do not replay
+    for game, final in zip(games, labels):
+        if final is None:  # not two passes and the moves do not replay
             stats["unlabelled"] += 1
-            label = EndstateLabel(np.zeros(game.board_size ** 2, np.float32), math.nan, schema.OWNERSHIP_NONE, 0.0)
-        labelled.append(label)
+            final = EndstateLabel(np.zeros(game.board_size ** 2, np.float32), math.nan, schema.OWNERSHIP_NONE, 0.0)
+        labelled.append(final)
     stats["games_labelled"] += len(games)
     return labelled
