@@ -24,7 +24,7 @@ WHOLE_FILE = "*"
 # A test whose module-scoped fixture is expensive goes together with every test that uses the fixture,
 # or the cost only moves to the next test.
 SLOW: dict[str, str | tuple[str, ...]] = {
-    "arena/test_elo_coverage.py": ("test_the_simulation_is_the_regime_of_real_ladders",),
+    "arena/test_elo_coverage.py": WHOLE_FILE,          # one simulation of 300 tournaments, shared (lru_cache)
     "arena/test_gtp.py": ("test_engine_plays_a_published_model",),
     "arena/test_gtp_analysis.py": WHOLE_FILE,           # trains the model the analysis sessions use
     "arena/test_ladder.py": ("test_the_ladder_plays_its_schedule_then_only_missing_games",
@@ -74,6 +74,10 @@ SLOW: dict[str, str | tuple[str, ...]] = {
                                    "test_sigterm_mid_window_saves_a_checkpoint_releases_the_lease_and_exits_0",
                                    "test_a_publish_killed_before_latest_moved_is_completed_not_retrained"),
     "model/test_train_resume.py": WHOLE_FILE,
+    # gcloud --help of every command the plans use: about a minute until pytest's cache holds it.
+    "operations/deploy/test_plan.py":
+        ("test_every_gcloud_command_and_flag_is_documented_by_the_installed_gcloud",),
+    "operations/deploy/test_release.py": ("test_every_gcloud_command_of_an_update_is_documented",),
     "operations/deploy/test_tpu.py":
         ("test_a_savedmodel_published_by_the_tpu_trainers_tensorflow_loads_in_the_workers",),
     "operations/deploy/test_vm.py":
