@@ -137,7 +137,7 @@ def test_python_passes_ruff():
 
 
 def test_python_is_formatted_by_ruff():
-    result = _ruff("format", "--check")
+    result = _ruff("format", "--check", "--output-format=concise")
     if result.returncode:
         pytest.fail("files `ruff format` would change (run it on them):\n" + result.stdout + result.stderr,
                     pytrace=False)
