@@ -1,6 +1,6 @@
 """Lint: ShellCheck on every shell script and on the plans ``python -m operations.deploy`` generates,
 hadolint on the Dockerfiles, and on the Python packages ruff (lint and format) and mypy (types), as
-pyproject.toml configures them; all of them clean.
+pyproject.toml configures them; all of them clean.  Also the list of slow tests (tests/conftest.py).
 
 A finding is fixed where it is, or, when it is a false positive, disabled on its line with a
 ``# shellcheck disable=SCxxxx`` (``# hadolint ignore=DLxxxx``, ``# noqa: CODE``,
@@ -26,6 +26,7 @@ import sys
 import pytest
 
 from operations.deploy.__main__ import main as deploy_main
+from tests.conftest import slow_list_problems
 from tests.operations.deploy.support import BASE
 from tests.operations.deploy.test_plan import DOWN_SCENARIOS, SCENARIOS
 from tests.system.test_layering import PACKAGES
@@ -151,3 +152,9 @@ def test_python_passes_mypy():
                             cwd=REPO, capture_output=True, text=True, timeout=600)
     if result.returncode:
         pytest.fail("mypy findings (pyproject.toml, [tool.mypy]):\n" + result.stdout + result.stderr, pytrace=False)
+
+
+def test_the_slow_list_names_existing_tests_and_leaves_every_package_quick_ones():
+    """tests/conftest.py's SLOW, which the quick tier (scripts/test.sh --quick) leaves out."""
+    problems = slow_list_problems()
+    assert not problems, "tests/conftest.py, SLOW:\n" + "\n".join(problems)
