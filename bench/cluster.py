@@ -12,7 +12,8 @@ latest_regressions = 0, chunk_verify_failures = 0, generations >= 3.  Without th
 semantics: not the bench's figure).  Ends with one JSON line: the launcher's report plus
 ``acceptance``, ``root`` and ``bench_wall_s``.
 
-    python bench/cluster.py [--minutes 8] [--workers 3] [--kill-every 20] [--local-root] [-- extra operations.cluster flags]
+    python bench/cluster.py [--minutes 8] [--workers 3] [--kill-every 20] [--local-root]
+        [-- extra operations.cluster flags]
 """
 from __future__ import annotations
 
@@ -104,6 +105,7 @@ def run_bench(args, started: float, run_minutes: float) -> int:
         print(f"[bench] {' '.join(command[1:])}", flush=True)
         process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True, env={**os.environ, **env, "TMPDIR": work})
+        assert process.stdout is not None  # stdout=PIPE
         for line in process.stdout:  # the launcher's status lines are the progress
             if not line.startswith("{"):
                 print(line.rstrip(), flush=True)

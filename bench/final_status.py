@@ -58,6 +58,13 @@ def dead_vertices(reply: str) -> set[str]:
     return {vertex.upper() for vertex in reply.split()}
 
 
+def plain_reply(engine, line: str) -> str:
+    """The engine's reply to ``line``, a command that does not stream (only analysis commands do)."""
+    reply = engine.handle(line)
+    assert isinstance(reply, str), line
+    return reply
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -82,7 +89,7 @@ def main(argv=None) -> int:
             parser.error(f"--sgf-dir {sgf_dir}: no .sgf files there")
         engine = build_engine(GtpConfig(visits=1, quiet=True))   # final_status_list does not search
         gnugo = GnuGo(level=CLOSING["gnugo_level"])
-        counts = {}
+        counts: dict[str, dict[str, int]] = {}
         judge_seconds = 0.0
         try:
             for path in paths:
@@ -90,10 +97,10 @@ def main(argv=None) -> int:
                     gnugo.send(f"loadsgf {path} {move_number}")
                     reference = dead_vertices(gnugo.send("final_status_list dead"))
                     begun = time.perf_counter()
-                    loaded = engine.handle(f"loadsgf {path} {move_number}")
+                    loaded = plain_reply(engine, f"loadsgf {path} {move_number}")
                     if not loaded.startswith("="):
                         raise SystemExit(f"{path}: the engine refused loadsgf: {loaded.strip()}")
-                    ours = dead_vertices(engine.handle("final_status_list dead").strip()[1:])
+                    ours = dead_vertices(plain_reply(engine, "final_status_list dead").strip()[1:])
                     judge_seconds += time.perf_counter() - begun
                     tally = counts.setdefault(kind, {"positions": 0, "with_dead": 0, "reference_dead": 0,
                                                      "called_dead": 0, "agreed": 0})

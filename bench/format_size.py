@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import zlib
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -195,7 +196,7 @@ def measure(scratch: Path, n: int, result: dict) -> None:
 
 def main() -> int:
     started = time.time()
-    result = {"bench": "format_size", "worker_flags": " ".join(PINNED_WORKER_FLAGS),
+    result: dict[str, Any] = {"bench": "format_size", "worker_flags": " ".join(PINNED_WORKER_FLAGS),
               "shuffle_flags": " ".join(PINNED_SHUFFLE_FLAGS)}
     with tempfile.TemporaryDirectory(prefix="zerolake-format-size-") as scratch:
         for n in (9, 19):

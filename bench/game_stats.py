@@ -92,17 +92,18 @@ def lake_stats(lake: str, generations: range, threshold: float, moves: int, visi
     if not lengths:
         raise SystemExit(f"bench/game_stats.py: {lake} holds no readable games of generations "
                          f"{generations.start}..{generations.stop - 1}")
-    lengths, ends = np.asarray(lengths), np.asarray(ends)
-    report = {"games": int(len(lengths)), "positions": positions,
-              "moves_per_game": round(float(lengths.mean()), 2),
-              "decided_position_share": round(decided / positions, 4),
-              "decided_full_search_share": round(decided_full / max(full, 1), 4),
-              "decided_simulation_share": round(decided_simulations / simulations, 4),
-              "simulations_per_game": round(simulations / len(lengths), 1)}
+    game_moves, end_codes = np.asarray(lengths), np.asarray(ends)
+    report: dict[str, float | None] = {
+        "games": int(len(game_moves)), "positions": positions,
+        "moves_per_game": round(float(game_moves.mean()), 2),
+        "decided_position_share": round(decided / positions, 4),
+        "decided_full_search_share": round(decided_full / max(full, 1), 4),
+        "decided_simulation_share": round(decided_simulations / simulations, 4),
+        "simulations_per_game": round(simulations / len(game_moves), 1)}
     for code, name in END_NAMES.items():
-        mask = ends == code
+        mask = end_codes == code
         report[f"{name}_share"] = round(float(mask.mean()), 4)
-        report[f"moves_per_game_{name}"] = round(float(lengths[mask].mean()), 2) if mask.any() else None
+        report[f"moves_per_game_{name}"] = round(float(game_moves[mask].mean()), 2) if mask.any() else None
     return report
 
 

@@ -45,7 +45,9 @@ def parse_arm(text: str) -> tuple[str, list[str], list[str]]:
     if not sep or not name.isidentifier():
         raise argparse.ArgumentTypeError(f"--arm {text!r}: write NAME=FLAGS, e.g. weight='--train-loss-"
                                          "normalization weight' (NAME letters, digits, _)")
-    shuffle, train, words = [], [], shlex.split(flags)
+    shuffle: list[str] = []
+    train: list[str] = []
+    words = shlex.split(flags)
     for i, word in enumerate(words):
         if word.startswith("--shuffle-"):
             target, word = shuffle, "--" + word[len("--shuffle-"):]
@@ -238,7 +240,7 @@ def main(argv=None) -> int:
     held_by_width: dict = {}
     with tempfile.TemporaryDirectory(prefix="zerolake-heldout-") as scratch:
         for name, shuffle_flags, train_flags in args.arm:
-            figures = {key: [] for key in REPORTED}
+            figures: dict[str, list[float]] = {key: [] for key in REPORTED}
             for seed in range(args.seeds):
                 started = time.perf_counter()
                 root = scratch_lake(args.lake, args.window, os.path.join(scratch, f"{name}-{seed}"))

@@ -39,7 +39,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from format import layout  # noqa: E402
-from format.match_record import MatchRecord  # noqa: E402
+from format.match_record import MatchGame, MatchRecord  # noqa: E402
 from format.sgf import game_from_sgf  # noqa: E402
 from arena.elo import ELO_PER_NAT  # noqa: E402
 from arena.match import wilson_interval  # noqa: E402
@@ -216,15 +216,16 @@ def decide(cross: dict[tuple[str, str], MatchTally], within: list[MatchTally], g
                "pooled_elo_high": round(pooled_high, 1), "pooled_interval": "games-pooled Wilson (games as "
                "independent: too narrow)", "cross_games": pooled.games, "cross_score": pooled.score,
                "within_spread_elo": None if spread is None else round(spread, 1), "cpu_gap": round(gap, 3)}
-    measured = bool(loads) and all(load is not None for load in loads.values())
+    known = {run: load for run, load in (loads or {}).items() if load is not None}
+    measured = bool(loads) and len(known) == len(loads or {})
     if measured:
-        verdict["outside_load"] = {run: round(load, 3) for run, load in loads.items()}
-    loaded = sorted(run for run, load in (loads or {}).items() if measured and load > max_load)
+        verdict["outside_load"] = {run: round(load, 3) for run, load in known.items()}
+    loaded = sorted(run for run, load in known.items() if measured and load > max_load)
     interval = f"{effect.elo:+.0f} Elo [{effect.low:+.0f}, {effect.high:+.0f}] (run-level 95%)"
     if loaded:
         verdict["decision"] = "refused"
         verdict["why"] = (f"the machine was loaded during run {', '.join(loaded)}: other processes took "
-                          f"{max(loads[r] for r in loaded):.0%} of its CPU (more than {max_load:.0%})")
+                          f"{max(known[r] for r in loaded):.0%} of its CPU (more than {max_load:.0%})")
     elif not measured and gap > max_gap:
         verdict["decision"] = "refused"
         verdict["why"] = (f"the arms' CPU time differs by {gap:.0%} (more than {max_gap:.0%}), and the runs "
@@ -238,17 +239,24 @@ def decide(cross: dict[tuple[str, str], MatchTally], within: list[MatchTally], g
     return verdict
 
 
+def games_with_sgf(record: MatchRecord) -> list[tuple[MatchGame, str]]:
+    """Each game of one ``arena.match --json`` result with its SGF file (the match's ``--sgf-dir``)."""
+    games = record.game_results or ()
+    paired = [(game, game.sgf) for game in games if game.sgf is not None]
+    if not games or len(paired) != len(games):
+        raise ValueError(f"the match {record.player_a} vs {record.player_b} kept no SGF of its games "
+                         "(bench/learning.py plays its matches with --sgf-dir)")
+    return paired
+
+
 def tally_match(record: MatchRecord) -> MatchTally:
     """Player A's tally over the distinct games of one ``arena.match --json`` result.
 
     Each game's moves come from its SGF file (the match's ``--sgf-dir``); two
     games with the same colours and moves are one game."""
-    if not record.game_results or any(game.sgf is None for game in record.game_results):
-        raise ValueError(f"the match {record.player_a} vs {record.player_b} kept no SGF of its games "
-                         "(bench/learning.py plays its matches with --sgf-dir)")
     seen, score = set(), 0.0
-    for game in record.game_results:
-        with open(game.sgf, "rb") as handle:
+    for game, sgf in games_with_sgf(record):
+        with open(sgf, "rb") as handle:
             key = (game.black, tuple(game_from_sgf(handle.read())[2]))
         if key in seen:
             continue
@@ -266,8 +274,8 @@ def match_digest(result_path: str, record: MatchRecord) -> str:
     digest = hashlib.sha256()
     with open(result_path, "rb") as handle:
         digest.update(handle.read())
-    for game in record.game_results or ():
-        with open(game.sgf, "rb") as handle:
+    for _, sgf in games_with_sgf(record):
+        with open(sgf, "rb") as handle:
             digest.update(handle.read())
     return digest.hexdigest()
 
@@ -567,8 +575,8 @@ def play_match(args, first: str, second: str, games: int, seed: int) -> tuple[Ma
     with open(result_path, "rb") as handle:
         record = MatchRecord.from_bytes(handle.read(), result_path)
     tally = tally_match(record)
-    return tally, {"match": name, "seed": seed, "games_played": len(record.game_results), "games": tally.games,
-                   "score": tally.score, "digest": match_digest(result_path, record)}
+    return tally, {"match": name, "seed": seed, "games_played": len(record.game_results or ()),
+                   "games": tally.games, "score": tally.score, "digest": match_digest(result_path, record)}
 
 
 def games_per_pairing(cross_games_per_run: int, seeds: int) -> int:
@@ -585,7 +593,7 @@ def run_ab(args) -> dict:
     seeds = list(range(1, args.seeds + 1))
     # The arms take turns (a1, b1, a2, b2, ...), so an A/B spread over several sittings, or a machine
     # that drifts over the hours, loads both arms alike instead of giving one arm the early hours.
-    records = {"a": [], "b": []}
+    records: dict[str, list[dict]] = {"a": [], "b": []}
     for seed in seeds:
         for arm, flags in (("a", args.arm_a_flags), ("b", args.arm_b_flags)):
             if not run_is_done(args, arm, seed) and not fits_window(args, args.minutes * 60):

@@ -40,7 +40,6 @@ sys.path.insert(0, REPO)
 from format import codec  # noqa: E402
 from format.run_config import RunConfig  # noqa: E402
 from format import layout  # noqa: E402
-from format import schema  # noqa: E402
 from format.symmetry import NUM_SYMMETRIES  # noqa: E402
 from testdata.models import publish_untrained_model  # noqa: E402
 from testdata.random_games import engine_game, resigned_copy, symmetric_copy  # noqa: E402
@@ -179,7 +178,8 @@ def main(argv=None) -> int:
     parser.add_argument("--positions_9", type=int, default=200_000, help="9x9 window (doubled once)")
     parser.add_argument("--positions_19", type=int, default=150_000, help="19x19 window")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--job_args", default="", help="extra flags for pipeline.shuffle, e.g. '--bundle-positions 60000'")
+    parser.add_argument("--job_args", default="",
+                        help="extra flags for pipeline.shuffle, e.g. '--bundle-positions 60000'")
     args = parser.parse_args(argv)
     work = tempfile.mkdtemp(prefix="zerolake-bench-pipeline-")
     results = {}

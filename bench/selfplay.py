@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -89,9 +89,8 @@ def build_network(board_size: int, blocks: int | None = None, filters: int | Non
     from model.config import NetworkConfig
     from model.network import build_network as build_project_network
 
-    config = NetworkConfig(board_size=board_size, blocks=4, filters=32, **PINNED_NETWORK_SETTINGS)
-    if blocks is not None:
-        config = NetworkConfig(board_size=board_size, blocks=blocks, filters=filters, **PINNED_NETWORK_SETTINGS)
+    config = NetworkConfig(board_size=board_size, blocks=4 if blocks is None else blocks,
+                           filters=32 if filters is None else filters, **PINNED_NETWORK_SETTINGS)
     return build_project_network(config), f"model.network {config.blocks}x{config.filters}"
 
 
@@ -120,7 +119,7 @@ def conv_gflops(seconds: float, batch: int = 256, board_size: int = 19, channels
     kernel = tf.constant(rng.standard_normal((3, 3, channels, channels), np.float32))
     conv = tf.function(lambda t: tf.nn.conv2d(t, kernel, 1, "SAME"))
     conv(x).numpy()   # trace and warm up
-    times = []
+    times: list[float] = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline or len(times) < 3:
         start = time.perf_counter()
@@ -136,15 +135,15 @@ def conv_gflops(seconds: float, batch: int = 256, board_size: int = 19, channels
 # Every search setting the figures depend on, pinned here at the values they
 # were first measured with, so that changing a default of the worker (the
 # learning work tunes them) moves no bench figure.  Compare like with like.
-PINNED_WORKER_SETTINGS = dict(
+PINNED_WORKER_SETTINGS: dict[str, Any] = dict(
     komi=7.5, max_moves=0, visits=64, fast_visits=16, full_search_fraction=0.25, gumbel=False,
     gumbel_considered=16, leaves_per_game=8, c_puct=1.25, fpu_reduction=0.25, dirichlet_alpha_total=10.83,
     dirichlet_epsilon=0.25, temperature_moves=-1, resign_threshold=-0.9, resign_consecutive=3,
     resign_disabled_fraction=0.1, accelerated_visits=2, chunk_games=16, chunk_seconds=600.0,
     generation0_playouts=0, eval_cache_entries=32768, inference_threads=0,
 )
-PINNED_NETWORK_SETTINGS = dict(policy_head="dense", policy_channels=16, head_filters=2, value_hidden=64,
-                               global_pool_every=0, value_head="tanh")
+PINNED_NETWORK_SETTINGS: dict[str, Any] = dict(policy_head="dense", policy_channels=16, head_filters=2,
+                                               value_hidden=64, global_pool_every=0, value_head="tanh")
 """The network settings besides its size, pinned like the worker's."""
 
 
@@ -239,7 +238,7 @@ class PublishedNetwork(NamedTuple):
     """A freshly initialised network published the way ``model.train`` publishes (SavedModel plus,
     when it passes its accuracy check, the int8 copy CPU workers run), and loaded back."""
 
-    model: object        # inference.model_files.LoadedModel
+    model: Any           # inference.model_files.LoadedModel
     network: object      # the keras network, for counting its arithmetic
     source: str
     cpu_int8: dict
@@ -255,9 +254,10 @@ def publish_network(scratch: str, board_size: int, blocks: int | None, filters: 
     shape = dict(blocks=4 if blocks is None else blocks, filters=32 if filters is None else filters,
                  **PINNED_NETWORK_SETTINGS)
     root = tempfile.mkdtemp(prefix=f"models{board_size}-", dir=scratch)
-    cpu_int8 = publish_untrained_model(root, 1, board_size, network=shape, seed=board_size, cpu_int8=cpu_int8) or {}
+    int8_report = publish_untrained_model(root, 1, board_size, network=shape, seed=board_size,
+                                          cpu_int8=cpu_int8) or {}
     model = model_files.load_model(open_storage(root), 1, cache_dir=tempfile.mkdtemp(prefix="cache-", dir=scratch))
-    return PublishedNetwork(model, network, source, cpu_int8)
+    return PublishedNetwork(model, network, source, int8_report)
 
 
 def end_to_end(published: PublishedNetwork, seconds: float, games: int, label: str,
@@ -405,7 +405,7 @@ def leela_zero(binary: Path, visits: int) -> dict:
             print(f"Leela Zero 0.17, CPU, {threads} thread(s), {PEER_BLOCKS}x{PEER_FILTERS} random weights, "
                   f"19x19: {playouts} playouts, {rates[threads]:.0f} visits/s, "
                   f"{cpu_rates[threads]:.0f} per CPU second", flush=True)
-    best = max(rates, key=rates.get)
+    best = max(rates, key=rates.__getitem__)
     return {"visits_per_s": rates[best], "threads": best, "visits_per_cpu_s": max(cpu_rates.values())}
 
 

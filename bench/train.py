@@ -38,6 +38,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -65,6 +66,7 @@ def write_shards(folder: str, board_size: int, positions: int) -> list[str]:
     labels = L.label_games(games, policy_fn=None, random_playouts=1, model_playout_moves=0, temperature=1.0,
                            playout_weight=0.5, rng=rng, stats=L.empty_stats())
     batch = P.games_positions(games, labels, list(range(len(games))), dedup_max_move=0)
+    assert batch is not None  # None only for games without positions
     batch = batch.take(rng.permutation(len(batch))[:positions])
     # instance = game index: the game table's rows are the games in order.
     table = codec.GameTable(board_size=board_size, generation=np.array([g.generation for g in games]),
@@ -100,10 +102,10 @@ def pipeline_rate(shards: list[str], board_size: int, seconds: float, input_plan
 # The network and step settings the steps/s figure depends on, pinned at the
 # values it was first measured with: changing TrainConfig's defaults (the
 # learning work tunes them) moves no bench figure.
-PINNED_NETWORK_SETTINGS = dict(
+PINNED_NETWORK_SETTINGS: dict[str, Any] = dict(
     blocks=4, filters=32, global_pool_every=0, global_pool_channels=8, value_head="tanh", value_hidden=64,
     policy_head="dense")
-PINNED_TRAIN_SETTINGS = dict(
+PINNED_TRAIN_SETTINGS: dict[str, Any] = dict(
     strategy="auto", precision="auto", policy_loss_weight=1.0, value_loss_weight=1.0,
     ownership_loss_weight=0.5, score_loss_weight=0.2, batch_size=256, steps_per_call=20, learning_rate=0.02,
     momentum=0.9, warmup_steps=200, lr_schedule="constant", swa_decay=0.0, shuffle_buffer=8192, seed=0,
@@ -149,7 +151,7 @@ def main(argv=None) -> int:
     from format import layout
     from format.schema import POSITION_RECORD_VERSION
 
-    result = {"bench": "train"}
+    result: dict[str, Any] = {"bench": "train"}
     with tempfile.TemporaryDirectory(prefix="zerolake-bench-") as scratch:
         counts = {9: args.positions, 19: args.positions // 2}
         shards = {n: write_shards(scratch, n, counts[n]) for n in (9, 19)}
@@ -177,7 +179,8 @@ def main(argv=None) -> int:
                                  **TRAIN_VARIANTS[name])
             print(f"training 9x9 default net, {name}: {rate:.2f} steps/s ({rate / steps:.2f}x)")
             result[f"train_steps_per_s_9_{name}"] = round(rate, 3)
-    result.update({"positions_9": args.positions, "seconds": args.seconds, "record_version": POSITION_RECORD_VERSION, "train_steps_per_s_9": round(steps, 3),
+    result.update({"positions_9": args.positions, "seconds": args.seconds,
+                   "record_version": POSITION_RECORD_VERSION, "train_steps_per_s_9": round(steps, 3),
                    "train_batch_9": batch, "train_examples_per_s_9": round(consumed),
                    "supply_over_demand_9": round(ratio, 2), "cpus": os.cpu_count()})
     print(json.dumps(result))

@@ -20,6 +20,7 @@ object's URL and, for GCS, the HTTP status, never credentials or headers.
 from __future__ import annotations
 
 import abc
+import builtins
 import dataclasses
 import logging
 import os
@@ -268,7 +269,7 @@ class Storage(abc.ABC):
         """Full URL (gs://...) or absolute local path of ``path``, for tools
         that take URLs (Beam, tf.data).  ``url("")`` is the root itself."""
 
-    def local_copy(self, prefix: str, dest_dir: str) -> list[str]:
+    def local_copy(self, prefix: str, dest_dir: str) -> builtins.list[str]:  # list: the method above
         """Copy every object under ``prefix`` into the local directory
         ``dest_dir``, keeping paths relative to ``prefix``
         (``models/000004/`` + ``weights.h5`` -> ``dest_dir/weights.h5``).

@@ -63,7 +63,7 @@ def default_client(for_url: str = "gs://"):
     Credentials).  No project is needed for object operations, so none is
     looked up."""
     import google.auth.exceptions
-    from google.cloud import storage
+    import google.cloud.storage as storage
 
     try:
         return storage.Client(project=None)
@@ -256,7 +256,7 @@ class GcsStorage(Storage):
     def read_versioned(self, path: str, *, max_bytes: int | None = None) -> tuple[bytes, int]:
         url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
 
-        def attempt(_: bool) -> tuple[bytes, int]:
+        def attempt(_is_retry: bool) -> tuple[bytes, int]:
             while True:
                 _, status = _call_allowing(lambda: blob.reload(retry=None, timeout=timeout), 404)
                 if status == 404:
@@ -266,9 +266,11 @@ class GcsStorage(Storage):
                     raise TooLarge(f"{url} is {blob.size:,} bytes, more than {max_bytes:,}, the most an "
                                    "object of its kind holds; not read", url=url, generation=generation)
                 # Download exactly that generation; 412/404 = it changed in between: look again.
+                # _call_allowing calls the lambda at once, in this iteration, so it sees this `generation`.
                 data, status = _call_allowing(lambda: blob.download_as_bytes(
-                    if_generation_match=generation, retry=None, timeout=timeout), 404, 412)
+                    if_generation_match=generation, retry=None, timeout=timeout), 404, 412)  # noqa: B023
                 if status is None:
+                    assert data is not None  # no status: the download returned
                     return data, generation
 
         return self._with_retries("read_versioned", url, attempt)
@@ -303,6 +305,7 @@ class GcsStorage(Storage):
                 start=0 if end is not None else None, end=end, retry=None, timeout=timeout), 404)
             if status == 404:
                 raise NotFound(f"no object at {url}", url=url, status=404)
+            assert data is not None  # no status: the download returned
             return check_size(data, max_bytes, url)
 
         return self._with_retries("read", url, attempt)

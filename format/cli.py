@@ -315,7 +315,7 @@ def config_from_namespace(config_cls, namespace: argparse.Namespace, parser: arg
         if field.name in values or not hasattr(namespace, field.name):
             continue
         value = getattr(namespace, field.name)
-        if value is None and field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        if value is None and field.default_factory is not dataclasses.MISSING:
             continue       # not given: the dataclass's own factory decides
         values[field.name] = value
     try:
@@ -397,7 +397,7 @@ class NestedFlags:
         for path, inner, _ in nested_flag_fields(field.metadata["nested"], f"{field.name}."):
             value = getattr(namespace, path, None)
             if value is None and (not hasattr(namespace, path)
-                                  or inner.default_factory is not dataclasses.MISSING):  # type: ignore[misc]
+                                  or inner.default_factory is not dataclasses.MISSING):
                 continue
             values[path.partition(".")[2]] = value
         try:

@@ -7,6 +7,7 @@ and length and raises :class:`FormatError` naming the source and the field.
 """
 from __future__ import annotations
 
+import builtins
 
 import numpy as np
 
@@ -93,7 +94,7 @@ class FeatureReader:
         except UnicodeDecodeError:
             raise self.error(name, "is not UTF-8 text") from None
 
-    def header(self, version_field, size_field) -> tuple[int, int]:
+    def header(self, version_field, size_field) -> tuple[builtins.int, builtins.int]:  # int: the method above
         version = self.int(version_field)
         if version not in schema.SUPPORTED_VERSIONS:
             raise self.error(version_field, f"unknown format version {version} (this reader knows "

@@ -158,10 +158,12 @@ def decode_game_table(data: bytes, source: str, *, board_size: int | None = None
         raise r.error(schema.GT_OWNERSHIP, "holds a nonzero row for a fine game")
     fine_raw = r.bytes(schema.GT_OWNERSHIP_FINE)
     if len(fine_raw) != int(fine.sum()) * nn:
-        raise r.error(schema.GT_OWNERSHIP_FINE, f"has {len(fine_raw)} bytes, expected {int(fine.sum())} fine games x {nn}")
+        raise r.error(schema.GT_OWNERSHIP_FINE,
+                      f"has {len(fine_raw)} bytes, expected {int(fine.sum())} fine games x {nn}")
     fine_rows = np.frombuffer(fine_raw, np.int8).reshape(-1, nn)
     if (fine_rows == -128).any():
-        raise r.error(schema.GT_OWNERSHIP_FINE, f"holds -128 (ownership is -{schema.OWNERSHIP_SCALE}..{schema.OWNERSHIP_SCALE})")
+        raise r.error(schema.GT_OWNERSHIP_FINE,
+                      f"holds -128 (ownership is -{schema.OWNERSHIP_SCALE}..{schema.OWNERSHIP_SCALE})")
     ownership = code_colours(codes) * np.int8(schema.OWNERSHIP_SCALE)
     ownership[fine] = fine_rows
     return GameTable(board_size=n, generation=generation, ownership=ownership)

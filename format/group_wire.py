@@ -160,10 +160,10 @@ def encode_groups(c: CompactPositions) -> list[bytes]:
         entries[schema.P_TARGETS] = _entry(schema.P_TARGETS, _bytes_feature(_target_columns(targets[lo:hi])))
         entries[schema.P_OWNERSHIP_FINE] = _entry(schema.P_OWNERSHIP_FINE, _bytes_feature(
             fine_rows[fine_bounds[r] * nn:fine_bounds[r + 1] * nn]))
-        for key, (data, row) in fixed.items():
-            entries[key] = _entry(key, _bytes_feature(data[lo * row:hi * row]))
-        for key, (data, at) in encoded.items():
-            entries[key] = _entry(key, _int_feature(data[at[r]:at[r + 1]]))
+        for key, (column, row) in fixed.items():
+            entries[key] = _entry(key, _bytes_feature(column[lo * row:hi * row]))
+        for key, (varint_bytes, at) in encoded.items():
+            entries[key] = _entry(key, _int_feature(varint_bytes[at[r]:at[r + 1]]))
         body = b"".join([entries[key] for key in order])
         records.append(b"\x0a" + _varint(len(body)) + body)
     return records

@@ -41,7 +41,7 @@ EXIT_OK, EXIT_BAD_DATA, EXIT_USAGE = 0, 1, 2
 
 
 def _is_record_file(path: str) -> bool:
-    return path.endswith(schema.CHUNK_SUFFIX) or path.endswith(schema.SHARD_SUFFIX) or path.endswith(schema.GAME_TABLE_SUFFIX)
+    return path.endswith((schema.CHUNK_SUFFIX, schema.SHARD_SUFFIX, schema.GAME_TABLE_SUFFIX))
 
 
 def locate(target: str):
@@ -170,9 +170,13 @@ def scan(storage, paths, *, progress=True) -> Summary:
             summary.bad_files[url] = "empty file (0 bytes): a chunk or shard always holds at least one record"
             continue
         if path.endswith(schema.CHUNK_SUFFIX):
-            good, problems = [], []
+            good: list[codec.GameRecord] = []
+            problems: list[codec.FormatError] = []
             for item in codec.iter_chunk(data, url):
-                (problems if isinstance(item, codec.FormatError) else good).append(item)
+                if isinstance(item, codec.FormatError):
+                    problems.append(item)
+                else:
+                    good.append(item)
             if problems:
                 summary.bad_files[url] = "; ".join(str(p) for p in problems[:3])
             # A damaged chunk's good records still count (they are on disk and

@@ -106,8 +106,9 @@ class LeaseRecord:
             raise LeaseDamaged(f"{url}: not valid JSON ({exc})") from None
         if not isinstance(document, dict):
             raise LeaseDamaged(f"{url}: is not a JSON object")
-        kinds = {"holder": str, "host": str, "pid": int, "acquired": (int, float),
-                 "renewed": (int, float), "expires": (int, float)}
+        kinds: dict[str, type | tuple[type, ...]] = {
+            "holder": str, "host": str, "pid": int, "acquired": (int, float), "renewed": (int, float),
+            "expires": (int, float)}
         for name, kind in kinds.items():
             if not isinstance(document.get(name), kind) or isinstance(document.get(name), bool):
                 raise LeaseDamaged(f"{url}: field '{name}' is missing or of the wrong type")

@@ -67,7 +67,8 @@ class RunConfig:
             if isinstance(value, bool) or not isinstance(value, kinds):
                 raise ValueError(f"field '{name}' must be {what}, got {value!r}")
         if not schema.MIN_BOARD_SIZE <= self.board_size <= schema.MAX_BOARD_SIZE:
-            raise ValueError(f"board size {self.board_size} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
+            raise ValueError(f"board size {self.board_size} is outside "
+                             f"{schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
         problem = komi_problem(self.komi)
         if problem:
             raise ValueError(f"komi {problem}")
@@ -138,8 +139,8 @@ def ensure_run_config(storage, config: RunConfig) -> RunConfig:
         try:
             storage.write_new(layout.RUN_CONFIG, config.to_json())
             return config
-        except AlreadyExists:
-            existing = read_run_config(storage)
+        except AlreadyExists:  # another process's write won; compare against it (NoRun if it is gone again)
+            existing = require_run_config(storage)
     differences = [
         f"{f.name}: run.json has {getattr(existing, f.name)!r}, this process was given {getattr(config, f.name)!r}"
         for f in dataclasses.fields(RunConfig)

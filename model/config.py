@@ -19,10 +19,10 @@ from cloud.storage import local_folder_overlaps_root
 from format.cli import (RoleCli, board_size_setting, events_setting, nested_setting, poll_seconds_setting,
                         root_setting, setting, setting_problems, settings_error)
 from format import schema
+from format.leases import MAX_LEASE_SECONDS
 
 LOSS_NORMALIZATIONS = ("batch", "weight")
 """``--loss-normalization`` choices (`model.sgd.Trainer._replica_step` says what each does)."""
-from format.leases import MAX_LEASE_SECONDS
 
 STRATEGIES = ("auto", "tpu", "gpu", "mirrored", "default")
 PRECISIONS = ("auto", "float32", "bfloat16")

@@ -213,8 +213,9 @@ class TrainingRun:
         try:
             self.trainer.checkpoint.restore(latest).assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.OpError) as exc:
-            raise CheckpointMismatch(f"{latest} does not match this network (was it written with other "
-                               f"--input-planes/--blocks/--filters/--value-head/--policy-head/--swa-decay flags?): {exc}") from None
+            raise CheckpointMismatch(
+                f"{latest} does not match this network (was it written with other --input-planes/--blocks/"
+                f"--filters/--value-head/--policy-head/--swa-decay flags?): {exc}") from None
         self._saved_step = int(self.trainer.window_step.numpy())
         generation = int(self.trainer.window_generation.numpy())
         where = (f"window {generation} at step {int(self.trainer.window_step.numpy())}/"

@@ -19,7 +19,6 @@ import dataclasses
 
 import tensorflow as tf
 
-from format import schema
 from model.config import NetworkConfig
 from model.network import build_network
 

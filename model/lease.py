@@ -63,7 +63,9 @@ class TrainerLease(Lease):
         while True:
             holder = self.try_acquire()
             if holder is None:
-                return self.record
+                mine = self.record
+                assert mine is not None  # try_acquire took the lease and kept its record
+                return mine
             now = self._clock()
             if not wait or (stop is not None and stop.is_set()):
                 raise self._refusal(holder, now)

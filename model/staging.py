@@ -372,7 +372,7 @@ class Stage:
         deleted = 0
         for name in sorted(remote_files):
             prefix = checkpoint_prefix_of(name)
-            if prefix in state.kept or checkpoint_step(prefix) >= state.step:
+            if prefix is None or prefix in state.kept or checkpoint_step(prefix) >= state.step:  # None: not ours
                 continue
             try:
                 self.storage.delete(layout.checkpoint_file(name), missing_ok=True)

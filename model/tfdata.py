@@ -309,7 +309,7 @@ class GroupDecoder:
         element) made this function ~1.6x slower on 19x19; the whole of
         stage 2 now costs ~8 ms of CPU per 1024 19x19 positions here.
         """
-        n, nn = self.board_size, self.points
+        nn = self.points
         to_play = 1 - 2 * white  # [B]: +1 Black, -1 White
         side = to_play[:, None]
         where_from = tf.gather(self._inverse_points, symmetries)  # [B, NN]

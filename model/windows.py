@@ -95,8 +95,9 @@ class WindowScan:
 
 def manifest_generations(storage) -> list[int]:
     """Generations whose window manifest exists (complete or not valid), ascending."""
-    return sorted(layout.window_generation(info.path) for info in storage.list(layout.windows_prefix())
-                  if layout.is_window_manifest(info.path))
+    generations = (layout.window_generation(info.path) for info in storage.list(layout.windows_prefix())
+                   if layout.is_window_manifest(info.path))
+    return sorted(g for g in generations if g is not None)  # a manifest's path always has one
 
 
 def read_window(storage, generation: int, board_size: int) -> Window:

@@ -255,9 +255,11 @@ def label_games(games: Sequence[GameRecord], *, policy_fn: PolicyFn | None, rand
             if games[i].winner:
                 stats["playout_winner_checked"] += 1
                 stats["playout_winner_agreements"] += int(winner_of(label.score) == games[i].winner)
-    for i, game in enumerate(games):
-        if labels[i] is None:  # not two passes and the moves do not replay
+    labelled = []
+    for game, final in zip(games, labels):
+        if final is None:  # not two passes and the moves do not replay
             stats["unlabelled"] += 1
-            labels[i] = EndstateLabel(np.zeros(game.board_size ** 2, np.float32), math.nan, schema.OWNERSHIP_NONE, 0.0)
+            final = EndstateLabel(np.zeros(game.board_size ** 2, np.float32), math.nan, schema.OWNERSHIP_NONE, 0.0)
+        labelled.append(final)
     stats["games_labelled"] += len(games)
-    return labels
+    return labelled

@@ -164,7 +164,7 @@ def pack_arrays(arrays: dict) -> bytes:
         if value.dtype.hasobject:
             raise ValueError(f"array {name!r} has an object dtype")
         header.append([name, value.dtype.str, list(value.shape), value.nbytes])
-        blobs.append(memoryview(value.reshape(-1)).cast("B"))  # no copy before the join
+        blobs.append(value.reshape(-1).data.cast("B"))  # no copy before the join
     return b"".join([_PACK_MAGIC, json.dumps(header).encode(), b"\n", *blobs])
 
 
@@ -217,7 +217,7 @@ def history_planes(fresh: np.ndarray, move_number: np.ndarray) -> np.ndarray:
     directly: planes are N*N bits, not whole bytes, so numpy had to unpack
     and repack ~1.3 KB per position.
     """
-    from pipeline import _history  # compiled; imported late like the engine (labels._engine)
+    import pipeline._history as _history  # compiled; imported late like the engine (labels._engine)
 
     p = len(fresh)
     fresh = np.ascontiguousarray(fresh, dtype=np.uint8).reshape(p, 2, -1)
@@ -474,7 +474,7 @@ def _apply_merged(out: PositionBatch, source: PositionBatch, source_rows: np.nda
     """
     position_of = {r: i for i, r in enumerate(source_rows.tolist()) if r in merged}
     rows = np.array(sorted(position_of.values()), np.int64)
-    targets = [merged[r] for r in sorted(position_of, key=position_of.get)]
+    targets = [merged[r] for r in sorted(position_of, key=position_of.__getitem__)]
     for name in ("value", "score", "policy_weight", "value_weight", "ownership_weight", "score_weight"):
         getattr(out, name)[rows] = [t[name] for t in targets]
     if len(rows):

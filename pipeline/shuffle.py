@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
+from typing import TYPE_CHECKING, Sequence
 
 from cloud.base import StorageError
 from format import layout
@@ -38,7 +39,7 @@ from format.events import EventLog
 from format.leases import Lease, describe_time
 from format.registry import RegistryError
 from pipeline import window_plan as W
-from pipeline.config import LABEL_AUTO, LABEL_MODEL, LABEL_RANDOM, ShuffleConfig, from_args
+from pipeline.config import LABEL_MODEL, LABEL_RANDOM, ShuffleConfig, from_args
 from pipeline.lake_view import (ONE_SHOT_CLAIM_TAKEOVER, ShuffleError, check_run_config, claim_attempt, clean_tmp,
                                 delete_tmp_dir, existing_window, holder_id, latest_model, new_attempt_id, progress,
                                 try_claim)
@@ -47,6 +48,8 @@ from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
 # pipeline.transforms (and with it Apache Beam, ~5 s to import on a busy
 # 2-core machine) is imported inside prepare() and build(): a follower that
 # only watches the lake never needs it; its child job does.
+if TYPE_CHECKING:  # prepare() names the type in its annotation only
+    from pipeline.transforms import JobContext
 
 
 SKIPPED_CHUNKS_SHOWN = 10
@@ -227,7 +230,7 @@ def local_runner(config: ShuffleConfig):
     return FnApiRunner(default_environment=environments.SubprocessSDKEnvironment.from_command_string(command))
 
 
-def run(config: ShuffleConfig, beam_args: list[str] = (), *, target: int | None = None,
+def run(config: ShuffleConfig, beam_args: Sequence[str] = (), *, target: int | None = None,
         attempt: str | None = None) -> WindowManifest:
     """Run the job; returns the window's manifest (the existing one if already done).
 

