@@ -26,6 +26,7 @@ WHOLE_FILE = "*"
 SLOW: dict[str, str | tuple[str, ...]] = {
     "arena/test_elo_coverage.py": WHOLE_FILE,          # one simulation of 300 tournaments, shared (lru_cache)
     "arena/test_gtp.py": ("test_engine_plays_a_published_model",),
+    "arena/test_lizzie.py": WHOLE_FILE,                 # the real Lizzie on Xvfb: about 25 s
     "arena/test_gtp_analysis.py": WHOLE_FILE,           # trains the model the analysis sessions use
     "arena/test_ladder.py": ("test_the_ladder_plays_its_schedule_then_only_missing_games",
                              "test_repeated_games_count_once_and_old_lines_get_their_digest_from_the_sgf",
@@ -37,20 +38,17 @@ SLOW: dict[str, str | tuple[str, ...]] = {
     "arena/test_run_page.py": ("test_the_page_in_chromium_shows_what_inspect_and_the_ladder_compute",),
     "arena/test_sigterm.py": WHOLE_FILE,
     "bench/test_smoke.py": ("test_pipeline_bench_reports_both_9x9_windows_19x19_and_the_model_label_path",
-                            "test_train_bench_reports_every_record_version_and_the_training_rate",
+                            "test_train_bench_reports_the_input_pipeline_and_the_training_rate",
                             "test_heldout_bench_scores_each_arm_on_another_runs_games",
                             "test_cluster_bench_on_the_emulator_reports_the_audit_and_its_acceptance",
                             "test_board_bench_reports_both_boards_and_the_naive_peer",
                             "test_gpu_feed_search_side_reports_its_keys"),
+    "bench/test_replay.py": ("test_a_replay_trains_each_arm_alike_then_judges_it",),
     "engine/test_playouts.py": ("test_playout_values_match_python_playouts_on_average_and_are_reproducible",),
     "engine/test_rules_against_gnugo.py": ("test_random_games_agree_with_gnugo",),
     "format/test_planes.py": ("test_the_shuffle_job_and_training_dataset_deliver_the_reference_planes",
-                              "test_tfdata_decodes_the_reference_planes_under_every_symmetry",
-                              "test_version_3_decodes_to_version_2s_training_batch_bit_for_bit",
-                              "test_both_versions_decode_to_the_same_training_batch"),
-    "format/test_position_records_v2.py": ("test_training_dataset_reads_either_version_by_its_records",),
-    "format/test_position_records_v3.py": ("test_training_dataset_gives_version_2s_batches_bit_for_bit",),
-    "format/test_position_records_v4.py": ("test_tfdata_decodes_the_worker_targets_and_trains_a_version_4_window",),
+                              "test_tfdata_decodes_the_reference_planes_under_every_symmetry"),
+    "format/test_policy_values.py": ("test_tfdata_decodes_the_worker_targets_and_trains_a_window",),
     "model/test_cpu_int8.py": WHOLE_FILE,               # quantizes a trained model (module fixture)
     "model/test_input_widths.py": ("test_a_22_plane_model_trains_publishes_and_plays_beside_a_17_plane_one",
                                    "test_a_manifest_whose_width_is_impossible_or_not_its_networks_is_refused_by_field"),
@@ -60,7 +58,7 @@ SLOW: dict[str, str | tuple[str, ...]] = {
         ("test_trainer_on_an_emulated_bucket_resumes_on_a_fresh_stage_dir_and_publishes_once",),
     "model/test_tfdata.py": ("test_order_is_reproducible_and_skip_resumes_the_same_stream",
                              "test_shard_round_trip_through_the_pipeline"),
-    "model/test_train.py": ("test_tiny_run_lowers_every_heads_loss",
+    "model/test_train.py": ("test_tiny_run_lowers_every_heads_loss", "test_an_xla_step_trains_as_the_plain_step_does",
                             "test_an_accelerator_asked_for_and_absent_is_one_error"),
     "model/test_train_faults.py": ("test_a_window_skipped_for_damage_is_never_resumed_from_its_checkpoint",
                                    "test_following_skips_a_damaged_window_and_trains_the_next",

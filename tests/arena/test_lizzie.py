@@ -18,7 +18,6 @@ LIZZIE_JAR = "/usr/share/java/lizzie.jar"
 TOOLS = ("java", "Xvfb", "xdotool", "import")
 
 
-@pytest.mark.slow
 def test_lizzie_shows_the_analysis_of_a_9x9_network(tmp_path):
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing or not os.path.exists(LIZZIE_JAR):

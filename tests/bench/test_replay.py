@@ -94,7 +94,6 @@ def test_heldout_positions_from_sgf_are_the_games_as_played(matches):
         len(game_from_sgf(open(os.path.join(folder, name), "rb").read())[2]) for name in os.listdir(folder))
 
 
-@pytest.mark.slow
 def test_a_replay_trains_each_arm_alike_then_judges_it(matches, tmp_path):
     sgf_out, _, _, _ = matches
     lake = str(tmp_path / "lake")

@@ -74,7 +74,6 @@ def test_tiny_run_lowers_every_heads_loss(lake, value_head):
     assert trainer.global_step == 120
 
 
-@pytest.mark.slow
 def test_an_xla_step_trains_as_the_plain_step_does(lake):
     root, storage, manifest = lake
     shards = [storage.url(layout.shard_path(1, name)) for name in manifest["shards"]]
