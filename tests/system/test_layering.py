@@ -1,6 +1,6 @@
 """Imports point one way: each top-level package is one floor, and imports only the floors below it.
 
-The floors, lowest first (README.md, "Layout"): a module may import its own
+The floors, lowest first (docs/development.md, "The layout of the code"): a module may import its own
 package and any package on a lower floor, never one on its floor or above::
 
     processes                   child processes, SIGTERM, forwarding old command names (imports nothing)
