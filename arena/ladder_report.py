@@ -35,7 +35,8 @@ from typing import Sequence
 import numpy as np
 
 from cloud.base import NotFound, TooLarge
-from format import codec, layout
+from format import codec, lake_json, layout
+from format.tfrecord import MAX_DECOMPRESSED_BYTES
 from format.registry import RegistryError, read_manifest
 from arena import elo
 
@@ -75,15 +76,30 @@ MASS_NAME = "occupied_policy_mass"
 # lake figures
 # --------------------------------------------------------------------------
 
-def chunk_counts(storage, *, save: bool = True) -> dict[str, list[int]]:
+MAX_CHUNK_BYTES = MAX_DECOMPRESSED_BYTES
+"""The largest chunk counted: a chunk expands to at most this (SPEC.md, size bounds), and its records
+compress, so a larger one is damaged (named, left out, never read whole)."""
+
+
+def chunk_counts(storage, *, save: bool = True, problems: list[str] | None = None) -> dict[str, list[int]]:
     """{chunk path: [games, positions]} of every chunk, reading only chunks not cached yet.
 
     ``save``: write the counts of newly read chunks back to the cache; a reader that must
-    not write to the lake (`arena.run_page`) passes False and still uses what is cached."""
+    not write to the lake (`arena.run_page`) passes False and still uses what is cached.
+    The cache and the chunks are read within their bounds: a damaged cache is counted
+    again, a chunk past MAX_CHUNK_BYTES is left out; ``problems`` (when given) names each."""
+    problems = [] if problems is None else problems
     cache_path = layout.ladder_chunk_counts()
     try:
-        cached = json.loads(storage.read(cache_path))
-    except (NotFound, ValueError, UnicodeDecodeError):
+        cached = lake_json.parse(storage.read(cache_path, max_bytes=layout.MAX_DOCUMENT_BYTES),
+                                 layout.MAX_DOCUMENT_BYTES)
+    except NotFound:
+        cached = {}
+    except TooLarge as exc:
+        problems.append(f"{exc}; its chunks are counted again")
+        cached = {}
+    except lake_json.NotADocument as exc:
+        problems.append(f"{storage.url(cache_path)}: {exc}; its chunks are counted again")
         cached = {}
     if not isinstance(cached, dict):
         cached = {}
@@ -94,8 +110,13 @@ def chunk_counts(storage, *, save: bool = True) -> dict[str, list[int]]:
         if _counts_entry(cached.get(info.path)):
             counts[info.path] = cached[info.path]
             continue
+        try:
+            data = read_chunk_bytes(storage, info)
+        except TooLarge as exc:
+            problems.append(f"{exc}; not counted")
+            continue
         games = positions = 0
-        for item in codec.iter_chunk(storage.read(info.path), storage.url(info.path)):
+        for item in codec.iter_chunk(data, storage.url(info.path)):
             if isinstance(item, codec.GameRecord):   # a bad record costs only itself
                 games += 1
                 positions += item.num_positions
@@ -104,6 +125,16 @@ def chunk_counts(storage, *, save: bool = True) -> dict[str, list[int]]:
     if changed and save:
         storage.write_replace(cache_path, json.dumps(counts, sort_keys=True).encode())
     return counts
+
+
+def read_chunk_bytes(storage, info) -> bytes:
+    """The bytes of the listed chunk ``info``; TooLarge naming it past MAX_CHUNK_BYTES (by its listed size,
+    before any byte is read, or while reading one that grew since)."""
+    if info.size > MAX_CHUNK_BYTES:
+        url = storage.url(info.path)
+        raise TooLarge(f"{url} is larger than {MAX_CHUNK_BYTES:,} bytes, more than any chunk holds; not read",
+                       url=url)
+    return storage.read(info.path, max_bytes=MAX_CHUNK_BYTES)
 
 
 def _counts_entry(entry) -> bool:
@@ -344,9 +375,9 @@ def read_ratings_document(storage) -> dict | None:
     except TooLarge:
         raise ValueError(f"{url}: {layout.too_large(layout.MAX_DOCUMENT_BYTES)}") from None
     try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{url}: not valid JSON ({exc})") from None
+        document = lake_json.parse(data, layout.MAX_DOCUMENT_BYTES)
+    except lake_json.NotADocument as exc:
+        raise ValueError(f"{url}: {exc}") from None
     if not isinstance(document, dict) or not isinstance(document.get("ratings"), dict):
         raise ValueError(f"{url}: not an object with a 'ratings' object")
     return document

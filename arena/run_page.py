@@ -42,9 +42,9 @@ from format import codec, layout, schema
 from format.cli import RoleCli, root_setting, setting, setting_problems
 from format.coords import move_to_gtp
 from format.registry import RegistryError, latest_generation, read_manifest
-from format.run_config import read_run_config
+from format.run_config import RunConfigMismatch, read_run_config
 from arena import elo
-from arena.ladder_report import (LOSS_NAMES, chunk_counts, generation_figures, generation_name,
+from arena.ladder_report import (LOSS_NAMES, MAX_CHUNK_BYTES, chunk_counts, generation_figures, generation_name,
                                  parse_closing_player_name, parse_generation_name, read_ratings_document)
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -207,8 +207,23 @@ def _rated_generation(player: str) -> int | None:
 
 
 def _number_or_none(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value) else None
+    """``value`` as a float when it is a number a lake document may hold (`format.layout.document_value`:
+    finite, at most MAX_DOCUMENT_NUMBER in magnitude), else None.  A 400-digit JSON integer is no such
+    number: float() and isfinite() of it raise OverflowError."""
+    try:
+        return layout.document_value(value, float, ValueError)
+    except ValueError:
+        return None
+
+
+class _Damaged(ValueError):
+    """A field of a rating that no ladder writes; the rating is left out, its problem named."""
+
+
+def _rating_field(entry: dict, name: str, kinds, at_least: int | None = None):
+    """``entry[name]`` if it is what the ladder writes there (`format.layout.document_value`), else _Damaged."""
+    return layout.document_value(entry.get(name), kinds, lambda problem: _Damaged(f"field '{name}' {problem}"),
+                                 at_least)
 
 
 def read_ratings(storage, problems: list[str]) -> tuple[dict | None, list[RatingShown]]:
@@ -228,16 +243,22 @@ def read_ratings(storage, problems: list[str]) -> tuple[dict | None, list[Rating
                 or not isinstance(entry.get("games"), int):
             problems.append(f"{url}: ratings.{player} lacks its estimate or games; left out")
             continue
-        low, high = _number_or_none(entry.get("low")), _number_or_none(entry.get("high"))
+        try:
+            # Each number as the ladder writes it (null for an open end); anything else, a 400-digit
+            # Elo or 1e308 among them (OverflowError in the plot's arithmetic), damages this rating only.
+            games = _rating_field(entry, "games", int, at_least=0)
+            elo_value, low, high = (_rating_field(entry, name, (float, type(None))) for name in ("elo", "low", "high"))
+        except _Damaged as exc:
+            problems.append(f"{url}: ratings.{player}: {exc}; left out")
+            continue
         interval = entry.get("interval_text")
         if not isinstance(interval, str):
             # A report written before the ladder kept its interval column's text: rebuild it the
             # ladder's way, from the ends (null is an open end; no intervals at all: none).
             interval = "" if document.get("interval") == "none" else elo.Rating(
                 player, math.nan, -math.inf if low is None else low, math.inf if high is None else high,
-                entry["games"]).interval_text()
-        ratings.append(RatingShown(player, entry["estimate"], interval, entry["games"],
-                                   _number_or_none(entry.get("elo")), low, high))
+                games).interval_text()
+        ratings.append(RatingShown(player, entry["estimate"], interval, games, elo_value, low, high))
 
     def strongest_first(rating: RatingShown):
         at = rating.plotted_at
@@ -282,7 +303,7 @@ def recent_games(storage, chunk_paths: Sequence[str], count: int, problems: list
             break
         url = storage.url(path)
         try:
-            records = [item for item in codec.iter_chunk(storage.read(path), url)
+            records = [item for item in codec.iter_chunk(storage.read(path, max_bytes=MAX_CHUNK_BYTES), url)
                        if isinstance(item, codec.GameRecord)]          # a bad record costs only itself
         except StorageError as exc:
             problems.append(f"{url}: unreadable ({exc}); no game shown from it")
@@ -303,13 +324,17 @@ def recent_games(storage, chunk_paths: Sequence[str], count: int, problems: list
 def read_run(storage, config: RunPageConfig) -> RunFacts:
     """Every number of the page, read from the lake at ``storage`` (module docstring, step 1)."""
     problems: list[str] = []
-    run = read_run_config(storage)
+    try:
+        run = read_run_config(storage)
+    except RunConfigMismatch as exc:
+        problems.append(f"{exc}; board size and komi not shown")
+        run = None
     # save=False: the page only reads; the ladder's cache is used where it already holds a chunk.
-    counts = chunk_counts(storage, save=False)
+    counts = chunk_counts(storage, save=False, problems=problems)
     names = {path: layout.parse_chunk_path(path) for path in counts}
     published = _published_generations(storage)
     windows = set(_window_generations(storage))
-    if run is None and not counts and not published:
+    if run is None and not problems and not counts and not published:
         # Most likely a mistyped root: an empty page would look like a run that has not started.
         raise ValueError(f"--root {storage.url('')}: no run.json, games or models; not a zerolake lake")
     ladder, ratings = read_ratings(storage, problems)

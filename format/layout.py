@@ -38,7 +38,7 @@ import math
 import re
 
 from cloud.base import validate_path
-from format import schema
+from format import lake_json, schema
 from format.tfrecord import MAX_EXPANSION
 
 RUN_CONFIG = "run.json"
@@ -763,9 +763,9 @@ def ladder_game_sgf(pairing: str, index: int) -> str:
 
 def _json_object(data: bytes, url: str) -> dict:
     try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ManifestError(url, "", f"not valid JSON ({exc})") from None
+        document = lake_json.parse(data, MAX_DOCUMENT_BYTES)
+    except lake_json.NotADocument as exc:
+        raise ManifestError(url, "", str(exc)) from None
     if not isinstance(document, dict):
         raise ManifestError(url, "", "is not a JSON object")
     return document

@@ -83,7 +83,7 @@ import threading
 import time
 
 from cloud.base import AlreadyExists, NotFound, PreconditionFailed, StorageError, TooLarge
-from format import layout
+from format import lake_json, layout
 
 log = logging.getLogger(__name__)
 
@@ -155,9 +155,9 @@ class LeaseRecord:
     def from_bytes(cls, data: bytes, url: str) -> "LeaseRecord":
         """The record in ``data``; LeaseDamaged naming ``url`` and the field when it is not one."""
         try:
-            document = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise LeaseDamaged(f"{url}: not valid JSON ({exc})") from None
+            document = lake_json.parse(data, layout.MAX_POINTER_BYTES)
+        except lake_json.NotADocument as exc:
+            raise LeaseDamaged(f"{url}: {exc}") from None
         if not isinstance(document, dict):
             raise LeaseDamaged(f"{url}: is not a JSON object")
         kinds = {"holder": str, "host": str, "pid": int, "acquired": (int, float),

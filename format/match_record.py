@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from format import layout
+from format import lake_json, layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +177,6 @@ class ClosingRecord:
 
 def _json(data: bytes, url: str):
     try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{url}: not JSON ({exc})") from None
+        return lake_json.parse(data, layout.MAX_DOCUMENT_BYTES)
+    except lake_json.NotADocument as exc:
+        raise ValueError(f"{url}: {exc}") from None

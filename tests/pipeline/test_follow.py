@@ -233,6 +233,8 @@ def _bad_manifest(kind: str) -> tuple[bytes, str]:
             "shards": ["a-00000-of-00001.tfrecord.gz"], "positions": 10}
     if kind == "json":
         return b'{"version": 1, "shards": [', "not valid JSON"
+    if kind == "nested":            # json's RecursionError: a traceback at every start of the job
+        return b'{"shards": ' + b"[" * 3000 + b"]" * 3000 + b"}", "nested too deeply"
     if kind == "version":
         return json.dumps({**good, "version": 99}).encode(), "field 'version'"
     if kind == "no_game_table":
@@ -240,7 +242,7 @@ def _bad_manifest(kind: str) -> tuple[bytes, str]:
     return json.dumps(good).encode(), "field 'shards'"  # the shard file is missing
 
 
-@pytest.mark.parametrize("kind", ["json", "version", "no_game_table", "missing_shard"])
+@pytest.mark.parametrize("kind", ["json", "nested", "version", "no_game_table", "missing_shard"])
 def test_one_shot_job_refuses_an_untrusted_manifest(tmp_path, kind, capsys):
     root = str(tmp_path / "lake")
     make_lake(root, 1)
