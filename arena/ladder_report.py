@@ -81,13 +81,20 @@ MAX_CHUNK_BYTES = MAX_DECOMPRESSED_BYTES
 compress, so a larger one is damaged (named, left out, never read whole)."""
 
 
-def chunk_counts(storage, *, save: bool = True, problems: list[str] | None = None) -> dict[str, list[int]]:
+def list_chunks(storage) -> list:
+    """The lake's chunks as listed (`cloud.base.ObjectInfo`: path and size), other names passed by."""
+    return [info for info in storage.list(layout.games_prefix()) if layout.parse_chunk_path(info.path) is not None]
+
+
+def chunk_counts(storage, *, save: bool = True, problems: list[str] | None = None,
+                 listed: list | None = None) -> dict[str, list[int]]:
     """{chunk path: [games, positions]} of every chunk, reading only chunks not cached yet.
 
     ``save``: write the counts of newly read chunks back to the cache; a reader that must
     not write to the lake (`arena.run_page`) passes False and still uses what is cached.
     The cache and the chunks are read within their bounds: a damaged cache is counted
-    again, a chunk past MAX_CHUNK_BYTES is left out; ``problems`` (when given) names each."""
+    again, a chunk past MAX_CHUNK_BYTES is left out; ``problems`` (when given) names each.
+    ``listed``: `list_chunks` when the caller has listed them already."""
     problems = [] if problems is None else problems
     cache_path = layout.ladder_chunk_counts()
     try:
@@ -104,9 +111,7 @@ def chunk_counts(storage, *, save: bool = True, problems: list[str] | None = Non
     if not isinstance(cached, dict):
         cached = {}
     counts, changed = {}, False
-    for info in storage.list(layout.games_prefix()):
-        if layout.parse_chunk_path(info.path) is None:
-            continue
+    for info in list_chunks(storage) if listed is None else listed:
         if _counts_entry(cached.get(info.path)):
             counts[info.path] = cached[info.path]
             continue
@@ -128,13 +133,20 @@ def chunk_counts(storage, *, save: bool = True, problems: list[str] | None = Non
 
 
 def read_chunk_bytes(storage, info) -> bytes:
-    """The bytes of the listed chunk ``info``; TooLarge naming it past MAX_CHUNK_BYTES (by its listed size,
-    before any byte is read, or while reading one that grew since)."""
+    """The bytes of the listed chunk ``info``; TooLarge naming it when its listed size is past
+    MAX_CHUNK_BYTES (nothing read) or it holds more than that size (read no further).
+
+    The read is bounded by the listed size, not by MAX_CHUNK_BYTES: a local read allocates its bound
+    up front, and chunks are written once, so a real one never grows."""
+    url = storage.url(info.path)
     if info.size > MAX_CHUNK_BYTES:
-        url = storage.url(info.path)
         raise TooLarge(f"{url} is larger than {MAX_CHUNK_BYTES:,} bytes, more than any chunk holds; not read",
                        url=url)
-    return storage.read(info.path, max_bytes=MAX_CHUNK_BYTES)
+    try:
+        return storage.read(info.path, max_bytes=info.size)
+    except TooLarge:
+        raise TooLarge(f"{url} grew past its listed {info.size:,} bytes while being read; not read further",
+                       url=url) from None
 
 
 def _counts_entry(entry) -> bool:

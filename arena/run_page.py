@@ -44,8 +44,9 @@ from format.coords import move_to_gtp
 from format.registry import RegistryError, latest_generation, read_manifest
 from format.run_config import RunConfigMismatch, read_run_config
 from arena import elo
-from arena.ladder_report import (LOSS_NAMES, MAX_CHUNK_BYTES, chunk_counts, generation_figures, generation_name,
-                                 parse_closing_player_name, parse_generation_name, read_ratings_document)
+from arena.ladder_report import (LOSS_NAMES, chunk_counts, generation_figures, generation_name, list_chunks,
+                                 parse_closing_player_name, parse_generation_name, read_chunk_bytes,
+                                 read_ratings_document)
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -293,17 +294,17 @@ def _result_text(game: codec.GameRecord) -> str:
     return f"{colour}+{abs(game.score):g}" if math.isfinite(game.score) else f"{colour}+"
 
 
-def recent_games(storage, chunk_paths: Sequence[str], count: int, problems: list[str]) -> list[RecentGame]:
-    """The newest ``count`` games, newest first: the last games of the newest chunks (by the time in
-    their names)."""
+def recent_games(storage, chunks: Sequence, count: int, problems: list[str]) -> list[RecentGame]:
+    """The newest ``count`` games, newest first: the last games of the newest of the listed ``chunks``
+    (by the time in their names), each read within its bound (`arena.ladder_report.read_chunk_bytes`)."""
     chosen: list[RecentGame] = []
-    newest_first = sorted(chunk_paths, key=lambda p: (layout.parse_chunk_path(p).time_ms, p), reverse=True)
-    for path in newest_first:
+    newest_first = sorted(chunks, key=lambda i: (layout.parse_chunk_path(i.path).time_ms, i.path), reverse=True)
+    for info in newest_first:
         if len(chosen) >= count:
             break
-        url = storage.url(path)
+        url = storage.url(info.path)
         try:
-            records = [item for item in codec.iter_chunk(storage.read(path, max_bytes=MAX_CHUNK_BYTES), url)
+            records = [item for item in codec.iter_chunk(read_chunk_bytes(storage, info), url)
                        if isinstance(item, codec.GameRecord)]          # a bad record costs only itself
         except StorageError as exc:
             problems.append(f"{url}: unreadable ({exc}); no game shown from it")
@@ -330,7 +331,8 @@ def read_run(storage, config: RunPageConfig) -> RunFacts:
         problems.append(f"{exc}; board size and komi not shown")
         run = None
     # save=False: the page only reads; the ladder's cache is used where it already holds a chunk.
-    counts = chunk_counts(storage, save=False, problems=problems)
+    listed = list_chunks(storage)
+    counts = chunk_counts(storage, save=False, problems=problems, listed=listed)
     names = {path: layout.parse_chunk_path(path) for path in counts}
     published = _published_generations(storage)
     windows = set(_window_generations(storage))
@@ -379,7 +381,7 @@ def read_run(storage, config: RunPageConfig) -> RunFacts:
         latest=latest, chunks=len(counts), rows=tuple(rows), ladder=ladder, ratings=tuple(ratings),
         rating_hours={g: f["hours"] for g, f in figures.items()},
         speed=tuple(speed_bins([(name.time_ms, counts[p][1]) for p, name in names.items()], config.speed_bins)),
-        recent=tuple(recent_games(storage, list(counts), config.recent_games, problems)),
+        recent=tuple(recent_games(storage, [i for i in listed if i.path in counts], config.recent_games, problems)),
         problems=tuple(problems))
 
 

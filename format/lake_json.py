@@ -33,11 +33,15 @@ class NotADocument(ValueError):
     """Bytes that are no JSON document within the bound; the text says why, without naming the object."""
 
 
+def too_large(max_bytes: int) -> str:
+    """What a reader says of a document past its bound (after the object's URL; `format.layout.too_large`)."""
+    return f"is larger than {max_bytes:,} bytes, the most a document of its kind holds; not read"
+
+
 def parse(data: bytes | str, max_bytes: int):
     """The JSON value of ``data``, a document of at most ``max_bytes`` bytes; NotADocument otherwise."""
     if len(data) > max_bytes:
-        from format import layout      # here, not at the top: layout's readers import this module
-        raise NotADocument(layout.too_large(max_bytes))
+        raise NotADocument(too_large(max_bytes))
     deep = NotADocument(f"not valid JSON (arrays or objects nested too deeply: a lake document nests at most "
                         f"{MAX_DEPTH} levels)")
     try:

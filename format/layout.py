@@ -71,7 +71,7 @@ lease and window claims (each a few hundred bytes)."""
 
 def too_large(max_bytes: int) -> str:
     """What a reader says of a document past its bound (after the object's URL)."""
-    return f"is larger than {max_bytes:,} bytes, the most a document of its kind holds; not read"
+    return lake_json.too_large(max_bytes)
 
 
 WINDOW_MANIFEST_VERSION = 1
