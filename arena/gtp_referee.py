@@ -10,9 +10,10 @@ Data flows: the handicap commands put Black setup stones on an empty board
 (`arena.gtp_game.fixed_handicap_points`, or the search's choice) with White
 to move; loadsgf reads a file through `format.sgf.read_sgf_file` and replays
 it through the engine's rules before replacing the game; printsgf writes the
-game through `format.sgf.write_sgf`; final_status_list lists the board's
-chains (`engine.board.Board.chains`) by `engine.playouts.stone_statuses`'
-verdicts.  Points are flat actions (``row * N + col``, row 0 on top); GTP
+game through `format.sgf.write_sgf` (to a file: `write_sgf_file`; both refuse
+a FIFO or device, whose open() would block the engine); final_status_list
+lists the board's chains (`engine.board.Board.chains`) by
+`engine.playouts.stone_statuses`' verdicts.  Points are flat actions (``row * N + col``, row 0 on top); GTP
 vertices are converted by `format.coords`.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 
 from format import schema
 from format.coords import gtp_to_move, move_to_gtp
-from format.sgf import read_sgf_file, write_sgf
+from format.sgf import read_sgf_file, write_sgf, write_sgf_file
 from engine.board import IllegalMove
 from engine.playouts import STATUS_ALIVE, STATUS_DEAD, STATUS_SEKI, stone_statuses
 from arena.player import RESIGN
@@ -177,8 +178,9 @@ class RefereeCommands:
         if not args:
             return data.decode("utf-8").strip()
         try:
-            with open(args[0], "wb") as handle:
-                handle.write(data)
+            write_sgf_file(args[0], data)
         except OSError as exc:
             raise GtpFailure(f"cannot write {args[0]}: {exc.strerror or exc}") from None
+        except ValueError as exc:       # a FIFO or device: refused before opening (it would block for ever)
+            raise GtpFailure(f"cannot write {args[0]}: {exc}") from None
         return ""

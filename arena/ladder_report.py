@@ -35,8 +35,9 @@ from typing import Sequence
 import numpy as np
 
 from cloud.base import NotFound, TooLarge
-from format import codec, layout
+from format import codec, lake_json, layout
 from format.documents import MAX_DOCUMENT_BYTES, MAX_DOCUMENT_NUMBER, too_large
+from format.tfrecord import MAX_DECOMPRESSED_BYTES
 from format.registry import RegistryError, read_manifest
 from arena import elo
 
@@ -76,27 +77,52 @@ MASS_NAME = "occupied_policy_mass"
 # lake figures
 # --------------------------------------------------------------------------
 
-def chunk_counts(storage, *, save: bool = True) -> dict[str, list[int]]:
+MAX_CHUNK_BYTES = MAX_DECOMPRESSED_BYTES
+"""The largest chunk counted: a chunk expands to at most this (SPEC.md, size bounds), and its records
+compress, so a larger one is damaged (named, left out, never read whole)."""
+
+
+def list_chunks(storage) -> list:
+    """The lake's chunks as listed (`cloud.base.ObjectInfo`: path and size), other names passed by."""
+    return [info for info in storage.list(layout.games_prefix()) if layout.parse_chunk_path(info.path) is not None]
+
+
+def chunk_counts(storage, *, save: bool = True, problems: list[str] | None = None,
+                 listed: list | None = None) -> dict[str, list[int]]:
     """{chunk path: [games, positions]} of every chunk, reading only chunks not cached yet.
 
     ``save``: write the counts of newly read chunks back to the cache; a reader that must
-    not write to the lake (`arena.run_page`) passes False and still uses what is cached."""
+    not write to the lake (`arena.run_page`) passes False and still uses what is cached.
+    The cache and the chunks are read within their bounds: a damaged cache is counted
+    again, a chunk past MAX_CHUNK_BYTES is left out; ``problems`` (when given) names each.
+    ``listed``: `list_chunks` when the caller has listed them already."""
+    problems = [] if problems is None else problems
     cache_path = layout.ladder_chunk_counts()
     try:
-        cached = json.loads(storage.read(cache_path))
-    except (NotFound, ValueError, UnicodeDecodeError):
+        cached = lake_json.parse(storage.read(cache_path, max_bytes=MAX_DOCUMENT_BYTES),
+                                 MAX_DOCUMENT_BYTES)
+    except NotFound:
+        cached = {}
+    except TooLarge as exc:
+        problems.append(f"{exc}; its chunks are counted again")
+        cached = {}
+    except lake_json.NotADocument as exc:
+        problems.append(f"{storage.url(cache_path)}: {exc}; its chunks are counted again")
         cached = {}
     if not isinstance(cached, dict):
         cached = {}
     counts, changed = {}, False
-    for info in storage.list(layout.games_prefix()):
-        if layout.parse_chunk_path(info.path) is None:
-            continue
+    for info in list_chunks(storage) if listed is None else listed:
         if _counts_entry(cached.get(info.path)):
             counts[info.path] = cached[info.path]
             continue
+        try:
+            data = read_chunk_bytes(storage, info)
+        except TooLarge as exc:
+            problems.append(f"{exc}; not counted")
+            continue
         games = positions = 0
-        for item in codec.iter_chunk(storage.read(info.path), storage.url(info.path)):
+        for item in codec.iter_chunk(data, storage.url(info.path)):
             if isinstance(item, codec.GameRecord):   # a bad record costs only itself
                 games += 1
                 positions += item.num_positions
@@ -105,6 +131,23 @@ def chunk_counts(storage, *, save: bool = True) -> dict[str, list[int]]:
     if changed and save:
         storage.write_replace(cache_path, json.dumps(counts, sort_keys=True).encode())
     return counts
+
+
+def read_chunk_bytes(storage, info) -> bytes:
+    """The bytes of the listed chunk ``info``; TooLarge naming it when its listed size is past
+    MAX_CHUNK_BYTES (nothing read) or it holds more than that size (read no further).
+
+    The read is bounded by the listed size, not by MAX_CHUNK_BYTES: a local read allocates its bound
+    up front, and chunks are written once, so a real one never grows."""
+    url = storage.url(info.path)
+    if info.size > MAX_CHUNK_BYTES:
+        raise TooLarge(f"{url} is larger than {MAX_CHUNK_BYTES:,} bytes, more than any chunk holds; not read",
+                       url=url)
+    try:
+        return storage.read(info.path, max_bytes=info.size)
+    except TooLarge:
+        raise TooLarge(f"{url} grew past its listed {info.size:,} bytes while being read; not read further",
+                       url=url) from None
 
 
 def _counts_entry(entry) -> bool:
@@ -345,9 +388,9 @@ def read_ratings_document(storage) -> dict | None:
     except TooLarge:
         raise ValueError(f"{url}: {too_large(MAX_DOCUMENT_BYTES)}") from None
     try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{url}: not valid JSON ({exc})") from None
+        document = lake_json.parse(data, MAX_DOCUMENT_BYTES)
+    except lake_json.NotADocument as exc:
+        raise ValueError(f"{url}: {exc}") from None
     if not isinstance(document, dict) or not isinstance(document.get("ratings"), dict):
         raise ValueError(f"{url}: not an object with a 'ratings' object")
     return document

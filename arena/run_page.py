@@ -39,14 +39,16 @@ from cloud.storage import open_storage
 import numpy as np
 
 from format import codec, layout, schema
+from format.documents import document_value
 from format.window_manifest import read_window_manifest
 from format.cli import RoleCli, root_setting, setting, setting_problems
 from format.coords import move_to_gtp
 from format.registry import RegistryError, latest_generation, read_manifest
-from format.run_config import read_run_config
+from format.run_config import RunConfigMismatch, read_run_config
 from arena import elo
-from arena.ladder_report import (LOSS_NAMES, chunk_counts, generation_figures, generation_name,
-                                 parse_closing_player_name, parse_generation_name, read_ratings_document)
+from arena.ladder_report import (LOSS_NAMES, chunk_counts, generation_figures, generation_name, list_chunks,
+                                 parse_closing_player_name, parse_generation_name, read_chunk_bytes,
+                                 read_ratings_document)
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -208,8 +210,23 @@ def _rated_generation(player: str) -> int | None:
 
 
 def _number_or_none(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value) else None
+    """``value`` as a float when it is a number a lake document may hold (`format.document_value`:
+    finite, at most MAX_DOCUMENT_NUMBER in magnitude), else None.  A 400-digit JSON integer is no such
+    number: float() and isfinite() of it raise OverflowError."""
+    try:
+        return document_value(value, float, ValueError)
+    except ValueError:
+        return None
+
+
+class _Damaged(ValueError):
+    """A field of a rating that no ladder writes; the rating is left out, its problem named."""
+
+
+def _rating_field(entry: dict, name: str, kinds, at_least: int | None = None):
+    """``entry[name]`` if it is what the ladder writes there (`format.document_value`), else _Damaged."""
+    return document_value(entry.get(name), kinds, lambda problem: _Damaged(f"field '{name}' {problem}"),
+                                 at_least)
 
 
 def read_ratings(storage, problems: list[str]) -> tuple[dict | None, list[RatingShown]]:
@@ -229,16 +246,22 @@ def read_ratings(storage, problems: list[str]) -> tuple[dict | None, list[Rating
                 or not isinstance(entry.get("games"), int):
             problems.append(f"{url}: ratings.{player} lacks its estimate or games; left out")
             continue
-        low, high = _number_or_none(entry.get("low")), _number_or_none(entry.get("high"))
+        try:
+            # Each number as the ladder writes it (null for an open end); anything else, a 400-digit
+            # Elo or 1e308 among them (OverflowError in the plot's arithmetic), damages this rating only.
+            games = _rating_field(entry, "games", int, at_least=0)
+            elo_value, low, high = (_rating_field(entry, name, (float, type(None))) for name in ("elo", "low", "high"))
+        except _Damaged as exc:
+            problems.append(f"{url}: ratings.{player}: {exc}; left out")
+            continue
         interval = entry.get("interval_text")
         if not isinstance(interval, str):
             # A report written before the ladder kept its interval column's text: rebuild it the
             # ladder's way, from the ends (null is an open end; no intervals at all: none).
             interval = "" if document.get("interval") == "none" else elo.Rating(
                 player, math.nan, -math.inf if low is None else low, math.inf if high is None else high,
-                entry["games"]).interval_text()
-        ratings.append(RatingShown(player, entry["estimate"], interval, entry["games"],
-                                   _number_or_none(entry.get("elo")), low, high))
+                games).interval_text()
+        ratings.append(RatingShown(player, entry["estimate"], interval, games, elo_value, low, high))
 
     def strongest_first(rating: RatingShown):
         at = rating.plotted_at
@@ -273,17 +296,17 @@ def _result_text(game: codec.GameRecord) -> str:
     return f"{colour}+{abs(game.score):g}" if math.isfinite(game.score) else f"{colour}+"
 
 
-def recent_games(storage, chunk_paths: Sequence[str], count: int, problems: list[str]) -> list[RecentGame]:
-    """The newest ``count`` games, newest first: the last games of the newest chunks (by the time in
-    their names)."""
+def recent_games(storage, chunks: Sequence, count: int, problems: list[str]) -> list[RecentGame]:
+    """The newest ``count`` games, newest first: the last games of the newest of the listed ``chunks``
+    (by the time in their names), each read within its bound (`arena.ladder_report.read_chunk_bytes`)."""
     chosen: list[RecentGame] = []
-    newest_first = sorted(chunk_paths, key=lambda p: (layout.parse_chunk_path(p).time_ms, p), reverse=True)
-    for path in newest_first:
+    newest_first = sorted(chunks, key=lambda i: (layout.parse_chunk_path(i.path).time_ms, i.path), reverse=True)
+    for info in newest_first:
         if len(chosen) >= count:
             break
-        url = storage.url(path)
+        url = storage.url(info.path)
         try:
-            records = [item for item in codec.iter_chunk(storage.read(path), url)
+            records = [item for item in codec.iter_chunk(read_chunk_bytes(storage, info), url)
                        if isinstance(item, codec.GameRecord)]          # a bad record costs only itself
         except StorageError as exc:
             problems.append(f"{url}: unreadable ({exc}); no game shown from it")
@@ -304,13 +327,18 @@ def recent_games(storage, chunk_paths: Sequence[str], count: int, problems: list
 def read_run(storage, config: RunPageConfig) -> RunFacts:
     """Every number of the page, read from the lake at ``storage`` (module docstring, step 1)."""
     problems: list[str] = []
-    run = read_run_config(storage)
+    try:
+        run = read_run_config(storage)
+    except RunConfigMismatch as exc:
+        problems.append(f"{exc}; board size and komi not shown")
+        run = None
     # save=False: the page only reads; the ladder's cache is used where it already holds a chunk.
-    counts = chunk_counts(storage, save=False)
+    listed = list_chunks(storage)
+    counts = chunk_counts(storage, save=False, problems=problems, listed=listed)
     names = {path: layout.parse_chunk_path(path) for path in counts}
     published = _published_generations(storage)
     windows = set(_window_generations(storage))
-    if run is None and not counts and not published:
+    if run is None and not problems and not counts and not published:
         # Most likely a mistyped root: an empty page would look like a run that has not started.
         raise ValueError(f"--root {storage.url('')}: no run.json, games or models; not a zerolake lake")
     ladder, ratings = read_ratings(storage, problems)
@@ -355,7 +383,7 @@ def read_run(storage, config: RunPageConfig) -> RunFacts:
         latest=latest, chunks=len(counts), rows=tuple(rows), ladder=ladder, ratings=tuple(ratings),
         rating_hours={g: f["hours"] for g, f in figures.items()},
         speed=tuple(speed_bins([(name.time_ms, counts[p][1]) for p, name in names.items()], config.speed_bins)),
-        recent=tuple(recent_games(storage, list(counts), config.recent_games, problems)),
+        recent=tuple(recent_games(storage, [i for i in listed if i.path in counts], config.recent_games, problems)),
         problems=tuple(problems))
 
 

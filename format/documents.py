@@ -9,8 +9,9 @@ kind's bound (MAX_DOCUMENT_BYTES, MAX_POINTER_BYTES) before reading it whole.
 """
 from __future__ import annotations
 
-import json
 import math
+
+from format import lake_json
 
 MAX_DOCUMENT_BYTES = 64 << 20
 """The most a JSON document of the lake may hold (window and model manifests,
@@ -25,7 +26,7 @@ lease and window claims (each a few hundred bytes)."""
 
 def too_large(max_bytes: int) -> str:
     """What a reader says of a document past its bound (after the object's URL)."""
-    return f"is larger than {max_bytes:,} bytes, the most a document of its kind holds; not read"
+    return lake_json.too_large(max_bytes)
 
 
 class ManifestError(ValueError):
@@ -92,9 +93,9 @@ def check_numbers(value, url: str, where: str = "") -> None:
 
 def json_object(data: bytes, url: str) -> dict:
     try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ManifestError(url, "", f"not valid JSON ({exc})") from None
+        document = lake_json.parse(data, MAX_DOCUMENT_BYTES)
+    except lake_json.NotADocument as exc:
+        raise ManifestError(url, "", str(exc)) from None
     if not isinstance(document, dict):
         raise ManifestError(url, "", "is not a JSON object")
     return document

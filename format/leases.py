@@ -29,6 +29,7 @@ import threading
 import time
 
 from cloud.base import AlreadyExists, NotFound, PreconditionFailed, StorageError, TooLarge
+from format import lake_json
 from format.documents import MAX_POINTER_BYTES, too_large
 
 log = logging.getLogger(__name__)
@@ -101,9 +102,9 @@ class LeaseRecord:
     def from_bytes(cls, data: bytes, url: str) -> "LeaseRecord":
         """The record in ``data``; LeaseDamaged naming ``url`` and the field when it is not one."""
         try:
-            document = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise LeaseDamaged(f"{url}: not valid JSON ({exc})") from None
+            document = lake_json.parse(data, MAX_POINTER_BYTES)
+        except lake_json.NotADocument as exc:
+            raise LeaseDamaged(f"{url}: {exc}") from None
         if not isinstance(document, dict):
             raise LeaseDamaged(f"{url}: is not a JSON object")
         kinds: dict[str, type | tuple[type, ...]] = {

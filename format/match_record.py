@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from format.documents import document_value
+from format import lake_json
+from format.documents import MAX_DOCUMENT_BYTES, document_value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,6 +169,6 @@ class ClosingRecord:
 
 def _json(data: bytes, url: str):
     try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{url}: not JSON ({exc})") from None
+        return lake_json.parse(data, MAX_DOCUMENT_BYTES)
+    except lake_json.NotADocument as exc:
+        raise ValueError(f"{url}: {exc}") from None

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import math
 
-from format import layout
+from format import lake_json, layout
 from format.documents import MAX_POINTER_BYTES, too_large
 from format import schema
 
@@ -81,9 +81,9 @@ class RunConfig:
     @classmethod
     def from_json(cls, data: bytes, source: str = layout.RUN_CONFIG) -> "RunConfig":
         try:
-            fields = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise RunConfigMismatch(f"{source}: not valid JSON ({exc})") from None
+            fields = lake_json.parse(data, MAX_POINTER_BYTES)
+        except lake_json.NotADocument as exc:
+            raise RunConfigMismatch(f"{source}: {exc}") from None
         if not isinstance(fields, dict):
             raise RunConfigMismatch(f"{source}: expected a JSON object, got {type(fields).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}

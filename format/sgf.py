@@ -7,8 +7,9 @@ SGF form (``"B+3.5"``, ``"W+R"``, ``"0"``).  A flat action is
 ``p = row * N + col``, row 0 on top, ``PASS = N*N``; colours are
 format/schema.py's BLACK = 1 and WHITE = -1.
 
-Data flows: `write_sgf` turns a game into SGF bytes; `read_sgf` turns SGF
-bytes (`read_sgf_file`: a bounded file) into an `SgfGame`.  `game_to_sgf` and
+Data flows: `write_sgf` turns a game into SGF bytes (`write_sgf_file`: into a
+regular file); `read_sgf` turns SGF bytes (`read_sgf_file`: a bounded regular
+file) into an `SgfGame`.  `game_to_sgf` and
 `game_from_sgf` are the views of plain games (no setup stones, colours
 alternating from Black) that match records, the ladder and the lake use;
 GTP's loadsgf/printsgf use the full game.
@@ -98,11 +99,14 @@ def write_sgf(board_size, komi, moves, setup=None, to_play=BLACK, result=None, c
         comments = {}
     elif not hasattr(comments, "get"):
         comments = dict(enumerate(comments))
+    node = root
     for index, (colour, move) in enumerate(moves):
         move = int(move)
         if not 0 <= move <= size * size:
             raise ValueError(f"move {index} = {move} is not an action on a {size}x{size} board")
-        node = game.extend_main_sequence()
+        # A child of the last node, not game.extend_main_sequence(): that walks the whole line from the
+        # root for every move, quadratic in the moves (a 1 MB game held GTP's printsgf for 45 minutes).
+        node = node.new_child()
         node.set_move(_COLOUR_LETTER[colour], _to_sgfmill(move, size))
         text = comments.get(index)
         if text is not None:
@@ -165,16 +169,43 @@ def read_sgf(data) -> SgfGame:
     return SgfGame(size, komi, stones if has_setup else None, to_play, moves, result)
 
 
+def _open_regular(path: str, flags: int):
+    """``path`` opened with ``flags`` as a binary file object, if it is a regular file (or, when
+    ``flags`` create it, absent); ValueError for a FIFO, socket, device or folder, OSError otherwise.
+
+    Checked before opening (os.stat) and again on what was opened (os.fstat; something else may
+    have taken the name meanwhile): open() of a FIFO waits for its other end for ever.  O_NONBLOCK
+    makes such an open return (or fail) at once instead; for a regular file it changes nothing."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if not flags & os.O_CREAT:
+            raise
+    else:
+        if not stat.S_ISREG(mode):
+            raise ValueError("not a regular file")
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError("not a regular file")
+    return os.fdopen(fd, "wb" if flags & os.O_WRONLY else "rb")
+
+
 def read_sgf_file(path: str, limit: int = MAX_SGF_BYTES) -> SgfGame:
     """`read_sgf` of regular file `path` if it holds at most `limit` bytes;
     raises ValueError (or OSError) naming the problem."""
-    with open(path, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise ValueError("not a regular file")
+    with _open_regular(path, os.O_RDONLY) as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"larger than {limit} bytes")
     return read_sgf(data)
+
+
+def write_sgf_file(path: str, data: bytes) -> None:
+    """Write SGF bytes to `path`, created or replaced if it is a regular file; raises ValueError (a
+    FIFO, socket, device or folder, refused before it is opened) or OSError naming the problem."""
+    with _open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as handle:
+        handle.write(data)
 
 
 def game_to_sgf(board_size, komi, moves, result=None, comments=None) -> bytes:

@@ -20,6 +20,7 @@ import os
 from format import layout
 from format.registry import latest_generation
 from pipeline.lake_view import claim_attempt, live_claim
+from selfplay.spool import entries_dir as spool_entries_dir
 
 FRESH_MODEL_SECONDS = 60.0
 """A worker must play the newest model within this long of its publication."""
@@ -58,10 +59,13 @@ def scan_chunks(storage) -> dict:
 
 
 def _in_spool(event: dict, spool_dir: str) -> bool:
+    """Whether the finished game's entry (its ``game_finished`` event's ``spool_entry``, a name in the
+    spool's games folder) is still on the worker's disk: the spool keeps an entry until its chunk is in
+    the lake (selfplay.spool)."""
     entry = str(event.get("spool_entry") or "")
-    if not entry:
+    if not entry or os.path.basename(entry) != entry:
         return False
-    return os.path.exists(entry if os.path.isabs(entry) else os.path.join(spool_dir, entry))
+    return os.path.exists(os.path.join(spool_entries_dir(spool_dir), entry))
 
 
 def _temporary_pieces(storage) -> tuple[list[str], list[str]]:

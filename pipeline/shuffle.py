@@ -172,6 +172,17 @@ def _is_lake_error_class(qualified_name: str) -> bool:
     return isinstance(found, type) and issubclass(found, LAKE_ERRORS)
 
 
+def _raised_by(error: BaseException, kind: type) -> bool:
+    """Whether ``error`` or an exception it was raised from or while handling is a ``kind``."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, kind):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def lake_error(error: BaseException | str) -> str | None:
     """The message of the lake error that failed a Beam job (``error``: its exception or log text), else None.
 
@@ -206,12 +217,21 @@ class _DropLakeErrorLogs(logging.Filter):
         return lake_error(record.getMessage()) is None
 
 
+class _DropSigtermLogs(logging.Filter):
+    """Beam's log of the SIGTERM that stopped a DoFn running in this process (one worker): the job
+    says it was stopped in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and _raised_by(record.exc_info[1], Terminated))
+
+
 def _quiet_beam_logs() -> None:
-    """The two harmless warnings and the lake errors' logs, on the loggers that print them."""
+    """The two harmless warnings, the lake errors' logs and SIGTERM's, on the loggers that print them."""
     for name, quiet in (("apache_beam.runners.portability.fn_api_runner.fn_runner", _DropHarmlessBeamWarnings),
                         ("apache_beam.runners.portability.local_job_service", _DropHarmlessBeamWarnings),
                         ("apache_beam.runners.portability.local_job_service", _DropLakeErrorLogs),
-                        ("apache_beam.runners.common", _DropLakeErrorLogs)):
+                        ("apache_beam.runners.common", _DropLakeErrorLogs),
+                        ("apache_beam.runners.common", _DropSigtermLogs)):
         logger = logging.getLogger(name)
         if not any(isinstance(f, quiet) for f in logger.filters):
             logger.addFilter(quiet())
@@ -326,6 +346,10 @@ def build(config: ShuffleConfig, storage, context, bundles, beam_args) -> None:
     try:
         pipeline.run().wait_until_finish()
     except Exception as exc:
+        if _raised_by(exc, Terminated):
+            # One worker runs the DoFns in this process, so SIGTERM's Terminated can rise inside one,
+            # and Beam re-raises it as a RuntimeError (three tracebacks, exit 1): a stop, not a bug.
+            raise Terminated from None
         message = lake_error(exc)
         if message is None:
             raise            # a bug: its traceback, whole

@@ -58,6 +58,11 @@ RESERVE_BYTES = 1 << 20
 100-200 KB, and a batch that does not fit is made smaller."""
 
 
+def entries_dir(directory: str) -> str:
+    """The folder of a spool's entries (``SPOOL/games/``), where a finished game waits for its chunk."""
+    return os.path.join(directory, "games")
+
+
 class SpoolError(RuntimeError):
     """The spool folder cannot be used (the message names it)."""
 
@@ -170,7 +175,7 @@ class Spool:
         self.directory = os.path.abspath(os.path.expanduser(directory))
         self.reserve_path = os.path.join(self.directory, "RESERVE")
         self.reserve_bytes = reserve_bytes
-        self.games_dir = os.path.join(self.directory, "games")
+        self.games_dir = entries_dir(self.directory)
         self.batches_dir = os.path.join(self.directory, "batches")
         self.corrupt_dir = os.path.join(self.directory, "corrupt")
         self.serials_dir = os.path.join(self.directory, "serials")

@@ -6,6 +6,10 @@ Most are driven through the engine's stdin as a GUI would (tests/arena/test_gtp.
 `Engine`); fixed_handicap's points are checked against GNU Go's answers to
 the same commands, and the stone statuses against the board's ownership.
 """
+import os
+import subprocess
+import sys
+
 import pytest
 from sgfmill import sgf
 
@@ -18,7 +22,7 @@ from arena.gtp_game import fixed_handicap_points
 from arena.gtp_client import GnuGo
 from tests.engine.test_board import SEKI_9
 from tests.engine.test_playouts import INVADED_9
-from tests.arena.test_gtp import Engine, require_gnugo, showboard_stones
+from tests.arena.test_gtp import REPO, Engine, require_gnugo, showboard_stones
 
 NEW_COMMANDS = ["final_status_list", "fixed_handicap", "place_free_handicap", "set_free_handicap", "loadsgf",
                 "printsgf", "kgs-genmove_cleanup", "reg_genmove"]
@@ -218,3 +222,15 @@ def test_kgs_genmove_cleanup_does_not_pass_early_under_the_pass_rule(tmp_path):
         assert engine.handle("genmove b").strip() == "= pass"   # the ordinary genmove keeps the rule
     finally:
         engine.close()
+
+
+def test_loadsgf_and_printsgf_refuse_a_fifo_at_once(tmp_path):
+    """open() of a FIFO waits for its other end for ever: the engine hung, quit included."""
+    fifo = tmp_path / "game.sgf"
+    os.mkfifo(fifo)
+    done = subprocess.run([sys.executable, "-m", "arena.gtp", "--quiet", "--visits", "4"], cwd=REPO,
+                          input=f"loadsgf {fifo}\nprintsgf {fifo}\nquit\n", capture_output=True, text=True,
+                          timeout=120)
+    replies = [line for line in done.stdout.splitlines() if line]
+    assert replies == [f"? cannot load {fifo}: not a regular file", f"? cannot write {fifo}: not a regular file",
+                       "="], done.stderr[-2000:]

@@ -327,3 +327,27 @@ def test_a_lake_without_a_ladder_or_with_a_damaged_report_still_gets_its_page(la
     facts = write_page(RunPageConfig(root=str(copy), out=str(tmp_path / "none.html")))
     assert facts.ladder is None and not facts.problems
     assert "No ladder report in this lake yet" in (tmp_path / "none.html").read_text()
+
+
+def test_a_damaged_rating_is_left_out_and_named_while_the_rest_of_the_page_renders(lake, tmp_path):
+    """A 400-digit Elo or +-1e308 in ratings.json raised OverflowError (float() of the one, the plot's
+    tick arithmetic on the other), and no page was written at all."""
+    root, _ = lake
+    copy = tmp_path / "lake"
+    shutil.copytree(root, copy)
+    storage = open_storage(str(copy))
+    document = json.loads(storage.read(layout.report_path("ratings.json")))
+    huge, wide, *kept = sorted(document["ratings"])
+    document["ratings"][huge]["elo"] = 10 ** 400
+    document["ratings"][wide].update(low=-1e308, high=1e308)
+    storage.write_replace(layout.report_path("ratings.json"), json.dumps(document).encode())
+    out = tmp_path / "run.html"
+    assert main(["--root", str(copy), "--out", str(out)]) == 0
+    facts = write_page(RunPageConfig(root=str(copy), out=str(out)))
+    assert sorted(r.player for r in facts.ratings) == kept
+    url = storage.url(layout.report_path("ratings.json"))
+    assert [p for p in facts.problems if "ratings." in p] == [
+        f"{url}: ratings.{huge}: field 'elo' is {'1' + '0' * 35}..., expected float or null; left out",
+        f"{url}: ratings.{wide}: field 'low' is -1e+308, expected float or null; left out"]
+    page = out.read_text()
+    assert f"ratings.{huge}: field" in page and "<table id=generations>" in page and "<svg" in page

@@ -66,7 +66,8 @@ def test_a_damaged_match_result_is_one_error_naming_the_file_and_field(damage, f
 
 
 @pytest.mark.parametrize("data, field", [
-    (b"{not json", "not JSON"),
+    (b"{not json", "not valid JSON"),
+    (b"[" * 3000 + b"]" * 3000, "nested too deeply"),      # json raised RecursionError: a traceback
     (b"[1, 2]", "not the closing matches"),
     (b'{"vs_generation_0": {}}', "no 'vs_random'"),
     (b'{"vs_random": {}, "vs_generation_0": {}}', "vs_random: the match result has no 'player_a'"),

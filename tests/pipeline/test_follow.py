@@ -235,6 +235,8 @@ def _bad_manifest(kind: str) -> tuple[bytes, str]:
             "game_table": "a-games.table.gz"}
     if kind == "json":
         return b'{"version": 1, "shards": [', "not valid JSON"
+    if kind == "nested":            # json's RecursionError: a traceback at every start of the job
+        return b'{"shards": ' + b"[" * 3000 + b"]" * 3000 + b"}", "nested too deeply"
     if kind == "version":
         return json.dumps({**good, "version": 99}).encode(), "field 'version'"
     if kind == "no_game_table":
@@ -242,7 +244,7 @@ def _bad_manifest(kind: str) -> tuple[bytes, str]:
     return json.dumps(good).encode(), "field 'shards'"  # the shard file is missing
 
 
-@pytest.mark.parametrize("kind", ["json", "version", "no_game_table", "missing_shard"])
+@pytest.mark.parametrize("kind", ["json", "nested", "version", "no_game_table", "missing_shard"])
 def test_one_shot_job_refuses_an_untrusted_manifest(tmp_path, kind, capsys):
     root = str(tmp_path / "lake")
     make_lake(root, 1)
@@ -510,3 +512,39 @@ def test_the_follower_counts_the_windows_newer_than_latest(tmp_path):
     publish_untrained_model(str(tmp_path), 1, 9, seed=1)
     outlook = follower.look()
     assert (outlook.target, outlook.untrained) == (4, 2) and follower.trainer_behind(outlook)
+
+
+def test_sigterm_inside_a_dofn_of_an_in_process_job_is_one_line_and_143(tmp_path, monkeypatch, capsys):
+    """With --workers 1 (the cluster follower's default) Beam runs the DoFns in the job's own process, so
+    SIGTERM's Terminated can rise inside one: Beam re-raised it as a RuntimeError and logged it, three
+    tracebacks and exit 1.  Here the labelling DoFn meets it at once, where a signal lands by chance."""
+    from pipeline.transforms import LabelBundleFn
+    from processes.sigterm import EXIT_TERMINATED, Terminated
+
+    def stopped(self, element):
+        raise Terminated
+    monkeypatch.setattr(LabelBundleFn, "process", stopped)
+    root = str(tmp_path / "lake")
+    make_lake(root, 2)
+    assert main(["--root", root, "--workers", "1"]) == EXIT_TERMINATED
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["stopped by SIGTERM: no window published, the job's temporary files removed"], err
+    assert tmp_files(root) == [] and LW.live_claim(open_storage(root), 1) is None
+
+
+def test_a_follower_stopped_by_sigterm_while_its_one_worker_job_labels_prints_no_traceback(tmp_path):
+    """The same stop as the cluster launcher makes it: SIGTERM to the follower, which stops its window's
+    job (--workers 1) while the job labels games, most of its Beam run on a lake of 150 chunks."""
+    root = str(tmp_path / "lake")
+    make_lake(root, 150)
+    events = str(tmp_path / "events.jsonl")
+    follower = start_follower(root, events)
+    try:
+        # The first temporary piece: the labelling DoFn has finished one bundle and works on the next.
+        wait_for(lambda: tmp_files(root), "the job's first temporary piece", timeout=120, processes=[follower])
+    finally:
+        code, _, err = stop(follower)
+    assert code == 0, err
+    assert "Traceback" not in err and "Terminated" not in err, err[-3000:]
+    assert not published(events) and not open_storage(root).exists(layout.window_manifest(1))
+    assert tmp_files(root) == []

@@ -261,3 +261,28 @@ def test_a_model_file_larger_than_its_manifest_says_is_refused_in_bounded_memory
                                                            "more than the 2,147,483,648 bytes") as err:
         model_files.fetch_model_files(storage, 2, str(tmp_path / "cache"))
     assert storage.url(registry.manifest_path(2)) in str(err.value)
+
+
+def test_the_run_page_names_an_oversized_chunk_and_chunk_count_cache_and_draws_the_rest(lake, tmp_path):
+    """arena.run_page read the ladder's chunk-count cache and every chunk whole: a 1 GB file in either
+    place (sparse here) was a MemoryError under the cap, and no page.  Past its bound (a chunk:
+    arena.ladder_report.MAX_CHUNK_BYTES, what a chunk may expand to; the cache: a lake document's) each
+    is named on the page and left out: the chunk unread, the cache read no further than its bound."""
+    from arena.ladder_report import MAX_CHUNK_BYTES
+
+    root = str(tmp_path / "lake")
+    shutil.copytree(lake["root"], root)
+    storage = open_storage(root)
+    huge_chunk = layout.chunk_path(0, "huge", 1_700_000_000_200, 0)
+    for path in (huge_chunk, layout.ladder_chunk_counts()):
+        storage.write_new(path, b"x")
+        os.truncate(storage.url(path), MAX_CHUNK_BYTES + 1)
+    out = tmp_path / "run.html"
+    run = run_capped(["-m", "arena.run_page", "--root", root, "--out", str(out)], timeout=120)
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    page = out.read_text()
+    assert (f"{storage.url(huge_chunk)} is larger than {MAX_CHUNK_BYTES:,} bytes, more than any chunk holds; "
+            "not read; not counted") in page
+    assert (f"{storage.url(layout.ladder_chunk_counts())} is larger than {MAX_DOCUMENT_BYTES:,} bytes"
+            in page and "its chunks are counted again" in page)
+    assert "60 games" in run.stdout, run.stdout              # the two good chunks' games are all counted
