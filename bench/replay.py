@@ -1,42 +1,23 @@
-"""Replay test of a lever: arms trained alike on one frozen lake (or one frozen model's self-play), judged by
-games and held-out losses.
+"""Replay test of a lever: arms trained alike on one frozen lake (or one frozen model's self-play), judged
+by games and held-out losses.  Runs of one configuration spread ~60 Elo, mostly from self-play; a replay
+takes that out: every arm gets the same positions and seeds, only its flags differ.
 
-    python bench/replay.py --lake RUNS/two --window 40 --steps 6000 --seeds 2 --out /work/replay/anneal \\
+    python bench/replay.py --lake RUNS/two --window 40 --steps 6000 --out /work/replay/anneal \\
         --arm base= --arm anneal='--train-lr-schedule anneal --train-lr-anneal-from 4500 --train-lr-anneal-to 6000' \\
         --heldout-sgf RUNS/two/strength/gnugo-1/games
     python bench/replay.py --generator RUNS/two@20 --selfplay-minutes 10 --steps 3000 --out /work/replay/search \\
         --arm base= --arm deeper='--worker-gumbel-considered 4' --heldout-sgf RUNS/two/strength/gnugo-1/games
-    python bench/replay.py ...        # the same command resumes: finished trainings and matches are reused
 
-A two-hour run's strength spreads about 60 Elo from run to run, mostly from self-play; a replay takes
-self-play out.  Every arm trains on the same positions with the same seeds; only the arm's flags differ.
-A *fixed-generator* replay (``--generator``) tests a self-play lever the same way: every arm's worker
-plays ``--selfplay-minutes`` with the same frozen model (the loop's worker settings plus the arm's
-``--worker-*`` flags), and a fresh network trains ``--steps`` on what each arm made.
-
-For each arm (``NAME=FLAGS``: ``--shuffle-*``, ``--train-*`` and, with ``--generator``, ``--worker-*``
-settings, as operations.loop spells them) and each seed:
-
-1. ``OUT/runs/ARM-SEED`` gets the frozen lake's run.json and its chunks of generations below
-   ``--window`` (hard links where the file system allows, else copies); or, with ``--generator``, the
-   generator's run.json and model, and the games the arm's worker plays with it;
-2. the shuffle job builds one window from them with the arm's shuffle flags (labels from random
-   playouts: the scratch lake has no model);
-3. ``python -m model.train`` trains a fresh network ``--steps`` steps on it with the arm's trainer
-   flags and publishes it, as the loop's trainer would (averaged weights, its int8 copy);
-4. the published model is scored on the held-out positions: the games of ``--heldout-sgf`` (the
-   closing matches' SGFs: the move played as the policy target, the result as the value target) and
-   the chunks of ``--heldout-lake`` (another run's games: the recorded policy of every full search).
-
-Then the games (bench/strength.py, its protocol and caching): each arm against ``--opponent``
-(GNU Go level 1), ``--gnugo-games`` in all, split evenly over the seeds; and every other arm against
-the first, seed by seed, ``--head-to-head-games`` in all.  Ends with one JSON line: per arm the
-held-out figures (the mean and each seed's), the pooled tally against GNU Go with its Wilson interval,
-and each match's entry (seed, tally, digest); the head-to-head Elo of each arm over the first with its
-95% interval.  A lever is kept only on that interval (or the GNU Go intervals) clearing zero.
-
-It holds both cores for arms x seeds x (a shuffle, --steps training steps) plus the games: run it
-with nothing else computing.
+For each arm (``NAME=FLAGS``: ``--shuffle-*``, ``--train-*``, with ``--generator`` ``--worker-*``, as
+operations.loop spells them) and seed, ``OUT/runs/ARM-SEED`` gets the frozen lake's run.json and chunks
+below ``--window`` (hard links), or the generator's model and what the loop's worker plays with it in
+``--selfplay-minutes``; the shuffle job builds one window (random-playout labels); ``model.train`` trains a
+fresh network ``--steps`` steps and publishes it; the model is scored on held-out positions (``--heldout-sgf``:
+finished games, the move played and the result as targets; ``--heldout-lake``: another run's chunks, the
+recorded policy).  Then bench/strength.py's matches: each arm against ``--opponent`` and every arm against
+the first, split over the seeds.  One JSON line: each arm's held-out figures (mean and per seed), its tally
+against the opponent with a Wilson interval, its head-to-head Elo over the first arm with a 95% interval, and
+each match's entry (seed, tally, digest).  The same command resumes; it holds both cores: run it alone.
 """
 from __future__ import annotations
 

@@ -1,34 +1,18 @@
-"""Benchmark: training input pipeline vs training speed, on this CPU.
+"""Benchmark: the training input pipeline against the training step, on this CPU.
 
-1. Input pipeline, no model: examples/s that ``model.tfdata.training_dataset``
-   delivers from GZIP shards (read, shuffle, batch, parse, unpack, random
-   symmetry per example), for 9x9 and 19x19, batch 1024: groups of compact
-   positions whose history planes the graph rebuilds, ownership labels
-   gathered from the window's game table (``input_examples_per_s_<N>``,
-   ``input_examples_per_cpu_s_<N>``, and ``shard_bytes_per_position_<N>``
-   with the game table counted), decoded for the 17 planes of the default
-   network; ``..._22_planes`` is the same shards decoded for a 22-plane
-   network (format/planes.py: the liberty and legal-move planes are
-   computed in the graph, from the board at t, not stored, so they cost
-   examples/s here and no shard bytes).
-2. Training: steps/s of the default 9x9 network (TrainConfig defaults:
-   4 blocks x 32 filters, batch 256, float32, default strategy) fed by the
-   same pipeline.
-3. The ratio: examples/s the pipeline can supply over examples/s training
-   consumes (above 1 means the input is not the bottleneck).
+1. Input, no model: examples/s ``model.tfdata.training_dataset`` delivers from GZIP shards (read, shuffle,
+   batch, decode, a random symmetry each), 9x9 and 19x19, batch 1024 (``input_examples_per_s_<N>``, per CPU
+   second ``input_examples_per_cpu_s_<N>``, ``shard_bytes_per_position_<N>`` with the game table), for the
+   17-plane network and a 22-plane one (``..._22_planes``: those planes are computed in the graph).
+2. Training: steps/s of the 9x9 network at pinned settings (4 blocks x 32, batch 256, float32; `PINNED_*`),
+   and with ``--variants`` the same with XLA or bfloat16 (``train_steps_per_s_9_<variant>``).
+3. Supply over demand: the input's examples/s over training's (above 1: input is not the bottleneck).
 
-The positions are those of legal random games played by the engine
-(`testdata.random_games.engine_game`, search-shaped policy targets on a
-quarter of the moves, as playout-cap randomization leaves them), built into
-records by the shuffle job's own code (`pipeline.positions`, `format.codec`),
-4 shards and the game table in a temporary folder (named as the job names
-them, so that `training_dataset` finds the table beside the shards).  Timings on a
-shared 2-core machine are noisy, so the pipeline is also measured per CPU
-second of this process (all its threads), which other load disturbs much
-less; on two idle cores the wall rate approaches twice that figure.  Ends
-with one JSON line.
+The positions are legal random games (`testdata.random_games.engine_game`, search-shaped targets on a quarter
+of the moves) written by the shuffle job's own code into 4 shards and a game table.  On a shared machine the
+per-CPU-second rate is the steadier figure.  Ends with one JSON line.
 
-    python bench/train.py [--seconds 8] [--positions 16384]
+    python bench/train.py [--seconds 8] [--positions 16384] [--variants xla,bfloat16]
 """
 from __future__ import annotations
 

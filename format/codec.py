@@ -1,7 +1,6 @@
 """The one codec for the lake's two record kinds (byte layout: format/SPEC.md): its public surface.
 
-This module is the codec's public surface; the code lives in four modules,
-one concern each:
+The code lives in four modules, one concern each:
 
 * `format.game_records`: game records and chunks;
 * `format.position_records`: position records and shards (groups of
@@ -20,16 +19,9 @@ Data flow::
     pipeline --PositionBatch.compact()--> --encode_groups()--> shards (GZIP TFRecord) --> model.tfdata --> trainer
     pipeline --encode_game_table()--> the window's game table --> model.tfdata, read_shard(table=)
 
-*Game records* keep one game each: the moves, the fresh board planes of every
-position (bit-packed; history is rebuilt by the Beam job), a sparse quantized
-policy target per fully searched position, root values, the result and the
-endstate.  *Position records* keep training examples: version 4 groups of 64 compact
-positions (board, last moves and captures, the policy as integers proportional
-to it; ownership and generation as rows of the window's game table) that
-model.tfdata expands in the graph, so the trainer needs no Go engine.  A
-shard of an older version is refused: its window is rebuilt from the games.
-
-Every decode validates what it reads and raises :class:`FormatError` naming
+*Game records* keep one game each (moves, bit-packed boards, sparse policy targets, the result and
+endstate); *position records* keep groups of 64 compact training positions that model.tfdata expands in
+the graph.  Every decode validates what it reads and raises :class:`FormatError` naming
 the source (file and record index) and the field; nothing read is unpickled or evaluated.
 """
 from format.example_fields import FormatError

@@ -1,55 +1,22 @@
-"""tf.data reader for training shards: position records -> training batches.
+"""tf.data reader for training shards: position records -> training batches of float32 tensors.
 
-A record (format/SPEC.md) holds a group of 64 compact positions that are
-expanded here, in the graph (`GroupDecoder`).  A window's ownership labels
-are rows of its game table (format.game_table), which `training_dataset`
-loads once, from the shards' folder unless told where it is.  Only
-``schema.POSITION_RECORD_VERSION`` is read: an older window is refused, in
-one line naming the shard, before any decoding (`shard_record_version`).
+A record (format/SPEC.md) is a group of 64 compact positions expanded here, in the graph
+(`GroupDecoder`); ownership labels are rows of the window's game table (format.game_table), loaded
+once.  Only ``schema.POSITION_RECORD_VERSION`` is read: an older shard is refused in one line naming
+it (`shard_record_version`).  N is the board size, NN = N*N points, A = NN + 1 actions (pass last).
 
-Data flow::
-
-    shard files (GZIP TFRecord), each record a group of up to 64 positions
-      (+ the window's game table, loaded once into constants)
-      -> interleave over files (fixed order), shuffle groups (seeded)
-      -> batch batch_size / 64 groups, then *stage 1* on the whole batch:
-         parse_example, fixed columns cut to one row per position, the
-         sparse policy scattered dense (uint16 values; stage 2 normalizes), the captures turned
-         into a bit mask per point (bit k-1: move t-k captured a stone here),
-         the fine (int8) ownership rows scattered to their positions;
-         every other position's ternary codes or int8 row gathered from the
-         game table by its ``game``
-      -> rebatch to exactly batch_size positions, enumerate, skip batches
-         already trained (stage 1 is cheap; the costly stage 2 is skipped)
-      -> *stage 2*, XLA-compiled: base-3 bytes -> board and ownership via a
-         [256, 5] lookup table, one random symmetry per example (one gather
-         of points), then the 7 older boards by undoing one move at a time
-         (lift the stone, restore its captures) on [B, NN] arrays, gathering
-         each point's C input bits into one int32 code, then the codes
-         expanded into the [B, N, N, C] planes (C = 17, or 22 with the
-         five planes of the board at t: chains found by label propagation,
-         their liberties, the legal points and the ko recapture)
+    shards (GZIP TFRecord) -> interleave (fixed order) -> shuffle groups (seeded)
+      -> stage 1 per batch of groups: parse, one row per position, the sparse policy made dense, the
+         captures as a bit mask a point, ownership rows from the record or the game table
+      -> rebatch to batch_size positions; skip batches already trained (stage 2 not paid for them)
+      -> stage 2, XLA-compiled: base-3 boards, one random symmetry per example (format.symmetry),
+         the 7 older boards by undoing moves, the [B, N, N, C] planes (C = 17, or 22 with chains,
+         liberties, legal points and the ko recapture of the board at t; format/planes.py)
       -> prefetch
 
-Terms
------
-* ``N``: board size; ``NN = N * N`` points; ``A = NN + 1`` actions (pass last).
-* A *symmetry* is one of the 8 dihedral transforms; ``format.symmetry``'s
-  ``symmetry_permutations(N)[k][p]`` is the point that point ``p`` moves to
-  under symmetry ``k`` (pass maps to pass, ``k = 0`` is the identity).
-
-The decoded batch is a dict of float32 tensors (B = batch size):
-
-==================  ==============  ==========================================
-key                 shape           meaning
-==================  ==============  ==========================================
-``planes``          [B, N, N, C]    network input, NHWC (format/planes.py)
-``policy``          [B, A]          dense search policy, sums to 1 (or all 0)
-``value``           [B]             outcome from the side to move, in {-1,0,1}
-``score``           [B]             final area score from the side to move
-``ownership``       [B, NN]         final ownership, side to move, in [-1, 1]
-``*_weight``        [B]             per-example loss weight of each head
-==================  ==============  ==========================================
+A batch is a dict: ``planes`` [B, N, N, C] (NHWC), ``policy`` [B, A] (sums to 1, or all 0),
+``value`` [B] (the result for the side to move), ``score`` [B] (final area score, side to move),
+``ownership`` [B, NN] (in [-1, 1], side to move), and each head's ``*_weight`` [B].
 """
 from __future__ import annotations
 
