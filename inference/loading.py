@@ -120,7 +120,8 @@ class LoadedEvaluator:
 
             return UniformEvaluator(board_size)
         if board_size != self.board_size:
-            raise ValueError(f"{self.name} plays {self.board_size}x{self.board_size} only, not {board_size}x{board_size}")
+            raise ValueError(f"{self.name} plays {self.board_size}x{self.board_size} only, "
+                             f"not {board_size}x{board_size}")
         return self.evaluate
 
 
@@ -171,7 +172,8 @@ def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None, retry=
     if generation is None:
         generation = registry.latest_generation(storage)
         if generation is None:
-            raise LookupError(f"{storage.url(layout.LATEST)} is missing: {source.model_root} has no published model yet")
+            raise LookupError(f"{storage.url(layout.LATEST)} is missing: "
+                              f"{source.model_root} has no published model yet")
     loaded = load_published_evaluator(storage, generation, cache_dir=cache_dir)
     run = read_run_config(storage)
     loaded.komi = None if run is None else run.komi
