@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.playouts import playout_values
 from format import layout, schema
+
+if TYPE_CHECKING:
+    from inference.model_files import ModelCache   # imported when a model loads, not with this module
 
 
 # --------------------------------------------------------------------------
@@ -150,7 +154,8 @@ def load_published_evaluator(storage, generation: int, *, cache_dir=None, placem
     return LoadedEvaluator(evaluator, f"model-g{generation}", generation, board_size=int(model.board_size))
 
 
-def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None, retry=None) -> LoadedEvaluator:
+def load_evaluator(source: EvaluatorSource, cache_dir: ModelCache | str | None = None,
+                   retry=None) -> LoadedEvaluator:
     """Load `source` once: the uniform evaluator, or a model from the registry.
 
     A model's board size is the one in its manifest; its komi is the run's
