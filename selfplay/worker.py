@@ -515,7 +515,7 @@ class SelfPlayWorker:
         for g in range(self.config.games):
             self._new_game(g)
         # group -> (evaluator, rows, future) of the batch the inference thread is evaluating
-        in_flight: dict[int, tuple[Any, int, concurrent.futures.Future]] = {}   # group -> (evaluator, rows, outputs)
+        in_flight: dict[int, tuple[Any, int, concurrent.futures.Future]] = {}
         # group -> rows gathered whose evaluation was refused: the group's buffer still holds
         # them (it is only refilled by the group's next gather), so another model evaluates them
         unevaluated: dict[int, int] = {}
