@@ -29,7 +29,7 @@ from engine.playouts import playout_values
 from format import layout, schema
 
 if TYPE_CHECKING:
-    from inference.model_files import ModelCache   # imported when a model loads, not with this module
+    from inference.model_files import ModelCache  # imported when a model loads, not with this module
 
 
 # --------------------------------------------------------------------------
