@@ -131,6 +131,8 @@ def network_score(config: GtpConfig, loaded, retry) -> NetworkScore | None:
     from inference.model_files import load_model
 
     source = evaluator_source(config)
+    if source.model_root is None:
+        raise ValueError("arena.gtp: a model's score head needs the model's root (--root or --model)")
     return NetworkScore(load_model(open_storage(source.model_root, retry=retry), loaded.generation))
 
 
@@ -207,7 +209,7 @@ def stream_reply(reply: StreamingReply, lines: queue.Queue, stdout):
     try:
         while True:
             if reply.stoppable:
-                wait = 0.0
+                wait: float | None = 0.0
                 if not searching:
                     wait = None if next_report is None else next_report - time.monotonic()
                 stopper = _take_line(lines, wait)
@@ -217,7 +219,7 @@ def stream_reply(reply: StreamingReply, lines: queue.Queue, stdout):
                 searching = reply.step()
                 if not searching and not reply.stoppable:
                     break       # genmove_analyze: its tree has moved on to the chosen move
-            if next_report is not None and time.monotonic() >= next_report:
+            if next_report is not None and interval is not None and time.monotonic() >= next_report:
                 line = reply.report()
                 if line:
                     stdout.write(line + "\n")

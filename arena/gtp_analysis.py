@@ -223,7 +223,8 @@ class MoveStats:
 def principal_variation(tree, node: int, limit: int = PV_MAX_MOVES) -> tuple[list[int], list[int]]:
     """(moves, visits) from `node` down its most visited children, while they
     have visits."""
-    moves, visits = [], []
+    moves: list[int] = []
+    visits: list[int] = []
     while len(moves) < limit:
         info = tree.node(node)
         moves.append(int(info["move"]))
@@ -362,7 +363,7 @@ class AnalysisRun:
         self.scorer = scorer if request.kata else None
         self.leads: dict[int, float] = {}
         self.tree = None
-        self.result = None
+        self.result: int | None = None
 
     def step(self) -> bool:
         """One batch of the search; False once the search has ended."""

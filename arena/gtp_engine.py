@@ -81,7 +81,8 @@ class GtpEngine(RefereeCommands):
     score fields)."""
 
     def __init__(self, player_factory: Callable[[int], MctsPlayer], budget: SearchBudget,
-                 board_size: int = schema.DEFAULT_BOARD_SIZE, komi: float = schema.DEFAULT_KOMI, log: Callable[[str], None] | None = None,
+                 board_size: int = schema.DEFAULT_BOARD_SIZE, komi: float = schema.DEFAULT_KOMI,
+                 log: Callable[[str], None] | None = None,
                  cleanup_factory: Callable[[int], MctsPlayer] | None = None, scorer=None):
         self._player_factory = player_factory
         self.scorer = scorer
@@ -204,9 +205,9 @@ class GtpEngine(RefereeCommands):
         self.moves = []
         self.clock = {}
         self.board = self._new_board()
-        for player in (self.player, self._cleanup_player):
-            if player is not None:
-                player.start_game(self.size, self.komi)
+        for chooser in (self.player, self._cleanup_player):
+            if chooser is not None:
+                chooser.start_game(self.size, self.komi)
 
     def _cleanup(self) -> MctsPlayer:
         """The chooser without the pass rule (the player itself if it has none)."""
@@ -396,6 +397,8 @@ class GtpEngine(RefereeCommands):
         name = "kata-genmove_analyze" if kata else "lz-genmove_analyze"
 
         def finish() -> str:
+            if run.result is None:
+                raise RuntimeError(f"{name}: the search ended without choosing a move")
             return "play " + self._searched_move(name, color, run.result, self.player, started)
 
         return StreamingReply(step=run.step, report=run.report, finish=finish,

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 import zlib
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from cloud.base import NotFound, StorageError
 from cloud.storage import open_storage
@@ -84,7 +84,7 @@ STORE_MADE = "made.json"
 STORE_VERSION = 1
 CLOSING_MATCHES = {"vs_gnugo_1": "gnugo:1"}
 """The closing results of operations.loop's final marker that the ladder folds in: key -> the opponent."""
-_MATCH_DEFAULTS = {f.name: f.default for f in dataclasses.fields(MatchConfig)}
+_MATCH_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(MatchConfig)}
 """arena.match's defaults: the loop's closing matches leave opening moves and the move cap to them."""
 
 
@@ -517,7 +517,7 @@ class Ladder:
         self.closing = ([] if config.record_anchor_games else
                         read_closing_matches(self.storage, self.board_size, self.komi, log))
         self._loaded: dict[int, object] = {}
-        self._model_cache = None
+        self._model_cache: ModelCache | None = None
         """Every generation's model files, in one temporary folder made at the first load and removed by close."""
         self.generations = [] if config.record_anchor_games else self._choose_generations()
 
@@ -662,6 +662,8 @@ class Ladder:
         """Add this lake's anchor games of its conditions that the store lacks (by digest) to the
         store, with a session in its made.json (``command``, the date, GNU Go's version when it
         played); returns the games added per pairing."""
+        if self.anchor_store is None:
+            raise ValueError("--record-anchor-games adds to the stored anchor games: drop --no-stored-anchor-games")
         store = open_storage(store_folder(self.anchor_store, self.conditions))
         stored = read_results(store, STORE_RESULTS)
         known = {(g.a, g.b, g.digest) for g in stored}
@@ -763,7 +765,10 @@ def run(config: LadderConfig, *, retry=None, log: Callable[[str], None] = print,
 
 def main(argv=None) -> int:
     config, retry = CLI.parse(argv)
-    log = (lambda text: print(text, file=sys.stderr, flush=True))
+
+    def log(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
     command = shlex.join(["python", "-m", "arena.ladder", *(sys.argv[1:] if argv is None else argv)])
     try:
         with terminated_by_sigterm():     # run()'s finally removes the model cache, closes GNU Go

@@ -44,7 +44,7 @@ from engine.move_choice import MovePolicy
 from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
 from inference.loading import EvaluatorSource, PlayoutEvaluator, load_evaluator
 from arena.elo import Z_95
-from arena.player import RESIGN, MctsConfig, MctsPlayer, RandomPlayer, SearchBudget, gnugo_player
+from arena.player import RESIGN, MctsConfig, MctsPlayer, Player, RandomPlayer, SearchBudget, gnugo_player
 
 END_TWO_PASSES = schema.END_REASONS[schema.END_TWO_PASSES]
 END_RESIGN = schema.END_REASONS[schema.END_RESIGN]
@@ -101,6 +101,8 @@ class GameResult:
             return f"{side}+R"
         if self.end_reason == END_ILLEGAL:
             return f"{side}+F"
+        if self.score is None:
+            raise ValueError(f"game {self.index} ended by {self.end_reason} but has no score")
         return f"{side}+{abs(self.score):g}"
 
 
@@ -165,8 +167,8 @@ class _LiveGame:
     index: int
     slot: int
     board: Board
-    black: object
-    white: object
+    black: Player
+    white: Player
     moves: list[int] = dataclasses.field(default_factory=list)
 
     def player_to_move(self):
@@ -208,7 +210,8 @@ def random_openings(count: int, moves: int, board_size: int, komi: float, seed: 
     player = RandomPlayer(seed=seed)
     openings = []
     for _ in range(count):
-        board, opening = Board(board_size, komi, 0), []
+        board = Board(board_size, komi, 0)
+        opening: list[int] = []
         while len(opening) < moves and not board.is_over:
             move = player.select_move(board)
             board.play(move)
@@ -445,12 +448,13 @@ def _run(config: MatchConfig, log: Callable[[str], None], retry, cache, events=N
     for spec in (config.player_a, config.player_b):
         if spec.kind == "model" and spec not in loaded:
             loaded[spec] = load_evaluator(EvaluatorSource(spec.root, spec.generation), cache_dir=cache, retry=retry)
-    model_sizes = {item.board_size for item in loaded.values()}
+    model_sizes = {item.board_size for item in loaded.values() if item.board_size is not None}
     model_komis = {item.komi for item in loaded.values() if item.komi is not None}
     if len(model_sizes) > 1 and config.board_size is None:
         raise ValueError(f"the two models come from runs of different board sizes {sorted(model_sizes)}")
     board_size = config.board_size or (model_sizes.pop() if model_sizes else 9)
-    komi = config.komi if config.komi is not None else (model_komis.pop() if len(model_komis) == 1 else schema.DEFAULT_KOMI)
+    komi = (config.komi if config.komi is not None
+            else model_komis.pop() if len(model_komis) == 1 else schema.DEFAULT_KOMI)
     mcts = MctsConfig(budget=SearchBudget(config.visits, config.seconds_per_move),
                       moves=MovePolicy(sampled_moves=config.opening_moves),
                       pass_when_winning=config.pass_when_winning)
@@ -489,7 +493,10 @@ def main(argv=None) -> int:
     parser = build_arg_parser()
     args = parser.parse_args(argv)
     config = config_from_args(args, parser)
-    log = (lambda text: print(text, file=sys.stderr, flush=True))
+
+    def log(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
     events = EventLog(config.events or None, "match")
     events.emit("started", player_a=args.player_a, player_b=args.player_b, games=config.games)
     try:

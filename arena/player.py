@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Generator, Iterator, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Generator, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from format.planes import input_planes_of
 from engine.board import Board
 from engine.move_choice import MovePolicy, ResignationCounter
 from engine.search import STATE_EXPANDED
+
+if TYPE_CHECKING:
+    from engine.driver import GameBatch
 
 RESIGN = -1
 """What `select_move` returns to resign (never a board action)."""
@@ -82,6 +85,9 @@ class BasePlayer:
 
     def close(self) -> None:
         pass
+
+    def select_move(self, board: Board) -> int:
+        raise NotImplementedError(f"{type(self).__name__} must define select_move (or select_moves)")
 
     def select_moves(self, boards: Sequence[Board], slots: Sequence[int] | None = None) -> list[int]:
         """Moves for several games' positions (one by one unless overridden)."""
@@ -211,8 +217,8 @@ class MctsPlayer(BasePlayer):
         self.evaluator = evaluator
         self.config = config
         self.name = name or f"mcts-{getattr(evaluator, 'name', 'evaluator')}"
-        self._batch = None
-        self._buffer = None
+        self._batch: GameBatch | None = None
+        self._buffer: np.ndarray | None = None   # the batch's input planes, one row per leaf
         self._live_slots: set[int] = set()   # slots whose tree matches their root
         self._resignation: dict[int, ResignationCounter] = {}   # per slot (one game each)
         self.last_root_values: list[float] = []
@@ -240,6 +246,8 @@ class MctsPlayer(BasePlayer):
     def _load_position(self, slot: int, board: Board) -> None:
         """Make the slot's root `board`, reusing its tree when `board` continues it."""
         batch = self._batch
+        if batch is None:
+            raise RuntimeError("MctsPlayer._load_position: no GameBatch yet (_ensure_batch makes it)")
         root = batch.board(slot)
         if self.config.tree_reuse and slot in self._live_slots and self._continues(root, board):
             played = board.move_number - root.move_number
@@ -343,7 +351,7 @@ class MctsPlayer(BasePlayer):
             yield tree
 
     def _start_search(self, boards: Sequence[Board], slots: Sequence[int] | None,
-                      budget: SearchBudget | None):
+                      budget: SearchBudget | None) -> tuple[GameBatch, list[int]]:
         """Check the boards, load each into its slot (reusing trees) and, given
         a `budget`, start each slot's search; returns (batch, slots)."""
         slots = list(range(len(boards))) if slots is None else [int(s) for s in slots]
@@ -400,9 +408,12 @@ class MctsPlayer(BasePlayer):
         while True:
             if all(batch.search_done(slot) for slot in slots):
                 return
-            rows = batch.gather(0, self._buffer)
+            buffer = self._buffer
+            if buffer is None:
+                raise RuntimeError("MctsPlayer.search_steps: no input buffer yet (_ensure_batch makes it)")
+            rows = batch.gather(0, buffer)
             if rows:
-                logits, values = call_evaluator(self.evaluator, self._buffer[:rows])
+                logits, values = call_evaluator(self.evaluator, buffer[:rows])
                 self.evaluator_calls += 1
                 batch.apply(0, logits, values)
             elif not any(self._can_progress(batch, slot) for slot in slots):

@@ -56,7 +56,9 @@ def parse_arm(text: str) -> tuple[str, list[str], list[str], list[str]]:
     import shlex
 
     name, sep, flags = text.partition("=")
-    words, rest, worker = shlex.split(flags) if sep else [], [], []
+    words = shlex.split(flags) if sep else []
+    rest: list[str] = []
+    worker: list[str] = []
     target = rest
     for word in words:
         if word.startswith("--"):
@@ -179,7 +181,10 @@ def score_model(root: str, heldout_sets: dict) -> dict:
     from inference import model_files
 
     storage = open_storage(root)
-    model = model_files.load_model(storage, registry.latest_generation(storage))
+    generation = registry.latest_generation(storage)
+    if generation is None:
+        raise SystemExit(f"bench/replay.py: {root} has published no model (models/LATEST is missing)")
+    model = model_files.load_model(storage, generation)
     call = lambda planes, training=False: model(planes)  # noqa: E731  (heldout.score's model signature)
     out = {}
     for name, make in heldout_sets.items():

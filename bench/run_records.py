@@ -55,7 +55,7 @@ def chunk_paths(storage, from_generation: int, max_chunks: int) -> list[str]:
 class LabelTally:
     """Counts over games, filled one game at a time (`add`), reported by `as_json`."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.counts: collections.Counter = collections.Counter()
         self.by_generation: collections.Counter = collections.Counter()
 

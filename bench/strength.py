@@ -40,6 +40,8 @@ from format.match_record import MatchRecord  # noqa: E402
 def _load_bench(name: str):
     """Another bench script as a module (bench/ holds scripts, not a package)."""
     spec = importlib.util.spec_from_file_location(f"zerolake_bench_{name}", os.path.join(REPO, "bench", f"{name}.py"))
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"bench/{name}.py cannot be loaded as a module (is it missing?)")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module          # dataclasses look their module up while being made
     spec.loader.exec_module(module)

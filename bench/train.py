@@ -96,7 +96,7 @@ PINNED_TRAIN_SETTINGS: dict[str, Any] = dict(
 )
 
 
-TRAIN_VARIANTS = {"xla": {"xla": True}, "bfloat16": {"precision": "bfloat16"}}
+TRAIN_VARIANTS: dict[str, dict[str, Any]] = {"xla": {"xla": True}, "bfloat16": {"precision": "bfloat16"}}
 """``--variants``: trainer settings measured beside the pinned ones, in the same run, each as
 ``train_steps_per_s_9_<name>``."""
 

@@ -232,7 +232,8 @@ def _check_writable_game(game: GameRecord) -> None:
     source = f"game {game.game_id!r} (being written)"
     n, m = game.board_size, game.num_positions
     if not schema.MIN_BOARD_SIZE <= n <= schema.MAX_BOARD_SIZE:
-        raise FormatError(source, schema.G_BOARD_SIZE, f"{n} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
+        raise FormatError(source, schema.G_BOARD_SIZE,
+                          f"{n} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
     if np.shape(game.planes) != (m, 2, n, n):
         raise FormatError(source, schema.G_PLANES, f"shape {np.shape(game.planes)} != {(m, 2, n, n)}")
     for name in ("policy_indices", "policy_values", "root_values", "full_search"):
@@ -322,7 +323,8 @@ def decode_game(data: bytes, source: str = "<bytes>") -> GameRecord:
     deltas = r.ints(schema.G_POLICY_INDEX_DELTA)
     values = r.ints(schema.G_POLICY_VALUE)
     if len(counts) != m or len(denominators) != m:
-        raise r.error(schema.G_POLICY_COUNT, f"has {len(counts)} counts / {len(denominators)} denominators for {m} positions")
+        raise r.error(schema.G_POLICY_COUNT,
+                      f"has {len(counts)} counts / {len(denominators)} denominators for {m} positions")
     if (counts < 0).any() or counts.sum() != len(deltas) or len(deltas) != len(values):
         raise r.error(schema.G_POLICY_COUNT, f"counts sum to {counts.sum()} but there are {len(deltas)} "
                                         f"indices and {len(values)} values")

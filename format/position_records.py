@@ -418,8 +418,10 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, table) 
         raise r.error(schema.P_MOVES, "has a move older than the game's start")
     raw_targets = r.bytes(schema.P_TARGETS)
     if len(raw_targets) != schema.TARGET_BYTES * schema.POSITION_GROUP:
-        raise r.error(schema.P_TARGETS, f"has {len(raw_targets)} bytes, expected {schema.TARGET_BYTES} x {schema.POSITION_GROUP}")
-    targets = np.frombuffer(raw_targets, np.uint8).reshape(schema.TARGET_BYTES, schema.POSITION_GROUP)[:, :count].T.copy()
+        raise r.error(schema.P_TARGETS,
+                      f"has {len(raw_targets)} bytes, expected {schema.TARGET_BYTES} x {schema.POSITION_GROUP}")
+    stored = np.frombuffer(raw_targets, np.uint8).reshape(schema.TARGET_BYTES, schema.POSITION_GROUP)
+    targets = stored[:, :count].T.copy()   # one row per position
     if (targets[:, 0] > 3).any():
         raise r.error(schema.P_TARGETS, "has a flags byte above 3 (bit 0: White to move, bit 1: own ownership)")
     fine = (targets[:, 0] & schema.TARGET_FLAG_OWN_OWNERSHIP) != 0
@@ -429,7 +431,8 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, table) 
                                            f"own-label positions x {nn}")
     fine_rows = np.frombuffer(fine_raw, np.int8).reshape(-1, nn)
     if (fine_rows == -128).any():
-        raise r.error(schema.P_OWNERSHIP_FINE, f"holds -128 (ownership is -{schema.OWNERSHIP_SCALE}..{schema.OWNERSHIP_SCALE})")
+        raise r.error(schema.P_OWNERSHIP_FINE,
+                      f"holds -128 (ownership is -{schema.OWNERSHIP_SCALE}..{schema.OWNERSHIP_SCALE})")
     fine_index = np.cumsum(fine) - 1
     value = targets[:, 1].view(np.int8).astype(np.float32) / schema.ROOT_VALUE_SCALE
     score = targets[:, 2:6].copy().view("<f4")[:, 0].astype(np.float32)

@@ -30,6 +30,7 @@ import dataclasses
 import logging
 import os
 import re
+from typing import Any
 
 log = logging.getLogger("inference.devices")
 
@@ -83,7 +84,7 @@ class Placement:
     """'default' (TensorFlow's choice; several GPUs split each batch), 'cpu', 'gpu' or 'tpu'."""
     device: str = ""
     """TensorFlow device name the network runs on; '' for 'default' and 'tpu'."""
-    strategy: object = None
+    strategy: Any = None
     """The tf.distribute.TPUStrategy for 'tpu', else None."""
 
     def scope(self):

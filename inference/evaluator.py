@@ -232,6 +232,8 @@ class ModelEvaluator:
 
     def _call_padded(self, planes: np.ndarray):
         """Pad each piece to its bucket, run it, keep its real rows (in order)."""
+        if self.buckets is None:
+            raise RuntimeError("ModelEvaluator._call_padded needs batch sizes to pad to (pad_to is None)")
         results = []
         for start, stop, size in padded_pieces(len(planes), self.buckets):
             piece = planes[start:stop]

@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.playouts import playout_values
 from format import layout, schema
+
+if TYPE_CHECKING:
+    from inference.model_files import ModelCache  # imported when a model loads, not with this module
 
 
 # --------------------------------------------------------------------------
@@ -120,7 +124,8 @@ class LoadedEvaluator:
 
             return UniformEvaluator(board_size)
         if board_size != self.board_size:
-            raise ValueError(f"{self.name} plays {self.board_size}x{self.board_size} only, not {board_size}x{board_size}")
+            raise ValueError(f"{self.name} plays {self.board_size}x{self.board_size} only, "
+                             f"not {board_size}x{board_size}")
         return self.evaluate
 
 
@@ -149,7 +154,8 @@ def load_published_evaluator(storage, generation: int, *, cache_dir=None, placem
     return LoadedEvaluator(evaluator, f"model-g{generation}", generation, board_size=int(model.board_size))
 
 
-def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None, retry=None) -> LoadedEvaluator:
+def load_evaluator(source: EvaluatorSource, cache_dir: ModelCache | str | None = None,
+                   retry=None) -> LoadedEvaluator:
     """Load `source` once: the uniform evaluator, or a model from the registry.
 
     A model's board size is the one in its manifest; its komi is the run's
@@ -171,7 +177,8 @@ def load_evaluator(source: EvaluatorSource, cache_dir: str | None = None, retry=
     if generation is None:
         generation = registry.latest_generation(storage)
         if generation is None:
-            raise LookupError(f"{storage.url(layout.LATEST)} is missing: {source.model_root} has no published model yet")
+            raise LookupError(f"{storage.url(layout.LATEST)} is missing: "
+                              f"{source.model_root} has no published model yet")
     loaded = load_published_evaluator(storage, generation, cache_dir=cache_dir)
     run = read_run_config(storage)
     loaded.komi = None if run is None else run.komi

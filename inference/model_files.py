@@ -19,6 +19,7 @@ import shutil
 import stat
 import tempfile
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -198,8 +199,8 @@ class LoadedModel:
     board_size: int
     metadata: dict
     local_dir: str
-    _signature: object = field(repr=False, default=None)
-    _saved: object = field(repr=False, default=None)  # keeps the SavedModel's variables alive
+    _signature: Any = field(repr=False, default=None)   # TensorFlow's ConcreteFunction (untyped)
+    _saved: Any = field(repr=False, default=None)  # keeps the SavedModel's variables alive
 
     @property
     def input_planes(self) -> int:

@@ -60,7 +60,7 @@ def block_usage_telemetry() -> None:
     Done by the project's code, so no user environment or consent file is needed,
     and before OpenVINO is first imported, so nothing has sent by then.
     """
-    sys.modules[TELEMETRY_MODULE] = None
+    sys.modules[TELEMETRY_MODULE] = None  # type: ignore[assignment]  # typeshed omits the documented None
 
 
 def import_openvino():

@@ -31,7 +31,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow.core.framework import summary_pb2
 
-from format import layout, schema
+from format import layout
 from format.documents import ManifestError
 from format.window_manifest import read_window_manifest
 from format.events import EventLog

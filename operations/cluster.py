@@ -110,7 +110,8 @@ class ClusterConfig:
                                  "by chaos)")
     report: str = setting("", "also write the final check's JSON to this file")
     role_args: tuple = setting((), hidden=True)
-    """ROLE=ARGS: extra arguments for every process of ROLE (worker, shuffle, train); repeatable (parsed from repeated --role-args ROLE=ARGS)"""
+    """ROLE=ARGS: extra arguments for every process of ROLE (worker, shuffle, train); repeatable (parsed from
+    repeated --role-args ROLE=ARGS)"""
     worker: WorkerConfig = role_setting(
         WorkerConfig, "every self-play worker (python -m selfplay.worker's flags); the launcher sets each one's "
                       "worker id, spool, model cache, events, --poll-seconds and --progress-seconds; each draws its "
@@ -254,6 +255,13 @@ class Role:
         return self.process is not None and self.process.poll() is None
 
     @property
+    def child(self) -> subprocess.Popen:
+        """The role's process, for a role that has one (started and not yet reaped or stopped)."""
+        if self.process is None:
+            raise RuntimeError(f"role {self.name} has no process (not started, or already reaped)")
+        return self.process
+
+    @property
     def state(self) -> str:
         if self.running:
             return "up"
@@ -353,7 +361,7 @@ class Observer:
         """games, positions (reported finished by workers), last loss, per worker generation."""
         games = positions = 0
         progress_games = 0
-        for name, events in self.events.items():
+        for events in self.events.values():
             finished = [e for e in events if e["role"] == "worker" and e["event"] == "game_finished"]
             games += len(finished)
             positions += sum(int(e["moves"]) for e in finished)
@@ -416,14 +424,14 @@ class Cluster:
 
     def reap(self, role: Role, now: float) -> None:
         """Notice an exit and plan the restart."""
-        code = role.process.poll()
+        code = role.child.poll()
         if code is None:
             return
         uptime = now - role.started_at
         role.last_returncode = code
         role.cpu_done += role.cpu_live
         role.cpu_live = 0.0
-        self.events.emit("role_exited", name=role.name, returncode=code, pid=role.process.pid,
+        self.events.emit("role_exited", name=role.name, returncode=code, pid=role.child.pid,
                          uptime_s=round(uptime, 1))
         role.process = None
         role.young_deaths = role.young_deaths + 1 if uptime < YOUNG_DEATH_SECONDS and code != -signal.SIGKILL else 0
@@ -439,8 +447,10 @@ class Cluster:
                 self.start(role)
 
     def kill(self, role: Role) -> None:
-        pid = role.process.pid
-        if not signal_group(role.process, signal.SIGKILL):  # the role and anything it started (Beam's workers)
+        if self.chaos is None:
+            raise RuntimeError("only chaos kills roles, and chaos is off (--chaos-kill-every 0)")
+        pid = role.child.pid
+        if not signal_group(role.child, signal.SIGKILL):  # the role and anything it started (Beam's workers)
             return
         role.kills += 1
         self.chaos.kills_by_kind[role.kind] += 1
@@ -453,13 +463,13 @@ class Cluster:
         self.sample_cpu()   # each role's share up to the stop (what the stop costs counts in the total only)
         live = [r for r in self.roles if r.running]
         graces = {role.name: self.config.stop_grace or STOP_GRACE_SECONDS[role.kind] for role in live}
-        killed = stop_groups([role.process for role in live], [graces[role.name] for role in live])
+        killed = stop_groups([role.child for role in live], [graces[role.name] for role in live])
         for role in live:
             if role.process in killed:
                 say(f"    {role.name} did not stop within {graces[role.name]:g}s: SIGKILL")
-                self.events.emit("role_killed", name=role.name, pid=role.process.pid, kind=role.kind, by="stop")
-            self.events.emit("role_exited", name=role.name, returncode=role.process.returncode,
-                             pid=role.process.pid, uptime_s=round(time.monotonic() - role.started_at, 1))
+                self.events.emit("role_killed", name=role.name, pid=role.child.pid, kind=role.kind, by="stop")
+            self.events.emit("role_exited", name=role.name, returncode=role.child.returncode,
+                             pid=role.child.pid, uptime_s=round(time.monotonic() - role.started_at, 1))
         for role in self.roles:
             role.process = None
             role.stopped = True
@@ -469,7 +479,7 @@ class Cluster:
     # --- status -----------------------------------------------------------------
     def sample_cpu(self) -> None:
         """Each running role's CPU seconds so far (its process and descendants, processes.children)."""
-        running = {r.process.pid: r for r in self.roles if r.running}
+        running = {r.child.pid: r for r in self.roles if r.running}
         for pid, seconds in cpu_seconds_of_trees(running).items():
             running[pid].cpu_live = seconds
 
@@ -541,6 +551,8 @@ class Cluster:
 
     def chaos_done(self) -> bool:
         limit = self.config.chaos_max_kills
+        if self.chaos is None:
+            return False   # no chaos, no kills
         return bool(limit) and sum(self.chaos.kills_by_kind.values()) >= limit
 
     def drain(self) -> None:
@@ -566,7 +578,7 @@ class Cluster:
             return False
         if role.kind != "worker":
             return True
-        pid = role.process.pid
+        pid = role.child.pid
         if role.spec.events_path and os.path.exists(role.spec.events_path):
             return any(e["pid"] == pid and e["event"] in ("progress", "chunk_uploaded", "game_finished")
                        for e in self.observer.events[role.name])

@@ -53,7 +53,7 @@ def role_setting(config_cls, help: str, *, shared: typing.Iterable[str] = (),  #
     if unknown:
         raise TypeError(f"role_setting({config_cls.__name__}): no such fields: {unknown}")
     for f in fields.values():
-        unset = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
+        unset = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         if f.init and (unset or f.metadata.get("required")) and f.name not in (*shared, *managed, *defaults):
             raise TypeError(f"role_setting({config_cls.__name__}): required field {f.name!r} must be shared, "
                             f"managed or given a default")
@@ -115,7 +115,7 @@ def _role_from_namespace(role_field: dataclasses.Field, namespace: argparse.Name
     values = {name: getattr(namespace, name) for name in info["shared"] if getattr(namespace, name, None) is not None}
     for path, field, _ in _role_flag_fields(role_field):
         value = getattr(namespace, _role_dest(role_field, path), None)
-        if value is None and field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        if value is None and field.default_factory is not dataclasses.MISSING:
             continue
         values[path] = value
     try:

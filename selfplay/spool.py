@@ -184,7 +184,7 @@ class Spool:
                 os.makedirs(folder, exist_ok=True)
         except OSError as exc:
             raise SpoolError(f"spool {self.directory}: cannot create it ({exc.strerror})") from None
-        self._lock_fd = self._lock()
+        self._lock_fd: int | None = self._lock()
         if lake is not None:
             try:
                 self._bind_lake(lake)
@@ -354,7 +354,10 @@ class Spool:
             return None
         try:
             generation, payload = decode_entry(data, os.path.join(self.games_dir, name))
-            expected = int(_ENTRY_NAME.fullmatch(name)["gen"])
+            match = _ENTRY_NAME.fullmatch(name)
+            if match is None:
+                raise SpoolError(f"spool {self.directory}: a batch lists {name!r}, which is not an entry name")
+            expected = int(match["gen"])
             if generation != expected:
                 raise CorruptEntry(f"{name}: header says generation {generation}, the name {expected}")
         except CorruptEntry as exc:
@@ -465,13 +468,14 @@ class Spool:
                           url, batch.file_name)
             self._rebatch(batch, tuple(name for name, _ in present), worker_id)
             return "rebatched", 0
-        data = frame_chunk(payloads)
+        whole = [p for _, p in present]   # every entry's payload, in the batch's order
+        data = frame_chunk(whole)
         try:
             storage.write_new(batch.chunk, data)
             outcome = "uploaded"
         except AlreadyExists:
             stored = storage.read(batch.chunk)
-            if stored != data and not self._holds(stored, payloads, url, exact=True):
+            if stored != data and not self._holds(stored, whole, url, exact=True):
                 log.error("spool: CHUNK NAME COLLISION: %s already holds a different object; "
                           "the %d games of %s stay spooled under a new batch", url, len(payloads), batch.file_name)
                 self._rebatch(batch, batch.entries, worker_id)

@@ -33,6 +33,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 import numpy as np
 
@@ -309,7 +310,7 @@ class SelfPlayWorker:
         self.counters = Counters()
         self.move_policy = MovePolicy(sampled_moves=config.sampled_moves, resign_threshold=config.resign_threshold,
                                       resign_consecutive=config.resign_consecutive)
-        self.games: list[GameInProgress] = [None] * config.games
+        self.games: list[GameInProgress | None] = [None] * config.games   # each slot's game, once started
         self.stop_requested = threading.Event()
         self.started = time.monotonic()
         self._game_serial = 0
@@ -336,11 +337,18 @@ class SelfPlayWorker:
         self._game_serial += 1
         self._start_search(g)
 
+    def _game(self, g: int) -> GameInProgress:
+        """The game in slot ``g``, which `_new_game` has started."""
+        game = self.games[g]
+        if game is None:
+            raise RuntimeError(f"self-play slot {g} has no game: _new_game starts one before it is searched")
+        return game
+
     def _start_search(self, g: int) -> None:
         """Full search (``--visits``, Dirichlet noise, recorded as a policy target) with probability
         ``--full-search-fraction``, else a fast one (``--fast-visits``): KataGo's playout-cap
         randomization.  A resigned game's searches are accelerated (``--accelerated-visits``)."""
-        game = self.games[g]
+        game = self._game(g)
         cfg = self.config
         # Gumbel's draws at full scale in the opening, --gumbel-late-noise after it.
         gumbel_noise = 1.0 if len(game.moves) < cfg.sampled_moves else cfg.gumbel_late_noise
@@ -360,7 +368,7 @@ class SelfPlayWorker:
         moves are sampled in proportion to visits, later ones are the most
         visited (with ``--gumbel``, the sequential-halving winner).
         """
-        game = self.games[g]
+        game = self._game(g)
         if game.dropped:
             self._new_game(g)   # its search is done, so nothing of it is in flight
             return
@@ -414,7 +422,7 @@ class SelfPlayWorker:
 
     def _game_record(self, g: int) -> GameRecord:
         cfg = self.config
-        game = self.games[g]
+        game = self._game(g)
         board = self.batch.board(g)
         n = cfg.board_size
         two_passes = board.consecutive_passes >= 2
@@ -476,7 +484,7 @@ class SelfPlayWorker:
 
     def _should_stop(self) -> bool:
         cfg = self.config
-        return (self.stop_requested.is_set()
+        return bool(self.stop_requested.is_set()
                 or (cfg.max_games and self.counters.games >= cfg.max_games)
                 or (cfg.max_positions and self.counters.finished_positions >= cfg.max_positions)
                 or (cfg.max_seconds and time.monotonic() - self.started >= cfg.max_seconds))
@@ -507,7 +515,7 @@ class SelfPlayWorker:
         for g in range(self.config.games):
             self._new_game(g)
         # group -> (evaluator, rows, future) of the batch the inference thread is evaluating
-        in_flight: dict[int, tuple[object, int, concurrent.futures.Future]] = {}
+        in_flight: dict[int, tuple[Any, int, concurrent.futures.Future]] = {}
         # group -> rows gathered whose evaluation was refused: the group's buffer still holds
         # them (it is only refilled by the group's next gather), so another model evaluates them
         unevaluated: dict[int, int] = {}

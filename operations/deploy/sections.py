@@ -132,7 +132,8 @@ def bucket_grant_steps(config: DeployConfig, role: str) -> list[Step]:
     return [
         Step("account", f"{LAKE_WRITER_ROLE} for the {role} on the bucket, outside the deploy area",
              grant("storage", "buckets", "add-iam-policy-binding", bucket, who, f"--role={LAKE_WRITER_ROLE}",
-                   f"--condition=^;^expression={lake_condition(config, role)};title={title} lake", project_flag(config))),
+                   f"--condition=^;^expression={lake_condition(config, role)};title={title} lake",
+                   project_flag(config))),
         Step("account", f"{RELEASE_READER_ROLE} for the {role} on this deployment's releases only",
              grant("storage", "buckets", "add-iam-policy-binding", bucket, who, f"--role={RELEASE_READER_ROLE}",
                    f"--condition=^;^expression={release_condition(config)};title={title} releases",
@@ -157,11 +158,12 @@ def release_steps(config: DeployConfig, *, update: bool = False) -> list[Step]:
     pointer = pointer_url(config)
     steps = []
     if config.release:
+        missing = f"--release: there is no release {release_url(config)}: build one with the package section"
         steps.append(Step("package", f"the release named by --release, {config.release[:12]}..., already uploaded",
                           f"zerolake_release={config.release}\n"
                           f"if ! {gcloud('storage', 'ls', Expand(release_url(config)), project_flag(config))} "
                           f">/dev/null; then\n"
-                          f"{indent(shell_error(f'--release: there is no release {release_url(config)}: build one with the package section'))}\nfi"))
+                          f"{indent(shell_error(missing))}\nfi"))
     elif "package" in config.sections or update:
         python = config.python or sys.executable
         sdist = command(python, "setup.py", "-q", "sdist", "--dist-dir", Raw('"$zerolake_dist"'))
@@ -177,9 +179,12 @@ def release_steps(config: DeployConfig, *, update: bool = False) -> list[Step]:
                         Expand(release_url(config)), project_flag(config)))]
     else:
         read = gcloud("storage", "cat", pointer, project_flag(config))
+        unrecorded = (f"deployment {config.name} records no release at {pointer}: plan the package section, "
+                      "or give --release SHA256")
         steps.append(Step("package", "the release the deployment runs (no package section, no --release)",
-                          f"if ! zerolake_release=$({read} 2>/dev/null) || [[ ! $zerolake_release =~ ^[0-9a-f]{{64}}$ ]]; "
-                          f"then\n{indent(shell_error(f'deployment {config.name} records no release at {pointer}: plan the package section, or give --release SHA256'))}\nfi"))
+                          f"if ! zerolake_release=$({read} 2>/dev/null) "
+                          "|| [[ ! $zerolake_release =~ ^[0-9a-f]{64}$ ]]; "
+                          f"then\n{indent(shell_error(unrecorded))}\nfi"))
         return steps
     record = "\n".join(["zerolake_note=$(mktemp)", 'printf \'%s\\n\' "$zerolake_release" > "$zerolake_note"',
                         gcloud("storage", "cp", Raw('"$zerolake_note"'), pointer, project_flag(config))])

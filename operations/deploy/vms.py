@@ -78,11 +78,14 @@ def accelerator_check(config: DeployConfig, role: str, kind: str, accelerator: s
                          f"--filter=zone:{zone} AND name={accelerator}", "--format=value(name)")
         source = f"gcloud compute accelerator-types list --filter=zone:{zone}"
     flag = "--worker-zones" if role == "worker" and config.worker_zones else f"--{role}-zone"
+    missing = (f"error: zone {zone} offers no {accelerator} today ({source}); choose another {flag}: "
+               "docs/deploy.md lists the zones of each type")
+    unlisted = f"warning: could not list the accelerators of {zone} (see above); creating the {role} anyway"
     shell = (f"if zerolake_found=$({listing}); then\n"
              f"  if ! grep -qx -- {shlex.quote(accelerator)} <<< \"$zerolake_found\"; then\n"
-             f"    echo {shlex.quote(f'error: zone {zone} offers no {accelerator} today ({source}); choose another {flag}: docs/deploy.md lists the zones of each type')} >&2\n"
+             f"    echo {shlex.quote(missing)} >&2\n"
              "    exit 2\n  fi\n"
-             f"else\n  echo {shlex.quote(f'warning: could not list the accelerators of {zone} (see above); creating the {role} anyway')} >&2\n"
+             f"else\n  echo {shlex.quote(unlisted)} >&2\n"
              "fi")
     return Step(section_of(role), f"{zone} offers {accelerator} today (asked live)", shell)
 
@@ -218,8 +221,8 @@ def tpu_queue_step(config: DeployConfig) -> Step:
     shell = "\n".join([
         f"zerolake_tpu_state=$({state} 2>/dev/null || true)",
         'if [[ $zerolake_tpu_state == FAILED || $zerolake_tpu_state == SUSPENDED ]]; then',
-        f"  echo \"note: the trainer's earlier TPU request is $zerolake_tpu_state (failed, or expired after "
-        f"--trainer-tpu-valid-for); deleting it to queue a new one\" >&2",
+        "  echo \"note: the trainer's earlier TPU request is $zerolake_tpu_state (failed, or expired after "
+        "--trainer-tpu-valid-for); deleting it to queue a new one\" >&2",
         indent(delete),
         '  zerolake_tpu_state=""',
         "fi",

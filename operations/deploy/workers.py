@@ -89,8 +89,9 @@ def rolling_update(config: DeployConfig) -> str:
     """Move the group's VMs to ``$zerolake_template``: each is recreated under its name (the stateful spool
     disk needs ``recreate``; no surge), all of them at once, as a stop of every worker did before."""
     unavailable = max(config.workers, len(config.worker_group_zones))   # a regional group: 0 or >= its zones
-    return group_command(config, "rolling-action start-update", Raw('--version=template="$zerolake_template"'), "--type=proactive",
-                  "--replacement-method=recreate", "--max-surge=0", f"--max-unavailable={unavailable}")
+    return group_command(config, "rolling-action start-update", Raw('--version=template="$zerolake_template"'),
+                         "--type=proactive", "--replacement-method=recreate", "--max-surge=0",
+                         f"--max-unavailable={unavailable}")
 
 
 def worker_steps(config: DeployConfig) -> list[Step]:
@@ -115,7 +116,8 @@ def worker_steps(config: DeployConfig) -> list[Step]:
                     "--instance-redistribution-type=none",
                     f"--stateful-disk=device-name={SPOOL_DEVICE},auto-delete={SPOOL_AUTO_DELETE}")
     existing = "\n".join([group_command(config, "resize", f"--size={config.workers}"), rolling_update(config)])
-    shell = f"if {group_command(config, 'describe')} >/dev/null 2>&1; then\n{indent(existing)}\nelse\n{indent(create)}\nfi"
+    shell = (f"if {group_command(config, 'describe')} >/dev/null 2>&1; then\n"
+             f"{indent(existing)}\nelse\n{indent(create)}\nfi")
     zones = ", ".join(config.worker_group_zones)
     steps.append(Step("workers", f"the worker group {worker_group(config)}: {config.workers} VMs in {zones} "
                                  "(a preempted one is recreated, its spool disk kept); a group that exists is "

@@ -170,7 +170,8 @@ def environment(generation: str) -> dict[str, str]:
     """
     row = TPU_GENERATIONS.get(generation)
     if row is None:
-        raise ValueError(f"TPU generation {generation!r} is not in operations/deploy/zones.py ({known_tpu_generations()})")
+        raise ValueError(f"TPU generation {generation!r} is not in operations/deploy/zones.py "
+                         f"({known_tpu_generations()})")
     values = dict(row.environment)
     if LIBTPU in values.values():
         library = libtpu_path()
@@ -182,7 +183,8 @@ def environment(generation: str) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m operations.deploy.zones environment GEN``: print KEY=VALUE lines (operations/vm/run-role.sh exports them)."""
+    """``python -m operations.deploy.zones environment GEN``: print KEY=VALUE lines (operations/vm/run-role.sh
+    exports them)."""
     if len(argv) != 2 or argv[0] != "environment":
         print("usage: python -m operations.deploy.zones environment GENERATION  (prints the TensorFlow environment "
               "of a TPU generation, one KEY=VALUE a line)", file=sys.stderr)

@@ -127,8 +127,8 @@ def summary_table(rows: list[GenerationRecord], final: int, final_results: Closi
         lines.append(f"  vs generation 0 ({opponent} MCTS): {final_results.vs_generation_0.text()}")
         gnugo = final_results.vs_gnugo_1
         if gnugo is not None:
-            lines.append(f"  vs GNU Go level 1 (the model at {gnugo.visits} visits a move, {GNUGO_PAIRED_OPENINGS}-move "
-                         f"paired openings): {gnugo.text()}")
+            lines.append(f"  vs GNU Go level 1 (the model at {gnugo.visits} visits a move, "
+                         f"{GNUGO_PAIRED_OPENINGS}-move paired openings): {gnugo.text()}")
     if throughput is not None:
         lines.append("")
         lines.append(RunMeter.text(throughput))

@@ -123,7 +123,10 @@ class LoopRun:
         self.child = start_child(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         next_status = time.monotonic() + 20
         try:
-            for raw in self.child.stdout:
+            output = self.child.stdout
+            if output is None:
+                raise RuntimeError(f"{phase}: the child's output is not a pipe")   # stdout=PIPE makes one
+            for raw in output:
                 line = raw.rstrip()
                 lines.append(line)
                 deliver()
@@ -141,8 +144,8 @@ class LoopRun:
             self.child = None
         self.phase_seconds[phase] = time.monotonic() - started
         if code != 0:
-            tail = "\n".join(lines[-15:])
-            raise PhaseFailed(f"{phase} exited with status {code}; its last lines:\n{tail}")
+            last_lines = "\n".join(lines[-15:])
+            raise PhaseFailed(f"{phase} exited with status {code}; its last lines:\n{last_lines}")
         return lines
 
     def stop_child(self) -> None:
@@ -224,6 +227,9 @@ class LoopRun:
             games = []
             for game in result.game_results or ():
                 path = f"{sgf_prefix}/{game.index:05d}.sgf"
+                if game.sgf is None:
+                    raise PhaseFailed(f"evaluate: game {game.index} of {events} names no SGF file "
+                                      "(arena.match writes one only with --sgf-dir)")
                 # Replace, not create-only: a closing match interrupted before its marker was written
                 # is played again from the start, and its games supersede the partial attempt's,
                 # which no marker or result names.

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import TypedDict
 
 from format.cli import (
     board_size_setting,
@@ -38,9 +39,33 @@ from operations.roles import complete_roles, role_setting
 from pipeline.config import ShuffleConfig
 from selfplay.config import WorkerConfig
 
+
+class LongRunSettings(TypedDict):
+    """`LONG_RUN`'s fields and their types (a float or an int each)."""
+
+    selfplay_seconds: float
+    final_gnugo_games: int
+    final_gnugo_visits: int
+    eval_every: int
+
+
+class ConcurrentSettings(TypedDict):
+    """`CONCURRENT`'s fields and their types (a float or an int each)."""
+
+    samples_per_row: float
+    min_steps_per_window: int
+    max_steps_per_window: int
+    max_untrained: int
+    workers: int
+    child_threads: int
+    worker_nice: int
+    status_seconds: float
+
+
 DEMO_GENERATIONS = 3
 """Generations of a --minutes run (the 15-minute demo) unless --generations says otherwise."""
-LONG_RUN = {"selfplay_seconds": 150.0, "final_gnugo_games": 40, "final_gnugo_visits": 256, "eval_every": 4}
+LONG_RUN: LongRunSettings = {"selfplay_seconds": 150.0, "final_gnugo_games": 40, "final_gnugo_visits": 256,
+                             "eval_every": 4}
 """The long-run mode's (--hours) settings where the loop's flags say auto: 150 s of self-play a generation
 (turns), an evaluation against random moves at generation 1 and every 4th (each costs ~20 s to learn again
 that a model beats random moves), and 40 closing games against GNU Go level 1 with the model at 256 visits
@@ -59,8 +84,9 @@ SCHEDULES = ("auto", "turns", "concurrent")
 TURNS_STEPS_PER_WINDOW = 500
 """Training steps (of 256) of a generation in turns when ``--train-steps-per-window`` is 0: about 0.5
 samples per new row of a 150 s generation."""
-CONCURRENT = {"samples_per_row": 2.0, "min_steps_per_window": 100, "max_steps_per_window": 500,
-              "max_untrained": 2, "workers": 2, "child_threads": 1, "worker_nice": 0, "status_seconds": 30.0}
+CONCURRENT: ConcurrentSettings = {"samples_per_row": 2.0, "min_steps_per_window": 100,
+                                  "max_steps_per_window": 500, "max_untrained": 2, "workers": 2, "child_threads": 1,
+                                  "worker_nice": 0, "status_seconds": 30.0}
 """The concurrent schedule's settings: each new row trained at most about twice, within 100-500 steps a
 window (500, the turns' generation, keeps a model coming every 1.5-2 minutes on 2 cores); at most 2 windows
 newer than LATEST (one in training, one ready); two workers with one thread each, the configuration that
