@@ -25,6 +25,7 @@ Terms:
   every pair that played (every connected player is then finite, and each
   gap is pulled towards 0); ``interval="none"`` skips the intervals.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,7 +38,7 @@ ELO_PER_NAT = 400.0 / math.log(10.0)
 """Elo points per natural-log unit of the odds."""
 Z_95 = 1.959963984540054
 """Two-sided 95% quantile of the standard normal (the Wilson intervals of arena.match use it too)."""
-CHI2_95 = Z_95 ** 2
+CHI2_95 = Z_95**2
 """95% point of chi-square with one degree of freedom: the deviance limit of a finite estimate's interval."""
 SHUTOUT_DEVIANCE_95 = -2.0 * math.log(0.025)
 """The deviance limit of a one-sided interval's end (an infinite estimate): where the shut-out
@@ -120,10 +121,12 @@ class Fit:
 
     def method_text(self) -> str:
         """One line saying what the numbers are."""
-        fit = ("maximum likelihood (no prior)" if self.prior_draws == 0 else
-               f"maximum posterior with {self.prior_draws:g} virtual draws per pairing")
-        interval = {"profile": "95% profile-likelihood intervals",
-                    "none": "no intervals"}[self.interval]
+        fit = (
+            "maximum likelihood (no prior)"
+            if self.prior_draws == 0
+            else f"maximum posterior with {self.prior_draws:g} virtual draws per pairing"
+        )
+        interval = {"profile": "95% profile-likelihood intervals", "none": "no intervals"}[self.interval]
         return f"Bradley-Terry {fit}, {self.anchor} = 0, {interval}"
 
 
@@ -169,13 +172,13 @@ def _connected(anchor: str, pairs: Sequence[PairRecord]) -> set[str]:
 # the likelihood and its maximisation
 # --------------------------------------------------------------------------
 
+
 class _Games:
     """Pairs as arrays over players 0..n-1 (``index_a``, ``index_b``, ``games``, a's ``scores``);
     ``incidence`` is +1 at a's column and -1 at b's, so ``incidence @ x`` is each pair's rating
     difference in natural units."""
 
-    def __init__(self, index_a: np.ndarray, index_b: np.ndarray, games: np.ndarray, scores: np.ndarray,
-                 players: int):
+    def __init__(self, index_a: np.ndarray, index_b: np.ndarray, games: np.ndarray, scores: np.ndarray, players: int):
         self.index_a, self.index_b, self.games, self.scores = index_a, index_b, games, scores
         self.incidence = np.zeros((len(games), players))
         self.incidence[np.arange(len(games)), index_a] = 1.0
@@ -186,8 +189,9 @@ class _Games:
         renumbered in the order of ``columns``."""
         number = np.full(self.incidence.shape[1], -1)
         number[columns] = np.arange(len(columns))
-        return _Games(number[self.index_a[rows]], number[self.index_b[rows]], self.games[rows],
-                      self.scores[rows], len(columns))
+        return _Games(
+            number[self.index_a[rows]], number[self.index_b[rows]], self.games[rows], self.scores[rows], len(columns)
+        )
 
     def terms(self, x: np.ndarray) -> np.ndarray:
         """Each pair's log-likelihood; log P = -log(1 + e^-d), log(1 - P) = -log(1 + e^d), kept finite."""
@@ -197,16 +201,18 @@ class _Games:
     def derivatives(self, x: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """Value, gradient and Hessian of the log-likelihood at ``x``."""
         diff = self.incidence @ x
-        p = 0.5 * (1.0 + np.tanh(0.5 * diff))          # the logistic function, without overflow
-        residual = self.scores - self.games * p          # d/d(diff) of each pair's log-likelihood
-        curvature = self.games * p * (1.0 - p)           # -d2/d(diff)2
-        value = float(np.sum(-self.scores * np.logaddexp(0.0, -diff)
-                             - (self.games - self.scores) * np.logaddexp(0.0, diff)))
+        p = 0.5 * (1.0 + np.tanh(0.5 * diff))  # the logistic function, without overflow
+        residual = self.scores - self.games * p  # d/d(diff) of each pair's log-likelihood
+        curvature = self.games * p * (1.0 - p)  # -d2/d(diff)2
+        value = float(
+            np.sum(-self.scores * np.logaddexp(0.0, -diff) - (self.games - self.scores) * np.logaddexp(0.0, diff))
+        )
         return value, self.incidence.T @ residual, -(self.incidence.T * curvature) @ self.incidence
 
 
-def _maximise(model: _Games, x: np.ndarray, free: np.ndarray, max_iterations: int = 200
-              ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+def _maximise(
+    model: _Games, x: np.ndarray, free: np.ndarray, max_iterations: int = 200
+) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
     """Newton's method with step halving over ``x[free]``, the rest held.
 
     The caller guarantees a finite maximum (every free player has, through the games,
@@ -260,7 +266,7 @@ class _Profile:
         x, value, grad, hess = _maximise(self.model, x, self.free)
         f, j = self.free, self.j
         curvature = hess[j, j]
-        if f.any():                                      # the Schur complement: curvature along the profile
+        if f.any():  # the Schur complement: curvature along the profile
             curvature -= hess[j, f] @ np.linalg.solve(hess[np.ix_(f, f)], hess[f, j])
         return x, value, float(grad[j]), float(curvature)
 
@@ -275,8 +281,9 @@ class _Profile:
         return guess
 
 
-def _profile_end(profile: _Profile, supremum: float, r: float, x: np.ndarray, direction: int, limit: float,
-                 max_iterations: int = 100) -> float:
+def _profile_end(
+    profile: _Profile, supremum: float, r: float, x: np.ndarray, direction: int, limit: float, max_iterations: int = 100
+) -> float:
     """The r on the ``direction`` side (+1 upper, -1 lower) where 2 (supremum - LL_profile(r)) = ``limit``.
 
     The deviance is convex in r, so from outside the interval Newton's steps approach the end
@@ -290,7 +297,7 @@ def _profile_end(profile: _Profile, supremum: float, r: float, x: np.ndarray, di
             return r
         if deviance_slope * direction > 1e-12:
             step = -excess / deviance_slope
-        elif curvature < 0:                              # at the maximum: the quadratic's way out
+        elif curvature < 0:  # at the maximum: the quadratic's way out
             step = direction * math.sqrt(limit / -curvature)
         else:
             step = direction * _MAX_PROFILE_STEP
@@ -305,6 +312,7 @@ def _profile_end(profile: _Profile, supremum: float, r: float, x: np.ndarray, di
 # --------------------------------------------------------------------------
 # the fit
 # --------------------------------------------------------------------------
+
 
 def win_groups(records: Iterable[PairRecord], prior_draws: float = 0.0) -> list[set[str]]:
     """The mutual-win groups of the players (module docstring), largest first.
@@ -326,8 +334,9 @@ def win_groups(records: Iterable[PairRecord], prior_draws: float = 0.0) -> list[
     return sorted(groups.values(), key=lambda group: (-len(group), sorted(group)))
 
 
-def choose_anchor(records: Iterable[PairRecord], preferred: str, candidates: Sequence[str] = (), *,
-                  prior_draws: float = 0.0) -> tuple[str, str]:
+def choose_anchor(
+    records: Iterable[PairRecord], preferred: str, candidates: Sequence[str] = (), *, prior_draws: float = 0.0
+) -> tuple[str, str]:
     """(anchor, why): ``preferred`` when it played and someone's rating against it is finite,
     else the candidate whose mutual-win group is largest (then: more games inside the group,
     then the earlier candidate).
@@ -353,18 +362,28 @@ def choose_anchor(records: Iterable[PairRecord], preferred: str, candidates: Seq
     best = max(played, key=lambda c: (len(group_of[c]), games_inside(group_of[c]), -played.index(c)))
     if len(group_of[best]) == 1:
         chosen = preferred if preferred in group_of else played[0]
-        return chosen, (f"{chosen} (every anchor is alone in its mutual-win group: no rating against any "
-                        "is finite, each is a bound)")
+        return chosen, (
+            f"{chosen} (every anchor is alone in its mutual-win group: no rating against any "
+            "is finite, each is a bound)"
+        )
     if preferred not in group_of:
         why = f"{preferred} has no games"
     else:
-        why = (f"{preferred} is alone in its mutual-win group (nobody both beat it and lost to it, directly "
-               "or through others), so no rating against it is finite")
+        why = (
+            f"{preferred} is alone in its mutual-win group (nobody both beat it and lost to it, directly "
+            "or through others), so no rating against it is finite"
+        )
     return best, f"{best} ({why}; {best}'s mutual-win group is the largest: {len(group_of[best])} players)"
 
 
-def fit_ratings(records: Iterable[PairRecord], anchor: str = "random", *, prior_draws: float = 0.0,
-                interval: str = "profile", max_iterations: int = 100) -> Fit:
+def fit_ratings(
+    records: Iterable[PairRecord],
+    anchor: str = "random",
+    *,
+    prior_draws: float = 0.0,
+    interval: str = "profile",
+    max_iterations: int = 100,
+) -> Fit:
     """Elo of every player connected to ``anchor``: the maximum-likelihood (with ``prior_draws``,
     maximum-posterior) fit and its 95% intervals (terms: the module docstring).
 
@@ -408,7 +427,7 @@ def fit_ratings(records: Iterable[PairRecord], anchor: str = "random", *, prior_
     anchor_rating = Rating(anchor, 0.0, 0.0, 0.0, played[anchor])
     if not free:
         return Fit(anchor, {anchor: anchor_rating}, unrated, prior_draws, interval)
-    names = [anchor] + free                      # index 0 is the anchor, held at 0
+    names = [anchor] + free  # index 0 is the anchor, held at 0
     where = {name: i for i, name in enumerate(names)}
     index_a = np.array([where[p.a] for p in pairs])
     index_b = np.array([where[p.b] for p in pairs])
@@ -439,15 +458,23 @@ def fit_ratings(records: Iterable[PairRecord], anchor: str = "random", *, prior_
         if interval == "none":
             low = high = math.nan
         else:
-            low, high = _profile_interval(model, reach, inside, inside_terms, x_hat, j, reaches_anchor,
-                                          reached_by_anchor)
+            low, high = _profile_interval(
+                model, reach, inside, inside_terms, x_hat, j, reaches_anchor, reached_by_anchor
+            )
         ratings[name] = Rating(name, x * ELO_PER_NAT, low * ELO_PER_NAT, high * ELO_PER_NAT, played[name])
     return Fit(anchor, ratings, unrated, prior_draws, interval)
 
 
-def _profile_interval(model: _Games, reach: np.ndarray, inside: np.ndarray, inside_terms: np.ndarray,
-                      x_hat: np.ndarray, j: int, reaches_anchor: bool, reached_by_anchor: bool
-                      ) -> tuple[float, float]:
+def _profile_interval(
+    model: _Games,
+    reach: np.ndarray,
+    inside: np.ndarray,
+    inside_terms: np.ndarray,
+    x_hat: np.ndarray,
+    j: int,
+    reaches_anchor: bool,
+    reached_by_anchor: bool,
+) -> tuple[float, float]:
     """Player j's profile-likelihood 95% interval in natural units (`fit_ratings`)."""
     if not (reaches_anchor or reached_by_anchor):
         return -math.inf, math.inf
@@ -461,9 +488,9 @@ def _profile_interval(model: _Games, reach: np.ndarray, inside: np.ndarray, insi
     # The groups inside the chain, each at its own maximum: the supremum of the chain's games.
     supremum = float(inside_terms[chain[model.index_a[inside]]].sum())
     profile = _Profile(model.subset(rows, columns), 1)
-    if reaches_anchor and reached_by_anchor:   # the chain is the anchor's group: start at its fit
+    if reaches_anchor and reached_by_anchor:  # the chain is the anchor's group: start at its fit
         r_hat, limit, start = float(x_hat[j]), CHI2_95, x_hat[columns]
-    else:                                      # no estimate: start level with the anchor
+    else:  # no estimate: start level with the anchor
         r_hat, limit, start = 0.0, SHUTOUT_DEVIANCE_95, np.zeros(len(columns))
     low = _profile_end(profile, supremum, r_hat, start, -1, limit) if reaches_anchor else -math.inf
     high = _profile_end(profile, supremum, r_hat, start, +1, limit) if reached_by_anchor else math.inf

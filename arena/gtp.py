@@ -25,6 +25,7 @@ The commands and their replies: arena/gtp_engine.py; the analysis
 commands' report lines: arena/gtp_analysis.py; the game state:
 arena/gtp_game.py.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,61 +37,79 @@ import threading
 import time
 from typing import Callable, Iterator
 
-from format.cli import (RoleCli, board_size_setting, komi_setting, pass_when_winning_setting, root_setting,
-                        setting, setting_problems)
-from engine.move_choice import MovePolicy
-from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
-from inference.loading import EvaluatorSource, load_evaluator
-from arena.player import MctsConfig, MctsPlayer, SearchBudget
 from arena.gtp_analysis import NetworkScore
 from arena.gtp_engine import GtpEngine, StreamingReply
-
+from arena.player import MctsConfig, MctsPlayer, SearchBudget
+from engine.move_choice import MovePolicy
+from format.cli import (
+    RoleCli,
+    board_size_setting,
+    komi_setting,
+    pass_when_winning_setting,
+    root_setting,
+    setting,
+    setting_problems,
+)
+from inference.loading import EvaluatorSource, load_evaluator
+from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
 
 # --------------------------------------------------------------------------
 # command line
 # --------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class GtpConfig:
     """Settings of `python -m arena.gtp` (see --help)."""
 
-    root: str | None = root_setting(None, required=False, note="plays the run's latest published model, or "
-                                                               "--generation (neither --root nor --model: the "
-                                                               "uniform evaluator)")
+    root: str | None = root_setting(
+        None,
+        required=False,
+        note="plays the run's latest published model, or "
+        "--generation (neither --root nor --model: the "
+        "uniform evaluator)",
+    )
     model: str | None = setting(None, "folder of one published model (ROOT/models/<generation>)")
     generation: int | None = setting(None, "with --root: this generation instead of the latest")
     visits: int | None = setting(200, "search simulations per move (0 = no visit limit, needs --seconds-per-move)")
-    seconds_per_move: float | None = setting(None, "wall-clock limit per move; with --visits, whichever ends "
-                                                   "first. time_settings/time_left can only shorten it")
+    seconds_per_move: float | None = setting(
+        None,
+        "wall-clock limit per move; with --visits, whichever ends first. time_settings/time_left can only shorten it",
+    )
     board_size: int = board_size_setting(note="until the controller's boardsize")
     komi: float = komi_setting(note="until the controller's komi")
-    resign_threshold: float | None = setting(None, "answer genmove with 'resign' when the root value for us is "
-                                                   "below this (e.g. -0.95; default: never resign)")
-    resign_consecutive: int = setting(1, "...for this many of our consecutive moves (self-play's rule, "
-                                         "engine.move_choice)")
+    resign_threshold: float | None = setting(
+        None,
+        "answer genmove with 'resign' when the root value for us is below this (e.g. -0.95; default: never resign)",
+    )
+    resign_consecutive: int = setting(
+        1, "...for this many of our consecutive moves (self-play's rule, engine.move_choice)"
+    )
     pass_when_winning: bool = pass_when_winning_setting()
     seed: int = setting(0, "seed of the search's random draws")
     quiet: bool = setting(False, "no per-move search line on stderr")
 
     def __post_init__(self):
         if self.visits == 0:
-            object.__setattr__(self, "visits", None)      # 0 on the command line = no visit limit
+            object.__setattr__(self, "visits", None)  # 0 on the command line = no visit limit
         if self.root and self.model:
             raise ValueError("give --root or --model, not both")
         if self.generation is not None and not self.root:
             raise ValueError("--generation needs --root")
         if self.model:
-            EvaluatorSource.from_model_dir(self.model)             # validates the path's shape
-        for problem in setting_problems(self):           # root, board size, komi
+            EvaluatorSource.from_model_dir(self.model)  # validates the path's shape
+        for problem in setting_problems(self):  # root, board size, komi
             raise ValueError(problem)
-        SearchBudget(self.visits, self.seconds_per_move)      # validates both
+        SearchBudget(self.visits, self.seconds_per_move)  # validates both
         MovePolicy(resign_threshold=self.resign_threshold, resign_consecutive=self.resign_consecutive)
 
 
 CLI = RoleCli(
-    GtpConfig, prog="python -m arena.gtp",
+    GtpConfig,
+    prog="python -m arena.gtp",
     description="zerolake as a GTP v2 engine on stdin/stdout (Sabaki, GoGui, gogui-twogtp). "
-                "Without --root or --model the search uses the uniform evaluator.")
+    "Without --root or --model the search uses the uniform evaluator.",
+)
 
 
 def evaluator_source(config: GtpConfig) -> EvaluatorSource:
@@ -103,10 +122,12 @@ def build_engine(config: GtpConfig, log: Callable[[str], None] | None = None, re
     """The engine for `config`: loads the model (or the uniform evaluator) once;
     ``retry`` is the storage RetryPolicy for a gs:// root."""
     loaded = load_evaluator(evaluator_source(config), retry=retry)
-    mcts = MctsConfig(budget=SearchBudget(config.visits, config.seconds_per_move),
-                      moves=MovePolicy(resign_threshold=config.resign_threshold,
-                                       resign_consecutive=config.resign_consecutive), seed=config.seed,
-                      pass_when_winning=config.pass_when_winning)
+    mcts = MctsConfig(
+        budget=SearchBudget(config.visits, config.seconds_per_move),
+        moves=MovePolicy(resign_threshold=config.resign_threshold, resign_consecutive=config.resign_consecutive),
+        seed=config.seed,
+        pass_when_winning=config.pass_when_winning,
+    )
 
     def player_for(board_size: int, config: MctsConfig = mcts) -> MctsPlayer:
         return MctsPlayer(loaded.for_board_size(board_size), config, name=loaded.name)
@@ -114,10 +135,15 @@ def build_engine(config: GtpConfig, log: Callable[[str], None] | None = None, re
     def cleanup_player_for(board_size: int) -> MctsPlayer:
         return player_for(board_size, dataclasses.replace(mcts, pass_when_winning=False))
 
-    return GtpEngine(player_for, mcts.budget, board_size=loaded.board_size or config.board_size,
-                     komi=config.komi if loaded.komi is None else loaded.komi, log=log,
-                     cleanup_factory=cleanup_player_for if config.pass_when_winning else None,
-                     scorer=network_score(config, loaded, retry))
+    return GtpEngine(
+        player_for,
+        mcts.budget,
+        board_size=loaded.board_size or config.board_size,
+        komi=config.komi if loaded.komi is None else loaded.komi,
+        log=log,
+        cleanup_factory=cleanup_player_for if config.pass_when_winning else None,
+        scorer=network_score(config, loaded, retry),
+    )
 
 
 def network_score(config: GtpConfig, loaded, retry) -> NetworkScore | None:
@@ -218,7 +244,7 @@ def stream_reply(reply: StreamingReply, lines: queue.Queue, stdout):
             if searching:
                 searching = reply.step()
                 if not searching and not reply.stoppable:
-                    break       # genmove_analyze: its tree has moved on to the chosen move
+                    break  # genmove_analyze: its tree has moved on to the chosen move
             if next_report is not None and interval is not None and time.monotonic() >= next_report:
                 line = reply.report()
                 if line:
@@ -228,8 +254,11 @@ def stream_reply(reply: StreamingReply, lines: queue.Queue, stdout):
         text = reply.finish()
     except Exception as exc:  # noqa: BLE001 - the reply must still end
         text = ""
-        print(f"arena.gtp: analysis stopped by an internal error: {type(exc).__name__}: {exc}",
-              file=sys.stderr, flush=True)
+        print(
+            f"arena.gtp: analysis stopped by an internal error: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
     stdout.write(text + "\n\n" if text else "\n")
     stdout.flush()
     return stopper
@@ -319,7 +348,7 @@ def sanitized_stderr() -> Iterator[None]:
         yield
     finally:
         sys.stderr.flush()
-        os.dup2(real, 2)          # the pipe's last writer closed: the thread reads its end
+        os.dup2(real, 2)  # the pipe's last writer closed: the thread reads its end
         thread.join(timeout=5)
         os.close(read_end)
         os.close(real)

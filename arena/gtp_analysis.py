@@ -26,6 +26,7 @@ game is over there), and are left out when the model has no score head (the
 uniform evaluator).  Ownership comes from the rules: `ownership_values`
 (Tromp-Taylor, board as it stands).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -120,8 +121,9 @@ def _vertices(text: str, board_size: int) -> frozenset:
         (r1, c1), (r2, c2) = (divmod(gtp_to_move(corner, board_size), board_size) for corner in corners)
         if board_size * board_size in (r1 * board_size + c1, r2 * board_size + c2):
             raise ValueError(f"vertex range {item!r} has a pass in it")
-        moves.update(r * board_size + c for r in range(min(r1, r2), max(r1, r2) + 1)
-                     for c in range(min(c1, c2), max(c1, c2) + 1))
+        moves.update(
+            r * board_size + c for r in range(min(r1, r2), max(r1, r2) + 1) for c in range(min(c1, c2), max(c1, c2) + 1)
+        )
     return frozenset(moves)
 
 
@@ -132,8 +134,7 @@ def _restriction(rest: list[str], key: str, board_size: int) -> MoveRestriction:
     color, vertices, depth = rest.pop(0), rest.pop(0), rest.pop(0)
     if color.lower() not in _COLORS:
         raise ValueError(f"{key}: {color!r} is not a colour")
-    return MoveRestriction(_COLORS[color.lower()], _vertices(vertices, board_size),
-                           _count(depth, f"{key} depth", 1))
+    return MoveRestriction(_COLORS[color.lower()], _vertices(vertices, board_size), _count(depth, f"{key} depth", 1))
 
 
 def parse_request(args: list[str], kata: bool, board_size: int) -> AnalysisRequest:
@@ -205,6 +206,7 @@ def max_analysis_visits(board_size: int) -> int:
 # reading the tree
 # --------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class MoveStats:
     """One root move as a report shows it.  `value` is the mean value of
@@ -251,8 +253,9 @@ def root_move_stats(tree, max_moves: int | None = None) -> list[MoveStats]:
     for k in visited[:max_moves]:
         pv, pv_visits = principal_variation(tree, int(children["index"][k]))
         n = int(children["N"][k])
-        stats.append(MoveStats(int(children["move"][k]), n, float(children["W"][k]) / n,
-                               float(children["P"][k]), pv, pv_visits))
+        stats.append(
+            MoveStats(int(children["move"][k]), n, float(children["W"][k]) / n, float(children["P"][k]), pv, pv_visits)
+        )
     return stats
 
 
@@ -270,6 +273,7 @@ def winrate_lcb(winrate: float, visits: int) -> float:
 # --------------------------------------------------------------------------
 # writing a report
 # --------------------------------------------------------------------------
+
 
 class NetworkScore:
     """A published model's score head as a scorer: ``scorer(boards)`` is
@@ -312,8 +316,9 @@ def _clamp01(x: float) -> float:
     return min(max(x, 0.0), 1.0)
 
 
-def move_fields(stats: MoveStats, order: int, board: Board, request: AnalysisRequest,
-                score: float | None = None) -> str:
+def move_fields(
+    stats: MoveStats, order: int, board: Board, request: AnalysisRequest, score: float | None = None
+) -> str:
     """One move's ``info ...`` block; ``pv`` (and pvVisits) last, as clients
     read the variation to the end of the block.  `score`: the move's
     lead in points for the player to move (kata only; None: no score fields)."""
@@ -322,13 +327,17 @@ def move_fields(stats: MoveStats, order: int, board: Board, request: AnalysisReq
     lcb = winrate_lcb(winrate, stats.visits)
     pv = " ".join(move_to_gtp(m, size) for m in stats.pv)
     if not request.kata:
-        return (f"info move {move_to_gtp(stats.move, size)} visits {stats.visits} "
-                f"winrate {round(10000 * winrate)} prior {round(10000 * _clamp01(stats.prior))} "
-                f"lcb {round(10000 * lcb)} order {order} pv {pv}")
+        return (
+            f"info move {move_to_gtp(stats.move, size)} visits {stats.visits} "
+            f"winrate {round(10000 * winrate)} prior {round(10000 * _clamp01(stats.prior))} "
+            f"lcb {round(10000 * lcb)} order {order} pv {pv}"
+        )
     scores = "" if score is None else f"scoreMean {score:.6f} scoreLead {score:.6f} "
-    text = (f"info move {move_to_gtp(stats.move, size)} visits {stats.visits} utility {stats.value:.6f} "
-            f"winrate {winrate:.6f} {scores}prior {_clamp01(stats.prior):.6f} lcb {lcb:.6f} "
-            f"utilityLcb {2.0 * lcb - 1.0:.6f} order {order} pv {pv}")
+    text = (
+        f"info move {move_to_gtp(stats.move, size)} visits {stats.visits} utility {stats.value:.6f} "
+        f"winrate {winrate:.6f} {scores}prior {_clamp01(stats.prior):.6f} lcb {lcb:.6f} "
+        f"utilityLcb {2.0 * lcb - 1.0:.6f} order {order} pv {pv}"
+    )
     if request.pv_visits:
         text += " pvVisits " + " ".join(str(v) for v in stats.pv_visits)
     return text
@@ -341,8 +350,10 @@ def report_line(tree, board: Board, request: AnalysisRequest, scores: dict[int, 
     stats = root_move_stats(tree, request.max_moves)
     if not stats:
         return ""
-    line = " ".join(move_fields(s, order, board, request, None if scores is None else scores[s.move])
-                    for order, s in enumerate(stats))
+    line = " ".join(
+        move_fields(s, order, board, request, None if scores is None else scores[s.move])
+        for order, s in enumerate(stats)
+    )
     if request.kata and request.ownership:
         line += " ownership " + " ".join(f"{v:.6f}" for v in ownership_values(board))
     return line
@@ -355,8 +366,13 @@ class AnalysisRun:
     `scorer` (`NetworkScore`, or None) gives kata's score fields; each
     reported move's lead is computed once (`score_leads`) and kept."""
 
-    def __init__(self, steps: Iterator, board: Board, request: AnalysisRequest,
-                 scorer: Callable[[Sequence[Board]], np.ndarray] | None = None):
+    def __init__(
+        self,
+        steps: Iterator,
+        board: Board,
+        request: AnalysisRequest,
+        scorer: Callable[[Sequence[Board]], np.ndarray] | None = None,
+    ):
         self._steps = steps
         self.board = board
         self.request = request

@@ -15,6 +15,7 @@ batch before reading the replies, which saves one pipe round trip per command
 which is often not on PATH); if it is absent, GnuGoNotFound says how to
 install it (scripts/setup.sh --test).
 """
+
 import os
 import shutil
 import subprocess
@@ -63,8 +64,8 @@ class GtpClient:
     def __init__(self, argv):
         self.argv = list(argv)
         self._proc = subprocess.Popen(
-            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True, bufsize=1)
+            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1
+        )
 
     def send(self, command):
         """Send one command; return its reply text or raise GtpError."""
@@ -136,8 +137,18 @@ class GnuGo(GtpClient):
         # --capture-all-dead: under Tromp-Taylor scoring every stone left on
         # the board counts, so GNU Go must remove dead stones before it
         # passes (without it, it lost games to uniform random moves).
-        super().__init__([exe, "--mode", "gtp", "--chinese-rules", "--positional-superko",
-                          "--capture-all-dead", "--level", str(int(level))])
+        super().__init__(
+            [
+                exe,
+                "--mode",
+                "gtp",
+                "--chinese-rules",
+                "--positional-superko",
+                "--capture-all-dead",
+                "--level",
+                str(int(level)),
+            ]
+        )
         if board_size is not None:
             self.send(f"boardsize {int(board_size)}")
         if komi is not None:

@@ -19,6 +19,7 @@ the commands referees, servers and GUIs send (the referee commands,
 kgs-genmove_cleanup, reg_genmove, the lz-/kata- analysis commands); each
 ``cmd_*`` method's docstring says what it does.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,14 +27,22 @@ import math
 import time
 from typing import Callable
 
+from arena.gtp_analysis import AnalysisRun, max_analysis_visits, parse_request, root_moves
+from arena.gtp_game import (
+    GtpFailure,
+    Setup,
+    TimeControl,
+    board_for,
+    board_to_text,
+    format_score,
+    move_time_allotment,
+    parse_color,
+)
+from arena.gtp_referee import RefereeCommands
+from arena.player import COLOR_NAMES, RESIGN, MctsPlayer, SearchBudget
+from engine.board import Board, IllegalMove
 from format import schema
 from format.coords import gtp_to_move, move_to_gtp
-from engine.board import Board, IllegalMove
-from arena.player import COLOR_NAMES, RESIGN, MctsPlayer, SearchBudget
-from arena.gtp_analysis import AnalysisRun, max_analysis_visits, parse_request, root_moves
-from arena.gtp_game import (GtpFailure, Setup, TimeControl, board_for, board_to_text, format_score,
-                            move_time_allotment, new_board, parse_color)
-from arena.gtp_referee import RefereeCommands
 
 ENGINE_NAME = "zerolake"
 ENGINE_VERSION = "0.1"
@@ -65,8 +74,6 @@ class StreamingReply:
     head: str = "="
 
 
-
-
 class GtpEngine(RefereeCommands):
     """GTP state machine: `handle(line)` returns the reply ('' for no reply).
 
@@ -80,21 +87,27 @@ class GtpEngine(RefereeCommands):
     (`arena.gtp_analysis.NetworkScore`; None: a model without one, no
     score fields)."""
 
-    def __init__(self, player_factory: Callable[[int], MctsPlayer], budget: SearchBudget,
-                 board_size: int = schema.DEFAULT_BOARD_SIZE, komi: float = schema.DEFAULT_KOMI,
-                 log: Callable[[str], None] | None = None,
-                 cleanup_factory: Callable[[int], MctsPlayer] | None = None, scorer=None):
+    def __init__(
+        self,
+        player_factory: Callable[[int], MctsPlayer],
+        budget: SearchBudget,
+        board_size: int = schema.DEFAULT_BOARD_SIZE,
+        komi: float = schema.DEFAULT_KOMI,
+        log: Callable[[str], None] | None = None,
+        cleanup_factory: Callable[[int], MctsPlayer] | None = None,
+        scorer=None,
+    ):
         self._player_factory = player_factory
         self.scorer = scorer
         self._cleanup_factory = cleanup_factory
-        self._cleanup_player: MctsPlayer | None = None     # made on first use
+        self._cleanup_player: MctsPlayer | None = None  # made on first use
         self.budget = budget
         self.log = log or (lambda text: None)
         self.komi = float(komi)
         self.size = board_size
         self.player = player_factory(board_size)
-        self.setup: Setup | None = None              # handicap / loadsgf stones before the moves
-        self.moves: list[tuple[int, int]] = []        # (colour, action) in order
+        self.setup: Setup | None = None  # handicap / loadsgf stones before the moves
+        self.moves: list[tuple[int, int]] = []  # (colour, action) in order
         self.board = self._new_board()
         self.time_control: TimeControl | None = None
         self.clock: dict[int, tuple[float, int]] = {}  # colour -> (seconds left, stones left)
@@ -173,9 +186,6 @@ class GtpEngine(RefereeCommands):
 
     # ---- state -----------------------------------------------------------------
 
-    def _new_board(self) -> Board:
-        return new_board(self.size, self.komi, self.setup)
-
     def _board_for(self, board: Board, color: int) -> Board:
         return board_for(board, color)
 
@@ -239,8 +249,10 @@ class GtpEngine(RefereeCommands):
     def cmd_version(self, args):
         """``0.17 (zerolake 0.1, model-g3; ...)``: the first word is `LEELA_ZERO_LEVEL` for
         Lizzie, the rest says what the engine is."""
-        return (f"{LEELA_ZERO_LEVEL} ({ENGINE_NAME} {ENGINE_VERSION}, {self.player.name}; "
-                f"speaks Leela Zero {LEELA_ZERO_LEVEL}'s analysis commands)")
+        return (
+            f"{LEELA_ZERO_LEVEL} ({ENGINE_NAME} {ENGINE_VERSION}, {self.player.name}; "
+            f"speaks Leela Zero {LEELA_ZERO_LEVEL}'s analysis commands)"
+        )
 
     def cmd_known_command(self, args):
         self._want_args(args, 1, "known_command COMMAND")
@@ -312,14 +324,17 @@ class GtpEngine(RefereeCommands):
         move = player.select_move(board, self._move_budget(color))
         return self._searched_move(name, color, move, player, started, play)
 
-    def _searched_move(self, name: str, color: int, move: int, player: MctsPlayer, started: float,
-                       play: bool = True) -> str:
+    def _searched_move(
+        self, name: str, color: int, move: int, player: MctsPlayer, started: float, play: bool = True
+    ) -> str:
         """Log a finished genmove search, play its move (unless `play` is
         False or it resigns) and return the move's GTP text."""
         values = getattr(player, "last_root_values", None) or [float("nan")]
         visits = getattr(player, "last_visits", None) or [0]
-        self.log(f"{name} {COLOR_NAMES[color]}: {'resign' if move == RESIGN else move_to_gtp(move, self.size)} "
-                 f"visits={visits[0]} value={values[0]:+.3f} seconds={time.monotonic() - started:.2f}")
+        self.log(
+            f"{name} {COLOR_NAMES[color]}: {'resign' if move == RESIGN else move_to_gtp(move, self.size)} "
+            f"visits={visits[0]} value={values[0]:+.3f} seconds={time.monotonic() - started:.2f}"
+        )
         if move == RESIGN:
             return "resign"
         if play:
@@ -383,8 +398,9 @@ class GtpEngine(RefereeCommands):
             moves = root_moves(request, color, board.candidate_mask(True, self.player.config.pass_when_winning))
         steps = self.player.analysis_steps(board, max_analysis_visits(self.size), root_moves=moves)
         run = AnalysisRun(steps, board, request, self.scorer)
-        return StreamingReply(step=run.step, report=run.report, finish=lambda: "",
-                              interval=request.interval, stoppable=True)
+        return StreamingReply(
+            step=run.step, report=run.report, finish=lambda: "", interval=request.interval, stoppable=True
+        )
 
     def _genmove_analyze(self, args, kata: bool) -> StreamingReply:
         """genmove with reports; the reply ends with 'play VERTEX'."""
@@ -392,8 +408,7 @@ class GtpEngine(RefereeCommands):
         if request.avoid or request.allow:
             raise GtpFailure("syntax error: avoid/allow are for lz-analyze and kata-analyze, not genmove")
         started = time.monotonic()
-        run = AnalysisRun(self.player.select_move_steps(board, self._move_budget(color)), board, request,
-                          self.scorer)
+        run = AnalysisRun(self.player.select_move_steps(board, self._move_budget(color)), board, request, self.scorer)
         name = "kata-genmove_analyze" if kata else "lz-genmove_analyze"
 
         def finish() -> str:
@@ -401,15 +416,15 @@ class GtpEngine(RefereeCommands):
                 raise RuntimeError(f"{name}: the search ended without choosing a move")
             return "play " + self._searched_move(name, color, run.result, self.player, started)
 
-        return StreamingReply(step=run.step, report=run.report, finish=finish,
-                              interval=request.interval, stoppable=False)
+        return StreamingReply(
+            step=run.step, report=run.report, finish=finish, interval=request.interval, stoppable=False
+        )
 
     def _move_budget(self, color: int) -> SearchBudget:
         if self.time_control is None:
             return self.budget
         remaining, stones = self.clock.get(color, (None, None))
-        allotment = move_time_allotment(self.time_control, remaining, stones, self.size,
-                                        self.board.move_number)
+        allotment = move_time_allotment(self.time_control, remaining, stones, self.size, self.board.move_number)
         if allotment is None:
             return self.budget
         seconds = allotment if self.budget.seconds is None else min(allotment, self.budget.seconds)
@@ -451,6 +466,6 @@ class GtpEngine(RefereeCommands):
         if seconds < 0 or stones < 0 or not math.isfinite(seconds):
             raise GtpFailure("syntax error: time left must be non-negative")
         if self.time_control is None:
-            self.time_control = TimeControl(seconds, 0.0, 0)   # absolute time, as far as we know
+            self.time_control = TimeControl(seconds, 0.0, 0)  # absolute time, as far as we know
         self.clock[color] = (seconds, stones)
         return ""

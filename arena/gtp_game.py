@@ -13,6 +13,7 @@ Terms and units: a flat action is ``row * N + col``, row 0 on top,
 clock times are seconds.  Scores are Tromp-Taylor area scores from Black's
 side.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -82,9 +83,9 @@ def fixed_handicap_points(size: int, count: int) -> list[int] | None:
     most = 9 if size >= 9 and size % 2 == 1 else (4 if size >= 7 else 0)
     if not 2 <= count <= most:
         return None
-    near = 3 if size >= 12 else 2          # 4th line from 12x12 up, else the 3rd
+    near = 3 if size >= 12 else 2  # 4th line from 12x12 up, else the 3rd
     far, mid = size - 1 - near, size // 2
-    spots = [(near, far), (far, near)]      # upper right, lower left
+    spots = [(near, far), (far, near)]  # upper right, lower left
     if count >= 3:
         spots.append((near, near))
     if count >= 4:
@@ -114,8 +115,9 @@ class TimeControl:
         return self.byo_yomi_time > 0 and self.byo_yomi_stones == 0
 
 
-def move_time_allotment(control: TimeControl, remaining: float | None, stones: int | None,
-                        board_size: int, move_number: int) -> float | None:
+def move_time_allotment(
+    control: TimeControl, remaining: float | None, stones: int | None, board_size: int, move_number: int
+) -> float | None:
     """Seconds this move may take under `control`, or None if unlimited.
 
     In byo-yomi (stones > 0) the period's time is split evenly over its

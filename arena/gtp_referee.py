@@ -16,19 +16,20 @@ lists the board's chains (`engine.board.Board.chains`) by
 `engine.playouts.stone_statuses`' verdicts.  Points are flat actions (``row * N + col``, row 0 on top); GTP
 vertices are converted by `format.coords`.
 """
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
+from arena.gtp_game import GtpFailure, Setup, board_for, fixed_handicap_points, new_board
+from arena.player import RESIGN
+from engine.board import Board, IllegalMove
+from engine.playouts import STATUS_ALIVE, STATUS_DEAD, STATUS_SEKI, stone_statuses
 from format import schema
 from format.coords import gtp_to_move, move_to_gtp
 from format.sgf import read_sgf_file, write_sgf, write_sgf_file
-from engine.board import IllegalMove
-from engine.playouts import STATUS_ALIVE, STATUS_DEAD, STATUS_SEKI, stone_statuses
-from arena.player import RESIGN
-from arena.gtp_game import GtpFailure, Setup, board_for, fixed_handicap_points, new_board
 
 STATUS_NAMES = {"alive": STATUS_ALIVE, "dead": STATUS_DEAD, "seki": STATUS_SEKI}
 """final_status_list's words -> `engine.playouts.stone_statuses`' verdicts."""
@@ -36,6 +37,16 @@ STATUS_NAMES = {"alive": STATUS_ALIVE, "dead": STATUS_DEAD, "seki": STATUS_SEKI}
 
 class RefereeCommands:
     """The referee commands of `arena.gtp_engine.GtpEngine` (see the module docstring)."""
+
+    # The game state these commands read and set; `arena.gtp_engine.GtpEngine` owns it (its __init__).
+    size: int
+    komi: float
+    setup: Setup | None  # handicap / loadsgf stones before the moves
+    moves: list[tuple[int, int]]  # (colour, action) in order
+    board: Board
+
+    def _new_board(self) -> Board:
+        return new_board(self.size, self.komi, self.setup)
 
     def cmd_final_status_list(self, args):
         """``final_status_list alive|dead|seki``: one chain per line, as
@@ -49,8 +60,11 @@ class RefereeCommands:
         if wanted is None:
             raise GtpFailure(f"syntax error: status {args[0]!r} is not alive, dead or seki")
         status = stone_statuses(self.board)
-        lines = [" ".join(move_to_gtp(p, self.size) for p in chain)
-                 for chain in self.board.chains() if status[chain[0]] == wanted]
+        lines = [
+            " ".join(move_to_gtp(p, self.size) for p in chain)
+            for chain in self.board.chains()
+            if status[chain[0]] == wanted
+        ]
         return "\n".join(lines)
 
     def _place_handicap(self, points: list[int]) -> str:
@@ -88,7 +102,7 @@ class RefereeCommands:
         if not 2 <= count < self.size * self.size:
             raise GtpFailure("invalid number of stones")
         points: list[int] = []
-        for fixed in range(count, 1, -1):          # the most fixed points that fit
+        for fixed in range(count, 1, -1):  # the most fixed points that fit
             points = fixed_handicap_points(self.size, fixed) or []
             if points:
                 break
@@ -115,8 +129,11 @@ class RefereeCommands:
             points = [gtp_to_move(vertex, self.size) for vertex in args]
         except ValueError:
             points = []
-        if (not 2 <= len(points) < self.size * self.size or len(set(points)) != len(points)
-                or self.size * self.size in points):
+        if (
+            not 2 <= len(points) < self.size * self.size
+            or len(set(points)) != len(points)
+            or self.size * self.size in points
+        ):
             raise GtpFailure("bad vertex list")
         self._place_handicap(points)
         return ""
@@ -148,7 +165,7 @@ class RefereeCommands:
         if not math.isfinite(komi) or abs(komi) > schema.MAX_KOMI:
             raise GtpFailure(f"cannot load {path}: komi {komi} is out of range")
         if stop is not None:
-            moves = moves[:stop - 1]        # the position before move `stop`
+            moves = moves[: stop - 1]  # the position before move `stop`
         # Replay on boards of our own before touching the engine's game, so a
         # bad file leaves it as it was.
         try:
@@ -161,8 +178,9 @@ class RefereeCommands:
                 board.play(move)
             except IllegalMove as exc:
                 colour = "B" if color == schema.BLACK else "W"
-                raise GtpFailure(f"illegal move in {path} at move {number} "
-                                 f"({colour} {move_to_gtp(move, size)}: {exc.reason})") from None
+                raise GtpFailure(
+                    f"illegal move in {path} at move {number} ({colour} {move_to_gtp(move, size)}: {exc.reason})"
+                ) from None
         self._reset(size, komi)
         self.setup, self.moves, self.board = setup, list(moves), board
         return ""
@@ -173,14 +191,19 @@ class RefereeCommands:
         if len(args) > 1:
             raise GtpFailure("syntax error: usage: printsgf [FILE]")
         setup = self.setup
-        data = write_sgf(self.size, self.komi, self.moves, setup=None if setup is None else setup.stones,
-                         to_play=schema.BLACK if setup is None else setup.to_play)
+        data = write_sgf(
+            self.size,
+            self.komi,
+            self.moves,
+            setup=None if setup is None else setup.stones,
+            to_play=schema.BLACK if setup is None else setup.to_play,
+        )
         if not args:
             return data.decode("utf-8").strip()
         try:
             write_sgf_file(args[0], data)
         except OSError as exc:
             raise GtpFailure(f"cannot write {args[0]}: {exc.strerror or exc}") from None
-        except ValueError as exc:       # a FIFO or device: refused before opening (it would block for ever)
+        except ValueError as exc:  # a FIFO or device: refused before opening (it would block for ever)
             raise GtpFailure(f"cannot write {args[0]}: {exc}") from None
         return ""

@@ -23,6 +23,7 @@ digests, the same game, which counts once (`distinct_games`).  *Stored
 anchor games* (`ANCHOR_GAMES_DIR`) are anchor-against-anchor games shipped
 with zerolake; a *closing match* (`ClosingMatch`) is the loop's last games.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,24 +38,23 @@ import time
 import zlib
 from typing import Any, Callable, Sequence
 
-from cloud.base import NotFound, StorageError
-from cloud.storage import open_storage
-from format import layout
-from format.documents import document_value
-from format import schema
-from format.cli import RoleCli, max_moves_setting, root_setting, setting, setting_problems
-from format.match_record import ClosingRecord, MatchRecord
-from format.registry import RegistryError
-from inference.model_files import ModelCache
-from format.run_config import RunConfig, ensure_run_config, read_run_config, require_run_config
-from format.sgf import game_from_sgf
 from arena import elo
 from arena.ladder_report import closing_player_name, generation_name, parse_generation_name, write_report
 from arena.match import GameResult, MatchConfig, PlayerSpec, build_player, play_games, sgf_bytes
-from engine.move_choice import MovePolicy
-from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
-from inference.loading import EvaluatorSource, load_evaluator
 from arena.player import MctsConfig, SearchBudget
+from cloud.base import NotFound, StorageError
+from cloud.storage import open_storage
+from engine.move_choice import MovePolicy
+from format import layout, schema
+from format.cli import RoleCli, max_moves_setting, root_setting, setting, setting_problems
+from format.documents import document_value
+from format.match_record import ClosingRecord, MatchRecord
+from format.registry import RegistryError
+from format.run_config import RunConfig, ensure_run_config, read_run_config, require_run_config
+from format.sgf import game_from_sgf
+from inference.loading import EvaluatorSource, load_evaluator
+from inference.model_files import ModelCache
+from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
 
 DEFAULT_ANCHOR = "gnugo:1"
 """The player rated 0 (``--anchor``).  A rating is finite only inside the anchor's mutual-win group
@@ -105,34 +105,52 @@ class LadderConfig:
     root: str = root_setting()
     generations: str | None = setting(None, "comma-separated generations to rate (default: every published one)")
     anchors: str = setting(DEFAULT_ANCHORS, "anchor players, weakest first: random, playouts:K, gnugo:L")
-    anchor: str = setting(DEFAULT_ANCHOR, "the player rated 0 (random, playouts:K or gnugo:L); when it has no "
-                                          "games, or nobody both beat it and lost to it (directly or through "
-                                          "others), the anchor with the largest group of mutual wins is used, "
-                                          "and the report says so")
+    anchor: str = setting(
+        DEFAULT_ANCHOR,
+        "the player rated 0 (random, playouts:K or gnugo:L); when it has no "
+        "games, or nobody both beat it and lost to it (directly or through "
+        "others), the anchor with the largest group of mutual wins is used, "
+        "and the report says so",
+    )
     games: int = setting(10, "games per pairing, colours alternating; a rerun plays only the missing ones", at_least=1)
     visits: int = setting(64, "MCTS simulations per move of the generations and the playouts anchors", at_least=1)
-    opening_moves: int = setting(4, "MCTS players sample their first this many moves by visit count, "
-                                    "so that games differ")
+    opening_moves: int = setting(
+        4, "MCTS players sample their first this many moves by visit count, so that games differ"
+    )
     max_moves: int = max_moves_setting()
     parallel_games: int = setting(16, "games played at once when no GNU Go plays", at_least=1)
-    give_up_score: float = setting(0.0, "a generation stops climbing the anchors after one against which "
-                                         "it scored at most this fraction of the points (negative: never)", below=1.0)
+    give_up_score: float = setting(
+        0.0,
+        "a generation stops climbing the anchors after one against which "
+        "it scored at most this fraction of the points (negative: never)",
+        below=1.0,
+    )
     adjacent: bool = setting(True, "consecutive rated generations also play each other")
-    prior_draws: float = setting(0.0, "virtual draws added to every pairing (BayesElo's prior; 0 = a pure "
-                                      "maximum-likelihood fit); the report also shows the ratings under the "
-                                      "other choice", at_least=0)
+    prior_draws: float = setting(
+        0.0,
+        "virtual draws added to every pairing (BayesElo's prior; 0 = a pure "
+        "maximum-likelihood fit); the report also shows the ratings under the "
+        "other choice",
+        at_least=0,
+    )
     seed: int = setting(0, "seed of the players' random choices")
-    stored_anchor_games: bool = setting(True, "count the anchor-against-anchor games stored with zerolake "
-                                              "(arena/anchor_games/) for these conditions, and play in ROOT "
-                                              "only the anchor games they lack")
-    record_anchor_games: bool = setting(False, "play only the anchor chain in ROOT (a root without run.json gets "
-                                               "the default board size and komi) and add ROOT's anchor games of "
-                                               "these conditions that the store lacks to arena/anchor_games/")
+    stored_anchor_games: bool = setting(
+        True,
+        "count the anchor-against-anchor games stored with zerolake "
+        "(arena/anchor_games/) for these conditions, and play in ROOT "
+        "only the anchor games they lack",
+    )
+    record_anchor_games: bool = setting(
+        False,
+        "play only the anchor chain in ROOT (a root without run.json gets "
+        "the default board size and komi) and add ROOT's anchor games of "
+        "these conditions that the store lacks to arena/anchor_games/",
+    )
     plots: bool = setting(True, "write the PNG plots to ROOT/report/")
     json: bool = setting(False, "print the ratings as one JSON object instead of the table")
 
     def __post_init__(self):
-        for problem in setting_problems(self):           # root, max moves, declared ranges (format.cli)
+        for problem in setting_problems(self):  # root, max moves, declared ranges (format.cli)
             raise ValueError(problem)
         if self.generations is not None:
             _parse_int_list(self.generations, "--generations")
@@ -162,21 +180,26 @@ class LadderConfig:
         return tuple(part.strip() for part in self.anchors.split(",") if part.strip())
 
     def generation_list(self) -> tuple[int, ...] | None:
-        return None if self.generations is None else tuple(sorted(set(
-            _parse_int_list(self.generations, "--generations"))))
+        return (
+            None if self.generations is None else tuple(sorted(set(_parse_int_list(self.generations, "--generations"))))
+        )
 
 
-CLI = RoleCli(LadderConfig, prog="python -m arena.ladder",
-              description="Rate published generations against fixed anchors (random moves, pure Monte-Carlo "
-                          "players, GNU Go) by one maximum-likelihood Elo fit over every distinct game played, "
-                          "with profile-likelihood 95% intervals; saves "
-                          "every game as SGF and the ratings, a table and plots under ROOT/report/. A rerun "
-                          "adds games instead of replaying them.")
+CLI = RoleCli(
+    LadderConfig,
+    prog="python -m arena.ladder",
+    description="Rate published generations against fixed anchors (random moves, pure Monte-Carlo "
+    "players, GNU Go) by one maximum-likelihood Elo fit over every distinct game played, "
+    "with profile-likelihood 95% intervals; saves "
+    "every game as SGF and the ratings, a table and plots under ROOT/report/. A rerun "
+    "adds games instead of replaying them.",
+)
 
 
 # --------------------------------------------------------------------------
 # results
 # --------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class LadderGame:
@@ -236,8 +259,9 @@ def read_results(storage, path: str | None = None) -> list[LadderGame]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise ValueError(f"{storage.url(path)}: not UTF-8 text, so not a ladder results file; "
-                         "fix or delete the file to start afresh") from None
+        raise ValueError(
+            f"{storage.url(path)}: not UTF-8 text, so not a ladder results file; fix or delete the file to start afresh"
+        ) from None
     games = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -248,14 +272,28 @@ def read_results(storage, path: str | None = None) -> list[LadderGame]:
                 raise ValueError(f"version {document.get('version')!r}, this reader knows {RESULTS_VERSION}")
             games.append(_ladder_game(document))
         except (ValueError, TypeError, AttributeError) as exc:
-            raise ValueError(f"{storage.url(path)} line {number}: not a ladder game ({exc}); "
-                             "fix or delete the file to start afresh") from None
+            raise ValueError(
+                f"{storage.url(path)} line {number}: not a ladder game ({exc}); fix or delete the file to start afresh"
+            ) from None
     return games
 
 
-_LADDER_GAME_TYPES = {"pairing": str, "index": int, "a": str, "b": str, "black": str, "white": str, "winner": int,
-                      "score": (float, type(None)), "end_reason": str, "moves": int, "conditions": str, "sgf": str,
-                      "time": float, "digest": (str, type(None))}
+_LADDER_GAME_TYPES = {
+    "pairing": str,
+    "index": int,
+    "a": str,
+    "b": str,
+    "black": str,
+    "white": str,
+    "winner": int,
+    "score": (float, type(None)),
+    "end_reason": str,
+    "moves": int,
+    "conditions": str,
+    "sgf": str,
+    "time": float,
+    "digest": (str, type(None)),
+}
 
 
 def _ladder_game(document: dict) -> LadderGame:
@@ -268,12 +306,16 @@ def _ladder_game(document: dict) -> LadderGame:
                 raise ValueError(f"no {field.name!r}")
             continue
         values[field.name] = document_value(
-            document[field.name], _LADDER_GAME_TYPES[field.name],
+            document[field.name],
+            _LADDER_GAME_TYPES[field.name],
             lambda problem, name=field.name: ValueError(f"{name} {problem}"),
-            at_least=None if field.name == "winner" else 0)
+            at_least=None if field.name == "winner" else 0,
+        )
     if values["winner"] not in (schema.BLACK, schema.WHITE, schema.EMPTY):
-        raise ValueError(f"winner is {values['winner']}, not {schema.BLACK} (Black), {schema.WHITE} (White) "
-                         f"or {schema.EMPTY} (a draw)")
+        raise ValueError(
+            f"winner is {values['winner']}, not {schema.BLACK} (Black), {schema.WHITE} (White) "
+            f"or {schema.EMPTY} (a draw)"
+        )
     return LadderGame(**values)
 
 
@@ -312,6 +354,7 @@ def pair_records(games: Sequence[LadderGame], conditions: str) -> list[elo.PairR
 # stored anchor games (ANCHOR_GAMES_DIR)
 # --------------------------------------------------------------------------
 
+
 def store_folder(store: str, conditions: str) -> str:
     """The folder of ``conditions``' stored games: ``<store>/9x9-komi-7.5-visits-64-opening-4-cap-0``."""
     return os.path.join(store, conditions.replace(" ", "-"))
@@ -325,7 +368,7 @@ def store_sgf(pairing: str, index: int) -> str:
 def _is_fixed_anchor(name: str) -> bool:
     try:
         return PlayerSpec.parse(name).kind in FIXED_ANCHOR_KINDS
-    except ValueError:                                  # gen:G, gen:G@V
+    except ValueError:  # gen:G, gen:G@V
         return False
 
 
@@ -336,13 +379,20 @@ def read_stored_games(store: str, conditions: str, anchors: Sequence[str]) -> li
     storage = open_storage(store_folder(store, conditions))
     games = read_results(storage, STORE_RESULTS)
     for game in games:
-        problem = ("is of other conditions" if game.conditions != conditions else
-                   "has no digest" if not game.digest else
-                   "is not between fixed anchors" if not (_is_fixed_anchor(game.a) and _is_fixed_anchor(game.b))
-                   else None)
+        problem = (
+            "is of other conditions"
+            if game.conditions != conditions
+            else "has no digest"
+            if not game.digest
+            else "is not between fixed anchors"
+            if not (_is_fixed_anchor(game.a) and _is_fixed_anchor(game.b))
+            else None
+        )
         if problem:
-            raise ValueError(f"{storage.url(STORE_RESULTS)}: {game.pairing} game {game.index} {problem}; "
-                             "a stored game must be an anchor game of its folder's conditions, with a digest")
+            raise ValueError(
+                f"{storage.url(STORE_RESULTS)}: {game.pairing} game {game.index} {problem}; "
+                "a stored game must be an anchor game of its folder's conditions, with a digest"
+            )
     wanted = set(anchors)
     return [game for game in games if game.a in wanted and game.b in wanted]
 
@@ -358,6 +408,7 @@ def gnugo_version() -> str | None:
 # --------------------------------------------------------------------------
 # the loop's closing match (ClosingMatch)
 # --------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class ClosingMatch:
@@ -393,33 +444,52 @@ class ClosingMatch:
         """What the report says of it: player, source, games, distinct games, whether per game."""
         kept, repeats = self.distinct()
         games = self.total.games if self.total is not None else len(self.games)
-        return {"player": self.player, "opponent": self.opponent, "source": self.source, "visits": self.visits,
-                "games": games, "distinct": games if self.total is not None else len(kept),
-                "repeats": 0 if self.total is not None else repeats, "per_game": self.total is None}
+        return {
+            "player": self.player,
+            "opponent": self.opponent,
+            "source": self.source,
+            "visits": self.visits,
+            "games": games,
+            "distinct": games if self.total is not None else len(kept),
+            "repeats": 0 if self.total is not None else repeats,
+            "per_game": self.total is None,
+        }
 
 
-def _closing_match(storage, generation: int, source: str, key: str, result: MatchRecord, board_size: int,
-                   komi: float, log: Callable[[str], None]) -> ClosingMatch | None:
+def _closing_match(
+    storage,
+    generation: int,
+    source: str,
+    key: str,
+    result: MatchRecord,
+    board_size: int,
+    komi: float,
+    log: Callable[[str], None],
+) -> ClosingMatch | None:
     """The ClosingMatch of one closing result; None (with a line to ``log``) when it was played on
     another board or komi than the lake's run.json."""
     if (result.board_size, result.komi) != (board_size, float(komi)):
-        log(f"{storage.url(source)}: {key} was played on {result.board_size}x{result.board_size} with "
-            f"komi {result.komi:g}, not this lake's; left out of the fit")
+        log(
+            f"{storage.url(source)}: {key} was played on {result.board_size}x{result.board_size} with "
+            f"komi {result.komi:g}, not this lake's; left out of the fit"
+        )
         return None
     if result.visits is None:
         raise ValueError("the closing result does not say the model's visits")
     visits = result.visits
     player, opponent = closing_player_name(generation, visits), CLOSING_MATCHES[key]
-    conditions = ladder_conditions(board_size, komi, visits, _MATCH_DEFAULTS["opening_moves"],
-                                   _MATCH_DEFAULTS["max_moves"])
+    conditions = ladder_conditions(
+        board_size, komi, visits, _MATCH_DEFAULTS["opening_moves"], _MATCH_DEFAULTS["max_moves"]
+    )
     match = ClosingMatch(player, opponent, source, visits, conditions)
     if result.game_results is None:
-        return dataclasses.replace(match, total=elo.PairRecord(player, opponent, result.games,
-                                                               result.wins + result.draws / 2))
+        return dataclasses.replace(
+            match, total=elo.PairRecord(player, opponent, result.games, result.wins + result.draws / 2)
+        )
     games = []
     for entry in result.game_results:
         index = entry.index
-        black, white = (player, opponent) if index % 2 == 0 else (opponent, player)   # A is Black in even games
+        black, white = (player, opponent) if index % 2 == 0 else (opponent, player)  # A is Black in even games
         winner = {"B": schema.BLACK, "W": schema.WHITE}.get(entry.result[:1], schema.EMPTY)
         digest = None
         try:
@@ -429,22 +499,37 @@ def _closing_match(storage, generation: int, source: str, key: str, result: Matc
             digest = game_digest(black, white, moves, winner, entry.end_reason)
         except (NotFound, ValueError) as exc:
             log(f"  {storage.url(source)} game {index}: no digest ({exc}); counted as distinct")
-        games.append(LadderGame(
-            pairing=pairing_name(player, opponent), index=index, a=player, b=opponent, black=black, white=white,
-            winner=winner, score=entry.score, end_reason=entry.end_reason, moves=entry.moves,
-            conditions=conditions, sgf=entry.sgf or "", time=0.0, digest=digest))
+        games.append(
+            LadderGame(
+                pairing=pairing_name(player, opponent),
+                index=index,
+                a=player,
+                b=opponent,
+                black=black,
+                white=white,
+                winner=winner,
+                score=entry.score,
+                end_reason=entry.end_reason,
+                moves=entry.moves,
+                conditions=conditions,
+                sgf=entry.sgf or "",
+                time=0.0,
+                digest=digest,
+            )
+        )
     return dataclasses.replace(match, games=tuple(games))
 
 
-def read_closing_matches(storage, board_size: int, komi: float,
-                         log: Callable[[str], None] = print) -> list[ClosingMatch]:
+def read_closing_matches(
+    storage, board_size: int, komi: float, log: Callable[[str], None] = print
+) -> list[ClosingMatch]:
     """Every closing result of ``loop/final-<G>.json`` in the lake that the ladder folds in, by
     generation; a result the ladder cannot read is refused in one line naming the file and field."""
     matches = []
     prefix = layout.loop_marker("final-")
     for info in sorted(storage.list(prefix), key=lambda info: info.path):
-        name = info.path[len(prefix):]
-        generation = layout.parse_generation(name[:-len(".json")]) if name.endswith(".json") else None
+        name = info.path[len(prefix) :]
+        generation = layout.parse_generation(name[: -len(".json")]) if name.endswith(".json") else None
         if generation is None:
             continue
         closing = ClosingRecord.from_bytes(storage.read(info.path), storage.url(info.path))
@@ -452,11 +537,13 @@ def read_closing_matches(storage, board_size: int, komi: float,
             if getattr(closing, key) is None:
                 continue
             try:
-                match = _closing_match(storage, generation, info.path, key, getattr(closing, key), board_size,
-                                       komi, log)
+                match = _closing_match(
+                    storage, generation, info.path, key, getattr(closing, key), board_size, komi, log
+                )
             except ValueError as exc:
-                raise ValueError(f"{storage.url(info.path)}: {key} is not a match result the ladder reads "
-                                 f"({exc})") from None
+                raise ValueError(
+                    f"{storage.url(info.path)}: {key} is not a match result the ladder reads ({exc})"
+                ) from None
             if match is not None:
                 matches.append(match)
     return matches
@@ -465,6 +552,7 @@ def read_closing_matches(storage, board_size: int, komi: float,
 # --------------------------------------------------------------------------
 # the schedule
 # --------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Pairing:
@@ -490,6 +578,7 @@ def score_fraction(games: Sequence[LadderGame], pairing: Pairing, conditions: st
 # playing
 # --------------------------------------------------------------------------
 
+
 class Ladder:
     """Plays a config's pairings into the results file and fits the ratings.
 
@@ -499,23 +588,32 @@ class Ladder:
     ``--no-stored-anchor-games``), ``closing`` the loop's closing matches.
     """
 
-    def __init__(self, config: LadderConfig, storage=None, *, retry=None, log: Callable[[str], None] = print,
-                 anchor_store: str = ANCHOR_GAMES_DIR):
+    def __init__(
+        self,
+        config: LadderConfig,
+        storage=None,
+        *,
+        retry=None,
+        log: Callable[[str], None] = print,
+        anchor_store: str = ANCHOR_GAMES_DIR,
+    ):
         self.config = config
         self.storage = storage or open_storage(config.root, retry=retry)
         self.retry = retry
         self.log = log
         if config.record_anchor_games and read_run_config(self.storage) is None:
-            ensure_run_config(self.storage, RunConfig())           # anchor games need no run but its board
+            ensure_run_config(self.storage, RunConfig())  # anchor games need no run but its board
         run = require_run_config(self.storage, creator="self-play")
         self.board_size, self.komi = run.board_size, run.komi
-        self.conditions = ladder_conditions(self.board_size, self.komi, config.visits, config.opening_moves,
-                                            config.max_moves)
+        self.conditions = ladder_conditions(
+            self.board_size, self.komi, config.visits, config.opening_moves, config.max_moves
+        )
         self.games = read_results(self.storage)
         self.anchor_store = anchor_store if config.stored_anchor_games else None
         self.stored = self._read_stored()
-        self.closing = ([] if config.record_anchor_games else
-                        read_closing_matches(self.storage, self.board_size, self.komi, log))
+        self.closing = (
+            [] if config.record_anchor_games else read_closing_matches(self.storage, self.board_size, self.komi, log)
+        )
         self._loaded: dict[int, object] = {}
         self._model_cache: ModelCache | None = None
         """Every generation's model files, in one temporary folder made at the first load and removed by close."""
@@ -551,8 +649,10 @@ class Ladder:
             return published
         missing = sorted(set(chosen) - set(published))
         if missing:
-            raise LookupError(f"--generations: {missing} not published under "
-                              f"{self.storage.url(layout.MODELS_DIR)} (published: {published or 'none'})")
+            raise LookupError(
+                f"--generations: {missing} not published under "
+                f"{self.storage.url(layout.MODELS_DIR)} (published: {published or 'none'})"
+            )
         return list(chosen)
 
     # ---- players -------------------------------------------------------------
@@ -565,8 +665,9 @@ class Ladder:
         if generation not in self._loaded:
             if self._model_cache is None:
                 self._model_cache = ModelCache()
-            self._loaded[generation] = load_evaluator(EvaluatorSource(self.config.root, generation),
-                                                      cache_dir=self._model_cache, retry=self.retry)
+            self._loaded[generation] = load_evaluator(
+                EvaluatorSource(self.config.root, generation), cache_dir=self._model_cache, retry=self.retry
+            )
         spec = PlayerSpec("model", root=self.config.root, generation=generation)
         return build_player(spec, self.board_size, self.komi, mcts, seed, self._loaded[generation])
 
@@ -586,15 +687,24 @@ class Ladder:
         first, second = (player_a, player_b) if done % 2 == 0 else (player_b, player_a)
         started = time.monotonic()
         try:
-            play_games(first, second, missing, self.board_size, self.komi, max_moves=self.config.max_moves,
-                       parallel_games=self.config.parallel_games,
-                       on_game=lambda result: self._record(pairing, done, result))
+            play_games(
+                first,
+                second,
+                missing,
+                self.board_size,
+                self.komi,
+                max_moves=self.config.max_moves,
+                parallel_games=self.config.parallel_games,
+                on_game=lambda result: self._record(pairing, done, result),
+            )
         finally:
             player_a.close()
             player_b.close()
         played, fraction = score_fraction(self.all_games(), pairing, self.conditions)
-        self.log(f"{pairing.a} vs {pairing.b}: {fraction:.2f} of the points for {pairing.a} over {played} games "
-                 f"({missing} new, {time.monotonic() - started:.1f} s)")
+        self.log(
+            f"{pairing.a} vs {pairing.b}: {fraction:.2f} of the points for {pairing.a} over {played} games "
+            f"({missing} new, {time.monotonic() - started:.1f} s)"
+        )
         return missing
 
     def _record(self, pairing: Pairing, done: int, result: GameResult) -> None:
@@ -604,14 +714,29 @@ class Ladder:
         named = dataclasses.replace(result, index=index, black=black, white=white)
         path = layout.ladder_game_sgf(pairing.name, index)
         self.storage.write_replace(path, sgf_bytes(named, self.board_size, self.komi))
-        self.games.append(LadderGame(
-            pairing=pairing.name, index=index, a=pairing.a, b=pairing.b, black=black, white=white,
-            winner=int(result.winner), score=result.score, end_reason=result.end_reason,
-            moves=len(result.moves), conditions=self.conditions, sgf=path, time=time.time(),
-            digest=game_digest(black, white, result.moves, result.winner, result.end_reason)))
+        self.games.append(
+            LadderGame(
+                pairing=pairing.name,
+                index=index,
+                a=pairing.a,
+                b=pairing.b,
+                black=black,
+                white=white,
+                winner=int(result.winner),
+                score=result.score,
+                end_reason=result.end_reason,
+                moves=len(result.moves),
+                conditions=self.conditions,
+                sgf=path,
+                time=time.time(),
+                digest=game_digest(black, white, result.moves, result.winner, result.end_reason),
+            )
+        )
         write_results(self.storage, self.games)
-        self.log(f"  game {index} {black} (B) vs {white} (W): {named.result_text} after {len(result.moves)} "
-                 f"moves ({result.end_reason})")
+        self.log(
+            f"  game {index} {black} (B) vs {white} (W): {named.result_text} after {len(result.moves)} "
+            f"moves ({result.end_reason})"
+        )
 
     # ---- the whole ladder --------------------------------------------------------
     def schedule_and_play(self) -> int:
@@ -652,7 +777,8 @@ class Ladder:
                 self.log(f"  {game.pairing} game {game.index}: no digest ({exc}); counted as distinct")
                 continue
             self.games[i] = dataclasses.replace(
-                game, digest=game_digest(game.black, game.white, moves, game.winner, game.end_reason))
+                game, digest=game_digest(game.black, game.white, moves, game.winner, game.end_reason)
+            )
             added += 1
         if added:
             write_results(self.storage, self.games)
@@ -672,12 +798,16 @@ class Ladder:
         added: dict[str, int] = {}
         players: set[str] = set()
         for game in self.games:
-            if (game.conditions != self.conditions or not {game.a, game.b} <= anchors or game.digest is None
-                    or (game.a, game.b, game.digest) in known):
+            if (
+                game.conditions != self.conditions
+                or not {game.a, game.b} <= anchors
+                or game.digest is None
+                or (game.a, game.b, game.digest) in known
+            ):
                 continue
             index = game.index
-            while (game.pairing, index) in taken:      # a lake game played before the store: a free index
-                index += 2                             # of its parity, so a is still Black in even ones
+            while (game.pairing, index) in taken:  # a lake game played before the store: a free index
+                index += 2  # of its parity, so a is still Black in even ones
             path = store_sgf(game.pairing, index)
             store.write_replace(path, self.storage.read(game.sgf))
             stored.append(dataclasses.replace(game, index=index, sgf=path))
@@ -693,26 +823,32 @@ class Ladder:
         except NotFound:
             made = {"version": STORE_VERSION, "conditions": self.conditions, "sessions": []}
         gnugo = any(PlayerSpec.parse(p).kind == "gnugo" for p in players)
-        made["sessions"].append({
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "command": command,
-            "games_added": added, "games_held": len(stored), "seed": self.config.seed,
-            "gnugo": gnugo_version() if gnugo else None})
+        made["sessions"].append(
+            {
+                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "command": command,
+                "games_added": added,
+                "games_held": len(stored),
+                "seed": self.config.seed,
+                "gnugo": gnugo_version() if gnugo else None,
+            }
+        )
         store.write_replace(STORE_MADE, (json.dumps(made, indent=1, sort_keys=True) + "\n").encode())
         self.stored = self._read_stored()
         return added
 
     def records(self) -> list[elo.PairRecord]:
         """The fit's games: the distinct games of the lake and the store, and the closing matches'."""
-        return (pair_records(self.all_games(), self.conditions)
-                + [record for match in self.closing for record in match.records()])
+        return pair_records(self.all_games(), self.conditions) + [
+            record for match in self.closing for record in match.records()
+        ]
 
     def fit(self) -> elo.Fit:
         """The fit of the distinct games (`records`); ``anchor_reason`` says which anchor and why
         (DEFAULT_ANCHOR).  A player with no finite estimate shows as a bound, ``>= low`` or ``<= high``."""
         prior = self.config.prior_draws
         records = self.records()
-        anchor, why = elo.choose_anchor(records, self.config.anchor, self.config.anchor_names(),
-                                        prior_draws=prior)
+        anchor, why = elo.choose_anchor(records, self.config.anchor, self.config.anchor_names(), prior_draws=prior)
         return dataclasses.replace(elo.fit_ratings(records, anchor, prior_draws=prior), anchor_reason=why)
 
     def comparison_fit(self, fit: elo.Fit) -> elo.Fit:
@@ -728,17 +864,25 @@ class Ladder:
             self._model_cache = None
 
 
-def run(config: LadderConfig, *, retry=None, log: Callable[[str], None] = print,
-        anchor_store: str = ANCHOR_GAMES_DIR, command: str = "") -> dict:
+def run(
+    config: LadderConfig,
+    *,
+    retry=None,
+    log: Callable[[str], None] = print,
+    anchor_store: str = ANCHOR_GAMES_DIR,
+    command: str = "",
+) -> dict:
     """Play the ladder, fit it and write the report; returns the report document.  ``command``: the
     command line a recording session (--record-anchor-games) notes in the store."""
     ladder = Ladder(config, retry=retry, log=log, anchor_store=anchor_store)
     store = None if ladder.anchor_store is None else store_folder(ladder.anchor_store, ladder.conditions)
     try:
-        log(f"ladder on {ladder.storage.url('')}: generations {ladder.generations or 'none'}; "
+        log(
+            f"ladder on {ladder.storage.url('')}: generations {ladder.generations or 'none'}; "
             f"anchors {', '.join(config.anchor_names())}; {config.games} games per pairing; "
             f"conditions: {ladder.conditions}; "
-            + (f"{len(ladder.stored)} stored anchor games from {store}" if store else "no stored anchor games"))
+            + (f"{len(ladder.stored)} stored anchor games from {store}" if store else "no stored anchor games")
+        )
         for match in ladder.closing:
             log(f"closing match {ladder.storage.url(match.source)}: {match.player} vs {match.opponent}")
         played = ladder.schedule_and_play()
@@ -753,14 +897,26 @@ def run(config: LadderConfig, *, retry=None, log: Callable[[str], None] = print,
     distinct, duplicates = distinct_games(ladder.all_games(), ladder.conditions)
     stored_ids = {id(game) for game in ladder.stored}
     closing = [match.summary() for match in ladder.closing]
-    return write_report(ladder.storage, fit, ladder.games, ladder.conditions, ladder.generations,
-                        plots=config.plots, played=played, comparison=comparison,
-                        distinct=len(distinct) + sum(c["distinct"] for c in closing),
-                        duplicates=duplicates + sum(c["repeats"] for c in closing),
-                        stored=None if store is None else {
-                            "folder": store, "held": len(ladder.stored),
-                            "in_fit": sum(1 for game in distinct if id(game) in stored_ids)},
-                        closing=closing)
+    return write_report(
+        ladder.storage,
+        fit,
+        ladder.games,
+        ladder.conditions,
+        ladder.generations,
+        plots=config.plots,
+        played=played,
+        comparison=comparison,
+        distinct=len(distinct) + sum(c["distinct"] for c in closing),
+        duplicates=duplicates + sum(c["repeats"] for c in closing),
+        stored=None
+        if store is None
+        else {
+            "folder": store,
+            "held": len(ladder.stored),
+            "in_fit": sum(1 for game in distinct if id(game) in stored_ids),
+        },
+        closing=closing,
+    )
 
 
 def main(argv=None) -> int:
@@ -771,14 +927,13 @@ def main(argv=None) -> int:
 
     command = shlex.join(["python", "-m", "arena.ladder", *(sys.argv[1:] if argv is None else argv)])
     try:
-        with terminated_by_sigterm():     # run()'s finally removes the model cache, closes GNU Go
+        with terminated_by_sigterm():  # run()'s finally removes the model cache, closes GNU Go
             report = run(config, retry=retry, log=log, command=command)
     except (OSError, ValueError, LookupError, RegistryError, StorageError) as exc:
         print(f"arena.ladder: {exc}", file=sys.stderr)
         return 2
     except Terminated:
-        print("arena.ladder: stopped by SIGTERM; every game played so far is kept (rerun to go on)",
-              file=sys.stderr)
+        print("arena.ladder: stopped by SIGTERM; every game played so far is kept (rerun to go on)", file=sys.stderr)
         return EXIT_TERMINATED
     print(json.dumps(report, sort_keys=True) if config.json else report["table"])
     return 0

@@ -23,6 +23,7 @@ a 95% Wilson score interval (`wilson_interval`); ``distinct_games`` counts
 games differing in colours or moves (a deterministic player's repeat is no
 new evidence).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,16 +36,26 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from format.cli import (board_size_setting, config_from_namespace, events_setting, komi_setting, max_moves_setting,
-                        pass_when_winning_setting, RoleCli, setting, setting_problems, storage_retry)
-from format import schema
-from format.match_record import MatchGame, MatchRecord
-from engine.board import Board, IllegalMove
-from engine.move_choice import MovePolicy
-from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
-from inference.loading import EvaluatorSource, PlayoutEvaluator, load_evaluator
 from arena.elo import Z_95
 from arena.player import RESIGN, MctsConfig, MctsPlayer, Player, RandomPlayer, SearchBudget, gnugo_player
+from engine.board import Board, IllegalMove
+from engine.move_choice import MovePolicy
+from format import schema
+from format.cli import (
+    RoleCli,
+    board_size_setting,
+    config_from_namespace,
+    events_setting,
+    komi_setting,
+    max_moves_setting,
+    pass_when_winning_setting,
+    setting,
+    setting_problems,
+    storage_retry,
+)
+from format.match_record import MatchGame, MatchRecord
+from inference.loading import EvaluatorSource, PlayoutEvaluator, load_evaluator
+from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
 
 END_TWO_PASSES = schema.END_REASONS[schema.END_TWO_PASSES]
 END_RESIGN = schema.END_REASONS[schema.END_RESIGN]
@@ -114,12 +125,14 @@ class EvalResult(MatchRecord):
     played: tuple[GameResult, ...] = ()
 
     def summary(self) -> str:
-        return (f"{self.player_a} vs {self.player_b} on {self.board_size}x{self.board_size}, komi {self.komi:g}: "
-                f"{self.wins} wins, {self.losses} losses, {self.draws} draws in {self.games} games "
-                f"(as Black {self.wins_as_black}, as White {self.wins_as_white}); "
-                f"win rate {self.win_rate:.3f}, 95% CI [{self.ci_low:.3f}, {self.ci_high:.3f}]; "
-                f"{self.distinct_games} distinct games; "
-                f"{self.mean_moves:.1f} moves per game, {self.seconds:.1f} s")
+        return (
+            f"{self.player_a} vs {self.player_b} on {self.board_size}x{self.board_size}, komi {self.komi:g}: "
+            f"{self.wins} wins, {self.losses} losses, {self.draws} draws in {self.games} games "
+            f"(as Black {self.wins_as_black}, as White {self.wins_as_white}); "
+            f"win rate {self.win_rate:.3f}, 95% CI [{self.ci_low:.3f}, {self.ci_high:.3f}]; "
+            f"{self.distinct_games} distinct games; "
+            f"{self.mean_moves:.1f} moves per game, {self.seconds:.1f} s"
+        )
 
     def to_record(self) -> MatchRecord:
         """The result as the lake keeps it (format.match_record), without the moves."""
@@ -129,8 +142,9 @@ class EvalResult(MatchRecord):
         return self.to_record().to_json_dict()
 
 
-def summarize(player_a: str, player_b: str, board_size: int, komi: float,
-              results: Sequence[GameResult], seconds: float) -> EvalResult:
+def summarize(
+    player_a: str, player_b: str, board_size: int, komi: float, results: Sequence[GameResult], seconds: float
+) -> EvalResult:
     """Count A's wins (A is Black in even-numbered games) into an EvalResult."""
     wins = losses = draws = wins_black = wins_white = 0
     for game in results:
@@ -147,18 +161,34 @@ def summarize(player_a: str, player_b: str, board_size: int, komi: float,
     successes = wins + 0.5 * draws
     low, high = wilson_interval(successes, total)
     return EvalResult(
-        player_a=player_a, player_b=player_b, board_size=board_size, komi=komi, games=total,
-        wins=wins, losses=losses, draws=draws, wins_as_black=wins_black, wins_as_white=wins_white,
-        win_rate=successes / total if total else 0.0, ci_low=low, ci_high=high,
+        player_a=player_a,
+        player_b=player_b,
+        board_size=board_size,
+        komi=komi,
+        games=total,
+        wins=wins,
+        losses=losses,
+        draws=draws,
+        wins_as_black=wins_black,
+        wins_as_white=wins_white,
+        win_rate=successes / total if total else 0.0,
+        ci_low=low,
+        ci_high=high,
         mean_moves=sum(len(g.moves) for g in results) / total if total else 0.0,
-        seconds=seconds, distinct_games=len({(g.black, g.moves) for g in results}), played=tuple(results),
-        game_results=tuple(MatchGame(g.index, g.black, g.white, g.result_text, g.score, g.end_reason, len(g.moves),
-                                     g.sgf_path) for g in results))
+        seconds=seconds,
+        distinct_games=len({(g.black, g.moves) for g in results}),
+        played=tuple(results),
+        game_results=tuple(
+            MatchGame(g.index, g.black, g.white, g.result_text, g.score, g.end_reason, len(g.moves), g.sgf_path)
+            for g in results
+        ),
+    )
 
 
 # --------------------------------------------------------------------------
 # playing
 # --------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class _LiveGame:
@@ -182,8 +212,7 @@ def _finish(game: _LiveGame, end_reason: str, loser: int | None = None) -> GameR
     else:
         score = float(game.board.area_score())
         winner = schema.BLACK if score > 0 else schema.WHITE if score < 0 else schema.EMPTY
-    return GameResult(game.index, game.black.name, game.white.name, tuple(game.moves),
-                      winner, score, end_reason)
+    return GameResult(game.index, game.black.name, game.white.name, tuple(game.moves), winner, score, end_reason)
 
 
 def _apply_move(game: _LiveGame, move: int) -> GameResult | None:
@@ -220,9 +249,18 @@ def random_openings(count: int, moves: int, board_size: int, komi: float, seed: 
     return openings
 
 
-def play_games(player_a, player_b, games: int, board_size: int, komi: float, *,
-               max_moves: int = 0, parallel_games: int = 32, openings: Sequence[Sequence[int]] = (),
-               on_game: Callable[[GameResult], None] | None = None) -> list[GameResult]:
+def play_games(
+    player_a,
+    player_b,
+    games: int,
+    board_size: int,
+    komi: float,
+    *,
+    max_moves: int = 0,
+    parallel_games: int = 32,
+    openings: Sequence[Sequence[int]] = (),
+    on_game: Callable[[GameResult], None] | None = None,
+) -> list[GameResult]:
     """Play `games` games, A Black in even-numbered ones; results in index order.
 
     Up to `parallel_games` games run in lockstep (1 when a player holds one
@@ -257,7 +295,7 @@ def play_games(player_a, player_b, games: int, board_size: int, komi: float, *,
             next_index += 1
             for move in openings[game.index // 2] if game.index // 2 < len(openings) else ():
                 result = _apply_move(game, move)
-                if result is not None:   # an opening as long as the game: it ended there
+                if result is not None:  # an opening as long as the game: it ended there
                     end(game, result)
                     break
         for player in {id(player_a): player_a, id(player_b): player_b}.values():
@@ -297,18 +335,36 @@ def write_sgf(result: GameResult, board_size: int, komi: float, folder: str) -> 
     return path
 
 
-def evaluate(player_a, player_b, games: int, board_size: int, komi: float, *,
-             max_moves: int = 0, parallel_games: int = 32, sgf_dir: str | None = None,
-             openings: Sequence[Sequence[int]] = (),
-             on_game: Callable[[GameResult], None] | None = None) -> EvalResult:
+def evaluate(
+    player_a,
+    player_b,
+    games: int,
+    board_size: int,
+    komi: float,
+    *,
+    max_moves: int = 0,
+    parallel_games: int = 32,
+    sgf_dir: str | None = None,
+    openings: Sequence[Sequence[int]] = (),
+    on_game: Callable[[GameResult], None] | None = None,
+) -> EvalResult:
     """Play a match and count it from A's side (see the module docstring).
 
     `sgf_dir`: write every game there as ``<index>-<black>-vs-<white>.sgf``;
     `openings`: as for `play_games`.
     """
     started = time.monotonic()
-    results = play_games(player_a, player_b, games, board_size, komi, max_moves=max_moves,
-                         parallel_games=parallel_games, openings=openings, on_game=on_game)
+    results = play_games(
+        player_a,
+        player_b,
+        games,
+        board_size,
+        komi,
+        max_moves=max_moves,
+        parallel_games=parallel_games,
+        openings=openings,
+        on_game=on_game,
+    )
     if sgf_dir is not None:
         results = [dataclasses.replace(r, sgf_path=write_sgf(r, board_size, komi, sgf_dir)) for r in results]
     return summarize(player_a.name, player_b.name, board_size, komi, results, time.monotonic() - started)
@@ -318,15 +374,16 @@ def evaluate(player_a, player_b, games: int, board_size: int, komi: float, *,
 # player specs and the command line
 # --------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class PlayerSpec:
     """A parsed player spec (see the module docstring)."""
 
-    kind: str                      # 'model', 'uniform', 'random', 'playouts', 'gnugo'
-    root: str | None = None        # model: the run's storage root
+    kind: str  # 'model', 'uniform', 'random', 'playouts', 'gnugo'
+    root: str | None = None  # model: the run's storage root
     generation: int | None = None  # model: None = latest
-    level: int = 1                 # gnugo: 0..10
-    playouts: int = 16             # playouts: random playouts per leaf
+    level: int = 1  # gnugo: 0..10
+    playouts: int = 16  # playouts: random playouts per leaf
 
     @classmethod
     def parse(cls, text: str) -> "PlayerSpec":
@@ -343,7 +400,7 @@ class PlayerSpec:
                 raise ValueError(f"player {text!r}: the playout count must be 1..1024")
             return cls("playouts", playouts=int(count_text))
         if text.startswith("model:") and len(text) > len("model:"):
-            root = text[len("model:"):]
+            root = text[len("model:") :]
             generation = None
             head, at, tail = root.rpartition("@")
             if at:
@@ -358,7 +415,7 @@ class PlayerSpec:
 class MatchConfig:
     """Settings of `python -m arena.match` (see --help)."""
 
-    player_a: PlayerSpec = setting(hidden=True)      # positional: see build_arg_parser
+    player_a: PlayerSpec = setting(hidden=True)  # positional: see build_arg_parser
     player_b: PlayerSpec = setting(hidden=True)
     games: int = setting(20, "games to play", at_least=1)
     board_size: int | None = board_size_setting(None, note="default: the model's run.json, else 9")
@@ -366,12 +423,20 @@ class MatchConfig:
     max_moves: int = max_moves_setting()
     visits: int | None = setting(32, "MCTS simulations per move (0 = none, needs --seconds-per-move)")
     seconds_per_move: float | None = setting(None, "MCTS wall-clock limit per move")
-    opening_moves: int = setting(4, "MCTS players sample their moves by visit count for the game's first "
-                                    "this many moves, so games differ", at_least=0, at_most=100)
-    paired_openings: int = setting(0, "play each opening with both colours: games 2k and 2k+1 start with the "
-                                      "same this many random moves (legal, no own-eye fills, from --seed), "
-                                      "so a colour's advantage in an opening cancels; 0 = off",
-                                   at_least=0, at_most=60)
+    opening_moves: int = setting(
+        4,
+        "MCTS players sample their moves by visit count for the game's first this many moves, so games differ",
+        at_least=0,
+        at_most=100,
+    )
+    paired_openings: int = setting(
+        0,
+        "play each opening with both colours: games 2k and 2k+1 start with the "
+        "same this many random moves (legal, no own-eye fills, from --seed), "
+        "so a colour's advantage in an opening cancels; 0 = off",
+        at_least=0,
+        at_most=60,
+    )
     parallel_games: int = setting(32, "games played at once (1 when GNU Go plays)", at_least=1)
     pass_when_winning: bool = pass_when_winning_setting()
     sgf_dir: str | None = setting(None, "write every game there as SGF")
@@ -381,15 +446,14 @@ class MatchConfig:
 
     def __post_init__(self):
         if self.visits == 0:
-            object.__setattr__(self, "visits", None)      # 0 on the command line = no visit limit
-        for problem in setting_problems(self):           # board size, komi, max moves, declared ranges
+            object.__setattr__(self, "visits", None)  # 0 on the command line = no visit limit
+        for problem in setting_problems(self):  # board size, komi, max moves, declared ranges
             raise ValueError(problem)
         SearchBudget(self.visits, self.seconds_per_move)
         MovePolicy(sampled_moves=self.opening_moves)
 
 
-def build_player(spec: PlayerSpec, board_size: int, komi: float, mcts: MctsConfig, seed: int,
-                 loaded=None):
+def build_player(spec: PlayerSpec, board_size: int, komi: float, mcts: MctsConfig, seed: int, loaded=None):
     """The player for `spec`; `loaded` is the spec's LoadedEvaluator for models."""
     if spec.kind == "random":
         return RandomPlayer(seed=seed)
@@ -407,12 +471,16 @@ def build_player(spec: PlayerSpec, board_size: int, komi: float, mcts: MctsConfi
 
 
 CLI = RoleCli(
-    MatchConfig, prog="python -m arena.match",
+    MatchConfig,
+    prog="python -m arena.match",
     description="Play player A against player B (alternating colours, Tromp-Taylor scoring) "
-                "and report A's win rate with a 95% Wilson interval. Players: model:ROOT[@GEN], "
-                "uniform, random, playouts[:K], gnugo[:LEVEL].",
-    arguments=((("player_a",), dict(help="player A spec, e.g. model:/data/run or model:gs://b/run@12")),
-               (("player_b",), dict(help="player B spec, e.g. random, uniform, gnugo:1"))))
+    "and report A's win rate with a 95% Wilson interval. Players: model:ROOT[@GEN], "
+    "uniform, random, playouts[:K], gnugo[:LEVEL].",
+    arguments=(
+        (("player_a",), dict(help="player A spec, e.g. model:/data/run or model:gs://b/run@12")),
+        (("player_b",), dict(help="player B spec, e.g. random, uniform, gnugo:1")),
+    ),
+)
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -427,8 +495,7 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     return config_from_namespace(MatchConfig, args, parser, **players)
 
 
-def run(config: MatchConfig, log: Callable[[str], None] = lambda text: None, retry=None,
-        events=None) -> EvalResult:
+def run(config: MatchConfig, log: Callable[[str], None] = lambda text: None, retry=None, events=None) -> EvalResult:
     """Load the players of `config`, play the match, close the players; ``retry``
     is the storage RetryPolicy for gs:// model roots; ``events``: an EventLog
     that gets each finished game.  Model files go to a temporary cache that is
@@ -453,32 +520,54 @@ def _run(config: MatchConfig, log: Callable[[str], None], retry, cache, events=N
     if len(model_sizes) > 1 and config.board_size is None:
         raise ValueError(f"the two models come from runs of different board sizes {sorted(model_sizes)}")
     board_size = config.board_size or (model_sizes.pop() if model_sizes else 9)
-    komi = (config.komi if config.komi is not None
-            else model_komis.pop() if len(model_komis) == 1 else schema.DEFAULT_KOMI)
-    mcts = MctsConfig(budget=SearchBudget(config.visits, config.seconds_per_move),
-                      moves=MovePolicy(sampled_moves=config.opening_moves),
-                      pass_when_winning=config.pass_when_winning)
+    komi = (
+        config.komi if config.komi is not None else model_komis.pop() if len(model_komis) == 1 else schema.DEFAULT_KOMI
+    )
+    mcts = MctsConfig(
+        budget=SearchBudget(config.visits, config.seconds_per_move),
+        moves=MovePolicy(sampled_moves=config.opening_moves),
+        pass_when_winning=config.pass_when_winning,
+    )
     players = []
     try:
         for side, spec in enumerate((config.player_a, config.player_b)):
-            players.append(build_player(spec, board_size, komi, mcts, config.seed * 2 + side,
-                                        loaded.get(spec)))
+            players.append(build_player(spec, board_size, komi, mcts, config.seed * 2 + side, loaded.get(spec)))
         if players[0].name == players[1].name:
             players[1].name += "-b"
 
         def on_game(game: GameResult):
-            log(f"game {game.index}: {game.black} (B) vs {game.white} (W): {game.result_text} "
-                f"after {len(game.moves)} moves ({game.end_reason})")
+            log(
+                f"game {game.index}: {game.black} (B) vs {game.white} (W): {game.result_text} "
+                f"after {len(game.moves)} moves ({game.end_reason})"
+            )
             if events is not None:
-                events.emit("game_finished", index=game.index, black=game.black, white=game.white,
-                            result=game.result_text, moves=len(game.moves))
+                events.emit(
+                    "game_finished",
+                    index=game.index,
+                    black=game.black,
+                    white=game.white,
+                    result=game.result_text,
+                    moves=len(game.moves),
+                )
 
-        openings = (random_openings((config.games + 1) // 2, config.paired_openings, board_size, komi,
-                                    config.seed) if config.paired_openings else ())
-        result = evaluate(players[0], players[1], config.games, board_size, komi,
-                          max_moves=config.max_moves, parallel_games=config.parallel_games,
-                          sgf_dir=config.sgf_dir, openings=openings, on_game=on_game)
-        return dataclasses.replace(result, visits=config.visits)    # the record says how it was played
+        openings = (
+            random_openings((config.games + 1) // 2, config.paired_openings, board_size, komi, config.seed)
+            if config.paired_openings
+            else ()
+        )
+        result = evaluate(
+            players[0],
+            players[1],
+            config.games,
+            board_size,
+            komi,
+            max_moves=config.max_moves,
+            parallel_games=config.parallel_games,
+            sgf_dir=config.sgf_dir,
+            openings=openings,
+            on_game=on_game,
+        )
+        return dataclasses.replace(result, visits=config.visits)  # the record says how it was played
     finally:
         for player in players:
             player.close()
@@ -486,9 +575,8 @@ def _run(config: MatchConfig, log: Callable[[str], None], retry, cache, events=N
 
 def main(argv=None) -> int:
     from cloud.base import StorageError
-    from format.registry import RegistryError
-
     from format.events import EventLog
+    from format.registry import RegistryError
 
     parser = build_arg_parser()
     args = parser.parse_args(argv)
@@ -500,7 +588,7 @@ def main(argv=None) -> int:
     events = EventLog(config.events or None, "match")
     events.emit("started", player_a=args.player_a, player_b=args.player_b, games=config.games)
     try:
-        with terminated_by_sigterm():     # run()'s finally removes the model cache, closes GNU Go
+        with terminated_by_sigterm():  # run()'s finally removes the model cache, closes GNU Go
             result = run(config, log, storage_retry(args, parser), events)
     except (OSError, ValueError, LookupError, RegistryError, StorageError) as exc:
         print(f"arena.match: {exc}", file=sys.stderr)

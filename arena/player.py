@@ -25,6 +25,7 @@ float32[B, N*N+1], value float32[B])``, C the evaluator's input planes
 (`format.planes.input_planes_of`; the layout is format/planes.py's), with
 the value seen by the side to move at each row (`call_evaluator`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,12 +35,12 @@ from typing import TYPE_CHECKING, Generator, Iterator, Protocol, Sequence, runti
 
 import numpy as np
 
-from format import schema
-from format.coords import gtp_to_move, move_to_gtp
-from format.planes import input_planes_of
 from engine.board import Board
 from engine.move_choice import MovePolicy, ResignationCounter
 from engine.search import STATE_EXPANDED
+from format import schema
+from format.coords import gtp_to_move, move_to_gtp
+from format.planes import input_planes_of
 
 if TYPE_CHECKING:
     from engine.driver import GameBatch
@@ -52,7 +53,6 @@ COLOR_NAMES = {schema.BLACK: "b", schema.WHITE: "w"}
 TIME_ONLY_VISIT_CAP = 1_000_000
 """Visit budget of a search limited by time only (the tree preallocates a
 table of this many int32 for Gumbel schedules, so it must stay finite)."""
-
 
 
 @runtime_checkable
@@ -104,6 +104,7 @@ class BasePlayer:
 # Random
 # --------------------------------------------------------------------------
 
+
 class RandomPlayer(BasePlayer):
     """Uniform over legal moves that don't fill the mover's own eye; else PASS.
 
@@ -122,6 +123,7 @@ class RandomPlayer(BasePlayer):
 # --------------------------------------------------------------------------
 # MCTS
 # --------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class SearchBudget:
@@ -186,8 +188,10 @@ def call_evaluator(evaluator, features: np.ndarray) -> tuple[np.ndarray, np.ndar
     `ModelEvaluator` first)."""
     out = evaluator(features)
     if not isinstance(out, tuple) or len(out) != 2:
-        raise TypeError(f"evaluator {getattr(evaluator, 'name', evaluator)!r} returned {type(out).__name__}; "
-                        "an Evaluator returns (logits, values) (wrap a published model in ModelEvaluator)")
+        raise TypeError(
+            f"evaluator {getattr(evaluator, 'name', evaluator)!r} returned {type(out).__name__}; "
+            "an Evaluator returns (logits, values) (wrap a published model in ModelEvaluator)"
+        )
     logits, values = out
     logits = np.asarray(logits, dtype=np.float32)
     values = np.asarray(values, dtype=np.float32).reshape(-1)
@@ -196,7 +200,8 @@ def call_evaluator(evaluator, features: np.ndarray) -> tuple[np.ndarray, np.ndar
         raise ValueError(
             f"evaluator {getattr(evaluator, 'name', evaluator)!r} returned logits {logits.shape} and "
             f"values {values.shape} for {rows} positions of {size}x{size}; want "
-            f"({rows}, {size * size + 1}) and ({rows},)")
+            f"({rows}, {size * size + 1}) and ({rows},)"
+        )
     return logits, values
 
 
@@ -218,9 +223,9 @@ class MctsPlayer(BasePlayer):
         self.config = config
         self.name = name or f"mcts-{getattr(evaluator, 'name', 'evaluator')}"
         self._batch: GameBatch | None = None
-        self._buffer: np.ndarray | None = None   # the batch's input planes, one row per leaf
-        self._live_slots: set[int] = set()   # slots whose tree matches their root
-        self._resignation: dict[int, ResignationCounter] = {}   # per slot (one game each)
+        self._buffer: np.ndarray | None = None  # the batch's input planes, one row per leaf
+        self._live_slots: set[int] = set()  # slots whose tree matches their root
+        self._resignation: dict[int, ResignationCounter] = {}  # per slot (one game each)
         self.last_root_values: list[float] = []
         self.last_visits: list[int] = []
         self.evaluator_calls = 0
@@ -235,11 +240,20 @@ class MctsPlayer(BasePlayer):
             return batch
         c = self.config
         self._batch = GameBatch(
-            board_size, max(num_slots, 1), num_groups=1, leaves_per_game=c.leaves_per_game,
-            c_puct_init=c.c_puct_init, c_puct_base=c.c_puct_base, fpu_reduction=c.fpu_reduction,
-            fpu_reduction_root=0.0, seed=c.seed, pass_when_winning=c.pass_when_winning)
-        self._buffer = np.zeros((self._batch.batch_rows, board_size, board_size, input_planes_of(self.evaluator)),
-                                np.float32)
+            board_size,
+            max(num_slots, 1),
+            num_groups=1,
+            leaves_per_game=c.leaves_per_game,
+            c_puct_init=c.c_puct_init,
+            c_puct_base=c.c_puct_base,
+            fpu_reduction=c.fpu_reduction,
+            fpu_reduction_root=0.0,
+            seed=c.seed,
+            pass_when_winning=c.pass_when_winning,
+        )
+        self._buffer = np.zeros(
+            (self._batch.batch_rows, board_size, board_size, input_planes_of(self.evaluator)), np.float32
+        )
         self._live_slots.clear()
         return self._batch
 
@@ -279,8 +293,9 @@ class MctsPlayer(BasePlayer):
     def select_move(self, board: Board, budget: SearchBudget | None = None) -> int:
         return self.select_moves([board], [0], budget)[0]
 
-    def select_moves(self, boards: Sequence[Board], slots: Sequence[int] | None = None,
-                     budget: SearchBudget | None = None) -> list[int]:
+    def select_moves(
+        self, boards: Sequence[Board], slots: Sequence[int] | None = None, budget: SearchBudget | None = None
+    ) -> list[int]:
         """Search every board at once (one evaluator batch per step); one move each."""
         if not boards:
             return []
@@ -301,8 +316,9 @@ class MctsPlayer(BasePlayer):
             yield batch.tree(0)
         return self._choose_moves(batch, slots, [board])[0]
 
-    def analysis_steps(self, board: Board, max_visits: int,
-                       root_moves: Sequence[int] | None = None) -> Iterator[object]:
+    def analysis_steps(
+        self, board: Board, max_visits: int, root_moves: Sequence[int] | None = None
+    ) -> Iterator[object]:
         """Search `board` without choosing a move (live analysis): yields the
         tree after each evaluator batch until the root has `max_visits`
         visits, then ends.  Visits of a subtree kept from the last search
@@ -326,8 +342,7 @@ class MctsPlayer(BasePlayer):
         for _ in self.search_steps(batch, slots, None):
             yield tree
 
-    def _restricted_analysis_steps(self, board: Board, max_visits: int,
-                                   root_moves: Sequence[int]) -> Iterator[object]:
+    def _restricted_analysis_steps(self, board: Board, max_visits: int, root_moves: Sequence[int]) -> Iterator[object]:
         """`analysis_steps` with the root's children set to `root_moves`: the
         root is expanded and evaluated here (as the driver would, a virtual
         loss then its backup, so it counts one visit), then the driver
@@ -336,7 +351,7 @@ class MctsPlayer(BasePlayer):
             raise ValueError(f"cannot search a finished game: {board!r}")
         batch = self._ensure_batch(board.size, 1)
         batch.set_board(0, board.copy())
-        self._live_slots.discard(0)       # the next search must not reuse a restricted root
+        self._live_slots.discard(0)  # the next search must not reuse a restricted root
         tree = batch.tree(0)
         features = batch.board(0).features(input_planes_of(self.evaluator))[None]
         logits, values = call_evaluator(self.evaluator, features)
@@ -350,8 +365,9 @@ class MctsPlayer(BasePlayer):
         for _ in self.search_steps(batch, [0], None):
             yield tree
 
-    def _start_search(self, boards: Sequence[Board], slots: Sequence[int] | None,
-                      budget: SearchBudget | None) -> tuple[GameBatch, list[int]]:
+    def _start_search(
+        self, boards: Sequence[Board], slots: Sequence[int] | None, budget: SearchBudget | None
+    ) -> tuple[GameBatch, list[int]]:
         """Check the boards, load each into its slot (reusing trees) and, given
         a `budget`, start each slot's search; returns (batch, slots)."""
         slots = list(range(len(boards))) if slots is None else [int(s) for s in slots]
@@ -387,7 +403,7 @@ class MctsPlayer(BasePlayer):
             if counter.observe(board.to_play, value):
                 moves.append(RESIGN)
                 continue
-            batch.play(slot, move)        # our move's subtree becomes the root
+            batch.play(slot, move)  # our move's subtree becomes the root
             moves.append(move)
         return moves
 
@@ -443,6 +459,7 @@ class MctsPlayer(BasePlayer):
 # External GTP engine
 # --------------------------------------------------------------------------
 
+
 class GtpPlayer(BasePlayer):
     """An external GTP engine (`arena.gtp_client.GtpClient`, e.g. `GnuGo`).
 
@@ -481,7 +498,7 @@ class GtpPlayer(BasePlayer):
 
     def observe(self, move: int, color: int) -> None:
         if self._own_move == (move, color):
-            self._own_move = None       # the engine played it during genmove
+            self._own_move = None  # the engine played it during genmove
             return
         self._own_move = None
         self.client.send(f"play {COLOR_NAMES[color]} {move_to_gtp(move, self._board_size)}")

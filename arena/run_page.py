@@ -24,6 +24,7 @@ model's publication time minus the earliest chunk's).  Self-play speed is
 positions per hour of the chunks written in each of ``--speed-bins`` equal
 stretches between the first and last chunk (by write time).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,21 +35,29 @@ import sys
 import time
 from typing import Sequence
 
-from cloud.base import StorageError
-from cloud.storage import open_storage
 import numpy as np
 
+from arena import elo
+from arena.ladder_report import (
+    LOSS_NAMES,
+    chunk_counts,
+    generation_figures,
+    generation_name,
+    list_chunks,
+    parse_closing_player_name,
+    parse_generation_name,
+    read_chunk_bytes,
+    read_ratings_document,
+)
+from cloud.base import StorageError
+from cloud.storage import open_storage
 from format import codec, layout, schema
-from format.documents import document_value
-from format.window_manifest import read_window_manifest
 from format.cli import RoleCli, root_setting, setting, setting_problems
 from format.coords import move_to_gtp
+from format.documents import document_value
 from format.registry import RegistryError, latest_generation, read_manifest
 from format.run_config import RunConfigMismatch, read_run_config
-from arena import elo
-from arena.ladder_report import (LOSS_NAMES, chunk_counts, generation_figures, generation_name, list_chunks,
-                                 parse_closing_player_name, parse_generation_name, read_chunk_bytes,
-                                 read_ratings_document)
+from format.window_manifest import read_window_manifest
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -59,30 +68,36 @@ class RunPageConfig:
 
     root: str = root_setting()
     out: str = setting("", "the HTML file to write (a local path; replaced if it exists)", required=True)
-    recent_games: int = setting(3, "how many of the newest self-play games the page lets you step through",
-                                at_least=0, at_most=20)
-    speed_bins: int = setting(24, "self-play speed is plotted over this many equal stretches of the run",
-                              at_least=1, at_most=500)
+    recent_games: int = setting(
+        3, "how many of the newest self-play games the page lets you step through", at_least=0, at_most=20
+    )
+    speed_bins: int = setting(
+        24, "self-play speed is plotted over this many equal stretches of the run", at_least=1, at_most=500
+    )
 
     def __post_init__(self):
-        for problem in setting_problems(self):      # root, declared ranges (format.cli)
+        for problem in setting_problems(self):  # root, declared ranges (format.cli)
             raise ValueError(problem)
         if not self.out:
             raise ValueError("--out: give the HTML file to write")
 
 
-CLI = RoleCli(RunPageConfig, prog="python -m arena.run_page",
-              description="Write one self-contained HTML page about the run in ROOT (a folder or gs://): per "
-                          "generation its self-play games and positions, window size, losses, rating with its "
-                          "95% interval (from the rating ladder's last report, ROOT/report/ratings.json) and "
-                          "hours; the rating against hours; self-play speed over time; and the newest games, "
-                          "to step through move by move. It reads the lake only and fetches nothing when "
-                          "opened.")
+CLI = RoleCli(
+    RunPageConfig,
+    prog="python -m arena.run_page",
+    description="Write one self-contained HTML page about the run in ROOT (a folder or gs://): per "
+    "generation its self-play games and positions, window size, losses, rating with its "
+    "95% interval (from the rating ladder's last report, ROOT/report/ratings.json) and "
+    "hours; the rating against hours; self-play speed over time; and the newest games, "
+    "to step through move by move. It reads the lake only and fetches nothing when "
+    "opened.",
+)
 
 
 # --------------------------------------------------------------------------
 # the numbers
 # --------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class RatingShown:
@@ -198,8 +213,12 @@ def _published_generations(storage) -> list[int]:
 
 
 def _window_generations(storage) -> list[int]:
-    return sorted(layout.window_generation(info.path) for info in storage.list(layout.windows_prefix())
-                  if layout.is_window_manifest(info.path))
+    found = (
+        layout.window_generation(info.path)
+        for info in storage.list(layout.windows_prefix())
+        if layout.is_window_manifest(info.path)
+    )
+    return sorted(generation for generation in found if generation is not None)
 
 
 def _rated_generation(player: str) -> int | None:
@@ -225,8 +244,7 @@ class _Damaged(ValueError):
 
 def _rating_field(entry: dict, name: str, kinds, at_least: int | None = None):
     """``entry[name]`` if it is what the ladder writes there (`format.document_value`), else _Damaged."""
-    return document_value(entry.get(name), kinds, lambda problem: _Damaged(f"field '{name}' {problem}"),
-                                 at_least)
+    return document_value(entry.get(name), kinds, lambda problem: _Damaged(f"field '{name}' {problem}"), at_least)
 
 
 def read_ratings(storage, problems: list[str]) -> tuple[dict | None, list[RatingShown]]:
@@ -242,8 +260,11 @@ def read_ratings(storage, problems: list[str]) -> tuple[dict | None, list[Rating
     url = storage.url(layout.report_path("ratings.json"))
     ratings = []
     for player, entry in document["ratings"].items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("estimate"), str) \
-                or not isinstance(entry.get("games"), int):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("estimate"), str)
+            or not isinstance(entry.get("games"), int)
+        ):
             problems.append(f"{url}: ratings.{player} lacks its estimate or games; left out")
             continue
         try:
@@ -258,16 +279,20 @@ def read_ratings(storage, problems: list[str]) -> tuple[dict | None, list[Rating
         if not isinstance(interval, str):
             # A report written before the ladder kept its interval column's text: rebuild it the
             # ladder's way, from the ends (null is an open end; no intervals at all: none).
-            interval = "" if document.get("interval") == "none" else elo.Rating(
-                player, math.nan, -math.inf if low is None else low, math.inf if high is None else high,
-                games).interval_text()
+            interval = (
+                ""
+                if document.get("interval") == "none"
+                else elo.Rating(
+                    player, math.nan, -math.inf if low is None else low, math.inf if high is None else high, games
+                ).interval_text()
+            )
         ratings.append(RatingShown(player, entry["estimate"], interval, games, elo_value, low, high))
 
     def strongest_first(rating: RatingShown):
         at = rating.plotted_at
         return (at is None, 0.0 if at is None else -at, rating.player)
-    ladder = {key: document.get(key) for key in ("conditions", "method", "anchor", "anchor_reason",
-                                                 "games_in_fit")}
+
+    ladder = {key: document.get(key) for key in ("conditions", "method", "anchor", "anchor_reason", "games_in_fit")}
     return ladder, sorted(ratings, key=strongest_first)
 
 
@@ -282,7 +307,7 @@ def speed_bins(chunk_times_ms: Sequence[tuple[int, int]], bins: int) -> list[Spe
     width_ms = (end - start) / bins
     positions = [0] * bins
     for time_ms, count in chunk_times_ms:
-        positions[min(int((time_ms - start) / width_ms), bins - 1)] += count   # the last chunk ends the last bin
+        positions[min(int((time_ms - start) / width_ms), bins - 1)] += count  # the last chunk ends the last bin
     hours = width_ms / 3.6e6
     return [SpeedBin(i * hours, (i + 1) * hours, positions[i]) for i in range(bins)]
 
@@ -300,14 +325,18 @@ def recent_games(storage, chunks: Sequence, count: int, problems: list[str]) -> 
     """The newest ``count`` games, newest first: the last games of the newest of the listed ``chunks``
     (by the time in their names), each read within its bound (`arena.ladder_report.read_chunk_bytes`)."""
     chosen: list[RecentGame] = []
-    newest_first = sorted(chunks, key=lambda i: (layout.parse_chunk_path(i.path).time_ms, i.path), reverse=True)
+    times = {i.path: name.time_ms for i in chunks if (name := layout.parse_chunk_path(i.path)) is not None}
+    newest_first = sorted((i for i in chunks if i.path in times), key=lambda i: (times[i.path], i.path), reverse=True)
     for info in newest_first:
         if len(chosen) >= count:
             break
         url = storage.url(info.path)
         try:
-            records = [item for item in codec.iter_chunk(read_chunk_bytes(storage, info), url)
-                       if isinstance(item, codec.GameRecord)]          # a bad record costs only itself
+            records = [
+                item
+                for item in codec.iter_chunk(read_chunk_bytes(storage, info), url)
+                if isinstance(item, codec.GameRecord)
+            ]  # a bad record costs only itself
         except StorageError as exc:
             problems.append(f"{url}: unreadable ({exc}); no game shown from it")
             continue
@@ -316,11 +345,19 @@ def recent_games(storage, chunks: Sequence, count: int, problems: list[str]) -> 
                 break
             cells = np.where(game.planes[:, 0] != 0, "X", np.where(game.planes[:, 1] != 0, "O", "."))
             boards = tuple("".join(position.ravel()) for position in cells)
-            pass_move = game.board_size ** 2          # a flat move index one past the last point
-            chosen.append(RecentGame(game.game_id, url, game.generation, game.board_size, boards,
-                                     tuple(move_to_gtp(int(m), game.board_size) for m in game.moves),
-                                     tuple(None if int(m) == pass_move else int(m) for m in game.moves),
-                                     _result_text(game)))
+            pass_move = game.board_size**2  # a flat move index one past the last point
+            chosen.append(
+                RecentGame(
+                    game.game_id,
+                    url,
+                    game.generation,
+                    game.board_size,
+                    boards,
+                    tuple(move_to_gtp(int(m), game.board_size) for m in game.moves),
+                    tuple(None if int(m) == pass_move else int(m) for m in game.moves),
+                    _result_text(game),
+                )
+            )
     return chosen
 
 
@@ -335,7 +372,7 @@ def read_run(storage, config: RunPageConfig) -> RunFacts:
     # save=False: the page only reads; the ladder's cache is used where it already holds a chunk.
     listed = list_chunks(storage)
     counts = chunk_counts(storage, save=False, problems=problems, listed=listed)
-    names = {path: layout.parse_chunk_path(path) for path in counts}
+    names = {path: name for path in counts if (name := layout.parse_chunk_path(path)) is not None}
     published = _published_generations(storage)
     windows = set(_window_generations(storage))
     if run is None and not problems and not counts and not published:
@@ -364,32 +401,47 @@ def read_run(storage, config: RunPageConfig) -> RunFacts:
                 problems.append(f"window {generation}: {exc}")
         if window_positions is None and isinstance(metadata.get("window_positions"), int):
             window_positions, window_source = metadata["window_positions"], "model manifest"
-        metrics = metadata.get("training_metrics") if isinstance(metadata.get("training_metrics"), dict) else {}
+        found = metadata.get("training_metrics")
+        metrics: dict = found if isinstance(found, dict) else {}
         step = metadata.get("global_step")
-        rows.append(GenerationRow(
-            generation=generation, games=sum(c[0] for c in mine), positions=sum(c[1] for c in mine),
-            window_positions=window_positions, window_source=window_source,
-            global_step=step if isinstance(step, int) and not isinstance(step, bool) else None,
-            losses={name: metrics[name] for name in LOSS_NAMES if _number_or_none(metrics.get(name)) is not None},
-            hours=figures.get(generation, {}).get("hours"),
-            rating=by_player.get(generation_name(generation))))
+        rows.append(
+            GenerationRow(
+                generation=generation,
+                games=sum(c[0] for c in mine),
+                positions=sum(c[1] for c in mine),
+                window_positions=window_positions,
+                window_source=window_source,
+                global_step=step if isinstance(step, int) and not isinstance(step, bool) else None,
+                losses={name: metrics[name] for name in LOSS_NAMES if _number_or_none(metrics.get(name)) is not None},
+                hours=figures.get(generation, {}).get("hours"),
+                rating=by_player.get(generation_name(generation)),
+            )
+        )
     try:
         latest = latest_generation(storage)
     except (RegistryError, ValueError) as exc:
         problems.append(f"{storage.url(layout.LATEST)}: {exc}")
         latest = None
     return RunFacts(
-        root_url=storage.url(""), board_size=run.board_size if run else None, komi=run.komi if run else None,
-        latest=latest, chunks=len(counts), rows=tuple(rows), ladder=ladder, ratings=tuple(ratings),
+        root_url=storage.url(""),
+        board_size=run.board_size if run else None,
+        komi=run.komi if run else None,
+        latest=latest,
+        chunks=len(counts),
+        rows=tuple(rows),
+        ladder=ladder,
+        ratings=tuple(ratings),
         rating_hours={g: f["hours"] for g, f in figures.items()},
         speed=tuple(speed_bins([(name.time_ms, counts[p][1]) for p, name in names.items()], config.speed_bins)),
         recent=tuple(recent_games(storage, [i for i in listed if i.path in counts], config.recent_games, problems)),
-        problems=tuple(problems))
+        problems=tuple(problems),
+    )
 
 
 # --------------------------------------------------------------------------
 # SVG plots
 # --------------------------------------------------------------------------
+
 
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     """About ``count`` round tick values (steps of 1, 2 or 5 times a power of ten) covering [low, high]."""
@@ -431,25 +483,36 @@ class PlotFrame:
         parts = []
         for tick in self.x_ticks:
             x = self.x(tick)
-            parts.append(f'<line class="grid" x1="{x:.1f}" y1="{self.top}" x2="{x:.1f}" '
-                         f'y2="{self.height - self.bottom}"/>')
-            parts.append(f'<text class="tick" x="{x:.1f}" y="{self.height - self.bottom + 16}" '
-                         f'text-anchor="middle">{_tick_text(tick)}</text>')
+            parts.append(
+                f'<line class="grid" x1="{x:.1f}" y1="{self.top}" x2="{x:.1f}" y2="{self.height - self.bottom}"/>'
+            )
+            parts.append(
+                f'<text class="tick" x="{x:.1f}" y="{self.height - self.bottom + 16}" '
+                f'text-anchor="middle">{_tick_text(tick)}</text>'
+            )
         for tick in self.y_ticks:
             y = self.y(tick)
-            parts.append(f'<line class="grid" x1="{self.left}" y1="{y:.1f}" x2="{self.width - self.right}" '
-                         f'y2="{y:.1f}"/>')
-            parts.append(f'<text class="tick" x="{self.left - 6}" y="{y + 4:.1f}" text-anchor="end">'
-                         f'{_tick_text(tick)}</text>')
-        parts.append(f'<text class="label" x="{(self.left + self.width - self.right) / 2:.1f}" '
-                     f'y="{self.height - 6}" text-anchor="middle">{html.escape(x_label)}</text>')
-        parts.append(f'<text class="label" transform="translate(14 {(self.top + self.height - self.bottom) / 2:.1f}) '
-                     f'rotate(-90)" text-anchor="middle">{html.escape(y_label)}</text>')
+            parts.append(
+                f'<line class="grid" x1="{self.left}" y1="{y:.1f}" x2="{self.width - self.right}" y2="{y:.1f}"/>'
+            )
+            parts.append(
+                f'<text class="tick" x="{self.left - 6}" y="{y + 4:.1f}" text-anchor="end">{_tick_text(tick)}</text>'
+            )
+        parts.append(
+            f'<text class="label" x="{(self.left + self.width - self.right) / 2:.1f}" '
+            f'y="{self.height - 6}" text-anchor="middle">{html.escape(x_label)}</text>'
+        )
+        parts.append(
+            f'<text class="label" transform="translate(14 {(self.top + self.height - self.bottom) / 2:.1f}) '
+            f'rotate(-90)" text-anchor="middle">{html.escape(y_label)}</text>'
+        )
         return parts
 
     def svg(self, body: list[str], title: str) -> str:
-        return (f'<svg class="plot" role="img" aria-label="{html.escape(title)}" width="{self.width}" '
-                f'height="{self.height}" viewBox="0 0 {self.width} {self.height}">' + "".join(body) + "</svg>")
+        return (
+            f'<svg class="plot" role="img" aria-label="{html.escape(title)}" width="{self.width}" '
+            f'height="{self.height}" viewBox="0 0 {self.width} {self.height}">' + "".join(body) + "</svg>"
+        )
 
 
 def _tick_text(value: float) -> str:
@@ -464,40 +527,50 @@ def rating_plot(facts: RunFacts) -> str:
     """The generations' ratings against hours: a dot with its 95% interval for an estimate, a
     triangle at the bound pointing the open way for a bound, a cross for a closing-match player;
     anchors with a finite rating as dashed lines."""
-    points = []          # (hours, rating, generation label)
+    points = []  # (hours, rating, generation label, where it is plotted)
     for rating in facts.ratings:
         generation = _rated_generation(rating.player)
         hours = facts.rating_hours.get(generation) if generation is not None else None
-        if hours is not None and rating.plotted_at is not None:
-            points.append((hours, rating, rating.player[len("gen:"):]))
+        at = rating.plotted_at
+        if hours is not None and at is not None:
+            points.append((hours, rating, rating.player[len("gen:") :], at))
     if not points:
-        return _empty_plot("No rated generation with a publication time yet: run python -m arena.ladder --root "
-                           "ROOT, then write this page again.")
-    anchors = [r for r in facts.ratings if _rated_generation(r.player) is None and r.elo is not None]
-    ys = [r.plotted_at for _, r, _ in points] + [r.elo for r in anchors]
-    ys += [end for _, r, _ in points if r.elo is not None for end in (r.low, r.high) if end is not None]
-    frame = PlotFrame.around([0.0] + [h for h, _, _ in points], ys)
+        return _empty_plot(
+            "No rated generation with a publication time yet: run python -m arena.ladder --root "
+            "ROOT, then write this page again."
+        )
+    anchors = [(r, elo) for r in facts.ratings if _rated_generation(r.player) is None and (elo := r.elo) is not None]
+    ys = [at for *_, at in points] + [elo for _, elo in anchors]
+    ys += [end for _, r, _, _ in points if r.elo is not None for end in (r.low, r.high) if end is not None]
+    frame = PlotFrame.around([0.0] + [h for h, *_ in points], ys)
     body = frame.axes("hours since the first self-play chunk", f"Elo ({(facts.ladder or {}).get('anchor')} = 0)")
-    for anchor in anchors:
-        y = frame.y(anchor.elo)
-        body.append(f'<line class="anchor" x1="{frame.left}" y1="{y:.1f}" x2="{frame.width - frame.right}" '
-                    f'y2="{y:.1f}"/><text class="anchor-name" x="{frame.left + 4}" y="{y - 3:.1f}">'
-                    f'{html.escape(anchor.player)}</text>')
-    for hours, rating, label in points:
-        x, y = frame.x(hours), frame.y(rating.plotted_at)
+    for anchor, elo in anchors:
+        y = frame.y(elo)
+        body.append(
+            f'<line class="anchor" x1="{frame.left}" y1="{y:.1f}" x2="{frame.width - frame.right}" '
+            f'y2="{y:.1f}"/><text class="anchor-name" x="{frame.left + 4}" y="{y - 3:.1f}">'
+            f"{html.escape(anchor.player)}</text>"
+        )
+    for hours, rating, label, at in points:
+        x, y = frame.x(hours), frame.y(at)
         marker = f'data-player="{html.escape(rating.player)}" data-hours="{hours:.4f}"'
         if parse_closing_player_name(rating.player):
-            body.append(f'<path class="closing" {marker} d="M{x - 5:.1f} {y - 5:.1f}L{x + 5:.1f} {y + 5:.1f}'
-                        f'M{x - 5:.1f} {y + 5:.1f}L{x + 5:.1f} {y - 5:.1f}"/>')
+            body.append(
+                f'<path class="closing" {marker} d="M{x - 5:.1f} {y - 5:.1f}L{x + 5:.1f} {y + 5:.1f}'
+                f'M{x - 5:.1f} {y + 5:.1f}L{x + 5:.1f} {y - 5:.1f}"/>'
+            )
         elif rating.elo is not None:
             if rating.low is not None and rating.high is not None:
-                body.append(f'<line class="interval" x1="{x:.1f}" y1="{frame.y(rating.low):.1f}" x2="{x:.1f}" '
-                            f'y2="{frame.y(rating.high):.1f}"/>')
+                body.append(
+                    f'<line class="interval" x1="{x:.1f}" y1="{frame.y(rating.low):.1f}" x2="{x:.1f}" '
+                    f'y2="{frame.y(rating.high):.1f}"/>'
+                )
             body.append(f'<circle class="estimate" {marker} cx="{x:.1f}" cy="{y:.1f}" r="4"/>')
         else:
-            tip = -7 if rating.estimate.startswith(">=") else 7        # the open way: up for >=, down for <=
-            body.append(f'<path class="bound" {marker} d="M{x:.1f} {y + tip:.1f}L{x - 6:.1f} {y:.1f}'
-                        f'L{x + 6:.1f} {y:.1f}Z"/>')
+            tip = -7 if rating.estimate.startswith(">=") else 7  # the open way: up for >=, down for <=
+            body.append(
+                f'<path class="bound" {marker} d="M{x:.1f} {y + tip:.1f}L{x - 6:.1f} {y:.1f}L{x + 6:.1f} {y:.1f}Z"/>'
+            )
         body.append(f'<text class="point-name" x="{x + 6:.1f}" y="{y - 6:.1f}">{html.escape(label)}</text>')
     return frame.svg(body, "rating against hours")
 
@@ -506,15 +579,18 @@ def speed_plot(facts: RunFacts) -> str:
     """Self-play positions per hour in each stretch of the run, as bars."""
     if not facts.speed:
         return _empty_plot("Self-play speed needs chunks written at two different times.")
-    frame = PlotFrame.around([facts.speed[0].start_hours, facts.speed[-1].end_hours],
-                             [0.0] + [b.positions_per_hour for b in facts.speed])
+    frame = PlotFrame.around(
+        [facts.speed[0].start_hours, facts.speed[-1].end_hours], [0.0] + [b.positions_per_hour for b in facts.speed]
+    )
     body = frame.axes("hours since the first self-play chunk", "self-play positions per hour")
     for stretch in facts.speed:
         x0, x1 = frame.x(stretch.start_hours), frame.x(stretch.end_hours)
         y, base = frame.y(stretch.positions_per_hour), frame.y(0.0)
-        body.append(f'<rect class="speed" data-positions="{stretch.positions}" x="{x0:.1f}" y="{y:.1f}" '
-                    f'width="{max(x1 - x0 - 1, 0.5):.1f}" height="{base - y:.1f}"><title>{stretch.start_hours:.2f}'
-                    f'-{stretch.end_hours:.2f} h: {stretch.positions:,} positions</title></rect>')
+        body.append(
+            f'<rect class="speed" data-positions="{stretch.positions}" x="{x0:.1f}" y="{y:.1f}" '
+            f'width="{max(x1 - x0 - 1, 0.5):.1f}" height="{base - y:.1f}"><title>{stretch.start_hours:.2f}'
+            f"-{stretch.end_hours:.2f} h: {stretch.positions:,} positions</title></rect>"
+        )
     return frame.svg(body, "self-play speed over time")
 
 
@@ -605,56 +681,78 @@ VIEWER_SCRIPT = """
 def _cell(value, field: str, text: str | None = None, *, title: str = "") -> str:
     """A number's table cell, which a test finds by its ``data-field``: ``text`` when given, else the
     value with thousands separators; '-' for None."""
-    shown = "-" if value is None else (text if text is not None else f"{value:,}" if isinstance(value, int)
-                                       else str(value))
+    shown = (
+        "-" if value is None else (text if text is not None else f"{value:,}" if isinstance(value, int) else str(value))
+    )
     hover = f' title="{html.escape(title)}"' if title else ""
     return f'<td class="number" data-field="{field}"{hover}>{html.escape(shown)}</td>'
 
 
 def _generations_table(facts: RunFacts) -> str:
     losses = [name for name in LOSS_NAMES if any(name in row.losses for row in facts.rows)]
-    head = ("<tr><th class=number>generation</th><th class=number>self-play games</th>"
-            "<th class=number>positions</th><th class=number>window positions</th>"
-            "<th class=number>training steps</th>"
-            + "".join(f"<th class=number>{html.escape(name.replace('_', ' '))}</th>" for name in losses)
-            + "<th class=number>Elo</th><th class=number>95% interval</th><th class=number>hours</th></tr>")
+    head = (
+        "<tr><th class=number>generation</th><th class=number>self-play games</th>"
+        "<th class=number>positions</th><th class=number>window positions</th>"
+        "<th class=number>training steps</th>"
+        + "".join(f"<th class=number>{html.escape(name.replace('_', ' '))}</th>" for name in losses)
+        + "<th class=number>Elo</th><th class=number>95% interval</th><th class=number>hours</th></tr>"
+    )
     body = []
     for row in facts.rows:
-        cells = [_cell(row.generation, "generation", str(row.generation)), _cell(row.games, "games"),
-                 _cell(row.positions, "positions"),
-                 _cell(row.window_positions, "window_positions",
-                       title=f"from the {row.window_source}" if row.window_source else ""),
-                 _cell(row.global_step, "global_step")]
-        cells += [_cell(row.losses.get(name), f"loss:{name}",
-                        None if name not in row.losses else f"{row.losses[name]:.4f}") for name in losses]
-        cells += [_cell(row.rating and row.rating.estimate, "elo", row.rating and row.rating.estimate),
-                  _cell(row.rating and row.rating.interval, "interval", row.rating and row.rating.interval),
-                  _cell(row.hours, "hours", None if row.hours is None else f"{row.hours:.2f}")]
+        cells = [
+            _cell(row.generation, "generation", str(row.generation)),
+            _cell(row.games, "games"),
+            _cell(row.positions, "positions"),
+            _cell(
+                row.window_positions,
+                "window_positions",
+                title=f"from the {row.window_source}" if row.window_source else "",
+            ),
+            _cell(row.global_step, "global_step"),
+        ]
+        cells += [
+            _cell(row.losses.get(name), f"loss:{name}", None if name not in row.losses else f"{row.losses[name]:.4f}")
+            for name in losses
+        ]
+        cells += [
+            _cell(row.rating.estimate if row.rating else None, "elo", row.rating.estimate if row.rating else None),
+            _cell(row.rating.interval if row.rating else None, "interval", row.rating.interval if row.rating else None),
+            _cell(row.hours, "hours", None if row.hours is None else f"{row.hours:.2f}"),
+        ]
         body.append(f'<tr data-generation="{row.generation}">' + "".join(cells) + "</tr>")
-    total = (f'<tr class="total" data-generation="all"><th>all</th>{_cell(facts.games, "games")}'
-             f'{_cell(facts.positions, "positions")}<td colspan="{5 + len(losses)}"></td></tr>')
+    total = (
+        f'<tr class="total" data-generation="all"><th>all</th>{_cell(facts.games, "games")}'
+        f'{_cell(facts.positions, "positions")}<td colspan="{5 + len(losses)}"></td></tr>'
+    )
     return "<table id=generations>" + head + "".join(body) + total + "</table>"
 
 
 def _ladder_table(facts: RunFacts) -> str:
     if facts.ladder is None:
-        return _empty_plot("No ladder report in this lake yet (python -m arena.ladder --root ROOT writes "
-                           "report/ratings.json).")
+        return _empty_plot(
+            "No ladder report in this lake yet (python -m arena.ladder --root ROOT writes report/ratings.json)."
+        )
     rows = []
     for rating in facts.ratings:
         generation = _rated_generation(rating.player)
         hours = facts.rating_hours.get(generation) if generation is not None else None
-        rows.append(f'<tr data-player="{html.escape(rating.player)}"><td data-field="player">'
-                    f'{html.escape(rating.player)}</td>{_cell(rating.estimate, "elo", rating.estimate)}'
-                    f'{_cell(rating.interval, "interval", rating.interval)}{_cell(rating.games, "games")}'
-                    f'{_cell(hours, "hours", None if hours is None else f"{hours:.2f}")}</tr>')
+        rows.append(
+            f'<tr data-player="{html.escape(rating.player)}"><td data-field="player">'
+            f"{html.escape(rating.player)}</td>{_cell(rating.estimate, 'elo', rating.estimate)}"
+            f"{_cell(rating.interval, 'interval', rating.interval)}{_cell(rating.games, 'games')}"
+            f"{_cell(hours, 'hours', None if hours is None else f'{hours:.2f}')}</tr>"
+        )
     ladder = facts.ladder
-    note = (f'<p class="note">{html.escape(str(ladder.get("method")))}; '
-            f'{html.escape(str(ladder.get("anchor_reason") or ladder.get("anchor")))}; conditions '
-            f'{html.escape(str(ladder.get("conditions")))}; {html.escape(str(ladder.get("games_in_fit")))} '
-            "distinct games in the fit.</p>")
-    return (note + "<table id=ladder><tr><th>player</th><th class=number>Elo</th><th class=number>95% interval"
-            "</th><th class=number>games</th><th class=number>hours</th></tr>" + "".join(rows) + "</table>")
+    note = (
+        f'<p class="note">{html.escape(str(ladder.get("method")))}; '
+        f"{html.escape(str(ladder.get('anchor_reason') or ladder.get('anchor')))}; conditions "
+        f"{html.escape(str(ladder.get('conditions')))}; {html.escape(str(ladder.get('games_in_fit')))} "
+        "distinct games in the fit.</p>"
+    )
+    return (
+        note + "<table id=ladder><tr><th>player</th><th class=number>Elo</th><th class=number>95% interval"
+        "</th><th class=number>games</th><th class=number>hours</th></tr>" + "".join(rows) + "</table>"
+    )
 
 
 def _games_section(facts: RunFacts) -> str:
@@ -671,36 +769,54 @@ def _games_section(facts: RunFacts) -> str:
             '<input type="range" min="0" value="0">'
             '<button class="forward" title="forward one move (right arrow)">&#x25B6;</button>'
             '<button class="last" title="last position">&#x25B6;|</button></div>'
-            '<div class="caption note"></div></div>')
-        data.append({"size": game.board_size, "boards": list(game.boards), "moves": list(game.moves),
-                     "points": list(game.points)})
+            '<div class="caption note"></div></div>'
+        )
+        data.append(
+            {
+                "size": game.board_size,
+                "boards": list(game.boards),
+                "moves": list(game.moves),
+                "points": list(game.points),
+            }
+        )
     # Only '.XO' boards, GTP moves and numbers are in the JSON, never "</", so the data cannot close
     # its script element early.
     payload = json.dumps(data, separators=(",", ":"))
-    return ("".join(sections) + f'<script type="application/json" id="recent-games-data">{payload}</script>'
-            f"<script>{VIEWER_SCRIPT}</script>")
+    return (
+        "".join(sections) + f'<script type="application/json" id="recent-games-data">{payload}</script>'
+        f"<script>{VIEWER_SCRIPT}</script>"
+    )
 
 
 def render_page(facts: RunFacts, *, written_at: float | None = None) -> str:
     """The page (module docstring, step 3): one HTML document with nothing outside it."""
     written = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(time.time() if written_at is None else written_at))
-    board = (f"{facts.board_size}x{facts.board_size}, komi {facts.komi:g}" if facts.board_size
-             else "no run.json yet")
+    board = f"{facts.board_size}x{facts.board_size}, komi {facts.komi:g}" if facts.board_size else "no run.json yet"
     speed_note = ""
     if facts.speed:
         hours = facts.speed[-1].end_hours
-        speed_note = (f'<p class="note">{facts.positions:,} positions in {hours:.2f} hours between the first and the '
-                      f"last chunk; each bar is {hours / len(facts.speed) * 60:.1f} minutes.</p>")
-    problems = ("<h2>Problems</h2><ul class=problems>" + "".join(f"<li>{html.escape(p)}</li>" for p in facts.problems)
-                + "</ul>") if facts.problems else ""
+        speed_note = (
+            f'<p class="note">{facts.positions:,} positions in {hours:.2f} hours between the first and the '
+            f"last chunk; each bar is {hours / len(facts.speed) * 60:.1f} minutes.</p>"
+        )
+    problems = (
+        (
+            "<h2>Problems</h2><ul class=problems>"
+            + "".join(f"<li>{html.escape(p)}</li>" for p in facts.problems)
+            + "</ul>"
+        )
+        if facts.problems
+        else ""
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{CONTENT_POLICY}">
 <title>zerolake run: {html.escape(facts.root_url)}</title><style>{STYLE}</style></head>
 <body>
 <h1>zerolake run <code>{html.escape(facts.root_url)}</code></h1>
-<p class="note">{board}; {facts.chunks:,} chunks; latest published generation {'none' if facts.latest is None
-    else facts.latest}; page written {written} by python -m arena.run_page.</p>
+<p class="note">{board}; {facts.chunks:,} chunks; latest published generation {
+        "none" if facts.latest is None else facts.latest
+    }; page written {written} by python -m arena.run_page.</p>
 {problems}
 <h2>Generations</h2>
 <p class="note">Generation g: the self-play games model g played (generation 0: before any model), the window that
@@ -741,9 +857,11 @@ def main(argv=None) -> int:
     except (ValueError, StorageError, RegistryError, OSError) as exc:
         print(f"arena.run_page: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"wrote {config.out}: {len(facts.rows)} generations, {facts.games:,} games, {len(facts.ratings)} "
-          f"rated players, {len(facts.recent)} recent games"
-          + (f"; {len(facts.problems)} problems named on the page" if facts.problems else ""))
+    print(
+        f"wrote {config.out}: {len(facts.rows)} generations, {facts.games:,} games, {len(facts.ratings)} "
+        f"rated players, {len(facts.recent)} recent games"
+        + (f"; {len(facts.problems)} problems named on the page" if facts.problems else "")
+    )
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ The last line printed is one JSON object:
  "moves_per_s_9":...,"moves_per_s_19":...,"naive_playouts_per_s_9":...,
  "vs_naive_9":...}
 """
+
 import argparse
 import json
 import os
@@ -32,7 +33,7 @@ from engine.playouts import run_playouts  # noqa: E402
 
 @dataclass(frozen=True)
 class BenchConfig:
-    seconds: float = 3.0        # CPU time per engine measurement
+    seconds: float = 3.0  # CPU time per engine measurement
     naive_seconds: float = 5.0  # CPU time per naive-board measurement
     seed: int = 1
 
@@ -69,13 +70,17 @@ def naive_rate(size, seconds, seed):
 
 def run(config):
     if BOUNDSCHECK:
-        print("WARNING: engine.board was built with ZEROLAKE_BOUNDSCHECK=1; these figures are "
-              "for the slow checked build. Rebuild with `python setup.py build_ext --inplace`.")
+        print(
+            "WARNING: engine.board was built with ZEROLAKE_BOUNDSCHECK=1; these figures are "
+            "for the slow checked build. Rebuild with `python setup.py build_ext --inplace`."
+        )
     result = {"bench": "board"}
     for size in (9, 19):
         playouts, moves = engine_rate(size, config.seconds, config.seed)
-        print(f"engine {size}x{size}: {playouts:,.0f} playouts/s, {moves:,.0f} moves/s "
-              f"({moves / playouts:.0f} moves per playout)")
+        print(
+            f"engine {size}x{size}: {playouts:,.0f} playouts/s, {moves:,.0f} moves/s "
+            f"({moves / playouts:.0f} moves per playout)"
+        )
         result[f"playouts_per_s_{size}"] = round(playouts, 1)
         result[f"moves_per_s_{size}"] = round(moves, 1)
     for size in (9, 19):
@@ -85,19 +90,29 @@ def run(config):
     result["vs_naive_9"] = round(result["playouts_per_s_9"] / result["naive_playouts_per_s_9"], 1)
     result["vs_naive_19"] = round(result["playouts_per_s_19"] / result["naive_playouts_per_s_19"], 1)
     result["boundscheck"] = BOUNDSCHECK
-    print(f"engine vs naive: {result['vs_naive_9']:,.0f}x on 9x9, {result['vs_naive_19']:,.0f}x on 19x19; "
-          f"vs libego (157k / 33.9k): {result['playouts_per_s_9'] / 157000:.2f} / "
-          f"{result['playouts_per_s_19'] / 33900:.2f}")
+    print(
+        f"engine vs naive: {result['vs_naive_9']:,.0f}x on 9x9, {result['vs_naive_19']:,.0f}x on 19x19; "
+        f"vs libego (157k / 33.9k): {result['playouts_per_s_9'] / 157000:.2f} / "
+        f"{result['playouts_per_s_19'] / 33900:.2f}"
+    )
     print(json.dumps(result))
     return result
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=BenchConfig.seconds,
-                        help="CPU seconds per engine measurement (default %(default)s)")
-    parser.add_argument("--naive-seconds", type=float, default=BenchConfig.naive_seconds,
-                        help="CPU seconds for the naive 9x9 measurement; 19x19 gets half (default %(default)s)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=BenchConfig.seconds,
+        help="CPU seconds per engine measurement (default %(default)s)",
+    )
+    parser.add_argument(
+        "--naive-seconds",
+        type=float,
+        default=BenchConfig.naive_seconds,
+        help="CPU seconds for the naive 9x9 measurement; 19x19 gets half (default %(default)s)",
+    )
     parser.add_argument("--seed", type=int, default=BenchConfig.seed, help="playout seed")
     args = parser.parse_args(argv)
     try:

@@ -15,6 +15,7 @@ semantics: not the bench's figure).  Ends with one JSON line: the launcher's rep
     python bench/cluster.py [--minutes 8] [--workers 3] [--kill-every 20] [--local-root]
         [-- extra operations.cluster flags]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,21 +31,71 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 # Tiny roles: 2 cores carry 5 of them, the launcher and the emulator.
-SETTINGS = ["--board-size", "9", "--worker-games", "8", "--worker-visits", "8", "--worker-fast-visits", "4",
-            "--worker-chunk-games", "16", "--worker-chunk-seconds", "5", "--train-blocks", "1", "--train-filters", "16",
-            "--train-batch-size", "64", "--train-steps-per-window", "60", "--train-log-every", "15",
-            "--train-checkpoint-every", "20", "--shuffle-follow-new-positions", "4000",
-            "--shuffle-claim-seconds", "10", "--poll-seconds", "2", "--status-seconds", "10", "--child-threads", "1",
-            "--worker-nice", "10", "--restart-backoff", "1", "--stop-grace", "20",
-            "--shuffle-random-playouts", "8", "--shuffle-shard-positions", "10000",
-            "--shuffle-window-min-positions", "6000", "--shuffle-window-max-positions", "12000",
-            # Pinned at the values first measured with, so that later default changes move no figure.
-            "--worker-generation0-playouts", "0", "--train-policy-head", "dense"]
+SETTINGS = [
+    "--board-size",
+    "9",
+    "--worker-games",
+    "8",
+    "--worker-visits",
+    "8",
+    "--worker-fast-visits",
+    "4",
+    "--worker-chunk-games",
+    "16",
+    "--worker-chunk-seconds",
+    "5",
+    "--train-blocks",
+    "1",
+    "--train-filters",
+    "16",
+    "--train-batch-size",
+    "64",
+    "--train-steps-per-window",
+    "60",
+    "--train-log-every",
+    "15",
+    "--train-checkpoint-every",
+    "20",
+    "--shuffle-follow-new-positions",
+    "4000",
+    "--shuffle-claim-seconds",
+    "10",
+    "--poll-seconds",
+    "2",
+    "--status-seconds",
+    "10",
+    "--child-threads",
+    "1",
+    "--worker-nice",
+    "10",
+    "--restart-backoff",
+    "1",
+    "--stop-grace",
+    "20",
+    "--shuffle-random-playouts",
+    "8",
+    "--shuffle-shard-positions",
+    "10000",
+    "--shuffle-window-min-positions",
+    "6000",
+    "--shuffle-window-max-positions",
+    "12000",
+    # Pinned at the values first measured with, so that later default changes move no figure.
+    "--worker-generation0-playouts",
+    "0",
+    "--train-policy-head",
+    "dense",
+]
 
-ACCEPTANCE = {"kills": lambda v: v >= 10, "games_lost": lambda v: v == 0, "games_in_spool_only": lambda v: v == 0,
-              "games_duplicated": lambda v: v == 0,
-              "latest_regressions": lambda v: v == 0, "chunk_verify_failures": lambda v: v == 0,
-              "generations": lambda v: v >= 3}
+ACCEPTANCE = {
+    "kills": lambda v: v >= 10,
+    "games_lost": lambda v: v == 0,
+    "games_in_spool_only": lambda v: v == 0,
+    "games_duplicated": lambda v: v == 0,
+    "latest_regressions": lambda v: v == 0,
+    "chunk_verify_failures": lambda v: v == 0,
+    "generations": lambda v: v >= 3,
+}
 
 
 class EmulatorMissing(Exception):
@@ -63,8 +114,10 @@ def emulator_root(work: str, local: bool):
 
         from tests.gcs_emulators import running_emulator
     except ImportError as exc:
-        raise EmulatorMissing(f"fake-gcs-server is unavailable ({exc}): install the test tools with "
-                              "scripts/setup.sh --test, or pass --local-root for a local folder root") from None
+        raise EmulatorMissing(
+            f"fake-gcs-server is unavailable ({exc}): install the test tools with "
+            "scripts/setup.sh --test, or pass --local-root for a local folder root"
+        ) from None
     with running_emulator("fake-gcs-server", os.path.join(work, "emulator")) as server:
         server_root = f"gs://{server.bucket}/bench-cluster"
         print(f"[bench] fake-gcs-server at {server.endpoint}; root {server_root}", flush=True)
@@ -77,8 +130,11 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--kill-every", type=float, default=20.0, help="seconds between chaos kills (about)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--local-root", action="store_true",
-                        help="run on a local folder root instead of the bucket emulator (no bucket semantics)")
+    parser.add_argument(
+        "--local-root",
+        action="store_true",
+        help="run on a local folder root instead of the bucket emulator (no bucket semantics)",
+    )
     parser.add_argument("extra", nargs="*", help="after --: more operations.cluster flags")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -94,17 +150,43 @@ def main(argv=None) -> int:
 
 
 def run_bench(args, started: float, run_minutes: float) -> int:
-    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as work, \
-            emulator_root(work, args.local_root) as (root, env):
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-cluster-") as work,
+        emulator_root(work, args.local_root) as (root, env),
+    ):
         report_path = os.path.join(work, "report.json")
-        command = [sys.executable, "-m", "operations.cluster", "--root", root, "--state-dir",
-                   os.path.join(work, "state"), "--workers", str(args.workers), *SETTINGS,
-                   "--minutes", f"{run_minutes:g}", "--drain-seconds", "40",
-                   "--chaos-kill-every", str(args.kill_every), "--chaos-seed", str(args.seed),
-                   "--report", report_path, *args.extra]
+        command = [
+            sys.executable,
+            "-m",
+            "operations.cluster",
+            "--root",
+            root,
+            "--state-dir",
+            os.path.join(work, "state"),
+            "--workers",
+            str(args.workers),
+            *SETTINGS,
+            "--minutes",
+            f"{run_minutes:g}",
+            "--drain-seconds",
+            "40",
+            "--chaos-kill-every",
+            str(args.kill_every),
+            "--chaos-seed",
+            str(args.seed),
+            "--report",
+            report_path,
+            *args.extra,
+        ]
         print(f"[bench] {' '.join(command[1:])}", flush=True)
-        process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, env={**os.environ, **env, "TMPDIR": work})
+        process = subprocess.Popen(
+            command,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **env, "TMPDIR": work},
+        )
         assert process.stdout is not None  # stdout=PIPE
         for line in process.stdout:  # the launcher's status lines are the progress
             if not line.startswith("{"):

@@ -12,6 +12,7 @@ every position of a kind.  Ends with one JSON line.
     python bench/final_status.py [--games 100] [--model docs/record-2026-11-26]
     python bench/final_status.py --sgf-dir DIR     # the SGFs of an earlier arena.match --sgf-dir
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,9 +32,23 @@ CLOSING = {"visits": 256, "paired_openings": 4, "gnugo_level": 1}
 
 def play_match(model: str, games: int, seed: int, sgf_dir: str) -> None:
     """The closing match, model against GNU Go level 1, its SGFs written to ``sgf_dir``."""
-    command = [sys.executable, "-m", "arena.match", f"model:{model}", f"gnugo:{CLOSING['gnugo_level']}",
-               "--games", str(games), "--visits", str(CLOSING["visits"]),
-               "--paired-openings", str(CLOSING["paired_openings"]), "--seed", str(seed), "--sgf-dir", sgf_dir]
+    command = [
+        sys.executable,
+        "-m",
+        "arena.match",
+        f"model:{model}",
+        f"gnugo:{CLOSING['gnugo_level']}",
+        "--games",
+        str(games),
+        "--visits",
+        str(CLOSING["visits"]),
+        "--paired-openings",
+        str(CLOSING["paired_openings"]),
+        "--seed",
+        str(seed),
+        "--sgf-dir",
+        sgf_dir,
+    ]
     print("playing:", " ".join(command), flush=True)
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
 
@@ -66,13 +81,15 @@ def plain_reply(engine, line: str) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="docs/record-2026-11-26", help="the model's run root (model:ROOT)")
     parser.add_argument("--games", type=int, default=100, help="games of the closing match to play")
     parser.add_argument("--seed", type=int, default=7, help="the match's seed")
-    parser.add_argument("--sgf-dir", default="", help="judge these SGFs (an arena.match --sgf-dir) instead "
-                                                      "of playing a match")
+    parser.add_argument(
+        "--sgf-dir", default="", help="judge these SGFs (an arena.match --sgf-dir) instead of playing a match"
+    )
     args = parser.parse_args(argv)
 
     from arena.gtp import GtpConfig, build_engine
@@ -87,7 +104,7 @@ def main(argv=None) -> int:
         paths = sorted(glob.glob(os.path.join(sgf_dir, "*.sgf")))
         if not paths:
             parser.error(f"--sgf-dir {sgf_dir}: no .sgf files there")
-        engine = build_engine(GtpConfig(visits=1, quiet=True))   # final_status_list does not search
+        engine = build_engine(GtpConfig(visits=1, quiet=True))  # final_status_list does not search
         gnugo = GnuGo(level=CLOSING["gnugo_level"])
         counts: dict[str, dict[str, int]] = {}
         judge_seconds = 0.0
@@ -102,8 +119,9 @@ def main(argv=None) -> int:
                         raise SystemExit(f"{path}: the engine refused loadsgf: {loaded.strip()}")
                     ours = dead_vertices(plain_reply(engine, "final_status_list dead").strip()[1:])
                     judge_seconds += time.perf_counter() - begun
-                    tally = counts.setdefault(kind, {"positions": 0, "with_dead": 0, "reference_dead": 0,
-                                                     "called_dead": 0, "agreed": 0})
+                    tally = counts.setdefault(
+                        kind, {"positions": 0, "with_dead": 0, "reference_dead": 0, "called_dead": 0, "agreed": 0}
+                    )
                     tally["positions"] += 1
                     tally["with_dead"] += bool(reference)
                     tally["reference_dead"] += len(reference)
@@ -113,16 +131,22 @@ def main(argv=None) -> int:
             engine.close()
             gnugo.close()
 
-    result = {"bench": "final_status", "games": len(paths), "model": args.model, **CLOSING,
-              "judge_ms_per_position": round(1000 * judge_seconds / max(1, sum(c["positions"]
-                                                                             for c in counts.values())), 1)}
+    result = {
+        "bench": "final_status",
+        "games": len(paths),
+        "model": args.model,
+        **CLOSING,
+        "judge_ms_per_position": round(1000 * judge_seconds / max(1, sum(c["positions"] for c in counts.values())), 1),
+    }
     for kind, tally in counts.items():
         precision = tally["agreed"] / tally["called_dead"] if tally["called_dead"] else None
         recall = tally["agreed"] / tally["reference_dead"] if tally["reference_dead"] else None
-        print(f"{kind:>10}: {tally['positions']} positions ({tally['with_dead']} with dead stones by GNU Go), "
-              f"GNU Go {tally['reference_dead']} dead stones, the engine {tally['called_dead']}, both "
-              f"{tally['agreed']}: precision {precision if precision is None else f'{precision:.3f}'}, "
-              f"recall {recall if recall is None else f'{recall:.3f}'}")
+        print(
+            f"{kind:>10}: {tally['positions']} positions ({tally['with_dead']} with dead stones by GNU Go), "
+            f"GNU Go {tally['reference_dead']} dead stones, the engine {tally['called_dead']}, both "
+            f"{tally['agreed']}: precision {precision if precision is None else f'{precision:.3f}'}, "
+            f"recall {recall if recall is None else f'{recall:.3f}'}"
+        )
         result.update({f"{kind}_{key}": value for key, value in tally.items()})
         result[f"{kind}_precision"] = None if precision is None else round(precision, 4)
         result[f"{kind}_recall"] = None if recall is None else round(recall, 4)

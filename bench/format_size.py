@@ -17,6 +17,7 @@
 Must hold: bytes_per_full_search_position_9 <= 40, ..._19 <= 96, shard_bytes_per_record_<N> <=
 0.5 x minigo_bytes_per_record_<N>.  Ends with one JSON line.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -27,16 +28,15 @@ import sys
 import tempfile
 import time
 import zlib
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from format import codec  # noqa: E402
-from format import layout  # noqa: E402
+from format import codec, layout  # noqa: E402
 from format.example_proto import Example  # noqa: E402
 from format.tfrecord import frame_records  # noqa: E402
 
@@ -44,9 +44,24 @@ GAMES = {9: 96, 19: 12}
 """Games per evaluator (uniform, then the small network) and board size: ~30k 9x9 positions in all."""
 FULL_SEARCH_GAMES = {9: 48, 19: 6}
 NETWORK = dict(blocks=1, filters=8, global_pool_every=1, global_pool_channels=4, value_hidden=8, policy_head="dense")
-PINNED_WORKER_FLAGS = ["--generation0-playouts", "0", "--visits", "64", "--fast-visits", "16",
-                       "--full-search-fraction", "0.25", "--resign-threshold", "-0.9", "--resign-consecutive", "3",
-                       "--resign-disabled-fraction", "0.1", "--accelerated-visits", "2"]
+PINNED_WORKER_FLAGS = [
+    "--generation0-playouts",
+    "0",
+    "--visits",
+    "64",
+    "--fast-visits",
+    "16",
+    "--full-search-fraction",
+    "0.25",
+    "--resign-threshold",
+    "-0.9",
+    "--resign-consecutive",
+    "3",
+    "--resign-disabled-fraction",
+    "0.1",
+    "--accelerated-visits",
+    "2",
+]
 """Every worker setting the sizes depend on (how many moves get a full search and so a policy target, how
 long games run), pinned at the values first measured with: the learning work moves the defaults."""
 PINNED_SHUFFLE_FLAGS = ["--reuse", "1.5", "--shard-gzip-level", "2", "--position-cap", "8", "--dedup-max-move", "20"]
@@ -55,22 +70,52 @@ PINNED_SHUFFLE_FLAGS = ["--reuse", "1.5", "--shard-gzip-level", "2", "--position
 
 def _env(root: Path) -> dict:
     # The worker's spool defaults to the user's state folder: keep it beside the lake.
-    return dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3",
-                XDG_STATE_HOME=str(root.parent / f"state-{root.name}"))
+    return dict(
+        os.environ,
+        PYTHONPATH=str(REPO),
+        TF_CPP_MIN_LOG_LEVEL="3",
+        XDG_STATE_HOME=str(root.parent / f"state-{root.name}"),
+    )
 
 
 def play(root: Path, board_size: int, games: int, *flags: str) -> None:
     """``games`` finished games of the worker into ``root``, with whatever model LATEST names."""
-    subprocess.run([sys.executable, "-m", "selfplay.worker", "--root", str(root), "--board-size", str(board_size),
-                    "--games", str(min(games, 64)), "--max-games", str(games), "--chunk-games", "32",
-                    "--progress-seconds", "600", *PINNED_WORKER_FLAGS, *flags],
-                   cwd=REPO, env=_env(root), check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "selfplay.worker",
+            "--root",
+            str(root),
+            "--board-size",
+            str(board_size),
+            "--games",
+            str(min(games, 64)),
+            "--max-games",
+            str(games),
+            "--chunk-games",
+            "32",
+            "--progress-seconds",
+            "600",
+            *PINNED_WORKER_FLAGS,
+            *flags,
+        ],
+        cwd=REPO,
+        env=_env(root),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def shuffle(root: Path) -> dict:
     """Run the shuffle job on ``root`` at the pinned settings; return the window's manifest."""
-    subprocess.run([sys.executable, "-m", "pipeline.shuffle", "--root", str(root), *PINNED_SHUFFLE_FLAGS],
-                   cwd=REPO, env=_env(root), check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "pipeline.shuffle", "--root", str(root), *PINNED_SHUFFLE_FLAGS],
+        cwd=REPO,
+        env=_env(root),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     windows = root / layout.WINDOWS_DIR
     (folder,) = [p for p in windows.iterdir() if (p / layout.MANIFEST).exists()]
     return json.loads((folder / layout.MANIFEST).read_text()) | {"folder": str(folder)}
@@ -107,7 +152,7 @@ def shard_positions(manifest: dict) -> tuple[int, list]:
 
 
 def _dense_policy(position) -> np.ndarray:
-    actions = position.board_size ** 2 + 1
+    actions = position.board_size**2 + 1
     pi = np.zeros(actions, np.float32)
     if len(position.policy_index):
         pi[position.policy_index] = position.policy_prob
@@ -121,8 +166,9 @@ def minigo_records(positions: list) -> list[bytes]:
     pi float32[N²+1], outcome."""
     records = []
     for position in positions:
-        x = np.concatenate([position.planes, np.full((1,) + position.planes.shape[1:],
-                                                     1 if position.to_play == 1 else 0, np.uint8)])
+        x = np.concatenate(
+            [position.planes, np.full((1,) + position.planes.shape[1:], 1 if position.to_play == 1 else 0, np.uint8)]
+        )
         ex = Example()
         ex.features.feature["x"].bytes_list.value.append(np.ascontiguousarray(x.transpose(1, 2, 0)).tobytes())
         ex.features.feature["pi"].bytes_list.value.append(_dense_policy(position).tobytes())
@@ -182,28 +228,36 @@ def measure(scratch: Path, n: int, result: dict) -> None:
     result[f"positions_{n}"] = positions
     result[f"shard_records_{n}"] = len(shard_records)
     result[f"policy_entries_per_full_search_{n}"] = round(
-        float(np.mean([len(r.policy_index) for r in shard_records if r.policy_weight > 0] or [0])), 1)
+        float(np.mean([len(r.policy_index) for r in shard_records if r.policy_weight > 0] or [0])), 1
+    )
     if n == 19:
         result["lz_bytes_per_record_19"] = round(lz_bytes_per_record(shard_records), 2)
     if n == 9:
         kept = _files(lake / layout.GAMES_DIR) + _files(lake / layout.WINDOWS_DIR)
         result["lake_bytes_per_position_9"] = round(sum(p.stat().st_size for p in kept) / positions, 2)
         result["lake_windows_9"] = len(list((lake / layout.WINDOWS_DIR).iterdir()))
-    print(f"{n}x{n}: {positions} positions in chunks, {chunk_bytes / positions:.1f} B each "
-          f"(full search {full_bytes / full_positions:.1f}); shards {shard_bytes / len(shard_records):.1f} B "
-          f"a record vs Minigo's {result[f'minigo_bytes_per_record_{n}']:.1f}", flush=True)
+    print(
+        f"{n}x{n}: {positions} positions in chunks, {chunk_bytes / positions:.1f} B each "
+        f"(full search {full_bytes / full_positions:.1f}); shards {shard_bytes / len(shard_records):.1f} B "
+        f"a record vs Minigo's {result[f'minigo_bytes_per_record_{n}']:.1f}",
+        flush=True,
+    )
 
 
 def main() -> int:
     started = time.time()
-    result: dict[str, Any] = {"bench": "format_size", "worker_flags": " ".join(PINNED_WORKER_FLAGS),
-              "shuffle_flags": " ".join(PINNED_SHUFFLE_FLAGS)}
+    result: dict[str, Any] = {
+        "bench": "format_size",
+        "worker_flags": " ".join(PINNED_WORKER_FLAGS),
+        "shuffle_flags": " ".join(PINNED_SHUFFLE_FLAGS),
+    }
     with tempfile.TemporaryDirectory(prefix="zerolake-format-size-") as scratch:
         for n in (9, 19):
             measure(Path(scratch), n, result)
     for n in (9, 19):
-        result[f"shard_over_minigo_{n}"] = round(result[f"shard_bytes_per_record_{n}"]
-                                                 / result[f"minigo_bytes_per_record_{n}"], 3)
+        result[f"shard_over_minigo_{n}"] = round(
+            result[f"shard_bytes_per_record_{n}"] / result[f"minigo_bytes_per_record_{n}"], 3
+        )
     result["seconds"] = round(time.time() - started)
     print(json.dumps(result))
     return 0

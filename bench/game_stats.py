@@ -17,6 +17,7 @@ Generation 0 is left out by default (``--min-generation 1``).  Ends with one JSO
 
     python bench/game_stats.py --lake RUNS/a1 [--lake RUNS/a2 ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,9 @@ def run_search_settings(lake: str) -> dict:
     newest = None
     for launcher in ("loop", "cluster"):
         for info in storage.list(layout.settings_records_prefix(launcher)):
-            if info.path.endswith(".json") and (newest is None or info.path.rsplit("/", 1)[-1]
-                                                > newest.rsplit("/", 1)[-1]):
+            if info.path.endswith(".json") and (
+                newest is None or info.path.rsplit("/", 1)[-1] > newest.rsplit("/", 1)[-1]
+            ):
                 newest = info.path
     if newest is None:
         return {}
@@ -81,7 +83,7 @@ def lake_stats(lake: str, generations: range, threshold: float, moves: int, visi
             full_search = np.asarray(game.full_search, bool)
             cost = np.where(full_search, visits["visits"], visits["fast_visits"]).astype(np.float64)
             if game.accelerated_from >= 0:
-                cost[game.accelerated_from:] = visits["accelerated_visits"]
+                cost[game.accelerated_from :] = visits["accelerated_visits"]
             start = decided_from(game, threshold, moves)
             positions += count
             decided += count - start
@@ -90,16 +92,20 @@ def lake_stats(lake: str, generations: range, threshold: float, moves: int, visi
             simulations += float(cost.sum())
             decided_simulations += float(cost[start:].sum())
     if not lengths:
-        raise SystemExit(f"bench/game_stats.py: {lake} holds no readable games of generations "
-                         f"{generations.start}..{generations.stop - 1}")
+        raise SystemExit(
+            f"bench/game_stats.py: {lake} holds no readable games of generations "
+            f"{generations.start}..{generations.stop - 1}"
+        )
     game_moves, end_codes = np.asarray(lengths), np.asarray(ends)
     report: dict[str, float | None] = {
-        "games": int(len(game_moves)), "positions": positions,
+        "games": int(len(game_moves)),
+        "positions": positions,
         "moves_per_game": round(float(game_moves.mean()), 2),
         "decided_position_share": round(decided / positions, 4),
         "decided_full_search_share": round(decided_full / max(full, 1), 4),
         "decided_simulation_share": round(decided_simulations / simulations, 4),
-        "simulations_per_game": round(simulations / len(game_moves), 1)}
+        "simulations_per_game": round(simulations / len(game_moves), 1),
+    }
     for code, name in END_NAMES.items():
         mask = end_codes == code
         report[f"{name}_share"] = round(float(mask.mean()), 4)
@@ -109,20 +115,44 @@ def lake_stats(lake: str, generations: range, threshold: float, moves: int, visi
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python bench/game_stats.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lake", action="append", required=True,
-                        help="a run's lake root (local folder or gs://); repeat to compare runs")
-    parser.add_argument("--min-generation", type=int, default=1,
-                        help="count games of this generation and later (default 1: generation 0 left out)")
-    parser.add_argument("--max-generation", type=int, default=-1,
-                        help="...and of this generation and earlier (default -1: no limit); to compare runs "
-                             "of different lengths on the same generations")
-    parser.add_argument("--decided-value", type=float, default=0.9,
-                        help="|root value| beyond which a move counts toward 'decided' (default 0.9)")
-    parser.add_argument("--decided-moves", type=int, default=3,
-                        help="own moves in a row beyond --decided-value that decide a game (default 3)")
+    parser.add_argument(
+        "--lake",
+        action="append",
+        required=True,
+        help="a run's lake root (local folder or gs://); repeat to compare runs",
+    )
+    parser.add_argument(
+        "--min-generation",
+        type=int,
+        default=1,
+        help="count games of this generation and later (default 1: generation 0 left out)",
+    )
+    parser.add_argument(
+        "--max-generation",
+        type=int,
+        default=-1,
+        help="...and of this generation and earlier (default -1: no limit); to compare runs "
+        "of different lengths on the same generations",
+    )
+    parser.add_argument(
+        "--decided-value",
+        type=float,
+        default=0.9,
+        help="|root value| beyond which a move counts toward 'decided' (default 0.9)",
+    )
+    parser.add_argument(
+        "--decided-moves",
+        type=int,
+        default=3,
+        help="own moves in a row beyond --decided-value that decide a game (default 3)",
+    )
     for flag in ("visits", "fast-visits", "accelerated-visits"):
-        parser.add_argument(f"--{flag}", type=int, default=None,
-                            help=f"the worker's --{flag} (default: the run's, from its settings record)")
+        parser.add_argument(
+            f"--{flag}",
+            type=int,
+            default=None,
+            help=f"the worker's --{flag} (default: the run's, from its settings record)",
+        )
     args = parser.parse_args(argv)
     if not 0 < args.decided_value < 1 or args.decided_moves < 1 or args.min_generation < 0:
         parser.error("--decided-value must lie in (0, 1), --decided-moves >= 1, --min-generation >= 0")
@@ -137,20 +167,33 @@ def main(argv=None) -> int:
                 visits[key] = getattr(args, key)
         missing = [key for key in ("visits", "fast_visits", "accelerated_visits") if key not in visits]
         if missing:
-            parser.error(f"{lake} has no loop or cluster settings record: give --"
-                         + ", --".join(key.replace("_", "-") for key in missing))
+            parser.error(
+                f"{lake} has no loop or cluster settings record: give --"
+                + ", --".join(key.replace("_", "-") for key in missing)
+            )
         report = lake_stats(lake, generations, args.decided_value, args.decided_moves, visits)
         report["search"] = visits
         results[lake] = report
-        print(f"{lake}: {report['games']} games, {report['moves_per_game']} moves a game "
-              f"(two passes {report['two_passes_share']:.0%}, resigned {report['resignation_share']:.0%}, "
-              f"cap {report['move_cap_share']:.0%}); decided positions {report['decided_position_share']:.1%} "
-              f"of all, {report['decided_full_search_share']:.1%} of full searches, "
-              f"{report['decided_simulation_share']:.1%} of simulations")
-    print(json.dumps({"bench": "game_stats", "decided_value": args.decided_value,
-                      "decided_moves": args.decided_moves, "min_generation": args.min_generation,
-                      "max_generation": args.max_generation,
-                      "lakes": results}, allow_nan=False))
+        print(
+            f"{lake}: {report['games']} games, {report['moves_per_game']} moves a game "
+            f"(two passes {report['two_passes_share']:.0%}, resigned {report['resignation_share']:.0%}, "
+            f"cap {report['move_cap_share']:.0%}); decided positions {report['decided_position_share']:.1%} "
+            f"of all, {report['decided_full_search_share']:.1%} of full searches, "
+            f"{report['decided_simulation_share']:.1%} of simulations"
+        )
+    print(
+        json.dumps(
+            {
+                "bench": "game_stats",
+                "decided_value": args.decided_value,
+                "decided_moves": args.decided_moves,
+                "min_generation": args.min_generation,
+                "max_generation": args.max_generation,
+                "lakes": results,
+            },
+            allow_nan=False,
+        )
+    )
     return 0
 
 

@@ -17,6 +17,7 @@ simulations a second: an estimate of how many workers one GPU serves, not a meas
 
 Ends with one JSON line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 
 def _selfplay_bench():
     """bench/selfplay.py as a module (it shares the name of the selfplay package, so by path)."""
@@ -61,13 +63,17 @@ def search_scaling(board_size: int, seconds: float, max_processes: int) -> dict:
         with context.Pool(count) as pool:
             rates = pool.map(_search_worker, [(board_size, seconds, 100 + i) for i in range(count)])
         out[count] = round(sum(rates))
-        print(f"search {board_size}x{board_size}: {count:2d} processes -> {out[count]:,} simulations/s "
-              f"({out[count] / count:,.0f} each)", flush=True)
+        print(
+            f"search {board_size}x{board_size}: {count:2d} processes -> {out[count]:,} simulations/s "
+            f"({out[count] / count:,.0f} each)",
+            flush=True,
+        )
     return out
 
 
-def network_rate(board_size: int, blocks: int, filters: int, batch: int, dtype: str, seconds: float,
-                 copies: bool = False) -> float:
+def network_rate(
+    board_size: int, blocks: int, filters: int, batch: int, dtype: str, seconds: float, copies: bool = False
+) -> float:
     """Positions/s of the PyTorch stand-in network on the GPU (see the module docstring); ``copies``:
     each call's planes come from host memory and its outputs go back to it, as in a worker."""
     import torch
@@ -89,13 +95,26 @@ def network_rate(board_size: int, blocks: int, filters: int, batch: int, dtype: 
         def __init__(self):
             super().__init__()
             points = board_size * board_size
-            self.stem = nn.Sequential(nn.Conv2d(17, filters, 3, padding=1, bias=False), nn.BatchNorm2d(filters),
-                                      nn.ReLU())
+            self.stem = nn.Sequential(
+                nn.Conv2d(17, filters, 3, padding=1, bias=False), nn.BatchNorm2d(filters), nn.ReLU()
+            )
             self.tower = nn.Sequential(*[Block() for _ in range(blocks)])
-            self.policy = nn.Sequential(nn.Conv2d(filters, 2, 1, bias=False), nn.BatchNorm2d(2), nn.ReLU(),
-                                        nn.Flatten(), nn.Linear(2 * points, points + 1))
-            self.value = nn.Sequential(nn.Conv2d(filters, 2, 1, bias=False), nn.BatchNorm2d(2), nn.ReLU(),
-                                       nn.Flatten(), nn.Linear(2 * points, 64), nn.ReLU(), nn.Linear(64, 2))
+            self.policy = nn.Sequential(
+                nn.Conv2d(filters, 2, 1, bias=False),
+                nn.BatchNorm2d(2),
+                nn.ReLU(),
+                nn.Flatten(),
+                nn.Linear(2 * points, points + 1),
+            )
+            self.value = nn.Sequential(
+                nn.Conv2d(filters, 2, 1, bias=False),
+                nn.BatchNorm2d(2),
+                nn.ReLU(),
+                nn.Flatten(),
+                nn.Linear(2 * points, 64),
+                nn.ReLU(),
+                nn.Linear(64, 2),
+            )
             self.ownership = nn.Conv2d(filters, 1, 1)
 
         def forward(self, x):
@@ -106,7 +125,7 @@ def network_rate(board_size: int, blocks: int, filters: int, batch: int, dtype: 
     model = Network().cuda().eval().to(kind).to(memory_format=torch.channels_last)
     planes = (torch.rand(batch, 17, board_size, board_size, device="cuda") < 0.3).to(kind)
     planes = planes.contiguous(memory_format=torch.channels_last)
-    host = planes.float().cpu().numpy()   # what a worker hands its network: float32 numpy planes
+    host = planes.float().cpu().numpy()  # what a worker hands its network: float32 numpy planes
 
     def call():
         if not copies:
@@ -129,8 +148,12 @@ def network_rate(board_size: int, blocks: int, filters: int, batch: int, dtype: 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--processes", type=int, default=multiprocessing.cpu_count(),
-                        help="most search processes at once (default: every core)")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=multiprocessing.cpu_count(),
+        help="most search processes at once (default: every core)",
+    )
     parser.add_argument("--seconds", type=float, default=8.0, help="timed seconds per measurement")
     parser.add_argument("--skip-network", action="store_true", help="search side only (no PyTorch/CUDA)")
     args = parser.parse_args(argv)
@@ -153,13 +176,17 @@ def main(argv=None) -> int:
             with_copies = {}
             for batch in (256, 1024, 4096):
                 with_copies[batch] = round(network_rate(n, 6, 96, batch, "float32", args.seconds / 2, copies=True))
-                print(f"network {n}x{n} 6x96 float32 batch {batch}, host copies included: "
-                      f"{with_copies[batch]:,} positions/s", flush=True)
+                print(
+                    f"network {n}x{n} 6x96 float32 batch {batch}, host copies included: "
+                    f"{with_copies[batch]:,} positions/s",
+                    flush=True,
+                )
             result[f"gpu_positions_per_s_{n}_float32_with_copies"] = with_copies
             one_process = result[f"search_sims_per_s_{n}"][1]
             result[f"processes_to_fill_gpu_{n}"] = round(max(with_copies.values()) / one_process, 1)
-        result["processes_to_fill_gpu_is"] = ("an estimate: float32 with host copies over one bare search "
-                                              "process (docstring)")
+        result["processes_to_fill_gpu_is"] = (
+            "an estimate: float32 with host copies over one bare search process (docstring)"
+        )
     print(json.dumps(result))
     return 0
 

@@ -17,6 +17,7 @@ MSE, and ``delta_*`` from the first arm (negative: better).  One JSON line.  Run
         --arm base= --arm weight='--train-loss-normalization weight' \\
         --arm value0='--shuffle-value-only-rows 0' --seeds 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,16 +44,18 @@ def parse_arm(text: str) -> tuple[str, list[str], list[str]]:
     ``--train-X V`` (as operations.loop and operations.cluster spell role settings)."""
     name, sep, flags = text.partition("=")
     if not sep or not name.isidentifier():
-        raise argparse.ArgumentTypeError(f"--arm {text!r}: write NAME=FLAGS, e.g. weight='--train-loss-"
-                                         "normalization weight' (NAME letters, digits, _)")
+        raise argparse.ArgumentTypeError(
+            f"--arm {text!r}: write NAME=FLAGS, e.g. weight='--train-loss-"
+            "normalization weight' (NAME letters, digits, _)"
+        )
     shuffle: list[str] = []
     train: list[str] = []
     words = shlex.split(flags)
     for i, word in enumerate(words):
         if word.startswith("--shuffle-"):
-            target, word = shuffle, "--" + word[len("--shuffle-"):]
+            target, word = shuffle, "--" + word[len("--shuffle-") :]
         elif word.startswith("--train-"):
-            target, word = train, "--" + word[len("--train-"):]
+            target, word = train, "--" + word[len("--train-") :]
         elif word.startswith("--"):
             raise argparse.ArgumentTypeError(f"--arm {name}: {word} is neither --shuffle-* nor --train-*")
         else:
@@ -98,11 +101,16 @@ def build_window(root: str, shuffle_flags: list[str], seed: int) -> list[str]:
     from format import registry
     from format.window_manifest import read_window_manifest
 
-    done = subprocess.run([sys.executable, "-m", "pipeline.shuffle", "--root", root, "--seed", str(seed + 1),
-                           *shuffle_flags], cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.shuffle", "--root", root, "--seed", str(seed + 1), *shuffle_flags],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
-        raise SystemExit(f"bench/heldout.py: the shuffle job failed ({shlex.join(shuffle_flags)}):\n"
-                         + done.stderr[-3000:])
+        raise SystemExit(
+            f"bench/heldout.py: the shuffle job failed ({shlex.join(shuffle_flags)}):\n" + done.stderr[-3000:]
+        )
     storage = open_storage(root)
     manifest = read_window_manifest(storage, (registry.latest_generation(storage) or 0) + 1, check_shards=True)
     return [storage.url(path) for path in manifest.shards]
@@ -129,8 +137,9 @@ def heldout_set(lake: str, max_positions: int, channels: int) -> dict:
             boards = [black.astype(np.int8) - white.astype(np.int8) for black, white in game.planes]
             for i in range(game.num_positions):
                 mover = schema.BLACK if i % 2 == 0 else schema.WHITE
-                planes.append(input_planes(boards[max(0, i - schema.HISTORY_LENGTH + 1):i + 1][::-1], mover,
-                                           channels))
+                planes.append(
+                    input_planes(boards[max(0, i - schema.HISTORY_LENGTH + 1) : i + 1][::-1], mover, channels)
+                )
                 if game.full_search[i]:
                     entries, probs = game.policy_probs(i)
                     index.append(entries)
@@ -148,10 +157,14 @@ def heldout_set(lake: str, max_positions: int, channels: int) -> dict:
             break
     if not planes:
         raise SystemExit(f"bench/heldout.py: {lake} holds no readable chunks of generation 1 or later")
-    return {"planes": np.stack(planes), "policy_index": np.concatenate(index) if index else np.zeros(0, np.int64),
-            "policy_prob": np.concatenate(prob) if prob else np.zeros(0, np.float32),
-            "policy_offsets": np.asarray(offsets, np.int64), "value": np.asarray(value, np.float32),
-            "value_known": np.asarray(known, bool)}
+    return {
+        "planes": np.stack(planes),
+        "policy_index": np.concatenate(index) if index else np.zeros(0, np.int64),
+        "policy_prob": np.concatenate(prob) if prob else np.zeros(0, np.float32),
+        "policy_offsets": np.asarray(offsets, np.int64),
+        "value": np.asarray(value, np.float32),
+        "value_known": np.asarray(known, bool),
+    }
 
 
 def score(model, held: dict) -> dict:
@@ -175,23 +188,32 @@ def score(model, held: dict) -> dict:
         known = held["value_known"][lo:hi]
         sq_sum += float(np.sum((values[known] - held["value"][lo:hi][known]) ** 2))
         value_rows += float(np.count_nonzero(known))
-    return {"policy_ce": ce_sum / max(policy_rows, 1), "policy_top1": top1 / max(policy_rows, 1),
-            "value_mse": sq_sum / max(value_rows, 1), "policy_rows": int(policy_rows),
-            "value_rows": int(value_rows)}
+    return {
+        "policy_ce": ce_sum / max(policy_rows, 1),
+        "policy_top1": top1 / max(policy_rows, 1),
+        "value_mse": sq_sum / max(value_rows, 1),
+        "policy_rows": int(policy_rows),
+        "value_rows": int(value_rows),
+    }
 
 
 def train_arm(root: str, shards: list[str], train_flags: list[str], seed: int, steps: int, board_size: int):
     """A fresh network trained ``steps`` steps on ``shards`` with the arm's trainer flags; its Keras model."""
-    from model.tfdata import training_dataset
     from model.config import CLI as TRAIN_CLI
     from model.sgd import Trainer, resolve_strategy
+    from model.tfdata import training_dataset
 
     config, _ = TRAIN_CLI.parse(["--root", root, "--seed", str(seed), "--warmup-steps", "50", *train_flags])
     call = min(config.steps_per_call, steps)
     resolved = resolve_strategy(config)
     trainer = Trainer(config, config.network_for(board_size), resolved)
-    dataset = training_dataset(shards, board_size=board_size, batch_size=trainer.global_batch, seed=seed,
-                               input_planes=config.network.input_planes)
+    dataset = training_dataset(
+        shards,
+        board_size=board_size,
+        batch_size=trainer.global_batch,
+        seed=seed,
+        input_planes=config.network.input_planes,
+    )
     iterator = iter(resolved.strategy.experimental_distribute_dataset(dataset))
     for _ in range(max(1, steps // call)):
         trainer.train_steps(iterator, call)
@@ -201,16 +223,26 @@ def train_arm(root: str, shards: list[str], train_flags: list[str], seed: int, s
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench/heldout.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--lake", required=True, help="the run whose games every arm trains on")
-    parser.add_argument("--heldout-lake", required=True, help="another run's lake: its games of generation 1 and "
-                                                              "later are the held-out set")
-    parser.add_argument("--window", type=int, required=True, help="train on --lake's chunks of generations "
-                                                                 "below this (>= 1)")
-    parser.add_argument("--arm", action="append", type=parse_arm, required=True,
-                        help="NAME=FLAGS, repeated; the first arm is the reference of the deltas. FLAGS are "
-                             "--shuffle-* and --train-* settings, e.g. base= (the defaults)")
+    parser.add_argument(
+        "--heldout-lake",
+        required=True,
+        help="another run's lake: its games of generation 1 and later are the held-out set",
+    )
+    parser.add_argument(
+        "--window", type=int, required=True, help="train on --lake's chunks of generations below this (>= 1)"
+    )
+    parser.add_argument(
+        "--arm",
+        action="append",
+        type=parse_arm,
+        required=True,
+        help="NAME=FLAGS, repeated; the first arm is the reference of the deltas. FLAGS are "
+        "--shuffle-* and --train-* settings, e.g. base= (the defaults)",
+    )
     parser.add_argument("--seeds", type=int, default=2, help="training seeds per arm (default: 2)")
-    parser.add_argument("--steps", type=int, default=500, help="training steps per arm and seed (default: 500, "
-                                                               "the loop's per window)")
+    parser.add_argument(
+        "--steps", type=int, default=500, help="training steps per arm and seed (default: 500, the loop's per window)"
+    )
     parser.add_argument("--heldout-positions", type=int, default=20000, help="held-out positions scored")
     args = parser.parse_args(argv)
     if os.path.realpath(args.lake) == os.path.realpath(args.heldout_lake):
@@ -218,8 +250,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     names = [name for name, _, _ in args.arm]
     if len(set(names)) != len(names):
         parser.error("--arm names must differ")
-    for flag, value, least in (("--window", args.window, 1), ("--seeds", args.seeds, 1), ("--steps", args.steps, 1),
-                               ("--heldout-positions", args.heldout_positions, 1)):
+    for flag, value, least in (
+        ("--window", args.window, 1),
+        ("--seeds", args.seeds, 1),
+        ("--steps", args.steps, 1),
+        ("--heldout-positions", args.heldout_positions, 1),
+    ):
         if value < least:
             parser.error(f"{flag} must be at least {least}")
     return args
@@ -227,16 +263,22 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from format.run_config import read_run_config
     from cloud.storage import open_storage
+    from format.run_config import read_run_config
 
     run = read_run_config(open_storage(args.lake))
     if run is None:
         print(f"bench/heldout.py: --lake {args.lake} has no run.json", file=sys.stderr)
         return 2
     board_size = run.board_size
-    result: dict = {"bench": "heldout", "lake": args.lake, "heldout_lake": args.heldout_lake,
-                    "window": args.window, "steps": args.steps, "seeds": args.seeds}
+    result: dict = {
+        "bench": "heldout",
+        "lake": args.lake,
+        "heldout_lake": args.heldout_lake,
+        "window": args.window,
+        "steps": args.steps,
+        "seeds": args.seeds,
+    }
     held_by_width: dict = {}
     with tempfile.TemporaryDirectory(prefix="zerolake-heldout-") as scratch:
         for name, shuffle_flags, train_flags in args.arm:
@@ -254,8 +296,13 @@ def main(argv=None) -> int:
                 result.setdefault("policy_rows", measured["policy_rows"])
                 result.setdefault("value_rows", measured["value_rows"])
                 shutil.rmtree(root, ignore_errors=True)
-                print(f"[heldout] {name} seed {seed}: " + ", ".join(f"{k} {measured[k]:.4f}" for k in REPORTED)
-                      + f" ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+                print(
+                    f"[heldout] {name} seed {seed}: "
+                    + ", ".join(f"{k} {measured[k]:.4f}" for k in REPORTED)
+                    + f" ({time.perf_counter() - started:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
             for key in REPORTED:
                 result[f"{key}_{name}"] = round(float(np.mean(figures[key])), 5)
                 result[f"{key}_{name}_seeds"] = figures[key]

@@ -10,6 +10,7 @@ Ends with one JSON line; ``delta_*`` is 22 planes minus 17 (negative: the wider 
 
     python bench/input_planes.py --lake RUNS/a1 --heldout-lake RUNS/a2 --window 6 [--steps 500]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,11 +44,18 @@ def heldout_metrics(trainer, shards: list[str], board_size: int, input_planes: i
     """Mean losses of ``trainer``'s network over every position of ``shards`` (no augmentation, one pass)."""
     import tensorflow as tf
 
-    from model.tfdata import training_dataset
     from model.sgd import head_losses, summarize
+    from model.tfdata import training_dataset
 
-    dataset = training_dataset(shards, board_size=board_size, batch_size=HELDOUT_BATCH, seed=0, augment=False,
-                               repeat=False, input_planes=input_planes).take(HELDOUT_POSITIONS // HELDOUT_BATCH)
+    dataset = training_dataset(
+        shards,
+        board_size=board_size,
+        batch_size=HELDOUT_BATCH,
+        seed=0,
+        augment=False,
+        repeat=False,
+        input_planes=input_planes,
+    ).take(HELDOUT_POSITIONS // HELDOUT_BATCH)
 
     @tf.function
     def sums_of(batch):
@@ -64,18 +72,25 @@ def heldout_metrics(trainer, shards: list[str], board_size: int, input_planes: i
     return {**summarize(totals), "positions": int(totals.get("examples", 0))}
 
 
-def train_and_measure(width: int, train: list[str], heldout: list[str], board_size: int, steps: int,
-                      scratch: str) -> dict:
-    from model.tfdata import training_dataset
+def train_and_measure(
+    width: int, train: list[str], heldout: list[str], board_size: int, steps: int, scratch: str
+) -> dict:
     from model.config import NetworkConfig, TrainConfig
     from model.sgd import Trainer, resolve_strategy
+    from model.tfdata import training_dataset
 
-    config = TrainConfig(root=os.path.join(scratch, f"lake{width}"), network=NetworkConfig(input_planes=width),
-                         warmup_steps=50, steps_per_call=50, seed=0)
+    config = TrainConfig(
+        root=os.path.join(scratch, f"lake{width}"),
+        network=NetworkConfig(input_planes=width),
+        warmup_steps=50,
+        steps_per_call=50,
+        seed=0,
+    )
     resolved = resolve_strategy(config)
     trainer = Trainer(config, config.network_for(board_size), resolved)
-    dataset = training_dataset(train, board_size=board_size, batch_size=trainer.global_batch, seed=1,
-                               input_planes=width)
+    dataset = training_dataset(
+        train, board_size=board_size, batch_size=trainer.global_batch, seed=1, input_planes=width
+    )
     iterator = iter(resolved.strategy.experimental_distribute_dataset(dataset))
     started = time.perf_counter()
     for _ in range(steps // config.steps_per_call):
@@ -99,14 +114,22 @@ def main(argv=None) -> int:
     heldout, heldout_size = window_shards(args.heldout_lake, args.window)
     if heldout_size != board_size:
         parser.error(f"the windows are {board_size}x{board_size} and {heldout_size}x{heldout_size}")
-    result: dict = {"bench": "input_planes", "lake": args.lake, "heldout_lake": args.heldout_lake,
-                    "window": args.window, "steps": args.steps}
+    result: dict = {
+        "bench": "input_planes",
+        "lake": args.lake,
+        "heldout_lake": args.heldout_lake,
+        "window": args.window,
+        "steps": args.steps,
+    }
     with tempfile.TemporaryDirectory(prefix="zerolake-bench-") as scratch:
         for width in WIDTHS:
             metrics = train_and_measure(width, train, heldout, board_size, args.steps, scratch)
-            print(f"{width} planes: " + ", ".join(f"{key} {metrics[key]:.4f}" for key in REPORTED)
-                  + f" on {metrics['positions']} held-out positions; trained in {metrics['train_seconds']} s",
-                  flush=True)
+            print(
+                f"{width} planes: "
+                + ", ".join(f"{key} {metrics[key]:.4f}" for key in REPORTED)
+                + f" on {metrics['positions']} held-out positions; trained in {metrics['train_seconds']} s",
+                flush=True,
+            )
             for key in (*REPORTED, "positions", "train_seconds"):
                 result[f"{key}_{width}"] = round(metrics[key], 4) if isinstance(metrics[key], float) else metrics[key]
     for key in REPORTED:

@@ -17,6 +17,7 @@ reused only when its *provenance* (flags, commit, machine: ``NAME.provenance.jso
 Ends with one JSON line (``allow_nan=False``): verdict, intervals, each run's number, and each
 match's players, seed, tally and sha256 of its files, so every figure can be rebuilt from ``--out``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,11 +39,11 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from arena.elo import ELO_PER_NAT  # noqa: E402
+from arena.match import wilson_interval  # noqa: E402
 from format import layout  # noqa: E402
 from format.match_record import MatchGame, MatchRecord  # noqa: E402
 from format.sgf import game_from_sgf  # noqa: E402
-from arena.elo import ELO_PER_NAT  # noqa: E402
-from arena.match import wilson_interval  # noqa: E402
 
 ELO_CLAMP = 800.0
 """|Elo| reported for a shut-out (a score of 0 or 1 has no finite Elo)."""
@@ -60,6 +61,7 @@ DEFAULT_CROSS_GAMES_PER_RUN = 100
 # --------------------------------------------------------------------------
 # Statistics: pure functions, unit-tested
 # --------------------------------------------------------------------------
+
 
 def elo_of(score: float) -> float:
     """Elo difference implied by a score fraction (clamped at +-ELO_CLAMP)."""
@@ -94,7 +96,7 @@ class MatchTally:
     def game_variance(self) -> float:
         """Binomial variance of `smoothed_elo` from these games alone (Elo squared)."""
         p = (self.score + 0.5) / (self.games + 1.0)
-        return ELO_PER_NAT ** 2 / ((self.games + 1.0) * p * (1.0 - p))
+        return ELO_PER_NAT**2 / ((self.games + 1.0) * p * (1.0 - p))
 
 
 def student_t_quantile(probability: float, degrees_of_freedom: float) -> float:
@@ -105,7 +107,7 @@ def student_t_quantile(probability: float, degrees_of_freedom: float) -> float:
 
     def cdf(x: float, steps: int = 2000) -> float:
         points = np.linspace(0.0, x, steps + 1)
-        density = np.exp(log_norm - (nu + 1) / 2 * np.log1p(points ** 2 / nu))
+        density = np.exp(log_norm - (nu + 1) / 2 * np.log1p(points**2 / nu))
         weights = np.where(np.arange(steps + 1) % 2, 4.0, 2.0)
         weights[[0, -1]] = 1.0
         return 0.5 + float(weights @ density) * (x / steps) / 3
@@ -140,10 +142,14 @@ class RunLevelEffect:
     """B's Elo over all the games against each A run."""
 
     def as_json(self) -> dict:
-        rounded = {key: round(value, 1) for key, value in dataclasses.asdict(self).items()
-                   if not isinstance(value, dict)}
-        return {**rounded, "b_runs": {k: round(v, 1) for k, v in self.b_runs.items()},
-                "a_runs": {k: round(v, 1) for k, v in self.a_runs.items()}}
+        rounded = {
+            key: round(value, 1) for key, value in dataclasses.asdict(self).items() if not isinstance(value, dict)
+        }
+        return {
+            **rounded,
+            "b_runs": {k: round(v, 1) for k, v in self.b_runs.items()},
+            "a_runs": {k: round(v, 1) for k, v in self.a_runs.items()},
+        }
 
 
 def run_level_effect(cross: dict[tuple[str, str], MatchTally]) -> RunLevelEffect:
@@ -161,28 +167,35 @@ def run_level_effect(cross: dict[tuple[str, str], MatchTally]) -> RunLevelEffect
     share_a = statistics.variance(a_runs.values()) / len(a_names)
     games_only = sum(cross.values(), MatchTally(0, 0.0)).game_variance()
     variance = max(share_b + share_a - games_only, games_only)
-    if share_b + share_a > 0:     # Welch-Satterthwaite
-        df = (share_b + share_a) ** 2 / (share_b ** 2 / (len(b_names) - 1) + share_a ** 2 / (len(a_names) - 1))
+    if share_b + share_a > 0:  # Welch-Satterthwaite
+        df = (share_b + share_a) ** 2 / (share_b**2 / (len(b_names) - 1) + share_a**2 / (len(a_names) - 1))
     else:
         df = len(b_names) + len(a_names) - 2
     half = student_t_quantile(0.975, df) * math.sqrt(variance)
     # An arm's run numbers vary by the run spread plus each run's games' own noise.
     run_variance = statistics.fmean(
-        [statistics.variance(b_runs.values()) - statistics.fmean(t.game_variance() for t in rows.values()),
-         statistics.variance(a_runs.values()) - statistics.fmean(t.game_variance() for t in columns.values())])
-    return RunLevelEffect(effect, effect - half, effect + half, math.sqrt(variance), df,
-                          math.sqrt(max(0.0, run_variance)), b_runs, a_runs)
+        [
+            statistics.variance(b_runs.values()) - statistics.fmean(t.game_variance() for t in rows.values()),
+            statistics.variance(a_runs.values()) - statistics.fmean(t.game_variance() for t in columns.values()),
+        ]
+    )
+    return RunLevelEffect(
+        effect, effect - half, effect + half, math.sqrt(variance), df, math.sqrt(max(0.0, run_variance)), b_runs, a_runs
+    )
 
 
-def planned_precision(seeds: int, cross_games_per_run: int,
-                      run_spread: float = PLANNED_RUN_SPREAD_ELO) -> tuple[float, float]:
+def planned_precision(
+    seeds: int, cross_games_per_run: int, run_spread: float = PLANNED_RUN_SPREAD_ELO
+) -> tuple[float, float]:
     """(expected half-width of the run-level 95% interval, the effect it keeps 4 times in 5), for
     ``seeds`` runs an arm of equal spread, each playing ``cross_games_per_run`` cross games near 50%."""
     games = seeds * cross_games_per_run
-    error = math.sqrt(2 * run_spread ** 2 / seeds + 4 * ELO_PER_NAT ** 2 / games)
+    error = math.sqrt(2 * run_spread**2 / seeds + 4 * ELO_PER_NAT**2 / games)
     df = 2 * (seeds - 1)
-    return (student_t_quantile(0.975, df) * error,
-            (student_t_quantile(0.975, df) + student_t_quantile(0.8, df)) * error)
+    return (
+        student_t_quantile(0.975, df) * error,
+        (student_t_quantile(0.975, df) + student_t_quantile(0.8, df)) * error,
+    )
 
 
 def cpu_gap(cpu_a: list[float], cpu_b: list[float]) -> float:
@@ -198,8 +211,14 @@ def outside_load(record: dict) -> float | None:
     return max(0.0, record["outside_cpu_seconds"]) / (record["wall_seconds"] * record.get("cores", 1))
 
 
-def decide(cross: dict[tuple[str, str], MatchTally], within: list[MatchTally], gap: float, max_gap: float,
-           loads: dict[str, float | None] | None = None, max_load: float = 0.05) -> dict:
+def decide(
+    cross: dict[tuple[str, str], MatchTally],
+    within: list[MatchTally],
+    gap: float,
+    max_gap: float,
+    loads: dict[str, float | None] | None = None,
+    max_load: float = 0.05,
+) -> dict:
     """The protocol's verdict: 'keep', 'drop', or 'refused' (a loaded machine), judged on the
     run-level interval; the games-pooled figure and the within-arm spread are reported beside it.
 
@@ -210,12 +229,21 @@ def decide(cross: dict[tuple[str, str], MatchTally], within: list[MatchTally], g
     pooled = sum(cross.values(), MatchTally(0, 0.0))
     pooled_elo, pooled_low, pooled_high = pooled.elo()
     spread = max((abs(t.elo()[0]) for t in within if t.games), default=None)
-    verdict = {"elo": round(effect.elo, 1), "elo_low": round(effect.low, 1), "elo_high": round(effect.high, 1),
-               "interval": "run-level: runs as the units, Welch t", "run_level": effect.as_json(),
-               "pooled_elo": round(pooled_elo, 1), "pooled_elo_low": round(pooled_low, 1),
-               "pooled_elo_high": round(pooled_high, 1), "pooled_interval": "games-pooled Wilson (games as "
-               "independent: too narrow)", "cross_games": pooled.games, "cross_score": pooled.score,
-               "within_spread_elo": None if spread is None else round(spread, 1), "cpu_gap": round(gap, 3)}
+    verdict = {
+        "elo": round(effect.elo, 1),
+        "elo_low": round(effect.low, 1),
+        "elo_high": round(effect.high, 1),
+        "interval": "run-level: runs as the units, Welch t",
+        "run_level": effect.as_json(),
+        "pooled_elo": round(pooled_elo, 1),
+        "pooled_elo_low": round(pooled_low, 1),
+        "pooled_elo_high": round(pooled_high, 1),
+        "pooled_interval": "games-pooled Wilson (games as independent: too narrow)",
+        "cross_games": pooled.games,
+        "cross_score": pooled.score,
+        "within_spread_elo": None if spread is None else round(spread, 1),
+        "cpu_gap": round(gap, 3),
+    }
     known = {run: load for run, load in (loads or {}).items() if load is not None}
     measured = bool(loads) and len(known) == len(loads or {})
     if measured:
@@ -224,12 +252,16 @@ def decide(cross: dict[tuple[str, str], MatchTally], within: list[MatchTally], g
     interval = f"{effect.elo:+.0f} Elo [{effect.low:+.0f}, {effect.high:+.0f}] (run-level 95%)"
     if loaded:
         verdict["decision"] = "refused"
-        verdict["why"] = (f"the machine was loaded during run {', '.join(loaded)}: other processes took "
-                          f"{max(known[r] for r in loaded):.0%} of its CPU (more than {max_load:.0%})")
+        verdict["why"] = (
+            f"the machine was loaded during run {', '.join(loaded)}: other processes took "
+            f"{max(known[r] for r in loaded):.0%} of its CPU (more than {max_load:.0%})"
+        )
     elif not measured and gap > max_gap:
         verdict["decision"] = "refused"
-        verdict["why"] = (f"the arms' CPU time differs by {gap:.0%} (more than {max_gap:.0%}), and the runs "
-                          f"do not record the outside load that would tell a loaded machine from the arm's own use")
+        verdict["why"] = (
+            f"the arms' CPU time differs by {gap:.0%} (more than {max_gap:.0%}), and the runs "
+            f"do not record the outside load that would tell a loaded machine from the arm's own use"
+        )
     elif effect.low > 0:
         verdict["decision"] = "keep"
         verdict["why"] = f"B is {interval}: the low end is above 0"
@@ -244,8 +276,10 @@ def games_with_sgf(record: MatchRecord) -> list[tuple[MatchGame, str]]:
     games = record.game_results or ()
     paired = [(game, game.sgf) for game in games if game.sgf is not None]
     if not games or len(paired) != len(games):
-        raise ValueError(f"the match {record.player_a} vs {record.player_b} kept no SGF of its games "
-                         "(bench/learning.py plays its matches with --sgf-dir)")
+        raise ValueError(
+            f"the match {record.player_a} vs {record.player_b} kept no SGF of its games "
+            "(bench/learning.py plays its matches with --sgf-dir)"
+        )
     return paired
 
 
@@ -263,8 +297,9 @@ def tally_match(record: MatchRecord) -> MatchTally:
         seen.add(key)
         if game.result.startswith("0") or game.result.lower().startswith("draw"):
             score += 0.5
-        elif (game.result.startswith("B+") and game.black == record.player_a) or \
-                (game.result.startswith("W+") and game.white == record.player_a):
+        elif (game.result.startswith("B+") and game.black == record.player_a) or (
+            game.result.startswith("W+") and game.white == record.player_a
+        ):
             score += 1.0
     return MatchTally(len(seen), score)
 
@@ -283,6 +318,7 @@ def match_digest(result_path: str, record: MatchRecord) -> str:
 # --------------------------------------------------------------------------
 # Arms: bundles of flag changes
 # --------------------------------------------------------------------------
+
 
 def bundle_flags(changes: list[str], option: str) -> str:
     """The loop flags of an arm made of ``changes`` (each one or more flags), or ValueError naming
@@ -303,14 +339,20 @@ def bundle_flags(changes: list[str], option: str) -> str:
 # Provenance: what a cached base, run or match was made with
 # --------------------------------------------------------------------------
 
+
 @functools.lru_cache(maxsize=None)
 def current_commit() -> tuple[str, bool]:
     """(git HEAD of the repository, whether tracked files have uncommitted changes); ("unknown", True)
     outside a git checkout."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                                capture_output=True, text=True, check=True)
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     except (OSError, subprocess.CalledProcessError):
         return "unknown", True
     return head.stdout.strip(), bool(status.stdout.strip())
@@ -365,10 +407,14 @@ def provenance_differences(recorded: dict, current: dict) -> list[str]:
         if old_machine.get(key) != new_machine[key]:
             differences.append(f"machine {key} {old_machine.get(key)!r}, now {new_machine[key]!r}")
     old_speed = old_machine.get("speed")
-    if not (isinstance(old_speed, (int, float)) and old_speed > 0
-            and abs(new_machine["speed"] / old_speed - 1) < SPEED_TOLERANCE):
-        differences.append(f"machine speed {old_speed}, now {new_machine['speed']} (more than "
-                           f"{SPEED_TOLERANCE:.0%} apart)")
+    if not (
+        isinstance(old_speed, (int, float))
+        and old_speed > 0
+        and abs(new_machine["speed"] / old_speed - 1) < SPEED_TOLERANCE
+    ):
+        differences.append(
+            f"machine speed {old_speed}, now {new_machine['speed']} (more than {SPEED_TOLERANCE:.0%} apart)"
+        )
     return differences
 
 
@@ -386,13 +432,18 @@ def check_cache(args, what: str, path: str, current: dict) -> None:
             recorded = json.load(handle)
     except FileNotFoundError:
         recorded = None
-    differences = (["no provenance recorded (made before it was kept)"] if recorded is None
-                   else provenance_differences(recorded, current))
+    differences = (
+        ["no provenance recorded (made before it was kept)"]
+        if recorded is None
+        else provenance_differences(recorded, current)
+    )
     if not differences:
         return
     if not args.allow_stale_cache:
-        raise refuse(f"{what} was made with other settings: {'; '.join(differences)}. Remove it to make it "
-                         f"again, or pass --allow-stale-cache to reuse it")
+        raise refuse(
+            f"{what} was made with other settings: {'; '.join(differences)}. Remove it to make it "
+            f"again, or pass --allow-stale-cache to reuse it"
+        )
     say(f"REUSING {what} although {'; '.join(differences)} (--allow-stale-cache)")
     args.stale_caches.append(what)
 
@@ -411,6 +462,7 @@ def read_provenance(path: str) -> dict:
 # --------------------------------------------------------------------------
 # Running: the base, the runs, the matches
 # --------------------------------------------------------------------------
+
 
 def say(text: str) -> None:
     print(f"[learning {time.strftime('%H:%M:%S')}] {text}", flush=True)
@@ -433,8 +485,7 @@ def run_measured(argv: list[str], log_path: str) -> tuple[int, float, float, flo
         child = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(child.pid, 0)
     own = usage.ru_utime + usage.ru_stime
-    return (os.waitstatus_to_exitcode(status), own, machine_busy_seconds() - busy - own,
-            time.monotonic() - started)
+    return (os.waitstatus_to_exitcode(status), own, machine_busy_seconds() - busy - own, time.monotonic() - started)
 
 
 def run_match(argv: list[str]) -> subprocess.CompletedProcess:
@@ -443,15 +494,45 @@ def run_match(argv: list[str]) -> subprocess.CompletedProcess:
 
 
 def base_argv(args, base: str) -> list[str]:
-    return [sys.executable, "-m", "selfplay.worker", "--root", base, "--games", "64",
-            "--max-seconds", f"{args.base_seconds:g}", "--seed", "1000", "--worker-id", "loop0",
-            "--spool-dir", os.path.join(args.out, "spool-base"), *shlex.split(args.base_flags)]
+    return [
+        sys.executable,
+        "-m",
+        "selfplay.worker",
+        "--root",
+        base,
+        "--games",
+        "64",
+        "--max-seconds",
+        f"{args.base_seconds:g}",
+        "--seed",
+        "1000",
+        "--worker-id",
+        "loop0",
+        "--spool-dir",
+        os.path.join(args.out, "spool-base"),
+        *shlex.split(args.base_flags),
+    ]
 
 
 def loop_argv(args, root: str, flags: str, seed: int) -> list[str]:
-    return [sys.executable, "-m", "operations.loop", "--root", root, "--hours", f"{args.minutes / 60:.6f}",
-            "--seed", str(seed), "--final-gnugo-games", "0", "--final-eval-games", "2", "--eval-games", "2",
-            *shlex.split(flags)]
+    return [
+        sys.executable,
+        "-m",
+        "operations.loop",
+        "--root",
+        root,
+        "--hours",
+        f"{args.minutes / 60:.6f}",
+        "--seed",
+        str(seed),
+        "--final-gnugo-games",
+        "0",
+        "--final-eval-games",
+        "2",
+        "--eval-games",
+        "2",
+        *shlex.split(flags),
+    ]
 
 
 def base_provenance(args) -> dict:
@@ -487,10 +568,11 @@ def run_arm(args, base: str, arm: str, flags: str, seed: int) -> dict:
     name = f"{arm}{seed}"
     root = os.path.join(args.out, "runs", name)
     record_path = os.path.join(args.out, "runs", f"{name}.json")
-    wanted = provenance({"loop_flags": flags, "seed": seed, "minutes": args.minutes,
-                         "base": digest_of(base + ".provenance.json")})
+    wanted = provenance(
+        {"loop_flags": flags, "seed": seed, "minutes": args.minutes, "base": digest_of(base + ".provenance.json")}
+    )
     record = {"cpu_seconds": 0.0, "invocations": 0}
-    if os.path.exists(root):       # begun before: resumed only if it is made the same way
+    if os.path.exists(root):  # begun before: resumed only if it is made the same way
         check_cache(args, f"run {name} ({root})", root + ".provenance.json", wanted)
         if os.path.exists(record_path):
             with open(record_path) as handle:
@@ -498,15 +580,16 @@ def run_arm(args, base: str, arm: str, flags: str, seed: int) -> dict:
             if record.get("done"):
                 return record
     else:
-        shutil.rmtree(root + ".tmp", ignore_errors=True)      # a copy an earlier invocation did not finish
+        shutil.rmtree(root + ".tmp", ignore_errors=True)  # a copy an earlier invocation did not finish
         shutil.copytree(base, root + ".tmp")
         write_provenance(root + ".provenance.json", wanted)
         os.replace(root + ".tmp", root)
     say(f"run {name}: {args.minutes:g} min, loop flags: {flags or '(defaults)'}")
-    code, cpu, outside, wall = run_measured(loop_argv(args, root, flags, seed),
-                                            os.path.join(args.out, "runs", f"{name}.log"))
+    code, cpu, outside, wall = run_measured(
+        loop_argv(args, root, flags, seed), os.path.join(args.out, "runs", f"{name}.log")
+    )
     record["cpu_seconds"] += cpu
-    if record["invocations"] == 0 or "outside_cpu_seconds" in record:   # not for a run begun unmeasured
+    if record["invocations"] == 0 or "outside_cpu_seconds" in record:  # not for a run begun unmeasured
         record["outside_cpu_seconds"] = record.get("outside_cpu_seconds", 0.0) + outside
         record["wall_seconds"] = record.get("wall_seconds", 0.0) + wall
         record["cores"] = len(os.sched_getaffinity(0))
@@ -539,9 +622,11 @@ def fits_window(args, seconds: float) -> bool:
 def stop_for_window(args, what: str, left: list[str]) -> None:
     """Stop between runs (or before a match) when the window is spent: a run cut by the end of a
     sitting would be resumed with its hours and its CPU split, so none is begun that cannot end."""
-    say(f"the {args.window_minutes:g}-minute window is spent before the next {what}; left: "
+    say(
+        f"the {args.window_minutes:g}-minute window is spent before the next {what}; left: "
         f"{', '.join(left)}{' and the matches after them' if what == 'run' else ' and any after it'}. "
-        f"Rerun the same command to resume")
+        f"Rerun the same command to resume"
+    )
     sys.exit(3)
 
 
@@ -551,23 +636,49 @@ def play_match(args, first: str, second: str, games: int, seed: int) -> tuple[Ma
     name = f"{first}-vs-{second}"
     runs, matches = os.path.join(args.out, "runs"), os.path.join(args.out, "matches")
     result_path = os.path.join(matches, f"{name}.json")
-    wanted = provenance({"games": games, "visits": args.visits, "paired_openings": args.paired_openings,
-                         "seed": seed, first: digest_of(os.path.join(runs, first + ".provenance.json")),
-                         second: digest_of(os.path.join(runs, second + ".provenance.json"))})
+    wanted = provenance(
+        {
+            "games": games,
+            "visits": args.visits,
+            "paired_openings": args.paired_openings,
+            "seed": seed,
+            first: digest_of(os.path.join(runs, first + ".provenance.json")),
+            second: digest_of(os.path.join(runs, second + ".provenance.json")),
+        }
+    )
     if os.path.exists(result_path):
         check_cache(args, f"match {name} ({result_path})", os.path.join(matches, f"{name}.provenance.json"), wanted)
     else:
         say(f"match {first} vs {second}: {games} games at {args.visits} visits, seed {seed}")
         sgf_dir = os.path.join(matches, name)
-        shutil.rmtree(sgf_dir, ignore_errors=True)      # games of an attempt that did not finish
+        shutil.rmtree(sgf_dir, ignore_errors=True)  # games of an attempt that did not finish
         completed = run_match(
-            [sys.executable, "-m", "arena.match", f"model:{os.path.join(runs, first)}",
-             f"model:{os.path.join(runs, second)}", "--games", str(games), "--visits", str(args.visits),
-             "--opening-moves", "0", "--paired-openings", str(args.paired_openings), "--seed", str(seed), "--json",
-             "--sgf-dir", sgf_dir])
+            [
+                sys.executable,
+                "-m",
+                "arena.match",
+                f"model:{os.path.join(runs, first)}",
+                f"model:{os.path.join(runs, second)}",
+                "--games",
+                str(games),
+                "--visits",
+                str(args.visits),
+                "--opening-moves",
+                "0",
+                "--paired-openings",
+                str(args.paired_openings),
+                "--seed",
+                str(seed),
+                "--json",
+                "--sgf-dir",
+                sgf_dir,
+            ]
+        )
         if completed.returncode:
-            sys.exit(f"bench/learning.py: match {name} failed (exit {completed.returncode}): "
-                     f"{completed.stderr.strip().splitlines()[-1:]}")
+            sys.exit(
+                f"bench/learning.py: match {name} failed (exit {completed.returncode}): "
+                f"{completed.stderr.strip().splitlines()[-1:]}"
+            )
         with open(result_path + ".tmp", "w") as handle:
             handle.write(completed.stdout.strip().splitlines()[-1])
         os.replace(result_path + ".tmp", result_path)
@@ -575,8 +686,14 @@ def play_match(args, first: str, second: str, games: int, seed: int) -> tuple[Ma
     with open(result_path, "rb") as handle:
         record = MatchRecord.from_bytes(handle.read(), result_path)
     tally = tally_match(record)
-    return tally, {"match": name, "seed": seed, "games_played": len(record.game_results or ()),
-                   "games": tally.games, "score": tally.score, "digest": match_digest(result_path, record)}
+    return tally, {
+        "match": name,
+        "seed": seed,
+        "games_played": len(record.game_results or ()),
+        "games": tally.games,
+        "score": tally.score,
+        "digest": match_digest(result_path, record),
+    }
 
 
 def games_per_pairing(cross_games_per_run: int, seeds: int) -> int:
@@ -597,20 +714,21 @@ def run_ab(args) -> dict:
     for seed in seeds:
         for arm, flags in (("a", args.arm_a_flags), ("b", args.arm_b_flags)):
             if not run_is_done(args, arm, seed) and not fits_window(args, args.minutes * 60):
-                stop_for_window(args, "run", [f"{a}{s}" for s in seeds for a in "ab"
-                                              if not run_is_done(args, a, s)])
+                stop_for_window(args, "run", [f"{a}{s}" for s in seeds for a in "ab" if not run_is_done(args, a, s)])
             records[arm].append(run_arm(args, base, arm, flags, seed))
     cpu = {arm: [r["cpu_seconds"] for r in runs] for arm, runs in records.items()}
     pairing_games = games_per_pairing(args.cross_games_per_run, args.seeds)
     cross, matches = {}, []
     for sb in seeds:
         for sa in seeds:
-            if not os.path.exists(os.path.join(args.out, "matches", f"b{sb}-vs-a{sa}.json")) \
-                    and not fits_window(args, 0):
+            if not os.path.exists(os.path.join(args.out, "matches", f"b{sb}-vs-a{sa}.json")) and not fits_window(
+                args, 0
+            ):
                 stop_for_window(args, "match", [f"b{sb}-vs-a{sa}"])
             # The seed names the pairing, so a pairing's games do not change with --seeds.
-            cross[(f"b{sb}", f"a{sa}")], entry = play_match(args, f"b{sb}", f"a{sa}", pairing_games,
-                                                            7000 + 100 * sb + sa)
+            cross[(f"b{sb}", f"a{sa}")], entry = play_match(
+                args, f"b{sb}", f"a{sa}", pairing_games, 7000 + 100 * sb + sa
+            )
             matches.append(entry)
     within = []
     if args.within_games:
@@ -619,74 +737,145 @@ def run_ab(args) -> dict:
                 tally, entry = play_match(args, f"{arm}1", f"{arm}{other}", args.within_games, 8000 + other)
                 within.append(tally)
                 matches.append(entry)
-    loads = {f"{arm}{seed}": outside_load(record) for arm, runs in records.items()
-             for seed, record in zip(seeds, runs)}
+    loads = {f"{arm}{seed}": outside_load(record) for arm, runs in records.items() for seed, record in zip(seeds, runs)}
     verdict = decide(cross, within, cpu_gap(cpu["a"], cpu["b"]), args.max_cpu_gap, loads, args.max_outside_load)
     half_width, resolvable = planned_precision(args.seeds, args.cross_games_per_run)
-    say(f"protocol: {args.seeds} runs an arm, {pairing_games * args.seeds} cross-arm games a run. With runs "
+    say(
+        f"protocol: {args.seeds} runs an arm, {pairing_games * args.seeds} cross-arm games a run. With runs "
         f"{PLANNED_RUN_SPREAD_ELO:.0f} Elo apart it gives about +-{half_width:.0f} Elo, and keeps an effect of "
-        f"{resolvable:.0f} Elo 4 times in 5; these runs spread {verdict['run_level']['run_spread']:.0f} Elo")
-    say(f"games-pooled (every game as independent, too narrow): {verdict['pooled_elo']:+.0f} Elo "
-        f"[{verdict['pooled_elo_low']:+.0f}, {verdict['pooled_elo_high']:+.0f}] over {verdict['cross_games']} games")
+        f"{resolvable:.0f} Elo 4 times in 5; these runs spread {verdict['run_level']['run_spread']:.0f} Elo"
+    )
+    say(
+        f"games-pooled (every game as independent, too narrow): {verdict['pooled_elo']:+.0f} Elo "
+        f"[{verdict['pooled_elo_low']:+.0f}, {verdict['pooled_elo_high']:+.0f}] over {verdict['cross_games']} games"
+    )
     if args.stale_caches:
         say(f"REUSED despite other settings (--allow-stale-cache): {', '.join(args.stale_caches)}")
     say(f"{verdict['decision']}: {verdict['why']}")
     commit, uncommitted = current_commit()
-    return {"bench": "learning", "arm_a": args.arm_a_flags, "arm_a_name": args.arm_a_name,
-            "arm_a_changes": args.arm_a, "arm_b": args.arm_b_flags, "arm_b_name": args.arm_b_name,
-            "arm_b_changes": args.arm_b, "seeds": args.seeds, "minutes": args.minutes,
-            "base_seconds": args.base_seconds, "visits": args.visits, "paired_openings": args.paired_openings,
-            "cross_games_per_run": args.cross_games_per_run, "games_per_pairing": pairing_games,
-            "planned_run_spread_elo": PLANNED_RUN_SPREAD_ELO, "planned_half_width_elo": round(half_width, 1),
-            "resolvable_elo": round(resolvable, 1), "commit": commit, "uncommitted": uncommitted,
-            "machine": machine(), "stale_caches": args.stale_caches,
-            "cpu_seconds_a": [round(c) for c in cpu["a"]], "cpu_seconds_b": [round(c) for c in cpu["b"]],
-            "within": [dataclasses.asdict(t) for t in within], "matches": matches, **verdict}
+    return {
+        "bench": "learning",
+        "arm_a": args.arm_a_flags,
+        "arm_a_name": args.arm_a_name,
+        "arm_a_changes": args.arm_a,
+        "arm_b": args.arm_b_flags,
+        "arm_b_name": args.arm_b_name,
+        "arm_b_changes": args.arm_b,
+        "seeds": args.seeds,
+        "minutes": args.minutes,
+        "base_seconds": args.base_seconds,
+        "visits": args.visits,
+        "paired_openings": args.paired_openings,
+        "cross_games_per_run": args.cross_games_per_run,
+        "games_per_pairing": pairing_games,
+        "planned_run_spread_elo": PLANNED_RUN_SPREAD_ELO,
+        "planned_half_width_elo": round(half_width, 1),
+        "resolvable_elo": round(resolvable, 1),
+        "commit": commit,
+        "uncommitted": uncommitted,
+        "machine": machine(),
+        "stale_caches": args.stale_caches,
+        "cpu_seconds_a": [round(c) for c in cpu["a"]],
+        "cpu_seconds_b": [round(c) for c in cpu["b"]],
+        "within": [dataclasses.asdict(t) for t in within],
+        "matches": matches,
+        **verdict,
+    }
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python bench/learning.py", description=__doc__.split("\n")[0],
-                                     epilog="Everything lives under --out; rerunning the same command resumes.")
+    parser = argparse.ArgumentParser(
+        prog="python bench/learning.py",
+        description=__doc__.split("\n")[0],
+        epilog="Everything lives under --out; rerunning the same command resumes.",
+    )
     parser.add_argument("--out", required=True, help="folder for the base lake, the runs, the matches and logs")
-    parser.add_argument("--arm-a", action="append", default=[],
-                        help="operations.loop flags of one change of the baseline arm; repeat for a bundle "
-                             "(default: none, main's defaults)")
+    parser.add_argument(
+        "--arm-a",
+        action="append",
+        default=[],
+        help="operations.loop flags of one change of the baseline arm; repeat for a bundle "
+        "(default: none, main's defaults)",
+    )
     parser.add_argument("--arm-a-name", default="", help="the baseline arm's name (default: its flags, or 'defaults')")
-    parser.add_argument("--arm-b", action="append", required=True,
-                        help="operations.loop flags of one change, e.g. '--train-steps-per-window 1000' (a lone "
-                             "flag: --arm-b=--worker-gumbel); repeat for a bundle")
+    parser.add_argument(
+        "--arm-b",
+        action="append",
+        required=True,
+        help="operations.loop flags of one change, e.g. '--train-steps-per-window 1000' (a lone "
+        "flag: --arm-b=--worker-gumbel); repeat for a bundle",
+    )
     parser.add_argument("--arm-b-name", default="", help="the change's name, e.g. of a bundle (default: its flags)")
     parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help=f"runs per arm (default: {DEFAULT_SEEDS})")
     parser.add_argument("--minutes", type=float, default=35.0, help="wall clock of each run (default: 35)")
-    parser.add_argument("--base-seconds", type=float, default=300.0,
-                        help="self-play seconds of the shared generation 0 (default: 300, the loop's)")
+    parser.add_argument(
+        "--base-seconds",
+        type=float,
+        default=300.0,
+        help="self-play seconds of the shared generation 0 (default: 300, the loop's)",
+    )
     parser.add_argument("--base-flags", default="", help="extra selfplay.worker flags for generation 0")
-    parser.add_argument("--cross-games-per-run", type=int, default=DEFAULT_CROSS_GAMES_PER_RUN,
-                        help="cross-arm games each run plays, spread over the other arm's runs (default: "
-                             f"{DEFAULT_CROSS_GAMES_PER_RUN})")
-    parser.add_argument("--within-games", type=int, default=0,
-                        help="games of each within-arm match, seed 1 against each other seed (default: 0, none)")
+    parser.add_argument(
+        "--cross-games-per-run",
+        type=int,
+        default=DEFAULT_CROSS_GAMES_PER_RUN,
+        help="cross-arm games each run plays, spread over the other arm's runs (default: "
+        f"{DEFAULT_CROSS_GAMES_PER_RUN})",
+    )
+    parser.add_argument(
+        "--within-games",
+        type=int,
+        default=0,
+        help="games of each within-arm match, seed 1 against each other seed (default: 0, none)",
+    )
     parser.add_argument("--visits", type=int, default=64, help="simulations a move in the matches (default: 64)")
-    parser.add_argument("--paired-openings", type=int, default=4,
-                        help="random opening moves shared by each pair of match games (default: 4)")
-    parser.add_argument("--max-outside-load", type=float, default=0.05,
-                        help="refuse the result when other processes took more than this share of the machine's "
-                             "CPU during any run (default: 0.05)")
-    parser.add_argument("--max-cpu-gap", type=float, default=0.15,
-                        help="for runs recorded without the outside load: refuse a pair whose runs' CPU time "
-                             "differs by more than this share (default: 0.15)")
-    parser.add_argument("--window-minutes", type=float, default=0.0,
-                        help="this invocation's time: begin a run only if its --minutes end inside the window, "
-                             "and no match after it; then stop (exit 3) for a rerun to resume (default: 0, "
-                             "no window)")
-    parser.add_argument("--allow-stale-cache", action="store_true",
-                        help="reuse a base, run or match made with other flags, at another commit or on another "
-                             "machine, saying so (default: refuse it)")
+    parser.add_argument(
+        "--paired-openings",
+        type=int,
+        default=4,
+        help="random opening moves shared by each pair of match games (default: 4)",
+    )
+    parser.add_argument(
+        "--max-outside-load",
+        type=float,
+        default=0.05,
+        help="refuse the result when other processes took more than this share of the machine's "
+        "CPU during any run (default: 0.05)",
+    )
+    parser.add_argument(
+        "--max-cpu-gap",
+        type=float,
+        default=0.15,
+        help="for runs recorded without the outside load: refuse a pair whose runs' CPU time "
+        "differs by more than this share (default: 0.15)",
+    )
+    parser.add_argument(
+        "--window-minutes",
+        type=float,
+        default=0.0,
+        help="this invocation's time: begin a run only if its --minutes end inside the window, "
+        "and no match after it; then stop (exit 3) for a rerun to resume (default: 0, "
+        "no window)",
+    )
+    parser.add_argument(
+        "--allow-stale-cache",
+        action="store_true",
+        help="reuse a base, run or match made with other flags, at another commit or on another "
+        "machine, saying so (default: refuse it)",
+    )
     args = parser.parse_args(argv)
-    for name, low, high in (("seeds", 2, 8), ("minutes", 1, 600), ("base_seconds", 10, 7200),
-                            ("cross_games_per_run", 2, 10000), ("within_games", 0, 10000), ("visits", 1, 4096),
-                            ("paired_openings", 1, 60), ("max_cpu_gap", 0, 1), ("max_outside_load", 0, 1),
-                            ("window_minutes", 0, 100000)):
+    for name, low, high in (
+        ("seeds", 2, 8),
+        ("minutes", 1, 600),
+        ("base_seconds", 10, 7200),
+        ("cross_games_per_run", 2, 10000),
+        ("within_games", 0, 10000),
+        ("visits", 1, 4096),
+        ("paired_openings", 1, 60),
+        ("max_cpu_gap", 0, 1),
+        ("max_outside_load", 0, 1),
+        ("window_minutes", 0, 100000),
+    ):
         value = getattr(args, name)
         if not (math.isfinite(value) and low <= value <= high):
             parser.error(f"--{name.replace('_', '-')} must be in [{low}, {high}], got {value}")

@@ -6,6 +6,7 @@ obvious way: a flat list of colours, a flood fill to find a chain and its
 liberties every time one is needed, and a set of board tuples for superko.
 Points are flat indices ``row * N + col``; PASS = N * N.
 """
+
 import random
 
 EMPTY, BLACK, WHITE = 0, 1, -1
@@ -26,14 +27,20 @@ class NaiveBoard:
     def _neighbours(self, p):
         n = self.size
         r, c = divmod(p, n)
-        return [(r + dr) * n + c + dc for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1))
-                if 0 <= r + dr < n and 0 <= c + dc < n]
+        return [
+            (r + dr) * n + c + dc
+            for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1))
+            if 0 <= r + dr < n and 0 <= c + dc < n
+        ]
 
     def _diagonals(self, p):
         n = self.size
         r, c = divmod(p, n)
-        return [(r + dr) * n + c + dc for dr, dc in ((-1, -1), (-1, 1), (1, -1), (1, 1))
-                if 0 <= r + dr < n and 0 <= c + dc < n]
+        return [
+            (r + dr) * n + c + dc
+            for dr, dc in ((-1, -1), (-1, 1), (1, -1), (1, 1))
+            if 0 <= r + dr < n and 0 <= c + dc < n
+        ]
 
     @property
     def is_over(self):

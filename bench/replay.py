@@ -19,6 +19,7 @@ the first, split over the seeds.  One JSON line: each arm's held-out figures (me
 against the opponent with a Wilson interval, its head-to-head Elo over the first arm with a 95% interval, and
 each match's entry (seed, tally, digest).  The same command resumes; it holds both cores: run it alone.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -114,8 +115,12 @@ def self_play(root: str, worker_flags: list[str], seed: int, minutes: float, log
     from operations.roles import role_argv
 
     config = loop.CLI.parse(["--root", root, *worker_flags])[0]
-    argv = [sys.executable, "-m", "selfplay.worker",
-            *role_argv(config, "worker", seed=1000 * seed + 7, max_seconds=60.0 * minutes, worker_id=f"replay{seed}")]
+    argv = [
+        sys.executable,
+        "-m",
+        "selfplay.worker",
+        *role_argv(config, "worker", seed=1000 * seed + 7, max_seconds=60.0 * minutes, worker_id=f"replay{seed}"),
+    ]
     with open(log_path, "w") as log:
         done = subprocess.run(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     if done.returncode != 0:
@@ -123,14 +128,32 @@ def self_play(root: str, worker_flags: list[str], seed: int, minutes: float, log
     from format import codec
 
     storage = open_storage(root)
-    return sum(game.num_positions for path in heldout.chunk_paths(root, range(1 << 30))
-               for game in codec.iter_chunk(storage.read(path), path) if not isinstance(game, codec.FormatError))
+    return sum(
+        game.num_positions
+        for path in heldout.chunk_paths(root, range(1 << 30))
+        for game in codec.iter_chunk(storage.read(path), path)
+        if not isinstance(game, codec.FormatError)
+    )
 
 
 def train(root: str, train_flags: list[str], seed: int, steps: int, log_path: str) -> None:
     """The production trainer on ``root``'s one window: ``steps`` steps, then publish."""
-    argv = [sys.executable, "-m", "model.train", "--root", root, "--seed", str(seed), "--windows", "1",
-            "--steps-per-window", str(steps), "--checkpoint-every", str(max(steps, 1)), *train_flags]
+    argv = [
+        sys.executable,
+        "-m",
+        "model.train",
+        "--root",
+        root,
+        "--seed",
+        str(seed),
+        "--windows",
+        "1",
+        "--steps-per-window",
+        str(steps),
+        "--checkpoint-every",
+        str(max(steps, 1)),
+        *train_flags,
+    ]
     with open(log_path, "w") as log:
         done = subprocess.run(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     if done.returncode != 0:
@@ -169,9 +192,14 @@ def heldout_from_sgf(folders: list[str], board_size: int, channels: int, max_pos
             break
     if not planes:
         raise SystemExit(f"bench/replay.py: no finished {board_size}x{board_size} game in {', '.join(folders)}")
-    return {"planes": np.stack(planes), "policy_index": np.asarray(index, np.int64),
-            "policy_prob": np.ones(len(index), np.float32), "policy_offsets": np.asarray(offsets, np.int64),
-            "value": np.asarray(value, np.float32), "value_known": np.asarray(known, bool)}
+    return {
+        "planes": np.stack(planes),
+        "policy_index": np.asarray(index, np.int64),
+        "policy_prob": np.ones(len(index), np.float32),
+        "policy_offsets": np.asarray(offsets, np.int64),
+        "value": np.asarray(value, np.float32),
+        "value_known": np.asarray(known, bool),
+    }
 
 
 def score_model(root: str, heldout_sets: dict) -> dict:
@@ -193,15 +221,20 @@ def score_model(root: str, heldout_sets: dict) -> dict:
     return out
 
 
-def run_arm(args, name: str, shuffle_flags: list[str], train_flags: list[str], worker_flags: list[str], seed: int,
-            heldout_sets) -> dict:
+def run_arm(
+    args, name: str, shuffle_flags: list[str], train_flags: list[str], worker_flags: list[str], seed: int, heldout_sets
+) -> dict:
     """Train (or reuse) one arm's seed and score its model; its entry for the JSON line."""
     root = os.path.join(args.out, "runs", f"{name}-{seed}")
     provenance_path = root + ".provenance.json"
-    source = ({"generator": args.generator, "selfplay_minutes": args.selfplay_minutes, "worker": worker_flags}
-              if args.generator else {"lake": os.path.realpath(args.lake), "window": args.window})
-    wanted = learning.provenance({**source, "steps": args.steps, "seed": seed, "shuffle": shuffle_flags,
-                                  "train": train_flags})
+    source = (
+        {"generator": args.generator, "selfplay_minutes": args.selfplay_minutes, "worker": worker_flags}
+        if args.generator
+        else {"lake": os.path.realpath(args.lake), "window": args.window}
+    )
+    wanted = learning.provenance(
+        {**source, "steps": args.steps, "seed": seed, "shuffle": shuffle_flags, "train": train_flags}
+    )
     positions_path = root + ".positions.json"
     scores_path = root + ".heldout.json"
     if os.path.exists(provenance_path):
@@ -209,12 +242,14 @@ def run_arm(args, name: str, shuffle_flags: list[str], train_flags: list[str], w
         learning.check_cache(cache_args, f"run {name}-{seed} ({root})", provenance_path, wanted)
         say(f"{name} seed {seed}: reusing {root}")
     else:
-        shutil.rmtree(root, ignore_errors=True)          # an attempt that did not finish
+        shutil.rmtree(root, ignore_errors=True)  # an attempt that did not finish
         started = time.perf_counter()
         if args.generator:
             generation = generator_lake(args.generator, root)
-            say(f"{name} seed {seed}: {args.selfplay_minutes:g} minutes of self-play with generation {generation} "
-                f"({' '.join(worker_flags) or 'the loop worker'})")
+            say(
+                f"{name} seed {seed}: {args.selfplay_minutes:g} minutes of self-play with generation {generation} "
+                f"({' '.join(worker_flags) or 'the loop worker'})"
+            )
             positions = self_play(root, worker_flags, seed, args.selfplay_minutes, root + ".selfplay.log")
         else:
             chunks = scratch_lake(args.lake, args.window, root)
@@ -226,8 +261,8 @@ def run_arm(args, name: str, shuffle_flags: list[str], train_flags: list[str], w
         heldout.build_window(root, shuffle_flags, seed)
         say(f"{name} seed {seed}: training {args.steps} steps ({' '.join(train_flags) or 'defaults'})")
         train(root, train_flags, seed, args.steps, root + ".train.log")
-        shutil.rmtree(os.path.join(root, "windows"), ignore_errors=True)    # the shards: big, and done with
-        shutil.rmtree(os.path.join(root, "games"), ignore_errors=True)      # links to the frozen lake
+        shutil.rmtree(os.path.join(root, "windows"), ignore_errors=True)  # the shards: big, and done with
+        shutil.rmtree(os.path.join(root, "games"), ignore_errors=True)  # links to the frozen lake
         learning.write_provenance(provenance_path, wanted)
         say(f"{name} seed {seed}: trained in {time.perf_counter() - started:.0f} s")
     if not os.path.exists(scores_path):
@@ -236,12 +271,20 @@ def run_arm(args, name: str, shuffle_flags: list[str], train_flags: list[str], w
         os.replace(scores_path + ".tmp", scores_path)
     with open(scores_path) as handle:
         scores = json.load(handle)
-    say(f"{name} seed {seed}: " + "; ".join(f"{kind} " + ", ".join(f"{k} {v:.4f}" for k, v in figures.items())
-                                            for kind, figures in scores.items()))
+    say(
+        f"{name} seed {seed}: "
+        + "; ".join(
+            f"{kind} " + ", ".join(f"{k} {v:.4f}" for k, v in figures.items()) for kind, figures in scores.items()
+        )
+    )
     with open(positions_path) as handle:
         positions = json.load(handle)["selfplay_positions"]
-    return {"root": root, "heldout": scores, "provenance": learning.provenance_digest(wanted),
-            "selfplay_positions": positions}
+    return {
+        "root": root,
+        "heldout": scores,
+        "provenance": learning.provenance_digest(wanted),
+        "selfplay_positions": positions,
+    }
 
 
 def games_per_seed(total: int, seeds: int) -> int:
@@ -250,9 +293,16 @@ def games_per_seed(total: int, seeds: int) -> int:
 
 
 def play(args, first: dict, second: str, label: str, games: int, seed: int, extra: dict) -> dict:
-    return strength.measure(f"model:{first['root']}", second, os.path.join(args.out, "matches", label), games=games,
-                            visits=args.visits, seed=seed, allow_stale_cache=args.allow_stale_cache,
-                            provenance_extra=extra)
+    return strength.measure(
+        f"model:{first['root']}",
+        second,
+        os.path.join(args.out, "matches", label),
+        games=games,
+        visits=args.visits,
+        seed=seed,
+        allow_stale_cache=args.allow_stale_cache,
+        provenance_extra=extra,
+    )
 
 
 def run_replay(args) -> dict:
@@ -266,19 +316,33 @@ def run_replay(args) -> dict:
     heldout_sets: dict = {}
     cache: dict = {}
     if args.heldout_sgf:
-        heldout_sets["sgf"] = lambda width: cache.setdefault(("sgf", width), heldout_from_sgf(
-            args.heldout_sgf, run.board_size, width, args.heldout_positions))
+        heldout_sets["sgf"] = lambda width: cache.setdefault(
+            ("sgf", width), heldout_from_sgf(args.heldout_sgf, run.board_size, width, args.heldout_positions)
+        )
     if args.heldout_lake:
-        heldout_sets["lake"] = lambda width: cache.setdefault(("lake", width), heldout.heldout_set(
-            args.heldout_lake, args.heldout_positions, width))
+        heldout_sets["lake"] = lambda width: cache.setdefault(
+            ("lake", width), heldout.heldout_set(args.heldout_lake, args.heldout_positions, width)
+        )
     arms: dict = {}
     for name, shuffle_flags, train_flags, worker_flags in args.arm:
-        arms[name] = [run_arm(args, name, shuffle_flags, train_flags, worker_flags, seed, heldout_sets)
-                      for seed in range(args.seeds)]
-    result: dict = {"bench": "replay", "lake": args.lake, "window": args.window, "generator": args.generator,
-                    "selfplay_minutes": args.selfplay_minutes, "steps": args.steps,
-                    "seeds": args.seeds, "visits": args.visits, "opponent": args.opponent,
-                    "commit": learning.current_commit()[0], "machine": learning.machine(), "arms": {}}
+        arms[name] = [
+            run_arm(args, name, shuffle_flags, train_flags, worker_flags, seed, heldout_sets)
+            for seed in range(args.seeds)
+        ]
+    result: dict = {
+        "bench": "replay",
+        "lake": args.lake,
+        "window": args.window,
+        "generator": args.generator,
+        "selfplay_minutes": args.selfplay_minutes,
+        "steps": args.steps,
+        "seeds": args.seeds,
+        "visits": args.visits,
+        "opponent": args.opponent,
+        "commit": learning.current_commit()[0],
+        "machine": learning.machine(),
+        "arms": {},
+    }
     reference = args.arm[0][0]
     for name, shuffle_flags, train_flags, worker_flags in args.arm:
         entry = {"shuffle": shuffle_flags, "train": train_flags, "worker": worker_flags, "heldout": {}, "matches": []}
@@ -292,8 +356,15 @@ def run_replay(args) -> dict:
         if args.gnugo_games:
             tally = learning.MatchTally(0, 0.0)
             for seed, seed_run in enumerate(arms[name]):
-                match = play(args, seed_run, args.opponent, f"{name}-{seed}-vs-{args.opponent.replace(':', '-')}",
-                             games_per_seed(args.gnugo_games, args.seeds), seed, {"model": seed_run["provenance"]})
+                match = play(
+                    args,
+                    seed_run,
+                    args.opponent,
+                    f"{name}-{seed}-vs-{args.opponent.replace(':', '-')}",
+                    games_per_seed(args.gnugo_games, args.seeds),
+                    seed,
+                    {"model": seed_run["provenance"]},
+                )
                 entry["matches"].append(match)
                 tally = tally + learning.MatchTally(match["games"], match["score"])
             entry["opponent_games"], entry["opponent_score"] = tally.games, tally.score
@@ -301,46 +372,88 @@ def run_replay(args) -> dict:
         if name != reference and args.head_to_head_games:
             tally = learning.MatchTally(0, 0.0)
             for seed, (mine, theirs) in enumerate(zip(arms[name], arms[reference])):
-                match = play(args, mine, f"model:{theirs['root']}", f"{name}-{seed}-vs-{reference}-{seed}",
-                             games_per_seed(args.head_to_head_games, args.seeds), seed,
-                             {"model": mine["provenance"], "opponent": theirs["provenance"]})
+                match = play(
+                    args,
+                    mine,
+                    f"model:{theirs['root']}",
+                    f"{name}-{seed}-vs-{reference}-{seed}",
+                    games_per_seed(args.head_to_head_games, args.seeds),
+                    seed,
+                    {"model": mine["provenance"], "opponent": theirs["provenance"]},
+                )
                 entry["matches"].append(match)
                 tally = tally + learning.MatchTally(match["games"], match["score"])
             elo, low, high = tally.elo()
-            entry["head_to_head"] = {"over": reference, "games": tally.games, "score": tally.score,
-                                     "elo": round(elo, 1), "elo95": [round(low, 1), round(high, 1)]}
+            entry["head_to_head"] = {
+                "over": reference,
+                "games": tally.games,
+                "score": tally.score,
+                "elo": round(elo, 1),
+                "elo95": [round(low, 1), round(high, 1)],
+            }
         result["arms"][name] = entry
     return result
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="bench/replay.py", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="bench/replay.py",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--lake", default="", help="the frozen lake every arm trains on (a local folder)")
-    parser.add_argument("--window", type=int, default=0,
-                        help="with --lake: train on the lake's chunks of generations below this")
-    parser.add_argument("--generator", default="",
-                        help="instead of --lake: LAKE[@GEN], the frozen model every arm's worker self-plays with")
-    parser.add_argument("--selfplay-minutes", type=float, default=10.0,
-                        help="with --generator: each arm's self-play time (one worker, the loop's settings)")
-    parser.add_argument("--arm", action="append", type=parse_arm, required=True,
-                        help="NAME=FLAGS, repeated; the first is the reference (e.g. base=, the defaults); "
-                             "FLAGS are --shuffle-*, --train-* and (with --generator) --worker-* settings")
+    parser.add_argument(
+        "--window", type=int, default=0, help="with --lake: train on the lake's chunks of generations below this"
+    )
+    parser.add_argument(
+        "--generator",
+        default="",
+        help="instead of --lake: LAKE[@GEN], the frozen model every arm's worker self-plays with",
+    )
+    parser.add_argument(
+        "--selfplay-minutes",
+        type=float,
+        default=10.0,
+        help="with --generator: each arm's self-play time (one worker, the loop's settings)",
+    )
+    parser.add_argument(
+        "--arm",
+        action="append",
+        type=parse_arm,
+        required=True,
+        help="NAME=FLAGS, repeated; the first is the reference (e.g. base=, the defaults); "
+        "FLAGS are --shuffle-*, --train-* and (with --generator) --worker-* settings",
+    )
     parser.add_argument("--out", required=True, help="folder for the arms' runs, the matches and their games")
     parser.add_argument("--seeds", type=int, default=2, help="training seeds per arm")
     parser.add_argument("--steps", type=int, default=6000, help="training steps per arm and seed")
-    parser.add_argument("--heldout-sgf", action="append", default=[],
-                        help="a folder of finished games (e.g. a closing match's SGFs), repeated")
+    parser.add_argument(
+        "--heldout-sgf",
+        action="append",
+        default=[],
+        help="a folder of finished games (e.g. a closing match's SGFs), repeated",
+    )
     parser.add_argument("--heldout-lake", default="", help="another run's lake, whose chunks are held out")
     parser.add_argument("--heldout-positions", type=int, default=20000, help="held-out positions per set")
     parser.add_argument("--opponent", default="gnugo:1", help="the fixed opponent of every arm")
-    parser.add_argument("--gnugo-games", type=int, default=strength.GNUGO_GAMES,
-                        help="games of each arm against --opponent, over all seeds (0 = none)")
-    parser.add_argument("--head-to-head-games", type=int, default=strength.HEAD_TO_HEAD_GAMES,
-                        help="games of each arm against the first, over all seeds (0 = none)")
+    parser.add_argument(
+        "--gnugo-games",
+        type=int,
+        default=strength.GNUGO_GAMES,
+        help="games of each arm against --opponent, over all seeds (0 = none)",
+    )
+    parser.add_argument(
+        "--head-to-head-games",
+        type=int,
+        default=strength.HEAD_TO_HEAD_GAMES,
+        help="games of each arm against the first, over all seeds (0 = none)",
+    )
     parser.add_argument("--visits", type=int, default=strength.VISITS, help="simulations a move in the matches")
-    parser.add_argument("--allow-stale-cache", action="store_true",
-                        help="reuse runs and matches made with other settings, commit or machine (and say so)")
+    parser.add_argument(
+        "--allow-stale-cache",
+        action="store_true",
+        help="reuse runs and matches made with other settings, commit or machine (and say so)",
+    )
     args = parser.parse_args(argv)
     names = [name for name, *_ in args.arm]
     if len(set(names)) != len(names):

@@ -19,6 +19,7 @@ training windows (``window_started`` to ``published``), waiting between windows,
 
 Ends with one JSON line; progress goes to stderr.  It only reads.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,19 +83,24 @@ class LabelTally:
 
     def as_json(self) -> dict:
         c = self.counts
-        return {"games": c["games"], "positions": c["positions"],
-                "moves_per_game": round(c["positions"] / c["games"], 1) if c["games"] else None,
-                "full_search_share": share(c["full_search"], c["positions"]),
-                "resigned_games": c["resigned"], "resigned_share": share(c["resigned"], c["games"]),
-                "rows_after_resignation": c["after_resignation"],
-                "rows_after_resignation_share": share(c["after_resignation"], c["positions"]),
-                "resigned_played_out": c["resigned_played_out"],
-                "played_out_against_resignation": c["played_out_against"],
-                "played_out_against_share": share(c["played_out_against"], c["resigned_played_out"]),
-                "resign_disabled_games": c["resign_disabled"], "would_resign_games": c["would_resign"],
-                "false_resignations": c["false_resignations"],
-                "false_resignation_rate": share(c["false_resignations"], c["would_resign"]),
-                "positions_by_generation": {str(g): n for g, n in sorted(self.by_generation.items())}}
+        return {
+            "games": c["games"],
+            "positions": c["positions"],
+            "moves_per_game": round(c["positions"] / c["games"], 1) if c["games"] else None,
+            "full_search_share": share(c["full_search"], c["positions"]),
+            "resigned_games": c["resigned"],
+            "resigned_share": share(c["resigned"], c["games"]),
+            "rows_after_resignation": c["after_resignation"],
+            "rows_after_resignation_share": share(c["after_resignation"], c["positions"]),
+            "resigned_played_out": c["resigned_played_out"],
+            "played_out_against_resignation": c["played_out_against"],
+            "played_out_against_share": share(c["played_out_against"], c["resigned_played_out"]),
+            "resign_disabled_games": c["resign_disabled"],
+            "would_resign_games": c["would_resign"],
+            "false_resignations": c["false_resignations"],
+            "false_resignation_rate": share(c["false_resignations"], c["would_resign"]),
+            "positions_by_generation": {str(g): n for g, n in sorted(self.by_generation.items())},
+        }
 
 
 def trainer_time(paths: list[str]) -> dict:
@@ -122,16 +128,25 @@ def trainer_time(paths: list[str]) -> dict:
                     steps = max(steps, int(event.get("step", 0)))
                     started_at, last_published = None, when
     total = training + waiting
-    return {"windows": windows, "last_step": steps, "training_s": round(training, 1), "waiting_s": round(waiting, 1),
-            "waiting_share": share(waiting, total)}
+    return {
+        "windows": windows,
+        "last_step": steps,
+        "training_s": round(training, 1),
+        "waiting_s": round(waiting, 1),
+        "waiting_share": share(waiting, total),
+    }
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="bench/run_records.py", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="bench/run_records.py",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--root", required=True, help="the run's lake (a folder or gs://bucket/prefix)")
-    parser.add_argument("--from-generation", type=int, default=1,
-                        help="read games of this generation on (0 = with the random player's)")
+    parser.add_argument(
+        "--from-generation", type=int, default=1, help="read games of this generation on (0 = with the random player's)"
+    )
     parser.add_argument("--max-chunks", type=int, default=0, help="read only the newest this many chunks (0 = all)")
     parser.add_argument("--events", action="append", default=[], help="a trainer --events file, repeated")
     args = parser.parse_args(argv)
@@ -148,8 +163,10 @@ def main(argv=None) -> int:
     storage = open_storage(args.root)
     paths = chunk_paths(storage, args.from_generation, args.max_chunks)
     if not paths:
-        print(f"bench/run_records.py: {args.root} holds no chunks of generation {args.from_generation} or later",
-              file=sys.stderr)
+        print(
+            f"bench/run_records.py: {args.root} holds no chunks of generation {args.from_generation} or later",
+            file=sys.stderr,
+        )
         return 2
     tally, damaged, started = LabelTally(), 0, time.perf_counter()
     for number, path in enumerate(paths, 1):
@@ -159,10 +176,19 @@ def main(argv=None) -> int:
                 continue
             tally.add(game)
         if number % 200 == 0:
-            print(f"[run_records] {number}/{len(paths)} chunks, {tally.counts['games']} games", file=sys.stderr,
-                  flush=True)
-    result = {"bench": "run_records", "root": args.root, "from_generation": args.from_generation,
-              "chunks": len(paths), "damaged_records": damaged, **tally.as_json()}
+            print(
+                f"[run_records] {number}/{len(paths)} chunks, {tally.counts['games']} games",
+                file=sys.stderr,
+                flush=True,
+            )
+    result = {
+        "bench": "run_records",
+        "root": args.root,
+        "from_generation": args.from_generation,
+        "chunks": len(paths),
+        "damaged_records": damaged,
+        **tally.as_json(),
+    }
     if args.events:
         result["trainer"] = trainer_time(args.events)
     result["seconds"] = round(time.perf_counter() - started, 1)

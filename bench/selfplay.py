@@ -17,6 +17,7 @@ Figures (compare within one run, through the ratios; other processes share the m
 * ``positions_per_s``, ``batch_fill`` and the ``_9`` figures: the same loop on 9x9.
 Ends with one JSON line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,8 @@ SEARCH_BUDGET = 200
 LEELAZ = Path("/usr/lib/leelaz/bin/leelaz")
 LEELAZ_INSTALL = "apt-get install -y leela-zero"
 LEELAZ_THREADS = (1, 2)
-LEELAZ_BOARD = 19          # the Debian build plays 19x19 only
-LEELAZ_INPUT_PLANES = 18   # its input: 8 + 8 history planes, two side-to-move planes
+LEELAZ_BOARD = 19  # the Debian build plays 19x19 only
+LEELAZ_INPUT_PLANES = 18  # its input: 8 + 8 history planes, two side-to-move planes
 LEELAZ_VALUE_HIDDEN = 256  # its value head's hidden layer
 
 PEER_BLOCKS, PEER_FILTERS = 6, 96
@@ -54,8 +55,17 @@ GAMES_19 = 32
 
 def search_only(board_size: int, seconds: float, seed: int = 1) -> tuple[float, float]:
     """(simulations per CPU second, per wall second) of the search with the stub evaluator."""
-    batch = GameBatch(board_size, SEARCH_GAMES, num_groups=1, leaves_per_game=8, seed=seed,
-                      c_puct_init=1.25, fpu_reduction=0.25, dirichlet_alpha_total=10.83, dirichlet_epsilon=0.25)
+    batch = GameBatch(
+        board_size,
+        SEARCH_GAMES,
+        num_groups=1,
+        leaves_per_game=8,
+        seed=seed,
+        c_puct_init=1.25,
+        fpu_reduction=0.25,
+        dirichlet_alpha_total=10.83,
+        dirichlet_epsilon=0.25,
+    )
     buffer = np.zeros((batch.batch_rows, board_size, board_size, 17), np.float32)
     logits = np.zeros((batch.batch_rows, batch.num_actions), np.float32)
     values = np.zeros(batch.batch_rows, np.float32)
@@ -76,21 +86,29 @@ def search_only(board_size: int, seconds: float, seed: int = 1) -> tuple[float, 
     elapsed = time.perf_counter() - start
     cpu = time.process_time() - cpu_start
     sims = batch.stats()["visits"]
-    print(f"search only, stub evaluator, {board_size}x{board_size}: {sims / cpu:,.0f} sims per CPU second "
-          f"({sims / elapsed:,.0f} per wall second; {moves / elapsed:,.0f} moves/s, "
-          f"{batch.stats()['collisions']} collisions)", flush=True)
+    print(
+        f"search only, stub evaluator, {board_size}x{board_size}: {sims / cpu:,.0f} sims per CPU second "
+        f"({sims / elapsed:,.0f} per wall second; {moves / elapsed:,.0f} moves/s, "
+        f"{batch.stats()['collisions']} collisions)",
+        flush=True,
+    )
     return sims / cpu, sims / elapsed
 
 
 # ---- our network ------------------------------------------------------------
+
 
 def build_network(board_size: int, blocks: int | None = None, filters: int | None = None):
     """(keras model, label): model.network's network, default shape or blocks x filters."""
     from model.config import NetworkConfig
     from model.network import build_network as build_project_network
 
-    config = NetworkConfig(board_size=board_size, blocks=4 if blocks is None else blocks,
-                           filters=32 if filters is None else filters, **PINNED_NETWORK_SETTINGS)
+    config = NetworkConfig(
+        board_size=board_size,
+        blocks=4 if blocks is None else blocks,
+        filters=32 if filters is None else filters,
+        **PINNED_NETWORK_SETTINGS,
+    )
     return build_project_network(config), f"model.network {config.blocks}x{config.filters}"
 
 
@@ -118,7 +136,7 @@ def conv_gflops(seconds: float, batch: int = 256, board_size: int = 19, channels
     x = tf.constant(rng.random((batch, board_size, board_size, channels), np.float32))
     kernel = tf.constant(rng.standard_normal((3, 3, channels, channels), np.float32))
     conv = tf.function(lambda t: tf.nn.conv2d(t, kernel, 1, "SAME"))
-    conv(x).numpy()   # trace and warm up
+    conv(x).numpy()  # trace and warm up
     times: list[float] = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline or len(times) < 3:
@@ -127,8 +145,10 @@ def conv_gflops(seconds: float, batch: int = 256, board_size: int = 19, channels
         times.append(time.perf_counter() - start)
     flops = 2 * batch * board_size * board_size * 9 * channels * channels
     result = flops / statistics.median(times) / 1e9
-    print(f"TensorFlow 3x3 conv, {channels} channels, {board_size}x{board_size}, batch {batch}: "
-          f"{result:.0f} GFLOP/s", flush=True)
+    print(
+        f"TensorFlow 3x3 conv, {channels} channels, {board_size}x{board_size}, batch {batch}: {result:.0f} GFLOP/s",
+        flush=True,
+    )
     return result
 
 
@@ -136,14 +156,32 @@ def conv_gflops(seconds: float, batch: int = 256, board_size: int = 19, channels
 # were first measured with, so that changing a default of the worker (the
 # learning work tunes them) moves no bench figure.  Compare like with like.
 PINNED_WORKER_SETTINGS: dict[str, Any] = dict(
-    komi=7.5, max_moves=0, visits=64, fast_visits=16, full_search_fraction=0.25, gumbel=False,
-    gumbel_considered=16, leaves_per_game=8, c_puct=1.25, fpu_reduction=0.25, dirichlet_alpha_total=10.83,
-    dirichlet_epsilon=0.25, temperature_moves=-1, resign_threshold=-0.9, resign_consecutive=3,
-    resign_disabled_fraction=0.1, accelerated_visits=2, chunk_games=16, chunk_seconds=600.0,
-    generation0_playouts=0, eval_cache_entries=32768, inference_threads=0,
+    komi=7.5,
+    max_moves=0,
+    visits=64,
+    fast_visits=16,
+    full_search_fraction=0.25,
+    gumbel=False,
+    gumbel_considered=16,
+    leaves_per_game=8,
+    c_puct=1.25,
+    fpu_reduction=0.25,
+    dirichlet_alpha_total=10.83,
+    dirichlet_epsilon=0.25,
+    temperature_moves=-1,
+    resign_threshold=-0.9,
+    resign_consecutive=3,
+    resign_disabled_fraction=0.1,
+    accelerated_visits=2,
+    chunk_games=16,
+    chunk_seconds=600.0,
+    generation0_playouts=0,
+    eval_cache_entries=32768,
+    inference_threads=0,
 )
-PINNED_NETWORK_SETTINGS: dict[str, Any] = dict(policy_head="dense", policy_channels=16, head_filters=2,
-                                               value_hidden=64, global_pool_every=0, value_head="tanh")
+PINNED_NETWORK_SETTINGS: dict[str, Any] = dict(
+    policy_head="dense", policy_channels=16, head_filters=2, value_hidden=64, global_pool_every=0, value_head="tanh"
+)
 """The network settings besides its size, pinned like the worker's."""
 
 
@@ -157,16 +195,16 @@ moves in (spread evenly over the slots); about a self-play game's length here.""
 class LoopSnapshot(NamedTuple):
     """Counters of the worker's loop at one moment, taken on the loop's thread."""
 
-    wall: float            # perf_counter seconds
-    process_cpu: float     # CPU seconds of every thread of this process
-    loop_cpu: float        # CPU seconds of the play loop's thread (the search side)
-    cache_cpu: float       # the evaluation cache's own CPU seconds (counted as search side)
-    cache_rows: int        # rows asked of the cache
+    wall: float  # perf_counter seconds
+    process_cpu: float  # CPU seconds of every thread of this process
+    loop_cpu: float  # CPU seconds of the play loop's thread (the search side)
+    cache_cpu: float  # the evaluation cache's own CPU seconds (counted as search side)
+    cache_rows: int  # rows asked of the cache
     cache_hits: int
-    visits: int            # GameBatch.stats()["visits"]
+    visits: int  # GameBatch.stats()["visits"]
     positions: int
-    evaluations: int       # rows gathered
-    batch_rows: int        # rows offered
+    evaluations: int  # rows gathered
+    batch_rows: int  # rows offered
 
 
 def staggered_worker_class():
@@ -226,10 +264,20 @@ def staggered_worker_class():
             if self._in_loop:
                 cache = self.evaluator if isinstance(self.evaluator, CachedEvaluator) else None
                 c = self.counters
-                self.snapshots.append(LoopSnapshot(
-                    time.perf_counter(), time.process_time(), time.thread_time(),
-                    cache.cpu_seconds if cache else 0.0, cache.rows if cache else 0, cache.hits if cache else 0,
-                    self.batch.stats()["visits"], c.positions, c.evaluations, c.batch_rows))
+                self.snapshots.append(
+                    LoopSnapshot(
+                        time.perf_counter(),
+                        time.process_time(),
+                        time.thread_time(),
+                        cache.cpu_seconds if cache else 0.0,
+                        cache.rows if cache else 0,
+                        cache.hits if cache else 0,
+                        self.batch.stats()["visits"],
+                        c.positions,
+                        c.evaluations,
+                        c.batch_rows,
+                    )
+                )
 
     return StaggeredWorker
 
@@ -238,57 +286,68 @@ class PublishedNetwork(NamedTuple):
     """A freshly initialised network published the way ``model.train`` publishes (SavedModel plus,
     when it passes its accuracy check, the int8 copy CPU workers run), and loaded back."""
 
-    model: Any           # inference.model_files.LoadedModel
-    network: object      # the keras network, for counting its arithmetic
+    model: Any  # inference.model_files.LoadedModel
+    network: object  # the keras network, for counting its arithmetic
     source: str
     cpu_int8: dict
 
 
-def publish_network(scratch: str, board_size: int, blocks: int | None, filters: int | None,
-                    cpu_int8: bool = True) -> PublishedNetwork:
+def publish_network(
+    scratch: str, board_size: int, blocks: int | None, filters: int | None, cpu_int8: bool = True
+) -> PublishedNetwork:
     from cloud.storage import open_storage
     from inference import model_files
     from testdata.models import publish_untrained_model
 
     network, source = build_network(board_size, blocks, filters)
-    shape = dict(blocks=4 if blocks is None else blocks, filters=32 if filters is None else filters,
-                 **PINNED_NETWORK_SETTINGS)
+    shape = dict(
+        blocks=4 if blocks is None else blocks, filters=32 if filters is None else filters, **PINNED_NETWORK_SETTINGS
+    )
     root = tempfile.mkdtemp(prefix=f"models{board_size}-", dir=scratch)
-    int8_report = publish_untrained_model(root, 1, board_size, network=shape, seed=board_size,
-                                          cpu_int8=cpu_int8) or {}
+    int8_report = publish_untrained_model(root, 1, board_size, network=shape, seed=board_size, cpu_int8=cpu_int8) or {}
     model = model_files.load_model(open_storage(root), 1, cache_dir=tempfile.mkdtemp(prefix="cache-", dir=scratch))
     return PublishedNetwork(model, network, source, int8_report)
 
 
-def end_to_end(published: PublishedNetwork, seconds: float, games: int, label: str,
-               inference: str = "auto") -> dict:
+def end_to_end(published: PublishedNetwork, seconds: float, games: int, label: str, inference: str = "auto") -> dict:
     """The worker's loop on the CPU with a published network (``inference``: the worker's
     --inference), between its first and last progress reports: visits, CPU split, cache."""
     from cloud.storage import open_storage
     from format.run_config import RunConfig, ensure_run_config
-    from selfplay.config import WorkerConfig
     from inference.devices import Placement, use_every_cpu_core
     from inference.openvino_evaluator import make_evaluator
+    from selfplay.config import WorkerConfig
 
     use_every_cpu_core()
     board_size = int(published.model.board_size)
-    evaluator = make_evaluator(published.model, Placement("cpu", ""), inference,
-                               threads=PINNED_WORKER_SETTINGS["inference_threads"])
+    evaluator = make_evaluator(
+        published.model, Placement("cpu", ""), inference, threads=PINNED_WORKER_SETTINGS["inference_threads"]
+    )
     backend = getattr(evaluator, "backend", "tensorflow")
-    evaluator(np.zeros((8, board_size, board_size, 17), np.float32))   # trace / warm up once
+    evaluator(np.zeros((8, board_size, board_size, 17), np.float32))  # trace / warm up once
     with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as spool:
-        config = WorkerConfig(root=root, board_size=board_size, games=games, max_seconds=seconds,
-                              progress_seconds=seconds / SNAPSHOTS, worker_id="bench", seed=7,
-                              spool_dir=spool, **PINNED_WORKER_SETTINGS)
+        config = WorkerConfig(
+            root=root,
+            board_size=board_size,
+            games=games,
+            max_seconds=seconds,
+            progress_seconds=seconds / SNAPSHOTS,
+            worker_id="bench",
+            seed=7,
+            spool_dir=spool,
+            **PINNED_WORKER_SETTINGS,
+        )
         storage = open_storage(root)
         ensure_run_config(storage, RunConfig(board_size=board_size, komi=config.komi))
         prefixes = [round(g * STAGGER_MOVES[board_size] / games) for g in range(games)]
         worker = staggered_worker_class()(config, storage, evaluator, prefixes=prefixes)
-        worker.run()   # the play loop runs on this thread (its snapshots' thread_time); inference on its own
+        worker.run()  # the play loop runs on this thread (its snapshots' thread_time); inference on its own
         network, source = published.network, f"{published.source}, {backend}"
     if len(worker.snapshots) < 2:
-        raise RuntimeError(f"{label}: the worker loop made {len(worker.snapshots)} progress reports in "
-                           f"{seconds} s; the bench needs two to measure between")
+        raise RuntimeError(
+            f"{label}: the worker loop made {len(worker.snapshots)} progress reports in "
+            f"{seconds} s; the bench needs two to measure between"
+        )
     first, last = worker.snapshots[0], worker.snapshots[-1]
     elapsed = last.wall - first.wall
     visits = last.visits - first.visits
@@ -296,8 +355,9 @@ def end_to_end(published: PublishedNetwork, seconds: float, games: int, label: s
     cache_rows = last.cache_rows - first.cache_rows
     # Rows the network itself computed: the cache's misses (deduplicated), or every row gathered
     # without a cache.  Padding rows of a fixed-shape batch are not counted: no useful arithmetic.
-    network_rows = (cache_rows - (last.cache_hits - first.cache_hits) if cache_rows
-                    else last.evaluations - first.evaluations)
+    network_rows = (
+        cache_rows - (last.cache_hits - first.cache_hits) if cache_rows else last.evaluations - first.evaluations
+    )
     result = {
         "network": source,
         "positions_per_s": (last.positions - first.positions) / elapsed,
@@ -312,21 +372,27 @@ def end_to_end(published: PublishedNetwork, seconds: float, games: int, label: s
         "window_s": elapsed,
         "backend": backend,
     }
-    print(f"{label} ({source}), {elapsed:.0f} s window: {result['visits_per_s']:.0f} visits/s, "
-          f"{result['positions_per_s']:.1f} positions/s, search {result['search_cpu_share']:.1%} of CPU "
-          f"({result['search_cpu_us_per_visit']:.0f} us/visit), cache hits {result['cache_hit_share']:.1%}, "
-          f"batch fill {result['batch_fill']:.1%}", flush=True)
+    print(
+        f"{label} ({source}), {elapsed:.0f} s window: {result['visits_per_s']:.0f} visits/s, "
+        f"{result['positions_per_s']:.1f} positions/s, search {result['search_cpu_share']:.1%} of CPU "
+        f"({result['search_cpu_us_per_visit']:.0f} us/visit), cache hits {result['cache_hit_share']:.1%}, "
+        f"batch fill {result['batch_fill']:.1%}",
+        flush=True,
+    )
     return result
 
 
 # ---- the peer: Leela Zero ---------------------------------------------------
 
+
 def require_leela_zero() -> Path:
     """The leelaz binary, or exit with the command that installs it."""
     if not LEELAZ.is_file():
-        sys.exit(f"bench/selfplay.py: Leela Zero, the peer this bench compares with, is not installed "
-                 f"({LEELAZ} is missing); install it with `{LEELAZ_INSTALL}` (as root), or run "
-                 f"scripts/setup.sh --test")
+        sys.exit(
+            f"bench/selfplay.py: Leela Zero, the peer this bench compares with, is not installed "
+            f"({LEELAZ} is missing); install it with `{LEELAZ_INSTALL}` (as root), or run "
+            f"scripts/setup.sh --test"
+        )
     return LEELAZ
 
 
@@ -373,16 +439,27 @@ BENCHMARK_LINE = re.compile(r"(\d+) visits, (\d+) nodes, (\d+) playouts, (\d+) n
 
 def run_leela_zero_benchmark(binary: Path, weights: Path, visits: int, threads: int) -> tuple[int, float, float]:
     """One ``leelaz --benchmark`` search: (playouts, its playouts per second, CPU seconds of the whole run)."""
-    command = [str(binary), "--cpu-only", "--benchmark", "--noponder", "-v", str(visits), "-t", str(threads),
-               "-w", str(weights)]
+    command = [
+        str(binary),
+        "--cpu-only",
+        "--benchmark",
+        "--noponder",
+        "-v",
+        str(visits),
+        "-t",
+        str(threads),
+        "-w",
+        str(weights),
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     found = BENCHMARK_LINE.findall(done.stdout + done.stderr)
     if done.returncode != 0 or not found:
         tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-        raise RuntimeError(f"`{' '.join(command)}` exited {done.returncode} without its benchmark line: "
-                           + " | ".join(tail))
+        raise RuntimeError(
+            f"`{' '.join(command)}` exited {done.returncode} without its benchmark line: " + " | ".join(tail)
+        )
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return int(found[-1][2]), float(found[-1][3]), cpu
 
@@ -402,9 +479,12 @@ def leela_zero(binary: Path, visits: int) -> dict:
         for threads in LEELAZ_THREADS:
             playouts, rates[threads], cpu = run_leela_zero_benchmark(binary, weights, visits, threads)
             cpu_rates[threads] = playouts / max(cpu - startup_cpu, 1e-9)
-            print(f"Leela Zero 0.17, CPU, {threads} thread(s), {PEER_BLOCKS}x{PEER_FILTERS} random weights, "
-                  f"19x19: {playouts} playouts, {rates[threads]:.0f} visits/s, "
-                  f"{cpu_rates[threads]:.0f} per CPU second", flush=True)
+            print(
+                f"Leela Zero 0.17, CPU, {threads} thread(s), {PEER_BLOCKS}x{PEER_FILTERS} random weights, "
+                f"19x19: {playouts} playouts, {rates[threads]:.0f} visits/s, "
+                f"{cpu_rates[threads]:.0f} per CPU second",
+                flush=True,
+            )
     best = max(rates, key=rates.__getitem__)
     return {"visits_per_s": rates[best], "threads": best, "visits_per_cpu_s": max(cpu_rates.values())}
 
@@ -431,51 +511,56 @@ def main(argv=None) -> int:
         big_9 = end_to_end(big_9_net, e2e_seconds / 2, games=64, label="6x96 net 9x9")
         ours = end_to_end(big_19_net, e2e_seconds, games=GAMES_19, label="6x96 net 19x19")
         ours_float = end_to_end(big_19_float, e2e_seconds / 2, games=GAMES_19, label="6x96 net 19x19, float32")
-        ours_tf = end_to_end(big_19_net, e2e_seconds / 2, games=GAMES_19, label="6x96 net 19x19",
-                             inference="tensorflow")
+        ours_tf = end_to_end(
+            big_19_net, e2e_seconds / 2, games=GAMES_19, label="6x96 net 19x19", inference="tensorflow"
+        )
     peer = leela_zero(leelaz, peer_visits)
     conv = conv_gflops(5.0 if args.quick else 10.0)
     inference = ours["flops_per_evaluation"] * ours["network_rows_per_s"] / 1e9
     inference_tf = ours_tf["flops_per_evaluation"] * ours_tf["network_rows_per_s"] / 1e9
     int8 = big_19_net.cpu_int8
-    print(json.dumps({
-        "bench": "selfplay",
-        "search_evaluator": "stub: uniform policy, value 0, no network (search-only figures)",
-        "search_sims_per_s_9": round(sims_9),
-        "search_sims_per_s_19": round(sims_19),
-        "search_sims_per_wall_s_9": round(wall_9),
-        "search_sims_per_wall_s_19": round(wall_19),
-        "visits_per_s_6x96_19": round(ours["visits_per_s"], 1),
-        "lz_visits_per_s_6x96_19": round(peer["visits_per_s"], 1),
-        "lz_threads": peer["threads"],
-        "visits_vs_lz": round(ours["visits_per_s"] / peer["visits_per_s"], 3),
-        "visits_per_s_6x96_19_float32": round(ours_float["visits_per_s"], 1),
-        "visits_vs_lz_float32": round(ours_float["visits_per_s"] / peer["visits_per_s"], 3),
-        "float32_backend": ours_float["backend"],
-        "visits_per_cpu_s_6x96_19": round(ours["visits_per_cpu_s"], 1),
-        "lz_visits_per_cpu_s_6x96_19": round(peer["visits_per_cpu_s"], 1),
-        "visits_per_cpu_s_vs_lz": round(ours["visits_per_cpu_s"] / peer["visits_per_cpu_s"], 3),
-        "search_cpu_share": round(ours["search_cpu_share"], 4),
-        "search_cpu_us_per_visit": round(ours["search_cpu_us_per_visit"], 1),
-        "cache_hit_share": round(ours["cache_hit_share"], 4),
-        "batch_fill_6x96_19": round(ours["batch_fill"], 4),
-        "network_gflops": round(inference, 1),
-        "conv_gflops": round(conv, 1),
-        "network_vs_conv": round(inference / conv, 3),
-        "inference_backend": ours["backend"],
-        "visits_per_s_6x96_19_tensorflow": round(ours_tf["visits_per_s"], 1),
-        "visits_vs_lz_tensorflow": round(ours_tf["visits_per_s"] / peer["visits_per_s"], 3),
-        "network_vs_conv_tensorflow": round(inference_tf / conv, 3),
-        "int8_top1_agreement_19": int8.get("top1_agreement"),
-        "int8_value_mae_19": int8.get("value_mae"),
-        "int8_checked_on": "an untrained network (random weights; bench/cpu_inference.py checks a trained one)",
-        "positions_per_s": round(small["positions_per_s"], 2),
-        "batch_fill": round(small["batch_fill"], 4),
-        "search_cpu_share_default_9": round(small["search_cpu_share"], 4),
-        "visits_per_s_6b96c_9": round(big_9["visits_per_s"], 1),
-        "network": small["network"],
-        "network_6x96": ours["network"],
-    }))
+    print(
+        json.dumps(
+            {
+                "bench": "selfplay",
+                "search_evaluator": "stub: uniform policy, value 0, no network (search-only figures)",
+                "search_sims_per_s_9": round(sims_9),
+                "search_sims_per_s_19": round(sims_19),
+                "search_sims_per_wall_s_9": round(wall_9),
+                "search_sims_per_wall_s_19": round(wall_19),
+                "visits_per_s_6x96_19": round(ours["visits_per_s"], 1),
+                "lz_visits_per_s_6x96_19": round(peer["visits_per_s"], 1),
+                "lz_threads": peer["threads"],
+                "visits_vs_lz": round(ours["visits_per_s"] / peer["visits_per_s"], 3),
+                "visits_per_s_6x96_19_float32": round(ours_float["visits_per_s"], 1),
+                "visits_vs_lz_float32": round(ours_float["visits_per_s"] / peer["visits_per_s"], 3),
+                "float32_backend": ours_float["backend"],
+                "visits_per_cpu_s_6x96_19": round(ours["visits_per_cpu_s"], 1),
+                "lz_visits_per_cpu_s_6x96_19": round(peer["visits_per_cpu_s"], 1),
+                "visits_per_cpu_s_vs_lz": round(ours["visits_per_cpu_s"] / peer["visits_per_cpu_s"], 3),
+                "search_cpu_share": round(ours["search_cpu_share"], 4),
+                "search_cpu_us_per_visit": round(ours["search_cpu_us_per_visit"], 1),
+                "cache_hit_share": round(ours["cache_hit_share"], 4),
+                "batch_fill_6x96_19": round(ours["batch_fill"], 4),
+                "network_gflops": round(inference, 1),
+                "conv_gflops": round(conv, 1),
+                "network_vs_conv": round(inference / conv, 3),
+                "inference_backend": ours["backend"],
+                "visits_per_s_6x96_19_tensorflow": round(ours_tf["visits_per_s"], 1),
+                "visits_vs_lz_tensorflow": round(ours_tf["visits_per_s"] / peer["visits_per_s"], 3),
+                "network_vs_conv_tensorflow": round(inference_tf / conv, 3),
+                "int8_top1_agreement_19": int8.get("top1_agreement"),
+                "int8_value_mae_19": int8.get("value_mae"),
+                "int8_checked_on": "an untrained network (random weights; bench/cpu_inference.py checks a trained one)",
+                "positions_per_s": round(small["positions_per_s"], 2),
+                "batch_fill": round(small["batch_fill"], 4),
+                "search_cpu_share_default_9": round(small["search_cpu_share"], 4),
+                "visits_per_s_6b96c_9": round(big_9["visits_per_s"], 1),
+                "network": small["network"],
+                "network_6x96": ours["network"],
+            }
+        )
+    )
     return 0
 
 

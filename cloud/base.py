@@ -189,8 +189,11 @@ def validate_data(data, url: str) -> None:
 def check_size(data: bytes, max_bytes: int | None, url: str, generation: int | None = None) -> bytes:
     """``data`` if it is within ``max_bytes`` (None: any size), else TooLarge naming ``url``."""
     if max_bytes is not None and len(data) > max_bytes:
-        raise TooLarge(f"{url} is larger than {max_bytes:,} bytes, the most an object of its kind holds; "
-                       "not read further", url=url, generation=generation)
+        raise TooLarge(
+            f"{url} is larger than {max_bytes:,} bytes, the most an object of its kind holds; not read further",
+            url=url,
+            generation=generation,
+        )
     return data
 
 
@@ -282,7 +285,7 @@ class Storage(abc.ABC):
             raise NotFound(f"no objects under {self.url(prefix.rstrip('/'))}", url=self.url(prefix.rstrip("/")))
         written = []
         for info in infos:
-            relative = info.path[len(prefix):].lstrip("/")
+            relative = info.path[len(prefix) :].lstrip("/")
             if not relative:  # the prefix named a single object exactly
                 relative = info.path.rsplit("/", 1)[-1]
             target = os.path.join(dest_dir, *relative.split("/"))

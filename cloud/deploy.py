@@ -1,5 +1,6 @@
 """``python -m cloud.deploy``, the old name of ``python -m operations.deploy``: forwards to it with a one-line warning
 (processes.renamed)."""
+
 from processes.renamed import forward
 
 if __name__ == "__main__":

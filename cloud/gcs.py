@@ -25,8 +25,21 @@ from typing import Callable, TypeVar
 
 import google_crc32c
 
-from cloud.base import (AlreadyExists, NotFound, PreconditionFailed, ObjectInfo, RetryPolicy, TooLarge, Storage,
-                        StorageError, check_listed_name, check_size, validate_data, validate_path, validate_prefix)
+from cloud.base import (
+    AlreadyExists,
+    NotFound,
+    ObjectInfo,
+    PreconditionFailed,
+    RetryPolicy,
+    Storage,
+    StorageError,
+    TooLarge,
+    check_listed_name,
+    check_size,
+    validate_data,
+    validate_path,
+    validate_prefix,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -48,7 +61,7 @@ def parse_gs_url(url: str) -> tuple[str, str]:
     """Split ``gs://bucket[/prefix]`` into (bucket, prefix without surrounding '/')."""
     if not url.startswith("gs://"):
         raise ValueError(f"not a gs:// URL: {url!r}")
-    bucket, _, prefix = url[len("gs://"):].partition("/")
+    bucket, _, prefix = url[len("gs://") :].partition("/")
     if not _BUCKET_NAME.match(bucket):
         raise ValueError(f"invalid bucket name {bucket!r} in storage URL {url!r}")
     prefix = prefix.strip("/")
@@ -71,7 +84,9 @@ def default_client(for_url: str = "gs://"):
         raise StorageError(
             f"no Google credentials found for {for_url}: set GOOGLE_APPLICATION_CREDENTIALS, "
             "run `gcloud auth application-default login`, run on GCP, or set "
-            "STORAGE_EMULATOR_HOST for an emulator", url=for_url) from None
+            "STORAGE_EMULATOR_HOST for an emulator",
+            url=for_url,
+        ) from None
 
 
 def crc32c_base64(data: bytes) -> str:
@@ -105,9 +120,18 @@ def is_transient(exc: BaseException) -> bool:
     status = http_status(exc)
     if status is not None:
         return status in TRANSIENT_HTTP_STATUSES or status >= 500
-    return isinstance(exc, (requests.ConnectionError, requests.Timeout,
-                            requests.exceptions.ChunkedEncodingError, ConnectionError,
-                            TimeoutError, google.auth.exceptions.TransportError, DataCorruption))
+    return isinstance(
+        exc,
+        (
+            requests.ConnectionError,
+            requests.Timeout,
+            requests.exceptions.ChunkedEncodingError,
+            ConnectionError,
+            TimeoutError,
+            google.auth.exceptions.TransportError,
+            DataCorruption,
+        ),
+    )
 
 
 def describe(exc: BaseException) -> str:
@@ -143,8 +167,14 @@ def _call_allowing(call: Callable[[], T], *statuses: int) -> tuple[T | None, int
 class GcsStorage(Storage):
     """Objects in a GCS bucket under an optional prefix."""
 
-    def __init__(self, root_url: str, *, client=None, retry: RetryPolicy = RetryPolicy(),
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        root_url: str,
+        *,
+        client=None,
+        retry: RetryPolicy = RetryPolicy(),
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self._bucket_name, self._prefix = parse_gs_url(root_url)
         self.root_url = f"gs://{self._bucket_name}" + (f"/{self._prefix}" if self._prefix else "")
         self.retry_policy = retry
@@ -199,19 +229,28 @@ class GcsStorage(Storage):
             # Raised outside the except block so that the library's exception
             # is not even attached as __context__ (see the module docstring).
             if not is_transient(last):
-                raise StorageError(f"{operation} {url} failed: {describe(last)}",
-                                   url=url, status=http_status(last))
+                raise StorageError(f"{operation} {url} failed: {describe(last)}", url=url, status=http_status(last))
             elapsed = time.monotonic() - started
             pause = random.uniform(0.0, policy.max_sleep_after(number))
             if number == policy.max_attempts or elapsed + pause > policy.deadline_s:
                 break
-            _log.warning("retrying %s %s after %s (attempt %d of %d failed, sleeping %.2fs)",
-                         operation, url, describe(last), number, policy.max_attempts, pause)
+            _log.warning(
+                "retrying %s %s after %s (attempt %d of %d failed, sleeping %.2fs)",
+                operation,
+                url,
+                describe(last),
+                number,
+                policy.max_attempts,
+                pause,
+            )
             self._sleep(pause)
         elapsed = time.monotonic() - started
         raise StorageError(
             f"{operation} {url} failed: gave up after {number} attempt(s) in {elapsed:.1f}s; "
-            f"last error: {describe(last)}", url=url, status=http_status(last))
+            f"last error: {describe(last)}",
+            url=url,
+            status=http_status(last),
+        )
 
     # --- operations --------------------------------------------------------
 
@@ -221,9 +260,12 @@ class GcsStorage(Storage):
         data = bytes(data)  # the client library takes bytes or str only
 
         def attempt(is_retry: bool) -> None:
-            _, status = _call_allowing(lambda: blob.upload_from_string(
-                data, content_type="application/octet-stream", if_generation_match=0,
-                retry=None, timeout=timeout), 412)
+            _, status = _call_allowing(
+                lambda: blob.upload_from_string(
+                    data, content_type="application/octet-stream", if_generation_match=0, retry=None, timeout=timeout
+                ),
+                412,
+            )
             if status is None:
                 return
             # See the module docstring: after a retry, our own earlier
@@ -250,8 +292,13 @@ class GcsStorage(Storage):
         validate_data(data, url)
         data = bytes(data)
         # Repeating a whole-object overwrite is harmless, so retries need no care.
-        self._with_retries("write_replace", url, lambda _: blob.upload_from_string(
-            data, content_type="application/octet-stream", retry=None, timeout=timeout))
+        self._with_retries(
+            "write_replace",
+            url,
+            lambda _: blob.upload_from_string(
+                data, content_type="application/octet-stream", retry=None, timeout=timeout
+            ),
+        )
 
     def read_versioned(self, path: str, *, max_bytes: int | None = None) -> tuple[bytes, int]:
         url, blob, timeout = self.url(path), self._blob(path), self.retry_policy.request_timeout_s
@@ -263,12 +310,19 @@ class GcsStorage(Storage):
                     raise NotFound(f"no object at {url}", url=url, status=404)
                 generation = int(blob.generation)
                 if max_bytes is not None and blob.size is not None and blob.size > max_bytes:
-                    raise TooLarge(f"{url} is {blob.size:,} bytes, more than {max_bytes:,}, the most an "
-                                   "object of its kind holds; not read", url=url, generation=generation)
+                    raise TooLarge(
+                        f"{url} is {blob.size:,} bytes, more than {max_bytes:,}, the most an "
+                        "object of its kind holds; not read",
+                        url=url,
+                        generation=generation,
+                    )
                 # Download exactly that generation; 412/404 = it changed in between: look again.
                 # _call_allowing calls the lambda at once, in this iteration, so it sees this `generation`.
-                data, status = _call_allowing(lambda: blob.download_as_bytes(
-                    if_generation_match=generation, retry=None, timeout=timeout), 404, 412)  # noqa: B023
+                data, status = _call_allowing(
+                    lambda: blob.download_as_bytes(if_generation_match=generation, retry=None, timeout=timeout),  # noqa: B023
+                    404,
+                    412,
+                )
                 if status is None:
                     assert data is not None  # no status: the download returned
                     return data, generation
@@ -281,17 +335,25 @@ class GcsStorage(Storage):
         data = bytes(data)
 
         def attempt(is_retry: bool) -> int:
-            _, status = _call_allowing(lambda: blob.upload_from_string(
-                data, content_type="application/octet-stream", if_generation_match=int(generation),
-                retry=None, timeout=timeout), 412)
+            _, status = _call_allowing(
+                lambda: blob.upload_from_string(
+                    data,
+                    content_type="application/octet-stream",
+                    if_generation_match=int(generation),
+                    retry=None,
+                    timeout=timeout,
+                ),
+                412,
+            )
             if status is None:
                 return int(blob.generation)
             # As in write_new: after a retry, our own earlier attempt may be
             # what moved the generation on.
             if is_retry and self._stored_object_equals(blob, data, timeout):
                 return int(blob.generation)
-            raise PreconditionFailed(f"{url} is no longer at generation {generation}; another writer "
-                                     "changed it", url=url, status=412)
+            raise PreconditionFailed(
+                f"{url} is no longer at generation {generation}; another writer changed it", url=url, status=412
+            )
 
         return self._with_retries("write_if_generation", url, attempt)
 
@@ -301,8 +363,12 @@ class GcsStorage(Storage):
         end = None if max_bytes is None else max_bytes
 
         def attempt(_: bool) -> bytes:
-            data, status = _call_allowing(lambda: blob.download_as_bytes(
-                start=0 if end is not None else None, end=end, retry=None, timeout=timeout), 404)
+            data, status = _call_allowing(
+                lambda: blob.download_as_bytes(
+                    start=0 if end is not None else None, end=end, retry=None, timeout=timeout
+                ),
+                404,
+            )
             if status == 404:
                 raise NotFound(f"no object at {url}", url=url, status=404)
             assert data is not None  # no status: the download returned
@@ -326,12 +392,11 @@ class GcsStorage(Storage):
             blobs = self._bucket().list_blobs(prefix=root + prefix, retry=None, timeout=timeout)
             found = []
             for blob in blobs:
-                relative = blob.name[len(root):]
+                relative = blob.name[len(root) :]
                 # Folder placeholders ('dir/', made by consoles and gsutil) are no objects; a
                 # name that read and delete would refuse ('a//b', 'a/./b', a temp file copied
                 # from a local lake) is skipped, and a stray one reported once (cloud.base).
-                if relative.endswith("/") or not check_listed_name(f"gs://{self._bucket_name}/{blob.name}",
-                                                                   relative):
+                if relative.endswith("/") or not check_listed_name(f"gs://{self._bucket_name}/{blob.name}", relative):
                     continue
                 found.append(ObjectInfo(relative, int(blob.size or 0)))
             found.sort()

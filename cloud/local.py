@@ -28,8 +28,8 @@ from cloud.base import (
     TEMP_MARKER,
     AlreadyExists,
     NotFound,
-    PreconditionFailed,
     ObjectInfo,
+    PreconditionFailed,
     Storage,
     StorageError,
     check_listed_name,
@@ -71,8 +71,7 @@ class LocalStorage(Storage):
             try:
                 os.link(temp, target)
             except FileExistsError:
-                raise AlreadyExists(f"{target} already exists; write_new never overwrites",
-                                    url=target) from None
+                raise AlreadyExists(f"{target} already exists; write_new never overwrites", url=target) from None
             except OSError as exc:
                 raise StorageError(f"cannot create {target}: {exc.strerror}", url=target) from None
             _fsync_folder(directory, target)
@@ -95,8 +94,7 @@ class LocalStorage(Storage):
     def _write_temp(directory: str, target: str, data: bytes, durable: bool = True) -> str:
         """Write ``data`` to a fresh temp file beside ``target`` (fsync'ed if durable); return its path."""
         validate_data(data, target)
-        temp = os.path.join(directory, f"{TEMP_MARKER}{os.path.basename(target)}."
-                                       f"{os.getpid()}.{uuid.uuid4().hex[:12]}")
+        temp = os.path.join(directory, f"{TEMP_MARKER}{os.path.basename(target)}.{os.getpid()}.{uuid.uuid4().hex[:12]}")
         try:
             # 0o666 minus the umask, like any ordinary file: lakes are shared.
             fd = _open_in_folder(directory, temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
@@ -181,8 +179,9 @@ class LocalStorage(Storage):
             except OSError as exc:
                 raise StorageError(f"cannot write {target}: {exc.strerror}", url=target) from None
             if current != generation:
-                raise PreconditionFailed(f"{target} is at generation {current}, not {generation}; "
-                                         "another writer changed it", url=target)
+                raise PreconditionFailed(
+                    f"{target} is at generation {current}, not {generation}; another writer changed it", url=target
+                )
             new_generation = max(time.time_ns(), current + 1)
             temp = self._write_temp(directory, target, data)
             try:
@@ -201,9 +200,11 @@ class LocalStorage(Storage):
         validate_prefix(prefix)
         directory_part = prefix.rpartition("/")[0]
         start = self._file(directory_part) if directory_part else self._root
-        found = [ObjectInfo(relative, info.st_size) for name, full, relative, info in self._walk(start, prefix)
-                 if stat.S_ISREG(info.st_mode) and not name.startswith(TEMP_MARKER)
-                 and check_listed_name(full, relative)]
+        found = [
+            ObjectInfo(relative, info.st_size)
+            for name, full, relative, info in self._walk(start, prefix)
+            if stat.S_ISREG(info.st_mode) and not name.startswith(TEMP_MARKER) and check_listed_name(full, relative)
+        ]
         found.sort()
         return found
 
@@ -227,7 +228,7 @@ class LocalStorage(Storage):
                 with os.scandir(directory) as listing:
                     names = [entry.name for entry in listing]
             except (FileNotFoundError, NotADirectoryError):
-                continue          # deleted (or replaced by a file) while we listed: nothing under it now
+                continue  # deleted (or replaced by a file) while we listed: nothing under it now
             except OSError as exc:
                 # A folder we cannot read would hide objects: an error, never a silent skip.
                 if strict:
@@ -237,10 +238,10 @@ class LocalStorage(Storage):
                 full = os.path.join(directory, name)
                 relative = f"{folder_path}/{name}" if folder_path else name
                 if not (relative.startswith(prefix) or _may_hold(relative, prefix)):
-                    continue      # neither a match nor a folder that may hold one: not even stat'ed
+                    continue  # neither a match nor a folder that may hold one: not even stat'ed
                 info = _stat_listed(full, strict)
                 if info is None:
-                    continue      # deleted while we listed
+                    continue  # deleted while we listed
                 if not stat.S_ISDIR(info.st_mode):
                     if relative.startswith(prefix):
                         yield name, full, relative, info
@@ -249,8 +250,9 @@ class LocalStorage(Storage):
                     continue
                 folder = (info.st_dev, info.st_ino)
                 if folder in chain:
-                    skip_stray_name(full, "a link to a folder that holds it (a loop); what is under it "
-                                          "is listed under its own name")
+                    skip_stray_name(
+                        full, "a link to a folder that holds it (a loop); what is under it is listed under its own name"
+                    )
                     continue
                 pending.append((full, relative, chain | {folder}))
 
@@ -269,8 +271,7 @@ class LocalStorage(Storage):
                 return None
             if not stat.S_ISDIR(info.st_mode):
                 if current == self._root and strict:
-                    raise StorageError(f"cannot list {current}: {_file_kind(info.st_mode)}, not a folder",
-                                       url=current)
+                    raise StorageError(f"cannot list {current}: {_file_kind(info.st_mode)}, not a folder", url=current)
                 return None
             chain.add((info.st_dev, info.st_ino))
         return frozenset(chain)
@@ -316,9 +317,9 @@ class LocalStorage(Storage):
             try:
                 os.rmdir(directory)
             except FileNotFoundError:
-                pass                  # already pruned by another delete: its parent may still be empty
+                pass  # already pruned by another delete: its parent may still be empty
             except OSError:
-                return                # not empty (or not ours to remove): every parent holds it
+                return  # not empty (or not ours to remove): every parent holds it
             directory = os.path.dirname(directory)
 
     def remove_stale_temp_files(self, older_than_s: float = 3600.0) -> int:
@@ -389,8 +390,9 @@ def _locked(directory: str, lock_path: str, target: str):
                 os.close(fd)
                 raise
         except OSError as exc:
-            raise StorageError(f"cannot write {target}: {exc.strerror} (its lock file {lock_path})",
-                               url=target) from None
+            raise StorageError(
+                f"cannot write {target}: {exc.strerror} (its lock file {lock_path})", url=target
+            ) from None
         try:
             if current:
                 yield
@@ -434,14 +436,18 @@ def _refuse_dangling_link(full: str) -> None:
         target = os.readlink(full)
     except OSError:
         return
-    raise StorageError(f"cannot list {full}: a link to {target}, which does not exist "
-                       "(a disk not mounted?)", url=full)
+    raise StorageError(f"cannot list {full}: a link to {target}, which does not exist (a disk not mounted?)", url=full)
 
 
 def _file_kind(mode: int) -> str:
     """What a file that is not a regular file is, in words."""
-    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+    for test, kind in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return kind
     return "a special file"

@@ -16,6 +16,7 @@ here, each with its own parameters:
   the count.  ``resign_threshold=None`` never resigns.  Requiring several
   consecutive low values keeps one noisy search from throwing a game away.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -16,6 +16,7 @@ flags (a launcher's prefixed role flags, ``--worker-visits``, declared by `opera
 a `nested_setting` holds a whole config whose fields are the holder's flags under their own names
 (``TrainConfig.network``: ``--blocks``; see `nested_flag_fields`, `changed_argv`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,9 +30,21 @@ from format.run_config import komi_problem
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
 
-def setting(default=dataclasses.MISSING, help: str = "", *, default_factory=dataclasses.MISSING,  # noqa: A002
-            choices=None, required: bool = False, metavar: str | None = None,
-            hidden: bool = False, at_least=None, above=None, at_most=None, below=None, **metadata):
+def setting(
+    default=dataclasses.MISSING,
+    help: str = "",
+    *,
+    default_factory=dataclasses.MISSING,  # noqa: A002
+    choices=None,
+    required: bool = False,
+    metavar: str | None = None,
+    hidden: bool = False,
+    at_least=None,
+    above=None,
+    at_most=None,
+    below=None,
+    **metadata,
+):
     """A config field with its flag's help text, options and valid range.
 
     ``required`` makes the flag mandatory on the command line (the dataclass
@@ -42,11 +55,19 @@ def setting(default=dataclasses.MISSING, help: str = "", *, default_factory=data
     every role in one wording, and ``--help`` shows the range.  Extra keyword
     arguments are kept in the field's metadata for the role's own use.
     """
-    info = {"help": help, "choices": choices, "required": required,
-            "metavar": metavar, "hidden": hidden,
-            "bounds": tuple((op, limit) for op, limit in ((">=", at_least), (">", above), ("<=", at_most),
-                                                          ("<", below)) if limit is not None),
-            **metadata}
+    info = {
+        "help": help,
+        "choices": choices,
+        "required": required,
+        "metavar": metavar,
+        "hidden": hidden,
+        "bounds": tuple(
+            (op, limit)
+            for op, limit in ((">=", at_least), (">", above), ("<=", at_most), ("<", below))
+            if limit is not None
+        ),
+        **metadata,
+    }
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=info)
     return dataclasses.field(default=default, metadata=info)
@@ -73,8 +94,12 @@ def root_setting(default: str | None = "", *, required: bool = True, note: str =
     default); a launcher that makes its own lake defaults to ``./lake``; a
     role that may run without a lake (GTP) has ``None``.
     """
-    return setting(default, _with_note("lake root: a local folder or gs://bucket/prefix", note),
-                   required=required, check=_check_root)
+    return setting(
+        default,
+        _with_note("lake root: a local folder or gs://bucket/prefix", note),
+        required=required,
+        check=_check_root,
+    )
 
 
 def _check_board_size(value, info) -> str | None:
@@ -94,8 +119,7 @@ def board_size_setting(default: int | None = schema.DEFAULT_BOARD_SIZE, *, note:
     text = "board size (N of an N x N board; must match ROOT/run.json when there is one)"
     if default == 0:
         text += "; 0 = take ROOT/run.json's"
-    return setting(default, _with_note(text, note), check=_check_board_size,
-                   from_run=default == 0)
+    return setting(default, _with_note(text, note), check=_check_board_size, from_run=default == 0)
 
 
 def _check_komi(value, info) -> str | None:
@@ -104,8 +128,14 @@ def _check_komi(value, info) -> str | None:
 
 def komi_setting(default: float | None = schema.DEFAULT_KOMI, *, note: str = ""):
     """Komi (``--komi``), points given to White; a multiple of 0.5 as in run.json."""
-    return setting(default, _with_note("komi: points added to White's area score (a multiple of 0.5; must "
-                                       "match ROOT/run.json when there is one)", note), check=_check_komi)
+    return setting(
+        default,
+        _with_note(
+            "komi: points added to White's area score (a multiple of 0.5; must match ROOT/run.json when there is one)",
+            note,
+        ),
+        check=_check_komi,
+    )
 
 
 def _check_max_moves(value, info) -> str | None:
@@ -119,11 +149,14 @@ def max_moves_setting(default: int = 0):
 
 def pass_when_winning_setting():
     """The search's pass rule (``--pass-when-winning``), one wording for every role that searches."""
-    return setting(False, "the search may also pass whenever the Tromp-Taylor score of the board as it stands "
-                          "(no stone judged dead, komi included) wins for the player to move, so a won game "
-                          "ends by answering a pass with a pass and a seki can be left alone; off: PASS only "
-                          "when every other legal move fills one's own eye (engine.board's "
-                          "CANDIDATES_PASS_WHEN_WINNING)")
+    return setting(
+        False,
+        "the search may also pass whenever the Tromp-Taylor score of the board as it stands "
+        "(no stone judged dead, komi included) wins for the player to move, so a won game "
+        "ends by answering a pass with a pass and a seki can be left alone; off: PASS only "
+        "when every other legal move fills one's own eye (engine.board's "
+        "CANDIDATES_PASS_WHEN_WINNING)",
+    )
 
 
 def events_setting(*, what: str = "", empty: str = "none", **metadata):
@@ -132,8 +165,11 @@ def events_setting(*, what: str = "", empty: str = "none", **metadata):
     ``what`` says which events (a launcher's own...), ``empty`` what '' means.
     """
     subject = f"{what} " if what else ""
-    return setting("", f"append {subject}JSON-lines events (format/events.py) to this file "
-                       f"('-' = stdout, '' = {empty})", **metadata)
+    return setting(
+        "",
+        f"append {subject}JSON-lines events (format/events.py) to this file ('-' = stdout, '' = {empty})",
+        **metadata,
+    )
 
 
 def _check_poll_seconds(value, info) -> str | None:
@@ -157,8 +193,9 @@ def setting_problems(config) -> list[str]:
         value = getattr(config, field.name)
         # The field's own rule words the problem when it has one; the magnitude rule
         # catches what a rule without an upper (lower) bound lets through.
-        problem = ((check(value, field.metadata) if check else _declared_problem(value, field.metadata))
-                   or _magnitude_problem(value, field.metadata))
+        problem = (
+            check(value, field.metadata) if check else _declared_problem(value, field.metadata)
+        ) or _magnitude_problem(value, field.metadata)
         if problem:
             problems.append(f"{flag_name(field.name)}: {problem}")
     return problems
@@ -183,7 +220,7 @@ def settings_error(problems: list[str], what: str = "invalid flags") -> str:
     return problems[0] if len(problems) == 1 else f"{what}: " + "; ".join(problems)
 
 
-NUMBER_LIMIT = 10 ** 9
+NUMBER_LIMIT = 10**9
 """A numeric setting with no declared bound is within +-this: no real setting comes near it, and a
 value past it (1e300, 2**63) would overflow or exhaust memory deep inside a role instead of one line here."""
 
@@ -207,8 +244,7 @@ def bounded_number(kind, *, at_least=None, above=None, at_most=None):
     """An argparse ``type`` for a plain numeric flag (one no config dataclass declares: a subcommand's
     own flag), under the settings' rules: its declared bounds, a finite value, and NUMBER_LIMIT on a
     side with no bound.  A bad value is argparse's usage error naming the flag (exit 2)."""
-    bounds = tuple((op, limit) for op, limit in ((">=", at_least), (">", above), ("<=", at_most))
-                   if limit is not None)
+    bounds = tuple((op, limit) for op, limit in ((">=", at_least), (">", above), ("<=", at_most)) if limit is not None)
 
     def parse(text: str):
         try:
@@ -220,8 +256,8 @@ def bounded_number(kind, *, at_least=None, above=None, at_most=None):
             raise argparse.ArgumentTypeError(problem)
         return value
 
-    parse.__name__ = kind.__name__          # argparse names the type in its own messages
-    parse.number_kind = kind                # what tests/system/test_flag_bounds.py looks for
+    parse.__name__ = kind.__name__  # argparse names the type in its own messages
+    parse.number_kind = kind  # what tests/system/test_flag_bounds.py looks for
     return parse
 
 
@@ -253,8 +289,10 @@ def _field_type(config_cls, field: dataclasses.Field) -> tuple[type, bool]:
     optional = "None" in parts
     names = [part for part in parts if part != "None"]
     if len(names) != 1 or names[0] not in _TYPES:
-        raise TypeError(f"{config_cls.__name__}.{field.name}: flags support int, float, str, bool "
-                        f"(optionally | None), not {field.type!r}")
+        raise TypeError(
+            f"{config_cls.__name__}.{field.name}: flags support int, float, str, bool "
+            f"(optionally | None), not {field.type!r}"
+        )
     return _TYPES[names[0]], optional
 
 
@@ -264,8 +302,9 @@ def field_default(field: dataclasses.Field):
     return None if field.default is dataclasses.MISSING else field.default
 
 
-def add_config_flags(parser: argparse.ArgumentParser, config_cls, *, exclude: typing.Iterable[str] = (),
-                     group_title: str | None = None) -> None:
+def add_config_flags(
+    parser: argparse.ArgumentParser, config_cls, *, exclude: typing.Iterable[str] = (), group_title: str | None = None
+) -> None:
     """Add one flag per field of ``config_cls`` (see the module docstring);
     a field with a ``flag_group`` (a launcher's role field) adds its own flags."""
     target = parser.add_argument_group(group_title) if group_title else parser
@@ -294,11 +333,23 @@ def add_flag(target, config_cls, field: dataclasses.Field, names: list[str], des
     if kind is bool:
         target.add_argument(*names, dest=dest, action=argparse.BooleanOptionalAction, default=default, help=text)
         return
-    shown = "" if default is None or info.get("required") else \
-        f" (default: {default!r})" if isinstance(default, str) else f" (default: {default})"
-    target.add_argument(*names, dest=dest, type=kind, default=default, choices=info.get("choices"),
-                        required=bool(info.get("required")), metavar=metavar,
-                        help=(text + shown).strip() or None)
+    shown = (
+        ""
+        if default is None or info.get("required")
+        else f" (default: {default!r})"
+        if isinstance(default, str)
+        else f" (default: {default})"
+    )
+    target.add_argument(
+        *names,
+        dest=dest,
+        type=kind,
+        default=default,
+        choices=info.get("choices"),
+        required=bool(info.get("required")),
+        metavar=metavar,
+        help=(text + shown).strip() or None,
+    )
 
 
 def config_from_namespace(config_cls, namespace: argparse.Namespace, parser: argparse.ArgumentParser, **extra):
@@ -316,7 +367,7 @@ def config_from_namespace(config_cls, namespace: argparse.Namespace, parser: arg
             continue
         value = getattr(namespace, field.name)
         if value is None and field.default_factory is not dataclasses.MISSING:
-            continue       # not given: the dataclass's own factory decides
+            continue  # not given: the dataclass's own factory decides
         values[field.name] = value
     try:
         return config_cls(**values)
@@ -327,8 +378,9 @@ def config_from_namespace(config_cls, namespace: argparse.Namespace, parser: arg
 def nested_setting(config_cls, help: str = ""):  # noqa: A002
     """A field holding a whole config of ``config_cls`` (default: its defaults) whose flag fields are
     the holder's flags under their own names (module docstring); ``config_cls`` validates them."""
-    return dataclasses.field(default_factory=config_cls,
-                             metadata={"help": help, "nested": config_cls, "flag_group": NESTED_FLAGS})
+    return dataclasses.field(
+        default_factory=config_cls, metadata={"help": help, "nested": config_cls, "flag_group": NESTED_FLAGS}
+    )
 
 
 def nested_flag_fields(config_cls, prefix: str = "") -> list[tuple[str, dataclasses.Field, type]]:
@@ -396,8 +448,7 @@ class NestedFlags:
         values = {}
         for path, inner, _ in nested_flag_fields(field.metadata["nested"], f"{field.name}."):
             value = getattr(namespace, path, None)
-            if value is None and (not hasattr(namespace, path)
-                                  or inner.default_factory is not dataclasses.MISSING):
+            if value is None and (not hasattr(namespace, path) or inner.default_factory is not dataclasses.MISSING):
                 continue
             values[path.partition(".")[2]] = value
         try:
@@ -441,8 +492,9 @@ class RoleCli:
         return parse_config(self.config_cls, self.parser(), argv, **extra)
 
 
-def role_parser(config_cls, *, prog: str, description: str, epilog: str | None = None,
-                storage: bool = True) -> argparse.ArgumentParser:
+def role_parser(
+    config_cls, *, prog: str, description: str, epilog: str | None = None, storage: bool = True
+) -> argparse.ArgumentParser:
     """An entry point's parser: one flag per config field, plus the storage retry
     flags for a role that reads or writes a bucket (``storage``)."""
     groups = [f for f in dataclasses.fields(config_cls) if "flag_group" in f.metadata and "nested" not in f.metadata]

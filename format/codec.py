@@ -24,8 +24,8 @@ endstate); *position records* keep groups of 64 compact training positions that 
 the graph.  Every decode validates what it reads and raises :class:`FormatError` naming
 the source (file and record index) and the field; nothing read is unpickled or evaluated.
 """
+
 from format.example_fields import FormatError
-from format.game_table import GameTable, decode_game_table, encode_game_table, read_window_table
 from format.game_records import (
     GameRecord,
     Segments,
@@ -41,6 +41,8 @@ from format.game_records import (
     read_chunk,
     unpack_ownership,
 )
+from format.game_table import GameTable, decode_game_table, encode_game_table, read_window_table
+from format.group_wire import encode_groups
 from format.position_records import (
     CompactPositions,
     PositionHistory,
@@ -54,7 +56,6 @@ from format.position_records import (
     read_shard,
     unpack_trits,
 )
-from format.group_wire import encode_groups
 
 __all__ = [
     "FormatError",

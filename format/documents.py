@@ -7,6 +7,7 @@ kind has one validating reader; a damaged or foreign document is refused with a 
 that names the object and the field, the same way everywhere.  Readers refuse an object past its
 kind's bound (MAX_DOCUMENT_BYTES, MAX_POINTER_BYTES) before reading it whole.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,7 +50,7 @@ def shown(value) -> str:
     return text if len(text) <= 40 else text[:36] + "..."
 
 
-MAX_DOCUMENT_NUMBER = 2 ** 53
+MAX_DOCUMENT_NUMBER = 2**53
 """No number in a lake document is larger in magnitude (the last integer a
 JSON reader's double holds exactly)."""
 
@@ -68,8 +69,12 @@ def document_value(value, kinds, fail, at_least: int | None = None):
     in_range = number and abs(value) <= MAX_DOCUMENT_NUMBER and (isinstance(value, int) or math.isfinite(value))
     if in_range and float in kinds and isinstance(value, int):
         value = float(value)
-    if isinstance(value, bool) or not isinstance(value, kinds) or (number and not in_range) or \
-            (number and at_least is not None and isinstance(value, int) and value < at_least):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kinds)
+        or (number and not in_range)
+        or (number and at_least is not None and isinstance(value, int) and value < at_least)
+    ):
         names = " or ".join("null" if kind is type(None) else kind.__name__ for kind in kinds)
         bound = f" >= {at_least}" if at_least is not None and int in kinds else ""
         raise fail(f"is {shown(value)}, expected {names}{bound}")
@@ -87,8 +92,12 @@ def check_numbers(value, url: str, where: str = "") -> None:
             check_numbers(item, url, f"{where}[{index}]")
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         if not (abs(value) <= MAX_DOCUMENT_NUMBER and (isinstance(value, int) or math.isfinite(value))):
-            raise ManifestError(url, where, f"is {value}, not a number a lake document holds "
-                                            f"(finite, at most {MAX_DOCUMENT_NUMBER:,} in magnitude)")
+            raise ManifestError(
+                url,
+                where,
+                f"is {value}, not a number a lake document holds "
+                f"(finite, at most {MAX_DOCUMENT_NUMBER:,} in magnitude)",
+            )
 
 
 def json_object(data: bytes, url: str) -> dict:

@@ -13,6 +13,7 @@ writes format/SPEC.md's "Events" table (``python -m format.events``).  Every eve
 Readers call `parse_event` on each line (None for a non-event, EventError for an unknown
 version) or follow a growing file with `EventTail`.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,17 @@ REQUIRED = {
         "lease_acquired": ("holder", "expires"),
         "window_started": ("generation", "steps"),
         "window_skipped": ("generation", "reason"),
-        "progress": ("generation", "step", "steps", "loss", "policy_loss", "value_loss", "accuracy",
-                     "occupied_policy_mass", "examples_per_s"),
+        "progress": (
+            "generation",
+            "step",
+            "steps",
+            "loss",
+            "policy_loss",
+            "value_loss",
+            "accuracy",
+            "occupied_policy_mass",
+            "examples_per_s",
+        ),
         "published": ("generation", "step"),
         "diverged": ("generation", "step", "learning_rate"),
         "stopped": ("reason",),
@@ -73,37 +83,48 @@ REQUIRED = {
         "role_killed": ("name", "pid"),
         "status": ("generation", "games", "positions", "roles"),
         "stopped": ("reason",),
-        "checked": ("kills", "games_finished", "games_lost", "games_duplicated", "generations",
-                    "latest_regressions", "chunk_verify_failures", "positions_per_s"),
+        "checked": (
+            "kills",
+            "games_finished",
+            "games_lost",
+            "games_duplicated",
+            "generations",
+            "latest_regressions",
+            "chunk_verify_failures",
+            "positions_per_s",
+        ),
     },
 }
 
 
 # What SPEC.md says of an event beyond its fields (spec_table writes it after a colon).
 NOTES = {
-    ('match', 'game_finished'):
-        '`result` as SGF writes it, e.g. `B+3.5`',
-    ('worker', 'game_finished'):
-        'emitted only once the game is safe in the local spool',
-    ('shuffle', 'looked'):
-        'one per look at the lake in `--follow` mode (each poll), whatever it decided',
-    ('train', 'window_started'):
-        'also `start_step`, `resumed` and `global_step` (the global step as the window starts or resumes: a '
-        'reader counts the steps trained from it)',
-    ('train', 'progress'):
-        '`occupied_policy_mass` is the mean softmax policy mass on occupied points (moves the input planes '
-        "show are illegal) over the reported steps' batches",
-    ('train', 'diverged'):
-        'the loss (or the weights to publish) stopped being finite at `step` (`metrics` names the sums that '
-        'did); the trainer exits 4, saving and publishing nothing since its last checkpoint',
-    ('match', 'result'):
-        'the whole result, as `arena.match --json` prints it',
-    ('match', 'stopped'):
-        '`done`, `error` or `SIGTERM`',
-    ('loop', 'throughput'):
-        "the roles' user + system CPU seconds / wall seconds / cores over the invocation, and per hour the "
-        'positions self-played and the rows trained (steps x global batch); also `cpu_seconds`, `cores`, '
-        '`wall_seconds`, `positions`, `trained_steps`, `trained_rows`',
+    ("match", "game_finished"): "`result` as SGF writes it, e.g. `B+3.5`",
+    ("worker", "game_finished"): "emitted only once the game is safe in the local spool",
+    ("shuffle", "looked"): "one per look at the lake in `--follow` mode (each poll), whatever it decided",
+    (
+        "train",
+        "window_started",
+    ): "also `start_step`, `resumed` and `global_step` (the global step as the window starts or resumes: a "
+    "reader counts the steps trained from it)",
+    (
+        "train",
+        "progress",
+    ): "`occupied_policy_mass` is the mean softmax policy mass on occupied points (moves the input planes "
+    "show are illegal) over the reported steps' batches",
+    (
+        "train",
+        "diverged",
+    ): "the loss (or the weights to publish) stopped being finite at `step` (`metrics` names the sums that "
+    "did); the trainer exits 4, saving and publishing nothing since its last checkpoint",
+    ("match", "result"): "the whole result, as `arena.match --json` prints it",
+    ("match", "stopped"): "`done`, `error` or `SIGTERM`",
+    (
+        "loop",
+        "throughput",
+    ): "the roles' user + system CPU seconds / wall seconds / cores over the invocation, and per hour the "
+    "positions self-played and the rows trained (steps x global batch); also `cpu_seconds`, `cores`, "
+    "`wall_seconds`, `positions`, `trained_steps`, `trained_rows`",
 }
 
 
@@ -156,8 +177,15 @@ class EventLog:
             raise ValueError(f"{self.role} event {event!r} lacks {missing}")
         if self._stream is None:
             return
-        record = {"schema": SCHEMA, "version": EVENTS_VERSION, "time": round(time.time(), 3),
-                  "role": self.role, "pid": os.getpid(), "event": event, **fields}
+        record = {
+            "schema": SCHEMA,
+            "version": EVENTS_VERSION,
+            "time": round(time.time(), 3),
+            "role": self.role,
+            "pid": os.getpid(),
+            "event": event,
+            **fields,
+        }
         line = json.dumps(record, separators=(",", ":"), allow_nan=False, default=_plain) + "\n"
         with self._lock:
             self._stream.write(line)

@@ -5,6 +5,7 @@
 through :class:`FeatureReader`, which checks each feature's presence, kind
 and length and raises :class:`FormatError` naming the source and the field.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -97,8 +98,10 @@ class FeatureReader:
     def header(self, version_field, size_field) -> tuple[builtins.int, builtins.int]:  # int: the method above
         version = self.int(version_field)
         if version not in schema.SUPPORTED_VERSIONS:
-            raise self.error(version_field, f"unknown format version {version} (this reader knows "
-                                            f"{sorted(schema.SUPPORTED_VERSIONS)})")
+            raise self.error(
+                version_field,
+                f"unknown format version {version} (this reader knows {sorted(schema.SUPPORTED_VERSIONS)})",
+            )
         size = self.int(size_field)
         if not schema.MIN_BOARD_SIZE <= size <= schema.MAX_BOARD_SIZE:
             raise self.error(size_field, f"impossible board size {size}")

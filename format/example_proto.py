@@ -15,15 +15,14 @@ A private pool (not the default one) keeps this from clashing with
 TensorFlow's own registration of ``tensorflow.Example`` when both are loaded
 in one process.
 """
+
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 _F = descriptor_pb2.FieldDescriptorProto
 
 
 def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
-    fd = descriptor_pb2.FileDescriptorProto(
-        name="zerolake/example.proto", package="tensorflow", syntax="proto3"
-    )
+    fd = descriptor_pb2.FileDescriptorProto(name="zerolake/example.proto", package="tensorflow", syntax="proto3")
 
     def message(name):
         return fd.message_type.add(name=name)
@@ -53,8 +52,7 @@ def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     entry.options.map_entry = True
     field(entry, "key", 1, _F.TYPE_STRING)
     field(entry, "value", 2, _F.TYPE_MESSAGE, type_name=".tensorflow.Feature")
-    field(features, "feature", 1, _F.TYPE_MESSAGE, _F.LABEL_REPEATED,
-          type_name=".tensorflow.Features.FeatureEntry")
+    field(features, "feature", 1, _F.TYPE_MESSAGE, _F.LABEL_REPEATED, type_name=".tensorflow.Features.FeatureEntry")
 
     example = message("Example")
     field(example, "features", 1, _F.TYPE_MESSAGE, type_name=".tensorflow.Features")

@@ -16,6 +16,7 @@ quantized policy target per fully searched position, root values, the result
 and the endstate.  Every decode validates what it reads and raises
 FormatError naming the source (file and record index) and the field.
 """
+
 from __future__ import annotations
 
 import collections.abc
@@ -26,6 +27,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from format import schema
+from format.example_fields import FeatureReader, FormatError, parse_example, set_bytes, set_float, set_int64
 from format.example_proto import Example
 from format.tfrecord import (
     RecordError,
@@ -34,7 +36,6 @@ from format.tfrecord import (
     frame_records,
     iter_framed_records,
 )
-from format.example_fields import FeatureReader, FormatError, parse_example, set_bytes, set_float, set_int64
 
 # --------------------------------------------------------------------------
 # Game records
@@ -66,14 +67,14 @@ class Segments(collections.abc.Sequence):
                 return [self[k] for k in range(start, stop, step)]
             stop = max(start, stop)
             base = self.offsets[start]
-            return Segments(self.flat[base:self.offsets[stop]], self.offsets[start:stop + 1] - base)
+            return Segments(self.flat[base : self.offsets[stop]], self.offsets[start : stop + 1] - base)
         if isinstance(i, (np.ndarray, list)):
             return [self[int(k)] for k in np.arange(len(self))[i]]
         if i < 0:
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(f"segment {i} out of range for {len(self)}")
-        return self.flat[self.offsets[i]:self.offsets[i + 1]]
+        return self.flat[self.offsets[i] : self.offsets[i + 1]]
 
     def __repr__(self) -> str:
         return f"Segments({len(self)} items, {len(self.flat)} values)"
@@ -232,8 +233,9 @@ def _check_writable_game(game: GameRecord) -> None:
     source = f"game {game.game_id!r} (being written)"
     n, m = game.board_size, game.num_positions
     if not schema.MIN_BOARD_SIZE <= n <= schema.MAX_BOARD_SIZE:
-        raise FormatError(source, schema.G_BOARD_SIZE,
-                          f"{n} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
+        raise FormatError(
+            source, schema.G_BOARD_SIZE, f"{n} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}"
+        )
     if np.shape(game.planes) != (m, 2, n, n):
         raise FormatError(source, schema.G_PLANES, f"shape {np.shape(game.planes)} != {(m, 2, n, n)}")
     for name in ("policy_indices", "policy_values", "root_values", "full_search"):
@@ -266,24 +268,28 @@ def _decode_policies(r, counts, denominators, deltas, values, actions):
         is_first = np.zeros(len(deltas), dtype=bool)
         is_first[starts] = True
         if (deltas[is_first] < 0).any() or (deltas[~is_first] < 1).any():
-            bad = int(np.searchsorted(offsets, np.flatnonzero((deltas < 1) & ~is_first | (deltas < 0))[0],
-                                      side="right") - 1)
+            bad = int(
+                np.searchsorted(offsets, np.flatnonzero((deltas < 1) & ~is_first | (deltas < 0))[0], side="right") - 1
+            )
             raise r.error(schema.G_POLICY_INDEX_DELTA, f"position {bad}: indices are not strictly increasing")
         running = np.cumsum(deltas)
         base = np.where(starts > 0, running[np.maximum(starts - 1, 0)], 0)
         indices = running - np.repeat(base, counts[nonempty])
         if indices.max() >= actions:
             bad = int(np.searchsorted(offsets, int(np.argmax(indices >= actions)), side="right") - 1)
-            raise r.error(schema.G_POLICY_INDEX_DELTA, f"position {bad}: index {int(indices.max())} "
-                                                  f"outside 0..{actions - 1}")
+            raise r.error(
+                schema.G_POLICY_INDEX_DELTA, f"position {bad}: index {int(indices.max())} outside 0..{actions - 1}"
+            )
         totals = np.add.reduceat(values, starts)
         dens = denominators[nonempty]
         far = (dens <= 0) | (np.abs(totals / np.maximum(dens, 1) - 1.0) > schema.POLICY_SUM_TOLERANCE)
         if far.any():
             k = int(np.argmax(far))
             bad = int(np.flatnonzero(nonempty)[k])
-            raise r.error(schema.G_POLICY_DENOMINATOR, f"position {bad}: policy sums to {int(totals[k])}/"
-                                                  f"{int(dens[k])}, far from 1")
+            raise r.error(
+                schema.G_POLICY_DENOMINATOR,
+                f"position {bad}: policy sums to {int(totals[k])}/{int(dens[k])}, far from 1",
+            )
     else:
         indices = deltas
     return Segments(indices, offsets), Segments(values, offsets)
@@ -323,11 +329,14 @@ def decode_game(data: bytes, source: str = "<bytes>") -> GameRecord:
     deltas = r.ints(schema.G_POLICY_INDEX_DELTA)
     values = r.ints(schema.G_POLICY_VALUE)
     if len(counts) != m or len(denominators) != m:
-        raise r.error(schema.G_POLICY_COUNT,
-                      f"has {len(counts)} counts / {len(denominators)} denominators for {m} positions")
+        raise r.error(
+            schema.G_POLICY_COUNT, f"has {len(counts)} counts / {len(denominators)} denominators for {m} positions"
+        )
     if (counts < 0).any() or counts.sum() != len(deltas) or len(deltas) != len(values):
-        raise r.error(schema.G_POLICY_COUNT, f"counts sum to {counts.sum()} but there are {len(deltas)} "
-                                        f"indices and {len(values)} values")
+        raise r.error(
+            schema.G_POLICY_COUNT,
+            f"counts sum to {counts.sum()} but there are {len(deltas)} indices and {len(values)} values",
+        )
     if len(values) and values.min() <= 0:
         raise r.error(schema.G_POLICY_VALUE, "holds a zero or negative value (zeros are dropped)")
     policy_indices, policy_values = _decode_policies(r, counts, denominators, deltas, values, actions)
@@ -358,7 +367,7 @@ def decode_game(data: bytes, source: str = "<bytes>") -> GameRecord:
     accelerated_from = r.int(schema.G_ACCELERATED_FROM)
     if not -1 <= accelerated_from <= m:
         raise r.error(schema.G_ACCELERATED_FROM, f"{accelerated_from} outside -1..{m}")
-    seed = r.int(schema.G_SEED) if schema.G_SEED in r.features else -1   # optional: absent in older chunks
+    seed = r.int(schema.G_SEED) if schema.G_SEED in r.features else -1  # optional: absent in older chunks
     if seed < -1:
         raise r.error(schema.G_SEED, f"{seed} is negative")
     would_resign = r.int(schema.G_WOULD_RESIGN)
@@ -366,13 +375,28 @@ def decode_game(data: bytes, source: str = "<bytes>") -> GameRecord:
         raise r.error(schema.G_WOULD_RESIGN, f"impossible colour {would_resign}")
 
     return GameRecord(
-        board_size=n, komi=komi, game_id=r.text(schema.G_GAME_ID), generation=r.int(schema.G_GENERATION),
-        worker_id=r.text(schema.G_WORKER_ID), moves=moves, planes=planes,
-        policy_indices=policy_indices, policy_values=policy_values, root_values=root_values,
-        full_search=full_raw.astype(bool), winner=winner, score=r.float(schema.G_SCORE),
-        end_reason=end_reason, ownership=ownership, ownership_source=source_code,
-        resign_enabled=bool(r.int(schema.G_RESIGN_ENABLED)), would_resign=would_resign,
-        accelerated_from=accelerated_from, seed=seed, rules=rules, version=version,
+        board_size=n,
+        komi=komi,
+        game_id=r.text(schema.G_GAME_ID),
+        generation=r.int(schema.G_GENERATION),
+        worker_id=r.text(schema.G_WORKER_ID),
+        moves=moves,
+        planes=planes,
+        policy_indices=policy_indices,
+        policy_values=policy_values,
+        root_values=root_values,
+        full_search=full_raw.astype(bool),
+        winner=winner,
+        score=r.float(schema.G_SCORE),
+        end_reason=end_reason,
+        ownership=ownership,
+        ownership_source=source_code,
+        resign_enabled=bool(r.int(schema.G_RESIGN_ENABLED)),
+        would_resign=would_resign,
+        accelerated_from=accelerated_from,
+        seed=seed,
+        rules=rules,
+        version=version,
     )
 
 

@@ -21,6 +21,7 @@ codec: CRC-checked framing, the validated field reader); columns::
 In memory it is `GameTable`: generation int64[G] and ownership int8[G, NN] (round(127 * o),
 Black's side), which the encoder compares labels with and `model.tfdata` gathers from.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,6 +34,7 @@ from format.example_fields import FeatureReader, FormatError, parse_example, set
 from format.example_proto import Example
 from format.position_records import code_colours, colour_codes, pack_trits, unpack_trits
 from format.tfrecord import RecordError, compress_gzip, decompress_gzip, frame_records, iter_framed_records
+
 
 class MissingGameTable(FormatError):
     """A window's game table is not where its manifest (or its shards' folder) says."""
@@ -118,8 +120,9 @@ def encode_game_table(table: GameTable) -> bytes:
     return compress_gzip(frame_records([ex.SerializeToString(deterministic=True)]), TABLE_GZIP_LEVEL)
 
 
-def decode_game_table(data: bytes, source: str, *, board_size: int | None = None,
-                      games: Sequence[str] | int | None = None) -> GameTable:
+def decode_game_table(
+    data: bytes, source: str, *, board_size: int | None = None, games: Sequence[str] | int | None = None
+) -> GameTable:
     """Validate a table file's bytes.  ``board_size`` and ``games`` (the manifest's ids, or their
     count), when given, must agree with it.  FormatError names ``source`` and the field."""
     try:
@@ -131,8 +134,11 @@ def decode_game_table(data: bytes, source: str, *, board_size: int | None = None
     r = FeatureReader(parse_example(records[0], source), source)
     version = r.int(schema.GT_VERSION)
     if version != schema.GAME_TABLE_VERSION:
-        raise r.error(schema.GT_VERSION, f"unknown game-table version {version} (this reader knows "
-                                    f"{schema.GAME_TABLE_VERSION}); update zerolake to read it")
+        raise r.error(
+            schema.GT_VERSION,
+            f"unknown game-table version {version} (this reader knows "
+            f"{schema.GAME_TABLE_VERSION}); update zerolake to read it",
+        )
     n = r.int(schema.GT_BOARD_SIZE)
     if not schema.MIN_BOARD_SIZE <= n <= schema.MAX_BOARD_SIZE or (board_size is not None and n != board_size):
         raise r.error(schema.GT_BOARD_SIZE, f"is {n}" + (f", the window's board is {board_size}" if board_size else ""))
@@ -158,12 +164,14 @@ def decode_game_table(data: bytes, source: str, *, board_size: int | None = None
         raise r.error(schema.GT_OWNERSHIP, "holds a nonzero row for a fine game")
     fine_raw = r.bytes(schema.GT_OWNERSHIP_FINE)
     if len(fine_raw) != int(fine.sum()) * nn:
-        raise r.error(schema.GT_OWNERSHIP_FINE,
-                      f"has {len(fine_raw)} bytes, expected {int(fine.sum())} fine games x {nn}")
+        raise r.error(
+            schema.GT_OWNERSHIP_FINE, f"has {len(fine_raw)} bytes, expected {int(fine.sum())} fine games x {nn}"
+        )
     fine_rows = np.frombuffer(fine_raw, np.int8).reshape(-1, nn)
     if (fine_rows == -128).any():
-        raise r.error(schema.GT_OWNERSHIP_FINE,
-                      f"holds -128 (ownership is -{schema.OWNERSHIP_SCALE}..{schema.OWNERSHIP_SCALE})")
+        raise r.error(
+            schema.GT_OWNERSHIP_FINE, f"holds -128 (ownership is -{schema.OWNERSHIP_SCALE}..{schema.OWNERSHIP_SCALE})"
+        )
     ownership = code_colours(codes) * np.int8(schema.OWNERSHIP_SCALE)
     ownership[fine] = fine_rows
     return GameTable(board_size=n, generation=generation, ownership=ownership)
@@ -180,6 +188,9 @@ def read_window_table(storage, window) -> GameTable:
     try:
         data = storage.read(window.game_table)
     except NotFound:
-        raise MissingGameTable(url, f"is missing: the window's manifest ({storage.url(window.path)}) names it, and "
-                                    "its positions take their ownership and generation from it") from None
+        raise MissingGameTable(
+            url,
+            f"is missing: the window's manifest ({storage.url(window.path)}) names it, and "
+            "its positions take their ownership and generation from it",
+        ) from None
     return decode_game_table(data, url, board_size=window.board_size, games=window.games)

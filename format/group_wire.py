@@ -18,6 +18,7 @@ entries go in the order protobuf's deterministic serializer emits them
 (upb's map-key order, which is not plain string order: "board_size" before
 "board"), read once from protobuf itself (`_key_order`).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,7 +27,6 @@ from format import schema
 from format.example_fields import set_int64
 from format.example_proto import Example, varint
 from format.position_records import CompactPositions, _index_deltas, _target_columns, _targets_rows
-
 
 _SMALL_VARINTS = [varint(v) for v in range(1 << 14)]
 """Every length and count a record holds is below 2**14 but the longest rows: a list look-up each."""
@@ -79,8 +79,15 @@ def _key_order(keys) -> list[str]:
     return sorted(keys, key=lambda k: data.index(b"\x0a" + _varint(len(k)) + k.encode() + b"\x12"))
 
 
-_INT_FIELDS = (schema.P_CAPTURE_COUNT, schema.P_CAPTURES, schema.P_POLICY_COUNT, schema.P_POLICY_INDEX_DELTA,
-               schema.P_POLICY_VALUE, schema.P_GAME, schema.P_MOVE_NUMBER)
+_INT_FIELDS = (
+    schema.P_CAPTURE_COUNT,
+    schema.P_CAPTURES,
+    schema.P_POLICY_COUNT,
+    schema.P_POLICY_INDEX_DELTA,
+    schema.P_POLICY_VALUE,
+    schema.P_GAME,
+    schema.P_MOVE_NUMBER,
+)
 _BYTES_FIELDS = (schema.P_BOARD, schema.P_MOVES, schema.P_OWNERSHIP_FINE, schema.P_TARGETS)
 _SCALARS = (schema.P_VERSION, schema.P_BOARD_SIZE, schema.P_COUNT)
 _ORDER = _key_order(_SCALARS + _INT_FIELDS + _BYTES_FIELDS)
@@ -140,16 +147,20 @@ def encode_groups(c: CompactPositions) -> list[bytes]:
     width = schema.trit_bytes(n)
     fixed = {
         schema.P_BOARD: (np.ascontiguousarray(c.board, np.uint8).tobytes(), width),
-        schema.P_MOVES: (np.ascontiguousarray(np.asarray(c.moves).astype(move_dtype)).tobytes(),
-                     schema.HISTORY_MOVES * schema.move_bytes(n)),
+        schema.P_MOVES: (
+            np.ascontiguousarray(np.asarray(c.moves).astype(move_dtype)).tobytes(),
+            schema.HISTORY_MOVES * schema.move_bytes(n),
+        ),
     }
     fine_rows = np.ascontiguousarray(c.ownership_fine, np.int8).tobytes()
     nn = n * n
     fine_bounds = fine_offsets[bounds].tolist()
     targets = _targets_rows(c)
-    constants = {schema.P_VERSION: _entry(schema.P_VERSION, _int_feature(_varint(version))),
-                 schema.P_BOARD_SIZE: _entry(schema.P_BOARD_SIZE, _int_feature(_varint(n))),
-                 schema.P_COUNT: _entry(schema.P_COUNT, _int_feature(_varint(group)))}
+    constants = {
+        schema.P_VERSION: _entry(schema.P_VERSION, _int_feature(_varint(version))),
+        schema.P_BOARD_SIZE: _entry(schema.P_BOARD_SIZE, _int_feature(_varint(n))),
+        schema.P_COUNT: _entry(schema.P_COUNT, _int_feature(_varint(group))),
+    }
     order = _ORDER
     records = []
     for r, lo in enumerate(range(0, count, group)):
@@ -158,12 +169,13 @@ def encode_groups(c: CompactPositions) -> list[bytes]:
         if hi - lo != group:
             entries[schema.P_COUNT] = _entry(schema.P_COUNT, _int_feature(_varint(hi - lo)))
         entries[schema.P_TARGETS] = _entry(schema.P_TARGETS, _bytes_feature(_target_columns(targets[lo:hi])))
-        entries[schema.P_OWNERSHIP_FINE] = _entry(schema.P_OWNERSHIP_FINE, _bytes_feature(
-            fine_rows[fine_bounds[r] * nn:fine_bounds[r + 1] * nn]))
+        entries[schema.P_OWNERSHIP_FINE] = _entry(
+            schema.P_OWNERSHIP_FINE, _bytes_feature(fine_rows[fine_bounds[r] * nn : fine_bounds[r + 1] * nn])
+        )
         for key, (column, row) in fixed.items():
-            entries[key] = _entry(key, _bytes_feature(column[lo * row:hi * row]))
+            entries[key] = _entry(key, _bytes_feature(column[lo * row : hi * row]))
         for key, (varint_bytes, at) in encoded.items():
-            entries[key] = _entry(key, _int_feature(varint_bytes[at[r]:at[r + 1]]))
+            entries[key] = _entry(key, _int_feature(varint_bytes[at[r] : at[r + 1]]))
         body = b"".join([entries[key] for key in order])
         records.append(b"\x0a" + _varint(len(body)) + body)
     return records

@@ -15,6 +15,7 @@ it.  Both may be local or ``gs://``.  A shard is read with the game
 table beside it (format.layout.game_table_beside).
 Data flows storage -> ``format.codec`` -> tables; nothing here writes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from format import codec
-from format import layout
-from format import schema
+from format import codec, layout, schema
 from format.cli import bounded_number
 
 EXIT_OK, EXIT_BAD_DATA, EXIT_USAGE = 0, 1, 2
@@ -225,8 +224,10 @@ def _table(summary: Summary) -> str:
         ("results", _fmt_counter(d["results"])),
         ("ended by", _fmt_counter(d["end_reasons"])),
         ("ownership from", _fmt_counter(d["ownership_sources"])),
-        ("resign-disabled games", f"{d['resign_disabled_games']} "
-                                  f"({d['resign_would_have_been_wrong']} would have resigned wrongly)"),
+        (
+            "resign-disabled games",
+            f"{d['resign_disabled_games']} ({d['resign_would_have_been_wrong']} would have resigned wrongly)",
+        ),
         ("shards", d["shards"]),
         ("shard positions", d["shard_positions"]),
         ("game tables", d["game_tables"]),
@@ -308,8 +309,9 @@ def cmd_game(args) -> int:
         else:
             parts.append("fast search")
         comments.append("; ".join(parts))
-    data = game_to_sgf(game.board_size, game.komi, [int(m) for m in game.moves],
-                       result=_result_string(game), comments=comments)
+    data = game_to_sgf(
+        game.board_size, game.komi, [int(m) for m in game.moves], result=_result_string(game), comments=comments
+    )
     try:
         with open(args.sgf, "wb") as f:
             f.write(data)
@@ -375,7 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m format.inspect",
         description="Inspect zerolake chunks (*.tfrecord.zst), shards (*.tfrecord.gz), window game tables "
-                    "(*.table.gz) and lakes, local or gs://.")
+        "(*.table.gz) and lakes, local or gs://.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("summary", help="games, positions, bytes/position, generations, results")
     p.add_argument("target", help="a chunk, shard or game table file, or a lake root / folder / gs:// prefix")
@@ -383,16 +386,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_summary)
     p = sub.add_parser("game", help="export one game of a chunk as SGF")
     p.add_argument("target", help="a chunk file")
-    p.add_argument("--index", type=bounded_number(int, at_least=0), default=0,
-                   help="game number within the chunk (from 0)")
+    p.add_argument(
+        "--index", type=bounded_number(int, at_least=0), default=0, help="game number within the chunk (from 0)"
+    )
     p.add_argument("--sgf", required=True, help="output .sgf path")
     p.set_defaults(run=cmd_game)
     p = sub.add_parser("position", help="show one position: board, policy, value, ownership")
     p.add_argument("target", help="a chunk file")
-    p.add_argument("--game", type=bounded_number(int, at_least=0), default=0,
-                   help="game number within the chunk (from 0)")
-    p.add_argument("--move", type=bounded_number(int, at_least=0), required=True,
-                   help="position number (0 = empty board)")
+    p.add_argument(
+        "--game", type=bounded_number(int, at_least=0), default=0, help="game number within the chunk (from 0)"
+    )
+    p.add_argument(
+        "--move", type=bounded_number(int, at_least=0), required=True, help="position number (0 = empty board)"
+    )
     p.set_defaults(run=cmd_position)
     p = sub.add_parser("verify", help="check CRCs and decode every record; exit 1 on any bad file")
     p.add_argument("target", help="a chunk, shard or game table file, or a lake root / folder / gs:// prefix")

@@ -21,6 +21,7 @@ object name:
 The reader puts the object's name in front (``f"{url}: {exc}"``) and raises
 its own kind of error, so damage is one line naming the object.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,13 +43,14 @@ def parse(data: bytes | str, max_bytes: int):
     """The JSON value of ``data``, a document of at most ``max_bytes`` bytes; NotADocument otherwise."""
     if len(data) > max_bytes:
         raise NotADocument(too_large(max_bytes))
-    deep = NotADocument(f"not valid JSON (arrays or objects nested too deeply: a lake document nests at most "
-                        f"{MAX_DEPTH} levels)")
+    deep = NotADocument(
+        f"not valid JSON (arrays or objects nested too deeply: a lake document nests at most {MAX_DEPTH} levels)"
+    )
     try:
         value = json.loads(data)
     except RecursionError:
         raise deep from None
-    except ValueError as exc:        # UnicodeDecodeError is a ValueError too
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError too
         raise NotADocument(f"not valid JSON ({exc})") from None
     if _deeper_than(value, MAX_DEPTH):
         raise deep

@@ -26,6 +26,7 @@ Paths are relative to the root, '/'-separated, as `cloud.base` defines them::
 The JSON documents at these paths have their own modules: format.window_manifest,
 format.model_manifest, format.settings_record, and what they share, format.documents.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,8 +56,9 @@ LOOP_LEASE = f"{LOOP_DIR}/lease.json"
 # Names are parsed with [0-9], never \d or str.isdigit(): those take any Unicode
 # digit ('²', '٣'), which int() then refuses or reads as another number.  And with
 # a bound: int() refuses a string of more than 4,300 digits.
-_CHUNK_NAME = re.compile(r"(?P<worker>[A-Za-z0-9_.]+)-(?P<ms>[0-9]{13})-(?P<seq>[0-9]{6,18})"
-                         + re.escape(schema.CHUNK_SUFFIX))
+_CHUNK_NAME = re.compile(
+    r"(?P<worker>[A-Za-z0-9_.]+)-(?P<ms>[0-9]{13})-(?P<seq>[0-9]{6,18})" + re.escape(schema.CHUNK_SUFFIX)
+)
 _GENERATION_NAME = re.compile(r"[0-9]{6,18}")
 SAFE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")
 """A name the lake takes inside a path (a run id, an attempt, a pairing): no '/', not starting with '-'."""
@@ -80,6 +82,7 @@ def parse_generation(name: str) -> int | None:
 
 
 # ---- games ---------------------------------------------------------------
+
 
 def games_prefix(generation: int | None = None) -> str:
     """Listing prefix of every chunk, or of one generation's chunks."""
@@ -118,6 +121,7 @@ def parse_chunk_path(path: str) -> ChunkName | None:
 
 
 # ---- windows -------------------------------------------------------------
+
 
 def windows_prefix() -> str:
     return f"{WINDOWS_DIR}/"
@@ -175,8 +179,7 @@ def is_window_file_name(name, suffix: str) -> bool:
     segment of the layout's characters ending in ``suffix`` (`schema.SHARD_SUFFIX` or
     `schema.GAME_TABLE_SUFFIX`), as `shard_name` and `game_table_name` write them, and
     a valid object path there (so never '.', '..' or a storage temp-file name)."""
-    if not (isinstance(name, str) and SAFE_NAME.fullmatch(name) and name.endswith(suffix)
-            and len(name) > len(suffix)):
+    if not (isinstance(name, str) and SAFE_NAME.fullmatch(name) and name.endswith(suffix) and len(name) > len(suffix)):
         return False
     try:
         validate_path(name)
@@ -200,11 +203,13 @@ def window_generation(path: str) -> int | None:
 
 def is_window_manifest(path: str) -> bool:
     parts = path.split("/")
-    return len(parts) == 3 and parts[0] == WINDOWS_DIR and parse_generation(parts[1]) is not None \
-        and parts[2] == MANIFEST
+    return (
+        len(parts) == 3 and parts[0] == WINDOWS_DIR and parse_generation(parts[1]) is not None and parts[2] == MANIFEST
+    )
 
 
 # ---- models --------------------------------------------------------------
+
 
 def models_prefix() -> str:
     return f"{MODELS_DIR}/"
@@ -228,6 +233,7 @@ CPU_INT8_XML = "cpu_int8/model.xml"
 
 
 # ---- the trainer's checkpoints, the loop, jobs, the cluster, reports -----
+
 
 def checkpoints_prefix() -> str:
     return f"{CHECKPOINTS_DIR}/"
@@ -292,7 +298,9 @@ def parse_job_tmp_dir(path: str) -> tuple[str, int, str] | None:
     if len(parts) < 2 or parts[0] != TMP_DIR:
         return None
     match = re.fullmatch(r"(?P<job>[a-z]+)-(?P<gen>[0-9]+)-(?P<attempt>[A-Za-z0-9_.]+)", parts[1])
-    generation = parse_generation(match["gen"]) if match else None
+    if match is None:
+        return None
+    generation = parse_generation(match["gen"])
     if generation is None:
         return None
     return match["job"], generation, match["attempt"]
@@ -331,5 +339,3 @@ def ladder_game_sgf(pairing: str, index: int) -> str:
     if isinstance(index, bool) or int(index) != index or index < 0:
         raise ValueError(f"game index must be a non-negative int, got {index!r}")
     return f"{LADDER_DIR}/games/{pairing}/{int(index):05d}.sgf"
-
-

@@ -17,6 +17,7 @@ it or raises `LeaseLost`; ``check`` stops a holder whose renewals failed past ``
 ``release`` writes it back released.  Machines sharing a root must agree on the time to well
 under a lease's lifetime.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -68,10 +69,10 @@ MAX_LEASE_SECONDS = 3600.0
 """The longest lifetime a record may give itself (the trainer's --lease-seconds
 and the followers' --claim-seconds are bounded by it)."""
 
-MAX_UNIX_SECONDS = 2.0 ** 33
+MAX_UNIX_SECONDS = 2.0**33
 """No lease time is later than this (the year 2242)."""
 
-MAX_PID = 2 ** 31 - 1
+MAX_PID = 2**31 - 1
 
 
 class LeaseLost(LeaseError):
@@ -108,8 +109,13 @@ class LeaseRecord:
         if not isinstance(document, dict):
             raise LeaseDamaged(f"{url}: is not a JSON object")
         kinds: dict[str, type | tuple[type, ...]] = {
-            "holder": str, "host": str, "pid": int, "acquired": (int, float), "renewed": (int, float),
-            "expires": (int, float)}
+            "holder": str,
+            "host": str,
+            "pid": int,
+            "acquired": (int, float),
+            "renewed": (int, float),
+            "expires": (int, float),
+        }
         for name, kind in kinds.items():
             if not isinstance(document.get(name), kind) or isinstance(document.get(name), bool):
                 raise LeaseDamaged(f"{url}: field '{name}' is missing or of the wrong type")
@@ -119,21 +125,32 @@ class LeaseRecord:
         if not 0 < document["pid"] <= MAX_PID:
             raise LeaseDamaged(f"{url}: field 'pid' is {document['pid']}, not a process id (1..{MAX_PID})")
         for name in ("acquired", "renewed", "expires"):
-            if not 0 <= document[name] < MAX_UNIX_SECONDS:   # NaN fails this too
-                raise LeaseDamaged(f"{url}: field '{name}' is {document[name]}, not a time "
-                                   f"(unix seconds in 0..{MAX_UNIX_SECONDS:.0f})")
+            if not 0 <= document[name] < MAX_UNIX_SECONDS:  # NaN fails this too
+                raise LeaseDamaged(
+                    f"{url}: field '{name}' is {document[name]}, not a time (unix seconds in 0..{MAX_UNIX_SECONDS:.0f})"
+                )
         if not document["acquired"] <= document["renewed"] <= document["expires"]:
-            raise LeaseDamaged(f"{url}: times out of order (acquired {document['acquired']}, renewed "
-                               f"{document['renewed']}, expires {document['expires']}; need acquired <= "
-                               "renewed <= expires)")
+            raise LeaseDamaged(
+                f"{url}: times out of order (acquired {document['acquired']}, renewed "
+                f"{document['renewed']}, expires {document['expires']}; need acquired <= "
+                "renewed <= expires)"
+            )
         if document["expires"] - document["renewed"] > MAX_LEASE_SECONDS:
-            raise LeaseDamaged(f"{url}: field 'expires' is {document['expires'] - document['renewed']:.0f} s "
-                               f"after 'renewed'; a lease lives at most {MAX_LEASE_SECONDS:.0f} s past its "
-                               "last renewal")
-        return cls(holder=document["holder"], host=document["host"], pid=document["pid"],
-                   acquired=float(document["acquired"]), renewed=float(document["renewed"]),
-                   expires=float(document["expires"]), released=bool(document.get("released", False)),
-                   details=dict(details))
+            raise LeaseDamaged(
+                f"{url}: field 'expires' is {document['expires'] - document['renewed']:.0f} s "
+                f"after 'renewed'; a lease lives at most {MAX_LEASE_SECONDS:.0f} s past its "
+                "last renewal"
+            )
+        return cls(
+            holder=document["holder"],
+            host=document["host"],
+            pid=document["pid"],
+            acquired=float(document["acquired"]),
+            renewed=float(document["renewed"]),
+            expires=float(document["expires"]),
+            released=bool(document.get("released", False)),
+            details=dict(details),
+        )
 
     def held_at(self, now: float) -> bool:
         return not self.released and self.expires > now
@@ -195,17 +212,18 @@ def read_record(storage, path: str, *, now: float | None = None) -> tuple[LeaseR
     except NotFound:
         return None, 0
     except TooLarge as exc:
-        raise LeaseDamaged(f"{storage.url(path)}: {too_large(MAX_POINTER_BYTES)}",
-                           exc.generation or 0) from None
+        raise LeaseDamaged(f"{storage.url(path)}: {too_large(MAX_POINTER_BYTES)}", exc.generation or 0) from None
     try:
         record = LeaseRecord.from_bytes(data, storage.url(path))
     except LeaseDamaged as exc:
         raise LeaseDamaged(str(exc), generation) from None
     now = time.time() if now is None else now
     if record.from_the_future(now):
-        raise LeaseDamaged(f"{storage.url(path)}: renewed {describe_time(record.renewed, now)}, further ahead than "
-                           f"its lifetime of {record.expires - record.renewed:.0f} s: its writer's clock is wrong",
-                           generation)
+        raise LeaseDamaged(
+            f"{storage.url(path)}: renewed {describe_time(record.renewed, now)}, further ahead than "
+            f"its lifetime of {record.expires - record.renewed:.0f} s: its writer's clock is wrong",
+            generation,
+        )
     return record, generation
 
 
@@ -230,9 +248,19 @@ class Lease:
     local one), for the caller's log.
     """
 
-    def __init__(self, storage, path: str, seconds: float, *, takeover: Takeover = Takeover(),
-                 details: dict | None = None, holder: str | None = None, name: str = "lease",
-                 lost_note: str = "", clock=time.time):
+    def __init__(
+        self,
+        storage,
+        path: str,
+        seconds: float,
+        *,
+        takeover: Takeover = Takeover(),
+        details: dict | None = None,
+        holder: str | None = None,
+        name: str = "lease",
+        lost_note: str = "",
+        clock=time.time,
+    ):
         if not seconds > 0:
             raise ValueError(f"lease lifetime must be > 0 seconds, got {seconds}")
         self.storage = storage
@@ -281,10 +309,14 @@ class Lease:
         if not record.held_at(now):
             return True
         if self.takeover.own_period and record.renewed + self.seconds <= now:
-            return True                   # past its last renewal plus this lease's own period
+            return True  # past its last renewal plus this lease's own period
         # Same machine, process gone: a SIGKILLed holder being restarted here.
-        return (self.takeover.dead_local_holder and record.host == self.host and record.pid != self.pid
-                and not process_exists(record.pid))
+        return (
+            self.takeover.dead_local_holder
+            and record.host == self.host
+            and record.pid != self.pid
+            and not process_exists(record.pid)
+        )
 
     # --- acquire / renew / release -------------------------------------------------
     def try_acquire(self) -> LeaseRecord | None:
@@ -300,8 +332,15 @@ class Lease:
             if not takeable:
                 return record
             now = self._clock()
-            mine = LeaseRecord(self.holder, self.host, self.pid, acquired=now, renewed=now,
-                               expires=now + self.seconds, details=self.details)
+            mine = LeaseRecord(
+                self.holder,
+                self.host,
+                self.pid,
+                acquired=now,
+                renewed=now,
+                expires=now + self.seconds,
+                details=self.details,
+            )
             try:
                 written = self.storage.write_if_generation(self.path, mine.to_bytes(), generation)
             except (PreconditionFailed, AlreadyExists):
@@ -330,8 +369,7 @@ class Lease:
                     record, generation = None, 0
                 if record is None or record.holder != self.holder or record.released:
                     who = "nobody (it was deleted or damaged)" if record is None else record.holder
-                    self._lost = LeaseLost(f"lost the {self.name} {self.url}: it is now held by {who}"
-                                           f"{self.lost_note}")
+                    self._lost = LeaseLost(f"lost the {self.name} {self.url}: it is now held by {who}{self.lost_note}")
                     self._record = None
                     raise self._lost from None
                 # Still ours: our own earlier write landed although it reported failure.
@@ -343,9 +381,11 @@ class Lease:
         """Raise LeaseLost if a renewal found the lease taken, or it lapsed unrenewed."""
         with self._lock:
             if self._lost is None and self._record is not None and self._clock() >= self._record.expires:
-                self._lost = LeaseLost(f"the {self.name} {self.url} expired at "
-                                       f"{describe_time(self._record.expires, self._clock())} before it could "
-                                       f"be renewed (storage unreachable?){self.lost_note}")
+                self._lost = LeaseLost(
+                    f"the {self.name} {self.url} expired at "
+                    f"{describe_time(self._record.expires, self._clock())} before it could "
+                    f"be renewed (storage unreachable?){self.lost_note}"
+                )
                 self._record = None
             if self._lost is not None:
                 raise self._lost

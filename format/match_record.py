@@ -9,6 +9,7 @@ Data flow: match event --`MatchRecord.from_json_dict`--> the loop --`to_bytes`--
 --`from_bytes`--> the loop's summary and the ladder.  `from_json_dict` refuses anything else with
 a ValueError naming the document and field, and ignores unknown fields (newer writers' extras).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,16 @@ class MatchGame:
     """Where the game's SGF is (a lake path once the loop copied it), or None."""
 
 
-_GAME_FIELDS = {"index": int, "black": str, "white": str, "result": str, "score": (float, type(None)),
-                "end_reason": str, "moves": int, "sgf": (str, type(None))}
+_GAME_FIELDS = {
+    "index": int,
+    "black": str,
+    "white": str,
+    "result": str,
+    "score": (float, type(None)),
+    "end_reason": str,
+    "moves": int,
+    "sgf": (str, type(None)),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +80,10 @@ class MatchRecord:
 
     def text(self) -> str:
         """``21/40 vs gnugo-l1 (52%, 95% CI 37%-67%)``: one line for a person."""
-        return (f"{self.wins}/{self.games} vs {self.player_b} "
-                f"({self.win_rate:.0%}, 95% CI {self.ci_low:.0%}-{self.ci_high:.0%})")
+        return (
+            f"{self.wins}/{self.games} vs {self.player_b} "
+            f"({self.win_rate:.0%}, 95% CI {self.ci_low:.0%}-{self.ci_high:.0%})"
+        )
 
     def to_json_dict(self) -> dict:
         out = dataclasses.asdict(self)
@@ -106,11 +117,14 @@ class MatchRecord:
                 raise ValueError(f"{where}: game_results must be a list of games")
             values["game_results"] = tuple(_game(game, f"{where}: game_results[{i}]") for i, game in enumerate(games))
         record = cls(**values)
-        if record.wins + record.losses + record.draws != record.games or \
-                not all(0 <= rate <= 1 for rate in (record.win_rate, record.ci_low, record.ci_high)):
-            raise ValueError(f"{where}: the match result's counts or rates do not add up "
-                             f"({record.wins}+{record.losses}+{record.draws} of {record.games}, "
-                             f"win rate {record.win_rate} in [{record.ci_low}, {record.ci_high}])")
+        if record.wins + record.losses + record.draws != record.games or not all(
+            0 <= rate <= 1 for rate in (record.win_rate, record.ci_low, record.ci_high)
+        ):
+            raise ValueError(
+                f"{where}: the match result's counts or rates do not add up "
+                f"({record.wins}+{record.losses}+{record.draws} of {record.games}, "
+                f"win rate {record.win_rate} in [{record.ci_low}, {record.ci_high}])"
+            )
         return record
 
     @classmethod
@@ -118,18 +132,32 @@ class MatchRecord:
         return cls.from_json_dict(_json(data, url), url)
 
 
-_RECORD_TYPES = {"player_a": str, "player_b": str, "board_size": int, "komi": float, "games": int, "wins": int,
-                 "losses": int, "draws": int, "wins_as_black": int, "wins_as_white": int, "win_rate": float,
-                 "ci_low": float, "ci_high": float, "mean_moves": float, "seconds": float, "distinct_games": int,
-                 "visits": (int, type(None))}
+_RECORD_TYPES = {
+    "player_a": str,
+    "player_b": str,
+    "board_size": int,
+    "komi": float,
+    "games": int,
+    "wins": int,
+    "losses": int,
+    "draws": int,
+    "wins_as_black": int,
+    "wins_as_white": int,
+    "win_rate": float,
+    "ci_low": float,
+    "ci_high": float,
+    "mean_moves": float,
+    "seconds": float,
+    "distinct_games": int,
+    "visits": (int, type(None)),
+}
 
 
 def _checked(value, name: str, where: str, kind=None):
     """``value`` of the field ``name`` if it has the field's type (``kind``, else the record's), by
     the rule of every lake document (format.documents.document_value); an int is at least 0."""
     kind = _RECORD_TYPES[name] if kind is None else kind
-    return document_value(value, kind, lambda problem: ValueError(f"{where}: {name} {problem}"),
-                                 at_least=0)
+    return document_value(value, kind, lambda problem: ValueError(f"{where}: {name} {problem}"), at_least=0)
 
 
 def _game(document, where: str) -> MatchGame:
@@ -152,8 +180,9 @@ class ClosingRecord:
     vs_gnugo_1: MatchRecord | None = None
 
     def to_bytes(self) -> bytes:
-        return json.dumps({key: getattr(self, key).to_json_dict() for key in CLOSING_OPPONENTS
-                           if getattr(self, key) is not None}).encode()
+        return json.dumps(
+            {key: getattr(self, key).to_json_dict() for key in CLOSING_OPPONENTS if getattr(self, key) is not None}
+        ).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes, url: str) -> "ClosingRecord":
@@ -163,8 +192,13 @@ class ClosingRecord:
         missing = [key for key in CLOSING_OPPONENTS[:2] if key not in document]
         if missing:
             raise ValueError(f"{url}: the closing matches have no {missing[0]!r}")
-        return cls(**{key: MatchRecord.from_json_dict(document[key], f"{url}: {key}")
-                      for key in CLOSING_OPPONENTS if document.get(key) is not None})
+        return cls(
+            **{
+                key: MatchRecord.from_json_dict(document[key], f"{url}: {key}")
+                for key in CLOSING_OPPONENTS
+                if document.get(key) is not None
+            }
+        )
 
 
 def _json(data: bytes, url: str):

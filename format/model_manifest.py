@@ -5,6 +5,7 @@ format.registry writes it with `ModelManifest.to_bytes` after the files, and rea
 `ModelManifest.from_bytes` (`parse_model_manifest`); a damaged one is a ManifestError
 (format.documents) naming the object and the field.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -53,9 +54,12 @@ class ModelManifest:
         return model_input_planes(self.metadata)
 
     def to_bytes(self) -> bytes:
-        document = {"version": MODEL_MANIFEST_VERSION, "generation": self.generation,
-                    "files": {path: {"sha256": f.sha256, "size": f.size} for path, f in self.files.items()},
-                    "metadata": self.metadata}
+        document = {
+            "version": MODEL_MANIFEST_VERSION,
+            "generation": self.generation,
+            "files": {path: {"sha256": f.sha256, "size": f.size} for path, f in self.files.items()},
+            "metadata": self.metadata,
+        }
         return json.dumps(document, indent=2, sort_keys=True).encode()
 
     @classmethod
@@ -77,31 +81,42 @@ def parse_model_manifest(data: bytes, generation: int, url: str) -> ModelManifes
     names the object and the field (a file entry by its name)."""
     document = json_object(data, url)
     if document.get("version") != MODEL_MANIFEST_VERSION:
-        raise ManifestError(url, "version", f"is {document.get('version')!r}; this reader knows "
-                                            f"version {MODEL_MANIFEST_VERSION}")
+        raise ManifestError(
+            url, "version", f"is {document.get('version')!r}; this reader knows version {MODEL_MANIFEST_VERSION}"
+        )
     if document.get("generation") != generation:
         raise ManifestError(url, "generation", f"is {document.get('generation')!r}, expected {generation}")
     if not isinstance(document.get("files"), dict) or not document["files"]:
         raise ManifestError(url, "files", "must map file names to {sha256, size}")
     files = {}
     for relative, entry in document["files"].items():
-        if (not relative or relative.startswith("/")
-                or any(part in ("", ".", "..") for part in relative.split("/"))):
+        if not relative or relative.startswith("/") or any(part in ("", ".", "..") for part in relative.split("/")):
             raise ManifestError(url, "files", f"names a file {relative!r} outside the model's folder")
-        if (not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str)
-                or not _SHA256.fullmatch(entry["sha256"]) or not isinstance(entry.get("size"), int)
-                or isinstance(entry["size"], bool) or entry["size"] < 0):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("sha256"), str)
+            or not _SHA256.fullmatch(entry["sha256"])
+            or not isinstance(entry.get("size"), int)
+            or isinstance(entry["size"], bool)
+            or entry["size"] < 0
+        ):
             raise ManifestError(url, f"files.{relative}", 'must be {"sha256": 64 hex digits, "size": int >= 0}')
         files[relative] = ModelFile(entry["sha256"], entry["size"])
     metadata = document.get("metadata")
     if not isinstance(metadata, dict) or not isinstance(metadata.get("board_size"), int):
         raise ManifestError(url, "metadata", "must be an object with an int board_size")
     if not schema.MIN_BOARD_SIZE <= metadata["board_size"] <= schema.MAX_BOARD_SIZE:
-        raise ManifestError(url, "metadata.board_size", f"{metadata['board_size']} is outside "
-                                                        f"{schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
+        raise ManifestError(
+            url,
+            "metadata.board_size",
+            f"{metadata['board_size']} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}",
+        )
     planes = metadata.get("feature_set_planes", schema.BASIC_INPUT_PLANES)
     if planes not in schema.INPUT_PLANE_CHOICES or isinstance(planes, bool):
-        raise ManifestError(url, "metadata.feature_set_planes", f"is {planes!r}; a model takes one of "
-                                                                f"{schema.INPUT_PLANE_CHOICES} input planes")
+        raise ManifestError(
+            url,
+            "metadata.feature_set_planes",
+            f"is {planes!r}; a model takes one of {schema.INPUT_PLANE_CHOICES} input planes",
+        )
     check_numbers(document, url)
     return ModelManifest(generation=generation, files=files, metadata=metadata)

@@ -17,6 +17,7 @@ driver's leaves, `pipeline.positions.history_planes`, `model.tfdata.GroupDecoder
 `format.codec.decode_records`, `engine.playouts.playout_values`) is checked against `input_planes`
 bit for bit by tests/format/test_planes.py.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -77,7 +78,8 @@ def channel_name(channel: int) -> str:
         return "on board (all ones)"
     if LIBERTIES_1 <= channel < LEGAL:
         return ("stones with 1 liberty", "stones with 2 liberties", "stones with 3 or more liberties")[
-            channel - LIBERTIES_1]
+            channel - LIBERTIES_1
+        ]
     if channel == LEGAL:
         return "legal moves of the side to move (basic rules)"
     whose, age = ("own", channel - OWN_STONES) if channel < OPPONENT_STONES else ("opponent", channel - OPPONENT_STONES)
@@ -115,8 +117,9 @@ def chain_liberties(board: np.ndarray) -> np.ndarray:
     return out
 
 
-def ko_ban(board: np.ndarray, previous: np.ndarray | None, to_play: int,
-           liberties: np.ndarray | None = None) -> tuple[int, int] | None:
+def ko_ban(
+    board: np.ndarray, previous: np.ndarray | None, to_play: int, liberties: np.ndarray | None = None
+) -> tuple[int, int] | None:
     """The point where ``to_play`` may not retake a ko at once, or None.
 
     The last move put a single stone at ``m`` (opponent's at t, empty at t-1) and took exactly one
@@ -136,8 +139,9 @@ def ko_ban(board: np.ndarray, previous: np.ndarray | None, to_play: int,
     return tuple(taken[0]) if alone and liberties[row, col] == 1 else None
 
 
-def legal_points(board: np.ndarray, previous: np.ndarray | None, to_play: int,
-                 liberties: np.ndarray | None = None) -> np.ndarray:
+def legal_points(
+    board: np.ndarray, previous: np.ndarray | None, to_play: int, liberties: np.ndarray | None = None
+) -> np.ndarray:
     """bool [N, N]: the LEGAL plane: empty, not suicide, not the ko recapture."""
     n = board.shape[0]
     if liberties is None:
@@ -148,9 +152,11 @@ def legal_points(board: np.ndarray, previous: np.ndarray | None, to_play: int,
             if board[row, col] != schema.EMPTY:
                 continue
             for r, c in _neighbours(row, col, n):
-                if (board[r, c] == schema.EMPTY                                    # a liberty of its own
-                        or (board[r, c] == to_play and liberties[r, c] >= 2)       # joins a chain that keeps one
-                        or (board[r, c] == -to_play and liberties[r, c] == 1)):   # takes a chain
+                if (
+                    board[r, c] == schema.EMPTY  # a liberty of its own
+                    or (board[r, c] == to_play and liberties[r, c] >= 2)  # joins a chain that keeps one
+                    or (board[r, c] == -to_play and liberties[r, c] == 1)
+                ):  # takes a chain
                     legal[row, col] = True
     ban = ko_ban(board, previous, to_play, liberties)
     if ban is not None:
@@ -158,8 +164,7 @@ def legal_points(board: np.ndarray, previous: np.ndarray | None, to_play: int,
     return legal
 
 
-def input_planes(history_boards: Sequence[np.ndarray], to_play: int,
-                 channels: int = BASIC_INPUT_PLANES) -> np.ndarray:
+def input_planes(history_boards: Sequence[np.ndarray], to_play: int, channels: int = BASIC_INPUT_PLANES) -> np.ndarray:
     """The reference builder: float32 [N, N, channels] for one position (channels 17 or 22).
 
     ``history_boards`` are int8 [N, N] boards (schema colours: BLACK = 1,
@@ -206,8 +211,7 @@ def record_planes(history_boards: Sequence[np.ndarray], to_play: int) -> np.ndar
     return np.ascontiguousarray(np.moveaxis(planes, -1, 0)).astype(np.uint8)
 
 
-def input_from_record_planes(packed: np.ndarray, to_play: int,
-                             channels: int = BASIC_INPUT_PLANES) -> np.ndarray:
+def input_from_record_planes(packed: np.ndarray, to_play: int, channels: int = BASIC_INPUT_PLANES) -> np.ndarray:
     """float32 [N, N, channels]: `record_planes`' inverse, the network input of a stored position.
 
     ``packed`` is uint8 [PACKED_PLANES, N, N] (a decoded record's planes); the
@@ -242,8 +246,11 @@ def convert_input_planes(planes: np.ndarray, channels: int) -> np.ndarray:
     out = np.empty((*planes.shape[:-1], channels), np.float32)
     for row, position in enumerate(planes):
         to_play = COLOUR_PLANE_SIDE if position[0, 0, COLOUR_PLANE] else -COLOUR_PLANE_SIDE
-        boards = [np.where(position[:, :, OWN_STONES + age] > 0, to_play, 0)
-                  + np.where(position[:, :, OPPONENT_STONES + age] > 0, -to_play, 0) for age in range(2)]
+        boards = [
+            np.where(position[:, :, OWN_STONES + age] > 0, to_play, 0)
+            + np.where(position[:, :, OPPONENT_STONES + age] > 0, -to_play, 0)
+            for age in range(2)
+        ]
         out[row] = input_planes(boards, to_play, channels)
         out[row, :, :, :have] = position
     return out

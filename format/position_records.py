@@ -21,6 +21,7 @@ Data flow::
     shard + table --model.tfdata (in the graph)--> training batches
     shard + table --read_shard()/decode_records() (numpy, tools and tests)--> PositionRecord
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,6 +31,7 @@ import numpy as np
 
 from format import planes as plane_layout
 from format import schema
+from format.example_fields import FeatureReader, FormatError, parse_example
 from format.tfrecord import (
     RecordError,
     compress_gzip,
@@ -37,7 +39,6 @@ from format.tfrecord import (
     frame_records,
     iter_framed_records,
 )
-from format.example_fields import FeatureReader, FormatError, parse_example
 
 # --------------------------------------------------------------------------
 # Position records
@@ -85,8 +86,9 @@ def decode_version(data: bytes, source: str = "<bytes>") -> int:
     return schema.POSITION_RECORD_VERSION
 
 
-def decode_records(data: bytes, source: str = "<bytes>", games: Sequence[str] | None = None,
-                   table=None) -> list[PositionRecord]:
+def decode_records(
+    data: bytes, source: str = "<bytes>", games: Sequence[str] | None = None, table=None
+) -> list[PositionRecord]:
     """Every position in one record (a group).
 
     ``games`` is the manifest's list of game ids: given, each position's
@@ -115,8 +117,11 @@ def read_shard(data: bytes, source: str, games: Sequence[str] | None = None, tab
     """
     try:
         raw = decompress_for(source, data)
-        return [position for i, rec in enumerate(iter_framed_records(raw, source))
-                for position in decode_records(rec, f"{source}#{i}", games, table)]
+        return [
+            position
+            for i, rec in enumerate(iter_framed_records(raw, source))
+            for position in decode_records(rec, f"{source}#{i}", games, table)
+        ]
     except RecordError as exc:
         raise FormatError(source, None, str(exc).split(": ", 1)[-1]) from None
 
@@ -146,8 +151,8 @@ def pack_trits(codes: np.ndarray) -> np.ndarray:
 def trit_table() -> np.ndarray:
     """uint8[256, 5]: the five base-3 digits of each byte, least significant first (bytes > 242: 3s)."""
     values = np.arange(256)
-    table = np.stack([values // 3 ** k % 3 for k in range(schema.TRIT_POINTS)], axis=1)
-    table[values >= 3 ** schema.TRIT_POINTS] = 3  # invalid: no code 3 exists
+    table = np.stack([values // 3**k % 3 for k in range(schema.TRIT_POINTS)], axis=1)
+    table[values >= 3**schema.TRIT_POINTS] = 3  # invalid: no code 3 exists
     return table.astype(np.uint8)
 
 
@@ -229,8 +234,9 @@ def policy_integers(prob: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return out.astype(np.uint16)
 
 
-def policy_columns(index: np.ndarray, prob: np.ndarray, offsets: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def policy_columns(
+    index: np.ndarray, prob: np.ndarray, offsets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(offsets int64[P+1], index int64[K], values uint16[K]): the policy columns of a record.
 
     ``index`` and ``prob`` are every position's actions and probabilities,
@@ -319,8 +325,9 @@ def _targets_rows(c: CompactPositions) -> np.ndarray:
     no 16-bit fixed point holds over a 19x19 board's range.
     """
     out = np.zeros((len(c), schema.TARGET_BYTES), np.uint8)
-    out[:, 0] = ((c.to_play == schema.WHITE).astype(np.uint8) * schema.TARGET_FLAG_WHITE
-                 | np.asarray(c.fine, bool).astype(np.uint8) * schema.TARGET_FLAG_OWN_OWNERSHIP)
+    out[:, 0] = (c.to_play == schema.WHITE).astype(np.uint8) * schema.TARGET_FLAG_WHITE | np.asarray(
+        c.fine, bool
+    ).astype(np.uint8) * schema.TARGET_FLAG_OWN_OWNERSHIP
     out[:, 1] = np.clip(np.round(c.value * schema.ROOT_VALUE_SCALE), -127, 127).astype(np.int8).view(np.uint8)
     out[:, 2:6] = np.asarray(c.score, "<f4").view(np.uint8).reshape(-1, 4)
     weights = np.stack([c.policy_weight, c.value_weight, c.ownership_weight, c.score_weight], axis=1).astype("<f2")
@@ -338,7 +345,7 @@ def _target_columns(rows: np.ndarray) -> bytes:
     for a short last record, so tf.data unpacks every record alike.
     """
     columns = np.zeros((schema.TARGET_BYTES, schema.POSITION_GROUP), np.uint8)
-    columns[:, :len(rows)] = rows.T
+    columns[:, : len(rows)] = rows.T
     return columns.tobytes()
 
 
@@ -352,8 +359,9 @@ def _index_deltas(index: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return deltas
 
 
-def history_boards(board: np.ndarray, moves: np.ndarray, captures: np.ndarray, to_play: int,
-                   board_size: int) -> list[np.ndarray]:
+def history_boards(
+    board: np.ndarray, moves: np.ndarray, captures: np.ndarray, to_play: int, board_size: int
+) -> list[np.ndarray]:
     """int8 [N, N] boards t, t-1, ... (newest first, as many as the game has, up to 8).
 
     Undoes the moves one at a time: the stone move t-k placed is lifted and
@@ -383,8 +391,11 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, table) 
     its own row, from ``table`` (the window's GameTable).
     """
     if table is None:
-        raise r.error(schema.P_GAME, "positions take their ownership and generation from the window's game table "
-                                      "(the manifest's 'game_table'); none was given to this reader")
+        raise r.error(
+            schema.P_GAME,
+            "positions take their ownership and generation from the window's game table "
+            "(the manifest's 'game_table'); none was given to this reader",
+        )
     nn, actions, width = n * n, schema.num_actions(n), schema.trit_bytes(n)
     count = r.int(schema.P_COUNT)
     if not 1 <= count <= schema.POSITION_GROUP:
@@ -409,8 +420,12 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, table) 
     if (board_codes == 3).any():
         raise r.error(schema.P_BOARD, "holds a byte above 242 (not 5 base-3 digits)")
     move_width = schema.move_bytes(n)
-    moves = fixed(schema.P_MOVES, schema.HISTORY_MOVES * move_width).copy().view(
-        np.uint8 if move_width == 1 else np.dtype("<u2")).astype(np.int64)
+    moves = (
+        fixed(schema.P_MOVES, schema.HISTORY_MOVES * move_width)
+        .copy()
+        .view(np.uint8 if move_width == 1 else np.dtype("<u2"))
+        .astype(np.int64)
+    )
     no_move = nn + schema.NO_MOVE_OFFSET
     if (moves > no_move).any():
         raise r.error(schema.P_MOVES, f"holds a move above {no_move}")
@@ -418,21 +433,24 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, table) 
         raise r.error(schema.P_MOVES, "has a move older than the game's start")
     raw_targets = r.bytes(schema.P_TARGETS)
     if len(raw_targets) != schema.TARGET_BYTES * schema.POSITION_GROUP:
-        raise r.error(schema.P_TARGETS,
-                      f"has {len(raw_targets)} bytes, expected {schema.TARGET_BYTES} x {schema.POSITION_GROUP}")
+        raise r.error(
+            schema.P_TARGETS, f"has {len(raw_targets)} bytes, expected {schema.TARGET_BYTES} x {schema.POSITION_GROUP}"
+        )
     stored = np.frombuffer(raw_targets, np.uint8).reshape(schema.TARGET_BYTES, schema.POSITION_GROUP)
-    targets = stored[:, :count].T.copy()   # one row per position
+    targets = stored[:, :count].T.copy()  # one row per position
     if (targets[:, 0] > 3).any():
         raise r.error(schema.P_TARGETS, "has a flags byte above 3 (bit 0: White to move, bit 1: own ownership)")
     fine = (targets[:, 0] & schema.TARGET_FLAG_OWN_OWNERSHIP) != 0
     fine_raw = r.bytes(schema.P_OWNERSHIP_FINE)
     if len(fine_raw) != int(fine.sum()) * nn:
-        raise r.error(schema.P_OWNERSHIP_FINE, f"has {len(fine_raw)} bytes, expected {int(fine.sum())} "
-                                           f"own-label positions x {nn}")
+        raise r.error(
+            schema.P_OWNERSHIP_FINE, f"has {len(fine_raw)} bytes, expected {int(fine.sum())} own-label positions x {nn}"
+        )
     fine_rows = np.frombuffer(fine_raw, np.int8).reshape(-1, nn)
     if (fine_rows == -128).any():
-        raise r.error(schema.P_OWNERSHIP_FINE,
-                      f"holds -128 (ownership is -{schema.OWNERSHIP_SCALE}..{schema.OWNERSHIP_SCALE})")
+        raise r.error(
+            schema.P_OWNERSHIP_FINE, f"holds -128 (ownership is -{schema.OWNERSHIP_SCALE}..{schema.OWNERSHIP_SCALE})"
+        )
     fine_index = np.cumsum(fine) - 1
     value = targets[:, 1].view(np.int8).astype(np.float32) / schema.ROOT_VALUE_SCALE
     score = targets[:, 2:6].copy().view("<f4")[:, 0].astype(np.float32)
@@ -458,8 +476,9 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, table) 
     if games is not None and len(game) and game.max() >= len(games):
         raise r.error(schema.P_GAME, f"holds game {int(game.max())}, but the window's game table has {len(games)}")
     if table.board_size != n:
-        raise r.error(schema.P_BOARD_SIZE, f"is {n}, but the window's game table is "
-                                           f"{table.board_size}x{table.board_size}")
+        raise r.error(
+            schema.P_BOARD_SIZE, f"is {n}, but the window's game table is {table.board_size}x{table.board_size}"
+        )
     if len(game) and game.max() >= len(table):
         raise r.error(schema.P_GAME, f"holds game {int(game.max())}, but the window's game table has {len(table)}")
     generation = table.generation[game]
@@ -468,20 +487,34 @@ def _decode_group(r: FeatureReader, n: int, games: Sequence[str] | None, table) 
         to_play = schema.WHITE if targets[i, 0] & 1 else schema.BLACK
         lo, hi = policy_offsets[i], policy_offsets[i + 1]
         index = np.cumsum(deltas[lo:hi])
-        if hi > lo and ((deltas[lo + 1:hi] < 1).any() or index[0] < 0 or index[-1] >= actions):
+        if hi > lo and ((deltas[lo + 1 : hi] < 1).any() or index[0] < 0 or index[-1] >= actions):
             raise r.error(schema.P_POLICY_INDEX_DELTA, f"position {i}: indices not strictly increasing in 0..{nn}")
         prob = (values[lo:hi] / max(1, values[lo:hi].sum())).astype(np.float32)
-        boards = history_boards(code_colours(board_codes[i]), moves[i],
-                                captures[capture_offsets[i]:capture_offsets[i + 1]], to_play, n)
+        boards = history_boards(
+            code_colours(board_codes[i]), moves[i], captures[capture_offsets[i] : capture_offsets[i + 1]], to_play, n
+        )
         if fine[i]:
             ownership = fine_rows[fine_index[i]].astype(np.float32) * to_play / schema.OWNERSHIP_SCALE
         else:
             ownership = table.ownership[game[i]].astype(np.float32) * to_play / schema.OWNERSHIP_SCALE
-        out.append(PositionRecord(
-            board_size=n, planes=plane_layout.record_planes(boards, to_play), to_play=to_play,
-            policy_index=index, policy_prob=prob, value=float(value[i]), score=float(score[i]),
-            ownership=ownership, policy_weight=float(weights[i, 0]), value_weight=float(weights[i, 1]),
-            ownership_weight=float(weights[i, 2]), score_weight=float(weights[i, 3]),
-            game_id=games[game[i]] if games is not None else "", move_number=int(move_number[i]),
-            generation=int(generation[i]), game=int(game[i])))
+        out.append(
+            PositionRecord(
+                board_size=n,
+                planes=plane_layout.record_planes(boards, to_play),
+                to_play=to_play,
+                policy_index=index,
+                policy_prob=prob,
+                value=float(value[i]),
+                score=float(score[i]),
+                ownership=ownership,
+                policy_weight=float(weights[i, 0]),
+                value_weight=float(weights[i, 1]),
+                ownership_weight=float(weights[i, 2]),
+                score_weight=float(weights[i, 3]),
+                game_id=games[game[i]] if games is not None else "",
+                move_number=int(move_number[i]),
+                generation=int(generation[i]),
+                game=int(game[i]),
+            )
+        )
     return out

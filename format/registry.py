@@ -15,6 +15,7 @@ sha256 (`ModelIntegrityError`).  The SavedModel's ``serving_default`` takes ``pl
 ``policy_logits`` [B, N*N+1], ``value`` [B], ``ownership`` [B, N*N] and ``score`` [B], from the
 side to move; other declared shapes are refused.  Nothing here imports TensorFlow.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,7 +25,7 @@ import numpy as np
 
 from cloud.base import AlreadyExists, NotFound, PreconditionFailed, TooLarge
 from format import layout
-from format.documents import ManifestError, MAX_DOCUMENT_BYTES, MAX_POINTER_BYTES, too_large
+from format.documents import MAX_DOCUMENT_BYTES, MAX_POINTER_BYTES, ManifestError, too_large
 from format.model_manifest import ModelFile, ModelManifest
 
 SIGNATURE = "serving_default"
@@ -73,8 +74,9 @@ def _parse_latest(storage, data: bytes) -> int:
         text = data.decode("ascii").strip()
     except UnicodeDecodeError:
         # Show the bytes themselves: decoding with replacement hid what was there.
-        raise RegistryError(f"{storage.url(layout.LATEST)}: expected a generation number, got non-ASCII "
-                            f"bytes {data[:40]!r}") from None
+        raise RegistryError(
+            f"{storage.url(layout.LATEST)}: expected a generation number, got non-ASCII bytes {data[:40]!r}"
+        ) from None
     if not text.isdigit():
         raise RegistryError(f"{storage.url(layout.LATEST)}: expected a generation number, got {text[:40]!r}")
     return int(text)
@@ -107,8 +109,7 @@ def advance_latest(storage, generation: int) -> int:
         except NotFound:
             version, current = 0, None
         except TooLarge:
-            raise RegistryError(f"{storage.url(layout.LATEST)}: {too_large(MAX_POINTER_BYTES)}") \
-                from None
+            raise RegistryError(f"{storage.url(layout.LATEST)}: {too_large(MAX_POINTER_BYTES)}") from None
         if current is not None and current >= generation:
             return current
         try:
@@ -116,8 +117,10 @@ def advance_latest(storage, generation: int) -> int:
             return generation
         except PreconditionFailed:
             continue
-    raise RegistryError(f"{storage.url(layout.LATEST)} changed under each of {LATEST_ATTEMPTS} conditional "
-                        f"writes; could not move it to generation {generation}")
+    raise RegistryError(
+        f"{storage.url(layout.LATEST)} changed under each of {LATEST_ATTEMPTS} conditional "
+        f"writes; could not move it to generation {generation}"
+    )
 
 
 def is_published(storage, generation: int) -> bool:
@@ -138,8 +141,7 @@ def _local_files(local_dir: str) -> list[str]:
     return sorted(found)
 
 
-def publish_model(storage, generation: int, local_dir: str, metadata: dict, *,
-                  before_commit=None) -> ModelManifest:
+def publish_model(storage, generation: int, local_dir: str, metadata: dict, *, before_commit=None) -> ModelManifest:
     """Upload ``local_dir`` as ``models/<generation>/``, then its manifest, then LATEST.
 
     Raises AlreadyPublished if the generation's manifest exists (before
@@ -157,8 +159,9 @@ def publish_model(storage, generation: int, local_dir: str, metadata: dict, *,
     if "board_size" not in metadata:
         raise ValueError("publish_model metadata must include board_size")
     if is_published(storage, generation):
-        raise AlreadyPublished(f"{storage.url(model_dir(generation))} is already published; "
-                               "a generation is never republished")
+        raise AlreadyPublished(
+            f"{storage.url(model_dir(generation))} is already published; a generation is never republished"
+        )
     relative_paths = _local_files(local_dir)
     if not relative_paths:
         raise ValueError(f"{local_dir} holds no files to publish")
@@ -166,8 +169,10 @@ def publish_model(storage, generation: int, local_dir: str, metadata: dict, *,
     for relative in relative_paths:
         local_path = os.path.join(local_dir, *relative.split("/"))
         if os.path.getsize(local_path) > MAX_MODEL_FILE_BYTES:
-            raise RegistryError(f"{local_path} is larger than {MAX_MODEL_FILE_BYTES:,} bytes, the most a model "
-                                "file may hold (readers would refuse it); not published")
+            raise RegistryError(
+                f"{local_path} is larger than {MAX_MODEL_FILE_BYTES:,} bytes, the most a model "
+                "file may hold (readers would refuse it); not published"
+            )
         with open(local_path, "rb") as handle:
             data = handle.read()
         _write_model_file(storage, generation, relative, data)
@@ -178,8 +183,9 @@ def publish_model(storage, generation: int, local_dir: str, metadata: dict, *,
     try:
         storage.write_new(manifest_path(generation), manifest.to_bytes())
     except AlreadyExists:
-        raise AlreadyPublished(f"{storage.url(manifest_path(generation))} was written by another "
-                               "publisher first") from None
+        raise AlreadyPublished(
+            f"{storage.url(manifest_path(generation))} was written by another publisher first"
+        ) from None
     advance_latest(storage, generation)
     return manifest
 
@@ -208,15 +214,18 @@ def _write_model_file(storage, generation: int, relative: str, data: bytes) -> N
     if existing == data:
         return
     if is_published(storage, generation):
-        raise AlreadyPublished(f"{storage.url(path)} belongs to generation {generation}, published by another "
-                               "publisher meanwhile; not overwriting it")
+        raise AlreadyPublished(
+            f"{storage.url(path)} belongs to generation {generation}, published by another "
+            "publisher meanwhile; not overwriting it"
+        )
     storage.delete(path, missing_ok=True)
     try:
         storage.write_new(path, data)
     except AlreadyExists:
-        raise RegistryError(f"{storage.url(path)} was written again by another publisher of generation "
-                            f"{generation} while this one replaced a leftover; stopping (one trainer per root)") \
-            from None
+        raise RegistryError(
+            f"{storage.url(path)} was written again by another publisher of generation "
+            f"{generation} while this one replaced a leftover; stopping (one trainer per root)"
+        ) from None
 
 
 def read_manifest(storage, generation: int) -> ModelManifest:
@@ -224,12 +233,10 @@ def read_manifest(storage, generation: int) -> ModelManifest:
     try:
         data = storage.read(path, max_bytes=MAX_DOCUMENT_BYTES)
     except NotFound:
-        raise RegistryError(f"{storage.url(path)} does not exist: generation {generation} "
-                            "is not published") from None
+        raise RegistryError(f"{storage.url(path)} does not exist: generation {generation} is not published") from None
     except TooLarge:
-        raise ModelIntegrityError(f"{storage.url(path)}: {too_large(MAX_DOCUMENT_BYTES)}", path) \
-            from None
+        raise ModelIntegrityError(f"{storage.url(path)}: {too_large(MAX_DOCUMENT_BYTES)}", path) from None
     try:
-        return ModelManifest.from_bytes(data, generation, storage.url(path))   # the one owner of its schema
+        return ModelManifest.from_bytes(data, generation, storage.url(path))  # the one owner of its schema
     except ManifestError as exc:
         raise ModelIntegrityError(str(exc), path) from None

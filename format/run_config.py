@@ -6,15 +6,15 @@ fixed when the run starts: the first role to touch an empty root writes
 ``run.json`` create-only; every later role compares its own settings with it
 and refuses to run on a mismatch, naming the field and both values.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
 
-from format import lake_json, layout
+from format import lake_json, layout, schema
 from format.documents import MAX_POINTER_BYTES, too_large
-from format import schema
 
 FEATURE_SET = "agz17-v1"
 """Name of the planes the lake's records store (AlphaGo Zero's stone history, format/schema.py);
@@ -44,9 +44,13 @@ class NoRun(ValueError):
     """The root has no run.json: no role has written to it yet."""
 
 
-_FIELD_TYPES = (("board_size", int, "a JSON integer"), ("komi", (int, float), "a JSON number"),
-                ("rules", str, "a string"), ("feature_set", str, "a string"),
-                ("format_version", int, "a JSON integer"))
+_FIELD_TYPES = (
+    ("board_size", int, "a JSON integer"),
+    ("komi", (int, float), "a JSON number"),
+    ("rules", str, "a string"),
+    ("feature_set", str, "a string"),
+    ("format_version", int, "a JSON integer"),
+)
 """Each run.json field, the Python types its JSON value may have (never a bool), and how to say it."""
 
 
@@ -67,8 +71,9 @@ class RunConfig:
             if isinstance(value, bool) or not isinstance(value, kinds):
                 raise ValueError(f"field '{name}' must be {what}, got {value!r}")
         if not schema.MIN_BOARD_SIZE <= self.board_size <= schema.MAX_BOARD_SIZE:
-            raise ValueError(f"board size {self.board_size} is outside "
-                             f"{schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
+            raise ValueError(
+                f"board size {self.board_size} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}"
+            )
         problem = komi_problem(self.komi)
         if problem:
             raise ValueError(f"komi {problem}")
@@ -117,11 +122,12 @@ def require_run_config(storage, board_size_flag: int | None = None, *, creator: 
     flag and both values."""
     run = read_run_config(storage)
     if run is None:
-        raise NoRun(f"{storage.url(layout.RUN_CONFIG)} does not exist: this root has no run yet "
-                    f"({creator} creates it)")
+        raise NoRun(f"{storage.url(layout.RUN_CONFIG)} does not exist: this root has no run yet ({creator} creates it)")
     if board_size_flag and board_size_flag != run.board_size:
-        raise RunConfigMismatch(f"--board-size {board_size_flag} disagrees with {storage.url(layout.RUN_CONFIG)}, "
-                                f"which says board_size {run.board_size}")
+        raise RunConfigMismatch(
+            f"--board-size {board_size_flag} disagrees with {storage.url(layout.RUN_CONFIG)}, "
+            f"which says board_size {run.board_size}"
+        )
     return run
 
 

@@ -42,10 +42,14 @@ def position_record_version_problem(version: int) -> str | None:
     if version == POSITION_RECORD_VERSION:
         return None
     if 0 < version < POSITION_RECORD_VERSION:
-        return (f"holds version-{version} position records, which this release no longer reads (it reads version "
-                f"{POSITION_RECORD_VERSION}): rebuild the window from the lake's games with `{REBUILD_WINDOW}`")
-    return (f"holds version-{version} position records, which this release does not know (it reads version "
-            f"{POSITION_RECORD_VERSION}); update zerolake to read it")
+        return (
+            f"holds version-{version} position records, which this release no longer reads (it reads version "
+            f"{POSITION_RECORD_VERSION}): rebuild the window from the lake's games with `{REBUILD_WINDOW}`"
+        )
+    return (
+        f"holds version-{version} position records, which this release does not know (it reads version "
+        f"{POSITION_RECORD_VERSION}); update zerolake to read it"
+    )
 
 
 MIN_BOARD_SIZE = 5
@@ -213,6 +217,7 @@ GT_OWNERSHIP_FINE = "ownership_fine"
 
 OWNERSHIP_SCALE = 127
 """Shard ownership is int8 ``round(o * 127)`` with o in [-1, 1]."""
+
 
 def num_actions(board_size: int) -> int:
     """Size of the action space: every point plus pass."""

@@ -20,6 +20,7 @@ and `_from_sgfmill` are the one conversion.  A pass is an empty move
 (``B[]``, or ``tt`` on boards up to 19x19, which sgfmill reads as a pass).
 Every malformed input raises ValueError naming what is wrong (and the node).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -154,8 +155,9 @@ def read_sgf(data) -> SgfGame:
             raw = node.get_raw("B") if node.has_property("B") else node.get_raw("W")
             raw = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
             detail = f" ({err})" if str(err) else ""
-            raise ValueError(f"SGF node {number}: malformed move coordinate {raw!r} "
-                             f"for a {size}x{size} board{detail}") from None
+            raise ValueError(
+                f"SGF node {number}: malformed move coordinate {raw!r} for a {size}x{size} board{detail}"
+            ) from None
         if colour is not None:
             moves.append((BLACK if colour == "b" else WHITE, _from_sgfmill(point, size)))
     to_play = BLACK
@@ -164,7 +166,7 @@ def read_sgf(data) -> SgfGame:
             to_play = BLACK if root.get("PL") == "b" else WHITE
         except ValueError:
             raise ValueError("malformed PL property") from None
-    elif stones.any() and not (stones == WHITE).any():     # a handicap: White moves first
+    elif stones.any() and not (stones == WHITE).any():  # a handicap: White moves first
         to_play = WHITE
     return SgfGame(size, komi, stones if has_setup else None, to_play, moves, result)
 
@@ -211,8 +213,13 @@ def write_sgf_file(path: str, data: bytes) -> None:
 def game_to_sgf(board_size, komi, moves, result=None, comments=None) -> bytes:
     """A plain game (flat actions, Black first, alternating) as SGF bytes;
     `write_sgf` for `result` and `comments`."""
-    return write_sgf(board_size, komi, [(BLACK if index % 2 == 0 else WHITE, move)
-                                        for index, move in enumerate(moves)], result=result, comments=comments)
+    return write_sgf(
+        board_size,
+        komi,
+        [(BLACK if index % 2 == 0 else WHITE, move) for index, move in enumerate(moves)],
+        result=result,
+        comments=comments,
+    )
 
 
 def game_from_sgf(data) -> tuple[int, float, list[int], str | None]:
@@ -225,6 +232,8 @@ def game_from_sgf(data) -> tuple[int, float, list[int], str | None]:
     for index, (colour, _) in enumerate(game.moves):
         expected = BLACK if index % 2 == 0 else WHITE
         if colour != expected:
-            raise ValueError(f"SGF move {index}: {_COLOUR_LETTER[colour].upper()} plays out of turn "
-                             f"(should be {_COLOUR_LETTER[expected].upper()})")
+            raise ValueError(
+                f"SGF move {index}: {_COLOUR_LETTER[colour].upper()} plays out of turn "
+                f"(should be {_COLOUR_LETTER[expected].upper()})"
+            )
     return game.size, 0.0 if game.komi is None else game.komi, [move for _, move in game.moves], game.result

@@ -15,6 +15,7 @@ point p goes* under k (``perm[k][PASS] == PASS``), for planes and for policies a
 ``inverse_permutations(N)[k] == perm[INVERSE[k]]``.  The round trips are tested in
 tests/engine/test_board_properties.py.
 """
+
 import functools
 
 import numpy as np
@@ -87,7 +88,7 @@ def apply_symmetry_to_policy(policy, k):
     k = _check_k(k)
     x = np.asarray(policy)
     n2 = x.shape[-1] - 1
-    size = int(round(n2 ** 0.5))
+    size = int(round(n2**0.5))
     if size * size != n2:
         raise ValueError(f"policy must end with N*N + 1 actions, got {x.shape[-1]}")
     out = np.empty_like(x)

@@ -16,6 +16,7 @@ reads the gzip shards natively.
 Files in the lake are small enough (a chunk is a few hundred KB) to frame and
 compress in memory, which is what lets every write be one create-only object.
 """
+
 from __future__ import annotations
 
 import struct
@@ -82,9 +83,11 @@ def decompressed_limit(compressed_bytes: int) -> int:
 
 
 def _too_large(source: str, compressed: int, limit: int) -> TooLarge:
-    return TooLarge(f"{source}: expands past {limit:,} bytes from {compressed:,} "
-                    f"(more than any file the lake holds: at most {MAX_EXPANSION}x, at least "
-                    f"{MIN_DECOMPRESSED_LIMIT >> 20} MB allowed); not read further")
+    return TooLarge(
+        f"{source}: expands past {limit:,} bytes from {compressed:,} "
+        f"(more than any file the lake holds: at most {MAX_EXPANSION}x, at least "
+        f"{MIN_DECOMPRESSED_LIMIT >> 20} MB allowed); not read further"
+    )
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -119,11 +122,11 @@ def iter_framed_records(data: bytes, source: str) -> Iterator[bytes]:
             raise RecordError(f"{source}: record {index}: truncated header ({end - offset} bytes left)")
         (length,) = _LENGTH.unpack_from(view, offset)
         (length_crc,) = _CRC.unpack_from(view, offset + 8)
-        if length_crc != masked_crc32c(bytes(view[offset:offset + 8])):
+        if length_crc != masked_crc32c(bytes(view[offset : offset + 8])):
             raise RecordError(f"{source}: record {index}: length CRC mismatch at byte {offset}")
         if length > MAX_RECORD_BYTES or offset + 12 + length + 4 > end:
             raise RecordError(f"{source}: record {index}: truncated data (needs {length} bytes)")
-        body = bytes(view[offset + 12:offset + 12 + length])
+        body = bytes(view[offset + 12 : offset + 12 + length])
         (data_crc,) = _CRC.unpack_from(view, offset + 12 + length)
         if data_crc != masked_crc32c(body):
             raise RecordError(f"{source}: record {index}: data CRC mismatch")
@@ -144,11 +147,11 @@ def decompress_zstd(data: bytes, source: str, limit: int | None = None) -> bytes
     view = memoryview(data)
     out, total, start = [], 0, 0
     try:
-        while start < len(view):   # one zstd frame a pass; a file may hold several
+        while start < len(view):  # one zstd frame a pass; a file may hold several
             frame = decompressor.decompressobj(write_size=_OUTPUT_PIECE)
             position = start
             while position < len(view) and not frame.eof:
-                piece = frame.decompress(view[position:position + _INPUT_PIECE])
+                piece = frame.decompress(view[position : position + _INPUT_PIECE])
                 position = min(position + _INPUT_PIECE, len(view))
                 total += len(piece)
                 if total > limit:
@@ -187,7 +190,7 @@ def _gzip_pieces(data: bytes, source: str, limit: int | None = None) -> Iterator
     limit = decompressed_limit(len(data)) if limit is None else limit
     total, rest = 0, bytes(data)
     try:
-        while rest:   # one gzip member a pass
+        while rest:  # one gzip member a pass
             member = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
             pending = rest
             while not member.eof:
@@ -219,8 +222,8 @@ def check_gzip_frames(data: bytes, source: str, limit: int | None = None) -> int
     (RecordError naming the file and record).  Record bodies are only
     skipped: their CRCs and contents are left to the reader.
     """
-    header = bytearray()          # the current frame header, while it is incomplete
-    to_skip = 0                   # bytes of the current record (body, then its CRC) still ahead
+    header = bytearray()  # the current frame header, while it is incomplete
+    to_skip = 0  # bytes of the current record (body, then its CRC) still ahead
     records = 0
     for piece in _gzip_pieces(data, source, limit):
         view, offset = memoryview(piece), 0
@@ -230,18 +233,20 @@ def check_gzip_frames(data: bytes, source: str, limit: int | None = None) -> int
                 to_skip -= step
                 offset += step
                 continue
-            taken = view[offset:offset + 12 - len(header)]
+            taken = view[offset : offset + 12 - len(header)]
             header += taken
             offset += len(taken)
             if len(header) < 12:
-                break                                     # the header goes on in the next piece
+                break  # the header goes on in the next piece
             (length,) = _LENGTH.unpack_from(header, 0)
             (length_crc,) = _CRC.unpack_from(header, 8)
             if length_crc != masked_crc32c(bytes(header[:8])):
                 raise RecordError(f"{source}: record {records}: length CRC mismatch")
             if length > MAX_RECORD_BYTES:
-                raise RecordError(f"{source}: record {records}: its length field says {length:,} bytes, more "
-                                  f"than any record of the lake ({MAX_RECORD_BYTES:,}); not read")
+                raise RecordError(
+                    f"{source}: record {records}: its length field says {length:,} bytes, more "
+                    f"than any record of the lake ({MAX_RECORD_BYTES:,}); not read"
+                )
             header.clear()
             to_skip = length + 4
             records += 1

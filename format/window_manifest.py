@@ -6,6 +6,7 @@ the reader's, and `read_window_manifest` reads one from a storage (optionally ch
 file it names is there).  Each returns or checks a `WindowManifest`; a damaged manifest is a
 ManifestError (format.documents) naming the object and the field.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +36,7 @@ from format.tfrecord import MAX_EXPANSION
 WINDOW_MANIFEST_VERSION = 1
 
 
-MAX_WINDOW_POSITIONS = 10 ** 9
+MAX_WINDOW_POSITIONS = 10**9
 """No window holds more position records than this (a billion: 1,000x the
 default window's growth at any lake size people run); a manifest that says
 more is damaged, not a plan for billions of training steps."""
@@ -118,13 +119,19 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
         raise ManifestError(url, "target_generation", f"{generation} does not match the manifest's folder")
     board_size = need("board_size", int)
     if not schema.MIN_BOARD_SIZE <= board_size <= schema.MAX_BOARD_SIZE:
-        raise ManifestError(url, "board_size", f"{board_size} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}")
+        raise ManifestError(
+            url, "board_size", f"{board_size} is outside {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE}"
+        )
     shards = need("shards", list)
     bad = [s for s in shards if not is_window_file_name(s, schema.SHARD_SUFFIX)]
     if not shards or bad or len(set(shards)) != len(shards):
         named = f" ({shown(bad[0])} is not one)" if bad else ""
-        raise ManifestError(url, "shards", f"must list the window's shard file names, each once "
-                                           f"(letters, digits, '_', '.', '-', ending in {schema.SHARD_SUFFIX}){named}")
+        raise ManifestError(
+            url,
+            "shards",
+            f"must list the window's shard file names, each once "
+            f"(letters, digits, '_', '.', '-', ending in {schema.SHARD_SUFFIX}){named}",
+        )
     check_numbers(document, url)
     positions = need("positions", int)
     if not 0 < positions <= MAX_WINDOW_POSITIONS:
@@ -135,7 +142,9 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
         raise ManifestError(url, "generations", "must be keyed by generation numbers")
     komi = document.get("komi", 0.0)
     if not isinstance(komi, (int, float)) or isinstance(komi, bool) or abs(komi) > schema.MAX_KOMI:
-        raise ManifestError(url, "komi", f"is {komi!r}, expected a number in [-{schema.MAX_KOMI:g}, {schema.MAX_KOMI:g}]")
+        raise ManifestError(
+            url, "komi", f"is {komi!r}, expected a number in [-{schema.MAX_KOMI:g}, {schema.MAX_KOMI:g}]"
+        )
     record_version = need("record_version", int) if "record_version" in document else 1
     problem = schema.position_record_version_problem(record_version)
     if problem:
@@ -144,10 +153,14 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
     if not isinstance(games, list) or not all(isinstance(g, str) for g in games):
         raise ManifestError(url, "games", "must be a list of game ids (what a record's 'game' indexes)")
     table = document.get("game_table")
-    if not is_window_file_name(table, schema.GAME_TABLE_SUFFIX) or table in shards:
-        raise ManifestError(url, "game_table", f"is {shown(table)}; it must name the window's game table "
-                                               f"file, ending in {schema.GAME_TABLE_SUFFIX} (the records "
-                                               "keep each game's ownership label and generation there)")
+    if not isinstance(table, str) or not is_window_file_name(table, schema.GAME_TABLE_SUFFIX) or table in shards:
+        raise ManifestError(
+            url,
+            "game_table",
+            f"is {shown(table)}; it must name the window's game table "
+            f"file, ending in {schema.GAME_TABLE_SUFFIX} (the records "
+            "keep each game's ownership label and generation there)",
+        )
     table = game_table_path(generation, table)
     attempt = document.get("attempt")
     if attempt is not None and not (isinstance(attempt, str) and SAFE_NAME.fullmatch(attempt)):
@@ -156,38 +169,54 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
     if not isinstance(plan, dict):
         raise ManifestError(url, "window", "must be an object (the window's plan)")
     per_byte = plan.get("positions_per_byte")
-    per_byte = float(per_byte) if isinstance(per_byte, (int, float)) and not isinstance(per_byte, bool) \
-        and per_byte > 0 else None
+    per_byte = (
+        float(per_byte)
+        if isinstance(per_byte, (int, float)) and not isinstance(per_byte, bool) and per_byte > 0
+        else None
+    )
     lake_bytes = plan.get("lake_bytes")
     lake_bytes = lake_bytes if isinstance(lake_bytes, int) and not isinstance(lake_bytes, bool) else None
     planned = plan.get("chunks", [])
     planned = tuple(planned) if isinstance(planned, list) and all(isinstance(c, str) for c in planned) else ()
-    return WindowManifest(target_generation=generation, board_size=board_size,
-                          shards=tuple(shard_path(generation, s) for s in shards), positions=positions,
-                          path=path, record_version=record_version, document=document, game_table=table,
-                          games=tuple(games) if "games" in document else None, attempt=attempt,
-                          positions_per_byte=per_byte, planned_lake_bytes=lake_bytes, planned_chunks=planned,
-                          **_window_statistics(document, url))
+    return WindowManifest(
+        target_generation=generation,
+        board_size=board_size,
+        shards=tuple(shard_path(generation, s) for s in shards),
+        positions=positions,
+        path=path,
+        record_version=record_version,
+        document=document,
+        game_table=table,
+        games=tuple(games) if "games" in document else None,
+        attempt=attempt,
+        positions_per_byte=per_byte,
+        planned_lake_bytes=lake_bytes,
+        planned_chunks=planned,
+        **_window_statistics(document, url),
+    )
 
 
 def _window_statistics(document: dict, url: str) -> dict:
     """The job's statistics as WindowManifest fields; absent ones are 0 (or none skipped), a
     present one of the wrong type is a ManifestError naming it."""
+
     def count(section: str, name: str) -> int:
         part = document.get(section, {})
         value = part.get(name, 0) if isinstance(part, dict) else None
-        return document_value(value, int, lambda problem: ManifestError(url, f"{section}.{name}", problem),
-                              at_least=0)
+        return document_value(value, int, lambda problem: ManifestError(url, f"{section}.{name}", problem), at_least=0)
 
     skipped = document.get("chunks_skipped", [])
     if not isinstance(skipped, list) or not all(
-            isinstance(entry, dict) and isinstance(entry.get("chunk"), str) and isinstance(entry.get("reason"), str)
-            for entry in skipped):
+        isinstance(entry, dict) and isinstance(entry.get("chunk"), str) and isinstance(entry.get("reason"), str)
+        for entry in skipped
+    ):
         raise ManifestError(url, "chunks_skipped", 'must list {"chunk": path, "reason": text} objects')
-    return {"positions_read": count("input", "positions_read"),
-            "chunks_skipped": tuple((entry["chunk"], entry["reason"]) for entry in skipped),
-            "duplicate_games": count("dedup", "duplicate_games"),
-            "capped_positions_removed": count("dedup", "capped_positions_removed")}
+    return {
+        "positions_read": count("input", "positions_read"),
+        "chunks_skipped": tuple((entry["chunk"], entry["reason"]) for entry in skipped),
+        "duplicate_games": count("dedup", "duplicate_games"),
+        "capped_positions_removed": count("dedup", "capped_positions_removed"),
+    }
 
 
 def _check_counts(document: dict, name: str, keys, total: int, url: str) -> None:
@@ -196,8 +225,9 @@ def _check_counts(document: dict, name: str, keys, total: int, url: str) -> None
     counts = document.get(name)
     if counts is None:
         return
-    if not isinstance(counts, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                                               for v in counts.values()):
+    if not isinstance(counts, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()
+    ):
         raise ManifestError(url, name, "must map names to position counts (ints >= 0)")
     if keys is not None and set(counts) != set(keys):
         raise ManifestError(url, name, "must give the count of exactly the shards the manifest lists")
@@ -229,10 +259,14 @@ def read_window_manifest(storage, generation: int, *, check_shards: bool = False
         # MAX_EXPANSION times (format.tfrecord), so its bytes bound its positions.
         most = MAX_EXPANSION * sum(sizes[shard] for shard in window.shards)
         if window.positions > most:
-            raise ManifestError(storage.url(path), "positions",
-                                f"is {window.positions}, more than its shards' {most // MAX_EXPANSION:,} bytes can "
-                                f"hold (at most {MAX_EXPANSION} positions a byte)")
+            raise ManifestError(
+                storage.url(path),
+                "positions",
+                f"is {window.positions}, more than its shards' {most // MAX_EXPANSION:,} bytes can "
+                f"hold (at most {MAX_EXPANSION} positions a byte)",
+            )
         if window.game_table and window.game_table not in sizes:
-            raise ManifestError(storage.url(path), "game_table",
-                                f"names {storage.url(window.game_table)}, which is missing")
+            raise ManifestError(
+                storage.url(path), "game_table", f"names {storage.url(window.game_table)}, which is missing"
+            )
     return window

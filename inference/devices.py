@@ -23,6 +23,7 @@ processes can share one GPU.  The model is then loaded inside
 asks for that is not there raises `AcceleratorMissing`.  TensorFlow is
 imported inside the functions, never at import.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -40,7 +41,8 @@ def accelerator_devices() -> list[str]:
     import tensorflow as tf
 
     return [d.name for d in tf.config.list_logical_devices("GPU")] or [
-        d.name for d in tf.config.list_logical_devices("TPU")]
+        d.name for d in tf.config.list_logical_devices("TPU")
+    ]
 
 
 def use_every_cpu_core() -> None:
@@ -109,13 +111,16 @@ class AcceleratorMissing(ValueError):
     role (the worker's --device, the trainer's --strategy), so that a role never runs on the host's
     CPU while the accelerator it was started for is billed."""
 
-    REMEDY = {"gpu": "is the CPU-only TensorFlow installed? scripts/setup.sh --accelerator gpu installs the GPU "
-                     "build; on a VM, check the NVIDIA driver with nvidia-smi",
-              "tpu": "run on a Cloud TPU VM set up with scripts/setup.sh --accelerator tpu"}
+    REMEDY = {
+        "gpu": "is the CPU-only TensorFlow installed? scripts/setup.sh --accelerator gpu installs the GPU "
+        "build; on a VM, check the NVIDIA driver with nvidia-smi",
+        "tpu": "run on a Cloud TPU VM set up with scripts/setup.sh --accelerator tpu",
+    }
 
     def __init__(self, flag: str, kind: str, detail: str = "", where: str = "on this machine"):
-        super().__init__(f"{flag}: TensorFlow sees no {kind.upper()} {where}"
-                         f"{f' ({detail})' if detail else ''}; {self.REMEDY[kind]}")
+        super().__init__(
+            f"{flag}: TensorFlow sees no {kind.upper()} {where}{f' ({detail})' if detail else ''}; {self.REMEDY[kind]}"
+        )
         self.flag, self.kind, self.detail = flag, kind, detail
 
 
@@ -155,10 +160,12 @@ def _grow_gpu_memory(gpus) -> None:
     for gpu in gpus:
         try:
             tf.config.experimental.set_memory_growth(gpu, True)
-        except RuntimeError:   # the GPUs are initialised already
+        except RuntimeError:  # the GPUs are initialised already
             if not tf.config.experimental.get_memory_growth(gpu):
-                log.warning("GPU memory growth is off for %s: TensorFlow touched the GPU before "
-                            "configure_accelerator ran", gpu.name)
+                log.warning(
+                    "GPU memory growth is off for %s: TensorFlow touched the GPU before configure_accelerator ran",
+                    gpu.name,
+                )
 
 
 def _show_gpus(gpus) -> bool:

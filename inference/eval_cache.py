@@ -27,6 +27,7 @@ rows it answers (``cache_hit_share``).
 
 It is called from one thread at a time (the worker's inference thread).
 """
+
 from __future__ import annotations
 
 import collections

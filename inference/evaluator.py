@@ -22,6 +22,7 @@ bucket.  Rows are independent at inference (batch norm uses its moving
 averages), so padding changes no real row's output.  Padding is on by default
 on a TPU and off elsewhere.  TensorFlow is imported only inside functions.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -64,7 +65,7 @@ class UniformEvaluator:
     """
 
     generation = UNIFORM_GENERATION
-    input_planes = schema.BASIC_INPUT_PLANES   # reads none of them: the cheapest width
+    input_planes = schema.BASIC_INPUT_PLANES  # reads none of them: the cheapest width
 
     def __init__(self, board_size: int):
         self.num_actions = board_size * board_size + 1
@@ -130,7 +131,7 @@ class FixedShapeFunction:
         self.strategy = strategy
         self.traces = 0
         self._functions: dict[int, Callable] = {}
-        self._lock = threading.Lock()   # one trace per size even with several device threads
+        self._lock = threading.Lock()  # one trace per size even with several device threads
 
     def _outputs(self, planes):
         import tensorflow as tf
@@ -150,7 +151,7 @@ class FixedShapeFunction:
     def _body(self, planes):
         import tensorflow as tf
 
-        self.traces += 1   # Python runs only while tracing
+        self.traces += 1  # Python runs only while tracing
         if self.strategy is None:
             return self._outputs(planes)
         per_replica = self.strategy.run(self._replica_slice, args=(planes,))
@@ -204,8 +205,7 @@ class ModelEvaluator:
     full +4..6%; full batches the same as unpadded).
     """
 
-    def __init__(self, model, devices: list[str] | None = None, *,
-                 placement: Placement | None = None, pad_to=PAD_AUTO):
+    def __init__(self, model, devices: list[str] | None = None, *, placement: Placement | None = None, pad_to=PAD_AUTO):
         self.model = model
         self.generation = int(model.generation)
         self.input_planes = input_planes_of(model)
@@ -220,15 +220,14 @@ class ModelEvaluator:
         if strategy is not None and self.buckets is None:
             raise ValueError("on a TPU the evaluator needs fixed shapes: pad_to must not be None")
         fn = _tensorflow_function(model) if self.buckets is not None else None
-        self.fixed = (FixedShapeFunction(fn, int(model.board_size), strategy, self.input_planes)
-                      if fn is not None else None)
-        self._pool = (concurrent.futures.ThreadPoolExecutor(len(self.devices))
-                      if len(self.devices) > 1 else None)
+        self.fixed = (
+            FixedShapeFunction(fn, int(model.board_size), strategy, self.input_planes) if fn is not None else None
+        )
+        self._pool = concurrent.futures.ThreadPoolExecutor(len(self.devices)) if len(self.devices) > 1 else None
 
     def _call_model(self, planes: np.ndarray):
         out = self.model(planes)
-        return (np.asarray(out["policy_logits"], np.float32),
-                np.asarray(out["value"], np.float32).reshape(-1))
+        return (np.asarray(out["policy_logits"], np.float32), np.asarray(out["value"], np.float32).reshape(-1))
 
     def _call_padded(self, planes: np.ndarray):
         """Pad each piece to its bucket, run it, keep its real rows (in order)."""
@@ -239,14 +238,13 @@ class ModelEvaluator:
             piece = planes[start:stop]
             if size > len(piece):
                 padded = np.zeros((size, *planes.shape[1:]), np.float32)
-                padded[:len(piece)] = piece
+                padded[: len(piece)] = piece
                 piece = padded
             logits, values = self.fixed(piece) if self.fixed is not None else self._call_model(piece)
-            results.append((logits[:stop - start], values[:stop - start]))
+            results.append((logits[: stop - start], values[: stop - start]))
         if len(results) == 1:
             return results[0]
-        return (np.concatenate([r[0] for r in results]),
-                np.concatenate([r[1] for r in results]))
+        return (np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results]))
 
     def _run(self, planes: np.ndarray, device: str | None):
         call = self._call_model if self.buckets is None or not len(planes) else self._call_padded
@@ -262,8 +260,7 @@ class ModelEvaluator:
             return self._run(planes, self.devices[0] if self.devices else None)
         parts = np.array_split(planes, len(self.devices))
         results = list(self._pool.map(self._run, parts, self.devices))
-        return (np.concatenate([r[0] for r in results]),
-                np.concatenate([r[1] for r in results]))
+        return (np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results]))
 
     def close(self):
         if self._pool is not None:

@@ -17,6 +17,7 @@ adds the run's komi; the self-play worker's model watcher
 placement and ``--inference`` backend.  `PlayoutEvaluator` is generation 0's
 network-free evaluator.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 # A network-free evaluator with a value signal
 # --------------------------------------------------------------------------
 
+
 class PlayoutEvaluator:
     """Uniform priors; value = mean result of random playouts from the leaf.
 
@@ -53,7 +55,7 @@ class PlayoutEvaluator:
     """
 
     generation = 0
-    input_planes = schema.BASIC_INPUT_PLANES   # playout_values reads channels 0, 8 and 16
+    input_planes = schema.BASIC_INPUT_PLANES  # playout_values reads channels 0, 8 and 16
 
     def __init__(self, board_size: int, komi: float, playouts: int = 1, seed: int = 0):
         if playouts < 1:
@@ -68,14 +70,16 @@ class PlayoutEvaluator:
         rows, size = planes.shape[0], self.board_size
         if planes.shape[1:] != (size, size, self.input_planes):
             raise ValueError(f"planes must be [B, {size}, {size}, {self.input_planes}], got {planes.shape}")
-        values = playout_values(np.ascontiguousarray(planes, np.float32), self.komi, self.playouts,
-                                int(self._rng.integers(0, 2**63)))
+        values = playout_values(
+            np.ascontiguousarray(planes, np.float32), self.komi, self.playouts, int(self._rng.integers(0, 2**63))
+        )
         return np.zeros((rows, size * size + 1), np.float32), values
 
 
 # --------------------------------------------------------------------------
 # Evaluators: uniform, or a published model
 # --------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class EvaluatorSource:
@@ -124,13 +128,15 @@ class LoadedEvaluator:
 
             return UniformEvaluator(board_size)
         if board_size != self.board_size:
-            raise ValueError(f"{self.name} plays {self.board_size}x{self.board_size} only, "
-                             f"not {board_size}x{board_size}")
+            raise ValueError(
+                f"{self.name} plays {self.board_size}x{self.board_size} only, not {board_size}x{board_size}"
+            )
         return self.evaluate
 
 
-def load_published_evaluator(storage, generation: int, *, cache_dir=None, placement=None,
-                             inference: str = "auto", threads: int = 0, log=None) -> LoadedEvaluator:
+def load_published_evaluator(
+    storage, generation: int, *, cache_dir=None, placement=None, inference: str = "auto", threads: int = 0, log=None
+) -> LoadedEvaluator:
     """Published ``generation`` of the lake at ``storage`` as a probed evaluator (komi unset).
 
     ``cache_dir``: an `inference.model_files.ModelCache` or folder (None: a
@@ -150,12 +156,11 @@ def load_published_evaluator(storage, generation: int, *, cache_dir=None, placem
     with placement.scope() if placement is not None else contextlib.nullcontext():
         model = model_files.load_model(storage, generation, cache_dir=cache_dir)
     evaluator = make_evaluator(model, placement, inference, threads=threads, log=log)
-    probe_model(evaluator, int(model.board_size), generation)    # a diverged model is refused, not played
+    probe_model(evaluator, int(model.board_size), generation)  # a diverged model is refused, not played
     return LoadedEvaluator(evaluator, f"model-g{generation}", generation, board_size=int(model.board_size))
 
 
-def load_evaluator(source: EvaluatorSource, cache_dir: ModelCache | str | None = None,
-                   retry=None) -> LoadedEvaluator:
+def load_evaluator(source: EvaluatorSource, cache_dir: ModelCache | str | None = None, retry=None) -> LoadedEvaluator:
     """Load `source` once: the uniform evaluator, or a model from the registry.
 
     A model's board size is the one in its manifest; its komi is the run's
@@ -177,8 +182,9 @@ def load_evaluator(source: EvaluatorSource, cache_dir: ModelCache | str | None =
     if generation is None:
         generation = registry.latest_generation(storage)
         if generation is None:
-            raise LookupError(f"{storage.url(layout.LATEST)} is missing: "
-                              f"{source.model_root} has no published model yet")
+            raise LookupError(
+                f"{storage.url(layout.LATEST)} is missing: {source.model_root} has no published model yet"
+            )
     loaded = load_published_evaluator(storage, generation, cache_dir=cache_dir)
     run = read_run_config(storage)
     loaded.komi = None if run is None else run.komi

@@ -11,6 +11,7 @@ Workers, players, the Beam job's labeller and the benchmarks load models
 through here; `inference.loading.load_published_evaluator` wraps the result
 in the evaluator a search calls.  TensorFlow is imported only by :func:`load_model`.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -26,9 +27,18 @@ import numpy as np
 from cloud.base import NotFound, TooLarge
 from cloud.local import write_local_file
 from format import layout
-from format.model_manifest import model_input_planes, ModelManifest
-from format.registry import (MAX_MODEL_FILE_BYTES, OUTPUTS, SIGNATURE, ModelIntegrityError, RegistryError,
-                             manifest_path, model_dir, read_manifest, sha256_hex)
+from format.model_manifest import ModelManifest, model_input_planes
+from format.registry import (
+    MAX_MODEL_FILE_BYTES,
+    OUTPUTS,
+    SIGNATURE,
+    ModelIntegrityError,
+    RegistryError,
+    manifest_path,
+    model_dir,
+    read_manifest,
+    sha256_hex,
+)
 
 
 class ModelCacheError(RegistryError):
@@ -77,8 +87,10 @@ class ModelCache:
             if os.path.islink(path) or not os.path.isdir(path):
                 raise ModelCacheError(f"{path} is a symlink or not a folder; the model cache refuses it")
             if not os.path.isfile(os.path.join(path, CACHE_MARKER)):
-                raise ModelCacheError(f"{path} exists and was not created by the model cache; refusing to "
-                                      "use or delete it (give --model-cache a folder of its own)")
+                raise ModelCacheError(
+                    f"{path} exists and was not created by the model cache; refusing to "
+                    "use or delete it (give --model-cache a folder of its own)"
+                )
             return path
         os.mkdir(path, 0o700)
         with open(os.path.join(path, CACHE_MARKER), "x") as handle:
@@ -99,8 +111,13 @@ class ModelCache:
         """Remove this cache's generation folders except ``keep_generations``."""
         for name in os.listdir(self.directory):
             path = os.path.join(self.directory, name)
-            if (name.isdigit() and int(name) not in keep_generations and not os.path.islink(path)
-                    and os.path.isdir(path) and os.path.isfile(os.path.join(path, CACHE_MARKER))):
+            if (
+                name.isdigit()
+                and int(name) not in keep_generations
+                and not os.path.islink(path)
+                and os.path.isdir(path)
+                and os.path.isfile(os.path.join(path, CACHE_MARKER))
+            ):
                 shutil.rmtree(path, ignore_errors=True)
 
     def close(self) -> None:
@@ -122,8 +139,10 @@ def _make_private_dir(path: str) -> None:
     if info.st_uid != os.getuid():
         raise ModelCacheError(f"model cache {path} belongs to another user (uid {info.st_uid})")
     if info.st_mode & 0o022:
-        raise ModelCacheError(f"model cache {path} is writable by group or others "
-                              f"(mode {stat.S_IMODE(info.st_mode):o}); use a private folder (chmod 700)")
+        raise ModelCacheError(
+            f"model cache {path} is writable by group or others "
+            f"(mode {stat.S_IMODE(info.st_mode):o}); use a private folder (chmod 700)"
+        )
 
 
 def _as_cache(cache) -> ModelCache:
@@ -132,8 +151,9 @@ def _as_cache(cache) -> ModelCache:
     return ModelCache(cache)
 
 
-def fetch_model_files(storage, generation: int,
-                      cache_dir: "ModelCache | str | None" = None) -> tuple[str, ModelManifest]:
+def fetch_model_files(
+    storage, generation: int, cache_dir: "ModelCache | str | None" = None
+) -> tuple[str, ModelManifest]:
     """Local directory holding the verified files of ``generation``, and its manifest.
 
     ``cache_dir`` is a :class:`ModelCache`, a folder for one, or None for a
@@ -142,40 +162,43 @@ def fetch_model_files(storage, generation: int,
     sha256 differs from the manifest raises ModelIntegrityError naming the
     file, and the cached copy is removed.
     """
-    manifest = read_manifest(storage, generation)     # every file entry validated there
+    manifest = read_manifest(storage, generation)  # every file entry validated there
     cache = _as_cache(cache_dir)
     local = cache.generation_dir(generation)
     for relative, entry in sorted(manifest.files.items()):
-        if entry.size > MAX_MODEL_FILE_BYTES:    # before any file is fetched
+        if entry.size > MAX_MODEL_FILE_BYTES:  # before any file is fetched
             raise ModelIntegrityError(
                 f"{storage.url(manifest_path(generation))}: field 'files.{relative}.size' is {entry.size:,}, "
                 f"more than the {MAX_MODEL_FILE_BYTES:,} bytes a model file may hold; refusing to load",
-                manifest_path(generation))
+                manifest_path(generation),
+            )
     for relative, entry in sorted(manifest.files.items()):
         remote = layout.model_file(generation, relative)
         target = cache.file_path(local, relative)
-        if (os.path.isfile(target) and os.path.getsize(target) == entry.size
-                and _file_sha256(target) == entry.sha256):
+        if os.path.isfile(target) and os.path.getsize(target) == entry.size and _file_sha256(target) == entry.sha256:
             continue
         try:
             # At most the manifest's size (plus the one byte that shows it is more): a file
             # replaced by a larger one must not fill memory before its hash refuses it.
             data = storage.read(remote, max_bytes=entry.size)
         except NotFound:
-            raise ModelIntegrityError(f"{storage.url(remote)} is listed in the manifest but missing",
-                                      remote) from None
+            raise ModelIntegrityError(f"{storage.url(remote)} is listed in the manifest but missing", remote) from None
         except TooLarge:
-            raise ModelIntegrityError(f"{storage.url(remote)} is larger than the {entry.size:,} bytes its manifest "
-                                      "says (file corrupted or replaced); refusing to load", remote) from None
+            raise ModelIntegrityError(
+                f"{storage.url(remote)} is larger than the {entry.size:,} bytes its manifest "
+                "says (file corrupted or replaced); refusing to load",
+                remote,
+            ) from None
         if sha256_hex(data) != entry.sha256:
             if os.path.exists(target):
                 os.unlink(target)
             raise ModelIntegrityError(
                 f"{storage.url(remote)}: sha256 {sha256_hex(data)[:16]}... does not match the "
                 f"manifest's {entry.sha256[:16]}... (file corrupted or replaced); refusing to load",
-                remote)
+                remote,
+            )
         os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-        cache.file_path(local, relative)   # re-check: nothing may have become a symlink meanwhile
+        cache.file_path(local, relative)  # re-check: nothing may have become a symlink meanwhile
         write_local_file(target, data)
     return local, manifest
 
@@ -199,7 +222,7 @@ class LoadedModel:
     board_size: int
     metadata: dict
     local_dir: str
-    _signature: Any = field(repr=False, default=None)   # TensorFlow's ConcreteFunction (untyped)
+    _signature: Any = field(repr=False, default=None)  # TensorFlow's ConcreteFunction (untyped)
     _saved: Any = field(repr=False, default=None)  # keeps the SavedModel's variables alive
 
     @property
@@ -229,14 +252,19 @@ def load_model(storage, generation: int, cache_dir: "ModelCache | str | None" = 
     local, manifest = fetch_model_files(storage, generation, cache_dir)
     saved = tf.saved_model.load(local)
     if SIGNATURE not in saved.signatures:
-        raise ModelIntegrityError(f"{storage.url(model_dir(generation))}: SavedModel has no "
-                                  f"'{SIGNATURE}' signature", model_dir(generation))
+        raise ModelIntegrityError(
+            f"{storage.url(model_dir(generation))}: SavedModel has no '{SIGNATURE}' signature", model_dir(generation)
+        )
     board_size = manifest.board_size
-    _check_signature(storage, generation, saved.signatures[SIGNATURE], board_size,
-                     manifest.input_planes)
-    return LoadedModel(generation=int(generation), board_size=board_size,
-                       metadata=manifest.metadata, local_dir=local,
-                       _signature=saved.signatures[SIGNATURE], _saved=saved)
+    _check_signature(storage, generation, saved.signatures[SIGNATURE], board_size, manifest.input_planes)
+    return LoadedModel(
+        generation=int(generation),
+        board_size=board_size,
+        metadata=manifest.metadata,
+        local_dir=local,
+        _signature=saved.signatures[SIGNATURE],
+        _saved=saved,
+    )
 
 
 def _shape_text(shape) -> str:
@@ -254,28 +282,37 @@ def _check_signature(storage, generation: int, signature, board_size: int, input
     are read from the signature itself, so nothing is run here.
     """
     n = board_size
-    expected = {"planes": (None, n, n, input_planes), "policy_logits": (None, n * n + 1),
-                "value": (None,), "ownership": (None, n * n), "score": (None,)}
+    expected = {
+        "planes": (None, n, n, input_planes),
+        "policy_logits": (None, n * n + 1),
+        "value": (None,),
+        "ownership": (None, n * n),
+        "score": (None,),
+    }
     try:
         declared = dict(signature.structured_input_signature[1])
         declared.update(signature.structured_outputs)
         shapes = {name: tuple(spec.shape.as_list()) for name, spec in declared.items()}
     except (AttributeError, TypeError, ValueError, IndexError):
-        return   # shapes not declared (unknown rank): nothing to compare before it runs
+        return  # shapes not declared (unknown rank): nothing to compare before it runs
     where = storage.url(manifest_path(generation))
     for name, want in expected.items():
         if name not in shapes:
-            raise ModelIntegrityError(f"{where}: the SavedModel's '{SIGNATURE}' signature has no "
-                                      f"'{name}'", manifest_path(generation))
+            raise ModelIntegrityError(
+                f"{where}: the SavedModel's '{SIGNATURE}' signature has no '{name}'", manifest_path(generation)
+            )
         got = shapes[name]
         # An unknown dimension (None) may fit; only a declared size that differs is refused.
         if len(got) != len(want) or any(None not in (g, w) and g != w for g, w in zip(got, want)):
-            field_name = ("metadata.feature_set_planes" if name == "planes" and got[1:3] == want[1:3]
-                          else "metadata.board_size")
+            field_name = (
+                "metadata.feature_set_planes" if name == "planes" and got[1:3] == want[1:3] else "metadata.board_size"
+            )
             field_value = input_planes if field_name == "metadata.feature_set_planes" else n
             raise ModelIntegrityError(
                 f"{where}: field '{field_name}' is {field_value}, but the SavedModel's '{name}' is "
-                f"{_shape_text(got)}, not {_shape_text(want)}", manifest_path(generation))
+                f"{_shape_text(got)}, not {_shape_text(want)}",
+                manifest_path(generation),
+            )
 
 
 def clear_cache(cache: "ModelCache | str", keep_generations: set[int]) -> None:

@@ -10,6 +10,7 @@ fixed set of real positions (`probe_positions`) and refuses, in one line
 model it loads, for the self-play worker (before it switches to it; the worker
 also checks every batch in play) and for a match, the GTP engine or the rating ladder.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,7 +30,7 @@ MESSAGE_CHARACTERS = 300
 def one_line(text: str, limit: int = MESSAGE_CHARACTERS) -> str:
     """``text`` on one line, cut to ``limit`` characters."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def probe_positions(board_size: int, channels: int = schema.BASIC_INPUT_PLANES) -> np.ndarray:
@@ -65,8 +66,7 @@ def check_outputs(logits, values, rows: int, board_size: int) -> str | None:
     logits, values = np.asarray(logits), np.asarray(values)
     actions = board_size * board_size + 1
     if logits.shape != (rows, actions) or values.reshape(-1).shape != (rows,):
-        return (f"outputs of shapes {list(logits.shape)} and {list(values.shape)}, not [{rows}, {actions}] "
-                f"and [{rows}]")
+        return f"outputs of shapes {list(logits.shape)} and {list(values.shape)}, not [{rows}, {actions}] and [{rows}]"
     if not (np.isfinite(logits).all() and np.isfinite(values).all()):
         return "outputs that are not finite (a diverged network)"
     return None
@@ -83,8 +83,10 @@ def probe_model(evaluator, board_size: int, generation: int) -> None:
     try:
         logits, values = evaluator(planes)
     except Exception as exc:  # noqa: BLE001 - whatever the backend raises, the model is what failed
-        raise ModelMisfit(f"model generation {generation} cannot evaluate {board_size}x{board_size} positions "
-                          f"({type(exc).__name__}: {one_line(str(exc), 200)})") from None
+        raise ModelMisfit(
+            f"model generation {generation} cannot evaluate {board_size}x{board_size} positions "
+            f"({type(exc).__name__}: {one_line(str(exc), 200)})"
+        ) from None
     problem = check_outputs(logits, values, len(planes), board_size)
     if problem is not None:
         raise ModelMisfit(f"model generation {generation} answers {len(planes)} probe positions with {problem}")

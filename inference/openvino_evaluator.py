@@ -23,6 +23,7 @@ OpenVINO is imported only when a copy is actually compiled, and only through
 `import_openvino` (NNCF through `import_nncf`), which turns their usage
 telemetry off first: nothing leaves the machine but what the run needs.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,7 @@ import sys
 
 import numpy as np
 
-from format import layout
-from format import schema
+from format import layout, schema
 from inference.evaluator import ModelEvaluator
 
 INFERENCE_CHOICES = ("auto", "tensorflow", "openvino")
@@ -109,7 +109,7 @@ def float_openvino_model(saved_model_dir: str):
 
     loaded = tf.saved_model.load(saved_model_dir)
     signature = loaded.signatures["serving_default"]
-    signature.keep_alive = loaded   # the signature's variables live as long as the loaded object
+    signature.keep_alive = loaded  # the signature's variables live as long as the loaded object
     return openvino_from_signature(signature, saved_model_dir), signature
 
 
@@ -145,8 +145,15 @@ class OpenVinoEvaluator:
     planes [B, N, N, ``input_planes``] (the model's width, 17 or 22).
     """
 
-    def __init__(self, compiled, generation: int, board_size: int, backend: str = "openvino-int8", *,
-                 input_planes: int = schema.BASIC_INPUT_PLANES):
+    def __init__(
+        self,
+        compiled,
+        generation: int,
+        board_size: int,
+        backend: str = "openvino-int8",
+        *,
+        input_planes: int = schema.BASIC_INPUT_PLANES,
+    ):
         self.compiled = compiled
         self.generation = int(generation)
         self.board_size = int(board_size)
@@ -200,16 +207,19 @@ def make_evaluator(model, placement=None, inference: str = "auto", *, threads: i
     missing = openvino_missing()
     if inference == "openvino":
         if path is None:
-            raise ValueError(f"--inference openvino: model generation {model.generation} was published without "
-                             f"an int8 CPU copy ({layout.CPU_INT8_XML}); see its manifest's metadata.cpu_int8")
+            raise ValueError(
+                f"--inference openvino: model generation {model.generation} was published without "
+                f"an int8 CPU copy ({layout.CPU_INT8_XML}); see its manifest's metadata.cpu_int8"
+            )
         if missing:
             raise ValueError(f"--inference openvino: {missing}")
     elif missing or not _runs_on_cpu(placement):
         return ModelEvaluator(model, placement=placement)
     elif path is None:
         return _float32_on_openvino(model, threads, log)
-    evaluator = OpenVinoEvaluator(compile_for_cpu(path, threads or None), model.generation, model.board_size,
-                                  input_planes=model.input_planes)
+    evaluator = OpenVinoEvaluator(
+        compile_for_cpu(path, threads or None), model.generation, model.board_size, input_planes=model.input_planes
+    )
     if log is not None:
         log(f"generation {model.generation}: int8 OpenVINO copy on the CPU")
     return evaluator
@@ -223,13 +233,16 @@ def _float32_on_openvino(model, threads: int, log):
         compiled = compile_for_cpu(network, threads or None, float32=True)
     except Exception as exc:  # noqa: BLE001 - any converter failure: TensorFlow runs the same model
         if log is not None:
-            log(f"generation {model.generation}: float32 OpenVINO failed ({type(exc).__name__}: "
-                f"{' '.join(str(exc).split())[:200]}); TensorFlow on the CPU")
+            log(
+                f"generation {model.generation}: float32 OpenVINO failed ({type(exc).__name__}: "
+                f"{' '.join(str(exc).split())[:200]}); TensorFlow on the CPU"
+            )
         return ModelEvaluator(model, placement=None)
     if log is not None:
         log(f"generation {model.generation}: float32 OpenVINO on the CPU (published without an int8 copy)")
-    return OpenVinoEvaluator(compiled, model.generation, model.board_size, backend="openvino-float32",
-                             input_planes=model.input_planes)
+    return OpenVinoEvaluator(
+        compiled, model.generation, model.board_size, backend="openvino-float32", input_planes=model.input_planes
+    )
 
 
 def _runs_on_cpu(placement) -> bool:

@@ -12,6 +12,7 @@ maps the policy logits back, so the search sees the original position's actions:
 Values need no mapping (a symmetry changes no result).  The draws come from the wrapper's own seeded
 generator, so a seeded game stays reproducible.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -17,6 +17,7 @@ The figures go into the manifest's ``cpu_int8`` metadata either way.  Quantizati
 preset, full bias correction, dense layers and convolutions of at most `KEEP_FLOAT_MAX_CHANNELS`
 outputs (little arithmetic, most of the value's error) kept float32.  No OpenVINO: no copy.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,8 +27,13 @@ import time
 import numpy as np
 
 from format import layout
-from inference.openvino_evaluator import (OpenVinoEvaluator, compile_for_cpu, float_openvino_model, import_nncf,
-                                          import_openvino)
+from inference.openvino_evaluator import (
+    OpenVinoEvaluator,
+    compile_for_cpu,
+    float_openvino_model,
+    import_nncf,
+    import_openvino,
+)
 
 CALIBRATION_POSITIONS = 256
 """Positions NNCF collects activation ranges on (more cost time, not agreement: docs/measured.md)."""
@@ -53,8 +59,7 @@ def available() -> str | None:
 
 def _reference(signature, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     outputs = signature(planes=planes)
-    return (np.asarray(outputs["policy_logits"], np.float32),
-            np.asarray(outputs["value"], np.float32).reshape(-1))
+    return (np.asarray(outputs["policy_logits"], np.float32), np.asarray(outputs["value"], np.float32).reshape(-1))
 
 
 def _kept_in_float(model) -> list[str]:
@@ -65,7 +70,7 @@ def _kept_in_float(model) -> list[str]:
         if kind == "MatMul":
             names.append(op.get_friendly_name())
         elif kind == "Convolution":
-            channels = op.get_output_partial_shape(0)[1]   # OpenVINO's convolutions are NCHW
+            channels = op.get_output_partial_shape(0)[1]  # OpenVINO's convolutions are NCHW
             if channels.is_static and channels.get_length() <= KEEP_FLOAT_MAX_CHANNELS:
                 names.append(op.get_friendly_name())
     return names
@@ -108,37 +113,52 @@ def add_cpu_int8(saved_model_dir: str, planes: np.ndarray, *, log=print) -> dict
     if len(planes) < 2:
         return {"written": False, "reason": f"only {len(planes)} calibration positions"}
     held_out = min(CHECK_POSITIONS, len(planes) // 3)
-    calibrate = planes[:min(CALIBRATION_POSITIONS, len(planes) - held_out)]
-    check = planes[len(calibrate):len(calibrate) + held_out]
+    calibrate = planes[: min(CALIBRATION_POSITIONS, len(planes) - held_out)]
+    check = planes[len(calibrate) : len(calibrate) + held_out]
     started = time.time()
     try:
         nncf = import_nncf()
         ov = import_openvino()
 
-        nncf.set_log_level(logging.ERROR)   # it lists every node it skips at INFO
+        nncf.set_log_level(logging.ERROR)  # it lists every node it skips at INFO
 
         float_model, signature = float_openvino_model(saved_model_dir)
         # Batches of CALIBRATION_BATCH positions: NNCF runs the network once per item.
         items = np.array_split(calibrate, max(1, len(calibrate) // CALIBRATION_BATCH))
         quantized = nncf.quantize(
-            float_model, nncf.Dataset(items), preset=nncf.QuantizationPreset.PERFORMANCE,
-            subset_size=len(items), fast_bias_correction=False,
-            ignored_scope=nncf.IgnoredScope(names=_kept_in_float(float_model), validate=False))
+            float_model,
+            nncf.Dataset(items),
+            preset=nncf.QuantizationPreset.PERFORMANCE,
+            subset_size=len(items),
+            fast_bias_correction=False,
+            ignored_scope=nncf.IgnoredScope(names=_kept_in_float(float_model), validate=False),
+        )
         int8 = OpenVinoEvaluator(compile_for_cpu(quantized), 0, check.shape[1], input_planes=check.shape[3])
         figures = agreement(_reference(signature, check), int8(check))
     except Exception as exc:  # a failed quantization must not stop the publish
         return {"written": False, "reason": f"quantization failed: {type(exc).__name__}: {exc}"[:500]}
-    entry = {"calibration_positions": len(calibrate), "check_positions": len(check),
-             **{k: round(v, 5) for k, v in figures.items()}, "seconds": round(time.time() - started, 1)}
-    if (figures["top1_agreement"] < MIN_TOP1_AGREEMENT or figures["policy_kl"] > MAX_POLICY_KL
-            or figures["value_mae"] > MAX_VALUE_MAE):
-        log(f"int8 CPU copy not written: top-1 agreement {figures['top1_agreement']:.3f} "
+    entry = {
+        "calibration_positions": len(calibrate),
+        "check_positions": len(check),
+        **{k: round(v, 5) for k, v in figures.items()},
+        "seconds": round(time.time() - started, 1),
+    }
+    if (
+        figures["top1_agreement"] < MIN_TOP1_AGREEMENT
+        or figures["policy_kl"] > MAX_POLICY_KL
+        or figures["value_mae"] > MAX_VALUE_MAE
+    ):
+        log(
+            f"int8 CPU copy not written: top-1 agreement {figures['top1_agreement']:.3f} "
             f"(needs >= {MIN_TOP1_AGREEMENT}), policy KL {figures['policy_kl']:.4f} (needs <= {MAX_POLICY_KL}), "
-            f"value error {figures['value_mae']:.4f} (needs <= {MAX_VALUE_MAE})")
+            f"value error {figures['value_mae']:.4f} (needs <= {MAX_VALUE_MAE})"
+        )
         return {"written": False, "reason": "accuracy gate", **entry}
     xml = os.path.join(saved_model_dir, layout.CPU_INT8_XML)
     os.makedirs(os.path.dirname(xml), exist_ok=True)
     ov.save_model(quantized, xml, compress_to_fp16=False)
-    log(f"int8 CPU copy written: top-1 agreement {figures['top1_agreement']:.3f}, value error "
-        f"{figures['value_mae']:.4f}, {entry['seconds']} s")
+    log(
+        f"int8 CPU copy written: top-1 agreement {figures['top1_agreement']:.3f}, value error "
+        f"{figures['value_mae']:.4f}, {entry['seconds']} s"
+    )
     return {"written": True, "file": layout.CPU_INT8_XML, **entry}

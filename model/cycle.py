@@ -16,6 +16,7 @@ skips the window, naming the file.  Resume: the checkpoint holds the window and 
 the same command skips the batches already trained.  I/O is *direct* (TensorFlow reads ROOT) or
 *stage* (``--stage-dir``, model.staging: every byte through the storage layer).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,27 +32,42 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow.core.framework import summary_pb2
 
+from cloud.base import NotFound
 from format import layout
 from format.documents import ManifestError
-from format.window_manifest import read_window_manifest
 from format.events import EventLog
-from format.run_config import read_run_config
-from cloud.base import NotFound
-from format.registry import (AlreadyPublished, RegistryError, advance_latest, is_published, latest_generation,
-                             publish_model, read_manifest)
+from format.example_fields import FormatError
 from format.game_table import read_window_table
 from format.planes import input_from_record_planes
-from format.example_fields import FormatError
 from format.position_records import decode_records
-from model.tfdata import training_dataset
+from format.registry import (
+    AlreadyPublished,
+    RegistryError,
+    advance_latest,
+    is_published,
+    latest_generation,
+    publish_model,
+    read_manifest,
+)
+from format.run_config import read_run_config
 from format.tfrecord import RecordError, check_gzip_frames, decompress_for, iter_framed_records
+from format.window_manifest import read_window_manifest
 from model.config import TrainConfig
 from model.cpu_int8 import CALIBRATION_POSITIONS, CHECK_POSITIONS, add_cpu_int8
 from model.export import export_inference_model
-from model.staging import STATE_FILE, Stage, resolve_stage_dir
 from model.sgd import METRIC_NAMES, ResolvedStrategy, Trainer, summarize
-from model.windows import (LakeError, Skipped, Window, new_rows, plan_next, samples_per_row_steps, scan_windows,
-                           window_steps)
+from model.staging import STATE_FILE, Stage, resolve_stage_dir
+from model.tfdata import training_dataset
+from model.windows import (
+    LakeError,
+    Skipped,
+    Window,
+    new_rows,
+    plan_next,
+    samples_per_row_steps,
+    scan_windows,
+    window_steps,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +79,8 @@ LOG_PUSH_SECONDS = 60.0
 # that logging works without the tensorboard package (tensorflow-cpu does not
 # install it; it is only needed to *view* the logs).
 _SCALAR_METADATA = summary_pb2.SummaryMetadata(
-    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+)
 
 
 class CheckpointMismatch(RuntimeError):
@@ -77,12 +94,16 @@ class Diverged(RuntimeError):
     def __init__(self, generation: int, step: int, learning_rate: float, peak: float, what: str, resume: str):
         # The rate in use differs from --learning-rate during warm-up and decay: both are
         # named, since the flag is what the operator changes.
-        rate = (f"--learning-rate {peak:g}" if math.isclose(learning_rate, peak, rel_tol=1e-6)
-                else f"learning rate {learning_rate:g}, --learning-rate {peak:g}")
+        rate = (
+            f"--learning-rate {peak:g}"
+            if math.isclose(learning_rate, peak, rel_tol=1e-6)
+            else f"learning rate {learning_rate:g}, --learning-rate {peak:g}"
+        )
         super().__init__(
             f"training diverged: {what} at step {step} of window {layout.generation_dir(generation)} ({rate}); "
             "nothing since the last checkpoint was saved or published. Lower --learning-rate (or lengthen "
-            f"--warmup-steps) and rerun: training resumes from {resume}")
+            f"--warmup-steps) and rerun: training resumes from {resume}"
+        )
         self.generation, self.step, self.learning_rate = generation, step, learning_rate
 
 
@@ -146,8 +167,17 @@ class TrainingRun:
     ends the run at the next boundary.
     """
 
-    def __init__(self, config: TrainConfig, storage, board_size: int, resolved: ResolvedStrategy, *,
-                 lease=None, events: EventLog | None = None, stop: threading.Event | None = None):
+    def __init__(
+        self,
+        config: TrainConfig,
+        storage,
+        board_size: int,
+        resolved: ResolvedStrategy,
+        *,
+        lease=None,
+        events: EventLog | None = None,
+        stop: threading.Event | None = None,
+    ):
         self.config = config
         self.storage = storage
         self.board_size = board_size
@@ -174,16 +204,21 @@ class TrainingRun:
         # must already hold the newest checkpoint (Stage.sync_on_start).
         self.state_file = f"{checkpoint_dir}/{STATE_FILE}"
         try:
-            self.manager = tf.train.CheckpointManager(self.trainer.checkpoint, checkpoint_dir,
-                                                      max_to_keep=config.keep_checkpoints)
+            self.manager = tf.train.CheckpointManager(
+                self.trainer.checkpoint, checkpoint_dir, max_to_keep=config.keep_checkpoints
+            )
         except (UnicodeDecodeError, text_format.ParseError, tf.errors.OpError) as exc:
-            raise CheckpointStateError(f"{self.state_file}: not a checkpoint state file ({exc}); move it "
-                                       "aside to start fresh, or restore it from a backup") from None
+            raise CheckpointStateError(
+                f"{self.state_file}: not a checkpoint state file ({exc}); move it "
+                "aside to start fresh, or restore it from a backup"
+            ) from None
         log_dir = config.log_dir or (self.stage.log_dir if self.stage else storage.url(layout.trainer_logs_dir()))
         self.writer = tf.summary.create_file_writer(log_dir)
-        _say(f"{resolved.description}; global batch {self.trainer.global_batch} "
-             f"({config.batch_size} x {resolved.replicas}); {self.trainer.dtype_policy}; "
-             f"{config.network.blocks} blocks x {config.network.filters} filters on {board_size}x{board_size}")
+        _say(
+            f"{resolved.description}; global batch {self.trainer.global_batch} "
+            f"({config.batch_size} x {resolved.replicas}); {self.trainer.dtype_policy}; "
+            f"{config.network.blocks} blocks x {config.network.filters} filters on {board_size}x{board_size}"
+        )
 
     def _open_stage(self) -> Stage | None:
         """The stage directory for this run (claimed and synced), or None for direct I/O."""
@@ -191,8 +226,10 @@ class TrainingRun:
         if not directory:
             _say(f"I/O: direct: TensorFlow reads and writes {self.storage.url('')} itself ({why})")
             return None
-        _say(f"I/O: staged through {directory} ({why}); checkpoints are uploaded to "
-             f"{self.storage.url(layout.CHECKPOINTS_DIR)}")
+        _say(
+            f"I/O: staged through {directory} ({why}); checkpoints are uploaded to "
+            f"{self.storage.url(layout.CHECKPOINTS_DIR)}"
+        )
         stage = Stage(self.storage, directory)
         stage.claim()
         _say(f"checkpoints: {stage.sync_on_start()}")
@@ -215,11 +252,16 @@ class TrainingRun:
         except (AssertionError, ValueError, tf.errors.OpError) as exc:
             raise CheckpointMismatch(
                 f"{latest} does not match this network (was it written with other --input-planes/--blocks/"
-                f"--filters/--value-head/--policy-head/--swa-decay flags?): {exc}") from None
+                f"--filters/--value-head/--policy-head/--swa-decay flags?): {exc}"
+            ) from None
         self._saved_step = int(self.trainer.window_step.numpy())
         generation = int(self.trainer.window_generation.numpy())
-        where = (f"window {generation} at step {int(self.trainer.window_step.numpy())}/"
-                 f"{int(self.trainer.window_steps_total.numpy())}" if generation >= 0 else "no window in progress")
+        where = (
+            f"window {generation} at step {int(self.trainer.window_step.numpy())}/"
+            f"{int(self.trainer.window_steps_total.numpy())}"
+            if generation >= 0
+            else "no window in progress"
+        )
         _say(f"restored {latest}: global step {self.trainer.global_step}, {where}")
 
     def save(self) -> str:
@@ -242,13 +284,17 @@ class TrainingRun:
             reason = _op_error_reason(exc) if isinstance(exc, tf.errors.OpError) else exc.strerror or str(exc)
             raise CheckpointWriteError(
                 f"cannot write checkpoint {prefix}: {reason}; the checkpoints saved before are kept "
-                f"({self.manager.latest_checkpoint or 'none yet'} is the newest, where a rerun resumes)") from None
+                f"({self.manager.latest_checkpoint or 'none yet'} is the newest, where a rerun resumes)"
+            ) from None
         self._saved_step = int(self.trainer.window_step.numpy())
         uploaded = ""
         if self.stage:
             pushed = self.stage.push()
-            uploaded = (f" (uploaded {pushed.uploaded} file(s) to {self.stage.remote_checkpoints}"
-                        + (f", deleted {pushed.deleted} old" if pushed.deleted else "") + ")")
+            uploaded = (
+                f" (uploaded {pushed.uploaded} file(s) to {self.stage.remote_checkpoints}"
+                + (f", deleted {pushed.deleted} old" if pushed.deleted else "")
+                + ")"
+            )
             if not self.config.log_dir:
                 self.stage.push_logs()
         _say(f"checkpoint {path} at window step {int(self.trainer.window_step.numpy())}{uploaded}")
@@ -276,8 +322,9 @@ class TrainingRun:
         bad = self.trainer.non_finite_state()
         if bad:
             more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-            raise self._diverged(generation, int(self.trainer.window_step.numpy()),
-                                 f"the variable {bad[0]}{more} became non-finite", bad)
+            raise self._diverged(
+                generation, int(self.trainer.window_step.numpy()), f"the variable {bad[0]}{more} became non-finite", bad
+            )
 
     # --- choosing work ---------------------------------------------------------
     def choose_window(self) -> Window | None:
@@ -306,18 +353,26 @@ class TrainingRun:
         self._skipped_below = plan.skipped_below()
         generation = window.target_generation
         if plan.resume:
-            _say(f"resuming window {layout.generation_dir(generation)} at step "
-                 f"{int(self.trainer.window_step.numpy())}/{int(self.trainer.window_steps_total.numpy())}")
+            _say(
+                f"resuming window {layout.generation_dir(generation)} at step "
+                f"{int(self.trainer.window_step.numpy())}/{int(self.trainer.window_steps_total.numpy())}"
+            )
         else:
             steps, rule = self._window_steps(window, latest)
             self.trainer.start_window(generation, steps)
             self._saved_step = 0
-            _say(f"training window {layout.generation_dir(generation)}: "
-                 f"{window.positions} positions in {len(window.shards)} shards, {steps} steps ({rule})")
-        self.events.emit("window_started", generation=generation,
-                         steps=int(self.trainer.window_steps_total.numpy()),
-                         start_step=int(self.trainer.window_step.numpy()), resumed=plan.resume,
-                         global_step=self.trainer.global_step)
+            _say(
+                f"training window {layout.generation_dir(generation)}: "
+                f"{window.positions} positions in {len(window.shards)} shards, {steps} steps ({rule})"
+            )
+        self.events.emit(
+            "window_started",
+            generation=generation,
+            steps=int(self.trainer.window_steps_total.numpy()),
+            start_step=int(self.trainer.window_step.numpy()),
+            resumed=plan.resume,
+            global_step=self.trainer.global_step,
+        )
         return window
 
     def _window_steps(self, window: Window, latest: int | None) -> tuple[int, str]:
@@ -330,8 +385,13 @@ class TrainingRun:
         if cfg.samples_per_row:
             rows = new_rows(window, self._previous_lake_bytes(latest))
             if rows is not None:
-                steps = samples_per_row_steps(rows, cfg.samples_per_row, self.trainer.global_batch,
-                                              cfg.min_steps_per_window, cfg.max_steps_per_window)
+                steps = samples_per_row_steps(
+                    rows,
+                    cfg.samples_per_row,
+                    self.trainer.global_batch,
+                    cfg.min_steps_per_window,
+                    cfg.max_steps_per_window,
+                )
                 return steps, f"{rows} new rows x {cfg.samples_per_row:g} samples per row"
         steps = window_steps(window, self.trainer.global_batch, cfg.epochs_per_window)
         return steps, f"{cfg.epochs_per_window:g} epochs"
@@ -355,8 +415,10 @@ class TrainingRun:
         if not self._damaged:
             return scan
         return dataclasses.replace(
-            scan, good=tuple(w for w in scan.good if w.target_generation not in self._damaged),
-            bad=scan.bad + tuple(Skipped(g, reason) for g, reason in sorted(self._damaged.items())))
+            scan,
+            good=tuple(w for w in scan.good if w.target_generation not in self._damaged),
+            bad=scan.bad + tuple(Skipped(g, reason) for g, reason in sorted(self._damaged.items())),
+        )
 
     def _finish_interrupted_publish(self, scan, latest: int | None) -> int | None:
         """Move LATEST to a candidate whose model is already published, and return LATEST.
@@ -367,15 +429,20 @@ class TrainingRun:
         event is emitted now, so each generation still gets exactly one.
         """
         floor = -1 if latest is None else latest
-        done = [w.target_generation for w in scan.good
-                if w.target_generation > floor and is_published(self.storage, w.target_generation)]
+        done = [
+            w.target_generation
+            for w in scan.good
+            if w.target_generation > floor and is_published(self.storage, w.target_generation)
+        ]
         if not done:
             return latest
         generation = max(done)
         moved = advance_latest(self.storage, generation)
         step = read_manifest(self.storage, generation).metadata.get("global_step", -1)
-        _say(f"generation {generation} was published but {self.storage.url(layout.LATEST)} still named "
-             f"{latest} (its publisher was stopped in between); moved LATEST to {moved}")
+        _say(
+            f"generation {generation} was published but {self.storage.url(layout.LATEST)} still named "
+            f"{latest} (its publisher was stopped in between); moved LATEST to {moved}"
+        )
         self.events.emit("published", generation=generation, step=step, completed_after_restart=True)
         return moved
 
@@ -404,10 +471,12 @@ class TrainingRun:
         if not self.stage:
             return [self.storage.url(path) for path in window.shards]
         staged = self.stage.stage_window(window.target_generation, window.files)
-        _say(f"staged window {layout.generation_dir(window.target_generation)} in "
-             f"{os.path.dirname(staged.paths[0])}: {staged.copied} file(s) copied "
-             f"({staged.bytes_copied / 1e6:.1f} MB), {staged.already_present} already there")
-        return list(staged.paths[:len(window.shards)])
+        _say(
+            f"staged window {layout.generation_dir(window.target_generation)} in "
+            f"{os.path.dirname(staged.paths[0])}: {staged.copied} file(s) copied "
+            f"({staged.bytes_copied / 1e6:.1f} MB), {staged.already_present} already there"
+        )
+        return list(staged.paths[: len(window.shards)])
 
     def _checked_framing(self, window: Window, files: list[str]) -> None:
         """Each shard's framing, checked in bounded memory before tf.data reads it
@@ -430,11 +499,15 @@ class TrainingRun:
         files = self._shard_files(window)
         self._checked_framing(window, files)
         dataset = training_dataset(
-            files, board_size=self.board_size, record_version=window.record_version,
+            files,
+            board_size=self.board_size,
+            record_version=window.record_version,
             batch_size=self.trainer.global_batch,
             seed=window_seed(self.config.seed, window.target_generation),
             skip_batches=int(self.trainer.window_step.numpy()),
-            shuffle_buffer=self.config.shuffle_buffer, input_planes=self.net_config.input_planes)
+            shuffle_buffer=self.config.shuffle_buffer,
+            input_planes=self.net_config.input_planes,
+        )
         return iter(self.trainer.strategy.experimental_distribute_dataset(dataset))
 
     def _calibration_planes(self, window: Window) -> np.ndarray:
@@ -450,8 +523,7 @@ class TrainingRun:
         planes = []
         for i, record in enumerate(iter_framed_records(raw, source)):
             for position in decode_records(record, f"{source}#{i}", table=table):
-                planes.append(input_from_record_planes(position.planes, position.to_play,
-                                                       self.net_config.input_planes))
+                planes.append(input_from_record_planes(position.planes, position.to_play, self.net_config.input_planes))
             if len(planes) >= wanted:
                 break
         return np.stack(planes[:wanted]) if planes else np.zeros((0,), np.float32)
@@ -491,7 +563,7 @@ class TrainingRun:
             return True
         try:
             iterator = self._dataset_iterator(window)
-        except (FormatError, RecordError, *_READ_ERRORS) as exc:   # the game table is read here, once
+        except (FormatError, RecordError, *_READ_ERRORS) as exc:  # the game table is read here, once
             raise self._damage(window, exc) from None
         sums = dict.fromkeys(METRIC_NAMES, 0.0)
         # Examples/s is timed from the end of the first call, so that tracing
@@ -515,8 +587,11 @@ class TrainingRun:
             done += steps
             if done % self.config.log_every == 0 or done == total:
                 elapsed = time.monotonic() - timed_from
-                rate = (sums["examples"] - untimed) / elapsed if elapsed > 0 and sums["examples"] > untimed \
+                rate = (
+                    (sums["examples"] - untimed) / elapsed
+                    if elapsed > 0 and sums["examples"] > untimed
                     else float("nan")
+                )
                 self._report(window, done, total, sums, rate)
                 sums = dict.fromkeys(METRIC_NAMES, 0.0)
                 timed_from, untimed = time.monotonic(), 0.0
@@ -541,8 +616,14 @@ class TrainingRun:
     def _diverged(self, generation: int, step: int, what: str, metrics: list) -> Diverged:
         """The ``diverged`` event, and the Diverged to raise (naming the checkpoint a rerun resumes)."""
         rate = self.trainer.learning_rate()
-        self.events.emit("diverged", generation=generation, step=step, learning_rate=_finite(rate),
-                         peak_learning_rate=self.config.learning_rate, metrics=metrics)
+        self.events.emit(
+            "diverged",
+            generation=generation,
+            step=step,
+            learning_rate=_finite(rate),
+            peak_learning_rate=self.config.learning_rate,
+            metrics=metrics,
+        )
         latest = self.manager.latest_checkpoint
         resume = latest if latest else "scratch (no checkpoint was saved)"
         return Diverged(generation, step, rate, self.config.learning_rate, what, resume)
@@ -557,49 +638,68 @@ class TrainingRun:
             scalars["examples_per_second"] = rate
         with self.writer.as_default(step=step):
             for name, value in scalars.items():
-                tf.summary.write(f"train/{name}", tf.constant(value, tf.float32),
-                                 metadata=_SCALAR_METADATA)
+                tf.summary.write(f"train/{name}", tf.constant(value, tf.float32), metadata=_SCALAR_METADATA)
         self.writer.flush()
-        if self.stage and not self.config.log_dir:   # stage mode: summaries go up to ROOT/logs (model.staging)
+        if self.stage and not self.config.log_dir:  # stage mode: summaries go up to ROOT/logs (model.staging)
             self.stage.push_logs(at_most_every=LOG_PUSH_SECONDS)
-        self.events.emit("progress", generation=window.target_generation, step=done, steps=total,
-                         global_step=step, loss=_finite(means["loss"]),
-                         policy_loss=_finite(means["policy_loss"]), value_loss=_finite(means["value_loss"]),
-                         accuracy=_finite(means["policy_accuracy"]),
-                         ownership_loss=_finite(means["ownership_loss"]), score_loss=_finite(means["score_loss"]),
-                         occupied_policy_mass=_finite(means["occupied_policy_mass"]),
-                         examples_per_s=_finite(rate), learning_rate=_finite(lr))
-        _say(f"window {layout.generation_dir(window.target_generation)} step {done}/{total} "
-             f"(global {step}) loss {means['loss']:.4f} policy {means['policy_loss']:.4f} "
-             f"acc {means['policy_accuracy']:.3f} value {means['value_loss']:.4f} "
-             f"ownership {means['ownership_loss']:.4f} score {means['score_loss']:.4f} "
-             f"occupied {means['occupied_policy_mass']:.3f} "
-             f"lr {lr:.5f} " + (f"{rate:.0f} ex/s" if math.isfinite(rate) else "(warming up)"))
+        self.events.emit(
+            "progress",
+            generation=window.target_generation,
+            step=done,
+            steps=total,
+            global_step=step,
+            loss=_finite(means["loss"]),
+            policy_loss=_finite(means["policy_loss"]),
+            value_loss=_finite(means["value_loss"]),
+            accuracy=_finite(means["policy_accuracy"]),
+            ownership_loss=_finite(means["ownership_loss"]),
+            score_loss=_finite(means["score_loss"]),
+            occupied_policy_mass=_finite(means["occupied_policy_mass"]),
+            examples_per_s=_finite(rate),
+            learning_rate=_finite(lr),
+        )
+        _say(
+            f"window {layout.generation_dir(window.target_generation)} step {done}/{total} "
+            f"(global {step}) loss {means['loss']:.4f} policy {means['policy_loss']:.4f} "
+            f"acc {means['policy_accuracy']:.3f} value {means['value_loss']:.4f} "
+            f"ownership {means['ownership_loss']:.4f} score {means['score_loss']:.4f} "
+            f"occupied {means['occupied_policy_mass']:.3f} "
+            f"lr {lr:.5f} " + (f"{rate:.0f} ex/s" if math.isfinite(rate) else "(warming up)")
+        )
 
     # --- publishing ------------------------------------------------------------
     def publish(self, window: Window) -> bool:
         """Export and publish the window's model; False if it already existed or went stale."""
         generation = window.target_generation
         if self.lease is not None:
-            self.lease.renew()   # LeaseLost: another trainer owns the root; publish nothing
+            self.lease.renew()  # LeaseLost: another trainer owns the root; publish nothing
         if is_published(self.storage, generation):
             _say(f"generation {generation} is already published; not republishing")
             return False
         latest = latest_generation(self.storage)
         if latest is not None and latest > generation:
-            self._report_skipped([Skipped(generation, f"stale: {self.storage.url(layout.LATEST)} moved to "
-                                                      f"{latest} while it was being trained")])
+            self._report_skipped(
+                [
+                    Skipped(
+                        generation,
+                        f"stale: {self.storage.url(layout.LATEST)} moved to {latest} while it was being trained",
+                    )
+                ]
+            )
             return False
         metadata = {
-            "board_size": self.board_size, "generation": generation,
+            "board_size": self.board_size,
+            "generation": generation,
             "network": dataclasses.asdict(self.net_config),
             "global_step": self.trainer.global_step,
-            "window": window.path, "window_positions": window.positions,
+            "window": window.path,
+            "window_positions": window.positions,
             # The next window's new rows are counted from here (model.windows.new_rows).
             "window_lake_bytes": window.planned_lake_bytes,
             "window_steps": int(self.trainer.window_steps_total.numpy()),
             "skipped_windows": [item.as_metadata() for item in self._skipped_below],
-            "swa_decay": self.config.swa_decay, "feature_set_planes": self.net_config.input_planes,
+            "swa_decay": self.config.swa_decay,
+            "feature_set_planes": self.net_config.input_planes,
             "created_unix": int(time.time()),
             # The window's last progress report (losses, accuracy, occupied policy mass):
             # the rating ladder's report plots them per generation.  Empty when the
@@ -609,8 +709,9 @@ class TrainingRun:
         weights = self.trainer.published_weights()
         if not all(np.isfinite(w).all() for w in weights if np.issubdtype(w.dtype, np.floating)):
             # The checks before every save catch this first; this guards what is exported itself.
-            raise self._diverged(generation, int(self.trainer.window_step.numpy()),
-                                 "the weights to publish are not finite", ["weights"])
+            raise self._diverged(
+                generation, int(self.trainer.window_step.numpy()), "the weights to publish are not finite", ["weights"]
+            )
         with tempfile.TemporaryDirectory(prefix="zerolake-export-") as scratch:
             local = os.path.join(scratch, "model")
             export_inference_model(self.net_config, weights, local)
@@ -623,13 +724,22 @@ class TrainingRun:
             try:
                 # The lease is renewed again between the files and the manifest (the commit point):
                 # the export and the uploads take long enough for it to lapse to another trainer.
-                publish_model(self.storage, generation, local, metadata,
-                              before_commit=self.lease.renew if self.lease is not None else None)
+                publish_model(
+                    self.storage,
+                    generation,
+                    local,
+                    metadata,
+                    before_commit=self.lease.renew if self.lease is not None else None,
+                )
             except AlreadyPublished as exc:
                 _say(f"not republishing: {exc}")
                 return False
-        self.events.emit("published", generation=generation, step=self.trainer.global_step,
-                         skipped_windows=[item.generation for item in self._skipped_below])
+        self.events.emit(
+            "published",
+            generation=generation,
+            step=self.trainer.global_step,
+            skipped_windows=[item.generation for item in self._skipped_below],
+        )
         _say(f"published generation {generation} to {self.storage.url(layout.model_dir(generation))}")
         return True
 
@@ -638,7 +748,7 @@ class TrainingRun:
         window from its checkpoint forever (a resumed window comes before any newer one); the
         steps it trained, on records that read, are kept.  A later process that finds it the
         newest window starts it afresh and meets the damage again."""
-        self._check_state(generation)   # a divergence in the steps before the damage is named first
+        self._check_state(generation)  # a divergence in the steps before the damage is named first
         self.trainer.abandon_window()
         self.save()
         _say(f"window {layout.generation_dir(generation)} abandoned: the checkpoint resumes no window")
@@ -672,8 +782,7 @@ class TrainingRun:
                 self._report_skipped([Skipped(damaged.generation, damaged.reason)])
                 self._abandon(damaged.generation)
                 if not self.config.follow:
-                    raise LakeError(f"window {layout.generation_dir(damaged.generation)} {damaged.reason}") \
-                        from None
+                    raise LakeError(f"window {layout.generation_dir(damaged.generation)} {damaged.reason}") from None
                 continue
             trained += 1
         if trained == 0 and not self.stop_reason:

@@ -13,6 +13,7 @@ C is the network's ``input_planes`` (17 or 22, format/planes.py).
 
 ``format.registry`` publishes the directory and loads it back.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,12 @@ class InferenceModule(tf.Module):
 
     def _serve(self, planes):
         outputs = self.model(planes, training=False)
-        return {"policy_logits": outputs["policy_logits"], "value": outputs["value"],
-                "ownership": outputs["ownership"], "score": outputs["score"]}
+        return {
+            "policy_logits": outputs["policy_logits"],
+            "value": outputs["value"],
+            "ownership": outputs["ownership"],
+            "score": outputs["score"],
+        }
 
 
 def export_inference_model(net_config: NetworkConfig, weights: list, local_dir: str) -> None:

@@ -17,6 +17,7 @@ compare-and-swap) is format.leases's.  What is the trainer's own:
   shared state is written on a lease that is not ours.  A lost lease stops
   the trainer at once without publishing.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,11 +25,18 @@ import threading
 import time
 
 from format import layout
-from format.leases import (RENEW_FRACTION, Lease, LeaseError, LeaseHeld, LeaseLost, LeaseRecord, Takeover,
-                           describe_time)
+from format.leases import RENEW_FRACTION, Lease, LeaseError, LeaseHeld, LeaseLost, LeaseRecord, Takeover, describe_time
 
-__all__ = ["DEFAULT_SECONDS", "RENEW_FRACTION", "LeaseError", "LeaseHeld", "LeaseLost", "LeaseRecord",
-           "TrainerLease", "describe_time"]
+__all__ = [
+    "DEFAULT_SECONDS",
+    "RENEW_FRACTION",
+    "LeaseError",
+    "LeaseHeld",
+    "LeaseLost",
+    "LeaseRecord",
+    "TrainerLease",
+    "describe_time",
+]
 
 log = logging.getLogger(__name__)
 
@@ -43,16 +51,24 @@ class TrainerLease(Lease):
     def __init__(self, storage, seconds: float = DEFAULT_SECONDS, *, clock=time.time):
         if seconds <= 0:
             raise ValueError(f"--lease-seconds must be > 0, got {seconds}")
-        super().__init__(storage, layout.TRAINER_LEASE, seconds, takeover=TRAINER_TAKEOVER, name="trainer lease",
-                         lost_note="; stopping at once without publishing (another trainer may own this root)",
-                         clock=clock)
+        super().__init__(
+            storage,
+            layout.TRAINER_LEASE,
+            seconds,
+            takeover=TRAINER_TAKEOVER,
+            name="trainer lease",
+            lost_note="; stopping at once without publishing (another trainer may own this root)",
+            clock=clock,
+        )
 
     def _refusal(self, record: LeaseRecord, now: float) -> LeaseHeld:
         return LeaseHeld(
             f"{self.url} is held by trainer {record.holder} (renewed "
             f"{describe_time(record.renewed, now)}); it expires {describe_time(record.expires, now)}. "
             "One trainer per root: stop that trainer, or rerun after the lease expires "
-            "(--lease-wait waits for it)", record)
+            "(--lease-wait waits for it)",
+            record,
+        )
 
     def acquire(self, *, wait: bool = False, stop: threading.Event | None = None) -> LeaseRecord:
         """Take the lease, or raise LeaseHeld (``wait``: sleep until it can be taken).

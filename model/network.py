@@ -17,6 +17,7 @@ KataGo global-pooling block.  Policy head: ``conv`` (default, `_conv_policy_head
 Zero's ``dense``, kept so that runs started with it resume.  ``dtype_policy="mixed_bfloat16"``
 computes in bfloat16; exported models are float32 (``model.export``).  Shape: model.config's NetworkConfig.
 """
+
 from __future__ import annotations
 
 import keras
@@ -28,14 +29,20 @@ from model.config import NetworkConfig
 
 
 def _conv(filters, kernel, dtype, name):
-    return layers.Conv2D(filters, kernel, padding="same", use_bias=False,
-                         kernel_initializer="he_normal", dtype=dtype, name=name)
+    return layers.Conv2D(
+        filters, kernel, padding="same", use_bias=False, kernel_initializer="he_normal", dtype=dtype, name=name
+    )
 
 
 def _batchnorm(config, dtype, name, zero_init=False):
     return layers.BatchNormalization(
-        momentum=0.99, epsilon=1e-3, synchronized=config.sync_batchnorm, dtype=dtype,
-        gamma_initializer="zeros" if zero_init else "ones", name=name)
+        momentum=0.99,
+        epsilon=1e-3,
+        synchronized=config.sync_batchnorm,
+        dtype=dtype,
+        gamma_initializer="zeros" if zero_init else "ones",
+        name=name,
+    )
 
 
 def _residual_block(x, config, dtype, index, global_pool):
@@ -103,8 +110,9 @@ def _conv_policy_head(x, config, dtype):
 def build_network(config: NetworkConfig, dtype_policy: str = "float32") -> keras.Model:
     """A Keras functional model: planes [B, N, N, input_planes] -> dict of outputs (module doc)."""
     if not config.board_size:
-        raise ValueError("NetworkConfig.board_size is 0 (not known yet): build TrainConfig.network_for(the "
-                         "run's board size)")
+        raise ValueError(
+            "NetworkConfig.board_size is 0 (not known yet): build TrainConfig.network_for(the run's board size)"
+        )
     n = config.board_size
     points = n * n
     actions = schema.num_actions(n)
@@ -131,8 +139,7 @@ def build_network(config: NetworkConfig, dtype_policy: str = "float32") -> keras
     value = _head_trunk(x, config, dt, config.head_filters, "value")
     value = layers.Flatten(dtype=dt, name="value_flat")(value)
     hidden = layers.Dense(config.value_hidden, activation="relu", dtype=dt, name="value_hidden")(value)
-    outputs = {"policy_logits": policy_logits, "ownership_logits": ownership_logits,
-               "ownership": ownership}
+    outputs = {"policy_logits": policy_logits, "ownership_logits": ownership_logits, "ownership": ownership}
     if config.value_head == "wdl":
         logits = layers.Dense(3, dtype="float32", name="value_logits")(hidden)
         outputs["value_logits"] = logits

@@ -13,6 +13,7 @@ step as sums (weighted loss, weight, correct top-1 moves...) so that they can
 be added over steps and replicas and divided once (`summarize`).  The losses
 per head are `head_losses`'; the step loss is `Trainer._replica_step`'s.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,17 +27,26 @@ import numpy as np
 import tensorflow as tf
 
 from format import planes as plane_layout
+from inference.devices import AcceleratorMissing, connect_tpu
 from model.config import NetworkConfig, TrainConfig
 from model.network import build_network
-from inference.devices import AcceleratorMissing, connect_tpu
 
 log = logging.getLogger(__name__)
 
 METRIC_NAMES = (
-    "examples", "policy_loss_sum", "policy_weight_sum", "policy_correct_sum",
-    "value_loss_sum", "value_weight_sum", "value_sq_error_sum",
-    "ownership_loss_sum", "ownership_weight_sum", "score_loss_sum", "score_weight_sum",
-    "total_loss_sum", "occupied_mass_sum",
+    "examples",
+    "policy_loss_sum",
+    "policy_weight_sum",
+    "policy_correct_sum",
+    "value_loss_sum",
+    "value_weight_sum",
+    "value_sq_error_sum",
+    "ownership_loss_sum",
+    "ownership_weight_sum",
+    "score_loss_sum",
+    "score_weight_sum",
+    "total_loss_sum",
+    "occupied_mass_sum",
 )
 
 WIN, DRAW, LOSS = 0, 1, 2
@@ -58,7 +68,8 @@ class ResolvedStrategy:
 def _split_cpu(logical_cpus: int) -> None:
     cpus = tf.config.list_physical_devices("CPU")
     tf.config.set_logical_device_configuration(
-        cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(logical_cpus)])
+        cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(logical_cpus)]
+    )
 
 
 def _tpu_address(config: TrainConfig) -> str:
@@ -140,8 +151,9 @@ class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):
             if self.clock_progress is not None:
                 progress = tf.cast(self.clock_progress, tf.float32)
             else:
-                progress = tf.clip_by_value((step - self.anneal_from) / float(self.anneal_to - self.anneal_from),
-                                            0.0, 1.0)
+                progress = tf.clip_by_value(
+                    (step - self.anneal_from) / float(self.anneal_to - self.anneal_from), 0.0, 1.0
+                )
             cosine = 0.5 * (1.0 + tf.cos(math.pi * progress))
             factor = self.final_fraction + (1.0 - self.final_fraction) * cosine
         else:
@@ -174,8 +186,14 @@ class Trainer:
     batches and sees exactly what the killed run would have seen.
     """
 
-    def __init__(self, config: TrainConfig, net_config: NetworkConfig, resolved: ResolvedStrategy, *,
-                 draws_possible: bool = False):
+    def __init__(
+        self,
+        config: TrainConfig,
+        net_config: NetworkConfig,
+        resolved: ResolvedStrategy,
+        *,
+        draws_possible: bool = False,
+    ):
         """``draws_possible``: the run's komi is a whole number (see `wdl_target`)."""
         self.config = config
         self.draws_possible = draws_possible
@@ -187,21 +205,27 @@ class Trainer:
         keras.utils.set_random_seed(config.seed)
         with self.strategy.scope():
             self.model = build_network(net_config, self.dtype_policy)
-            self.clock_progress = (tf.Variable(anneal_progress(config, time.time()), trainable=False)
-                                   if config.lr_schedule == "anneal" and config.lr_anneal_by == "clock" else None)
+            self.clock_progress = (
+                tf.Variable(anneal_progress(config, time.time()), trainable=False)
+                if config.lr_schedule == "anneal" and config.lr_anneal_by == "clock"
+                else None
+            )
             self.optimizer = keras.optimizers.SGD(
-                learning_rate=LearningRateSchedule(config, self.clock_progress), momentum=config.momentum,
-                nesterov=True)
+                learning_rate=LearningRateSchedule(config, self.clock_progress), momentum=config.momentum, nesterov=True
+            )
             self.optimizer.build(self.model.trainable_variables)
             self.window_generation = tf.Variable(-1, dtype=tf.int64, trainable=False)
             self.window_step = tf.Variable(0, dtype=tf.int64, trainable=False)
             self.window_steps_total = tf.Variable(0, dtype=tf.int64, trainable=False)
-            self.swa = ([tf.Variable(w, trainable=False) for w in self.model.weights]
-                        if config.swa_decay > 0 else [])
+            self.swa = [tf.Variable(w, trainable=False) for w in self.model.weights] if config.swa_decay > 0 else []
         self._kernels = [v for v in self.model.trainable_variables if "kernel" in v.path]
-        tracked = dict(model=self.model, optimizer=self.optimizer,
-                       window_generation=self.window_generation, window_step=self.window_step,
-                       window_steps_total=self.window_steps_total)
+        tracked = dict(
+            model=self.model,
+            optimizer=self.optimizer,
+            window_generation=self.window_generation,
+            window_step=self.window_step,
+            window_steps_total=self.window_steps_total,
+        )
         if self.swa:
             tracked["swa"] = self.swa
         self.checkpoint = tf.train.Checkpoint(**tracked)
@@ -259,7 +283,8 @@ class Trainer:
             per_replica = self.strategy.run(self._step, args=(next(iterator),))
             totals = tuple(
                 total + self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica[name], axis=None)
-                for total, name in zip(totals, METRIC_NAMES))
+                for total, name in zip(totals, METRIC_NAMES)
+            )
         if self.swa:
             decay = self.config.swa_decay
             for average, weight in zip(self.swa, self.model.weights):
@@ -295,8 +320,9 @@ class Trainer:
         with tf.GradientTape() as tape:
             outputs = self.model(batch["planes"], training=True)
             heads = head_losses(outputs, batch, self.net_config, draws_possible=self.draws_possible)
-            weighted = {head: getattr(self.config, f"{head}_loss_weight") * heads[f"{head}_loss_sum"]
-                        for head in LOSS_HEADS}
+            weighted = {
+                head: getattr(self.config, f"{head}_loss_weight") * heads[f"{head}_loss_sum"] for head in LOSS_HEADS
+            }
             data_loss = tf.add_n(list(weighted.values()))
             penalty = self.config.l2 * tf.add_n([tf.reduce_sum(tf.square(k)) for k in self._kernels])
             loss = self._normalized_data_loss(weighted, heads) + penalty / self.replicas
@@ -375,21 +401,24 @@ def head_losses(outputs: dict, batch: dict, net_config: NetworkConfig, *, draws_
     n = float(net_config.board_size)
     pw, vw = batch["policy_weight"], batch["value_weight"]
     ow, sw = batch["ownership_weight"], batch["score_weight"]
-    policy_ce = tf.nn.softmax_cross_entropy_with_logits(labels=batch["policy"],
-                                                        logits=outputs["policy_logits"])
-    correct = tf.cast(tf.equal(tf.argmax(outputs["policy_logits"], -1), tf.argmax(batch["policy"], -1)),
-                      tf.float32)
+    policy_ce = tf.nn.softmax_cross_entropy_with_logits(labels=batch["policy"], logits=outputs["policy_logits"])
+    correct = tf.cast(tf.equal(tf.argmax(outputs["policy_logits"], -1), tf.argmax(batch["policy"], -1)), tf.float32)
     value = outputs["value"]
     if net_config.value_head == "wdl":
         value_loss = tf.nn.softmax_cross_entropy_with_logits(
-            labels=wdl_target(batch["value"], draws_possible),
-            logits=tf.cast(outputs["value_logits"], tf.float32))
+            labels=wdl_target(batch["value"], draws_possible), logits=tf.cast(outputs["value_logits"], tf.float32)
+        )
     else:
         value_loss = tf.square(value - batch["value"])
-    ownership_loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
-        labels=(1.0 + batch["ownership"]) / 2.0, logits=2.0 * outputs["ownership_logits"]), axis=-1)
-    score_loss = keras.losses.huber(((outputs["score"] - batch["score"]) / n)[:, None],
-                                    tf.zeros_like(batch["score"])[:, None], delta=1.0)
+    ownership_loss = tf.reduce_mean(
+        tf.nn.sigmoid_cross_entropy_with_logits(
+            labels=(1.0 + batch["ownership"]) / 2.0, logits=2.0 * outputs["ownership_logits"]
+        ),
+        axis=-1,
+    )
+    score_loss = keras.losses.huber(
+        ((outputs["score"] - batch["score"]) / n)[:, None], tf.zeros_like(batch["score"])[:, None], delta=1.0
+    )
     return {
         "policy_loss_sum": tf.reduce_sum(pw * policy_ce),
         "policy_weight_sum": tf.reduce_sum(pw),
@@ -407,6 +436,7 @@ def head_losses(outputs: dict, batch: dict, net_config: NetworkConfig, *, draws_
 
 def summarize(sums: dict) -> dict:
     """Means from metric sums: each head's loss, policy top-1 accuracy, value MSE, occupied mass."""
+
     def ratio(a, b):
         return sums[a] / sums[b] if sums[b] > 0 else float("nan")
 

@@ -17,6 +17,7 @@ being trained only), ``checkpoints/`` and ``logs/``.  Data flow::
 A pull lands in ``DIR/checkpoints.incoming`` and is swapped in whole.  Failed log uploads are
 retried at the next push; training never waits on them.  Nothing under ROOT/windows is deleted.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,6 +50,7 @@ class StagingError(RuntimeError):
 
 # --- choosing the mode ------------------------------------------------------------
 
+
 def default_stage_dir(root_url: str, environ) -> str:
     """``<cache>/zerolake/stage/<hash of the root>``: the same root always gets the same DIR.
 
@@ -72,12 +74,14 @@ def resolve_stage_dir(stage_dir: str, root_url: str, environ) -> tuple[str, str]
     if stage_dir:
         return os.path.abspath(os.path.expanduser(stage_dir)), "--stage-dir"
     if is_remote(root_url) and environ.get(EMULATOR_VARIABLE):
-        return default_stage_dir(root_url, environ), (f"${EMULATOR_VARIABLE} is set and TensorFlow's gs:// "
-                                             "filesystem cannot reach an emulator")
+        return default_stage_dir(root_url, environ), (
+            f"${EMULATOR_VARIABLE} is set and TensorFlow's gs:// filesystem cannot reach an emulator"
+        )
     return "", "no --stage-dir"
 
 
 # --- checkpoint state files -------------------------------------------------------
+
 
 def checkpoint_step(prefix: str) -> int:
     """N of ``ckpt-N``."""
@@ -110,8 +114,7 @@ def parse_checkpoint_state(text: str, where: str) -> CheckpointState | None:
             continue
         prefix = match.group(2).replace("\\", "/").rsplit("/", 1)[-1]
         if not _PREFIX.match(prefix):
-            raise StagingError(f"{where}: {match.group(1)} {match.group(2)!r} is not a checkpoint "
-                               "prefix like ckpt-123")
+            raise StagingError(f"{where}: {match.group(1)} {match.group(2)!r} is not a checkpoint prefix like ckpt-123")
         if match.group(1) == "model_checkpoint_path":
             latest = prefix
         else:
@@ -137,6 +140,7 @@ def checkpoint_prefix_of(name: str) -> str | None:
 
 
 # --- results ----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class StagedWindow:
@@ -167,7 +171,7 @@ class Stage:
         self.windows_dir = os.path.join(self.directory, layout.WINDOWS_DIR)
         self.checkpoint_dir = os.path.join(self.directory, layout.CHECKPOINTS_DIR)
         self.log_dir = os.path.join(self.directory, layout.trainer_logs_dir())
-        self._logs_pushed: dict[str, int] = {}   # DIR/logs-relative name -> size last uploaded
+        self._logs_pushed: dict[str, int] = {}  # DIR/logs-relative name -> size last uploaded
         self._logs_pushed_at = float("-inf")
 
     @property
@@ -187,8 +191,10 @@ class Stage:
                 with open(marker, encoding="utf-8") as handle:
                     owner = handle.read().strip()
                 if owner != root:
-                    raise StagingError(f"--stage-dir {self.directory} stages {owner}, not {root}; "
-                                       "give each root its own stage directory")
+                    raise StagingError(
+                        f"--stage-dir {self.directory} stages {owner}, not {root}; "
+                        "give each root its own stage directory"
+                    )
                 return
             write_local_file(marker, (root + "\n").encode())
         except (OSError, StorageError) as exc:
@@ -212,8 +218,7 @@ class Stage:
             local = os.path.join(target_dir, shard.rsplit("/", 1)[-1])
             paths.append(local)
             if shard not in sizes:
-                raise StagingError(f"{self.storage.url(shard)} is listed in its window's manifest "
-                                   "but does not exist")
+                raise StagingError(f"{self.storage.url(shard)} is listed in its window's manifest but does not exist")
             if os.path.isfile(local) and os.path.getsize(local) == sizes[shard]:
                 present += 1
                 continue
@@ -258,7 +263,7 @@ class Stage:
         prefix = layout.checkpoints_prefix()
         found = {}
         for info in self.storage.list(prefix):
-            name = info.path[len(prefix):]
+            name = info.path[len(prefix) :]
             if "/" not in name and checkpoint_prefix_of(name):
                 found[name] = info.size
         return found
@@ -266,8 +271,11 @@ class Stage:
     def _local_files(self, prefix: str) -> dict[str, int]:
         if not os.path.isdir(self.checkpoint_dir):
             return {}
-        return {name: os.path.getsize(os.path.join(self.checkpoint_dir, name))
-                for name in sorted(os.listdir(self.checkpoint_dir)) if checkpoint_prefix_of(name) == prefix}
+        return {
+            name: os.path.getsize(os.path.join(self.checkpoint_dir, name))
+            for name in sorted(os.listdir(self.checkpoint_dir))
+            if checkpoint_prefix_of(name) == prefix
+        }
 
     # --- start: the higher step wins -------------------------------------------------
     def sync_on_start(self) -> str:
@@ -281,20 +289,25 @@ class Stage:
         if local is not None and (remote is None or local.step > remote.step):
             pushed = self.push()
             older = "none" if remote is None else remote.latest
-            return (f"kept {local.latest} from {self.checkpoint_dir} and uploaded it to {where} "
-                    f"(which had {older}): {pushed.uploaded} file(s) uploaded")
+            return (
+                f"kept {local.latest} from {self.checkpoint_dir} and uploaded it to {where} "
+                f"(which had {older}): {pushed.uploaded} file(s) uploaded"
+            )
         if local is not None:
             return f"{self.checkpoint_dir} and {where} agree on {local.latest}"
         return f"no checkpoint in {self.checkpoint_dir} or {where}"
 
     def pull(self, remote: CheckpointState) -> None:
         """Replace DIR/checkpoints by ROOT's latest checkpoint (and ROOT's kept list)."""
-        files = {name: size for name, size in self._remote_files().items()
-                 if checkpoint_prefix_of(name) == remote.latest}
+        files = {
+            name: size for name, size in self._remote_files().items() if checkpoint_prefix_of(name) == remote.latest
+        }
         where = self.storage.url(layout.checkpoint_file(remote.latest))
         if f"{remote.latest}.index" not in files or not any(".data-" in name for name in files):
-            raise StagingError(f"{self.storage.url(layout.checkpoint_file(STATE_FILE))} names "
-                               f"{remote.latest}, but {where}.index or its data files are missing")
+            raise StagingError(
+                f"{self.storage.url(layout.checkpoint_file(STATE_FILE))} names "
+                f"{remote.latest}, but {where}.index or its data files are missing"
+            )
         incoming = self.checkpoint_dir + ".incoming"
         shutil.rmtree(incoming, ignore_errors=True)
         os.makedirs(incoming)
@@ -339,8 +352,7 @@ class Stage:
         if local.latest not in in_root:
             raise StagingError(f"{self.checkpoint_dir} names {local.latest} but holds none of its files")
         state = CheckpointState(local.latest, tuple(in_root))
-        self.storage.write_replace(layout.checkpoint_file(STATE_FILE),
-                                   format_checkpoint_state(state).encode())
+        self.storage.write_replace(layout.checkpoint_file(STATE_FILE), format_checkpoint_state(state).encode())
         deleted = self._delete_dropped(state, remote_files)
         return PushResult(local.latest, uploaded, already, deleted)
 
@@ -357,9 +369,11 @@ class Stage:
         if self.storage.read(path) == data:
             return False
         if referenced:
-            raise StagingError(f"{self.storage.url(path)} differs from {self.checkpoint_dir}/{name}, and "
-                               f"{self.remote_checkpoints}/{STATE_FILE} names it: another trainer is "
-                               "writing checkpoints to this root")
+            raise StagingError(
+                f"{self.storage.url(path)} differs from {self.checkpoint_dir}/{name}, and "
+                f"{self.remote_checkpoints}/{STATE_FILE} names it: another trainer is "
+                "writing checkpoints to this root"
+            )
         # Not named by ROOT's state file: a leftover of an upload killed before
         # its state file went up.  Nothing can be restoring from it.
         log.info("replacing %s, left over from an interrupted upload", self.storage.url(path))
@@ -407,8 +421,12 @@ class Stage:
                 try:
                     self.storage.write_replace(f"{layout.trainer_logs_dir()}/{relative}", data)
                 except StorageError as exc:
-                    log.warning("could not upload summaries %s to %s (tried again at the next push): %s",
-                                relative, self.storage.url(layout.trainer_logs_dir()), exc)
+                    log.warning(
+                        "could not upload summaries %s to %s (tried again at the next push): %s",
+                        relative,
+                        self.storage.url(layout.trainer_logs_dir()),
+                        exc,
+                    )
                     continue
                 self._logs_pushed[relative] = len(data)
                 uploaded += 1

@@ -18,6 +18,7 @@ A batch is a dict: ``planes`` [B, N, N, C] (NHWC), ``policy`` [B, A] (sums to 1,
 ``value`` [B] (the result for the side to move), ``score`` [B] (final area score, side to move),
 ``ownership`` [B, NN] (in [-1, 1], side to move), and each head's ``*_weight`` [B].
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -25,13 +26,10 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from format import layout
+from format import layout, position_records, schema
 from format import planes as plane_layout
-from format import position_records
-from format import schema
 from format.example_fields import FormatError
 from format.symmetry import NUM_SYMMETRIES, inverse_permutations, symmetry_permutations
-
 
 HEAD_WEIGHT_KEYS = ("policy_weight", "value_weight", "ownership_weight", "score_weight")
 """Keys of the decoded batch that hold per-example loss weights."""
@@ -51,15 +49,14 @@ class GroupDecoder:
     the batch's ``planes`` hold: the training network's input width.
     """
 
-    def __init__(self, board_size: int, *, table, jit: bool = True,
-                 input_planes: int = schema.BASIC_INPUT_PLANES):
+    def __init__(self, board_size: int, *, table, jit: bool = True, input_planes: int = schema.BASIC_INPUT_PLANES):
         plane_layout.check_channels(input_planes)
         if not schema.MIN_BOARD_SIZE <= board_size <= schema.MAX_BOARD_SIZE:
-            raise ValueError(f"board_size {board_size} outside "
-                             f"[{schema.MIN_BOARD_SIZE}, {schema.MAX_BOARD_SIZE}]")
+            raise ValueError(f"board_size {board_size} outside [{schema.MIN_BOARD_SIZE}, {schema.MAX_BOARD_SIZE}]")
         if table is None or table.board_size != board_size:
-            raise ValueError(f"position records need their window's game table "
-                             f"for {board_size}x{board_size} (format.game_table)")
+            raise ValueError(
+                f"position records need their window's game table for {board_size}x{board_size} (format.game_table)"
+            )
         self.version = schema.POSITION_RECORD_VERSION
         self.input_planes = input_planes
         n = self.board_size = board_size
@@ -67,8 +64,11 @@ class GroupDecoder:
         # Each point's 4 neighbours (off the board: index NN, a padding column).
         grid = np.arange(n * n).reshape(n, n)
         padded = np.pad(grid, 1, constant_values=n * n)
-        self._neighbours = tf.constant(np.stack([padded[:-2, 1:-1], padded[1:-1, :-2], padded[1:-1, 2:],
-                                                 padded[2:, 1:-1]], axis=-1).reshape(n * n, 4).astype(np.int32))
+        self._neighbours = tf.constant(
+            np.stack([padded[:-2, 1:-1], padded[1:-1, :-2], padded[1:-1, 2:], padded[2:, 1:-1]], axis=-1)
+            .reshape(n * n, 4)
+            .astype(np.int32)
+        )
         self.actions = schema.num_actions(n)
         self.width = schema.trit_bytes(n)
         self.move_width = schema.move_bytes(n)
@@ -100,9 +100,9 @@ class GroupDecoder:
         codes, slot, rows = table.planes()
         self._games = len(table)
         self._fine_games = len(rows) - 1
-        self._table_codes = tf.constant(codes)      # uint8 [G, W]: exact labels, zeros for fine games
-        self._table_slot = tf.constant(slot)        # int32 [G]: each game's row of _table_fine
-        self._table_fine = tf.constant(rows)        # int8 [F + 1, NN]: fine labels, then a zero row
+        self._table_codes = tf.constant(codes)  # uint8 [G, W]: exact labels, zeros for fine games
+        self._table_slot = tf.constant(slot)  # int32 [G]: each game's row of _table_fine
+        self._table_fine = tf.constant(rows)  # int8 [F + 1, NN]: fine labels, then a zero row
         self._group = group
         self._stage2 = tf.function(self._expand, jit_compile=jit, autograph=False)
 
@@ -116,22 +116,29 @@ class GroupDecoder:
         parsed = tf.io.parse_example(serialized, self._spec)
         checks = [
             tf.debugging.assert_equal(
-                parsed[schema.P_VERSION], tf.constant(self.version, tf.int64),
+                parsed[schema.P_VERSION],
+                tf.constant(self.version, tf.int64),
                 message=f"position record field '{schema.P_VERSION}' is not {self.version}: rebuild the window "
-                        f"from the lake's games with `{schema.REBUILD_WINDOW}`"),
+                f"from the lake's games with `{schema.REBUILD_WINDOW}`",
+            ),
             tf.debugging.assert_equal(
-                parsed[schema.P_BOARD_SIZE], tf.constant(self.board_size, tf.int64),
-                message=f"position record field '{schema.P_BOARD_SIZE}' is not {self.board_size}"),
+                parsed[schema.P_BOARD_SIZE],
+                tf.constant(self.board_size, tf.int64),
+                message=f"position record field '{schema.P_BOARD_SIZE}' is not {self.board_size}",
+            ),
         ]
         with tf.control_dependencies(checks):
             count = tf.cast(parsed[schema.P_COUNT][:, 0], tf.int32)
         valid = tf.reshape(tf.range(self._group)[None, :] < count[:, None], [-1])
         positions = tf.reduce_sum(count)
         # targets: column by column, each column POSITION_GROUP long (SPEC.md).
-        targets = tf.io.decode_raw(parsed[schema.P_TARGETS][:, 0], tf.uint8,
-                                   fixed_length=schema.TARGET_BYTES * self._group)
-        targets = tf.reshape(tf.transpose(tf.reshape(targets, [-1, schema.TARGET_BYTES, self._group]), [0, 2, 1]),
-                             [-1, schema.TARGET_BYTES])
+        targets = tf.io.decode_raw(
+            parsed[schema.P_TARGETS][:, 0], tf.uint8, fixed_length=schema.TARGET_BYTES * self._group
+        )
+        targets = tf.reshape(
+            tf.transpose(tf.reshape(targets, [-1, schema.TARGET_BYTES, self._group]), [0, 2, 1]),
+            [-1, schema.TARGET_BYTES],
+        )
         targets = tf.boolean_mask(targets, valid)
         moves = self._rows(parsed, schema.P_MOVES, schema.HISTORY_MOVES * self.move_width, valid)
         moves = tf.cast(tf.reshape(moves, [-1, schema.HISTORY_MOVES, self.move_width]), tf.int32)
@@ -179,11 +186,15 @@ class GroupDecoder:
         zero).
         """
         game = tf.cast(parsed[schema.P_GAME].values, tf.int32)
-        checks = [tf.debugging.assert_less(
-            game, self._games, message=f"position record field '{schema.P_GAME}' is outside the window's game "
-                                       f"table ({self._games} games)"),
-                  tf.debugging.assert_non_negative(game, message=f"position record field '{schema.P_GAME}' "
-                                                                 "is negative")]
+        checks = [
+            tf.debugging.assert_less(
+                game,
+                self._games,
+                message=f"position record field '{schema.P_GAME}' is outside the window's game "
+                f"table ({self._games} games)",
+            ),
+            tf.debugging.assert_non_negative(game, message=f"position record field '{schema.P_GAME}' is negative"),
+        ]
         with tf.control_dependencies(checks):
             game = tf.identity(game)
         flagged = self._own_rows(targets)
@@ -207,8 +218,7 @@ class GroupDecoder:
         entry = tf.cast(parsed[schema.P_CAPTURES].values, tf.int32)
         bits = tf.bitwise.left_shift(1, entry // self.points)
         # Each (position, point, age) is captured at most once: the sum is the OR.
-        mask = tf.math.unsorted_segment_sum(bits, rows * self.points + entry % self.points,
-                                            positions * self.points)
+        mask = tf.math.unsorted_segment_sum(bits, rows * self.points + entry % self.points, positions * self.points)
         return tf.cast(tf.reshape(mask, [-1, self.points]), tf.uint8)
 
     def _dense_policy(self, parsed, positions) -> tf.Tensor:
@@ -226,8 +236,11 @@ class GroupDecoder:
         value = parsed[schema.P_POLICY_VALUE].values
         field = f"position record field '{schema.P_POLICY_VALUE}'"
         checks = [
-            tf.debugging.assert_less_equal(value, tf.constant(schema.POLICY_VALUE_MAX, tf.int64),
-                                           message=f"{field} holds a value above {schema.POLICY_VALUE_MAX}"),
+            tf.debugging.assert_less_equal(
+                value,
+                tf.constant(schema.POLICY_VALUE_MAX, tf.int64),
+                message=f"{field} holds a value above {schema.POLICY_VALUE_MAX}",
+            ),
             tf.debugging.assert_positive(value, message=f"{field} holds a value below 1"),
         ]
         with tf.control_dependencies(checks):
@@ -237,11 +250,23 @@ class GroupDecoder:
 
     def decode_rows(self, rows: dict, symmetries: tf.Tensor) -> dict:
         """Stage 2: a batch of stage-1 rows and int32 [B] symmetry ids -> the training batch."""
-        planes, ownership, policy = self._stage2(rows["board"], rows["ownership_codes"], rows["fine_ownership"],
-                                                 rows["moves"], rows["captured"], rows["white"], rows["policy_values"],
-                                                 symmetries)
-        batch = {"planes": planes, "policy": policy, "ownership": ownership,
-                 "value": rows["value"], "score": rows["score"]}
+        planes, ownership, policy = self._stage2(
+            rows["board"],
+            rows["ownership_codes"],
+            rows["fine_ownership"],
+            rows["moves"],
+            rows["captured"],
+            rows["white"],
+            rows["policy_values"],
+            symmetries,
+        )
+        batch = {
+            "planes": planes,
+            "policy": policy,
+            "ownership": ownership,
+            "value": rows["value"],
+            "score": rows["score"],
+        }
         for key in HEAD_WEIGHT_KEYS:
             batch[key] = rows[key]
         return batch
@@ -287,28 +312,34 @@ class GroupDecoder:
         points = tf.range(nn)[None, :]
         colour_on = tf.cast(tf.equal(to_play, plane_layout.COLOUR_PLANE_SIDE), tf.int32)
         own_bit, opponent_bit = plane_layout.OWN_STONES, plane_layout.OPPONENT_STONES
-        code = (tf.cast(tf.equal(state, 1), tf.int32) * (1 << own_bit)
-                + tf.cast(tf.equal(state, -1), tf.int32) * (1 << opponent_bit)
-                + colour_on[:, None] * (1 << plane_layout.COLOUR_PLANE))
+        code = (
+            tf.cast(tf.equal(state, 1), tf.int32) * (1 << own_bit)
+            + tf.cast(tf.equal(state, -1), tf.int32) * (1 << opponent_bit)
+            + colour_on[:, None] * (1 << plane_layout.COLOUR_PLANE)
+        )
         if self.input_planes > plane_layout.BASIC_INPUT_PLANES:
             code += self._position_codes(state, captured, moved[:, 0])
         present = tf.ones_like(side)
         for age in range(1, schema.HISTORY_LENGTH):
-            move = moved[:, age - 1: age]  # [B, 1]
+            move = moved[:, age - 1 : age]  # [B, 1]
             present = present * tf.cast(tf.not_equal(move, nn + schema.NO_MOVE_OFFSET), tf.int32)
             # Move t-age was the opponent's for odd ages: its captures were our stones.
             restored = 1 if age % 2 == 1 else -1
             was_captured = tf.not_equal(tf.bitwise.bitwise_and(captured, 1 << (age - 1)), 0)
             state = tf.where(tf.equal(points, move), 0, tf.where(was_captured, restored, state))
-            code += (tf.cast(tf.equal(state, 1), tf.int32) * (1 << (own_bit + age))
-                     + tf.cast(tf.equal(state, -1), tf.int32) * (1 << (opponent_bit + age))) * present
+            code += (
+                tf.cast(tf.equal(state, 1), tf.int32) * (1 << (own_bit + age))
+                + tf.cast(tf.equal(state, -1), tf.int32) * (1 << (opponent_bit + age))
+            ) * present
         # Fine rows are zero in the ternary column, and ternary rows zero in the fine one.
-        ownership = (tf.cast(self._colours(ownership_codes), tf.float32)
-                     + tf.cast(fine_ownership, tf.float32) / float(schema.OWNERSHIP_SCALE))
+        ownership = tf.cast(self._colours(ownership_codes), tf.float32) + tf.cast(fine_ownership, tf.float32) / float(
+            schema.OWNERSHIP_SCALE
+        )
         ownership = ownership * tf.cast(side, tf.float32)
         ownership = tf.gather(ownership, where_from, batch_dims=1)
-        policy = tf.cast(tf.gather(policy_values, tf.gather(self._inverse_actions, symmetries), batch_dims=1),
-                         tf.float32)
+        policy = tf.cast(
+            tf.gather(policy_values, tf.gather(self._inverse_actions, symmetries), batch_dims=1), tf.float32
+        )
         policy = tf.math.divide_no_nan(policy, tf.reduce_sum(policy, axis=1, keepdims=True))
         return self._planes(code), ownership, policy
 
@@ -345,16 +376,20 @@ class GroupDecoder:
             return step, tf.reduce_any(tf.not_equal(step, label))
 
         start = tf.where(stone, tf.range(nn)[None, :], none)
-        label, _ = tf.while_loop(lambda label, changed: changed, spread, (start, tf.constant(True)),
-                                 maximum_iterations=nn)
+        label, _ = tf.while_loop(
+            lambda label, changed: changed, spread, (start, tf.constant(True)), maximum_iterations=nn
+        )
         around = tf.where(tf.equal(state, 0)[:, :, None], neighbour_labels(label), none)  # [B, NN, 4]
         first, second, third, fourth = tf.unstack(around, axis=2)
-        distinct = tf.stack([
-            first,
-            tf.where(tf.equal(second, first), none, second),
-            tf.where(tf.equal(third, first) | tf.equal(third, second), none, third),
-            tf.where(tf.equal(fourth, first) | tf.equal(fourth, second) | tf.equal(fourth, third), none, fourth),
-        ], axis=2)
+        distinct = tf.stack(
+            [
+                first,
+                tf.where(tf.equal(second, first), none, second),
+                tf.where(tf.equal(third, first) | tf.equal(third, second), none, third),
+                tf.where(tf.equal(fourth, first) | tf.equal(fourth, second) | tf.equal(fourth, third), none, fourth),
+            ],
+            axis=2,
+        )
         batch = tf.shape(state)[0]
         rows = tf.range(batch)[:, None, None] * (nn + 1)
         per_label = tf.math.unsorted_segment_sum(tf.ones_like(distinct), rows + distinct, batch * (nn + 1))
@@ -382,26 +417,38 @@ class GroupDecoder:
         placed = tf.minimum(last_move, nn)[:, None]  # PASS or no move -> the padding column
 
         def at_placed(values):
-            return tf.gather(tf.pad(values, [[0, 0], [0, 1]] + [[0, 0]] * (len(values.shape) - 2)), placed,
-                             batch_dims=1)[:, 0]
+            return tf.gather(
+                tf.pad(values, [[0, 0], [0, 1]] + [[0, 0]] * (len(values.shape) - 2)), placed, batch_dims=1
+            )[:, 0]
 
         placed_alone = tf.reduce_all(tf.not_equal(at_placed(neighbour_state), -1), axis=1)
-        ko = ((last_move < nn) & tf.equal(at_placed(state), -1) & placed_alone
-              & tf.equal(tf.gather(padded_liberties, placed, batch_dims=1)[:, 0], 1)
-              & tf.equal(tf.reduce_sum(tf.cast(taken, tf.int32), axis=1), 1))
+        ko = (
+            (last_move < nn)
+            & tf.equal(at_placed(state), -1)
+            & placed_alone
+            & tf.equal(tf.gather(padded_liberties, placed, batch_dims=1)[:, 0], 1)
+            & tf.equal(tf.reduce_sum(tf.cast(taken, tf.int32), axis=1), 1)
+        )
         banned = taken & ko[:, None]
-        breathes = tf.reduce_any(tf.equal(neighbour_state, 0)
-                                 | (tf.equal(neighbour_state, 1) & (neighbour_liberties >= 2))
-                                 | (tf.equal(neighbour_state, -1) & tf.equal(neighbour_liberties, 1)), axis=2)
+        breathes = tf.reduce_any(
+            tf.equal(neighbour_state, 0)
+            | (tf.equal(neighbour_state, 1) & (neighbour_liberties >= 2))
+            | (tf.equal(neighbour_state, -1) & tf.equal(neighbour_liberties, 1)),
+            axis=2,
+        )
         legal = tf.equal(state, 0) & breathes & tf.logical_not(banned)
 
         def bit(mask, channel):
             return tf.cast(mask, tf.int32) * (1 << channel)
 
         first = plane_layout.LIBERTIES_1
-        return ((1 << plane_layout.ON_BOARD) + bit(stone & tf.equal(liberties, 1), first)
-                + bit(stone & tf.equal(liberties, 2), first + 1) + bit(liberties >= 3, first + 2)
-                + bit(legal, plane_layout.LEGAL))
+        return (
+            (1 << plane_layout.ON_BOARD)
+            + bit(stone & tf.equal(liberties, 1), first)
+            + bit(stone & tf.equal(liberties, 2), first + 1)
+            + bit(liberties >= 3, first + 2)
+            + bit(legal, plane_layout.LEGAL)
+        )
 
 
 def load_game_table(path: str, board_size: int):
@@ -415,8 +462,11 @@ def load_game_table(path: str, board_size: int):
         with tf.io.gfile.GFile(path, "rb") as f:
             data = f.read()
     except tf.errors.NotFoundError:
-        raise MissingGameTable(path, "is missing: a window's ownership labels and generations are its "
-                                     "game table, kept beside its shards (the manifest's 'game_table')") from None
+        raise MissingGameTable(
+            path,
+            "is missing: a window's ownership labels and generations are its "
+            "game table, kept beside its shards (the manifest's 'game_table')",
+        ) from None
     return decode_game_table(data, path, board_size=board_size)
 
 
@@ -469,9 +519,17 @@ def training_dataset(
         raise FormatError(shard_paths[0], schema.P_VERSION, problem)
     table = load_game_table(game_table or layout.game_table_beside(shard_paths[0]), board_size)
     decoder = GroupDecoder(board_size, table=table, input_planes=input_planes)
-    return _group_dataset(shard_paths, decoder, batch_size=batch_size, seed=seed,
-                          skip_batches=skip_batches, shuffle_buffer=shuffle_buffer, augment=augment,
-                          repeat=repeat, reader_parallelism=reader_parallelism)
+    return _group_dataset(
+        shard_paths,
+        decoder,
+        batch_size=batch_size,
+        seed=seed,
+        skip_batches=skip_batches,
+        shuffle_buffer=shuffle_buffer,
+        augment=augment,
+        repeat=repeat,
+        reader_parallelism=reader_parallelism,
+    )
 
 
 def _shuffled_files(shard_paths, seed: int, repeat: bool, reader_parallelism: int):
@@ -486,11 +544,11 @@ def _shuffled_files(shard_paths, seed: int, repeat: bool, reader_parallelism: in
 def _read_shuffled(files, cycle: int, *, per_element: int, shuffle_buffer: int, seed: int) -> tf.data.Dataset:
     """Records of ``cycle`` shards read at once, then shuffled with a buffer of ``shuffle_buffer``
     positions, ``per_element`` positions per element."""
+
     def read(path):
         return tf.data.TFRecordDataset(path, compression_type="GZIP", buffer_size=1 << 20)
 
-    elements = files.interleave(read, cycle_length=cycle, block_length=1, num_parallel_calls=cycle,
-                                deterministic=True)
+    elements = files.interleave(read, cycle_length=cycle, block_length=1, num_parallel_calls=cycle, deterministic=True)
     if shuffle_buffer > per_element:
         elements = elements.shuffle(shuffle_buffer // per_element, seed=seed + 1, reshuffle_each_iteration=True)
     return elements
@@ -507,19 +565,33 @@ def _symmetries(augment: bool, seed: int, batch_number, batch_size: int) -> tf.T
     """int32 [batch_size]: one random symmetry per example, seeded by (seed, batch number)."""
     if not augment:
         return tf.zeros([batch_size], tf.int32)
-    return tf.random.stateless_uniform([batch_size], seed=tf.stack([tf.cast(seed, tf.int64), batch_number]),
-                                       minval=0, maxval=NUM_SYMMETRIES, dtype=tf.int32)
+    return tf.random.stateless_uniform(
+        [batch_size],
+        seed=tf.stack([tf.cast(seed, tf.int64), batch_number]),
+        minval=0,
+        maxval=NUM_SYMMETRIES,
+        dtype=tf.int32,
+    )
 
 
-def _group_dataset(shard_paths, decoder: GroupDecoder, *, batch_size, seed, skip_batches, shuffle_buffer, augment,
-                   repeat, reader_parallelism) -> tf.data.Dataset:
+def _group_dataset(
+    shard_paths,
+    decoder: GroupDecoder,
+    *,
+    batch_size,
+    seed,
+    skip_batches,
+    shuffle_buffer,
+    augment,
+    repeat,
+    reader_parallelism,
+) -> tf.data.Dataset:
     """training_dataset's pipeline (module docstring, "Data flow")."""
     files, cycle = _shuffled_files(shard_paths, seed, repeat, reader_parallelism)
     # A record already holds 64 positions: no .batch() per reader.
     groups = _read_shuffled(files, cycle, per_element=schema.POSITION_GROUP, shuffle_buffer=shuffle_buffer, seed=seed)
     records_per_call = max(1, batch_size // schema.POSITION_GROUP)
-    rows = groups.batch(records_per_call).map(decoder.stage1, num_parallel_calls=tf.data.AUTOTUNE,
-                                              deterministic=True)
+    rows = groups.batch(records_per_call).map(decoder.stage1, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     batches = _numbered_batches(rows, batch_size, skip_batches)
 
     def decode(batch_number, batch_rows):

@@ -14,6 +14,7 @@ lease at once, elsewhere it waits up to ``--lease-wait``).
     python -m model.train --root gs://bucket/run1 --strategy tpu --tpu my-tpu --batch-size 512
     python -m model.train --root gs://bucket/run1 --stage-dir /mnt/ssd/stage   # via local disk
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,14 +51,17 @@ def preflight(config: TrainConfig, storage) -> int:
             where = storage.url(layout.WINDOWS_DIR)
             raise LakeError(
                 f"no window to train under {where}: none has a complete manifest for "
-                f"{board_size}x{board_size} newer than published generation {latest}")
+                f"{board_size}x{board_size} newer than published generation {latest}"
+            )
     return board_size
 
 
 def _install_sigterm(stop: threading.Event) -> None:
     """SIGTERM sets ``stop``: the run saves a checkpoint at the next step-call boundary and exits 0."""
+
     def handler(signum, frame):
         stop.set()
+
     signal.signal(signal.SIGTERM, handler)
 
 
@@ -84,24 +88,32 @@ def main(argv=None) -> int:
         lease = TrainerLease(storage, config.lease_seconds)
         record = lease.acquire(wait=config.lease_wait, stop=stop)
     except LeaseHeld as exc:
-        lease = None   # not ours: nothing to release
-        if stop.is_set():   # SIGTERM while --lease-wait waited
+        lease = None  # not ours: nothing to release
+        if stop.is_set():  # SIGTERM while --lease-wait waited
             events.emit("stopped", reason="SIGTERM")
             return EXIT_OK
         return refuse(str(exc), "lease held")
     except (LakeError, ValueError, StorageError, RegistryError, LeaseError) as exc:
         lease = None
         return refuse(str(exc), "refused")
-    print(f"[train] holding the trainer lease {lease.url} as {record.holder} (expires after "
-          f"{config.lease_seconds:.0f} s unless renewed every {lease.renew_every:.0f} s)", flush=True)
+    print(
+        f"[train] holding the trainer lease {lease.url} as {record.holder} (expires after "
+        f"{config.lease_seconds:.0f} s unless renewed every {lease.renew_every:.0f} s)",
+        flush=True,
+    )
     events.emit("lease_acquired", holder=record.holder, expires=record.expires)
     lease.start_renewing()
 
-    from model.cycle import (CheckpointMismatch, CheckpointStateError,  # TensorFlow from here on
-                             CheckpointWriteError, Diverged, TrainingRun)
-    from model.staging import StagingError
-    from model.sgd import resolve_strategy
     from inference.devices import AcceleratorMissing
+    from model.cycle import (  # TensorFlow from here on
+        CheckpointMismatch,
+        CheckpointStateError,
+        CheckpointWriteError,
+        Diverged,
+        TrainingRun,
+    )
+    from model.sgd import resolve_strategy
+    from model.staging import StagingError
 
     try:
         resolved = resolve_strategy(config)
@@ -117,8 +129,18 @@ def main(argv=None) -> int:
         events.emit("stopped", reason="diverged", error=str(exc))
         print(f"model.train: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_DIVERGED
-    except (LakeError, CheckpointMismatch, CheckpointStateError, CheckpointWriteError, StagingError, StorageError,
-            AcceleratorMissing, RegistryError, LeaseError, ManifestError) as exc:
+    except (
+        LakeError,
+        CheckpointMismatch,
+        CheckpointStateError,
+        CheckpointWriteError,
+        StagingError,
+        StorageError,
+        AcceleratorMissing,
+        RegistryError,
+        LeaseError,
+        ManifestError,
+    ) as exc:
         return refuse(str(exc), "error")
     lease.release()
     events.emit("stopped", reason=run.stop_reason)

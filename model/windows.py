@@ -13,6 +13,7 @@ candidate older than the choice, and every bad one, is *skipped*: reported once 
 ``window_skipped`` event) and listed in the published model's ``skipped_windows``; in one-shot
 mode a bad candidate is an error (exit 2).  Nothing here imports TensorFlow.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,8 +23,8 @@ from dataclasses import dataclass
 from cloud.base import NotFound
 from format import layout
 from format.documents import ManifestError
-from format.window_manifest import read_window_manifest, WindowManifest
 from format.run_config import NoRun, RunConfigMismatch, require_run_config
+from format.window_manifest import WindowManifest, read_window_manifest
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,9 @@ def new_rows(window: Window, previous_lake_bytes: int | None) -> int | None:
     return max(0, round((window.planned_lake_bytes - previous_lake_bytes) * window.positions_per_byte))
 
 
-def samples_per_row_steps(rows: int, samples_per_row: float, global_batch: int, min_steps: int = 1,
-                          max_steps: int = 0) -> int:
+def samples_per_row_steps(
+    rows: int, samples_per_row: float, global_batch: int, min_steps: int = 1, max_steps: int = 0
+) -> int:
     """``ceil(rows x samples_per_row / global_batch)`` within ``[min_steps, max_steps]`` (0 = no maximum):
     the steps that train each of ``rows`` new rows about ``samples_per_row`` times (KataGo's samples per new
     row), bounded so that a window is never empty nor so long that the workers wait on one model for ever."""
@@ -95,8 +97,11 @@ class WindowScan:
 
 def manifest_generations(storage) -> list[int]:
     """Generations whose window manifest exists (complete or not valid), ascending."""
-    generations = (layout.window_generation(info.path) for info in storage.list(layout.windows_prefix())
-                   if layout.is_window_manifest(info.path))
+    generations = (
+        layout.window_generation(info.path)
+        for info in storage.list(layout.windows_prefix())
+        if layout.is_window_manifest(info.path)
+    )
     return sorted(g for g in generations if g is not None)  # a manifest's path always has one
 
 
@@ -108,8 +113,11 @@ def read_window(storage, generation: int, board_size: int) -> Window:
     """
     manifest = read_window_manifest(storage, generation, check_shards=True)
     if manifest.board_size != board_size:
-        raise ManifestError(storage.url(manifest.path), "board_size",
-                                   f"is {manifest.board_size}; this run (run.json) is {board_size}x{board_size}")
+        raise ManifestError(
+            storage.url(manifest.path),
+            "board_size",
+            f"is {manifest.board_size}; this run (run.json) is {board_size}x{board_size}",
+        )
     return manifest
 
 
@@ -145,8 +153,7 @@ class Plan:
         return [s for s in self.skipped if s.generation < self.window.target_generation]
 
 
-def plan_next(scan: WindowScan, latest: int | None, current: int = -1,
-              current_published: bool = False) -> Plan:
+def plan_next(scan: WindowScan, latest: int | None, current: int = -1, current_published: bool = False) -> Plan:
     """Choose the window to train (see the module docstring).  Pure: no I/O."""
     floor = -1 if latest is None else latest
     good = {w.target_generation: w for w in scan.good}
@@ -156,8 +163,13 @@ def plan_next(scan: WindowScan, latest: int | None, current: int = -1,
         if current in good and current > floor:
             chosen, resume = good[current], True
         elif current <= floor:
-            skipped.append(Skipped(current, f"stale: it was being trained when {layout.LATEST} moved to "
-                                            f"{floor}, so publishing it would move generations backwards"))
+            skipped.append(
+                Skipped(
+                    current,
+                    f"stale: it was being trained when {layout.LATEST} moved to "
+                    f"{floor}, so publishing it would move generations backwards",
+                )
+            )
     if chosen is None:
         fresh = [g for g in good if g > floor]
         if fresh:
@@ -166,7 +178,12 @@ def plan_next(scan: WindowScan, latest: int | None, current: int = -1,
         target = chosen.target_generation
         for generation in sorted(good):
             if floor < generation < target:
-                skipped.append(Skipped(generation, f"superseded: window {layout.generation_dir(target)} "
-                                                   "is newer, and the trainer trains only the newest"))
+                skipped.append(
+                    Skipped(
+                        generation,
+                        f"superseded: window {layout.generation_dir(target)} "
+                        "is newer, and the trainer trains only the newest",
+                    )
+                )
     unique = {s.generation: s for s in sorted(skipped, key=lambda s: s.generation)}
     return Plan(chosen, resume, tuple(unique[g] for g in sorted(unique)))

@@ -12,6 +12,7 @@ plus what explains a figure (games still only in a spool, identical move
 sequences, temporary pieces, how fresh each worker's model was).  Its report
 is the JSON line that bench/cluster.py reads.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,6 +25,7 @@ from selfplay.spool import entries_dir as spool_entries_dir
 
 FRESH_MODEL_SECONDS = 60.0
 """A worker must play the newest model within this long of its publication."""
+
 
 def scan_chunks(storage) -> dict:
     """Decode every chunk (format.codec.iter_chunk, as ``format.inspect verify`` does).
@@ -54,8 +56,14 @@ def scan_chunks(storage) -> dict:
             where.setdefault(item.game_id, []).append(path)
             digest = hashlib.sha256(item.moves.astype("<i2").tobytes()).digest()
             by_moves.setdefault(digest, []).append(item.game_id)
-    return {"chunks": len(paths), "bad": bad, "where": where, "by_moves": by_moves, "games": games,
-            "positions": positions}
+    return {
+        "chunks": len(paths),
+        "bad": bad,
+        "where": where,
+        "by_moves": by_moves,
+        "games": games,
+        "positions": positions,
+    }
 
 
 def _in_spool(event: dict, spool_dir: str) -> bool:
@@ -76,18 +84,19 @@ def _temporary_pieces(storage) -> tuple[list[str], list[str]]:
     finishes or takes over that window; those belong to the attempt named by
     the window's claim.  Anything else is a leftover.
     """
-    current, leftovers = [], []
+    current: list[str] = []
+    leftovers: list[str] = []
     for folder in sorted({"/".join(i.path.split("/")[:2]) for i in storage.list(layout.tmp_prefix())}):
         parsed = layout.parse_job_tmp_dir(folder)
         claim = None
         if parsed is not None and not storage.exists(layout.window_manifest(parsed[1])):
             claim = live_claim(storage, parsed[1])  # damaged or absent: the pieces are a leftover
-        (current if claim is not None and claim_attempt(claim) == parsed[2] else leftovers).append(folder)
+        in_flight = parsed is not None and claim is not None and claim_attempt(claim) == parsed[2]
+        (current if in_flight else leftovers).append(folder)
     return current, leftovers
 
 
-def audit_run(storage, observer, roles: list, *, wall_seconds: float, stopped_wall: float,
-              kills_by_kind: dict) -> dict:
+def audit_run(storage, observer, roles: list, *, wall_seconds: float, stopped_wall: float, kills_by_kind: dict) -> dict:
     """Verify the lake against what the roles reported; the final JSON report.
 
     Zero-loss keys (all must be 0): games_lost (finished games in no chunk and
@@ -111,15 +120,26 @@ def audit_run(storage, observer, roles: list, *, wall_seconds: float, stopped_wa
     # Generations: the trainer's published events (in order, once each) and the lake.
     published = [int(e["generation"]) for e in observer.events.get("trainer", []) if e["event"] == "published"]
     in_order = all(a < b for a, b in zip(published, published[1:]))
-    lake_generations = sorted({g for g in (layout.parse_generation(i.path.split("/")[1])
-                                           for i in storage.list(layout.models_prefix())
-                                           if i.path.endswith("/" + layout.MANIFEST)) if g is not None})
+    lake_generations = sorted(
+        {
+            g
+            for g in (
+                layout.parse_generation(i.path.split("/")[1])
+                for i in storage.list(layout.models_prefix())
+                if i.path.endswith("/" + layout.MANIFEST)
+            )
+            if g is not None
+        }
+    )
     latest = latest_generation(storage) or 0
 
     # Freshness: each worker alive at the end must have played the newest model
     # within FRESH_MODEL_SECONDS of its publication.
-    published_at = [e["time"] for e in observer.events.get("trainer", [])
-                    if e["event"] == "published" and int(e["generation"]) == latest]
+    published_at = [
+        e["time"]
+        for e in observer.events.get("trainer", [])
+        if e["event"] == "published" and int(e["generation"]) == latest
+    ]
     published_at += [t for t, g in observer.latest_changes if g == latest]
     fresh = {}
     if latest and published_at:
@@ -127,9 +147,13 @@ def audit_run(storage, observer, roles: list, *, wall_seconds: float, stopped_wa
         for role in roles:
             if role.kind != "worker":
                 continue
-            times = [e["time"] for e in observer.events[role.name]
-                     if e["event"] in ("model_loaded", "progress", "started") and int(e.get("generation", -1)) >= latest
-                     and e["time"] >= t0 - 1]
+            times = [
+                e["time"]
+                for e in observer.events[role.name]
+                if e["event"] in ("model_loaded", "progress", "started")
+                and int(e.get("generation", -1)) >= latest
+                and e["time"] >= t0 - 1
+            ]
             if times:
                 fresh[role.name] = round(max(0.0, min(times) - t0), 1)
             elif stopped_wall - t0 >= FRESH_MODEL_SECONDS:
@@ -160,8 +184,9 @@ def audit_run(storage, observer, roles: list, *, wall_seconds: float, stopped_wa
         "latest": latest,
         "generations_in_lake": lake_generations,
         "published_events": published,
-        "published_in_order_once": in_order and sorted(set(published)) == published
-                                   and set(published) <= set(lake_generations),
+        "published_in_order_once": in_order
+        and sorted(set(published)) == published
+        and set(published) <= set(lake_generations),
         "latest_regressions": observer.latest_regressions,
         "latest_samples": observer.latest_samples,
         "worker_model_lag_s": fresh,

@@ -24,6 +24,7 @@ first); at the end every role is restarted, stopped cleanly, and operations.chao
 against the events, printing one JSON line (and ``--report``).  Ctrl-C or SIGTERM stops every child's
 process group with its own grace (processes.children.STOP_GRACE_SECONDS, or ``--stop-grace``); exit 130.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,17 +40,37 @@ import time
 from dataclasses import dataclass, field
 
 from format import layout
-from format.cli import (board_size_setting, config_from_namespace, events_setting, komi_setting,
-                        poll_seconds_setting, RoleCli, root_setting, setting, setting_problems, storage_retry)
-from operations.roles import complete_roles, open_launch, role_argv, role_setting
+from format.cli import (
+    RoleCli,
+    board_size_setting,
+    config_from_namespace,
+    events_setting,
+    komi_setting,
+    poll_seconds_setting,
+    root_setting,
+    setting,
+    setting_problems,
+    storage_retry,
+)
 from format.events import EventError, EventLog, EventTail
 from format.registry import latest_generation
 from model.config import TrainConfig
-from pipeline.config import ShuffleConfig
 from operations.chaos_audit import ZERO_LOSS_KEYS, audit_run
-from processes.children import (STOP_GRACE_SECONDS, cpu_seconds_of_trees, cpu_share, die_with_parent,
-                                ignore_sigint_and_sigterm, say, signal_group, start_child, stop_groups,
-                                stop_on_sigint_and_sigterm, waited_children_cpu_seconds)
+from operations.roles import complete_roles, open_launch, role_argv, role_setting
+from pipeline.config import ShuffleConfig
+from processes.children import (
+    STOP_GRACE_SECONDS,
+    cpu_seconds_of_trees,
+    cpu_share,
+    die_with_parent,
+    ignore_sigint_and_sigterm,
+    say,
+    signal_group,
+    start_child,
+    stop_groups,
+    stop_on_sigint_and_sigterm,
+    waited_children_cpu_seconds,
+)
 from selfplay.config import WorkerConfig
 
 KINDS = ("worker", "shuffle", "train")
@@ -72,67 +93,107 @@ class ClusterConfig:
 
     root: str = root_setting("./lake", required=False)
     workers: int = setting(2, "self-play worker processes", at_least=1)
-    state_dir: str = setting("", "local state (spools, stage dir, events, logs); default ./cluster-state/<hash of "
-                                 "root>")
+    state_dir: str = setting(
+        "", "local state (spools, stage dir, events, logs); default ./cluster-state/<hash of root>"
+    )
     events: str = events_setting(what="the launcher's own", empty="STATE_DIR/events/cluster.jsonl")
     board_size: int = board_size_setting(note="written to run.json on an empty root")
     komi: float = komi_setting()
-    poll_seconds: float = poll_seconds_setting(5.0, looks_at="the lake, for the followers and workers (their "
-                                                             "--poll-seconds)")
+    poll_seconds: float = poll_seconds_setting(
+        5.0, looks_at="the lake, for the followers and workers (their --poll-seconds)"
+    )
     status_seconds: float = setting(5.0, "seconds between status lines (and the workers' --progress-seconds)", above=0)
-    child_threads: int = setting(0, "TensorFlow/OpenMP threads per child (0 = their own choice); 1 suits a small "
-                                    "machine", at_least=0)
-    worker_nice: int = setting(0, "niceness added to worker processes (e.g. 10 on a small machine, so that "
-                                  "self-play, which takes all the CPU it gets, yields to the shuffle follower and "
-                                  "the trainer)", at_least=0)
+    child_threads: int = setting(
+        0, "TensorFlow/OpenMP threads per child (0 = their own choice); 1 suits a small machine", at_least=0
+    )
+    worker_nice: int = setting(
+        0,
+        "niceness added to worker processes (e.g. 10 on a small machine, so that "
+        "self-play, which takes all the CPU it gets, yields to the shuffle follower and "
+        "the trainer)",
+        at_least=0,
+    )
     minutes: float = setting(0.0, "stop after this long (0 = no limit)", at_least=0)
-    until_generations: int = setting(0, "stop once this many model generations are published (seen in the "
-                                        "trainer's events in the state dir, or as moves of LATEST; 0 = no limit)",
-                                        at_least=0)
-    chaos_kill_every: float = setting(0.0, "chaos mode: SIGKILL a random role about every this many seconds (0 = "
-                                           "off)", at_least=0)
+    until_generations: int = setting(
+        0,
+        "stop once this many model generations are published (seen in the "
+        "trainer's events in the state dir, or as moves of LATEST; 0 = no limit)",
+        at_least=0,
+    )
+    chaos_kill_every: float = setting(
+        0.0, "chaos mode: SIGKILL a random role about every this many seconds (0 = off)", at_least=0
+    )
     chaos_seed: int = setting(1, "seed of the chaos mode's choices")
-    chaos_min_kills_per_kind: int = setting(0, "with --until-generations: also wait until each kind was killed "
-                                               "this often", at_least=0)
-    chaos_max_kills: int = setting(0, "stop killing after this many kills (0 = no limit); the run then shows it "
-                                      "recovers", at_least=0)
-    chaos_min_uptime: float = setting(0.0, "spare a role until it has run this long since its (re)start, so that a "
-                                           "role that needs a while to get anything done (the trainer) still does",
-                                           at_least=0)
-    restart_backoff: float = setting(1.0, "seconds before restarting a role that exited (doubles while it keeps "
-                                          "dying young)", above=0)
-    stop_grace: float = setting(0.0, "seconds every child has to exit after SIGTERM before SIGKILL (0 = each "
-                                     "role's own: 25 for a worker, 60 for the follower, 120 for the trainer)",
-                                at_least=0)
-    drain_seconds: float = setting(60.0, "at a planned end: at most this long to let every role come back up "
-                                         "before stopping", at_least=0)
-    check: bool = setting(False, "at the end, verify the lake against the events and print one JSON line (implied "
-                                 "by chaos)")
+    chaos_min_kills_per_kind: int = setting(
+        0, "with --until-generations: also wait until each kind was killed this often", at_least=0
+    )
+    chaos_max_kills: int = setting(
+        0, "stop killing after this many kills (0 = no limit); the run then shows it recovers", at_least=0
+    )
+    chaos_min_uptime: float = setting(
+        0.0,
+        "spare a role until it has run this long since its (re)start, so that a "
+        "role that needs a while to get anything done (the trainer) still does",
+        at_least=0,
+    )
+    restart_backoff: float = setting(
+        1.0, "seconds before restarting a role that exited (doubles while it keeps dying young)", above=0
+    )
+    stop_grace: float = setting(
+        0.0,
+        "seconds every child has to exit after SIGTERM before SIGKILL (0 = each "
+        "role's own: 25 for a worker, 60 for the follower, 120 for the trainer)",
+        at_least=0,
+    )
+    drain_seconds: float = setting(
+        60.0, "at a planned end: at most this long to let every role come back up before stopping", at_least=0
+    )
+    check: bool = setting(
+        False, "at the end, verify the lake against the events and print one JSON line (implied by chaos)"
+    )
     report: str = setting("", "also write the final check's JSON to this file")
     role_args: tuple = setting((), hidden=True)
     """ROLE=ARGS: extra arguments for every process of ROLE (worker, shuffle, train); repeatable (parsed from
     repeated --role-args ROLE=ARGS)"""
     worker: WorkerConfig = role_setting(
-        WorkerConfig, "every self-play worker (python -m selfplay.worker's flags); the launcher sets each one's "
-                      "worker id, spool, model cache, events, --poll-seconds and --progress-seconds; each draws its "
-                      "own seed",
+        WorkerConfig,
+        "every self-play worker (python -m selfplay.worker's flags); the launcher sets each one's "
+        "worker id, spool, model cache, events, --poll-seconds and --progress-seconds; each draws its "
+        "own seed",
         shared=("root", "board_size", "komi"),
         managed=("seed", "worker_id", "spool_dir", "model_cache", "events", "poll_seconds", "progress_seconds"),
-        games=32, visits=32, fast_visits=8, chunk_games=16, chunk_seconds=30.0)
+        games=32,
+        visits=32,
+        fast_visits=8,
+        chunk_games=16,
+        chunk_seconds=30.0,
+    )
     shuffle: ShuffleConfig = role_setting(
-        ShuffleConfig, "the shuffle follower (python -m pipeline.shuffle --follow's flags); the launcher sets "
-                       "its events and --poll-seconds",
-        shared=("root", "board_size"), managed=("follow", "poll_seconds", "events"),
-        workers=1, follow_new_positions=5000)
+        ShuffleConfig,
+        "the shuffle follower (python -m pipeline.shuffle --follow's flags); the launcher sets "
+        "its events and --poll-seconds",
+        shared=("root", "board_size"),
+        managed=("follow", "poll_seconds", "events"),
+        workers=1,
+        follow_new_positions=5000,
+    )
     train: TrainConfig = role_setting(
-        TrainConfig, "the trainer (python -m model.train --follow's flags); the launcher sets its stage dir, "
-                     "events and --poll-seconds",
-        shared=("root", "board_size"), managed=("follow", "poll_seconds", "events", "stage_dir"),
-        blocks=2, filters=16, batch_size=128, steps_per_window=200, checkpoint_every=50,
-        warmup_steps=50, log_every=50)
+        TrainConfig,
+        "the trainer (python -m model.train --follow's flags); the launcher sets its stage dir, "
+        "events and --poll-seconds",
+        shared=("root", "board_size"),
+        managed=("follow", "poll_seconds", "events", "stage_dir"),
+        blocks=2,
+        filters=16,
+        batch_size=128,
+        steps_per_window=200,
+        checkpoint_every=50,
+        warmup_steps=50,
+        log_every=50,
+    )
 
     def __post_init__(self):
-        for problem in setting_problems(self):           # shared settings, declared ranges (format.cli)
+        for problem in setting_problems(self):  # shared settings, declared ranges (format.cli)
             raise ValueError(problem)
         for kind, _ in self.role_args:
             if kind not in KINDS:
@@ -189,26 +250,57 @@ class Commands:
         spool = self.path(name, "spool")
         # No '-' in a worker id (chunk names use it as the separator); the
         # worker adds its host, pid and random hex to this prefix.
-        argv = role_argv(cfg, "worker", retry=self.retry, worker_id=f"w{index}", spool_dir=spool,
-                         model_cache=self.path(name, "models"), events=events, poll_seconds=cfg.poll_seconds,
-                         progress_seconds=cfg.status_seconds)
-        return RoleSpec(name, "worker", [MODULES["worker"], *argv, *cfg.extra_args("worker")], events,
-                        self.path("logs", f"{name}.log"), spool_dir=spool)
+        argv = role_argv(
+            cfg,
+            "worker",
+            retry=self.retry,
+            worker_id=f"w{index}",
+            spool_dir=spool,
+            model_cache=self.path(name, "models"),
+            events=events,
+            poll_seconds=cfg.poll_seconds,
+            progress_seconds=cfg.status_seconds,
+        )
+        return RoleSpec(
+            name,
+            "worker",
+            [MODULES["worker"], *argv, *cfg.extra_args("worker")],
+            events,
+            self.path("logs", f"{name}.log"),
+            spool_dir=spool,
+        )
 
     def shuffle(self) -> RoleSpec:
         cfg = self.config
         events = self.path("events", "shuffle.jsonl")
         argv = role_argv(cfg, "shuffle", retry=self.retry, follow=True, poll_seconds=cfg.poll_seconds, events=events)
-        return RoleSpec("shuffle", "shuffle", [MODULES["shuffle"], *argv, *cfg.extra_args("shuffle")], events,
-                        self.path("logs", "shuffle.log"))
+        return RoleSpec(
+            "shuffle",
+            "shuffle",
+            [MODULES["shuffle"], *argv, *cfg.extra_args("shuffle")],
+            events,
+            self.path("logs", "shuffle.log"),
+        )
 
     def trainer(self) -> RoleSpec:
         cfg = self.config
         events = self.path("events", "trainer.jsonl")
-        argv = role_argv(cfg, "train", retry=self.retry, follow=True, poll_seconds=cfg.poll_seconds, events=events,
-                         stage_dir=self.path("trainer", "stage"))
-        return RoleSpec("trainer", "train", [MODULES["train"], *argv, *cfg.extra_args("train")], events,
-                        self.path("logs", "trainer.log"))
+        argv = role_argv(
+            cfg,
+            "train",
+            retry=self.retry,
+            follow=True,
+            poll_seconds=cfg.poll_seconds,
+            events=events,
+            stage_dir=self.path("trainer", "stage"),
+        )
+        return RoleSpec(
+            "trainer",
+            "train",
+            [MODULES["train"], *argv, *cfg.extra_args("train")],
+            events,
+            self.path("logs", "trainer.log"),
+        )
 
     def all(self) -> list[RoleSpec]:
         return [self.worker(i) for i in range(self.config.workers)] + [self.shuffle(), self.trainer()]
@@ -343,8 +435,9 @@ class Observer:
 
     def count_chunks(self) -> None:
         try:
-            self.chunks = sum(1 for i in self.storage.list(layout.games_prefix())
-                              if layout.parse_chunk_path(i.path) is not None)
+            self.chunks = sum(
+                1 for i in self.storage.list(layout.games_prefix()) if layout.parse_chunk_path(i.path) is not None
+            )
         except Exception:  # noqa: BLE001
             pass
 
@@ -386,8 +479,11 @@ class Cluster:
         self.roles = [Role(spec) for spec in specs]
         self.observer = Observer(storage, self.roles)
         self.events = EventLog(config.events or os.path.join(state_dir, "events", "cluster.jsonl"), "cluster")
-        self.chaos = (ChaosMonkey(config.chaos_kill_every, random.Random(config.chaos_seed), config.chaos_min_uptime)
-                      if config.chaos else None)
+        self.chaos = (
+            ChaosMonkey(config.chaos_kill_every, random.Random(config.chaos_seed), config.chaos_min_uptime)
+            if config.chaos
+            else None
+        )
         self.started = time.monotonic()
         self.started_wall = time.time()
         self.stopped_wall = 0.0
@@ -413,14 +509,20 @@ class Cluster:
                 with_parent()
                 if nice:
                     os.nice(nice)
-            role.process = start_child(role.spec.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, preexec_fn=setup)
+
+            role.process = start_child(
+                role.spec.argv,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=setup,
+            )
         if role.pids:
             role.restarts += 1
         role.pids.append(role.process.pid)
         role.started_at = time.monotonic()
-        self.events.emit("role_started", name=role.name, pid=role.process.pid, kind=role.kind,
-                         restarts=role.restarts)
+        self.events.emit("role_started", name=role.name, pid=role.process.pid, kind=role.kind, restarts=role.restarts)
 
     def reap(self, role: Role, now: float) -> None:
         """Notice an exit and plan the restart."""
@@ -431,8 +533,7 @@ class Cluster:
         role.last_returncode = code
         role.cpu_done += role.cpu_live
         role.cpu_live = 0.0
-        self.events.emit("role_exited", name=role.name, returncode=code, pid=role.child.pid,
-                         uptime_s=round(uptime, 1))
+        self.events.emit("role_exited", name=role.name, returncode=code, pid=role.child.pid, uptime_s=round(uptime, 1))
         role.process = None
         role.young_deaths = role.young_deaths + 1 if uptime < YOUNG_DEATH_SECONDS and code != -signal.SIGKILL else 0
         role.next_start = now + min(30.0, self.config.restart_backoff * 2 ** min(role.young_deaths, 5))
@@ -460,7 +561,7 @@ class Cluster:
     def stop_all(self) -> None:
         """SIGTERM every child, give each its grace (--stop-grace for all, or each role's own:
         processes.children.STOP_GRACE_SECONDS), then SIGKILL stragglers."""
-        self.sample_cpu()   # each role's share up to the stop (what the stop costs counts in the total only)
+        self.sample_cpu()  # each role's share up to the stop (what the stop costs counts in the total only)
         live = [r for r in self.roles if r.running]
         graces = {role.name: self.config.stop_grace or STOP_GRACE_SECONDS[role.kind] for role in live}
         killed = stop_groups([role.child for role in live], [graces[role.name] for role in live])
@@ -468,12 +569,17 @@ class Cluster:
             if role.process in killed:
                 say(f"    {role.name} did not stop within {graces[role.name]:g}s: SIGKILL")
                 self.events.emit("role_killed", name=role.name, pid=role.child.pid, kind=role.kind, by="stop")
-            self.events.emit("role_exited", name=role.name, returncode=role.child.returncode,
-                             pid=role.child.pid, uptime_s=round(time.monotonic() - role.started_at, 1))
+            self.events.emit(
+                "role_exited",
+                name=role.name,
+                returncode=role.child.returncode,
+                pid=role.child.pid,
+                uptime_s=round(time.monotonic() - role.started_at, 1),
+            )
         for role in self.roles:
             role.process = None
             role.stopped = True
-            role.cpu_done += role.cpu_live   # waited for now: counted by getrusage from here on
+            role.cpu_done += role.cpu_live  # waited for now: counted by getrusage from here on
             role.cpu_live = 0.0
 
     # --- status -----------------------------------------------------------------
@@ -489,25 +595,38 @@ class Cluster:
         ``cpu_share`` of all cores over the wall time, and each role's share (from its samples)."""
         wall = time.monotonic() - self.started
         total = waited_children_cpu_seconds() - self.cpu_waited_at_start + sum(r.cpu_live for r in self.roles)
-        return {"cpu_seconds": round(total, 1), "cpu_share": round(cpu_share(total, wall), 3),
-                "cores": os.cpu_count() or 1, "wall_seconds": round(wall, 1),
-                "role_cpu_share": {r.name: round(cpu_share(r.cpu_seconds, wall), 3) for r in self.roles}}
+        return {
+            "cpu_seconds": round(total, 1),
+            "cpu_share": round(cpu_share(total, wall), 3),
+            "cores": os.cpu_count() or 1,
+            "wall_seconds": round(wall, 1),
+            "role_cpu_share": {r.name: round(cpu_share(r.cpu_seconds, wall), 3) for r in self.roles},
+        }
 
     def status(self) -> dict:
         totals = self.observer.totals()
         roles = {r.name: {"state": r.state, "restarts": r.restarts, "kills": r.kills} for r in self.roles}
-        return {"generation": self.observer.latest or 0, "games": totals["games"],
-                "positions": totals["positions"], "chunks": self.observer.chunks, "loss": totals["loss"],
-                "roles": roles, "kills": sum(r.kills for r in self.roles), **self.cpu()}
+        return {
+            "generation": self.observer.latest or 0,
+            "games": totals["games"],
+            "positions": totals["positions"],
+            "chunks": self.observer.chunks,
+            "loss": totals["loss"],
+            "roles": roles,
+            "kills": sum(r.kills for r in self.roles),
+            **self.cpu(),
+        }
 
     def status_line(self, status: dict) -> str:
         elapsed = int(time.monotonic() - self.started)
         roles = " ".join(f"{name} {r['state']}/{r['restarts']}" for name, r in status["roles"].items())
         loss = f"{status['loss']:.3f}" if status["loss"] is not None else "-"
         chaos = f" | kills {status['kills']}" if self.chaos else ""
-        return (f"[cluster {elapsed // 60:02d}:{elapsed % 60:02d}] generation {status['generation']} | "
-                f"games {status['games']} positions {status['positions']} chunks {status['chunks']} | "
-                f"{roles} | loss {loss} | cpu {status['cpu_share']:.0%} of {status['cores']} cores{chaos}")
+        return (
+            f"[cluster {elapsed // 60:02d}:{elapsed % 60:02d}] generation {status['generation']} | "
+            f"games {status['games']} positions {status['positions']} chunks {status['chunks']} | "
+            f"{roles} | loss {loss} | cpu {status['cpu_share']:.0%} of {status['cores']} cores{chaos}"
+        )
 
     # --- the run ------------------------------------------------------------------
     def goal_reached(self) -> bool:
@@ -552,7 +671,7 @@ class Cluster:
     def chaos_done(self) -> bool:
         limit = self.config.chaos_max_kills
         if self.chaos is None:
-            return False   # no chaos, no kills
+            return False  # no chaos, no kills
         return bool(limit) and sum(self.chaos.kills_by_kind.values()) >= limit
 
     def drain(self) -> None:
@@ -580,8 +699,10 @@ class Cluster:
             return True
         pid = role.child.pid
         if role.spec.events_path and os.path.exists(role.spec.events_path):
-            return any(e["pid"] == pid and e["event"] in ("progress", "chunk_uploaded", "game_finished")
-                       for e in self.observer.events[role.name])
+            return any(
+                e["pid"] == pid and e["event"] in ("progress", "chunk_uploaded", "game_finished")
+                for e in self.observer.events[role.name]
+            )
         return time.monotonic() - role.started_at > 20
 
     def stop(self, reason: str) -> None:
@@ -612,13 +733,23 @@ def parse_role_args(values: list[str]) -> tuple:
 
 
 CLI = RoleCli(
-    ClusterConfig, prog="python -m operations.cluster",
+    ClusterConfig,
+    prog="python -m operations.cluster",
     description="Run every role at once as its own process against one lake root (K self-play workers, "
-                "the shuffle follower, the trainer), restart any that dies, and print one status line for "
-                "the whole cluster. Ctrl-C stops every role cleanly; the same command resumes.",
-    arguments=((("--role-args",), dict(action="append", default=[], metavar="ROLE=ARGS",
-                                        help="extra arguments for every process of ROLE (worker, shuffle, "
-                                             "train); repeatable")),))
+    "the shuffle follower, the trainer), restart any that dies, and print one status line for "
+    "the whole cluster. Ctrl-C stops every role cleanly; the same command resumes.",
+    arguments=(
+        (
+            ("--role-args",),
+            dict(
+                action="append",
+                default=[],
+                metavar="ROLE=ARGS",
+                help="extra arguments for every process of ROLE (worker, shuffle, train); repeatable",
+            ),
+        ),
+    ),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -639,8 +770,10 @@ def main(argv=None) -> int:
     state_dir = os.path.abspath(config.state_dir or default_state_dir(config.root))
     commands = Commands(config, state_dir, retry)
     specs = commands.all()
-    say(f"zerolake cluster on {storage.url()}: {config.workers} workers, shuffle follower, trainer; "
-        f"state in {state_dir}")
+    say(
+        f"zerolake cluster on {storage.url()}: {config.workers} workers, shuffle follower, trainer; "
+        f"state in {state_dir}"
+    )
     say(f"    settings in {storage.url(record)}")
     cluster = Cluster(config, storage, state_dir, specs)
     stop_on_sigint_and_sigterm()
@@ -653,10 +786,14 @@ def main(argv=None) -> int:
     ignore_sigint_and_sigterm()
     cluster.stop(reason)
     if (config.check or config.chaos) and code == 0:
-        report = audit_run(storage, cluster.observer, cluster.roles,
-                           wall_seconds=cluster.stopped_wall - cluster.started_wall,
-                           stopped_wall=cluster.stopped_wall,
-                           kills_by_kind=cluster.chaos.kills_by_kind if cluster.chaos else {})
+        report = audit_run(
+            storage,
+            cluster.observer,
+            cluster.roles,
+            wall_seconds=cluster.stopped_wall - cluster.started_wall,
+            stopped_wall=cluster.stopped_wall,
+            kills_by_kind=cluster.chaos.kills_by_kind if cluster.chaos else {},
+        )
         cluster.events.emit("checked", **report)
         line = json.dumps(report, sort_keys=False)
         if config.report:

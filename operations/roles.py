@@ -17,6 +17,7 @@ the child's command line (one function for every child; nothing is forwarded fla
 :func:`open_launch` is a launcher's start: open the root, check run.json, and write the full settings
 once per invocation (:func:`record_settings`, ``layout.settings_record``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,13 +30,26 @@ import time
 import typing
 
 from format import layout
+from format.cli import (
+    add_flag,
+    changed_argv,
+    config_flag_argv,
+    config_from_paths,
+    field_default,
+    flag_name,
+    nested_flag_fields,
+)
 from format.settings_record import SettingsRecord
-from format.cli import (add_flag, changed_argv, config_flag_argv, config_from_paths, field_default, flag_name,
-                        nested_flag_fields)
 
 
-def role_setting(config_cls, help: str, *, shared: typing.Iterable[str] = (),  # noqa: A002
-                 managed: typing.Iterable[str] = (), **defaults):
+def role_setting(
+    config_cls,
+    help: str,
+    *,
+    shared: typing.Iterable[str] = (),  # noqa: A002
+    managed: typing.Iterable[str] = (),
+    **defaults,
+):
     """A launcher's field that holds one role's whole config.
 
     ``shared``: the role's fields the launcher copies from its own fields of
@@ -55,12 +69,21 @@ def role_setting(config_cls, help: str, *, shared: typing.Iterable[str] = (),  #
     for f in fields.values():
         unset = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         if f.init and (unset or f.metadata.get("required")) and f.name not in (*shared, *managed, *defaults):
-            raise TypeError(f"role_setting({config_cls.__name__}): required field {f.name!r} must be shared, "
-                            f"managed or given a default")
-    return dataclasses.field(default=None, metadata={
-        "role": config_cls, "help": help, "shared": shared, "managed": managed,
-        "defaults": {name if name in fields else nested[name]: value for name, value in defaults.items()},
-        "flag_group": ROLE_FLAGS})
+            raise TypeError(
+                f"role_setting({config_cls.__name__}): required field {f.name!r} must be shared, "
+                f"managed or given a default"
+            )
+    return dataclasses.field(
+        default=None,
+        metadata={
+            "role": config_cls,
+            "help": help,
+            "shared": shared,
+            "managed": managed,
+            "defaults": {name if name in fields else nested[name]: value for name, value in defaults.items()},
+            "flag_group": ROLE_FLAGS,
+        },
+    )
 
 
 def _role_field(config, role: str) -> dataclasses.Field:
@@ -75,8 +98,9 @@ def _role_flag_fields(role_field: dataclasses.Field) -> list[tuple[str, dataclas
     flags; a nested config's fields (TrainConfig.network's) by their own names, path ``network.blocks``."""
     info = role_field.metadata
     kept = set(info["shared"]) | set(info["managed"])
-    return [(path, f, owner) for path, f, owner in nested_flag_fields(info["role"])
-            if path.partition(".")[0] not in kept]
+    return [
+        (path, f, owner) for path, f, owner in nested_flag_fields(info["role"]) if path.partition(".")[0] not in kept
+    ]
 
 
 def _role_dest(role_field: dataclasses.Field, path: str) -> str:
@@ -88,8 +112,14 @@ def _add_role_flags(parser: argparse.ArgumentParser, role_field: dataclasses.Fie
     group = parser.add_argument_group(f"{role_field.name} settings (--{role_field.name}-*)", info["help"])
     for path, field, owner in _role_flag_fields(role_field):
         default = info["defaults"].get(path, field_default(field))
-        add_flag(group, owner, field, [f"--{role_field.name}-{field.name.replace('_', '-')}"],
-                 _role_dest(role_field, path), default)
+        add_flag(
+            group,
+            owner,
+            field,
+            [f"--{role_field.name}-{field.name.replace('_', '-')}"],
+            _role_dest(role_field, path),
+            default,
+        )
 
 
 def _roles_epilog(config_cls) -> str | None:
@@ -98,16 +128,19 @@ def _roles_epilog(config_cls) -> str | None:
     if not roles:
         return None
     example = flag_name(_role_flag_fields(roles[0])[0][1].name)
-    return (f"Role settings: --ROLE-FIELD (ROLE one of {', '.join(f.name for f in roles)}) is that role's own "
-            f"--FIELD (e.g. --{roles[0].name}-{example[2:]} is the {roles[0].name} role's {example}) and is passed "
-            f"to every process of the role; the groups above list them, with this launcher's defaults.")
+    return (
+        f"Role settings: --ROLE-FIELD (ROLE one of {', '.join(f.name for f in roles)}) is that role's own "
+        f"--FIELD (e.g. --{roles[0].name}-{example[2:]} is the {roles[0].name} role's {example}) and is passed "
+        f"to every process of the role; the groups above list them, with this launcher's defaults."
+    )
 
 
 def _launcher_flags(role_field: dataclasses.Field, message: str) -> str:
     """A role's validation message with its flags spelled as the launcher's (``--visits`` -> ``--worker-visits``)."""
     own = {f.name.replace("_", "-") for _, f, _ in _role_flag_fields(role_field)}
-    return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)",
-                  lambda m: f"--{role_field.name}-{m[1]}" if m[1] in own else m[0], message)
+    return re.sub(
+        r"(?<![\w-])--([a-z][a-z0-9-]*)", lambda m: f"--{role_field.name}-{m[1]}" if m[1] in own else m[0], message
+    )
 
 
 def _role_from_namespace(role_field: dataclasses.Field, namespace: argparse.Namespace, parser):
@@ -162,8 +195,10 @@ def complete_roles(config) -> None:
             continue
         for name, value in shared.items():
             if getattr(role_config, name) != value:
-                raise ValueError(f"{field.name}.{name} is {getattr(role_config, name)!r} but the launcher's "
-                                 f"{flag_name(name)} is {value!r}")
+                raise ValueError(
+                    f"{field.name}.{name} is {getattr(role_config, name)!r} but the launcher's "
+                    f"{flag_name(name)} is {value!r}"
+                )
 
 
 def role_argv(config, role: str, *, retry=None, **managed) -> list[str]:
@@ -223,11 +258,16 @@ def record_settings(storage, launcher: str, config, *, argv: typing.Sequence[str
     started = time.gmtime()
     run_id = f"{time.strftime('%Y%m%dT%H%M%SZ', started)}-{secrets.token_hex(4)}"
     record = SettingsRecord(
-        launcher=launcher, run_id=run_id, started=time.strftime("%Y-%m-%dT%H:%M:%SZ", started),
-        host=socket.gethostname(), argv=tuple(argv), settings=dataclasses.asdict(config),
-        storage_retry=dataclasses.asdict(retry) if retry is not None else None)
+        launcher=launcher,
+        run_id=run_id,
+        started=time.strftime("%Y-%m-%dT%H:%M:%SZ", started),
+        host=socket.gethostname(),
+        argv=tuple(argv),
+        settings=dataclasses.asdict(config),
+        storage_retry=dataclasses.asdict(retry) if retry is not None else None,
+    )
     path = layout.settings_record(launcher, run_id)
     data = record.to_bytes()
-    SettingsRecord.from_bytes(data, path)       # what is written must read back
+    SettingsRecord.from_bytes(data, path)  # what is written must read back
     storage.write_new(path, data)
     return path

@@ -14,6 +14,7 @@ and what it prints.  Dataflow and other runners start their own workers and neve
 * Printing: a failed instruction's traceback is not printed by the worker
   (`WithoutInstructionTracebacks`): the runner receives it and decides what the person sees.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,7 +37,7 @@ class WithoutInstructionTracebacks:
         self._dropped = False
 
     def write(self, text: str) -> int:
-        whole_traceback = text.startswith(TRACEBACK_HEADER) and "\n" in text[len(TRACEBACK_HEADER):]
+        whole_traceback = text.startswith(TRACEBACK_HEADER) and "\n" in text[len(TRACEBACK_HEADER) :]
         if whole_traceback or (self._dropped and text == "\n"):
             self._dropped = whole_traceback
             return len(text)
@@ -48,7 +49,7 @@ class WithoutInstructionTracebacks:
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the driver stops its workers (module docstring)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the driver stops its workers (module docstring)
     from apache_beam.runners.worker import sdk_worker_main
 
     stderr = sys.stderr

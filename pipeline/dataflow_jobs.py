@@ -17,6 +17,7 @@ named so that a follower, or ``down``, can find it again without having kept its
 Any gcloud failure is one `DataflowJobsError` line naming the command and the job: the follower warns
 and carries on, since an uncancelled job costs money but never corrupts the lake.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -88,14 +89,15 @@ def parse_job_name(name: str) -> tuple[str, int, str] | None:
 
 
 def job_labels(run: str, generation: int, attempt: str) -> dict[str, str]:
-    return {"zerolake-run": run, "zerolake-window": str(generation), "zerolake-role": ROLE,
-            "zerolake-attempt": attempt}
+    return {"zerolake-run": run, "zerolake-window": str(generation), "zerolake-role": ROLE, "zerolake-attempt": attempt}
 
 
 def beam_flags(run: str, generation: int, attempt: str) -> list[str]:
     """Beam's ``--job_name`` and one ``--labels key=value`` per label, for the launcher's command line."""
-    return [f"--job_name={job_name(run, generation, attempt)}",
-            *(f"--labels={key}={value}" for key, value in job_labels(run, generation, attempt).items())]
+    return [
+        f"--job_name={job_name(run, generation, attempt)}",
+        *(f"--labels={key}={value}" for key, value in job_labels(run, generation, attempt).items()),
+    ]
 
 
 def list_filter(run: str, generation: int | None = None) -> str:
@@ -132,8 +134,10 @@ class Dataflow:
         Without --project gcloud uses its configured project, as Beam does."""
         region = beam_option(beam_args, "--region")
         if not region:
-            raise ValueError("--region: the Dataflow flags name no region, so the follower cannot find or "
-                             "cancel its jobs (gcloud dataflow jobs list/cancel need it)")
+            raise ValueError(
+                "--region: the Dataflow flags name no region, so the follower cannot find or "
+                "cancel its jobs (gcloud dataflow jobs list/cancel need it)"
+            )
         return cls(beam_option(beam_args, "--project"), region, gcloud)
 
     def _where(self) -> list[str]:
@@ -158,8 +162,19 @@ class Dataflow:
         """The run's jobs (of one window, when given) that are active and not already ending."""
         what = f"run {run}" + ("" if generation is None else f" window {generation}")
         purpose = f"listing the Dataflow jobs of {what}"
-        out = self._run([self.gcloud, "dataflow", "jobs", "list", "--status=active",
-                         f"--filter={list_filter(run, generation)}", "--format=json", *self._where()], purpose)
+        out = self._run(
+            [
+                self.gcloud,
+                "dataflow",
+                "jobs",
+                "list",
+                "--status=active",
+                f"--filter={list_filter(run, generation)}",
+                "--format=json",
+                *self._where(),
+            ],
+            purpose,
+        )
         try:
             rows = json.loads(out or "[]")
             listed = [(str(row["id"]), str(row["name"]), str(row.get("state", ""))) for row in rows]
@@ -178,15 +193,20 @@ class Dataflow:
 
     def cancel(self, job: Job) -> None:
         """Ask Dataflow to cancel ``job`` (it stops its workers within minutes; the call returns at once)."""
-        self._run([self.gcloud, "dataflow", "jobs", "cancel", job.id, *self._where()],
-                  f"cancelling Dataflow job {job.name} ({job.id})")
+        self._run(
+            [self.gcloud, "dataflow", "jobs", "cancel", job.id, *self._where()],
+            f"cancelling Dataflow job {job.name} ({job.id})",
+        )
 
 
 def cancel_run_shell(root: str, project: str, region: str) -> str:
     """One shell line that cancels every active job of the run at ``root`` (for ``python -m operations.deploy
     down``): the listing selects by name, as `Dataflow.active_jobs` does, and each id is cancelled."""
     import shlex
+
     where = f"--project={shlex.quote(project)} --region={shlex.quote(region)}"
-    return (f"gcloud dataflow jobs list {where} --status=active "
-            f"--filter={shlex.quote(list_filter(run_label(root)))} --format='value(id)' "
-            f"| while read -r id; do gcloud dataflow jobs cancel \"$id\" {where} --quiet; done")
+    return (
+        f"gcloud dataflow jobs list {where} --status=active "
+        f"--filter={shlex.quote(list_filter(run_label(root)))} --format='value(id)' "
+        f'| while read -r id; do gcloud dataflow jobs cancel "$id" {where} --quiet; done'
+    )

@@ -17,6 +17,7 @@ session; on Dataflow above ``--dataflow-above-positions``) -> publish event, rel
 SIGTERM stops the child, cancels its Dataflow job, deletes its pieces and releases the claim.  A
 manifest that does not validate is never trusted or overwritten: the follower names it and waits.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,17 +30,29 @@ import time
 
 from cloud.base import ObjectInfo, StorageError
 from format import layout
-from format.window_manifest import WindowManifest
 from format.events import EventLog
 from format.leases import Lease, LeaseLost, LeaseRecord, describe_time
 from format.registry import RegistryError
+from format.window_manifest import WindowManifest
 from pipeline import dataflow_jobs as DJ
 from pipeline import window_plan as W
 from pipeline.config import FOLLOW_WINDOW_FRACTION, ShuffleConfig, window_argv
+from pipeline.lake_view import (
+    JOB,
+    STALE_TEMP_SECONDS,
+    ShuffleError,
+    check_run_config,
+    claim_attempt,
+    clean_tmp,
+    delete_tmp_dir,
+    existing_window,
+    holder_id,
+    latest_model,
+    new_attempt_id,
+    progress,
+    try_claim,
+)
 from processes.children import STOP_GRACE_SECONDS, die_with_parent, start_child, stop_groups
-from pipeline.lake_view import (JOB, STALE_TEMP_SECONDS, ShuffleError, check_run_config, claim_attempt, clean_tmp,
-                                delete_tmp_dir, existing_window, holder_id, latest_model, new_attempt_id,
-                                progress, try_claim)
 
 WAIT_REPORT_SECONDS = 30.0
 """At most one human 'waiting' line and one 'waiting' event per this many seconds."""
@@ -53,6 +66,7 @@ MIN_REUSE = 0.001
 # Temporary pieces (claims and dead attempts: pipeline.lake_view)
 # ---------------------------------------------------------------------------
 
+
 def remove_stray_shards(storage, window: WindowManifest) -> int:
     """Delete objects in a published window's folder that its manifest does not name (shards, game table).
 
@@ -61,8 +75,9 @@ def remove_stray_shards(storage, window: WindowManifest) -> int:
     taken over may still publish a manifest naming its own shards.
     """
     keep = set(window.files) | {window.path}
-    stray = [info.path for info in storage.list(layout.window_dir(window.target_generation) + "/")
-             if info.path not in keep]
+    stray = [
+        info.path for info in storage.list(layout.window_dir(window.target_generation) + "/") if info.path not in keep
+    ]
     for path in stray:
         storage.delete(path, missing_ok=True)
     return len(stray)
@@ -71,6 +86,7 @@ def remove_stray_shards(storage, window: WindowManifest) -> int:
 # ---------------------------------------------------------------------------
 # Looking at the lake
 # ---------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Outlook:
@@ -148,8 +164,11 @@ class Follower:
         self.events.emit("started", follow=True, holder=self.holder)
         progress(f"following {self.config.root} as {self.holder}")
         if self.dataflow_problem:
-            print(f"warning: {self.dataflow_problem}; a job this follower leaves runs to its window's end",
-                  file=sys.stderr, flush=True)
+            print(
+                f"warning: {self.dataflow_problem}; a job this follower leaves runs to its window's end",
+                file=sys.stderr,
+                flush=True,
+            )
         try:
             self.clean()
         except StorageError as exc:  # a read-only disk, say: warned as below; each build cleans again
@@ -172,8 +191,13 @@ class Follower:
         Each look is a ``looked`` event: what a watcher (or a test) counts to know
         that the follower looked and decided, instead of sleeping and hoping."""
         outlook = self.look()
-        self.events.emit("looked", generation=outlook.target, new_positions=outlook.new_positions,
-                         needed=outlook.needed, refused=bool(outlook.refusal))
+        self.events.emit(
+            "looked",
+            generation=outlook.target,
+            new_positions=outlook.new_positions,
+            needed=outlook.needed,
+            refused=bool(outlook.refusal),
+        )
         if outlook.refusal:
             self.say_once(outlook.refusal, f"error: {outlook.refusal}")
             self.sleep(self.config.poll_seconds)
@@ -227,9 +251,14 @@ class Follower:
             return Outlook(target, 0, max(1, self.config.follow_new_positions), untrained=untrained)
         lake_bytes = sum(c.size for c in chunks)
         per_byte, new_bytes = self.measure(last, chunks, lake_bytes)
-        window = W.window_positions(int(lake_bytes * per_byte), self.config.window_min_positions,
-                                    self.config.window_scale, self.config.window_exponent,
-                                    self.config.window_max_positions, self.config.window_slope)
+        window = W.window_positions(
+            int(lake_bytes * per_byte),
+            self.config.window_min_positions,
+            self.config.window_scale,
+            self.config.window_exponent,
+            self.config.window_max_positions,
+            self.config.window_slope,
+        )
         needed = self.config.follow_new_positions or max(1, math.ceil(FOLLOW_WINDOW_FRACTION * window))
         return Outlook(target, max(0, int(new_bytes * per_byte)), needed, window, untrained=untrained)
 
@@ -243,8 +272,12 @@ class Follower:
             if self._sampled_per_byte is None:
                 try:
                     self._sampled_per_byte = W.estimate_positions_per_byte(
-                        self.storage, chunks, self.config.sample_chunks, self.config.value_only_rows,
-                        self.config.after_resignation_rows)[0]
+                        self.storage,
+                        chunks,
+                        self.config.sample_chunks,
+                        self.config.value_only_rows,
+                        self.config.after_resignation_rows,
+                    )[0]
                 except ValueError:
                     return 0.0, 0  # nothing decodable yet
             per_byte = self._sampled_per_byte
@@ -272,15 +305,24 @@ class Follower:
             return
         self._last_report = now
         behind = self.trainer_behind(outlook)
-        self.events.emit("waiting", new_positions=outlook.new_positions, needed=outlook.needed,
-                         generation=outlook.target, untrained=outlook.untrained)
+        self.events.emit(
+            "waiting",
+            new_positions=outlook.new_positions,
+            needed=outlook.needed,
+            generation=outlook.target,
+            untrained=outlook.untrained,
+        )
         if behind:
-            progress(f"window {outlook.target}: waiting for the trainer, {outlook.untrained} windows newer than "
-                      f"models/LATEST (--follow-max-untrained {self.config.follow_max_untrained}); "
-                      f"~{outlook.new_positions} new positions")
+            progress(
+                f"window {outlook.target}: waiting for the trainer, {outlook.untrained} windows newer than "
+                f"models/LATEST (--follow-max-untrained {self.config.follow_max_untrained}); "
+                f"~{outlook.new_positions} new positions"
+            )
         else:
-            progress(f"window {outlook.target}: waiting for new games, ~{outlook.new_positions} of "
-                      f"{outlook.needed} new positions")
+            progress(
+                f"window {outlook.target}: waiting for new games, ~{outlook.new_positions} of "
+                f"{outlook.needed} new positions"
+            )
 
     # ---- one window ----
 
@@ -295,8 +337,10 @@ class Follower:
             self.sleep(self.config.poll_seconds)
             return
         if held.took_over is not None:
-            progress(f"window {generation}: took over the expired claim of {held.took_over.holder} "
-                      f"(attempt {claim_attempt(held.took_over)})")
+            progress(
+                f"window {generation}: took over the expired claim of {held.took_over.holder} "
+                f"(attempt {claim_attempt(held.took_over)})"
+            )
             self.clean(keep_attempt=attempt)  # that attempt's pieces are dead now
         if self.storage.exists(layout.window_manifest(generation)):
             held.release()  # published between the look and the claim
@@ -311,8 +355,10 @@ class Follower:
         command = self.window_command(generation, attempt, outlook.window_positions, reuse)
         where = "on Dataflow" if names_dataflow(command) else "in-process"
         sized = "" if reuse is None else f", reuse {reuse:g} for ~{round(reuse * outlook.window_positions)} rows"
-        progress(f"window {generation}: ~{outlook.new_positions} new positions (needed {outlook.needed}); "
-                  f"building it ({where}, ~{outlook.window_positions} positions{sized}) as attempt {attempt}")
+        progress(
+            f"window {generation}: ~{outlook.new_positions} new positions (needed {outlook.needed}); "
+            f"building it ({where}, ~{outlook.window_positions} positions{sized}) as attempt {attempt}"
+        )
         outcome = self.run_child(held, generation, command)
         if outcome != "done" and names_dataflow(command):
             # Stopping the launcher does not stop its job (pipeline.dataflow_jobs): cancelled here, on a
@@ -334,8 +380,12 @@ class Follower:
             self.say_once(str(exc), f"error: {exc}")
             return
         if window is None:
-            print(f"warning: window {generation}: the job (attempt {attempt}) failed ({outcome}); "
-                  f"trying again in {RETRY_SECONDS:g} s", file=sys.stderr, flush=True)
+            print(
+                f"warning: window {generation}: the job (attempt {attempt}) failed ({outcome}); "
+                f"trying again in {RETRY_SECONDS:g} s",
+                file=sys.stderr,
+                flush=True,
+            )
             self.sleep(RETRY_SECONDS)
             return
         remove_stray_shards(self.storage, window)
@@ -343,8 +393,13 @@ class Follower:
             self.lose(generation, None)  # a racing attempt's manifest got there first
             return
         self._last_report = -math.inf
-        self.events.emit("window_published", generation=generation, positions=window.positions,
-                         shards=len(window.shards), attempt=attempt)
+        self.events.emit(
+            "window_published",
+            generation=generation,
+            positions=window.positions,
+            shards=len(window.shards),
+            attempt=attempt,
+        )
         progress(f"window {generation} published: {window.positions} positions in {len(window.shards)} shards")
 
     def cancel_jobs(self, generation: int, attempt: str, *, own: bool) -> None:
@@ -363,8 +418,9 @@ class Follower:
             try:
                 self.dataflow.cancel(job)
             except DJ.DataflowJobsError as exc:
-                print(f"warning: {exc}; it runs to its window's end unless cancelled by hand",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"warning: {exc}; it runs to its window's end unless cancelled by hand", file=sys.stderr, flush=True
+                )
                 continue
             whose = "this attempt" if own else f"the earlier attempt {job.attempt}"
             progress(f"window {generation}: cancelled Dataflow job {job.name} ({job.id}) of {whose}")
@@ -375,10 +431,11 @@ class Follower:
             return
         self._reported.add(("lost", generation))
         self.events.emit("claim_lost", generation=generation, holder=winner.holder if winner else "")
-        until = (f" (its claim expires {describe_time(winner.expires, time.time())} unless renewed)"
-                 if winner else "")
-        progress(f"window {generation} is claimed by {winner.holder if winner else 'another follower'}; "
-                  f"waiting for it{until}")
+        until = f" (its claim expires {describe_time(winner.expires, time.time())} unless renewed)" if winner else ""
+        progress(
+            f"window {generation} is claimed by {winner.holder if winner else 'another follower'}; "
+            f"waiting for it{until}"
+        )
 
     def window_reuse(self, new_positions: int, window_positions: int) -> float | None:
         """--samples-per-row: the window's --reuse that makes its shards hold about what the trainer
@@ -396,8 +453,9 @@ class Follower:
             rows = min(rows, cfg.follow_max_rows)
         return float(f"{min(cfg.reuse, max(MIN_REUSE, rows / window_positions)):.4g}")
 
-    def window_command(self, generation: int, attempt: str, window_positions: int,
-                       reuse: float | None = None) -> list[str]:
+    def window_command(
+        self, generation: int, attempt: str, window_positions: int, reuse: float | None = None
+    ) -> list[str]:
         """The child job's ``python -m`` arguments for one window: the one-shot job's flags (with
         ``reuse`` for --reuse when given: `window_reuse`), then the Beam flags.
 
@@ -411,10 +469,16 @@ class Follower:
         dataflow = not local and names_dataflow(self.beam_args)
         # The job's name and labels come last, so that they are the ones Beam keeps (`follow` refuses a
         # --job_name of the user's: one name for every window would make Dataflow return the running job).
-        return ["pipeline.shuffle", *window_argv(config),
-                "--window-generation", str(generation), "--attempt", attempt,
-                *([] if local else self.beam_args),
-                *(DJ.beam_flags(self.run_label, generation, attempt) if dataflow else [])]
+        return [
+            "pipeline.shuffle",
+            *window_argv(config),
+            "--window-generation",
+            str(generation),
+            "--attempt",
+            attempt,
+            *([] if local else self.beam_args),
+            *(DJ.beam_flags(self.run_label, generation, attempt) if dataflow else []),
+        ]
 
     def run_child(self, held: Lease, generation: int, module_argv: list[str]) -> str:
         """Build the window in a child job, renewing the claim: 'done', 'lost', 'stopped' or 'exit N'."""
@@ -451,14 +515,20 @@ def names_dataflow(beam_args) -> bool:
 def follow(config: ShuffleConfig, beam_args=()) -> int:
     """Run the follower until SIGTERM or Ctrl-C (exit 0); 2 for a lake it must not touch."""
     from cloud.storage import open_storage
+
     if config.dataflow_above_positions and not names_dataflow(beam_args):
-        print("error: --dataflow-above-positions chooses between the in-process runner and Dataflow, so it needs "
-              "Beam flags for Dataflow (--runner DataflowRunner --project P --region R --temp_location gs://...)",
-              file=sys.stderr)
+        print(
+            "error: --dataflow-above-positions chooses between the in-process runner and Dataflow, so it needs "
+            "Beam flags for Dataflow (--runner DataflowRunner --project P --region R --temp_location gs://...)",
+            file=sys.stderr,
+        )
         return 2
     if DJ.beam_option(beam_args, "--job_name") is not None:
-        print("error: --job_name: the follower names each window's Dataflow job itself "
-              "(zerolake-<run>-w<window>-<attempt>, to find and cancel it); leave --job_name out", file=sys.stderr)
+        print(
+            "error: --job_name: the follower names each window's Dataflow job itself "
+            "(zerolake-<run>-w<window>-<attempt>, to find and cancel it); leave --job_name out",
+            file=sys.stderr,
+        )
         return 2
     try:
         storage = open_storage(config.root, retry=config.storage_retry)

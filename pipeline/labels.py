@@ -15,6 +15,7 @@ side, and its source (schema.OWNERSHIP_*):
 
 The shard writer turns labels to the side to move's view as int8 ``round(o * 127)``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,9 +33,16 @@ PolicyFn = Callable[[np.ndarray], dict]
 attribute (inference.model_files.LoadedModel's), 17 when it has none."""
 
 LABEL_STATS = (
-    "games_labelled", "final_board", "final_board_result_disagreements", "replay_failed",
-    "replay_board_mismatch", "played_out_model", "played_out_random", "playout_winner_checked",
-    "playout_winner_agreements", "unlabelled",
+    "games_labelled",
+    "final_board",
+    "final_board_result_disagreements",
+    "replay_failed",
+    "replay_board_mismatch",
+    "played_out_model",
+    "played_out_random",
+    "playout_winner_checked",
+    "playout_winner_agreements",
+    "unlabelled",
 )
 """Counters this module reports, summed over bundles into the manifest."""
 
@@ -57,6 +65,7 @@ def _engine():
     # Imported late: the compiled engine must not be needed to import the
     # pipeline package (e.g. the driver on a machine without a build).
     from engine import board
+
     return board
 
 
@@ -82,8 +91,12 @@ def tromp_taylor_ownership(stones: np.ndarray) -> np.ndarray:
             p = stack.pop()
             region.append(p)
             r, c = divmod(p, n)
-            for q in ((p - n) if r else -1, (p + n) if r < n - 1 else -1, (p - 1) if c else -1,
-                      (p + 1) if c < n - 1 else -1):
+            for q in (
+                (p - n) if r else -1,
+                (p + n) if r < n - 1 else -1,
+                (p - 1) if c else -1,
+                (p + 1) if c < n - 1 else -1,
+            ):
                 if q < 0:
                     continue
                 if flat[q] == 0:
@@ -103,7 +116,7 @@ def final_board(game: GameRecord) -> np.ndarray:
     the last position is the final board.
     """
     planes = game.planes[-1]
-    return (planes[0].astype(np.int8) - planes[1].astype(np.int8))
+    return planes[0].astype(np.int8) - planes[1].astype(np.int8)
 
 
 def replay(game: GameRecord):
@@ -162,6 +175,7 @@ def final_board_label(game: GameRecord, board, stats: dict, accelerated_weight: 
 def random_playout_label(board, num_playouts: int, seed: int, weight: float) -> EndstateLabel:
     """Mean ownership over random playouts (eye rule) from ``board``."""
     from engine.playouts import playout_ownership  # late, as _engine: the compiled engine
+
     mean = playout_ownership(board, num_playouts, seed)
     score = float(mean.sum()) - board.komi
     return EndstateLabel(mean.astype(np.float32), score, schema.OWNERSHIP_RANDOM_PLAYOUTS, weight)
@@ -178,8 +192,15 @@ def _sample_moves(logits: np.ndarray, legal: np.ndarray, temperature: float, rng
     return np.minimum((cumulative < draws).sum(axis=1), probs.shape[1] - 1)
 
 
-def model_playout_labels(boards: Sequence, policy_fn: PolicyFn, *, max_moves: int, temperature: float,
-                         rng: np.random.Generator, weight: float) -> list[EndstateLabel]:
+def model_playout_labels(
+    boards: Sequence,
+    policy_fn: PolicyFn,
+    *,
+    max_moves: int,
+    temperature: float,
+    rng: np.random.Generator,
+    weight: float,
+) -> list[EndstateLabel]:
     """Play every board out with the model, batched, then finish randomly.
 
     Each step makes one network call for all boards still playing.  A board
@@ -199,8 +220,9 @@ def model_playout_labels(boards: Sequence, policy_fn: PolicyFn, *, max_moves: in
         features = np.stack([boards[i].features(channels) for i in playing]).astype(np.float32)
         logits = np.asarray(policy_fn(features)["policy_logits"], dtype=np.float64)
         if logits.shape != (len(playing), n * n + 1):
-            raise ValueError(f"model returned policy_logits of shape {logits.shape}, "
-                             f"expected {(len(playing), n * n + 1)}")
+            raise ValueError(
+                f"model returned policy_logits of shape {logits.shape}, expected {(len(playing), n * n + 1)}"
+            )
         legal = np.stack([boards[i].legal_mask() for i in playing]).astype(bool)
         moves = _sample_moves(logits, legal, temperature, rng)
         still = []
@@ -215,8 +237,11 @@ def model_playout_labels(boards: Sequence, policy_fn: PolicyFn, *, max_moves: in
     for board in boards:
         if not board.is_over:
             board.random_playout(int(rng.integers(1 << 62)))
-        labels.append(EndstateLabel(board.ownership().astype(np.float32), float(board.area_score()),
-                                    schema.OWNERSHIP_MODEL_PLAYOUT, weight))
+        labels.append(
+            EndstateLabel(
+                board.ownership().astype(np.float32), float(board.area_score()), schema.OWNERSHIP_MODEL_PLAYOUT, weight
+            )
+        )
     return labels
 
 
@@ -224,9 +249,18 @@ def empty_stats() -> dict:
     return {name: 0 for name in LABEL_STATS}
 
 
-def label_games(games: Sequence[GameRecord], *, policy_fn: PolicyFn | None, random_playouts: int,
-                model_playout_moves: int, temperature: float, playout_weight: float,
-                rng: np.random.Generator, stats: dict, accelerated_weight: float = 1.0) -> list[EndstateLabel]:
+def label_games(
+    games: Sequence[GameRecord],
+    *,
+    policy_fn: PolicyFn | None,
+    random_playouts: int,
+    model_playout_moves: int,
+    temperature: float,
+    playout_weight: float,
+    rng: np.random.Generator,
+    stats: dict,
+    accelerated_weight: float = 1.0,
+) -> list[EndstateLabel]:
     """An EndstateLabel per game; counts what happened into ``stats``."""
     labels: list[EndstateLabel | None] = [None] * len(games)
     to_play_out = []  # (game index, engine board at the end of the record)
@@ -243,12 +277,18 @@ def label_games(games: Sequence[GameRecord], *, policy_fn: PolicyFn | None, rand
         if policy_fn is not None:
             n = games[to_play_out[0][0]].board_size
             played = model_playout_labels(
-                boards, policy_fn, max_moves=model_playout_moves or 2 * n * n, temperature=temperature,
-                rng=rng, weight=playout_weight)
+                boards,
+                policy_fn,
+                max_moves=model_playout_moves or 2 * n * n,
+                temperature=temperature,
+                rng=rng,
+                weight=playout_weight,
+            )
             stats["played_out_model"] += len(played)
         else:
-            played = [random_playout_label(b, random_playouts, int(rng.integers(1 << 62)), playout_weight)
-                      for b in boards]
+            played = [
+                random_playout_label(b, random_playouts, int(rng.integers(1 << 62)), playout_weight) for b in boards
+            ]
             stats["played_out_random"] += len(played)
         for (i, _), label in zip(to_play_out, played):
             labels[i] = label
@@ -259,7 +299,7 @@ def label_games(games: Sequence[GameRecord], *, policy_fn: PolicyFn | None, rand
     for game, final in zip(games, labels):
         if final is None:  # not two passes and the moves do not replay
             stats["unlabelled"] += 1
-            final = EndstateLabel(np.zeros(game.board_size ** 2, np.float32), math.nan, schema.OWNERSHIP_NONE, 0.0)
+            final = EndstateLabel(np.zeros(game.board_size**2, np.float32), math.nan, schema.OWNERSHIP_NONE, 0.0)
         labelled.append(final)
     stats["games_labelled"] += len(games)
     return labelled

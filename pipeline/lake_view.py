@@ -9,6 +9,7 @@ refused as untrusted), the attempt ids and temporary folders of jobs, the
 claims that make an attempt live, and the clean-up of the lake's temporary
 area, which whoever starts a window does first (`clean_tmp`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,11 +20,10 @@ import uuid
 
 from format import layout
 from format.documents import ManifestError
-from format.window_manifest import read_window_manifest, WindowManifest
 from format.leases import DAMAGED_EXPIRED, Lease, LeaseRecord, Takeover, held_record
 from format.run_config import NoRun, RunConfigMismatch, require_run_config
+from format.window_manifest import WindowManifest, read_window_manifest
 from pipeline.config import ShuffleConfig
-
 
 JOB = "shuffle"
 """The job name in the temporary folders of shuffle attempts (format.layout.job_tmp_dir)."""
@@ -43,6 +43,7 @@ def progress(message: str) -> None:
 
 def latest_model(storage):
     from format.registry import latest_generation
+
     return latest_generation(storage)
 
 
@@ -62,8 +63,10 @@ def check_run_config(config: ShuffleConfig, storage):
 
 def untrusted_window(exc: ManifestError, generation: int) -> str:
     """The operator's message for a window manifest that does not validate."""
-    return (f"{exc}\n  window {generation} cannot be trusted and is never overwritten (its manifest is "
-            f"create-only): move {layout.window_dir(generation)}/ aside or delete it, and the job rebuilds it")
+    return (
+        f"{exc}\n  window {generation} cannot be trusted and is never overwritten (its manifest is "
+        f"create-only): move {layout.window_dir(generation)}/ aside or delete it, and the job rebuilds it"
+    )
 
 
 def existing_window(storage, generation: int) -> WindowManifest | None:
@@ -72,6 +75,7 @@ def existing_window(storage, generation: int) -> WindowManifest | None:
     A manifest that exists but does not validate raises ShuffleError.
     """
     from cloud.storage import NotFound
+
     try:
         return read_window_manifest(storage, generation, check_shards=True)
     except NotFound:
@@ -114,11 +118,19 @@ SIGKILLed by its launcher and run again is not refused; its workers' late writes
 attempt's folder, which the next clean-up deletes."""
 
 
-def claim_lease(storage, generation: int, holder: str, attempt: str, ttl: float,
-                takeover: Takeover = CLAIM_TAKEOVER) -> Lease:
+def claim_lease(
+    storage, generation: int, holder: str, attempt: str, ttl: float, takeover: Takeover = CLAIM_TAKEOVER
+) -> Lease:
     """A (not yet taken) claim on window ``generation`` for ``attempt``: a follower's, or a one-shot job's."""
-    return Lease(storage, layout.window_claim(generation), ttl, takeover=takeover,
-                 details={"attempt": attempt}, holder=holder, name=f"claim of window {generation}")
+    return Lease(
+        storage,
+        layout.window_claim(generation),
+        ttl,
+        takeover=takeover,
+        details={"attempt": attempt},
+        holder=holder,
+        name=f"claim of window {generation}",
+    )
 
 
 def claim_attempt(record: LeaseRecord) -> str:
@@ -126,8 +138,9 @@ def claim_attempt(record: LeaseRecord) -> str:
     return record.details.get("attempt", "")
 
 
-def try_claim(storage, generation: int, holder: str, attempt: str, ttl: float,
-              takeover: Takeover = CLAIM_TAKEOVER) -> Lease | LeaseRecord:
+def try_claim(
+    storage, generation: int, holder: str, attempt: str, ttl: float, takeover: Takeover = CLAIM_TAKEOVER
+) -> Lease | LeaseRecord:
     """Claim window ``generation``: the held Lease, or the live record of whoever holds it."""
     claim = claim_lease(storage, generation, holder, attempt, ttl, takeover)
     winner = claim.try_acquire()
@@ -142,6 +155,7 @@ def live_claim(storage, generation: int) -> LeaseRecord | None:
 # ---------------------------------------------------------------------------
 # Temporary pieces
 # ---------------------------------------------------------------------------
+
 
 def remove_dead_tmp(storage, keep_attempt: str = "") -> list[str]:
     """Delete the tmp folders of shuffle attempts that are not live; returns the folders.
@@ -194,5 +208,7 @@ def clean_tmp(storage, keep_attempt: str = "", *, stale_temp_files: bool = True)
     if stale_temp_files:
         removed = remove_stale_temp_files(storage)
         if removed:
-            progress(f"removed {removed} temporary files of killed writers (older than "
-                     f"{STALE_TEMP_SECONDS:.0f} s) under {storage.url()}")
+            progress(
+                f"removed {removed} temporary files of killed writers (older than "
+                f"{STALE_TEMP_SECONDS:.0f} s) under {storage.url()}"
+            )

@@ -1,5 +1,6 @@
 """``python -m pipeline.loop``, the old name of ``python -m operations.loop``: forwards to it with a one-line warning
 (processes.renamed)."""
+
 from processes.renamed import forward
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ whole-array operation or a loop over games, never one Beam element a position.  
 * *copies*: each position goes to the shards floor(r) + Bernoulli(frac(r)) times (r = reuse, the
   lowest-spread integer count with mean r), a game's copies dealt round-robin from a random shard.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from format import codec
-from format import schema
+from format import codec, schema
 from format.codec import GameRecord
 from format.game_table import label_rows
 from pipeline.labels import EndstateLabel
@@ -32,9 +32,28 @@ from pipeline.labels import EndstateLabel
 INSTANCE_SHIFT = 20
 """instance = chunk index << 20 | game index within the chunk."""
 
-_ARRAY_FIELDS = ("board", "moves", "capture_offsets", "captures", "to_play", "policy_offsets", "policy_index",
-                 "policy_prob", "value", "score", "ownership", "policy_weight", "value_weight", "ownership_weight",
-                 "score_weight", "game_id", "move_number", "generation", "instance", "key")
+_ARRAY_FIELDS = (
+    "board",
+    "moves",
+    "capture_offsets",
+    "captures",
+    "to_play",
+    "policy_offsets",
+    "policy_index",
+    "policy_prob",
+    "value",
+    "score",
+    "ownership",
+    "policy_weight",
+    "value_weight",
+    "ownership_weight",
+    "score_weight",
+    "game_id",
+    "move_number",
+    "generation",
+    "instance",
+    "key",
+)
 _RAGGED = {"policy_offsets": ("policy_index", "policy_prob"), "capture_offsets": ("captures",)}
 """Ragged columns: offsets field -> the value fields it slices (row i: values[off[i]:off[i+1]])."""
 
@@ -122,15 +141,29 @@ class PositionBatch(codec.PositionHistory):
         black_view = self.ownership.astype(np.int8, copy=False) * self.to_play.astype(np.int8)[:, None]
         if len(game) and game.max() >= len(table):
             raise ValueError(f"a position's game {int(game.max())} is outside the game table ({len(table)})")
-        fine = (black_view != table.ownership[game]).any(axis=1)   # its own label, not its game's
+        fine = (black_view != table.ownership[game]).any(axis=1)  # its own label, not its game's
         offsets, index, values = codec.policy_columns(self.policy_index, self.policy_prob, self.policy_offsets)
         return codec.CompactPositions(
-            board_size=self.board_size, board=self.board, moves=self.moves, capture_offsets=self.capture_offsets,
-            captures=self.captures, to_play=self.to_play, fine=fine, ownership_fine=black_view[fine],
-            value=self.value, score=self.score, policy_weight=self.policy_weight, value_weight=self.value_weight,
-            ownership_weight=self.ownership_weight, score_weight=self.score_weight,
-            policy_offsets=offsets, policy_index=index, policy_value=values, game=game,
-            move_number=self.move_number.astype(np.int64))
+            board_size=self.board_size,
+            board=self.board,
+            moves=self.moves,
+            capture_offsets=self.capture_offsets,
+            captures=self.captures,
+            to_play=self.to_play,
+            fine=fine,
+            ownership_fine=black_view[fine],
+            value=self.value,
+            score=self.score,
+            policy_weight=self.policy_weight,
+            value_weight=self.value_weight,
+            ownership_weight=self.ownership_weight,
+            score_weight=self.score_weight,
+            policy_offsets=offsets,
+            policy_index=index,
+            policy_value=values,
+            game=game,
+            move_number=self.move_number.astype(np.int64),
+        )
 
     def encode(self, game: np.ndarray | None, table: codec.GameTable) -> list[bytes]:
         """Serialized records, POSITION_GROUP positions each, in row order (``game``, ``table``: see compact)."""
@@ -178,9 +211,10 @@ def unpack_arrays(data: bytes) -> dict:
         raise ValueError("not a pack_arrays image")
     end = data.index(b"\n", len(_PACK_MAGIC))
     offset, arrays = end + 1, {}
-    for name, dtype, shape, nbytes in json.loads(data[len(_PACK_MAGIC):end]):
-        arrays[name] = np.frombuffer(data, np.dtype(dtype), count=nbytes // max(1, np.dtype(dtype).itemsize),
-                                     offset=offset).reshape(tuple(shape))
+    for name, dtype, shape, nbytes in json.loads(data[len(_PACK_MAGIC) : end]):
+        arrays[name] = np.frombuffer(
+            data, np.dtype(dtype), count=nbytes // max(1, np.dtype(dtype).itemsize), offset=offset
+        ).reshape(tuple(shape))
         offset += nbytes
     return arrays
 
@@ -197,7 +231,8 @@ def concat(batches) -> PositionBatch | None:
             shifts = np.cumsum([0] + [len(getattr(b, values)) for b in batches[:-1]])
             fields[name] = np.concatenate(
                 [getattr(b, name)[:-1] + s for b, s in zip(batches, shifts)]
-                + [[shifts[-1] + len(getattr(batches[-1], values))]]).astype(np.int64)
+                + [[shifts[-1] + len(getattr(batches[-1], values))]]
+            ).astype(np.int64)
         else:
             fields[name] = np.concatenate([getattr(b, name) for b in batches])
     return PositionBatch(board_size=batches[0].board_size, **fields)
@@ -226,8 +261,9 @@ def history_planes(fresh: np.ndarray, move_number: np.ndarray) -> np.ndarray:
     return out
 
 
-def recent_moves(fresh: np.ndarray, moves: np.ndarray, move_number: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def recent_moves(
+    fresh: np.ndarray, moves: np.ndarray, move_number: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(moves int32[P, 7], capture offsets int64[P+1], captures int64[C]) of whole games.
 
     ``fresh`` uint8[P, 2, NN] and ``moves`` (the move played at each row)
@@ -304,8 +340,9 @@ def dedup_partition(keys: np.ndarray, num_partitions: int) -> np.ndarray:
     return ((keys >> np.uint64(1)) % np.uint64(num_partitions)).astype(np.int64)
 
 
-def games_positions(games: Sequence[GameRecord], labels: Sequence[EndstateLabel], instances: Sequence[int],
-                    dedup_max_move: int) -> PositionBatch | None:
+def games_positions(
+    games: Sequence[GameRecord], labels: Sequence[EndstateLabel], instances: Sequence[int], dedup_max_move: int
+) -> PositionBatch | None:
     """Every position of ``games`` (one board size) with its targets and weights.
 
     Built for all the games at once: per-game values (result, label, ids)
@@ -354,8 +391,10 @@ def games_positions(games: Sequence[GameRecord], labels: Sequence[EndstateLabel]
     # recorded, else the label's; both from the side to move.
     winner = per_game([g.winner for g in games], np.float32)
     value_known = [g.winner != 0 or g.end_reason == schema.END_TWO_PASSES for g in games]
-    score_black = [g.score if g.end_reason == schema.END_TWO_PASSES and math.isfinite(g.score) else lab.score
-                   for g, lab in zip(games, labels)]
+    score_black = [
+        g.score if g.end_reason == schema.END_TWO_PASSES and math.isfinite(g.score) else lab.score
+        for g, lab in zip(games, labels)
+    ]
     score_known = [math.isfinite(sc) and lab.source != schema.OWNERSHIP_NONE for sc, lab in zip(score_black, labels)]
     side = to_play.astype(np.float32)
     score = per_game([sc if known else 0.0 for sc, known in zip(score_black, score_known)], np.float32) * side
@@ -367,17 +406,28 @@ def games_positions(games: Sequence[GameRecord], labels: Sequence[EndstateLabel]
     own[~black_to_move] *= -1
     ids = [g.game_id.encode() for g in games]
     return PositionBatch(
-        board_size=n, board=codec.pack_trits(fresh[:, 0] + 2 * fresh[:, 1]), moves=history_moves,
-        capture_offsets=capture_offsets, captures=captures, to_play=to_play, policy_offsets=offsets,
+        board_size=n,
+        board=codec.pack_trits(fresh[:, 0] + 2 * fresh[:, 1]),
+        moves=history_moves,
+        capture_offsets=capture_offsets,
+        captures=captures,
+        to_play=to_play,
+        policy_offsets=offsets,
         policy_index=index,
-        policy_prob=prob, value=winner * side, score=score,
+        policy_prob=prob,
+        value=winner * side,
+        score=score,
         ownership=own,
-        policy_weight=policy_weight, value_weight=per_game([1.0 if k else 0.0 for k in value_known], np.float32),
+        policy_weight=policy_weight,
+        value_weight=per_game([1.0 if k else 0.0 for k in value_known], np.float32),
         ownership_weight=per_game(label_weight, np.float32),
         score_weight=per_game([w if k else 0.0 for w, k in zip(label_weight, score_known)], np.float32),
         game_id=per_game(ids, f"S{max(1, max(len(i) for i in ids))}"),
-        move_number=move_number, generation=per_game([g.generation for g in games], np.int32),
-        instance=per_game(instances, np.int64), key=keys)
+        move_number=move_number,
+        generation=per_game([g.generation for g in games], np.int32),
+        instance=per_game(instances, np.int64),
+        key=keys,
+    )
 
 
 def game_label_rows(labels: Sequence[EndstateLabel]) -> np.ndarray:
@@ -429,7 +479,7 @@ def cap_positions(batch: PositionBatch, cap: int) -> tuple[PositionBatch, dict]:
     counts = np.diff(np.r_[starts, len(keys)])
     keep_rows, merged = [], {}
     for start, count in zip(starts.tolist(), counts.tolist()):
-        rows = order[start:start + count]
+        rows = order[start : start + count]
         if keys[start] == 0 or count <= cap:
             keep_rows.extend(rows.tolist())
             continue
@@ -439,15 +489,17 @@ def cap_positions(batch: PositionBatch, cap: int) -> tuple[PositionBatch, dict]:
         for r in kept.tolist():
             merged[r] = target
     out = batch.take(np.sort(np.asarray(keep_rows, dtype=np.int64)))
-    stats = {"capped_keys": int(((counts > cap) & (keys[starts] != 0)).sum()),
-             "capped_positions_removed": len(batch) - len(out)}
+    stats = {
+        "capped_keys": int(((counts > cap) & (keys[starts] != 0)).sum()),
+        "capped_positions_removed": len(batch) - len(out),
+    }
     if merged:
         out = _apply_merged(out, batch, np.sort(np.asarray(keep_rows, dtype=np.int64)), merged)
     return out, stats
 
 
 def _merged_target(batch: PositionBatch, rows: np.ndarray) -> dict:
-    actions = batch.board_size ** 2 + 1
+    actions = batch.board_size**2 + 1
     dense = np.zeros((len(rows), actions), np.float64)
     for j, r in enumerate(rows.tolist()):
         index, prob = batch.policy(r)
@@ -457,12 +509,15 @@ def _merged_target(batch: PositionBatch, rows: np.ndarray) -> dict:
     ownership = _weighted_mean(batch.ownership[rows].astype(np.float64), batch.ownership_weight[rows])
     nonzero = np.flatnonzero(policy > 0)
     return {
-        "policy_index": nonzero, "policy_prob": policy[nonzero].astype(np.float32),
+        "policy_index": nonzero,
+        "policy_prob": policy[nonzero].astype(np.float32),
         "value": _weighted_mean(batch.value[rows].astype(np.float64), batch.value_weight[rows]),
         "score": _weighted_mean(batch.score[rows].astype(np.float64), batch.score_weight[rows]),
         "ownership": np.clip(np.round(ownership), -127, 127).astype(np.int8),
-        "policy_weight": pw.max(), "value_weight": batch.value_weight[rows].max(),
-        "ownership_weight": batch.ownership_weight[rows].max(), "score_weight": batch.score_weight[rows].max(),
+        "policy_weight": pw.max(),
+        "value_weight": batch.value_weight[rows].max(),
+        "ownership_weight": batch.ownership_weight[rows].max(),
+        "score_weight": batch.score_weight[rows].max(),
     }
 
 
@@ -494,8 +549,8 @@ def _apply_merged(out: PositionBatch, source: PositionBatch, source_rows: np.nda
     frm = np.repeat(old_offsets[:-1][kept], kept_counts) + _ranks_within(kept_counts)
     index[to], prob[to] = out.policy_index[frm], out.policy_prob[frm]
     for i, target in zip(rows.tolist(), targets):
-        index[offsets[i]:offsets[i + 1]] = target["policy_index"]
-        prob[offsets[i]:offsets[i + 1]] = target["policy_prob"]
+        index[offsets[i] : offsets[i + 1]] = target["policy_index"]
+        prob[offsets[i] : offsets[i + 1]] = target["policy_prob"]
     out.policy_offsets, out.policy_index, out.policy_prob = offsets, index, prob
     return out
 
@@ -507,8 +562,9 @@ def _ranks_within(counts: np.ndarray) -> np.ndarray:
     return np.arange(total) - np.repeat(starts, counts)
 
 
-def assign_copies(instance: np.ndarray, reuse: float, num_shards: int,
-                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def assign_copies(
+    instance: np.ndarray, reuse: float, num_shards: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """(row, shard) of every copy: floor(r) + Bernoulli(frac(r)) copies per row.
 
     Copies of one game instance are dealt round-robin over the shards from a
@@ -576,13 +632,26 @@ def game_table_index(table_instances: np.ndarray, instance: np.ndarray) -> np.nd
 def after_resignation(games: Sequence[GameRecord]) -> np.ndarray:
     """bool over the positions of ``games`` in order (`games_positions`' rows): recorded after a
     resignation, while self-play finished the game with cheap moves (``accelerated_from`` on)."""
-    return np.concatenate([np.arange(g.num_positions) >= (g.accelerated_from if g.accelerated_from >= 0
-                                                           and g.end_reason == schema.END_RESIGN else g.num_positions)
-                           for g in games]) if games else np.zeros(0, bool)
+    return (
+        np.concatenate(
+            [
+                np.arange(g.num_positions)
+                >= (
+                    g.accelerated_from
+                    if g.accelerated_from >= 0 and g.end_reason == schema.END_RESIGN
+                    else g.num_positions
+                )
+                for g in games
+            ]
+        )
+        if games
+        else np.zeros(0, bool)
+    )
 
 
-def thin_after_resignation_rows(batch: PositionBatch, after: np.ndarray, after_resignation_rows: float,
-                                rng: np.random.Generator) -> tuple[PositionBatch, int]:
+def thin_after_resignation_rows(
+    batch: PositionBatch, after: np.ndarray, after_resignation_rows: float, rng: np.random.Generator
+) -> tuple[PositionBatch, int]:
     """(``batch`` keeping every row before a resignation and ``after_resignation_rows`` of those
     after it (``after``, row-aligned), rows dropped).  Those rows' moves come from a 2-simulation
     search and their result is the resignation's; 1 keeps the batch as it is without drawing."""
@@ -593,8 +662,9 @@ def thin_after_resignation_rows(batch: PositionBatch, after: np.ndarray, after_r
     return (batch.take(np.flatnonzero(keep)) if dropped else batch), dropped
 
 
-def thin_value_only_rows(batch: PositionBatch, value_only_rows: float,
-                         rng: np.random.Generator) -> tuple[PositionBatch, int]:
+def thin_value_only_rows(
+    batch: PositionBatch, value_only_rows: float, rng: np.random.Generator
+) -> tuple[PositionBatch, int]:
     """(``batch`` keeping every row with a policy target and ``value_only_rows`` of the others,
     rows dropped).
 
@@ -613,8 +683,7 @@ def thin_value_only_rows(batch: PositionBatch, value_only_rows: float,
     return (batch.take(np.flatnonzero(keep)) if dropped else batch), dropped
 
 
-def split_for_shards(batch: PositionBatch, reuse: float, num_shards: int,
-                     rng: np.random.Generator) -> dict:
+def split_for_shards(batch: PositionBatch, reuse: float, num_shards: int, rng: np.random.Generator) -> dict:
     """{shard: ShardPiece} for every copy of every position in ``batch``."""
     rows, shards = assign_copies(batch.instance, reuse, num_shards, rng)
     pieces = {}

@@ -14,6 +14,7 @@ Order: the manifest first, then the rest, since readers trust a window only thro
 a folder left without one at G <= LATEST (a *leftover*: a crash mid-delete, a losing attempt's
 shards) is deleted whole.  Deletes are ``missing_ok``, so concurrent runs are harmless.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,8 +66,9 @@ class RetentionResult:
         if plan.latest is None:
             return "retention: no published model yet, so no window is finished; nothing deleted"
         kept = f"kept finished {_generations(plan.kept)}" if plan.kept else "no finished window kept"
-        never = f"; open (newer than LATEST {plan.latest}, never deleted): {_generations(plan.open)}" \
-            if plan.open else ""
+        never = (
+            f"; open (newer than LATEST {plan.latest}, never deleted): {_generations(plan.open)}" if plan.open else ""
+        )
         if not self.deleted:
             return f"retention: nothing to delete; {kept}{never}"
         parts = []
@@ -74,8 +76,10 @@ class RetentionResult:
             parts.append(f"finished windows {_generations(plan.delete)}")
         if plan.leftovers:
             parts.append(f"the rest of interrupted deletes {_generations(plan.leftovers)}")
-        return (f"retention: deleted {' and '.join(parts)} ({self.objects_deleted} objects, "
-                f"{self.bytes_deleted / 1e6:.1f} MB); {kept}{never}")
+        return (
+            f"retention: deleted {' and '.join(parts)} ({self.objects_deleted} objects, "
+            f"{self.bytes_deleted / 1e6:.1f} MB); {kept}{never}"
+        )
 
 
 def _generations(generations) -> str:
@@ -90,7 +94,7 @@ def plan_retention(listing, latest: int | None, keep: int) -> RetentionPlan:
     """
     if keep < 0:
         raise ValueError(f"keep must be >= 0 (0 = keep every window), got {keep}")
-    folders: dict[int, bool] = {}          # generation -> has a manifest
+    folders: dict[int, bool] = {}  # generation -> has a manifest
     for info in listing:
         generation = layout.window_generation(info.path)
         if generation is None:

@@ -17,6 +17,7 @@ Dataflow (the image operations/dataflow/Dockerfile builds; docs/deploy.md)::
     python -m pipeline.shuffle --root gs://BUCKET/lake --runner DataflowRunner --project PROJECT \\
         --region REGION --temp_location gs://BUCKET/beam-tmp --sdk_container_image IMAGE
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,18 +34,30 @@ from typing import TYPE_CHECKING, Sequence
 
 from cloud.base import StorageError
 from format import layout
-from format.window_manifest import WindowManifest
 from format.cli import flag_name, role_parser
 from format.events import EventLog
 from format.leases import Lease, describe_time
 from format.registry import RegistryError
+from format.window_manifest import WindowManifest
 from pipeline import window_plan as W
 from pipeline.config import LABEL_MODEL, LABEL_RANDOM, ShuffleConfig, from_args
-from pipeline.lake_view import (ONE_SHOT_CLAIM_TAKEOVER, ShuffleError, check_run_config, claim_attempt, clean_tmp,
-                                delete_tmp_dir, existing_window, holder_id, latest_model, new_attempt_id, progress,
-                                try_claim)
+from pipeline.lake_view import (
+    ONE_SHOT_CLAIM_TAKEOVER,
+    ShuffleError,
+    check_run_config,
+    claim_attempt,
+    clean_tmp,
+    delete_tmp_dir,
+    existing_window,
+    holder_id,
+    latest_model,
+    new_attempt_id,
+    progress,
+    try_claim,
+)
 from pipeline.retention import apply_retention
 from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
+
 # pipeline.transforms (and with it Apache Beam, ~5 s to import on a busy
 # 2-core machine) is imported inside prepare() and build(): a follower that
 # only watches the lake never needs it; its child job does.
@@ -61,14 +74,16 @@ def _round_up(count: int, multiple: int) -> int:
     return max(1, -(-count // multiple)) * multiple
 
 
-def prepare(config: ShuffleConfig, storage, *, target: int | None = None,
-            attempt: str | None = None) -> tuple["JobContext", list] | WindowManifest:
+def prepare(
+    config: ShuffleConfig, storage, *, target: int | None = None, attempt: str | None = None
+) -> tuple["JobContext", list] | WindowManifest:
     """Driver decisions: (context, bundle elements), or the existing window if it is done.
 
     ``target``: the window to build (default: latest model + 1); ``attempt``:
     its attempt id (default: a new one).  The follower passes both.
     """
     from pipeline.transforms import JobContext
+
     run = check_run_config(config, storage)
     latest = latest_model(storage)
     target = (latest or 0) + 1 if target is None else target
@@ -79,23 +94,32 @@ def prepare(config: ShuffleConfig, storage, *, target: int | None = None,
         raise ShuffleError("--playout-labels model: the lake has no published model")
     model_generation = None if config.playout_labels == LABEL_RANDOM else latest
     try:
-        plan = W.plan_window(storage, min_positions=config.window_min_positions, scale=config.window_scale,
-                             exponent=config.window_exponent, max_positions=config.window_max_positions,
-                             sample_chunks=config.sample_chunks, bundle_positions=config.bundle_positions,
-                             slope=config.window_slope, value_only_rows=config.value_only_rows,
-                             after_resignation_rows=config.after_resignation_rows)
+        plan = W.plan_window(
+            storage,
+            min_positions=config.window_min_positions,
+            scale=config.window_scale,
+            exponent=config.window_exponent,
+            max_positions=config.window_max_positions,
+            sample_chunks=config.sample_chunks,
+            bundle_positions=config.bundle_positions,
+            slope=config.window_slope,
+            value_only_rows=config.value_only_rows,
+            after_resignation_rows=config.after_resignation_rows,
+        )
     except ValueError as exc:
         raise ShuffleError(str(exc)) from None
     window_estimate = plan.window_positions_estimate
-    early_estimate = (window_estimate / plan.positions_per_game) * min(plan.positions_per_game,
-                                                                       config.dedup_max_move)
+    early_estimate = (window_estimate / plan.positions_per_game) * min(plan.positions_per_game, config.dedup_max_move)
     attempt = attempt or new_attempt_id()
     seed = config.seed or int.from_bytes(hashlib.blake2b(attempt.encode(), digest_size=4).digest(), "little")
     generations = sorted({c.generation for c in plan.chunks})
     summary = (
-        ("rule", f"min {config.window_min_positions}, scale {config.window_scale}, "
-                 f"exponent {config.window_exponent}, slope {config.window_slope}, "
-                 f"max {config.window_max_positions or 'none'}"),
+        (
+            "rule",
+            f"min {config.window_min_positions}, scale {config.window_scale}, "
+            f"exponent {config.window_exponent}, slope {config.window_slope}, "
+            f"max {config.window_max_positions or 'none'}",
+        ),
         ("lake_chunks", plan.lake_chunks),
         ("lake_positions_estimate", plan.lake_positions_estimate),
         # The follower measures "new positions since this window" against these two.
@@ -108,19 +132,30 @@ def prepare(config: ShuffleConfig, storage, *, target: int | None = None,
         ("chunks", [c.path for c in plan.chunks]),
     )
     context = JobContext(
-        root_url=config.root, config=config, board_size=run.board_size, komi=run.komi,
-        target_generation=target, attempt=attempt, seed=seed,
+        root_url=config.root,
+        config=config,
+        board_size=run.board_size,
+        komi=run.komi,
+        target_generation=target,
+        attempt=attempt,
+        seed=seed,
         # Shards and dedup partitions are whole multiples of the local workers, so
         # that no worker idles through the last round of either step.
         num_shards=_round_up(W.num_shards(window_estimate, config.reuse, config.shard_positions), config.workers),
         num_partitions=_round_up(int(-(-early_estimate // config.partition_positions)), config.workers),
-        model_generation=model_generation, plan_summary=summary)
-    progress(f"lake: {plan.lake_chunks} chunks, ~{plan.lake_positions_estimate} positions; window: "
-              f"{len(plan.chunks)} chunks of generations {generations[0]}..{generations[-1]}, "
-              f"~{window_estimate} positions (target {plan.window_positions_target}) in {len(plan.bundles)} bundles")
-    progress(f"target generation {target}, attempt {attempt}, {context.num_shards} shards, "
-              f"{context.num_partitions} dedup partitions, play-out labels: "
-              f"{'model generation %d' % model_generation if model_generation is not None else 'random playouts'}")
+        model_generation=model_generation,
+        plan_summary=summary,
+    )
+    progress(
+        f"lake: {plan.lake_chunks} chunks, ~{plan.lake_positions_estimate} positions; window: "
+        f"{len(plan.chunks)} chunks of generations {generations[0]}..{generations[-1]}, "
+        f"~{window_estimate} positions (target {plan.window_positions_target}) in {len(plan.bundles)} bundles"
+    )
+    progress(
+        f"target generation {target}, attempt {attempt}, {context.num_shards} shards, "
+        f"{context.num_partitions} dedup partitions, play-out labels: "
+        f"{'model generation %d' % model_generation if model_generation is not None else 'random playouts'}"
+    )
     bundles = [(b, [(i, plan.chunks[i]) for i in chunk_indices]) for b, chunk_indices in enumerate(plan.bundles)]
     return context, bundles
 
@@ -128,6 +163,7 @@ def prepare(config: ShuffleConfig, storage, *, target: int | None = None,
 def pipeline_options(config: ShuffleConfig, beam_args: list[str]):
     """PipelineOptions from the unknown flags, and the runner they name (None: local)."""
     from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions, TypeOptions
+
     options = PipelineOptions(beam_args)
     # The job's transforms carry no type hints, so Beam's construction-time
     # type check has nothing to check; it cost 0.1-0.2 s of every run here.
@@ -172,7 +208,7 @@ def _is_lake_error_class(qualified_name: str) -> bool:
     return isinstance(found, type) and issubclass(found, LAKE_ERRORS)
 
 
-def _raised_by(error: BaseException, kind: type) -> bool:
+def _raised_by(error: BaseException | None, kind: type) -> bool:
     """Whether ``error`` or an exception it was raised from or while handling is a ``kind``."""
     seen = set()
     while error is not None and id(error) not in seen:
@@ -227,11 +263,13 @@ class _DropSigtermLogs(logging.Filter):
 
 def _quiet_beam_logs() -> None:
     """The two harmless warnings, the lake errors' logs and SIGTERM's, on the loggers that print them."""
-    for name, quiet in (("apache_beam.runners.portability.fn_api_runner.fn_runner", _DropHarmlessBeamWarnings),
-                        ("apache_beam.runners.portability.local_job_service", _DropHarmlessBeamWarnings),
-                        ("apache_beam.runners.portability.local_job_service", _DropLakeErrorLogs),
-                        ("apache_beam.runners.common", _DropLakeErrorLogs),
-                        ("apache_beam.runners.common", _DropSigtermLogs)):
+    for name, quiet in (
+        ("apache_beam.runners.portability.fn_api_runner.fn_runner", _DropHarmlessBeamWarnings),
+        ("apache_beam.runners.portability.local_job_service", _DropHarmlessBeamWarnings),
+        ("apache_beam.runners.portability.local_job_service", _DropLakeErrorLogs),
+        ("apache_beam.runners.common", _DropLakeErrorLogs),
+        ("apache_beam.runners.common", _DropSigtermLogs),
+    ):
         logger = logging.getLogger(name)
         if not any(isinstance(f, quiet) for f in logger.filters):
             logger.addFilter(quiet())
@@ -241,6 +279,7 @@ def local_runner(config: ShuffleConfig):
     """Beam's in-process FnApiRunner; with several workers, one process each (pipeline.beam_worker)."""
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.transforms import environments
+
     _quiet_beam_logs()
     if config.workers == 1:
         return FnApiRunner()
@@ -250,8 +289,9 @@ def local_runner(config: ShuffleConfig):
     return FnApiRunner(default_environment=environments.SubprocessSDKEnvironment.from_command_string(command))
 
 
-def run(config: ShuffleConfig, beam_args: Sequence[str] = (), *, target: int | None = None,
-        attempt: str | None = None) -> WindowManifest:
+def run(
+    config: ShuffleConfig, beam_args: Sequence[str] = (), *, target: int | None = None, attempt: str | None = None
+) -> WindowManifest:
     """Run the job; returns the window's manifest (the existing one if already done).
 
     ``attempt`` given: a follower's child job, which builds under its
@@ -284,19 +324,25 @@ def run(config: ShuffleConfig, beam_args: Sequence[str] = (), *, target: int | N
             claim.release()
     window = existing_window(storage, context.target_generation)
     if window is None:
-        raise ShuffleError(f"window {context.target_generation} would hold no positions: every chunk in it was "
-                           f"skipped or empty, so no manifest was written (`python -m format.inspect verify "
-                           f"{storage.url()}` names the bad chunks)")
+        raise ShuffleError(
+            f"window {context.target_generation} would hold no positions: every chunk in it was "
+            f"skipped or empty, so no manifest was written (`python -m format.inspect verify "
+            f"{storage.url()}` names the bad chunks)"
+        )
     elapsed = time.monotonic() - started
-    progress(f"wrote {len(window.shards)} shards, {window.positions} records from {window.positions_read} "
-             f"positions ({window.positions_read / max(elapsed, 1e-9):.0f} positions/s); skipped "
-             f"{len(window.chunks_skipped)} chunks, dropped {window.duplicate_games} duplicate games, capped "
-             f"{window.capped_positions_removed} positions")
+    progress(
+        f"wrote {len(window.shards)} shards, {window.positions} records from {window.positions_read} "
+        f"positions ({window.positions_read / max(elapsed, 1e-9):.0f} positions/s); skipped "
+        f"{len(window.chunks_skipped)} chunks, dropped {window.duplicate_games} duplicate games, capped "
+        f"{window.capped_positions_removed} positions"
+    )
     for chunk, reason in window.chunks_skipped[:SKIPPED_CHUNKS_SHOWN]:
         progress(f"skipped {storage.url(chunk)}: {reason}")
     if len(window.chunks_skipped) > SKIPPED_CHUNKS_SHOWN:
-        progress(f"... and {len(window.chunks_skipped) - SKIPPED_CHUNKS_SHOWN} more skipped chunks, "
-                 f"named in {storage.url(window.path)}")
+        progress(
+            f"... and {len(window.chunks_skipped) - SKIPPED_CHUNKS_SHOWN} more skipped chunks, "
+            f"named in {storage.url(window.path)}"
+        )
     retain_windows(config, storage)
     return window
 
@@ -310,16 +356,19 @@ def claim_window(config: ShuffleConfig, storage, context) -> Lease:
     it too.  A window another job holds is refused in one line.
     """
     generation = context.target_generation
-    held = try_claim(storage, generation, holder_id(), context.attempt, config.claim_seconds,
-                     ONE_SHOT_CLAIM_TAKEOVER)
+    held = try_claim(storage, generation, holder_id(), context.attempt, config.claim_seconds, ONE_SHOT_CLAIM_TAKEOVER)
     if not isinstance(held, Lease):
-        raise ShuffleError(f"window {generation} is being built by {held.holder} (attempt {claim_attempt(held)}); "
-                           f"its claim {storage.url(layout.window_claim(generation))} expires "
-                           f"{describe_time(held.expires, time.time())} unless renewed: wait for that job")
+        raise ShuffleError(
+            f"window {generation} is being built by {held.holder} (attempt {claim_attempt(held)}); "
+            f"its claim {storage.url(layout.window_claim(generation))} expires "
+            f"{describe_time(held.expires, time.time())} unless renewed: wait for that job"
+        )
     if held.took_over is not None:
-        progress(f"window {generation}: took over the claim of {held.took_over.holder} "
-                 f"(attempt {claim_attempt(held.took_over)})")
-        clean_tmp(storage, context.attempt, stale_temp_files=False)   # that attempt's pieces are dead now
+        progress(
+            f"window {generation}: took over the claim of {held.took_over.holder} "
+            f"(attempt {claim_attempt(held.took_over)})"
+        )
+        clean_tmp(storage, context.attempt, stale_temp_files=False)  # that attempt's pieces are dead now
     held.start_renewing()
     return held
 
@@ -330,6 +379,7 @@ def build(config: ShuffleConfig, storage, context, bundles, beam_args) -> None:
     A lake error that fails it (a shard the disk refuses) becomes a ShuffleError naming the object.
     """
     import apache_beam as beam
+
     from pipeline.transforms import ShuffleWindow
 
     options, runner = pipeline_options(config, list(beam_args))
@@ -337,12 +387,12 @@ def build(config: ShuffleConfig, storage, context, bundles, beam_args) -> None:
         # The local workers' model copies live in one folder of the job's, removed below however the
         # workers ended (pipeline.transforms.LabelBundleFn.model_cache).
         context = dataclasses.replace(context, model_cache_dir=tempfile.mkdtemp(prefix="zerolake-shuffle-"))
-    progress("running the Beam pipeline" + (f" on {runner}" if runner else
-                                             f" locally (FnApiRunner, {config.workers} workers)"))
+    progress(
+        "running the Beam pipeline"
+        + (f" on {runner}" if runner else f" locally (FnApiRunner, {config.workers} workers)")
+    )
     pipeline = beam.Pipeline(runner=None if runner else local_runner(config), options=options)
-    _ = (pipeline
-         | "Window bundles" >> beam.Create(bundles)
-         | "Shuffle window" >> ShuffleWindow(context))
+    _ = pipeline | "Window bundles" >> beam.Create(bundles) | "Shuffle window" >> ShuffleWindow(context)
     try:
         pipeline.run().wait_until_finish()
     except Exception as exc:
@@ -352,7 +402,7 @@ def build(config: ShuffleConfig, storage, context, bundles, beam_args) -> None:
             raise Terminated from None
         message = lake_error(exc)
         if message is None:
-            raise            # a bug: its traceback, whole
+            raise  # a bug: its traceback, whole
         raise ShuffleError(message) from None
     finally:
         if context.model_cache_dir is not None:
@@ -360,8 +410,11 @@ def build(config: ShuffleConfig, storage, context, bundles, beam_args) -> None:
         try:
             removed = cleanup_tmp(storage, context)
         except StorageError as exc:  # the disk that failed the job may refuse deletes too
-            print(f"warning: the temporary files under {storage.url(context.tmp_dir)} stay ({exc}); "
-                  f"the next job removes them", file=sys.stderr)
+            print(
+                f"warning: the temporary files under {storage.url(context.tmp_dir)} stay ({exc}); "
+                f"the next job removes them",
+                file=sys.stderr,
+            )
         else:
             if removed:
                 progress(f"removed {removed} temporary files under {storage.url(context.tmp_dir)}")
@@ -391,11 +444,13 @@ def cleanup_tmp(storage, context) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = role_parser(
-        ShuffleConfig, prog="python -m pipeline.shuffle",
+        ShuffleConfig,
+        prog="python -m pipeline.shuffle",
         description="Label, deduplicate and shuffle the lake's newest games into ROOT/windows/<gen>/.",
         epilog="Unknown flags go to Apache Beam (e.g. --runner DataflowRunner --project P --region R "
-               "--temp_location gs://B/tmp --setup_file ./setup.py).  Without --runner the job runs "
-               "locally on Beam's in-process FnApiRunner.")
+        "--temp_location gs://B/tmp --setup_file ./setup.py).  Without --runner the job runs "
+        "locally on Beam's in-process FnApiRunner.",
+    )
     # Internal: how a follower starts the child job that builds one claimed window.
     parser.add_argument("--window-generation", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--attempt", default=None, help=argparse.SUPPRESS)
@@ -424,11 +479,14 @@ def main(argv=None) -> int:
     args, beam_args = parser.parse_known_args(argv)
     misspelled = misspelled_own_flags(beam_args)
     if misspelled:
-        parser.error("; ".join(f"{given}: this job's flags are dashed, use {flag}" for given, flag in misspelled)
-                     + " (only Beam's own options, passed on to Beam, keep underscores)")
+        parser.error(
+            "; ".join(f"{given}: this job's flags are dashed, use {flag}" for given, flag in misspelled)
+            + " (only Beam's own options, passed on to Beam, keep underscores)"
+        )
     config = from_args(args, parser)
     if config.follow:
         from pipeline.follow import follow
+
         return follow(config, beam_args)
     events = EventLog(config.events or None, "shuffle")
     events.emit("started", follow=False)
@@ -447,8 +505,9 @@ def main(argv=None) -> int:
         print("stopped by SIGTERM: no window published, the job's temporary files removed", file=sys.stderr)
         events.emit("stopped", reason="SIGTERM")
         return EXIT_TERMINATED
-    events.emit("window_published", generation=window.target_generation, positions=window.positions,
-                shards=len(window.shards))
+    events.emit(
+        "window_published", generation=window.target_generation, positions=window.positions, shards=len(window.shards)
+    )
     events.emit("stopped", reason="done")
     return 0
 

@@ -17,6 +17,7 @@ Each stage is a composite PTransform.  A chunk is read whole and decoded by
 peak memory is one bundle, partition or shard.  Random choices are seeded by (seed, stage,
 element), so retries rewrite identical pieces; shards, game table and manifest are create-only.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,11 +30,9 @@ from typing import Sequence
 import apache_beam as beam
 import numpy as np
 
-from format import codec
-from format import layout
-from format.window_manifest import parse_window_manifest, window_manifest_bytes, WINDOW_MANIFEST_VERSION
-from format import schema
+from format import codec, layout, schema
 from format.tfrecord import compress_gzip, frame_records
+from format.window_manifest import WINDOW_MANIFEST_VERSION, parse_window_manifest, window_manifest_bytes
 from pipeline import labels as L
 from pipeline import positions as P
 from pipeline.config import ShuffleConfig
@@ -91,6 +90,7 @@ class _LakeDoFn(beam.DoFn):
 
     def setup(self):
         from cloud.storage import open_storage
+
         self.storage = open_storage(self.context.root_url, retry=self.context.config.storage_retry)
 
 
@@ -133,6 +133,7 @@ class LabelBundleFn(_LakeDoFn):
         self.policy_fn = None
         if self.context.model_generation is not None:
             from inference.model_files import load_model
+
             self.policy_fn = load_model(self.storage, self.context.model_generation, cache_dir=self.model_cache())
 
     def model_cache(self) -> str | None:
@@ -152,8 +153,14 @@ class LabelBundleFn(_LakeDoFn):
         # --sample-games: a random share of the records is decoded at all (a stream of its own, stage 6).
         share, draw = cfg.game_share, ctx.rng(6, bundle)
         keep = None if share >= 1 else (lambda: bool(draw.random() < share))
-        stats.update(chunks_read=0, chunks_skipped=0, games_read=0, positions_read=0, value_only_rows_dropped=0,
-                     after_resignation_rows_dropped=0)
+        stats.update(
+            chunks_read=0,
+            chunks_skipped=0,
+            games_read=0,
+            positions_read=0,
+            value_only_rows_dropped=0,
+            after_resignation_rows_dropped=0,
+        )
         for chunk_index, ref in chunks:
             url = self.storage.url(ref.path)
             try:
@@ -176,26 +183,40 @@ class LabelBundleFn(_LakeDoFn):
             return
         rng = ctx.rng(1, bundle)
         endstates = L.label_games(
-            games, policy_fn=self.policy_fn, random_playouts=cfg.random_playouts,
-            model_playout_moves=cfg.model_playout_moves, temperature=cfg.model_temperature,
-            playout_weight=cfg.playout_ownership_weight, rng=rng, stats=stats,
-            accelerated_weight=cfg.accelerated_label_weight)
+            games,
+            policy_fn=self.policy_fn,
+            random_playouts=cfg.random_playouts,
+            model_playout_moves=cfg.model_playout_moves,
+            temperature=cfg.model_temperature,
+            playout_weight=cfg.playout_ownership_weight,
+            rng=rng,
+            stats=stats,
+            accelerated_weight=cfg.accelerated_label_weight,
+        )
         batch = P.games_positions(games, endstates, instances, cfg.dedup_max_move)
         stats["games_read"] += len(games)
         stats["positions_read"] += len(batch) if batch is not None else 0
         if batch is not None:
             # A stream of its own (stage 4), so keeping every row draws nothing and the
             # shards are what they were before the setting existed.
-            batch, dropped = P.thin_after_resignation_rows(batch, P.after_resignation(games),
-                                                           cfg.after_resignation_rows, ctx.rng(5, bundle))
+            batch, dropped = P.thin_after_resignation_rows(
+                batch, P.after_resignation(games), cfg.after_resignation_rows, ctx.rng(5, bundle)
+            )
             stats["after_resignation_rows_dropped"] += dropped
             batch, dropped = P.thin_value_only_rows(batch, cfg.value_only_rows, ctx.rng(4, bundle))
             stats["value_only_rows_dropped"] += dropped
-        yield beam.pvalue.TaggedOutput(GAME_IDS, (np.asarray(instances, np.int64), [g.game_id for g in games],
-                                                  np.array([g.generation for g in games], np.int64),
-                                                  P.game_label_rows(endstates)))
-        yield beam.pvalue.TaggedOutput(GAMES, (np.asarray(instances, np.int64),
-                                               np.array([P.game_digest(g) for g in games], dtype="S16")))
+        yield beam.pvalue.TaggedOutput(
+            GAME_IDS,
+            (
+                np.asarray(instances, np.int64),
+                [g.game_id for g in games],
+                np.array([g.generation for g in games], np.int64),
+                P.game_label_rows(endstates),
+            ),
+        )
+        yield beam.pvalue.TaggedOutput(
+            GAMES, (np.asarray(instances, np.int64), np.array([P.game_digest(g) for g in games], dtype="S16"))
+        )
         if batch is None:  # only games without positions
             yield beam.pvalue.TaggedOutput(STATS, stats)
             return
@@ -205,8 +226,9 @@ class LabelBundleFn(_LakeDoFn):
             parts = P.dedup_partition(early_batch.key, ctx.num_partitions)
             for part in np.unique(parts).tolist():
                 path = f"{ctx.tmp_dir}/parts/{part:05d}/b{bundle:06d}.npz"
-                self.storage.write_replace(path, early_batch.take(np.flatnonzero(parts == part)).to_bytes(),
-                                           durable=False)
+                self.storage.write_replace(
+                    path, early_batch.take(np.flatnonzero(parts == part)).to_bytes(), durable=False
+                )
                 yield beam.pvalue.TaggedOutput(PARTS, (part, path))
         late = batch.take(np.flatnonzero(~early))
         for shard, piece in P.split_for_shards(late, cfg.row_reuse, ctx.num_shards, rng).items():
@@ -214,8 +236,14 @@ class LabelBundleFn(_LakeDoFn):
             self.storage.write_replace(path, piece.to_bytes(), durable=False)
             yield beam.pvalue.TaggedOutput(PIECES, (shard, path))
         yield beam.pvalue.TaggedOutput(STATS, stats)
-        log.info("bundle %d: %d chunks, %d games, %d positions in %.1fs", bundle, len(chunks), len(games),
-                 len(batch), time.monotonic() - started)
+        log.info(
+            "bundle %d: %d chunks, %d games, %d positions in %.1fs",
+            bundle,
+            len(chunks),
+            len(games),
+            len(batch),
+            time.monotonic() - started,
+        )
 
 
 class LabelAndScatter(beam.PTransform):
@@ -228,9 +256,9 @@ class LabelAndScatter(beam.PTransform):
     def expand(self, bundles):
         # No Reshuffle here: beam.Create already redistributes its elements,
         # and each extra one is a stage boundary (a barrier) on every runner.
-        return (bundles
-                | "Label and scatter" >> beam.ParDo(LabelBundleFn(self.context)).with_outputs(
-                    SKIPPED, GAMES, GAME_IDS, PARTS, PIECES, STATS))
+        return bundles | "Label and scatter" >> beam.ParDo(LabelBundleFn(self.context)).with_outputs(
+            SKIPPED, GAMES, GAME_IDS, PARTS, PIECES, STATS
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -306,8 +334,11 @@ class _ConcatGameIds(_GatherPerBundle):
         ids = [game_id for part in acc for game_id in part[1]]
         order = np.argsort(instances, kind="stable")
         rows = np.concatenate([part[3] for part in acc])[order]
-        table = codec.GameTable(board_size=math.isqrt(rows.shape[1]),
-                                generation=np.concatenate([part[2] for part in acc])[order], ownership=rows)
+        table = codec.GameTable(
+            board_size=math.isqrt(rows.shape[1]),
+            generation=np.concatenate([part[2] for part in acc])[order],
+            ownership=rows,
+        )
         return WindowGames(instances[order], [ids[k] for k in order.tolist()], table)
 
 
@@ -360,11 +391,14 @@ class CapOpenings(beam.PTransform):
         self.context, self.dropped = context, dropped
 
     def expand(self, parts):
-        return (parts
-                | "Group by partition" >> beam.GroupByKey()
-                | "Cap and merge" >> beam.ParDo(CapPartitionFn(self.context),
-                                                 dropped=beam.pvalue.AsSingleton(self.dropped))
-                .with_outputs(PIECES, STATS))
+        return (
+            parts
+            | "Group by partition" >> beam.GroupByKey()
+            | "Cap and merge"
+            >> beam.ParDo(CapPartitionFn(self.context), dropped=beam.pvalue.AsSingleton(self.dropped)).with_outputs(
+                PIECES, STATS
+            )
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -408,9 +442,12 @@ class WriteShardFn(_LakeDoFn):
             frames = frame_records(codec.encode_groups(compact))
         self.storage.write_new(path, compress_gzip(frames, ctx.config.shard_gzip_level))
         gens, counts = np.unique(generation[order], return_counts=True)
-        yield {"name": name, "positions": int(len(order)),
-               "generations": {int(g): int(c) for g, c in zip(gens, counts)},
-               "duplicate_game_records_removed": int(len(instance) - len(keep))}
+        yield {
+            "name": name,
+            "positions": int(len(order)),
+            "generations": {int(g): int(c) for g, c in zip(gens, counts)},
+            "duplicate_game_records_removed": int(len(instance) - len(keep)),
+        }
         for p in paths:
             self.storage.delete(p)
         log.info("shard %s: %d records", name, len(order))
@@ -427,11 +464,16 @@ class WriteShards(beam.PTransform):
         self.context, self.dropped, self.game_table = context, dropped, game_table
 
     def expand(self, pieces):
-        return (pieces
-                | "Group by shard" >> beam.GroupByKey()
-                | "Permute and write" >> beam.ParDo(WriteShardFn(self.context),
-                                                    dropped=beam.pvalue.AsSingleton(self.dropped),
-                                                    game_table=beam.pvalue.AsSingleton(self.game_table)))
+        return (
+            pieces
+            | "Group by shard" >> beam.GroupByKey()
+            | "Permute and write"
+            >> beam.ParDo(
+                WriteShardFn(self.context),
+                dropped=beam.pvalue.AsSingleton(self.dropped),
+                game_table=beam.pvalue.AsSingleton(self.game_table),
+            )
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -475,7 +517,8 @@ def build_manifest(context: JobContext, summary: dict, game_ids: Sequence[str] =
     shards = sorted(summary["shards"], key=lambda s: s["name"])
     stats = summary["stats"]
     removed_dup = stats.get("duplicate_game_positions_removed", 0) + sum(
-        s["duplicate_game_records_removed"] for s in shards)
+        s["duplicate_game_records_removed"] for s in shards
+    )
     generations: dict = {}
     for s in shards:
         for g, c in s["generations"].items():
@@ -493,8 +536,17 @@ def build_manifest(context: JobContext, summary: dict, game_ids: Sequence[str] =
         "positions": int(sum(s["positions"] for s in shards)),
         "generations": dict(sorted(generations.items(), key=lambda kv: int(kv[0]))),
         "window": dict(context.plan_summary),
-        "input": {k: stats.get(k, 0) for k in ("chunks_read", "chunks_skipped", "games_read", "positions_read",
-                                               "value_only_rows_dropped", "after_resignation_rows_dropped")},
+        "input": {
+            k: stats.get(k, 0)
+            for k in (
+                "chunks_read",
+                "chunks_skipped",
+                "games_read",
+                "positions_read",
+                "value_only_rows_dropped",
+                "after_resignation_rows_dropped",
+            )
+        },
         "chunks_skipped": sorted(summary["skipped"], key=lambda s: s["chunk"]),
         "dedup": {
             "duplicate_games": summary["duplicate_games"],
@@ -518,6 +570,7 @@ class WriteManifestFn(_LakeDoFn):
 
     def process(self, summary, game_table):
         from cloud.storage import AlreadyExists
+
         storage = self.storage
         manifest = build_manifest(self.context, summary, game_table.game_ids)
         if manifest["positions"] == 0:
@@ -534,13 +587,16 @@ class WriteManifestFn(_LakeDoFn):
             # manifest (a racing follower that took over an expired claim) wins.
             existing = parse_window_manifest(storage.read(path), path, storage.url(path))
             if existing.attempt != self.context.attempt:
-                raise RuntimeError(f"{storage.url(path)} was written by attempt {existing.attempt} "
-                                   f"while attempt {self.context.attempt} ran") from None
+                raise RuntimeError(
+                    f"{storage.url(path)} was written by attempt {existing.attempt} "
+                    f"while attempt {self.context.attempt} ran"
+                ) from None
         yield manifest
 
     def write_game_table(self, table: codec.GameTable) -> None:
         """The window's game table, before the manifest that names it (the manifest is the commit point)."""
         from cloud.storage import AlreadyExists
+
         path = layout.game_table_path(self.context.target_generation, self.context.game_table_name)
         data = codec.encode_game_table(table)
         try:
@@ -565,9 +621,11 @@ class ShuffleWindow(beam.PTransform):
         dropped = scattered[GAMES] | "Find duplicate games" >> FindDuplicateGames()
         game_table = scattered[GAME_IDS] | "Build the game table" >> BuildGameTable()
         capped = scattered[PARTS] | "Cap openings" >> CapOpenings(ctx, dropped)
-        shards = ((scattered[PIECES], capped[PIECES])
-                  | "All pieces" >> beam.Flatten()
-                  | "Phase 2" >> WriteShards(ctx, dropped, game_table))
+        shards = (
+            (scattered[PIECES], capped[PIECES])
+            | "All pieces" >> beam.Flatten()
+            | "Phase 2" >> WriteShards(ctx, dropped, game_table)
+        )
         parts = (
             shards | "Tag shards" >> beam.Map(lambda s: ("shard", s)),
             scattered[STATS] | "Tag bundle stats" >> beam.Map(lambda s: ("stats", s)),
@@ -575,8 +633,9 @@ class ShuffleWindow(beam.PTransform):
             scattered[SKIPPED] | "Tag skipped" >> beam.Map(lambda s: ("skipped", s)),
             dropped | "Tag duplicates" >> beam.Map(lambda d: ("dropped", d)),
         )
-        return (parts
-                | "Manifest parts" >> beam.Flatten()
-                | "Summarize" >> beam.CombineGlobally(_ManifestParts())
-                | "Write manifest" >> beam.ParDo(WriteManifestFn(ctx),
-                                                 game_table=beam.pvalue.AsSingleton(game_table)))
+        return (
+            parts
+            | "Manifest parts" >> beam.Flatten()
+            | "Summarize" >> beam.CombineGlobally(_ManifestParts())
+            | "Write manifest" >> beam.ParDo(WriteManifestFn(ctx), game_table=beam.pvalue.AsSingleton(game_table))
+        )

@@ -14,6 +14,7 @@ positions are not, so the newest few chunks are decoded to learn positions per b
 chunk is estimated from its size (the manifest records estimate and actual).  A *bundle* is whole
 chunks of about `bundle_positions` positions, one coarse Beam element.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,9 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from format import codec
-from format import layout
-from format import schema
+from format import codec, layout, schema
 from pipeline import positions as P
 
 
@@ -61,14 +60,15 @@ class WindowPlan:
         return int(round(sum(c.size for c in self.chunks) * self.positions_per_byte))
 
 
-def window_positions(total: int, min_positions: int, scale: int, exponent: float, max_positions: int = 0,
-                     slope: float = 1.0) -> int:
+def window_positions(
+    total: int, min_positions: int, scale: int, exponent: float, max_positions: int = 0, slope: float = 1.0
+) -> int:
     """Desired window size W(T) for T lake positions (module docstring)."""
     if total <= min_positions:
         desired = total
     else:
         x = 1.0 + (total - min_positions) / scale
-        desired = min_positions + slope * scale * (x ** exponent - 1.0) / exponent
+        desired = min_positions + slope * scale * (x**exponent - 1.0) / exponent
     desired = min(total, int(desired))
     return min(desired, max_positions) if max_positions else desired
 
@@ -94,9 +94,9 @@ def parse_chunk_listing(objects) -> list[ChunkRef]:
     return chunks
 
 
-def estimate_positions_per_byte(storage, chunks: Sequence[ChunkRef], sample: int,
-                                value_only_rows: float = 1.0,
-                                after_resignation_rows: float = 1.0) -> tuple[float, float]:
+def estimate_positions_per_byte(
+    storage, chunks: Sequence[ChunkRef], sample: int, value_only_rows: float = 1.0, after_resignation_rows: float = 1.0
+) -> tuple[float, float]:
     """(positions per compressed byte, positions per game), from the newest readable chunks.
 
     Positions are the rows the window will keep: every position whose move had
@@ -144,16 +144,27 @@ def bundle_chunks(sizes: Sequence[int], positions_per_byte: float, bundle_positi
     return bundles
 
 
-def plan_window(storage, *, min_positions: int, scale: int, exponent: float, max_positions: int,
-                sample_chunks: int, bundle_positions: int, slope: float = 1.0,
-                value_only_rows: float = 1.0, after_resignation_rows: float = 1.0) -> WindowPlan:
+def plan_window(
+    storage,
+    *,
+    min_positions: int,
+    scale: int,
+    exponent: float,
+    max_positions: int,
+    sample_chunks: int,
+    bundle_positions: int,
+    slope: float = 1.0,
+    value_only_rows: float = 1.0,
+    after_resignation_rows: float = 1.0,
+) -> WindowPlan:
     """List games/, apply the window rule to the rows kept (`estimate_positions_per_byte`), and
     bundle the chosen chunks."""
     listed = list_chunks(storage)
     if not listed:
         raise ValueError(f"{storage.url(layout.GAMES_DIR)} holds no chunk files (*{schema.CHUNK_SUFFIX})")
-    per_byte, per_game = estimate_positions_per_byte(storage, listed, sample_chunks, value_only_rows,
-                                                     after_resignation_rows)
+    per_byte, per_game = estimate_positions_per_byte(
+        storage, listed, sample_chunks, value_only_rows, after_resignation_rows
+    )
     total = int(round(sum(c.size for c in listed) * per_byte))
     target = window_positions(total, min_positions, scale, exponent, max_positions, slope)
     chosen, filled = [], 0.0
@@ -163,8 +174,16 @@ def plan_window(storage, *, min_positions: int, scale: int, exponent: float, max
         chosen.append(chunk)
         filled += chunk.size * per_byte
     bundles = bundle_chunks([c.size for c in chosen], per_byte, bundle_positions)
-    return WindowPlan(len(listed), total, target, per_byte, per_game, tuple(chosen), tuple(bundles),
-                      lake_bytes=sum(c.size for c in listed))
+    return WindowPlan(
+        len(listed),
+        total,
+        target,
+        per_byte,
+        per_game,
+        tuple(chosen),
+        tuple(bundles),
+        lake_bytes=sum(c.size for c in listed),
+    )
 
 
 def num_shards(positions: int, reuse: float, shard_positions: int) -> int:

@@ -13,6 +13,7 @@ path), a grace period, then SIGKILL to what is left.  `cpu_seconds_of_trees` (li
 
 It imports nothing of the project, so every floor may use it.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,12 @@ def say(message: str) -> None:
 def start_child(module_argv: typing.Sequence[str], *, env: dict | None = None, **popen) -> subprocess.Popen:
     """``python -m MODULE ARGS...`` as a child in a session of its own (module docstring), unbuffered;
     ``env`` is added to this process's environment; other keywords go to `subprocess.Popen`."""
-    return subprocess.Popen([sys.executable, "-m", *module_argv], start_new_session=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, **popen)
+    return subprocess.Popen(
+        [sys.executable, "-m", *module_argv],
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        **popen,
+    )
 
 
 def _raise_keyboard_interrupt(signum, frame):
@@ -69,8 +74,9 @@ def signal_group(process: subprocess.Popen, signum: int) -> bool:
     return True
 
 
-def stop_groups(processes: typing.Iterable[subprocess.Popen],
-                grace: float | typing.Sequence[float]) -> list[subprocess.Popen]:
+def stop_groups(
+    processes: typing.Iterable[subprocess.Popen], grace: float | typing.Sequence[float]
+) -> list[subprocess.Popen]:
     """Stop the groups of ``processes`` (module docstring); returns those that needed SIGKILL.
 
     ``grace``: seconds after SIGTERM, one for all or one per process (a
@@ -111,6 +117,7 @@ def die_with_parent(parent_pid: int):
     renewing its claim).  ``parent_pid``: the parent's pid, read before the
     fork, to catch a parent that died before prctl took effect.
     """
+
     def setup():
         try:
             import ctypes  # in the forked child only: ctypes is not needed elsewhere
@@ -120,6 +127,7 @@ def die_with_parent(parent_pid: int):
             return
         if os.getppid() != parent_pid:
             os._exit(1)  # the parent died before prctl took effect
+
     return setup
 
 
@@ -148,9 +156,9 @@ def cpu_seconds_of_trees(pids: typing.Iterable[int]) -> dict[int, float]:
         except OSError:
             continue
         # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ')'.
-        fields = stat[stat.rindex(b")") + 2:].split()
+        fields = stat[stat.rindex(b")") + 2 :].split()
         parent[pid] = int(fields[1])
-        own[pid] = sum(int(f) for f in fields[11:15]) / ticks   # utime, stime, cutime, cstime
+        own[pid] = sum(int(f) for f in fields[11:15]) / ticks  # utime, stime, cutime, cstime
     seconds = {}
     for root in pids:
         if root not in own:
@@ -158,7 +166,7 @@ def cpu_seconds_of_trees(pids: typing.Iterable[int]) -> dict[int, float]:
         total = 0.0
         for pid in own:
             ancestor = pid
-            while ancestor > 1 and ancestor != root:      # walk up to init, or to the root
+            while ancestor > 1 and ancestor != root:  # walk up to init, or to the root
                 ancestor = parent.get(ancestor, 0)
             if ancestor == root:
                 total += own[pid]

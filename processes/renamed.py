@@ -10,6 +10,7 @@ stdin and stdout, so a GTP engine's protocol stream is untouched).
 Nothing here imports the new module: the forward is a new program, not an
 import, so an old name on a low floor never imports a floor above it.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,8 @@ import sys
 
 def forward(old: str, new: str) -> None:
     """Run ``python -m new`` with this process's arguments, after a one-line warning naming both."""
-    print(f"{old}: this command moved; running python -m {new} (use that name from now on)", file=sys.stderr,
-          flush=True)
+    print(
+        f"{old}: this command moved; running python -m {new} (use that name from now on)", file=sys.stderr, flush=True
+    )
     sys.stdout.flush()
     os.execv(sys.executable, [sys.executable, "-m", new, *sys.argv[1:]])

@@ -7,6 +7,7 @@ SIGTERM raises `Terminated` instead, every ``finally`` runs (players closed,
 model caches removed, a window claim released), and the program says so in
 one line and exits `EXIT_TERMINATED`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,6 +31,7 @@ def terminated_by_sigterm():
     SIGTERM is ignored so that it cannot interrupt that clean-up.  The caller
     catches `Terminated`, says so in one line and exits 128 + SIGTERM.
     """
+
     def terminate(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise Terminated

@@ -1,5 +1,6 @@
 """``python -m selfplay.match``, the old name of ``python -m arena.match``: forwards to it with a one-line warning
 (processes.renamed)."""
+
 from processes.renamed import forward
 
 if __name__ == "__main__":

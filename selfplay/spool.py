@@ -23,6 +23,7 @@ opening the spool again (`Spool`) and `Spool.upload` finish without losing or
 duplicating a game: entries are deleted before their batch file, so a batch
 whose entries are partly gone has its chunk in the lake.  Folder layout: `Spool`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,7 +46,7 @@ from format.tfrecord import RecordError
 log = logging.getLogger("selfplay.spool")
 
 MAGIC = b"ZLSPOOL1"
-_HEADER = struct.Struct(">8sIQ32s")   # magic, generation, payload bytes, sha256(payload)
+_HEADER = struct.Struct(">8sIQ32s")  # magic, generation, payload bytes, sha256(payload)
 BATCH_VERSION = 1
 ENTRY_SUFFIX = ".game"
 SERIAL_BLOCK = 4096
@@ -71,8 +72,9 @@ class SpoolLocked(SpoolError):
     """Another live process holds the spool's lock."""
 
     def __init__(self, directory: str, holder: str):
-        super().__init__(f"spool {directory} is in use by another worker (pid {holder}); "
-                         f"give this worker its own --spool-dir")
+        super().__init__(
+            f"spool {directory} is in use by another worker (pid {holder}); give this worker its own --spool-dir"
+        )
         self.directory = directory
         self.holder = holder
 
@@ -81,9 +83,11 @@ class SpoolOfOtherLake(SpoolError):
     """The spool holds (or held) games of another lake than the one asked for."""
 
     def __init__(self, directory: str, holds: str, wanted: str):
-        super().__init__(f"spool {directory} belongs to the lake {holds}, not {wanted}: its games are uploaded "
-                         f"only there (run a worker on that root to upload them); give this worker another "
-                         f"--spool-dir")
+        super().__init__(
+            f"spool {directory} belongs to the lake {holds}, not {wanted}: its games are uploaded "
+            f"only there (run a worker on that root to upload them); give this worker another "
+            f"--spool-dir"
+        )
         self.directory = directory
         self.holds = holds
 
@@ -140,7 +144,7 @@ def decode_entry(data: bytes, name: str) -> tuple[int, bytes]:
     magic, generation, length, digest = _HEADER.unpack_from(data)
     if magic != MAGIC:
         raise CorruptEntry(f"{name}: not a spool entry (magic {magic!r})")
-    payload = data[_HEADER.size:]
+    payload = data[_HEADER.size :]
     if len(payload) != length:
         raise CorruptEntry(f"{name}: payload is {len(payload)} bytes, header says {length}")
     if hashlib.sha256(payload).digest() != digest:
@@ -269,7 +273,7 @@ class Spool:
 
     def close(self) -> None:
         if self._lock_fd is not None:
-            os.close(self._lock_fd)   # releases the flock
+            os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
 
     # ---- writes and the reserve ----------------------------------------------
@@ -290,8 +294,9 @@ class Spool:
             except (OSError, StorageError) as exc:
                 if not _no_room(exc):
                     raise
-        raise SpoolFull(f"the spool at {self.directory} is full (no room to write "
-                        f"{os.path.relpath(path, self.directory)})")
+        raise SpoolFull(
+            f"the spool at {self.directory} is full (no room to write {os.path.relpath(path, self.directory)})"
+        )
 
     def keep_reserve(self) -> None:
         """Allocate ``RESERVE`` if it is missing and the disk has room for it (else a later call does)."""
@@ -306,7 +311,7 @@ class Spool:
                 except OSError as exc:
                     if exc.errno in NO_ROOM:
                         raise
-                    os.write(fd, bytes(self.reserve_bytes))   # a filesystem without fallocate
+                    os.write(fd, bytes(self.reserve_bytes))  # a filesystem without fallocate
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -317,8 +322,9 @@ class Spool:
             except FileNotFoundError:
                 pass
             if exc.errno not in NO_ROOM:
-                log.warning("spool: cannot allocate %s (%s); a full disk may then stop uploads",
-                            self.reserve_path, exc.strerror)
+                log.warning(
+                    "spool: cannot allocate %s (%s); a full disk may then stop uploads", self.reserve_path, exc.strerror
+                )
 
     def _release_reserve(self) -> bool:
         try:
@@ -377,8 +383,11 @@ class Spool:
     def due(self, chunk_games: int, chunk_seconds: float, everything: bool = False) -> list[int]:
         """Generations whose loose entries should become a batch now."""
         now = time.monotonic()
-        return [gen for gen, names in self.loose.items() if names and (
-            everything or len(names) >= chunk_games or now - self.oldest[gen] >= chunk_seconds)]
+        return [
+            gen
+            for gen, names in self.loose.items()
+            if names and (everything or len(names) >= chunk_games or now - self.oldest[gen] >= chunk_seconds)
+        ]
 
     def make_batch(self, generation: int, worker_id: str, chunk_games: int) -> Batch:
         """Write a batch file for up to ``chunk_games`` loose entries of a generation (oldest first).
@@ -394,19 +403,26 @@ class Spool:
             except SpoolFull:
                 if len(names) == 1:
                     raise
-                names = names[:len(names) // 2]
-        self.loose[generation] = self.loose[generation][len(names):]
+                names = names[: len(names) // 2]
+        self.loose[generation] = self.loose[generation][len(names) :]
         self.oldest[generation] = time.monotonic() if self.loose[generation] else 0.0
         return batch
 
     def _write_batch(self, generation: int, worker_id: str, names: tuple[str, ...]) -> Batch:
         created_ms = int(time.time() * 1000)
         seq = self._next_seq
-        batch = Batch(seq=seq, created_ms=created_ms, generation=generation, worker_id=worker_id,
-                      chunk=layout.chunk_path(generation, worker_id, created_ms, seq), entries=names)
+        batch = Batch(
+            seq=seq,
+            created_ms=created_ms,
+            generation=generation,
+            worker_id=worker_id,
+            chunk=layout.chunk_path(generation, worker_id, created_ms, seq),
+            entries=names,
+        )
         document = {"version": BATCH_VERSION, **dataclasses.asdict(batch), "entries": list(names)}
-        self._write(os.path.join(self.batches_dir, batch.file_name), json.dumps(document, indent=1).encode(),
-                    use_reserve=True)
+        self._write(
+            os.path.join(self.batches_dir, batch.file_name), json.dumps(document, indent=1).encode(), use_reserve=True
+        )
         self._next_seq += 1
         self.batches.append(batch)
         return batch
@@ -422,9 +438,14 @@ class Spool:
                     document = json.loads(f.read())
                 if document.get("version") != BATCH_VERSION:
                     raise ValueError(f"version {document.get('version')!r}, expected {BATCH_VERSION}")
-                batch = Batch(seq=int(document["seq"]), created_ms=int(document["created_ms"]),
-                              generation=int(document["generation"]), worker_id=str(document["worker_id"]),
-                              chunk=str(document["chunk"]), entries=tuple(document["entries"]))
+                batch = Batch(
+                    seq=int(document["seq"]),
+                    created_ms=int(document["created_ms"]),
+                    generation=int(document["generation"]),
+                    worker_id=str(document["worker_id"]),
+                    chunk=str(document["chunk"]),
+                    entries=tuple(document["entries"]),
+                )
                 if batch.file_name != name or layout.parse_chunk_path(batch.chunk) is None:
                     raise ValueError("seq or chunk path does not match")
             except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -464,11 +485,10 @@ class Spool:
                 self._finish(batch)
                 return "present", len(batch.entries)
             if stored is not None:
-                log.error("spool: %s holds other games than batch %s; keeping its games spooled",
-                          url, batch.file_name)
+                log.error("spool: %s holds other games than batch %s; keeping its games spooled", url, batch.file_name)
             self._rebatch(batch, tuple(name for name, _ in present), worker_id)
             return "rebatched", 0
-        whole = [p for _, p in present]   # every entry's payload, in the batch's order
+        whole = [p for _, p in present]  # every entry's payload, in the batch's order
         data = frame_chunk(whole)
         try:
             storage.write_new(batch.chunk, data)
@@ -476,8 +496,13 @@ class Spool:
         except AlreadyExists:
             stored = storage.read(batch.chunk)
             if stored != data and not self._holds(stored, whole, url, exact=True):
-                log.error("spool: CHUNK NAME COLLISION: %s already holds a different object; "
-                          "the %d games of %s stay spooled under a new batch", url, len(payloads), batch.file_name)
+                log.error(
+                    "spool: CHUNK NAME COLLISION: %s already holds a different object; "
+                    "the %d games of %s stay spooled under a new batch",
+                    url,
+                    len(payloads),
+                    batch.file_name,
+                )
                 self._rebatch(batch, batch.entries, worker_id)
                 return "rebatched", 0
             outcome = "present"
@@ -489,7 +514,7 @@ class Spool:
         try:
             records = list(chunk_records(stored, url))
         except RecordError:
-            return False   # not a readable chunk: not these games
+            return False  # not a readable chunk: not these games
         return records == payloads if exact else set(payloads) <= set(records)
 
     def _rebatch(self, batch: Batch, names: tuple[str, ...], worker_id: str) -> None:
@@ -506,7 +531,7 @@ class Spool:
                 pass
         fsync_directory(self.games_dir)
         self._forget_batch(batch)
-        self.keep_reserve()       # the upload made room: take back what a full disk used
+        self.keep_reserve()  # the upload made room: take back what a full disk used
 
     # ---- game serials ---------------------------------------------------------
 

@@ -22,6 +22,7 @@ spool uploads the rest); SIGTERM, --max-games or --max-seconds stop play,
 upload every spooled game and exit 0.  The root must be writable and agree
 with its run.json, else exit 2 (`open_root`).
 """
+
 from __future__ import annotations
 
 import collections
@@ -38,21 +39,20 @@ from typing import Any
 import numpy as np
 
 from cloud.storage import canonical_root
-from format import schema
-from inference.model_probe import ModelMisfit, check_outputs, one_line
-from format import layout
+from engine.driver import GameBatch
+from engine.move_choice import MovePolicy, ResignationCounter
+from format import layout, schema
 from format.codec import GameRecord, encode_game, quantize_policy
 from format.events import EventLog
 from format.planes import convert_input_planes, input_planes_of
 from format.run_config import RunConfig, RunConfigMismatch, ensure_run_config
-from selfplay.config import CLI, WorkerConfig, default_spool_base
-from engine.driver import GameBatch
-from inference.eval_cache import with_evaluation_cache
 from inference.devices import configure_accelerator, use_every_cpu_core
+from inference.eval_cache import with_evaluation_cache
 from inference.evaluator import UniformEvaluator
-from engine.move_choice import MovePolicy, ResignationCounter
 from inference.loading import PlayoutEvaluator, load_published_evaluator
+from inference.model_probe import ModelMisfit, check_outputs, one_line
 from inference.symmetric import RandomSymmetryEvaluator
+from selfplay.config import CLI, WorkerConfig, default_spool_base
 from selfplay.spool import Spool, SpoolError, SpoolFull, open_spool
 
 log = logging.getLogger("selfplay.worker")
@@ -154,21 +154,30 @@ class ModelWatcher:
     the worker waits for a loadable model (`load_first_model`).
     """
 
-    def __init__(self, storage, poll_seconds: float, cache_dir: str, current_generation: int | None,
-                 placement=None, events: EventLog | None = None, inference: str = "auto",
-                 inference_threads: int = 0, board_size: int | None = None):
+    def __init__(
+        self,
+        storage,
+        poll_seconds: float,
+        cache_dir: str,
+        current_generation: int | None,
+        placement=None,
+        events: EventLog | None = None,
+        inference: str = "auto",
+        inference_threads: int = 0,
+        board_size: int | None = None,
+    ):
         self.storage = storage
-        self.board_size = board_size   # the run's (run.json): a model for another board is refused
-        self.inference = inference   # WorkerConfig.inference: auto, tensorflow or openvino
+        self.board_size = board_size  # the run's (run.json): a model for another board is refused
+        self.inference = inference  # WorkerConfig.inference: auto, tensorflow or openvino
         self.inference_threads = inference_threads
-        self.placement = placement   # inference.devices.Placement; None = set up at the first load
+        self.placement = placement  # inference.devices.Placement; None = set up at the first load
         self.poll_seconds = poll_seconds
         self.cache_dir = cache_dir
         self.known = current_generation
         self.events = events or EventLog(None, "worker")
         self.failures = 0
         """Consecutive rejected polls (0 after a good one)."""
-        self._trying = None   # the generation being loaded, for the rejection message
+        self._trying = None  # the generation being loaded, for the rejection message
         self._ready = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -205,11 +214,17 @@ class ModelWatcher:
         # refused before its files are fetched or TensorFlow is loaded.
         self.check_fits_run(registry.read_manifest(self.storage, generation).metadata, generation)
         if self.placement is None:
-            use_every_cpu_core()   # before TensorFlow builds its thread pools
-            self.placement = configure_accelerator("")   # GPU memory growth before TF touches a GPU
+            use_every_cpu_core()  # before TensorFlow builds its thread pools
+            self.placement = configure_accelerator("")  # GPU memory growth before TF touches a GPU
         evaluator = load_published_evaluator(
-            self.storage, generation, cache_dir=self.cache_dir, placement=self.placement, inference=self.inference,
-            threads=self.inference_threads, log=lambda line: print(f"[selfplay] {line}", flush=True)).evaluate
+            self.storage,
+            generation,
+            cache_dir=self.cache_dir,
+            placement=self.placement,
+            inference=self.inference,
+            threads=self.inference_threads,
+            log=lambda line: print(f"[selfplay] {line}", flush=True),
+        ).evaluate
         self.known = generation
         self.failures = 0
         model_files.clear_cache(self.cache_dir, keep_generations={generation})
@@ -229,19 +244,23 @@ class ModelWatcher:
         if self.board_size is None:
             return
         if metadata.get("board_size") != self.board_size:
-            raise ModelMisfit(f"{self.storage.url(layout.model_manifest(generation))}: field 'board_size' is "
-                              f"{metadata.get('board_size')}, but this run plays {self.board_size}x{self.board_size} "
-                              f"({self.storage.url(layout.RUN_CONFIG)})")
+            raise ModelMisfit(
+                f"{self.storage.url(layout.model_manifest(generation))}: field 'board_size' is "
+                f"{metadata.get('board_size')}, but this run plays {self.board_size}x{self.board_size} "
+                f"({self.storage.url(layout.RUN_CONFIG)})"
+            )
 
     def reject(self, exc: BaseException, keeping: str) -> float:
         """Report a failed poll; returns how long to wait before the next one."""
         self.failures += 1
         delay = backoff_seconds(self.failures, self.poll_seconds)
-        what = (f"model generation {self._trying}" if self._trying is not None
-                else f"{self.storage.url(layout.LATEST)}")
+        what = f"model generation {self._trying}" if self._trying is not None else f"{self.storage.url(layout.LATEST)}"
         message = one_line(str(exc)) or type(exc).__name__
-        print(f"selfplay.worker: rejected {what}: {message}; {keeping}, retrying in {delay:.3g} s",
-              file=sys.stderr, flush=True)
+        print(
+            f"selfplay.worker: rejected {what}: {message}; {keeping}, retrying in {delay:.3g} s",
+            file=sys.stderr,
+            flush=True,
+        )
         self.events.emit("model_rejected", generation=self._trying, error=message[:500])
         return delay
 
@@ -252,8 +271,11 @@ class ModelWatcher:
                 self.poll_once()
                 delay = self.poll_seconds
             except Exception as exc:  # noqa: BLE001 - a bad model must not stop play
-                keeping = (f"keeping generation {self.known}" if self.known is not None
-                           else "keeping the generation-0 evaluator")
+                keeping = (
+                    f"keeping generation {self.known}"
+                    if self.known is not None
+                    else "keeping the generation-0 evaluator"
+                )
                 delay = self.reject(exc, keeping)
 
 
@@ -271,8 +293,9 @@ def generation0_evaluator(config: WorkerConfig):
 
 def open_worker_spool(config: WorkerConfig) -> Spool:
     """The spool ``config`` names (--spool-dir, else its default slot), bound to the config's lake."""
-    return open_spool(config.spool_dir or None, default_spool_base(config.root, config.worker_id),
-                      lake=canonical_root(config.root))
+    return open_spool(
+        config.spool_dir or None, default_spool_base(config.root, config.worker_id), lake=canonical_root(config.root)
+    )
 
 
 class SelfPlayWorker:
@@ -282,8 +305,9 @@ class SelfPlayWorker:
     opens the one ``config`` names and closes it when `run()` ends.
     """
 
-    def __init__(self, config: WorkerConfig, storage, evaluator=None, spool: Spool | None = None,
-                 events: EventLog | None = None):
+    def __init__(
+        self, config: WorkerConfig, storage, evaluator=None, spool: Spool | None = None, events: EventLog | None = None
+    ):
         self.config = config
         self.storage = storage
         self.evaluator = self._playing(evaluator or generation0_evaluator(config))
@@ -297,20 +321,32 @@ class SelfPlayWorker:
         self._spool_full = False
         self.final_upload_ok = True
         self.batch = GameBatch(
-            config.board_size, config.games, komi=config.komi, max_moves=config.max_moves,
-            num_groups=2, leaves_per_game=config.leaves_per_game, c_puct_init=config.c_puct,
-            fpu_reduction=config.fpu_reduction, gumbel_max_considered=config.gumbel_considered,
-            gumbel_c_visit=config.gumbel_c_visit, gumbel_c_scale=config.gumbel_c_scale,
+            config.board_size,
+            config.games,
+            komi=config.komi,
+            max_moves=config.max_moves,
+            num_groups=2,
+            leaves_per_game=config.leaves_per_game,
+            c_puct_init=config.c_puct,
+            fpu_reduction=config.fpu_reduction,
+            gumbel_max_considered=config.gumbel_considered,
+            gumbel_c_visit=config.gumbel_c_visit,
+            gumbel_c_scale=config.gumbel_c_scale,
             dirichlet_alpha_total=config.dirichlet_alpha_total,
-            dirichlet_epsilon=config.dirichlet_epsilon, seed=config.seed,
-            pass_when_winning=config.pass_when_winning)
+            dirichlet_epsilon=config.dirichlet_epsilon,
+            seed=config.seed,
+            pass_when_winning=config.pass_when_winning,
+        )
         # One batch buffer per group, as wide as the input of the evaluator that gathers into it
         # (format/planes.py: 17 or 22 channels; `_buffer_for` follows a model of another width).
         self.buffers = [self._new_buffer(input_planes_of(self.evaluator)) for _ in range(2)]
         self.counters = Counters()
-        self.move_policy = MovePolicy(sampled_moves=config.sampled_moves, resign_threshold=config.resign_threshold,
-                                      resign_consecutive=config.resign_consecutive)
-        self.games: list[GameInProgress | None] = [None] * config.games   # each slot's game, once started
+        self.move_policy = MovePolicy(
+            sampled_moves=config.sampled_moves,
+            resign_threshold=config.resign_threshold,
+            resign_consecutive=config.resign_consecutive,
+        )
+        self.games: list[GameInProgress | None] = [None] * config.games  # each slot's game, once started
         self.stop_requested = threading.Event()
         self.started = time.monotonic()
         self._game_serial = 0
@@ -326,14 +362,15 @@ class SelfPlayWorker:
         # Serials are reserved in the spool, so a restart with the same --seed plays new games.
         serial = self._while_spool_full(lambda: self.spool.reserve_serial(self.config.seed, self._game_serial))
         if serial is None:
-            return   # stopping while the spool is full: the slot stays empty
+            return  # stopping while the spool is full: the slot stays empty
         self._game_serial = serial
         seed = game_seed(self.config.seed, self._game_serial)
         self.batch.new_game(g, seed=seed)
         rng = np.random.default_rng(seed)
         resign_enabled = bool(rng.random() >= self.config.resign_disabled_fraction)
-        self.games[g] = GameInProgress(game_id=f"{self._run_tag}.{self._game_serial}", seed=seed, rng=rng,
-                                       resign_enabled=resign_enabled)
+        self.games[g] = GameInProgress(
+            game_id=f"{self._run_tag}.{self._game_serial}", seed=seed, rng=rng, resign_enabled=resign_enabled
+        )
         self._game_serial += 1
         self._start_search(g)
 
@@ -354,8 +391,9 @@ class SelfPlayWorker:
         gumbel_noise = 1.0 if len(game.moves) < cfg.sampled_moves else cfg.gumbel_late_noise
         if game.accelerating:
             game.this_search_full = False
-            self.batch.start_search(g, cfg.accelerated_visits, gumbel=cfg.gumbel, noise=False,
-                                    gumbel_noise=gumbel_noise)
+            self.batch.start_search(
+                g, cfg.accelerated_visits, gumbel=cfg.gumbel, noise=False, gumbel_noise=gumbel_noise
+            )
             return
         game.this_search_full = bool(game.rng.random() < cfg.full_search_fraction)
         budget = cfg.visits if game.this_search_full else cfg.fast_visits
@@ -370,7 +408,7 @@ class SelfPlayWorker:
         """
         game = self._game(g)
         if game.dropped:
-            self._new_game(g)   # its search is done, so nothing of it is in flight
+            self._new_game(g)  # its search is done, so nothing of it is in flight
             return
         board = self.batch.board(g)
         to_play = board.to_play
@@ -448,15 +486,27 @@ class SelfPlayWorker:
         generation = max(game.generation_moves.items(), key=lambda kv: (kv[1], kv[0]))[0]
         m = len(game.moves)
         return GameRecord(
-            board_size=n, komi=cfg.komi, game_id=game.game_id, generation=int(generation),
-            worker_id=self.worker_name, moves=np.asarray(game.moves, np.int16),
+            board_size=n,
+            komi=cfg.komi,
+            game_id=game.game_id,
+            generation=int(generation),
+            worker_id=self.worker_name,
+            moves=np.asarray(game.moves, np.int16),
             planes=np.asarray(game.planes, np.uint8).reshape(m, 2, n, n),
-            policy_indices=game.policy_indices, policy_values=game.policy_values,
+            policy_indices=game.policy_indices,
+            policy_values=game.policy_values,
             root_values=np.asarray(game.root_values, np.float32),
-            full_search=np.asarray(game.full_search, bool), winner=int(winner), score=score,
-            end_reason=end_reason, ownership=ownership, ownership_source=source,
-            resign_enabled=game.resign_enabled, would_resign=game.would_resign,
-            accelerated_from=game.accelerated_from, seed=game.seed)
+            full_search=np.asarray(game.full_search, bool),
+            winner=int(winner),
+            score=score,
+            end_reason=end_reason,
+            ownership=ownership,
+            ownership_source=source,
+            resign_enabled=game.resign_enabled,
+            would_resign=game.would_resign,
+            accelerated_from=game.accelerated_from,
+            seed=game.seed,
+        )
 
     # ---- the loop ---------------------------------------------------------
 
@@ -484,10 +534,12 @@ class SelfPlayWorker:
 
     def _should_stop(self) -> bool:
         cfg = self.config
-        return bool(self.stop_requested.is_set()
-                or (cfg.max_games and self.counters.games >= cfg.max_games)
-                or (cfg.max_positions and self.counters.finished_positions >= cfg.max_positions)
-                or (cfg.max_seconds and time.monotonic() - self.started >= cfg.max_seconds))
+        return bool(
+            self.stop_requested.is_set()
+            or (cfg.max_games and self.counters.games >= cfg.max_games)
+            or (cfg.max_positions and self.counters.finished_positions >= cfg.max_positions)
+            or (cfg.max_seconds and time.monotonic() - self.started >= cfg.max_seconds)
+        )
 
     def run(self, watcher: ModelWatcher | None = None) -> Counters:
         """Play until stopped, upload every spooled game; `final_upload_ok` says whether that worked."""
@@ -538,7 +590,7 @@ class SelfPlayWorker:
                     if watcher is not None:
                         self._maybe_switch_model(watcher)
                     if self.evaluator is None:
-                        continue   # paused: no model may play until a newer one loads
+                        continue  # paused: no model may play until a newer one loads
                     rows = unevaluated.pop(group, 0)
                     if not rows:
                         rows = self.batch.gather(group, self._buffer_for(group))
@@ -550,8 +602,11 @@ class SelfPlayWorker:
                         self.counters.evaluations += rows
                         self.counters.batches += 1
                         self.counters.batch_rows += self.batch.batch_rows
-                    in_flight[group] = (self.evaluator, rows,
-                                        inference.submit(self._evaluate, self.evaluator, group, rows))
+                    in_flight[group] = (
+                        self.evaluator,
+                        rows,
+                        inference.submit(self._evaluate, self.evaluator, group, rows),
+                    )
                 if self.evaluator is None and not in_flight:
                     self.stop_requested.wait(PAUSED_POLL_SECONDS)
                 self._ship()
@@ -559,7 +614,7 @@ class SelfPlayWorker:
                     self._print_progress()
                     next_progress = time.monotonic() + self.config.progress_seconds
             for _, _, future in in_flight.values():
-                future.result()   # let the inference thread finish; results discarded
+                future.result()  # let the inference thread finish; results discarded
 
     # ---- the spool and the lake ---------------------------------------------
 
@@ -568,13 +623,22 @@ class SelfPlayWorker:
         payload = encode_game(record)
         entry = self._while_spool_full(lambda: self.spool.add(record.generation, record.game_id, payload))
         if entry is None:
-            print(f"selfplay.worker: game {record.game_id} is lost: stopping while the spool at "
-                  f"{self.spool.directory} has no room for it", file=sys.stderr, flush=True)
+            print(
+                f"selfplay.worker: game {record.game_id} is lost: stopping while the spool at "
+                f"{self.spool.directory} has no room for it",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         self.counters.games += 1
         self.counters.finished_positions += record.num_positions
-        self.events.emit("game_finished", game_id=record.game_id, generation=record.generation,
-                         moves=len(record.moves), spool_entry=entry)
+        self.events.emit(
+            "game_finished",
+            game_id=record.game_id,
+            generation=record.generation,
+            moves=len(record.moves),
+            spool_entry=entry,
+        )
 
     def _while_spool_full(self, write):
         """``write()``, a spool write; while the spool's disk is full, play pauses in here.
@@ -595,11 +659,11 @@ class SelfPlayWorker:
                 continue
             if paused:
                 print(f"[selfplay] the spool at {self.spool.directory} has room again; play resumed", flush=True)
-            self._spool_full = False   # the next time it is full is a new episode, with its own line
+            self._spool_full = False  # the next time it is full is a new episode, with its own line
             return result
 
     def _say_spool_full(self, exc: SpoolFull) -> None:
-        if not self._spool_full:   # once per episode
+        if not self._spool_full:  # once per episode
             self._spool_full = True
             print(f"selfplay.worker: {exc}; new games paused until uploads make room", file=sys.stderr, flush=True)
 
@@ -637,9 +701,13 @@ class SelfPlayWorker:
                     delay = backoff_seconds(self.upload_failures, 2.0)
                     self._upload_retry_at = time.monotonic() + delay
                     message = " ".join(str(exc).split()) or type(exc).__name__
-                    print(f"selfplay.worker: upload of {self.storage.url(batch.chunk)} failed ({message}); "
-                          f"{self.spool.spooled} games stay spooled in {self.spool.directory}, "
-                          f"retrying in {delay:.3g} s", file=sys.stderr, flush=True)
+                    print(
+                        f"selfplay.worker: upload of {self.storage.url(batch.chunk)} failed ({message}); "
+                        f"{self.spool.spooled} games stay spooled in {self.spool.directory}, "
+                        f"retrying in {delay:.3g} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     return False
                 if outcome != "rebatched":
                     self.counters.chunks += 1
@@ -664,8 +732,9 @@ class SelfPlayWorker:
         self._leftovers_done = True
         before = self.spool.spooled
         if before or self.spool.corrupt:
-            print(f"[selfplay] spool {self.spool.directory}: uploading {before} games left by an earlier run",
-                  flush=True)
+            print(
+                f"[selfplay] spool {self.spool.directory}: uploading {before} games left by an earlier run", flush=True
+            )
         self._ship(everything=True)
 
     def upload_everything(self, attempts: int = 5) -> bool:
@@ -676,8 +745,12 @@ class SelfPlayWorker:
             if self._ship(everything=True) and not self.spool.spooled:
                 self._print_progress()
                 return True
-        print(f"selfplay.worker: {self.spool.spooled} games stay spooled in {self.spool.directory}; "
-              f"a worker started on that spool uploads them", file=sys.stderr, flush=True)
+        print(
+            f"selfplay.worker: {self.spool.spooled} games stay spooled in {self.spool.directory}; "
+            f"a worker started on that spool uploads them",
+            file=sys.stderr,
+            flush=True,
+        )
         self._print_progress()
         return False
 
@@ -688,18 +761,21 @@ class SelfPlayWorker:
         evaluator = watcher.take()
         if evaluator is not None:
             log.info("switching to model generation %d", evaluator.generation)
-            print(f"[selfplay] model generation {evaluator.generation} loaded; games in progress continue on it",
-                  flush=True)
+            print(
+                f"[selfplay] model generation {evaluator.generation} loaded; games in progress continue on it",
+                flush=True,
+            )
             if self.evaluator is not None and self.evaluator.generation > 0:
-                self._previous = self.evaluator   # the fallback should this one fail in play
+                self._previous = self.evaluator  # the fallback should this one fail in play
             self.evaluator = self._playing(evaluator)
 
     def _playing(self, evaluator):
         """``evaluator`` as the search calls it: under random symmetries (``--symmetry``, a model's
         only: the playouts of generation 0 have no orientation), behind the evaluation cache."""
         if self.config.symmetry and evaluator.generation > 0:
-            evaluator = RandomSymmetryEvaluator(evaluator, self.config.board_size,
-                                                seed=(self.config.seed + evaluator.generation) % 2 ** 63)
+            evaluator = RandomSymmetryEvaluator(
+                evaluator, self.config.board_size, seed=(self.config.seed + evaluator.generation) % 2**63
+            )
         return with_evaluation_cache(evaluator, self.config.eval_cache_entries)
 
     def _refuse_in_play(self, evaluator, problem: str) -> None:
@@ -716,8 +792,8 @@ class SelfPlayWorker:
         """
         generation = evaluator.generation
         if generation in self._refused:
-            return   # a batch sent before the refusal: already reported
-        self._refused.add(generation)   # a generation is never republished: it names the model
+            return  # a batch sent before the refusal: already reported
+        self._refused.add(generation)  # a generation is never republished: it names the model
         if self._previous is not None and self._previous.generation == generation:
             self._previous = None
         if self.evaluator is not None and self.evaluator.generation == generation:
@@ -727,28 +803,42 @@ class SelfPlayWorker:
             if game is not None and not game.dropped:
                 game.dropped = True
                 dropped += 1
-        keeping = (f"back to generation {self.evaluator.generation}" if self.evaluator is not None
-                   else "play paused until a newer model loads")
+        keeping = (
+            f"back to generation {self.evaluator.generation}"
+            if self.evaluator is not None
+            else "play paused until a newer model loads"
+        )
         message = f"a batch of positions in play got {problem}"
-        print(f"selfplay.worker: rejected model generation {generation}: {message}; the {dropped} games "
-              f"in progress are dropped; {keeping}", file=sys.stderr, flush=True)
+        print(
+            f"selfplay.worker: rejected model generation {generation}: {message}; the {dropped} games "
+            f"in progress are dropped; {keeping}",
+            file=sys.stderr,
+            flush=True,
+        )
         self.events.emit("model_rejected", generation=generation, error=message, in_play=True, games_dropped=dropped)
 
     def _print_progress(self) -> None:
         c = self.counters
         elapsed = max(time.monotonic() - self.started, 1e-9)
         fill = c.evaluations / c.batch_rows if c.batch_rows else 0.0
-        false_rate = (f"{c.false_resignations}/{c.would_resign_games}"
-                      if c.would_resign_games else "0/0")
-        generation = self.evaluator.generation if self.evaluator is not None else None   # None: paused
-        print(f"[selfplay] {elapsed:7.1f}s games {c.games} ({c.games / elapsed:.2f}/s) "
-              f"positions {c.positions} ({c.positions / elapsed:.1f}/s) "
-              f"evals {c.evaluations / elapsed:.0f}/s batch fill {fill:.1%} "
-              f"network {c.network_seconds / elapsed:.0%} chunks {c.chunks} "
-              f"generation {'none (paused)' if generation is None else generation} false resign {false_rate}",
-              flush=True)
-        self.events.emit("progress", games=c.games, positions=c.positions, generation=generation,
-                         chunks=c.chunks, spooled=self.spool.spooled)
+        false_rate = f"{c.false_resignations}/{c.would_resign_games}" if c.would_resign_games else "0/0"
+        generation = self.evaluator.generation if self.evaluator is not None else None  # None: paused
+        print(
+            f"[selfplay] {elapsed:7.1f}s games {c.games} ({c.games / elapsed:.2f}/s) "
+            f"positions {c.positions} ({c.positions / elapsed:.1f}/s) "
+            f"evals {c.evaluations / elapsed:.0f}/s batch fill {fill:.1%} "
+            f"network {c.network_seconds / elapsed:.0%} chunks {c.chunks} "
+            f"generation {'none (paused)' if generation is None else generation} false resign {false_rate}",
+            flush=True,
+        )
+        self.events.emit(
+            "progress",
+            games=c.games,
+            positions=c.positions,
+            generation=generation,
+            chunks=c.chunks,
+            spooled=self.spool.spooled,
+        )
 
 
 class StartupError(Exception):
@@ -775,8 +865,9 @@ def open_root(config: WorkerConfig, retry=None):
     except RunConfigMismatch as exc:
         raise StartupError(f"refusing to run: {exc}") from None
     except Exception as exc:  # noqa: BLE001
-        raise StartupError(f"cannot read or write {storage.url(layout.RUN_CONFIG)}: "
-                           f"{' '.join(str(exc).split())}") from None
+        raise StartupError(
+            f"cannot read or write {storage.url(layout.RUN_CONFIG)}: {' '.join(str(exc).split())}"
+        ) from None
     return storage
 
 
@@ -823,7 +914,7 @@ def main(argv=None) -> int:
         print(f"selfplay.worker: --model-cache: {exc}", file=sys.stderr)
         return 2
     placement = None
-    if config.device:   # fail now on a missing device; '' leaves TensorFlow unloaded until a model exists
+    if config.device:  # fail now on a missing device; '' leaves TensorFlow unloaded until a model exists
         use_every_cpu_core()
         try:
             placement = configure_accelerator(config.device)
@@ -847,9 +938,17 @@ def _run_worker(config, storage, spool, cache, placement, events, stop) -> int:
     worker = SelfPlayWorker(config, storage, None, spool=spool, events=events)
     worker.stop_requested = stop
     worker.upload_leftovers()
-    watcher = ModelWatcher(storage, config.poll_seconds, cache, current_generation=None, placement=placement,
-                           events=events, inference=config.inference,
-                           inference_threads=config.inference_threads, board_size=config.board_size)
+    watcher = ModelWatcher(
+        storage,
+        config.poll_seconds,
+        cache,
+        current_generation=None,
+        placement=placement,
+        events=events,
+        inference=config.inference,
+        inference_threads=config.inference_threads,
+        board_size=config.board_size,
+    )
     evaluator, play = load_first_model(watcher, stop, config.max_seconds)
     if not play:
         reason = "signal" if stop.is_set() else "max_seconds"

@@ -10,6 +10,7 @@ an empty root or a root it made itself (``layout.DEMO_MARKER``, written first),
 and refuses any other with one line; its default root, ``./demo-lake``, is
 not the loop's ``./lake``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,7 @@ import time
 
 import numpy as np
 
-from format import layout
-from format import codec, schema
+from format import codec, layout, schema
 from format.cli import bounded_number
 from format.inspect import main as inspect_main
 from format.run_config import RunConfig, ensure_run_config
@@ -28,15 +28,29 @@ from testdata.synthetic_games import synthetic_game
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m testdata.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default="./demo-lake",
-                        help="an empty folder or gs:// root, or one this demo made (default ./demo-lake)")
-    parser.add_argument("--board-size", type=bounded_number(int, at_least=schema.MIN_BOARD_SIZE,
-                                                       at_most=schema.MAX_BOARD_SIZE), default=9,
-                        help=f"board size, {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE} (default 9)")
-    parser.add_argument("--chunks", type=bounded_number(int, at_least=1, at_most=100), default=4,
-                        help="chunks to write, 1..100 (default 4)")
-    parser.add_argument("--games-per-chunk", type=bounded_number(int, at_least=1, at_most=1000), default=16,
-                        help="games per chunk, 1..1000 (default 16)")
+    parser.add_argument(
+        "--root",
+        default="./demo-lake",
+        help="an empty folder or gs:// root, or one this demo made (default ./demo-lake)",
+    )
+    parser.add_argument(
+        "--board-size",
+        type=bounded_number(int, at_least=schema.MIN_BOARD_SIZE, at_most=schema.MAX_BOARD_SIZE),
+        default=9,
+        help=f"board size, {schema.MIN_BOARD_SIZE}..{schema.MAX_BOARD_SIZE} (default 9)",
+    )
+    parser.add_argument(
+        "--chunks",
+        type=bounded_number(int, at_least=1, at_most=100),
+        default=4,
+        help="chunks to write, 1..100 (default 4)",
+    )
+    parser.add_argument(
+        "--games-per-chunk",
+        type=bounded_number(int, at_least=1, at_most=1000),
+        default=16,
+        help="games per chunk, 1..1000 (default 16)",
+    )
     return parser
 
 
@@ -48,16 +62,21 @@ def main(argv=None) -> int:
     if not storage.exists(layout.DEMO_MARKER):
         held = storage.list("")
         if held:
-            print(f"python -m testdata.demo: error: {storage.url('')} already holds {len(held)} object(s) "
-                  f"(e.g. {held[0].path}) and is not a demo lake; its synthetic games would be trained on. "
-                  "Give an empty folder, e.g. --root ./demo-lake", file=sys.stderr)
+            print(
+                f"python -m testdata.demo: error: {storage.url('')} already holds {len(held)} object(s) "
+                f"(e.g. {held[0].path}) and is not a demo lake; its synthetic games would be trained on. "
+                "Give an empty folder, e.g. --root ./demo-lake",
+                file=sys.stderr,
+            )
             return 2
         storage.write_new(layout.DEMO_MARKER, b"synthetic games of python -m testdata.demo: train nothing on them\n")
     ensure_run_config(storage, RunConfig(board_size=args.board_size))
     rng = np.random.default_rng()
     for seq in range(args.chunks):
-        games = [synthetic_game(rng, args.board_size, visits=200, full_search_fraction=0.25, worker_id="demo")
-                 for _ in range(args.games_per_chunk)]
+        games = [
+            synthetic_game(rng, args.board_size, visits=200, full_search_fraction=0.25, worker_id="demo")
+            for _ in range(args.games_per_chunk)
+        ]
         path = layout.chunk_path(0, "demo", int(time.time() * 1000), seq)
         storage.write_new(path, codec.encode_chunk(games))
         print(f"wrote {storage.url(path)}")

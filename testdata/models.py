@@ -6,6 +6,7 @@ format.registry.publish_model uploads its files and manifest and moves
 LATEST.  The network's shape is the caller's: tests use `TINY_NETWORK`
 (one block of 8 filters, seconds to build), benches pin their own.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,8 +21,9 @@ TINY_NETWORK = dict(blocks=1, filters=8, global_pool_every=1, global_pool_channe
 """The smallest network that has every head: enough to exercise the code that loads and runs a model."""
 
 
-def random_game_planes(board_size: int, count: int, seed: int = 0, games: int = 16,
-                       channels: int = schema.BASIC_INPUT_PLANES) -> np.ndarray:
+def random_game_planes(
+    board_size: int, count: int, seed: int = 0, games: int = 16, channels: int = schema.BASIC_INPUT_PLANES
+) -> np.ndarray:
     """float32 [count, N, N, channels]: input planes of positions from legal random games.
 
     Moves are uniformly random among the legal ones that do not fill the
@@ -46,9 +48,16 @@ def random_game_planes(board_size: int, count: int, seed: int = 0, games: int = 
     return np.stack([positions[i] for i in chosen]).astype(np.float32)
 
 
-def publish_untrained_model(root: str, generation: int, board_size: int, *, network: dict | None = None,
-                            seed: int | None = None, metadata: dict | None = None,
-                            cpu_int8: bool = False) -> dict | None:
+def publish_untrained_model(
+    root: str,
+    generation: int,
+    board_size: int,
+    *,
+    network: dict | None = None,
+    seed: int | None = None,
+    metadata: dict | None = None,
+    cpu_int8: bool = False,
+) -> dict | None:
     """Publish a randomly initialised network as ``generation`` of the lake at ``root`` (LATEST moves to it).
 
     ``network``: NetworkConfig fields besides the board size (default
@@ -62,8 +71,8 @@ def publish_untrained_model(root: str, generation: int, board_size: int, *, netw
 
     from cloud.storage import open_storage
     from format.registry import publish_model
-    from model.export import export_inference_model
     from model.config import NetworkConfig
+    from model.export import export_inference_model
     from model.network import build_network
 
     if seed is not None:
@@ -71,18 +80,28 @@ def publish_untrained_model(root: str, generation: int, board_size: int, *, netw
     config = NetworkConfig(board_size=board_size, **(TINY_NETWORK if network is None else network))
     weights = [w.numpy() for w in build_network(config).weights]
     with tempfile.TemporaryDirectory(prefix="zerolake-untrained-model-") as scratch:
-        local = os.path.join(scratch, "model")     # outside the lake: only the registry writes there
+        local = os.path.join(scratch, "model")  # outside the lake: only the registry writes there
         export_inference_model(config, weights, local)
         extra = {}
         if cpu_int8:
             from model.cpu_int8 import CALIBRATION_POSITIONS, CHECK_POSITIONS, add_cpu_int8
 
-            planes = random_game_planes(board_size, CALIBRATION_POSITIONS + CHECK_POSITIONS, seed=seed or 0,
-                                        channels=config.input_planes)
+            planes = random_game_planes(
+                board_size, CALIBRATION_POSITIONS + CHECK_POSITIONS, seed=seed or 0, channels=config.input_planes
+            )
             extra["cpu_int8"] = add_cpu_int8(local, planes)
-        publish_model(open_storage(root), generation, local,
-                      {"board_size": board_size, "generation": generation,
-                       "network": dataclasses.asdict(config), "feature_set_planes": config.input_planes,
-                       "source": "untrained (testdata.models)",
-                       **extra, **(metadata or {})})
+        publish_model(
+            open_storage(root),
+            generation,
+            local,
+            {
+                "board_size": board_size,
+                "generation": generation,
+                "network": dataclasses.asdict(config),
+                "feature_set_planes": config.input_planes,
+                "source": "untrained (testdata.models)",
+                **extra,
+                **(metadata or {}),
+            },
+        )
     return extra.get("cpu_int8")

@@ -20,6 +20,7 @@ groups on the board.  Policy targets are either a tiny fixed target
 shaped like a real search's (``visits > 0``, `testdata.synthetic_games`'s
 `synthetic_visit_counts`, with playout-cap randomization).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +28,7 @@ import uuid
 
 import numpy as np
 
-from format import schema
-from format import symmetry
+from format import schema, symmetry
 from format.codec import GameRecord
 from testdata.synthetic_games import synthetic_visit_counts
 
@@ -56,8 +56,16 @@ def random_move(board, rng: np.random.Generator, stones=None, legal_mask=None) -
     return int(rng.choice(playable)) if len(playable) else points
 
 
-def engine_game(rng: np.random.Generator, board_size: int, *, generation: int = 0, komi: float = schema.DEFAULT_KOMI,
-                worker_id: str = "test", visits: int = 0, full_search_fraction: float = 1.0) -> GameRecord:
+def engine_game(
+    rng: np.random.Generator,
+    board_size: int,
+    *,
+    generation: int = 0,
+    komi: float = schema.DEFAULT_KOMI,
+    worker_id: str = "test",
+    visits: int = 0,
+    full_search_fraction: float = 1.0,
+) -> GameRecord:
     """A legal random game to two passes, recorded as self-play would.
 
     ``visits == 0``: every position is fully searched with the target
@@ -113,11 +121,23 @@ def engine_game(rng: np.random.Generator, board_size: int, *, generation: int = 
         root_values = (walk * to_play).astype(np.float32)
     score = float(board.area_score())
     return GameRecord(
-        board_size=n, komi=komi, game_id=uuid.UUID(bytes=rng.bytes(16)).hex, generation=generation,
-        worker_id=worker_id, moves=np.array(moves, np.int16), planes=np.array(planes, np.uint8),
-        policy_indices=indices, policy_values=values, root_values=root_values,
-        full_search=np.array(full, bool), winner=schema.BLACK if score > 0 else schema.WHITE, score=score,
-        end_reason=schema.END_TWO_PASSES, ownership=board.ownership(), ownership_source=schema.OWNERSHIP_FINAL_BOARD)
+        board_size=n,
+        komi=komi,
+        game_id=uuid.UUID(bytes=rng.bytes(16)).hex,
+        generation=generation,
+        worker_id=worker_id,
+        moves=np.array(moves, np.int16),
+        planes=np.array(planes, np.uint8),
+        policy_indices=indices,
+        policy_values=values,
+        root_values=root_values,
+        full_search=np.array(full, bool),
+        winner=schema.BLACK if score > 0 else schema.WHITE,
+        score=score,
+        end_reason=schema.END_TWO_PASSES,
+        ownership=board.ownership(),
+        ownership_source=schema.OWNERSHIP_FINAL_BOARD,
+    )
 
 
 def resigned_copy(game: GameRecord, fraction: float) -> GameRecord:
@@ -128,11 +148,23 @@ def resigned_copy(game: GameRecord, fraction: float) -> GameRecord:
     """
     cut = max(1, int(game.num_positions * fraction))
     return GameRecord(
-        board_size=game.board_size, komi=game.komi, game_id=game.game_id + "r", generation=game.generation,
-        worker_id=game.worker_id, moves=game.moves[:cut], planes=game.planes[:cut],
-        policy_indices=game.policy_indices[:cut], policy_values=game.policy_values[:cut],
-        root_values=game.root_values[:cut], full_search=game.full_search[:cut], winner=game.winner,
-        score=float("nan"), end_reason=schema.END_RESIGN, ownership=None, ownership_source=schema.OWNERSHIP_NONE)
+        board_size=game.board_size,
+        komi=game.komi,
+        game_id=game.game_id + "r",
+        generation=game.generation,
+        worker_id=game.worker_id,
+        moves=game.moves[:cut],
+        planes=game.planes[:cut],
+        policy_indices=game.policy_indices[:cut],
+        policy_values=game.policy_values[:cut],
+        root_values=game.root_values[:cut],
+        full_search=game.full_search[:cut],
+        winner=game.winner,
+        score=float("nan"),
+        end_reason=schema.END_RESIGN,
+        ownership=None,
+        ownership_source=schema.OWNERSHIP_NONE,
+    )
 
 
 def symmetric_copy(game: GameRecord, symmetry_index: int, game_id: str) -> GameRecord:
@@ -153,9 +185,15 @@ def symmetric_copy(game: GameRecord, symmetry_index: int, game_id: str) -> GameR
         values.append(np.asarray(val)[order])
     ownership = None
     if game.ownership is not None:
-        ownership = symmetry.apply_symmetry_to_planes(
-            np.asarray(game.ownership).reshape(n, n), symmetry_index).reshape(-1)
+        ownership = symmetry.apply_symmetry_to_planes(np.asarray(game.ownership).reshape(n, n), symmetry_index).reshape(
+            -1
+        )
     return dataclasses.replace(
-        game, game_id=game_id, moves=where[np.asarray(game.moves, np.int64)].astype(np.int16),
+        game,
+        game_id=game_id,
+        moves=where[np.asarray(game.moves, np.int64)].astype(np.int16),
         planes=symmetry.apply_symmetry_to_planes(game.planes, symmetry_index),
-        policy_indices=indices, policy_values=values, ownership=ownership)
+        policy_indices=indices,
+        policy_values=values,
+        ownership=ownership,
+    )

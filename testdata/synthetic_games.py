@@ -6,6 +6,7 @@ own).  Policy targets look like search output: ``visits`` visit counts spread
 over the empty points, most of them on a handful of favourites and a tail of
 one- and two-visit moves, as PUCT produces.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -80,10 +81,20 @@ def synthetic_game(
     score = black - white - komi
     ownership = board.copy()
     return GameRecord(
-        board_size=n, komi=komi, game_id=uuid.UUID(bytes=rng.bytes(16)).hex,
-        generation=generation, worker_id=worker_id, moves=np.array(moves, dtype=np.int16),
-        planes=np.array(planes, dtype=np.uint8), policy_indices=indices, policy_values=values,
-        root_values=np.array(roots, dtype=np.float32), full_search=np.array(full),
-        winner=schema.BLACK if score > 0 else schema.WHITE, score=float(score), end_reason=schema.END_TWO_PASSES,
-        ownership=ownership, ownership_source=schema.OWNERSHIP_FINAL_BOARD,
+        board_size=n,
+        komi=komi,
+        game_id=uuid.UUID(bytes=rng.bytes(16)).hex,
+        generation=generation,
+        worker_id=worker_id,
+        moves=np.array(moves, dtype=np.int16),
+        planes=np.array(planes, dtype=np.uint8),
+        policy_indices=indices,
+        policy_values=values,
+        root_values=np.array(roots, dtype=np.float32),
+        full_search=np.array(full),
+        winner=schema.BLACK if score > 0 else schema.WHITE,
+        score=float(score),
+        end_reason=schema.END_TWO_PASSES,
+        ownership=ownership,
+        ownership_source=schema.OWNERSHIP_FINAL_BOARD,
     )

@@ -25,6 +25,7 @@ no captures, so the history planes look like a board that filled up over
 time.  Each position is its own game: row g of the window's game table holds
 position g's ownership (from Black's side) and generation.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from format import codec, layout, schema
-from format.window_manifest import window_manifest_bytes, WINDOW_MANIFEST_VERSION
 from format.run_config import RunConfig, ensure_run_config
+from format.window_manifest import WINDOW_MANIFEST_VERSION, window_manifest_bytes
 
 SYNTHETIC_KOMI = schema.DEFAULT_KOMI
 
@@ -70,8 +71,16 @@ def synthetic_position(rng: np.random.Generator, board_size: int) -> SyntheticPo
     score = float(ownership.sum() + komi_for_me)
     policy_index, policy_prob = _policy_target(rng, mine, neighbours)
     board = (mine * to_play).astype(np.int8)
-    return SyntheticPosition(board, to_play, _last_moves(rng, board, to_play), policy_index, policy_prob,
-                             float(np.sign(score)), score, ownership.reshape(-1))
+    return SyntheticPosition(
+        board,
+        to_play,
+        _last_moves(rng, board, to_play),
+        policy_index,
+        policy_prob,
+        float(np.sign(score)),
+        score,
+        ownership.reshape(-1),
+    )
 
 
 def _last_moves(rng, board: np.ndarray, to_play: int) -> np.ndarray:
@@ -110,8 +119,9 @@ def _policy_target(rng, board, neighbours):
     return index[order], prob[order]
 
 
-def compact_positions(positions: list[SyntheticPosition], *, board_size: int,
-                      first_game: int) -> codec.CompactPositions:
+def compact_positions(
+    positions: list[SyntheticPosition], *, board_size: int, first_game: int
+) -> codec.CompactPositions:
     """The positions in the at-rest form the shuffle job writes (codec.CompactPositions, the policy as
     codec.policy_columns makes it); position i is game ``first_game + i`` of the window's game table (its
     ownership is that row, so no position keeps its own)."""
@@ -127,19 +137,28 @@ def compact_positions(positions: list[SyntheticPosition], *, board_size: int,
         board_size=board_size,
         board=codec.pack_trits(codec.colour_codes(np.stack([p.board.reshape(-1) for p in positions]))),
         moves=np.stack([p.last_moves for p in positions]),
-        capture_offsets=np.zeros(count + 1, np.int64), captures=np.zeros(0, np.int64),
+        capture_offsets=np.zeros(count + 1, np.int64),
+        captures=np.zeros(0, np.int64),
         to_play=np.array([p.to_play for p in positions], np.int8),
-        fine=np.zeros(count, bool), ownership_fine=np.zeros((0, nn), np.int8),
+        fine=np.zeros(count, bool),
+        ownership_fine=np.zeros((0, nn), np.int8),
         value=np.array([p.value for p in positions], np.float32),
         score=np.array([p.score for p in positions], np.float32),
-        policy_weight=has_policy, value_weight=ones, ownership_weight=ones, score_weight=ones,
-        policy_offsets=offsets, policy_index=policy_index, policy_value=policy_value,
+        policy_weight=has_policy,
+        value_weight=ones,
+        ownership_weight=ones,
+        score_weight=ones,
+        policy_offsets=offsets,
+        policy_index=policy_index,
+        policy_value=policy_value,
         game=np.arange(first_game, first_game + count, dtype=np.int64),
-        move_number=np.arange(count, dtype=np.int64))
+        move_number=np.arange(count, dtype=np.int64),
+    )
 
 
-def write_synthetic_window(storage, *, target_generation: int, board_size: int,
-                           positions: int, shards: int = 2, seed: int = 0) -> dict:
+def write_synthetic_window(
+    storage, *, target_generation: int, board_size: int, positions: int, shards: int = 2, seed: int = 0
+) -> dict:
     """Write ``windows/<target_generation>/`` (shards and game table, then MANIFEST.json); return the manifest."""
     rng = np.random.default_rng(seed)
     generation = max(target_generation - 1, 0)
@@ -148,21 +167,34 @@ def write_synthetic_window(storage, *, target_generation: int, board_size: int,
     names = [layout.shard_name(attempt, i, shards) for i in range(shards)]
     shard_positions = {}
     for name, rows in zip(names, np.array_split(np.arange(positions), shards)):
-        compact = compact_positions([made[i] for i in rows], board_size=board_size,
-                                    first_game=int(rows[0]) if len(rows) else 0)
+        compact = compact_positions(
+            [made[i] for i in rows], board_size=board_size, first_game=int(rows[0]) if len(rows) else 0
+        )
         storage.write_new(layout.shard_path(target_generation, name), codec.encode_shard(codec.encode_groups(compact)))
         shard_positions[name] = len(rows)
     black_view = [np.round(p.ownership * p.to_play * schema.OWNERSHIP_SCALE).astype(np.int8) for p in made]
-    table = codec.GameTable(board_size=board_size, generation=np.full(positions, generation, np.int64),
-                            ownership=np.stack(black_view) if made else np.zeros((0, board_size ** 2), np.int8))
+    table = codec.GameTable(
+        board_size=board_size,
+        generation=np.full(positions, generation, np.int64),
+        ownership=np.stack(black_view) if made else np.zeros((0, board_size**2), np.int8),
+    )
     table_name = layout.game_table_name(attempt)
     storage.write_new(layout.game_table_path(target_generation, table_name), codec.encode_game_table(table))
-    manifest = {"version": WINDOW_MANIFEST_VERSION, "record_version": schema.POSITION_RECORD_VERSION,
-                "target_generation": target_generation, "board_size": board_size, "komi": SYNTHETIC_KOMI,
-                "attempt": attempt, "shards": names, "shard_positions": shard_positions, "positions": positions,
-                "generations": {str(generation): positions},
-                "games": [f"synthetic-{seed}-{i}" for i in range(positions)], "game_table": table_name,
-                "source": "testdata.synthetic_windows"}
+    manifest = {
+        "version": WINDOW_MANIFEST_VERSION,
+        "record_version": schema.POSITION_RECORD_VERSION,
+        "target_generation": target_generation,
+        "board_size": board_size,
+        "komi": SYNTHETIC_KOMI,
+        "attempt": attempt,
+        "shards": names,
+        "shard_positions": shard_positions,
+        "positions": positions,
+        "generations": {str(generation): positions},
+        "games": [f"synthetic-{seed}-{i}" for i in range(positions)],
+        "game_table": table_name,
+        "source": "testdata.synthetic_windows",
+    }
     storage.write_new(layout.window_manifest(target_generation), window_manifest_bytes(manifest))
     return manifest
 

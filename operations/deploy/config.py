@@ -21,14 +21,15 @@ Terms:
 * *worker group*: the regional managed instance group ``NAME-workers`` of ``--workers`` VMs
   (operations.deploy.workers); each worker's spool lives on its stateful disk ``zerolake-spool``.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import re
 
 from cloud.base import validate_prefix
-from operations.deploy import zones
 from format.cli import flag_name, root_setting, setting, setting_problems, settings_error
+from operations.deploy import zones
 
 ROLES = ("worker", "shuffle", "trainer")
 
@@ -70,14 +71,16 @@ class GpuKind:
 GPU_KINDS = {
     "nvidia-l4": GpuKind({1: "g2-standard-8", 2: "g2-standard-24", 4: "g2-standard-48", 8: "g2-standard-96"}, True),
     "nvidia-tesla-t4": GpuKind({1: "n1-standard-8", 2: "n1-standard-16", 4: "n1-standard-32"}, False),
-    "nvidia-tesla-v100": GpuKind({1: "n1-standard-8", 2: "n1-standard-16", 4: "n1-standard-32",
-                                  8: "n1-standard-64"}, False),
-    "nvidia-tesla-a100": GpuKind({1: "a2-highgpu-1g", 2: "a2-highgpu-2g", 4: "a2-highgpu-4g",
-                                  8: "a2-highgpu-8g"}, True),
-    "nvidia-a100-80gb": GpuKind({1: "a2-ultragpu-1g", 2: "a2-ultragpu-2g", 4: "a2-ultragpu-4g",
-                                 8: "a2-ultragpu-8g"}, True),
-    "nvidia-h100-80gb": GpuKind({1: "a3-highgpu-1g", 2: "a3-highgpu-2g", 4: "a3-highgpu-4g",
-                                 8: "a3-highgpu-8g"}, True),
+    "nvidia-tesla-v100": GpuKind(
+        {1: "n1-standard-8", 2: "n1-standard-16", 4: "n1-standard-32", 8: "n1-standard-64"}, False
+    ),
+    "nvidia-tesla-a100": GpuKind(
+        {1: "a2-highgpu-1g", 2: "a2-highgpu-2g", 4: "a2-highgpu-4g", 8: "a2-highgpu-8g"}, True
+    ),
+    "nvidia-a100-80gb": GpuKind(
+        {1: "a2-ultragpu-1g", 2: "a2-ultragpu-2g", 4: "a2-ultragpu-4g", 8: "a2-ultragpu-8g"}, True
+    ),
+    "nvidia-h100-80gb": GpuKind({1: "a3-highgpu-1g", 2: "a3-highgpu-2g", 4: "a3-highgpu-4g", 8: "a3-highgpu-8g"}, True),
 }
 
 # Images.  Every Compute Engine VM runs the release's container image
@@ -134,65 +137,104 @@ class DeployConfig:
 
     project: str = _field("", "Google Cloud project id", required=True)
     root: str = root_setting(note="here gs://BUCKET/RUN (the bucket is created if missing)")
-    zone: str = _field("us-central1-a", "zone of each role not given one of its own (the bucket is created in "
-                                        "its region)")
+    zone: str = _field(
+        "us-central1-a", "zone of each role not given one of its own (the bucket is created in its region)"
+    )
     worker_zone: str = _field("", "zone of the worker VMs ('' = --zone)")
-    shuffle_zone: str = _field("", "zone of the shuffle follower VM ('' = --zone); its Dataflow jobs run in "
-                                   "its region")
-    trainer_zone: str = _field("", "zone of the trainer ('' = --zone): each TPU generation exists in a few zones "
-                                   "only (see docs/deploy.md)")
-    check_zones: bool = _field(True, "refuse a TPU type that the dated table in operations/deploy/zones.py does "
-                                     "not list in its role's zone, and a zone not shaped like us-central1-a or "
-                                     "us-central1-ai1 (GPU types are checked live only); --no-check-zones trusts "
-                                     "the zone (the plan still asks gcloud, live, before creating anything)")
-    network: str = _field("", "VPC network of every VM, TPU VM and Dataflow worker ('' = the project's "
-                              "'default' network)")
-    subnet: str = _field("", "subnet of that network in the roles' region (every role must then be in one "
-                             "region); '' = the network's own choice (auto-mode networks)")
-    external_ip: bool = _field(True, "give VMs external IPs; --no-external-ip for organisations that forbid "
-                                     "them (the subnet then needs Private Google Access, and Cloud NAT for "
-                                     "the packages the VMs install: docs/deploy.md, 'Networks')")
+    shuffle_zone: str = _field("", "zone of the shuffle follower VM ('' = --zone); its Dataflow jobs run in its region")
+    trainer_zone: str = _field(
+        "", "zone of the trainer ('' = --zone): each TPU generation exists in a few zones only (see docs/deploy.md)"
+    )
+    check_zones: bool = _field(
+        True,
+        "refuse a TPU type that the dated table in operations/deploy/zones.py does "
+        "not list in its role's zone, and a zone not shaped like us-central1-a or "
+        "us-central1-ai1 (GPU types are checked live only); --no-check-zones trusts "
+        "the zone (the plan still asks gcloud, live, before creating anything)",
+    )
+    network: str = _field(
+        "", "VPC network of every VM, TPU VM and Dataflow worker ('' = the project's 'default' network)"
+    )
+    subnet: str = _field(
+        "",
+        "subnet of that network in the roles' region (every role must then be in one "
+        "region); '' = the network's own choice (auto-mode networks)",
+    )
+    external_ip: bool = _field(
+        True,
+        "give VMs external IPs; --no-external-ip for organisations that forbid "
+        "them (the subnet then needs Private Google Access, and Cloud NAT for "
+        "the packages the VMs install: docs/deploy.md, 'Networks')",
+    )
     name: str = _field("zerolake", "deployment name: prefix of VM names, label value, service account name")
     # --- workers ---
     workers: int = _field(0, "self-play worker VMs", at_least=0)
     worker_gpu: str = _field("", f"NVIDIA GPU of each worker VM ({', '.join(GPU_KINDS)}); '' = CPU VMs")
     worker_gpu_count: int = _field(1, "GPUs per worker VM")
     worker_machine: str = _field("", "machine type of a worker VM ('' = the GPU's default, or c2d-standard-16)")
-    worker_processes: int = _field(0, "worker processes per VM (0 = 4 per GPU, or 8 on a CPU VM); "
-                                      "see docs/accelerators.md, 'How many workers per GPU'", at_least=0)
+    worker_processes: int = _field(
+        0,
+        "worker processes per VM (0 = 4 per GPU, or 8 on a CPU VM); "
+        "see docs/accelerators.md, 'How many workers per GPU'",
+        at_least=0,
+    )
     worker_args: str = _field("", "extra flags for every selfplay.worker, e.g. '--visits 128 --board-size 19'")
-    worker_zones: str = _field("", "zones of the regional worker group, comma-separated, all in the region of "
-                                   "--worker-zone ('' = --worker-zone alone); the group creates its VMs where "
-                                   "they can be had (target distribution shape ANY)")
-    spot: bool = _field(True, "worker VMs are spot VMs (the group recreates a preempted one; its spool is kept on "
-                              "its stateful disk); --no-spot for standard VMs")
+    worker_zones: str = _field(
+        "",
+        "zones of the regional worker group, comma-separated, all in the region of "
+        "--worker-zone ('' = --worker-zone alone); the group creates its VMs where "
+        "they can be had (target distribution shape ANY)",
+    )
+    spot: bool = _field(
+        True,
+        "worker VMs are spot VMs (the group recreates a preempted one; its spool is kept on "
+        "its stateful disk); --no-spot for standard VMs",
+    )
     # --- shuffle follower ---
     shuffle: bool = _field(True, "run the shuffle follower VM (--no-shuffle: none)")
     shuffle_machine: str = _field("n2-standard-8", "machine type of the shuffle follower VM")
-    shuffle_runner: str = _field("auto", "where windows are built: local (on the follower VM), dataflow (every "
-                                         "window), or auto (each window by its size: see "
-                                         "--dataflow-above-positions)", choices=SHUFFLE_RUNNERS)
-    dataflow_above_positions: int = _field(DATAFLOW_ABOVE_POSITIONS, "with --shuffle-runner auto: windows of at "
-                                                                     "most this many positions are built on the "
-                                                                     "follower VM, larger ones on Dataflow", at_least=1)
+    shuffle_runner: str = _field(
+        "auto",
+        "where windows are built: local (on the follower VM), dataflow (every "
+        "window), or auto (each window by its size: see "
+        "--dataflow-above-positions)",
+        choices=SHUFFLE_RUNNERS,
+    )
+    dataflow_above_positions: int = _field(
+        DATAFLOW_ABOVE_POSITIONS,
+        "with --shuffle-runner auto: windows of at "
+        "most this many positions are built on the "
+        "follower VM, larger ones on Dataflow",
+        at_least=1,
+    )
     dataflow_max_workers: int = _field(20, "--max_num_workers of each Dataflow job", at_least=1)
     dataflow_machine: str = _field("n2-standard-4", "machine type of the Dataflow workers")
     shuffle_args: str = _field("", "extra flags for pipeline.shuffle --follow")
     # --- trainer ---
     trainer_tpu: str = _field("", "train on a Cloud TPU VM of this type, e.g. v5litepod-8, v4-8")
-    trainer_tpu_runtime: str = _field("", "TPU VM software version (--runtime-version); '' = the TensorFlow "
-                                          "PJRT image Google documents for the generation (operations/deploy/zones.py)")
-    trainer_tpu_valid_for: str = _field("24h", "how long the TPU trainer's queued request waits for capacity "
-                                               "(gcloud --valid-until-duration: 30m, 6h, 7d); after that it "
-                                               "fails and a rerun of the plan queues a new one")
-    trainer_wait_minutes: int = _field(20, "how long the plan waits for a queued TPU to become ACTIVE before it "
-                                           "goes on without it (the request stays queued: the TPU VM starts "
-                                           "training whenever it comes; the plan then exits 3 naming it)",
-                                       at_least=0)
+    trainer_tpu_runtime: str = _field(
+        "",
+        "TPU VM software version (--runtime-version); '' = the TensorFlow "
+        "PJRT image Google documents for the generation (operations/deploy/zones.py)",
+    )
+    trainer_tpu_valid_for: str = _field(
+        "24h",
+        "how long the TPU trainer's queued request waits for capacity "
+        "(gcloud --valid-until-duration: 30m, 6h, 7d); after that it "
+        "fails and a rerun of the plan queues a new one",
+    )
+    trainer_wait_minutes: int = _field(
+        20,
+        "how long the plan waits for a queued TPU to become ACTIVE before it "
+        "goes on without it (the request stays queued: the TPU VM starts "
+        "training whenever it comes; the plan then exits 3 naming it)",
+        at_least=0,
+    )
     trainer_gpu: str = _field("", f"or train on a GPU VM with this NVIDIA GPU ({', '.join(GPU_KINDS)})")
     trainer_gpu_count: int = _field(1, "GPUs of the trainer VM (more than one: MirroredStrategy)")
-    trainer_machine: str = _field("", "machine type of a GPU or CPU trainer VM ('' = the GPU's default, "
-                                      "or n2-standard-16)")
+    trainer_machine: str = _field(
+        "", "machine type of a GPU or CPU trainer VM ('' = the GPU's default, or n2-standard-16)"
+    )
     trainer_cpu: bool = _field(False, "train on a CPU VM (small boards, trials)")
     trainer_args: str = _field("", "extra flags for model.train --follow")
     # --- images ---
@@ -200,11 +242,15 @@ class DeployConfig:
     gpu_image: str = _field("/".join(GPU_IMAGE), "image project/family of GPU VMs (NVIDIA driver included)")
     # --- plan ---
     only: str = _field("", f"comma-separated plan sections to print ({', '.join(SECTIONS)}); '' = all")
-    release: str = _field("", "the sha256 of a release already uploaded (releases/SHA256.tar.gz in the deploy area) "
-                              "for the VMs to run, instead of building one from this checkout; '' = the package "
-                              "section's build, or without that section the release the deployment runs")
-    python: str = _field("", "the local Python that builds the sdist (needs Cython and numpy; '' = the one "
-                             "running this command)")
+    release: str = _field(
+        "",
+        "the sha256 of a release already uploaded (releases/SHA256.tar.gz in the deploy area) "
+        "for the VMs to run, instead of building one from this checkout; '' = the package "
+        "section's build, or without that section the release the deployment runs",
+    )
+    python: str = _field(
+        "", "the local Python that builds the sdist (needs Cython and numpy; '' = the one running this command)"
+    )
 
     def __post_init__(self):
         errors = []
@@ -213,21 +259,33 @@ class DeployConfig:
             if not ok:
                 errors.append(f"{flag_name(field)}: {problem}")
 
-        need(bool(PROJECT_ID.fullmatch(self.project)), "project",
-             f"{self.project!r} is not a project id (6-30 of a-z, 0-9, '-', starting with a letter)")
-        zone_shape = ZONE if self.check_zones else ANY_ZONE      # --no-check-zones overrides the shape too
+        need(
+            bool(PROJECT_ID.fullmatch(self.project)),
+            "project",
+            f"{self.project!r} is not a project id (6-30 of a-z, 0-9, '-', starting with a letter)",
+        )
+        zone_shape = ZONE if self.check_zones else ANY_ZONE  # --no-check-zones overrides the shape too
         for field in ("zone", "worker_zone", "shuffle_zone", "trainer_zone"):
             value = getattr(self, field)
-            need(bool(zone_shape.fullmatch(value)) or (field != "zone" and not value), field,
-                 f"{value!r} is not a zone such as us-central1-a or us-central1-ai1"
-                 + (" (--no-check-zones accepts other names)" if self.check_zones else ""))
+            need(
+                bool(zone_shape.fullmatch(value)) or (field != "zone" and not value),
+                field,
+                f"{value!r} is not a zone such as us-central1-a or us-central1-ai1"
+                + (" (--no-check-zones accepts other names)" if self.check_zones else ""),
+            )
         worker_region = region_of(self.zone_of("worker"))
         for zone in self.worker_group_zones:
-            need(bool(zone_shape.fullmatch(zone)) and region_of(zone) == worker_region, "worker_zones",
-                 f"{zone!r} is not a zone of {worker_region}, the region of the worker group (--worker-zone's): "
-                 "a regional group spreads over the zones of one region")
-        need(bool(LABEL_VALUE.fullmatch(self.name)), "name",
-             f"{self.name!r}: 1-21 of a-z, 0-9 and '-', starting with a letter (it prefixes VM names)")
+            need(
+                bool(zone_shape.fullmatch(zone)) and region_of(zone) == worker_region,
+                "worker_zones",
+                f"{zone!r} is not a zone of {worker_region}, the region of the worker group (--worker-zone's): "
+                "a regional group spreads over the zones of one region",
+            )
+        need(
+            bool(LABEL_VALUE.fullmatch(self.name)),
+            "name",
+            f"{self.name!r}: 1-21 of a-z, 0-9 and '-', starting with a letter (it prefixes VM names)",
+        )
         bucket, _ = split_root(self.root) if self.root.startswith("gs://") else ("", "")
         if not (bucket and BUCKET_NAME.fullmatch(bucket)):
             need(False, "root", f"{self.root!r} is not gs://BUCKET/RUN with a valid bucket name")
@@ -237,7 +295,7 @@ class DeployConfig:
             if problem is None and prefix.strip("/").split("/")[0] == DEPLOY_AREA:
                 problem = f"the run may not lie in {DEPLOY_AREA}/, the deploy area that only you can write"
             need(problem is None, "root", f"{self.root!r}: {problem}")
-        errors += setting_problems(self)       # declared ranges (format.cli)
+        errors += setting_problems(self)  # declared ranges (format.cli)
         for field in ("worker_gpu", "trainer_gpu"):
             value = getattr(self, field)
             need(not value or value in GPU_KINDS, field, f"{value!r} is not one of {', '.join(GPU_KINDS)}")
@@ -248,37 +306,62 @@ class DeployConfig:
         for field in ("worker_machine", "trainer_machine", "shuffle_machine", "dataflow_machine"):
             value = getattr(self, field)
             need(not value or bool(MACHINE_TYPE.fullmatch(value)), field, f"{value!r} is not a machine type")
-        need(not self.trainer_tpu or bool(TPU_TYPE.fullmatch(self.trainer_tpu)), "trainer_tpu",
-             f"{self.trainer_tpu!r} is not a TPU type such as v5litepod-8 or v4-8")
-        trainers = [flag for flag, on in (("--trainer-tpu", self.trainer_tpu), ("--trainer-gpu", self.trainer_gpu),
-                                          ("--trainer-cpu", self.trainer_cpu)) if on]
+        need(
+            not self.trainer_tpu or bool(TPU_TYPE.fullmatch(self.trainer_tpu)),
+            "trainer_tpu",
+            f"{self.trainer_tpu!r} is not a TPU type such as v5litepod-8 or v4-8",
+        )
+        trainers = [
+            flag
+            for flag, on in (
+                ("--trainer-tpu", self.trainer_tpu),
+                ("--trainer-gpu", self.trainer_gpu),
+                ("--trainer-cpu", self.trainer_cpu),
+            )
+            if on
+        ]
         need(len(trainers) <= 1, "trainer_tpu", f"give at most one of {', '.join(trainers)}")
         if self.trainer_tpu and TPU_TYPE.fullmatch(self.trainer_tpu):
             # Also with --trainer-tpu-runtime: the environment TensorFlow needs comes from the same table.
             problem = zones.tpu_problem(self.trainer_tpu)
             need(problem is None, "trainer_tpu", problem or "")
-        need(bool(DURATION.fullmatch(self.trainer_tpu_valid_for)), "trainer_tpu_valid_for",
-             f"{self.trainer_tpu_valid_for!r} is not a duration such as 30m, 6h or 7d")
+        need(
+            bool(DURATION.fullmatch(self.trainer_tpu_valid_for)),
+            "trainer_tpu_valid_for",
+            f"{self.trainer_tpu_valid_for!r} is not a duration such as 30m, 6h or 7d",
+        )
         for field in ("network", "subnet"):
             value = getattr(self, field)
-            need(not value or bool(NETWORK_NAME.fullmatch(value)), field,
-                 f"{value!r} is not a network or subnet name (a-z, 0-9, '-', starting with a letter)")
+            need(
+                not value or bool(NETWORK_NAME.fullmatch(value)),
+                field,
+                f"{value!r} is not a network or subnet name (a-z, 0-9, '-', starting with a letter)",
+            )
         regions = sorted({region_of(self.zone_of(role)) for role in self.planned_roles} | {self.region})
-        need(not self.subnet or len(regions) == 1, "subnet",
-             f"a subnet lives in one region, and these roles run in {', '.join(regions)}: put every role in one "
-             "region (--zone), or drop --subnet")
+        need(
+            not self.subnet or len(regions) == 1,
+            "subnet",
+            f"a subnet lives in one region, and these roles run in {', '.join(regions)}: put every role in one "
+            "region (--zone), or drop --subnet",
+        )
         if self.check_zones and not errors:
             for field, problem in self.zone_problems():
                 need(False, field, problem)
         for field in ("worker_args", "shuffle_args", "trainer_args"):
-            need(bool(ARGS_TEXT.fullmatch(getattr(self, field))), field,
-                 "may hold only letters, digits, spaces and _./:=- (it travels in instance metadata)")
+            need(
+                bool(ARGS_TEXT.fullmatch(getattr(self, field))),
+                field,
+                "may hold only letters, digits, spaces and _./:=- (it travels in instance metadata)",
+            )
         for field in ("cpu_image", "gpu_image"):
             need(getattr(self, field).count("/") == 1, field, "must be PROJECT/FAMILY")
         unknown = sorted(set(self.chosen_sections) - set(SECTIONS))
         need(not unknown, "only", f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
-        need(not self.release or bool(SHA256.fullmatch(self.release)), "release",
-             f"{self.release!r} is not a sha256 (64 of 0-9, a-f), the name of a release in the deploy area")
+        need(
+            not self.release or bool(SHA256.fullmatch(self.release)),
+            "release",
+            f"{self.release!r} is not a sha256 (64 of 0-9, a-f), the name of a release in the deploy area",
+        )
         if errors:
             raise ValueError(settings_error(errors, "invalid deployment"))
 
@@ -332,9 +415,11 @@ class DeployConfig:
     def zone_problems(self) -> list[tuple[str, str]]:
         """(flag field, problem) for each accelerator the table does not list in its role's zone."""
         found = []
-        checks = [("worker_zone", "worker", "gpu", self.worker_gpu if self.workers else ""),
-                  ("trainer_zone", "trainer", "gpu", self.trainer_gpu),
-                  ("trainer_zone", "trainer", "tpu", self.trainer_tpu)]
+        checks = [
+            ("worker_zone", "worker", "gpu", self.worker_gpu if self.workers else ""),
+            ("trainer_zone", "trainer", "gpu", self.trainer_gpu),
+            ("trainer_zone", "trainer", "tpu", self.trainer_tpu),
+        ]
         for field, role, kind, accelerator in checks:
             if accelerator:
                 problem = zones.zone_problem(kind, accelerator, self.zone_of(role))
@@ -356,8 +441,15 @@ class DeployConfig:
     @property
     def planned_roles(self) -> tuple[str, ...]:
         """The roles this plan has VMs for (their accounts are created; the others are left alone)."""
-        return tuple(role for role, planned in (("worker", self.workers > 0), ("shuffle", self.shuffle),
-                                                ("trainer", bool(self.trainer_kind))) if planned)
+        return tuple(
+            role
+            for role, planned in (
+                ("worker", self.workers > 0),
+                ("shuffle", self.shuffle),
+                ("trainer", bool(self.trainer_kind)),
+            )
+            if planned
+        )
 
     @property
     def deploy_area(self) -> str:
@@ -392,8 +484,7 @@ class DeployConfig:
     def trainer_machine_type(self) -> str:
         if self.trainer_machine:
             return self.trainer_machine
-        return GPU_KINDS[self.trainer_gpu].machines[self.trainer_gpu_count] if self.trainer_gpu \
-            else "n2-standard-16"
+        return GPU_KINDS[self.trainer_gpu].machines[self.trainer_gpu_count] if self.trainer_gpu else "n2-standard-16"
 
 
 def root_prefix_problem(prefix: str) -> str | None:
@@ -401,10 +492,12 @@ def root_prefix_problem(prefix: str) -> str | None:
     if len(prefix) > ROOT_PREFIX_MAX:
         return f"the run after the bucket is {len(prefix)} characters, more than {ROOT_PREFIX_MAX}"
     if prefix and not ROOT_PREFIX.fullmatch(prefix):
-        return ("the run after the bucket may hold only letters, digits and _.- in '/'-separated segments "
-                "(it travels in instance metadata and the VMs' environment file)")
+        return (
+            "the run after the bucket may hold only letters, digits and _.- in '/'-separated segments "
+            "(it travels in instance metadata and the VMs' environment file)"
+        )
     try:
-        validate_prefix(prefix)          # no '.' or '..' segment, no temp-file marker
+        validate_prefix(prefix)  # no '.' or '..' segment, no temp-file marker
     except ValueError as exc:
         return str(exc)
     return None

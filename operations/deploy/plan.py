@@ -22,6 +22,7 @@ Every gcloud command and flag used is checked against the installed gcloud's ``-
 tests/operations/deploy/test_plan.py; flags that take a value are written ``--flag=value``.
 docs/deploy.md is the operator's guide (releases, accounts and grants, zones, TPUs).
 """
+
 from __future__ import annotations
 
 from operations.deploy.config import DeployConfig
@@ -38,26 +39,36 @@ from operations.deploy.workers import worker_steps
 
 
 def missing_step() -> Step:
-    return Step("summary", "name what could not be had yet; everything else is up, and a rerun adds the rest",
-                'if [[ -n $zerolake_missing ]]; then\n'
-                '  echo "note: not up yet:$zerolake_missing; the other roles are running, and a rerun of this plan '
-                'adds what is missing" >&2\n'
-                "  exit 3\nfi")
+    return Step(
+        "summary",
+        "name what could not be had yet; everything else is up, and a rerun adds the rest",
+        "if [[ -n $zerolake_missing ]]; then\n"
+        '  echo "note: not up yet:$zerolake_missing; the other roles are running, and a rerun of this plan '
+        'adds what is missing" >&2\n'
+        "  exit 3\nfi",
+    )
 
 
 def build_plan(config: DeployConfig) -> list[Step]:
     """Every step of bringing the deployment up, in order, restricted to ``--only``."""
-    builders = {"services": services_steps, "bucket": bucket_steps, "account": account_steps,
-                "package": release_steps, "image": image_steps, "workers": worker_steps,
-                "shuffle": lambda c: shuffle_steps(c) if c.shuffle else [],
-                "trainer": lambda c: trainer_steps(c) if c.trainer_kind else []}
+    builders = {
+        "services": services_steps,
+        "bucket": bucket_steps,
+        "account": account_steps,
+        "package": release_steps,
+        "image": image_steps,
+        "workers": worker_steps,
+        "shuffle": lambda c: shuffle_steps(c) if c.shuffle else [],
+        "trainer": lambda c: trainer_steps(c) if c.trainer_kind else [],
+    }
     sections = list(config.sections)
     if "package" not in sections and {"image", "shuffle", "trainer", "workers"} & set(sections):
-        sections.insert(sections.index(next(s for s in sections if s in ("image", "shuffle", "trainer",
-                                                                          "workers"))), "package")
+        sections.insert(
+            sections.index(next(s for s in sections if s in ("image", "shuffle", "trainer", "workers"))), "package"
+        )
     steps = [step for section in sections for step in builders[section](config)]
     if "trainer" in config.sections and config.trainer_kind == "tpu":
-        steps.append(tpu_wait_step(config))         # after the workers: they need not wait for a TPU
+        steps.append(tpu_wait_step(config))  # after the workers: they need not wait for a TPU
     if "trainer" in config.sections and config.trainer_kind:
         steps.append(missing_step())
     return steps

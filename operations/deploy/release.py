@@ -17,6 +17,7 @@ writes ``DIST_DIR/release.tar.gz`` and prints its sha256 (the plan's shell
 reads it into ``$zerolake_release``).  Exit 2 with one line when DIST_DIR does
 not hold exactly one sdist.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -33,8 +34,10 @@ SHA256_HEX = 64
 def repack(sdist: pathlib.Path, out: pathlib.Path) -> str:
     """Write ``sdist``'s members to ``out`` in name order with fixed metadata; return out's sha256 (hex)."""
     buffer = io.BytesIO()
-    with tarfile.open(sdist, "r:gz") as source, tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) \
-            as target:
+    with (
+        tarfile.open(sdist, "r:gz") as source,
+        tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as target,
+    ):
         for member in sorted(source.getmembers(), key=lambda m: m.name):
             clean = tarfile.TarInfo(member.name)
             clean.type, clean.linkname, clean.size = member.type, member.linkname, member.size
@@ -63,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     dist = pathlib.Path(argv[0])
     found = sorted(dist.glob("zerolake-*.tar.gz"))
     if len(found) != 1:
-        print(f"error: {dist} holds {len(found)} zerolake-*.tar.gz sdists, not one: build the release from a fresh "
-              "folder", file=sys.stderr)
+        print(
+            f"error: {dist} holds {len(found)} zerolake-*.tar.gz sdists, not one: build the release from a fresh "
+            "folder",
+            file=sys.stderr,
+        )
         return 2
     print(repack(found[0], dist / RELEASE_FILE))
     return 0

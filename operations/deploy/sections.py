@@ -12,6 +12,7 @@ the release the deployment runs.  ``plan`` builds this checkout's release (or ta
 without its package section reads the recorded one) and refuses, in one line, to create VMs of a
 release other than the recorded one: moving a deployment is ``update``'s (operations.deploy.update).
 """
+
 from __future__ import annotations
 
 import shlex
@@ -44,24 +45,43 @@ from operations.deploy.steps import (
 
 
 def services_steps(config: DeployConfig) -> list[Step]:
-    apis = ["compute.googleapis.com", "storage.googleapis.com", "iam.googleapis.com", "logging.googleapis.com",
-            "monitoring.googleapis.com"]
+    apis = [
+        "compute.googleapis.com",
+        "storage.googleapis.com",
+        "iam.googleapis.com",
+        "logging.googleapis.com",
+        "monitoring.googleapis.com",
+    ]
     if config.trainer_kind == "tpu":
         apis.append("tpu.googleapis.com")
     if config.uses_dataflow:
         apis.append("dataflow.googleapis.com")
     if config.uses_dataflow or vm_image_kinds(config):
         apis += ["artifactregistry.googleapis.com", "cloudbuild.googleapis.com"]
-    return [Step("services", "the APIs this deployment uses", gcloud("services", "enable", *apis,
-                                                                      project_flag(config)))]
+    return [
+        Step("services", "the APIs this deployment uses", gcloud("services", "enable", *apis, project_flag(config)))
+    ]
 
 
 def bucket_steps(config: DeployConfig) -> list[Step]:
     url = f"gs://{config.bucket}"
-    create = gcloud("storage", "buckets", "create", url, project_flag(config), f"--location={config.region}",
-                    "--uniform-bucket-level-access", "--public-access-prevention")
-    return [Step("bucket", f"the lake's bucket, in {config.region} next to the VMs (kept by `down`)",
-                 unless_exists(gcloud("storage", "buckets", "describe", url, project_flag(config)), create))]
+    create = gcloud(
+        "storage",
+        "buckets",
+        "create",
+        url,
+        project_flag(config),
+        f"--location={config.region}",
+        "--uniform-bucket-level-access",
+        "--public-access-prevention",
+    )
+    return [
+        Step(
+            "bucket",
+            f"the lake's bucket, in {config.region} next to the VMs (kept by `down`)",
+            unless_exists(gcloud("storage", "buckets", "describe", url, project_flag(config)), create),
+        )
+    ]
 
 
 def account_steps(config: DeployConfig) -> list[Step]:
@@ -71,19 +91,47 @@ def account_steps(config: DeployConfig) -> list[Step]:
         steps.append(account_step(config, config.service_account_id(role), f"the account the {role} VMs run as"))
         steps += bucket_grant_steps(config, role)
         for log_role in LOG_ROLES:
-            steps.append(Step("account", f"{log_role} for the {role}: the Ops Agent ships its journal and metrics",
-                              grant("projects", "add-iam-policy-binding", config.project, who,
-                                    f"--role={log_role}", "--condition=None")))
+            steps.append(
+                Step(
+                    "account",
+                    f"{log_role} for the {role}: the Ops Agent ships its journal and metrics",
+                    grant(
+                        "projects",
+                        "add-iam-policy-binding",
+                        config.project,
+                        who,
+                        f"--role={log_role}",
+                        "--condition=None",
+                    ),
+                )
+            )
     if config.uses_dataflow:
         who = member(config, "shuffle")
         for role in DATAFLOW_PROJECT_ROLES:
-            steps.append(Step("account", f"{role} for the shuffle follower: its Dataflow jobs",
-                              grant("projects", "add-iam-policy-binding", config.project, who, f"--role={role}",
-                                    "--condition=None")))
-        steps.append(Step("account", "the follower's Dataflow workers run as the follower's account (actAs on "
-                                     "itself only)",
-                          grant("iam", "service-accounts", "add-iam-policy-binding", config.service_account("shuffle"),
-                                who, "--role=roles/iam.serviceAccountUser", project_flag(config))))
+            steps.append(
+                Step(
+                    "account",
+                    f"{role} for the shuffle follower: its Dataflow jobs",
+                    grant(
+                        "projects", "add-iam-policy-binding", config.project, who, f"--role={role}", "--condition=None"
+                    ),
+                )
+            )
+        steps.append(
+            Step(
+                "account",
+                "the follower's Dataflow workers run as the follower's account (actAs on itself only)",
+                grant(
+                    "iam",
+                    "service-accounts",
+                    "add-iam-policy-binding",
+                    config.service_account("shuffle"),
+                    who,
+                    "--role=roles/iam.serviceAccountUser",
+                    project_flag(config),
+                ),
+            )
+        )
     if config.uses_dataflow or vm_image_kinds(config):
         steps += builder_account_steps(config)
     return steps
@@ -122,28 +170,77 @@ def bucket_grant_steps(config: DeployConfig, role: str) -> list[Step]:
     who = member(config, role)
     bucket = f"gs://{config.bucket}"
     principal = who.removeprefix("--member=")
-    policy = gcloud("storage", "buckets", "get-iam-policy", bucket, project_flag(config),
-                    "--flatten=bindings[].members",
-                    "--format=value(bindings.role,bindings.members,bindings.condition.title)")
-    unconditional = f"awk -F'\\t' '$1 == \"{LAKE_WRITER_ROLE}\" && $2 == \"{principal}\" && $3 == \"\"'"
-    remove = gcloud("storage", "buckets", "remove-iam-policy-binding", bucket, who, f"--role={LAKE_WRITER_ROLE}",
-                    "--condition=None", project_flag(config), "--format=none")
+    policy = gcloud(
+        "storage",
+        "buckets",
+        "get-iam-policy",
+        bucket,
+        project_flag(config),
+        "--flatten=bindings[].members",
+        "--format=value(bindings.role,bindings.members,bindings.condition.title)",
+    )
+    unconditional = f'awk -F\'\\t\' \'$1 == "{LAKE_WRITER_ROLE}" && $2 == "{principal}" && $3 == ""\''
+    remove = gcloud(
+        "storage",
+        "buckets",
+        "remove-iam-policy-binding",
+        bucket,
+        who,
+        f"--role={LAKE_WRITER_ROLE}",
+        "--condition=None",
+        project_flag(config),
+        "--format=none",
+    )
     title = f"zerolake {config.name} {role}"
     return [
-        Step("account", f"{LAKE_WRITER_ROLE} for the {role} on the bucket, outside the deploy area",
-             grant("storage", "buckets", "add-iam-policy-binding", bucket, who, f"--role={LAKE_WRITER_ROLE}",
-                   f"--condition=^;^expression={lake_condition(config, role)};title={title} lake",
-                   project_flag(config))),
-        Step("account", f"{RELEASE_READER_ROLE} for the {role} on this deployment's releases only",
-             grant("storage", "buckets", "add-iam-policy-binding", bucket, who, f"--role={RELEASE_READER_ROLE}",
-                   f"--condition=^;^expression={release_condition(config)};title={title} releases",
-                   project_flag(config))),
-        Step("account", f"{BUCKET_READER_ROLE} for the {role}: the bucket's own metadata, no objects",
-             grant("storage", "buckets", "add-iam-policy-binding", bucket, who, f"--role={BUCKET_READER_ROLE}",
-                   project_flag(config))),
-        Step("account", f"an earlier plan's unconditional {LAKE_WRITER_ROLE} for the {role} (it could write the "
-                        "releases), if there is one",
-             f"if {policy} | {unconditional} | grep -q .; then\n{indent(remove)}\nfi")]
+        Step(
+            "account",
+            f"{LAKE_WRITER_ROLE} for the {role} on the bucket, outside the deploy area",
+            grant(
+                "storage",
+                "buckets",
+                "add-iam-policy-binding",
+                bucket,
+                who,
+                f"--role={LAKE_WRITER_ROLE}",
+                f"--condition=^;^expression={lake_condition(config, role)};title={title} lake",
+                project_flag(config),
+            ),
+        ),
+        Step(
+            "account",
+            f"{RELEASE_READER_ROLE} for the {role} on this deployment's releases only",
+            grant(
+                "storage",
+                "buckets",
+                "add-iam-policy-binding",
+                bucket,
+                who,
+                f"--role={RELEASE_READER_ROLE}",
+                f"--condition=^;^expression={release_condition(config)};title={title} releases",
+                project_flag(config),
+            ),
+        ),
+        Step(
+            "account",
+            f"{BUCKET_READER_ROLE} for the {role}: the bucket's own metadata, no objects",
+            grant(
+                "storage",
+                "buckets",
+                "add-iam-policy-binding",
+                bucket,
+                who,
+                f"--role={BUCKET_READER_ROLE}",
+                project_flag(config),
+            ),
+        ),
+        Step(
+            "account",
+            f"an earlier plan's unconditional {LAKE_WRITER_ROLE} for the {role} (it could write the "
+            "releases), if there is one",
+            f"if {policy} | {unconditional} | grep -q .; then\n{indent(remove)}\nfi",
+        ),
+    ]
 
 
 def release_steps(config: DeployConfig, *, update: bool = False) -> list[Step]:
@@ -159,45 +256,83 @@ def release_steps(config: DeployConfig, *, update: bool = False) -> list[Step]:
     steps = []
     if config.release:
         missing = f"--release: there is no release {release_url(config)}: build one with the package section"
-        steps.append(Step("package", f"the release named by --release, {config.release[:12]}..., already uploaded",
-                          f"zerolake_release={config.release}\n"
-                          f"if ! {gcloud('storage', 'ls', Expand(release_url(config)), project_flag(config))} "
-                          f">/dev/null; then\n"
-                          f"{indent(shell_error(missing))}\nfi"))
+        steps.append(
+            Step(
+                "package",
+                f"the release named by --release, {config.release[:12]}..., already uploaded",
+                f"zerolake_release={config.release}\n"
+                f"if ! {gcloud('storage', 'ls', Expand(release_url(config)), project_flag(config))} "
+                f">/dev/null; then\n"
+                f"{indent(shell_error(missing))}\nfi",
+            )
+        )
     elif "package" in config.sections or update:
         python = config.python or sys.executable
         sdist = command(python, "setup.py", "-q", "sdist", "--dist-dir", Raw('"$zerolake_dist"'))
         repack = command(python, "-m", "operations.deploy.release", Raw('"$zerolake_dist"'))
         steps += [
-            Step("package", "build the source package (Cython sources included) and repack it as a release: one "
-                            "file per source, named by its sha256",
-                 f"zerolake_dist=$(mktemp -d)\n(cd {shlex.quote(str(REPO))} && {sdist})\n"
-                 f"zerolake_release=$(cd {shlex.quote(str(REPO))} && {repack})"),
-            Step("package", "upload it once: a release is never overwritten (--no-clobber), and the VMs check its "
-                            "sha256 before they run it",
-                 gcloud("storage", "cp", "--no-clobber", Raw('"$zerolake_dist/release.tar.gz"'),
-                        Expand(release_url(config)), project_flag(config)))]
+            Step(
+                "package",
+                "build the source package (Cython sources included) and repack it as a release: one "
+                "file per source, named by its sha256",
+                f"zerolake_dist=$(mktemp -d)\n(cd {shlex.quote(str(REPO))} && {sdist})\n"
+                f"zerolake_release=$(cd {shlex.quote(str(REPO))} && {repack})",
+            ),
+            Step(
+                "package",
+                "upload it once: a release is never overwritten (--no-clobber), and the VMs check its "
+                "sha256 before they run it",
+                gcloud(
+                    "storage",
+                    "cp",
+                    "--no-clobber",
+                    Raw('"$zerolake_dist/release.tar.gz"'),
+                    Expand(release_url(config)),
+                    project_flag(config),
+                ),
+            ),
+        ]
     else:
         read = gcloud("storage", "cat", pointer, project_flag(config))
-        unrecorded = (f"deployment {config.name} records no release at {pointer}: plan the package section, "
-                      "or give --release SHA256")
-        steps.append(Step("package", "the release the deployment runs (no package section, no --release)",
-                          f"if ! zerolake_release=$({read} 2>/dev/null) "
-                          "|| [[ ! $zerolake_release =~ ^[0-9a-f]{64}$ ]]; "
-                          f"then\n{indent(shell_error(unrecorded))}\nfi"))
+        unrecorded = (
+            f"deployment {config.name} records no release at {pointer}: plan the package section, "
+            "or give --release SHA256"
+        )
+        steps.append(
+            Step(
+                "package",
+                "the release the deployment runs (no package section, no --release)",
+                f"if ! zerolake_release=$({read} 2>/dev/null) "
+                "|| [[ ! $zerolake_release =~ ^[0-9a-f]{64}$ ]]; "
+                f"then\n{indent(shell_error(unrecorded))}\nfi",
+            )
+        )
         return steps
-    record = "\n".join(["zerolake_note=$(mktemp)", 'printf \'%s\\n\' "$zerolake_release" > "$zerolake_note"',
-                        gcloud("storage", "cp", Raw('"$zerolake_note"'), pointer, project_flag(config))])
+    record = "\n".join(
+        [
+            "zerolake_note=$(mktemp)",
+            'printf \'%s\\n\' "$zerolake_release" > "$zerolake_note"',
+            gcloud("storage", "cp", Raw('"$zerolake_note"'), pointer, project_flag(config)),
+        ]
+    )
     if update:
-        steps.append(Step("package", "record it as the deployment's release (a plan run meanwhile adds VMs of it)",
-                          record))
+        steps.append(
+            Step("package", "record it as the deployment's release (a plan run meanwhile adds VMs of it)", record)
+        )
         return steps
     running = gcloud("storage", "cat", pointer, project_flag(config))
-    refusal = (f"deployment {config.name} runs release $zerolake_running and this plan's is $zerolake_release: "
-               "move the deployment with `python -m operations.deploy update` (the same flags), or add VMs of its "
-               "release with --release $zerolake_running")
-    steps.append(Step("package", "one release per deployment: record this one, or refuse one of another",
-                      f"zerolake_running=$({running} 2>/dev/null || true)\n"
-                      f"if [[ -z $zerolake_running ]]; then\n{indent(record)}\n"
-                      f'elif [[ $zerolake_running != "$zerolake_release" ]]; then\n{indent(shell_error(refusal))}\nfi'))
+    refusal = (
+        f"deployment {config.name} runs release $zerolake_running and this plan's is $zerolake_release: "
+        "move the deployment with `python -m operations.deploy update` (the same flags), or add VMs of its "
+        "release with --release $zerolake_running"
+    )
+    steps.append(
+        Step(
+            "package",
+            "one release per deployment: record this one, or refuse one of another",
+            f"zerolake_running=$({running} 2>/dev/null || true)\n"
+            f"if [[ -z $zerolake_running ]]; then\n{indent(record)}\n"
+            f'elif [[ $zerolake_running != "$zerolake_release" ]]; then\n{indent(shell_error(refusal))}\nfi',
+        )
+    )
     return steps

@@ -7,6 +7,7 @@ variables, which hold what is known only when the plan runs: the release's sha25
 and folds long lines.  `retried` wraps a command in the script's ``retry`` function (RETRY_FUNCTION,
 in the script's header).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -78,9 +79,12 @@ retry() {
     sleep "$wait"; n=$((n + 1)); wait=$((wait * 2))
   done
 }"""
-MISSING_HEADER = """\
+MISSING_HEADER = (
+    """\
 # What could not be had yet (worker VMs, the trainer): named at the end, with exit status 3.
-zerolake_missing="""""
+zerolake_missing="""
+    ""
+)
 GRANT_TRIES = 7
 """Tries of an IAM grant: 5+10+...+160 s, over five minutes, as IAM's propagation can take."""
 CREATE_TRIES = 3
@@ -118,14 +122,13 @@ class Step:
 
 def command(*words) -> str:
     """One command line: words quoted for the shell (Raw words kept), long ones folded."""
-    quoted = [w if isinstance(w, Raw) else w.quoted() if isinstance(w, Expand) else shlex.quote(str(w))
-              for w in words]
+    quoted = [w if isinstance(w, Raw) else w.quoted() if isinstance(w, Expand) else shlex.quote(str(w)) for w in words]
     head = []
-    for word in quoted:            # the command path and positionals stay on the first line
+    for word in quoted:  # the command path and positionals stay on the first line
         if word.startswith("--"):
             break
         head.append(word)
-    flags = quoted[len(head):]
+    flags = quoted[len(head) :]
     if len(" ".join(quoted)) <= 100:
         return " ".join(quoted)
     return " \\\n    ".join([" ".join(head)] + flags)
@@ -183,11 +186,18 @@ def release_metadata(config: DeployConfig) -> tuple[str, ...]:
     return f"zerolake-package={release_url(config)}", f"{RELEASE_METADATA}={RELEASE_VAR}"
 
 
-def metadata(config: DeployConfig, role: str, accelerator: str, args: str, processes: int = 1,
-             extra: tuple[str, ...] = ()) -> Expand:
-    entries = [f"zerolake-role={role}", f"zerolake-root={config.root}", *release_metadata(config),
-               f"zerolake-accelerator={accelerator}", f"zerolake-processes={processes}", f"zerolake-args={args}",
-               *extra]
+def metadata(
+    config: DeployConfig, role: str, accelerator: str, args: str, processes: int = 1, extra: tuple[str, ...] = ()
+) -> Expand:
+    entries = [
+        f"zerolake-role={role}",
+        f"zerolake-root={config.root}",
+        *release_metadata(config),
+        f"zerolake-accelerator={accelerator}",
+        f"zerolake-processes={processes}",
+        f"zerolake-args={args}",
+        *extra,
+    ]
     return Expand("--metadata=" + ",".join(entries))
 
 
@@ -230,9 +240,17 @@ def shell_error(text: str) -> str:
 def account_step(config: DeployConfig, account_id: str, why: str) -> Step:
     """Create a service account if missing, then wait until IAM can see it (creation is eventually consistent)."""
     email = f"{account_id}@{config.project}.iam.gserviceaccount.com"
-    create = gcloud("iam", "service-accounts", "create", account_id, project_flag(config),
-                    f"--display-name=zerolake {config.name} {account_id.removeprefix(config.name + '-')}")
+    create = gcloud(
+        "iam",
+        "service-accounts",
+        "create",
+        account_id,
+        project_flag(config),
+        f"--display-name=zerolake {config.name} {account_id.removeprefix(config.name + '-')}",
+    )
     wait = retried(GRANT_TRIES, "iam", "service-accounts", "describe", email, project_flag(config), "--format=none")
-    return Step("account", f"{why}; no key is ever made",
-                unless_exists(gcloud("iam", "service-accounts", "describe", email, project_flag(config)), create)
-                + "\n" + wait)
+    return Step(
+        "account",
+        f"{why}; no key is ever made",
+        unless_exists(gcloud("iam", "service-accounts", "describe", email, project_flag(config)), create) + "\n" + wait,
+    )

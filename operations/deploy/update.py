@@ -4,6 +4,7 @@ In order: the release (uploaded and recorded), its images (by digest), the train
 (their metadata, then both stopped and started, so they change release together), then the workers (a
 new instance template and a rolling update of the group to it).
 """
+
 from __future__ import annotations
 
 import shlex
@@ -54,8 +55,11 @@ def build_update_plan(config: DeployConfig) -> list[Step]:
     if config.uses_dataflow:
         steps.append(image_digest_step(config))
     roles = {"shuffle": config.shuffle, "trainer": config.trainer_kind in ("cpu", "gpu")}
-    steps += [vm_image_digest_step(config, "cpu" if role == "shuffle" else config.trainer_kind, "rollout")
-              for role, planned in roles.items() if planned]
+    steps += [
+        vm_image_digest_step(config, "cpu" if role == "shuffle" else config.trainer_kind, "rollout")
+        for role, planned in roles.items()
+        if planned
+    ]
     if config.workers:
         steps.append(vm_image_digest_step(config, config.worker_kind, "workers"))
     steps += core_rollout_steps(config)
@@ -68,11 +72,19 @@ def _refresh_metadata(config: DeployConfig, role: str, name: str) -> list[str]:
     """The words of setting one Compute Engine VM's release (and the start-up script that checks it)."""
     kind = "cpu" if role == "shuffle" else config.trainer_kind
     entries = [*release_metadata(config), f"{IMAGE_METADATA}={vm_image(config, kind)}"]
-    if role == "shuffle":       # its jobs' image digest travels in its flags
+    if role == "shuffle":  # its jobs' image digest travels in its flags
         args = " ".join(a for a in (config.shuffle_args, shuffle_runner_args(config)) if a)
         entries.append(f"zerolake-args={args}")
-    return ["compute", "instances", "add-metadata", name, f"--zone={config.zone_of(role)}", project_flag(config),
-            Expand("--metadata=" + ",".join(entries)), f"--metadata-from-file=startup-script={IMAGE_STARTUP_SCRIPT}"]
+    return [
+        "compute",
+        "instances",
+        "add-metadata",
+        name,
+        f"--zone={config.zone_of(role)}",
+        project_flag(config),
+        Expand("--metadata=" + ",".join(entries)),
+        f"--metadata-from-file=startup-script={IMAGE_STARTUP_SCRIPT}",
+    ]
 
 
 WHO = {"shuffle": "follower", "trainer": "trainer"}
@@ -89,8 +101,16 @@ def core_rollout_steps(config: DeployConfig) -> list[Step]:
         if role == "trainer" and config.trainer_kind == "tpu":
             # A TPU VM's metadata is updated in place; its start-up script stays the one it was created with.
             describe = gcloud("compute", "tpus", "tpu-vm", "describe", name, f"--zone={zone}", project_flag(config))
-            refresh = gcloud("compute", "tpus", "tpu-vm", "update", name, f"--zone={zone}", project_flag(config),
-                             Expand("--update-metadata=" + ",".join(release_metadata(config))))
+            refresh = gcloud(
+                "compute",
+                "tpus",
+                "tpu-vm",
+                "update",
+                name,
+                f"--zone={zone}",
+                project_flag(config),
+                Expand("--update-metadata=" + ",".join(release_metadata(config))),
+            )
             stop = gcloud("compute", "tpus", "tpu-vm", "stop", name, f"--zone={zone}", project_flag(config))
             start = gcloud("compute", "tpus", "tpu-vm", "start", name, f"--zone={zone}", project_flag(config))
         else:
@@ -100,15 +120,33 @@ def core_rollout_steps(config: DeployConfig) -> list[Step]:
             start = gcloud("compute", "instances", "start", name, f"--zone={zone}", project_flag(config))
         flag = f"zerolake_has_{role}"
         note = f"note: there is no {name} to update; a rerun of plan creates it with this release"
-        present.append(Step("rollout", f"the {WHO[role]}'s metadata names the new release",
-                            f"{flag}=0\nif {describe} >/dev/null 2>&1; then\n  {flag}=1\n{indent(refresh)}\n"
-                            f"else\n  echo {shlex.quote(note)} >&2\nfi"))
-        stops.append(Step("rollout", f"stop the {WHO[role]} (SIGTERM to its role: a clean stop)",
-                          f"if (( {flag} )); then\n{indent(stop)}\nfi"))
-        what = ("checks and installs the release" if role == "trainer" and config.trainer_kind == "tpu"
-                else "pulls the release's image by digest and runs the role in it")
-        starts.append(Step("rollout", f"start the {WHO[role]}: its start-up script {what}",
-                           f"if (( {flag} )); then\n{indent(start)}\nfi"))
+        present.append(
+            Step(
+                "rollout",
+                f"the {WHO[role]}'s metadata names the new release",
+                f"{flag}=0\nif {describe} >/dev/null 2>&1; then\n  {flag}=1\n{indent(refresh)}\n"
+                f"else\n  echo {shlex.quote(note)} >&2\nfi",
+            )
+        )
+        stops.append(
+            Step(
+                "rollout",
+                f"stop the {WHO[role]} (SIGTERM to its role: a clean stop)",
+                f"if (( {flag} )); then\n{indent(stop)}\nfi",
+            )
+        )
+        what = (
+            "checks and installs the release"
+            if role == "trainer" and config.trainer_kind == "tpu"
+            else "pulls the release's image by digest and runs the role in it"
+        )
+        starts.append(
+            Step(
+                "rollout",
+                f"start the {WHO[role]}: its start-up script {what}",
+                f"if (( {flag} )); then\n{indent(start)}\nfi",
+            )
+        )
     return present + stops + starts
 
 
@@ -121,9 +159,15 @@ def worker_rollout_steps(config: DeployConfig) -> list[Step]:
     disk for the new VM.  A recreation that cannot get spot capacity now is
     retried by the group, not by this plan.
     """
-    note = (f"note: there is no worker group {worker_group(config)} in {config.worker_region} to update; a rerun of "
-            "plan creates it with this release")
-    shell = f"if {group_command(config, 'describe')} >/dev/null 2>&1; then\n{indent(rolling_update(config))}\n" \
-            f"else\n  echo {shlex.quote(note)} >&2\nfi"
-    return [template_step(config),
-            Step("workers", "then the workers: the group recreates each VM from the new template", shell)]
+    note = (
+        f"note: there is no worker group {worker_group(config)} in {config.worker_region} to update; a rerun of "
+        "plan creates it with this release"
+    )
+    shell = (
+        f"if {group_command(config, 'describe')} >/dev/null 2>&1; then\n{indent(rolling_update(config))}\n"
+        f"else\n  echo {shlex.quote(note)} >&2\nfi"
+    )
+    return [
+        template_step(config),
+        Step("workers", "then the workers: the group recreates each VM from the new template", shell),
+    ]

@@ -6,6 +6,7 @@ template out (``rolling-action start-update``, which ``update`` uses after the t
 follower).  A recreated VM gets a new boot disk, so each worker's spool lives on a second disk,
 ``zerolake-spool``, which the group's stateful policy keeps across recreation (startup.sh mounts it).
 """
+
 from __future__ import annotations
 
 from operations.deploy.config import DeployConfig
@@ -35,16 +36,22 @@ def worker_group(config: DeployConfig) -> str:
 
 
 def _worker_vm(config: DeployConfig) -> dict:
-    return dict(machine=config.worker_machine_type(), gpu=config.worker_gpu, gpu_count=config.worker_gpu_count,
-                spot=config.spot, disk_gb=200 if config.worker_gpu else 50, args=config.worker_args,
-                processes=config.processes_per_worker)
+    return dict(
+        machine=config.worker_machine_type(),
+        gpu=config.worker_gpu,
+        gpu_count=config.worker_gpu_count,
+        spot=config.spot,
+        disk_gb=200 if config.worker_gpu else 50,
+        args=config.worker_args,
+        processes=config.processes_per_worker,
+    )
 
 
 def _template_flags(config: DeployConfig) -> list:
     """The worker template's flags: a worker VM's, its spool disk, and the region of a named subnet."""
     flags = vm_flags(config, "worker", **_worker_vm(config))
     flags.append(f"--create-disk=device-name={SPOOL_DEVICE},size={SPOOL_DISK_GB}GB,type=pd-balanced")
-    if config.subnet:          # a global template names its subnet's region (instance-templates create --help)
+    if config.subnet:  # a global template names its subnet's region (instance-templates create --help)
         flags.append(f"--region={config.worker_region}")
     return flags
 
@@ -61,6 +68,7 @@ def worker_template(config: DeployConfig) -> str:
     start-up script is a new template, and a rerun with the same ones finds the one it made.  The script is
     hashed by its text, not its path, so two checkouts of one commit name one template."""
     import hashlib
+
     words = [w for w in _template_flags(config) if not w.startswith("--metadata-from-file=")]
     settings = hashlib.sha256(repr(words).encode() + IMAGE_STARTUP_SCRIPT.read_bytes()).hexdigest()[:8]
     return f"{worker_template_prefix(config)}{settings}-" + "${zerolake_release:0:12}"
@@ -69,8 +77,16 @@ def worker_template(config: DeployConfig) -> str:
 def group_command(config: DeployConfig, verb: str, *words) -> str:
     """``gcloud compute instance-groups managed VERB NAME-workers --region --project WORDS...`` (VERB may be two
     words: ``rolling-action start-update``)."""
-    return gcloud("compute", "instance-groups", "managed", *verb.split(), worker_group(config),
-                  f"--region={config.worker_region}", project_flag(config), *words)
+    return gcloud(
+        "compute",
+        "instance-groups",
+        "managed",
+        *verb.split(),
+        worker_group(config),
+        f"--region={config.worker_region}",
+        project_flag(config),
+        *words,
+    )
 
 
 def template_step(config: DeployConfig) -> Step:
@@ -78,20 +94,31 @@ def template_step(config: DeployConfig) -> Step:
     missing (a spot VM with the release in its metadata, and the spool disk)."""
     create = gcloud("compute", "instance-templates", "create", Raw('"$zerolake_template"'), *_template_flags(config))
     describe = gcloud("compute", "instance-templates", "describe", Raw('"$zerolake_template"'), project_flag(config))
-    what = (f"{config.worker_gpu_count} x {config.worker_gpu}" if config.worker_gpu else "CPU") + \
-        f", {config.processes_per_worker} worker processes" + (", spot" if config.spot else "")
-    return Step("workers", f"the workers' instance template ({what}; the release in its metadata, the spool on "
-                           f"the disk {SPOOL_DEVICE})",
-                f"zerolake_template={worker_template(config)}\n{unless_exists(describe, create)}")
+    what = (
+        (f"{config.worker_gpu_count} x {config.worker_gpu}" if config.worker_gpu else "CPU")
+        + f", {config.processes_per_worker} worker processes"
+        + (", spot" if config.spot else "")
+    )
+    return Step(
+        "workers",
+        f"the workers' instance template ({what}; the release in its metadata, the spool on the disk {SPOOL_DEVICE})",
+        f"zerolake_template={worker_template(config)}\n{unless_exists(describe, create)}",
+    )
 
 
 def rolling_update(config: DeployConfig) -> str:
     """Move the group's VMs to ``$zerolake_template``: each is recreated under its name (the stateful spool
     disk needs ``recreate``; no surge), all of them at once, as a stop of every worker did before."""
-    unavailable = max(config.workers, len(config.worker_group_zones))   # a regional group: 0 or >= its zones
-    return group_command(config, "rolling-action start-update", Raw('--version=template="$zerolake_template"'),
-                         "--type=proactive", "--replacement-method=recreate", "--max-surge=0",
-                         f"--max-unavailable={unavailable}")
+    unavailable = max(config.workers, len(config.worker_group_zones))  # a regional group: 0 or >= its zones
+    return group_command(
+        config,
+        "rolling-action start-update",
+        Raw('--version=template="$zerolake_template"'),
+        "--type=proactive",
+        "--replacement-method=recreate",
+        "--max-surge=0",
+        f"--max-unavailable={unavailable}",
+    )
 
 
 def worker_steps(config: DeployConfig) -> list[Step]:
@@ -107,19 +134,33 @@ def worker_steps(config: DeployConfig) -> list[Step]:
         return []
     steps = []
     if config.worker_gpu:
-        steps += [accelerator_check(config, "worker", "gpu", config.worker_gpu, zone)
-                  for zone in config.worker_group_zones]
+        steps += [
+            accelerator_check(config, "worker", "gpu", config.worker_gpu, zone) for zone in config.worker_group_zones
+        ]
     steps += [vm_image_digest_step(config, config.worker_kind, "workers"), template_step(config)]
-    create = group_command(config, "create", f"--zones={','.join(config.worker_group_zones)}",
-                    Raw('--template="$zerolake_template"'), f"--size={config.workers}",
-                    f"--base-instance-name={config.name}-worker", "--target-distribution-shape=any",
-                    "--instance-redistribution-type=none",
-                    f"--stateful-disk=device-name={SPOOL_DEVICE},auto-delete={SPOOL_AUTO_DELETE}")
+    create = group_command(
+        config,
+        "create",
+        f"--zones={','.join(config.worker_group_zones)}",
+        Raw('--template="$zerolake_template"'),
+        f"--size={config.workers}",
+        f"--base-instance-name={config.name}-worker",
+        "--target-distribution-shape=any",
+        "--instance-redistribution-type=none",
+        f"--stateful-disk=device-name={SPOOL_DEVICE},auto-delete={SPOOL_AUTO_DELETE}",
+    )
     existing = "\n".join([group_command(config, "resize", f"--size={config.workers}"), rolling_update(config)])
-    shell = (f"if {group_command(config, 'describe')} >/dev/null 2>&1; then\n"
-             f"{indent(existing)}\nelse\n{indent(create)}\nfi")
+    shell = (
+        f"if {group_command(config, 'describe')} >/dev/null 2>&1; then\n{indent(existing)}\nelse\n{indent(create)}\nfi"
+    )
     zones = ", ".join(config.worker_group_zones)
-    steps.append(Step("workers", f"the worker group {worker_group(config)}: {config.workers} VMs in {zones} "
-                                 "(a preempted one is recreated, its spool disk kept); a group that exists is "
-                                 "resized to that and moved to this template", shell))
+    steps.append(
+        Step(
+            "workers",
+            f"the worker group {worker_group(config)}: {config.workers} VMs in {zones} "
+            "(a preempted one is recreated, its spool disk kept); a group that exists is "
+            "resized to that and moved to this template",
+            shell,
+        )
+    )
     return steps

@@ -19,6 +19,7 @@ the table does not have has no documented TensorFlow path and is refused by the 
 Nothing here reaches Google: the table is read from the pages below on the date `AS_OF`;
 docs/deploy.md says what each page gave.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,8 +33,10 @@ AS_OF = "2026-11"
 
 TPU_ZONES_SOURCE = "https://cloud.google.com/tpu/docs/regions-zones"
 TPU_RUNTIMES_SOURCE = "https://cloud.google.com/tpu/docs/runtimes"
-TF_PJRT_SOURCE = ("the Keras-RS example 'DistributedEmbedding using TPU SparseCore and TensorFlow' "
-                  "(keras.io/keras_rs/examples, 2025-09-02: tensorflow-tpu on TPU v5p and v6e)")
+TF_PJRT_SOURCE = (
+    "the Keras-RS example 'DistributedEmbedding using TPU SparseCore and TensorFlow' "
+    "(keras.io/keras_rs/examples, 2025-09-02: tensorflow-tpu on TPU v5p and v6e)"
+)
 
 TENSORFLOW_RUNTIME = "tpu-vm-tf-2.16.1-pjrt"
 """The newest single-host TensorFlow PJRT software version the runtime page lists (as read on AS_OF)."""
@@ -41,8 +44,11 @@ TENSORFLOW_RUNTIME = "tpu-vm-tf-2.16.1-pjrt"
 LIBTPU = "{libtpu}"
 """Stands for the libtpu.so of the Python that runs the role; resolved on the VM (`environment`)."""
 
-PJRT_ENVIRONMENT = (("PJRT_DEVICE", "TPU"), ("NEXT_PLUGGABLE_DEVICE_USE_C_API", "true"),
-                    ("TF_PLUGGABLE_DEVICE_LIBRARY_PATH", LIBTPU))
+PJRT_ENVIRONMENT = (
+    ("PJRT_DEVICE", "TPU"),
+    ("NEXT_PLUGGABLE_DEVICE_USE_C_API", "true"),
+    ("TF_PLUGGABLE_DEVICE_LIBRARY_PATH", LIBTPU),
+)
 """What a pip-installed tensorflow-tpu on the PJRT runtime needs before ``import tensorflow``."""
 
 SINGLE_HOST_SIZE = 8
@@ -67,17 +73,35 @@ class TpuGeneration:
 _PAGES = (TPU_ZONES_SOURCE, TPU_RUNTIMES_SOURCE, TF_PJRT_SOURCE)
 TPU_GENERATIONS = {
     # v2-8 is in us-central1-b and -c only, larger v2 slices in us-central1-a: the live check tells those apart.
-    "v2": TpuGeneration(("us-central1-a", "us-central1-b", "us-central1-c", "europe-west4-a", "asia-east1-c"),
-                        TENSORFLOW_RUNTIME, PJRT_ENVIRONMENT, _PAGES),
-    "v3": TpuGeneration(("us-central1-a", "us-central1-b", "europe-west4-a"),
-                        TENSORFLOW_RUNTIME, PJRT_ENVIRONMENT, _PAGES),
+    "v2": TpuGeneration(
+        ("us-central1-a", "us-central1-b", "us-central1-c", "europe-west4-a", "asia-east1-c"),
+        TENSORFLOW_RUNTIME,
+        PJRT_ENVIRONMENT,
+        _PAGES,
+    ),
+    "v3": TpuGeneration(
+        ("us-central1-a", "us-central1-b", "europe-west4-a"), TENSORFLOW_RUNTIME, PJRT_ENVIRONMENT, _PAGES
+    ),
     "v4": TpuGeneration(("us-central2-b",), TENSORFLOW_RUNTIME, PJRT_ENVIRONMENT, _PAGES),
-    "v5litepod": TpuGeneration(("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"),
-                               TENSORFLOW_RUNTIME, PJRT_ENVIRONMENT, _PAGES),
+    "v5litepod": TpuGeneration(
+        ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"), TENSORFLOW_RUNTIME, PJRT_ENVIRONMENT, _PAGES
+    ),
     "v5p": TpuGeneration(("us-central1-a", "us-east5-a"), TENSORFLOW_RUNTIME, PJRT_ENVIRONMENT, _PAGES),
     # us-central1-ai1 and us-south1-ai1b are AI zones (the page lists them for v6e since 2026).
-    "v6e": TpuGeneration(("us-central1-ai1", "us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b",
-                          "us-south1-ai1b", "europe-west4-a"), TENSORFLOW_RUNTIME, PJRT_ENVIRONMENT, _PAGES),
+    "v6e": TpuGeneration(
+        (
+            "us-central1-ai1",
+            "us-central1-b",
+            "us-east1-d",
+            "us-east5-a",
+            "us-east5-b",
+            "us-south1-ai1b",
+            "europe-west4-a",
+        ),
+        TENSORFLOW_RUNTIME,
+        PJRT_ENVIRONMENT,
+        _PAGES,
+    ),
 }
 """TPU generation (the accelerator type without its ``-<size>``) -> zones, runtime, environment, pages.
 
@@ -125,12 +149,16 @@ def known_tpu_generations() -> str:
 def tpu_problem(tpu_type: str) -> str | None:
     """Why the plan cannot train on this TPU type (no documented TensorFlow path, or several hosts), or None."""
     if generation_of(tpu_type) is None:
-        return (f"no TensorFlow software version is documented for {tpu_generation(tpu_type) or tpu_type!r} by "
-                f"{TPU_RUNTIMES_SOURCE} as of {AS_OF} ({known_tpu_generations()})")
+        return (
+            f"no TensorFlow software version is documented for {tpu_generation(tpu_type) or tpu_type!r} by "
+            f"{TPU_RUNTIMES_SOURCE} as of {AS_OF} ({known_tpu_generations()})"
+        )
     if tpu_size(tpu_type) > SINGLE_HOST_SIZE:
-        return (f"{tpu_type} is a multi-host slice (the -pod runtimes): each host would run its own trainer; "
-                f"choose a single-host type of at most -{SINGLE_HOST_SIZE}, e.g. "
-                f"{tpu_generation(tpu_type)}-{SINGLE_HOST_SIZE}")
+        return (
+            f"{tpu_type} is a multi-host slice (the -pod runtimes): each host would run its own trainer; "
+            f"choose a single-host type of at most -{SINGLE_HOST_SIZE}, e.g. "
+            f"{tpu_generation(tpu_type)}-{SINGLE_HOST_SIZE}"
+        )
     return None
 
 
@@ -149,8 +177,10 @@ def zone_problem(kind: str, accelerator: str, zone: str) -> str | None:
         zones = GPU_ZONES.get(accelerator)
     if zones is None or zone in zones:
         return None
-    return (f"{zone} has no {accelerator} ({generation} is in {', '.join(zones)}, by {source} as of {AS_OF}); "
-            "choose one of those zones, or --no-check-zones if Google has added this one since")
+    return (
+        f"{zone} has no {accelerator} ({generation} is in {', '.join(zones)}, by {source} as of {AS_OF}); "
+        "choose one of those zones, or --no-check-zones if Google has added this one since"
+    )
 
 
 def libtpu_path() -> str | None:
@@ -170,14 +200,17 @@ def environment(generation: str) -> dict[str, str]:
     """
     row = TPU_GENERATIONS.get(generation)
     if row is None:
-        raise ValueError(f"TPU generation {generation!r} is not in operations/deploy/zones.py "
-                         f"({known_tpu_generations()})")
+        raise ValueError(
+            f"TPU generation {generation!r} is not in operations/deploy/zones.py ({known_tpu_generations()})"
+        )
     values = dict(row.environment)
     if LIBTPU in values.values():
         library = libtpu_path()
         if library is None:
-            raise ValueError(f"no libtpu.so in this Python's libtpu package ({sys.executable}): "
-                             "operations/vm/install.sh --accelerator tpu installs the one setup.py pins")
+            raise ValueError(
+                f"no libtpu.so in this Python's libtpu package ({sys.executable}): "
+                "operations/vm/install.sh --accelerator tpu installs the one setup.py pins"
+            )
         values = {name: library if value == LIBTPU else value for name, value in values.items()}
     return values
 
@@ -186,8 +219,11 @@ def main(argv: list[str]) -> int:
     """``python -m operations.deploy.zones environment GEN``: print KEY=VALUE lines (operations/vm/run-role.sh
     exports them)."""
     if len(argv) != 2 or argv[0] != "environment":
-        print("usage: python -m operations.deploy.zones environment GENERATION  (prints the TensorFlow environment "
-              "of a TPU generation, one KEY=VALUE a line)", file=sys.stderr)
+        print(
+            "usage: python -m operations.deploy.zones environment GENERATION  (prints the TensorFlow environment "
+            "of a TPU generation, one KEY=VALUE a line)",
+            file=sys.stderr,
+        )
         return 2
     try:
         values = environment(argv[1])

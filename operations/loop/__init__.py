@@ -11,6 +11,7 @@ record (``loop/settings/<run id>.json``, one per invocation) -> `Loop.run`.  Exi
 130 interrupted (rerun the same command to resume), 1 a phase failed, 2 a bad flag, a missing tool or
 a root another loop drives, 3 the lease was lost.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -28,9 +29,11 @@ from operations.roles import open_launch
 from processes.children import say, stop_on_sigint_and_sigterm
 
 CLI = RoleCli(
-    LoopConfig, prog="python -m operations.loop",
+    LoopConfig,
+    prog="python -m operations.loop",
     description="Run self-play, the shuffle job and the trainer in cycles on one machine against one lake "
-                "root, evaluate each new model, and print a summary. Rerun the same command to resume.")
+    "root, evaluate each new model, and print a summary. Rerun the same command to resume.",
+)
 
 
 class Loop(TurnsSchedule, ConcurrentSchedule):
@@ -55,16 +58,23 @@ def hold_root(config: LoopConfig, retry):
     from cloud.storage import StorageError, open_storage
 
     try:
-        lease = Lease(open_storage(config.root, retry=retry), layout.LOOP_LEASE, LOOP_LEASE_SECONDS,
-                      takeover=Takeover(damaged=DAMAGED_EXPIRED, dead_local_holder=True), name="loop lease",
-                      lost_note="; stopping (another operations.loop took this root)")
+        lease = Lease(
+            open_storage(config.root, retry=retry),
+            layout.LOOP_LEASE,
+            LOOP_LEASE_SECONDS,
+            takeover=Takeover(damaged=DAMAGED_EXPIRED, dead_local_holder=True),
+            name="loop lease",
+            lost_note="; stopping (another operations.loop took this root)",
+        )
         holder = lease.try_acquire()
     except (StorageError, ValueError) as exc:
         return f"cannot open {config.root}: {exc}"
     if holder is not None:
-        return (f"another operations.loop ({holder.holder}) drives {config.root} ({lease.url}); it expires "
-                f"{describe_time(holder.expires, time.time())} unless renewed. One loop per root: stop that "
-                "one, or give this one another --root")
+        return (
+            f"another operations.loop ({holder.holder}) drives {config.root} ({lease.url}); it expires "
+            f"{describe_time(holder.expires, time.time())} unless renewed. One loop per root: stop that "
+            "one, or give this one another --root"
+        )
     lease.start_renewing()
     return lease
 
@@ -78,8 +88,10 @@ def missing_tools(config: LoopConfig) -> str:
         try:
             find_gnugo()
         except GnuGoNotFound as exc:
-            return (f"this run ends with {config.gnugo_games} games against GNU Go level 1, and {exc} "
-                    "(scripts/run.sh installs it for such runs; or scripts/setup.sh --gnugo)")
+            return (
+                f"this run ends with {config.gnugo_games} games against GNU Go level 1, and {exc} "
+                "(scripts/run.sh installs it for such runs; or scripts/setup.sh --gnugo)"
+            )
     return ""
 
 
@@ -100,10 +112,12 @@ def main(argv=None) -> int:
     loop = Loop(config, storage, retry)
     loop.lease = lease
     limit = config.generation_limit
-    say(f"zerolake loop on {storage.url()}: {config.board_size}x{config.board_size}, "
+    say(
+        f"zerolake loop on {storage.url()}: {config.board_size}x{config.board_size}, "
         f"{'as many generations as fit' if limit is None else f'{limit} generations'} within "
         f"{config.budget_text()}, the roles {'at once' if config.concurrent else 'in turns'}; "
-        f"settings in {storage.url(record)}")
+        f"settings in {storage.url(record)}"
+    )
     reason = "error"
     try:
         code = loop.run()

@@ -1,4 +1,5 @@
 """``python -m operations.loop``: runs operations.loop.main (the flags: ``--help``)."""
+
 import sys
 
 from operations.loop import main

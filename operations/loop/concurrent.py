@@ -10,6 +10,7 @@ They run until the budget leaves only the closing matches (or ``--generations`` 
 match is played before those.  The roles resume from their own state (the worker's spool in
 ``--state-dir``, the follower's windows, the trainer's checkpoint), so this schedule needs no marker.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,19 +41,23 @@ class ConcurrentSchedule(LoopRun):
         if limit is not None and generation >= limit:
             return self.finish()
         if seconds < CONCURRENT_MIN_SECONDS:
-            say(f"time left in the budget of {cfg.budget_text()} holds less than {CONCURRENT_MIN_SECONDS:.0f} s "
-                f"of self-play and training; stopping at generation {generation} for the closing matches")
+            say(
+                f"time left in the budget of {cfg.budget_text()} holds less than {CONCURRENT_MIN_SECONDS:.0f} s "
+                f"of self-play and training; stopping at generation {generation} for the closing matches"
+            )
             return self.finish()
         self.cluster = cluster = self.start_roles(seconds, None if limit is None else limit - generation)
         self.status.phase = "roles"
         self.events.emit("phase", generation=generation, phase="roles")
-        say(f"roles at once for {seconds / 60:.1f} minutes (worker, shuffle follower, trainer); their logs and "
-            f"events in {cluster.state_dir}")
+        say(
+            f"roles at once for {seconds / 60:.1f} minutes (worker, shuffle follower, trainer); their logs and "
+            f"events in {cluster.state_dir}"
+        )
         reason = "interrupted"
         try:
             reason = cluster.run()
         finally:
-            ignore_sigint_and_sigterm()         # the stop itself is not interrupted
+            ignore_sigint_and_sigterm()  # the stop itself is not interrupted
             try:
                 cluster.stop(reason)
                 self.absorb(cluster)
@@ -76,10 +81,20 @@ class ConcurrentSchedule(LoopRun):
         cfg = self.config
         state_dir = os.path.abspath(cfg.state_dir or default_state_dir(cfg.root, "loop-state"))
         roles = ClusterConfig(
-            root=cfg.root, workers=cfg.workers, state_dir=state_dir, board_size=cfg.board_size, komi=cfg.komi,
-            status_seconds=CONCURRENT["status_seconds"], child_threads=cfg.child_threads,
-            worker_nice=cfg.worker_nice, minutes=seconds / 60, until_generations=generations or 0,
-            worker=cfg.worker, shuffle=cfg.follower_shuffle(), train=cfg.train)
+            root=cfg.root,
+            workers=cfg.workers,
+            state_dir=state_dir,
+            board_size=cfg.board_size,
+            komi=cfg.komi,
+            status_seconds=CONCURRENT["status_seconds"],
+            child_threads=cfg.child_threads,
+            worker_nice=cfg.worker_nice,
+            minutes=seconds / 60,
+            until_generations=generations or 0,
+            worker=cfg.worker,
+            shuffle=cfg.follower_shuffle(),
+            train=cfg.train,
+        )
         return Cluster(roles, self.storage, state_dir, Commands(roles, state_dir, self.retry).all())
 
     def absorb(self, cluster) -> None:
@@ -99,5 +114,7 @@ class ConcurrentSchedule(LoopRun):
                 self.status.losses = dict(row.losses)
         cpu = cluster.cpu()
         shares = ", ".join(f"{name} {share:.0%}" for name, share in cpu["role_cpu_share"].items())
-        say(f"the roles used {cpu['cpu_share']:.0%} of {cpu['cores']} cores over {cpu['wall_seconds'] / 60:.1f} "
-            f"minutes: {shares}")
+        say(
+            f"the roles used {cpu['cpu_share']:.0%} of {cpu['cores']} cores over {cpu['wall_seconds'] / 60:.1f} "
+            f"minutes: {shares}"
+        )

@@ -7,6 +7,7 @@ gives the CPU the roles used (user + system seconds of every waited-for child ov
 cores), positions per hour and trained rows (steps x batch) per hour; the loop prints it under the
 summary and emits it as a ``throughput`` event.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,14 @@ from operations.loop.settings import GNUGO_PAIRED_OPENINGS
 from processes.children import cpu_share, waited_children_cpu_seconds
 
 # The trainer's progress event fields shown as losses, and their short names.
-LOSS_FIELDS = {"loss": "loss", "policy_loss": "policy", "value_loss": "value", "accuracy": "acc",
-               "ownership_loss": "ownership", "score_loss": "score"}
+LOSS_FIELDS = {
+    "loss": "loss",
+    "policy_loss": "policy",
+    "value_loss": "value",
+    "accuracy": "acc",
+    "ownership_loss": "ownership",
+    "score_loss": "score",
+}
 
 
 @dataclass
@@ -47,9 +54,11 @@ class Status:
     def line(self) -> str:
         elapsed = time.monotonic() - self.started
         losses = " ".join(f"{k} {v:.3f}" for k, v in self.losses.items()) or "-"
-        return (f"[loop {int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}] generation {self.generation} | "
-                f"{self.phase} | games {self.games} positions {self.positions} | losses {losses} | "
-                f"last eval {self.last_eval}")
+        return (
+            f"[loop {int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}] generation {self.generation} | "
+            f"{self.phase} | games {self.games} positions {self.positions} | losses {losses} | "
+            f"last eval {self.last_eval}"
+        )
 
 
 @dataclass
@@ -73,18 +82,26 @@ class RunMeter:
         cpu = waited_children_cpu_seconds() - self.cpu_at_start
         hours = wall / 3600
         rows = self.trained_steps * self.global_batch
-        return {"wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1), "cores": os.cpu_count() or 1,
-                "cpu_share": round(cpu_share(cpu, wall), 3), "positions": self.positions,
-                "positions_per_hour": round(self.positions / hours) if hours else 0,
-                "trained_steps": self.trained_steps, "trained_rows": rows,
-                "trained_rows_per_hour": round(rows / hours) if hours else 0}
+        return {
+            "wall_seconds": round(wall, 1),
+            "cpu_seconds": round(cpu, 1),
+            "cores": os.cpu_count() or 1,
+            "cpu_share": round(cpu_share(cpu, wall), 3),
+            "positions": self.positions,
+            "positions_per_hour": round(self.positions / hours) if hours else 0,
+            "trained_steps": self.trained_steps,
+            "trained_rows": rows,
+            "trained_rows_per_hour": round(rows / hours) if hours else 0,
+        }
 
     @staticmethod
     def text(report: dict) -> str:
-        return (f"the machine: the roles used {report['cpu_share']:.0%} of {report['cores']} cores over "
-                f"{report['wall_seconds'] / 60:.1f} minutes; {report['positions_per_hour']:,} positions/hour "
-                f"({report['positions']:,} in all), {report['trained_rows_per_hour']:,} trained rows/hour "
-                f"({report['trained_steps']:,} steps x {report['trained_rows'] // max(1, report['trained_steps'])})")
+        return (
+            f"the machine: the roles used {report['cpu_share']:.0%} of {report['cores']} cores over "
+            f"{report['wall_seconds'] / 60:.1f} minutes; {report['positions_per_hour']:,} positions/hour "
+            f"({report['positions']:,} in all), {report['trained_rows_per_hour']:,} trained rows/hour "
+            f"({report['trained_steps']:,} steps x {report['trained_rows'] // max(1, report['trained_steps'])})"
+        )
 
 
 def trained_steps(events) -> int:
@@ -106,18 +123,23 @@ def loss_fields(event: dict) -> dict:
     return {short: float(event[name]) for name, short in LOSS_FIELDS.items() if event.get(name) is not None}
 
 
-def summary_table(rows: list[GenerationRecord], final: int, final_results: ClosingRecord | None,
-                  throughput: dict | None = None) -> str:
-    header = f"{'gen':>4} {'games':>6} {'positions':>9} {'policy':>7} {'value':>6} {'acc':>6} {'loss':>6}  " \
-             f"{'vs random (trained models)':<40} {'time':>6}"
+def summary_table(
+    rows: list[GenerationRecord], final: int, final_results: ClosingRecord | None, throughput: dict | None = None
+) -> str:
+    header = (
+        f"{'gen':>4} {'games':>6} {'positions':>9} {'policy':>7} {'value':>6} {'acc':>6} {'loss':>6}  "
+        f"{'vs random (trained models)':<40} {'time':>6}"
+    )
     lines = ["", "summary", header, "-" * len(header)]
     for row in rows:
         losses = row.losses
         cells = [f"{losses[k]:.3f}" if k in losses else "-" for k in ("policy", "value", "acc", "loss")]
         evaluation = row.eval_vs_random.text() if row.eval_vs_random else "-"
         seconds = f"{row.seconds:.0f}s" if row.seconds else "-"
-        lines.append(f"{row.generation:>4} {row.games:>6} {row.positions:>9} {cells[0]:>7} {cells[1]:>6} "
-                     f"{cells[2]:>6} {cells[3]:>6}  {evaluation:<40} {seconds:>6}")
+        lines.append(
+            f"{row.generation:>4} {row.games:>6} {row.positions:>9} {cells[0]:>7} {cells[1]:>6} "
+            f"{cells[2]:>6} {cells[3]:>6}  {evaluation:<40} {seconds:>6}"
+        )
     lines.append("(losses: the training of the next generation on this generation's window; loss = total)")
     if final_results:
         lines.append("")
@@ -127,8 +149,10 @@ def summary_table(rows: list[GenerationRecord], final: int, final_results: Closi
         lines.append(f"  vs generation 0 ({opponent} MCTS): {final_results.vs_generation_0.text()}")
         gnugo = final_results.vs_gnugo_1
         if gnugo is not None:
-            lines.append(f"  vs GNU Go level 1 (the model at {gnugo.visits} visits a move, "
-                         f"{GNUGO_PAIRED_OPENINGS}-move paired openings): {gnugo.text()}")
+            lines.append(
+                f"  vs GNU Go level 1 (the model at {gnugo.visits} visits a move, "
+                f"{GNUGO_PAIRED_OPENINGS}-move paired openings): {gnugo.text()}"
+            )
     if throughput is not None:
         lines.append("")
         lines.append(RunMeter.text(throughput))

@@ -13,6 +13,7 @@ matches); everything else is read back from the lake, so rerunning the same comm
 closing matches put the last generation against random moves, against generation 0 (the worker's
 evaluator before any model) and, when asked, GNU Go level 1.
 """
+
 from __future__ import annotations
 
 import os
@@ -66,9 +67,9 @@ class LoopRun:
         self.events_dir = tempfile.mkdtemp(prefix="zerolake-loop-events-")
         self.phase_runs = 0
         self.events = EventLog(config.events or None, "loop")
-        self.lease = None   # format.leases.Lease on layout.LOOP_LEASE, set by main()
-        self.meter = RunMeter(global_batch=config.train.batch_size)   # one replica: the loop trains on the CPU
-        self.cluster = None   # the concurrent schedule's roles (operations.cluster.Cluster) while they run
+        self.lease = None  # format.leases.Lease on layout.LOOP_LEASE, set by main()
+        self.meter = RunMeter(global_batch=config.train.batch_size)  # one replica: the loop trains on the CPU
+        self.cluster = None  # the concurrent schedule's roles (operations.cluster.Cluster) while they run
 
     # --- lake state -----------------------------------------------------------
     def current_generation(self) -> int:
@@ -125,7 +126,7 @@ class LoopRun:
         try:
             output = self.child.stdout
             if output is None:
-                raise RuntimeError(f"{phase}: the child's output is not a pipe")   # stdout=PIPE makes one
+                raise RuntimeError(f"{phase}: the child's output is not a pipe")  # stdout=PIPE makes one
             for raw in output:
                 line = raw.rstrip()
                 lines.append(line)
@@ -161,10 +162,15 @@ class LoopRun:
         the time this invocation leaves for self-play and training (the budget less the closing matches)."""
         now = time.time()
         end = now + max(0.0, self.deadline - time.monotonic() - self.final_eval_seconds())
-        if end - now < 1.0:       # nothing left to train: no schedule to plan
+        if end - now < 1.0:  # nothing left to train: no schedule to plan
             return train
-        return replace(train, lr_schedule="anneal", lr_anneal_by="clock",
-                       lr_anneal_from=round(end - self.config.anneal * (end - now), 1), lr_anneal_to=round(end, 1))
+        return replace(
+            train,
+            lr_schedule="anneal",
+            lr_anneal_by="clock",
+            lr_anneal_from=round(end - self.config.anneal * (end - now), 1),
+            lr_anneal_to=round(end, 1),
+        )
 
     def final_eval_seconds(self) -> float:
         """Expected time of the closing matches (1.5 x final_eval_games games, and the GNU Go games).
@@ -186,8 +192,16 @@ class LoopRun:
         matches = 3 if self.config.gnugo_games else 2
         return matches * startup + 1.5 * self.config.final_eval_games * per_game + gnugo
 
-    def evaluate(self, player_a: str, player_b: str, games: int, seed: int, visits: int | None = None,
-                 sgf_prefix: str | None = None, paired_openings: int = 0) -> MatchRecord:
+    def evaluate(
+        self,
+        player_a: str,
+        player_b: str,
+        games: int,
+        seed: int,
+        visits: int | None = None,
+        sgf_prefix: str | None = None,
+        paired_openings: int = 0,
+    ) -> MatchRecord:
         """The match's result (its ``result`` event) with the model's ``visits``.  ``sgf_prefix``: keep
         its per-game results and each game's SGF in the lake as ``<sgf_prefix>/<index:05d>.sgf`` (the
         rating ladder folds such games into its fit: arena.ladder); without it, the totals only.
@@ -201,21 +215,36 @@ class LoopRun:
             if sgf_dir is not None:
                 shutil.rmtree(sgf_dir, ignore_errors=True)
 
-    def _evaluate(self, player_a, player_b, games, seed, visits, sgf_prefix, sgf_dir,
-                  paired_openings=0) -> MatchRecord:
+    def _evaluate(self, player_a, player_b, games, seed, visits, sgf_prefix, sgf_dir, paired_openings=0) -> MatchRecord:
         events = self.events_path("evaluate")
         results = []
-        self.run_child("evaluate", [
-            "arena.match", player_a, player_b, "--games", str(games),
-            "--visits", str(visits or self.config.eval_visits),
-            "--board-size", str(self.config.board_size), "--komi", str(self.config.komi), "--seed", str(seed),
-            # The model plays its matches under the pass rule it learnt in self-play.
-            *(["--pass-when-winning"] if self.config.worker.pass_when_winning else []),
-            *(["--paired-openings", str(paired_openings)] if paired_openings else []),
-            *([] if sgf_dir is None else ["--sgf-dir", sgf_dir]),
-            "--events", events, *([] if self.retry is None else retry_flags_argv(self.retry))],
-            events=events, on_event=lambda event: results.append(event["result"]) if event["event"] == "result"
-            else None)
+        self.run_child(
+            "evaluate",
+            [
+                "arena.match",
+                player_a,
+                player_b,
+                "--games",
+                str(games),
+                "--visits",
+                str(visits or self.config.eval_visits),
+                "--board-size",
+                str(self.config.board_size),
+                "--komi",
+                str(self.config.komi),
+                "--seed",
+                str(seed),
+                # The model plays its matches under the pass rule it learnt in self-play.
+                *(["--pass-when-winning"] if self.config.worker.pass_when_winning else []),
+                *(["--paired-openings", str(paired_openings)] if paired_openings else []),
+                *([] if sgf_dir is None else ["--sgf-dir", sgf_dir]),
+                "--events",
+                events,
+                *([] if self.retry is None else retry_flags_argv(self.retry)),
+            ],
+            events=events,
+            on_event=lambda event: results.append(event["result"]) if event["event"] == "result" else None,
+        )
         if not results:
             raise PhaseFailed(f"evaluate reported no result in {events}")
         try:
@@ -228,16 +257,19 @@ class LoopRun:
             for game in result.game_results or ():
                 path = f"{sgf_prefix}/{game.index:05d}.sgf"
                 if game.sgf is None:
-                    raise PhaseFailed(f"evaluate: game {game.index} of {events} names no SGF file "
-                                      "(arena.match writes one only with --sgf-dir)")
+                    raise PhaseFailed(
+                        f"evaluate: game {game.index} of {events} names no SGF file "
+                        "(arena.match writes one only with --sgf-dir)"
+                    )
                 # Replace, not create-only: a closing match interrupted before its marker was written
                 # is played again from the start, and its games supersede the partial attempt's,
                 # which no marker or result names.
                 with open(game.sgf, "rb") as handle:
                     self.storage.write_replace(path, handle.read())
                 games.append(replace(game, sgf=path))
-        return replace(result, visits=visits or self.config.eval_visits,
-                       game_results=None if games is None else tuple(games))
+        return replace(
+            result, visits=visits or self.config.eval_visits, game_results=None if games is None else tuple(games)
+        )
 
     def read_record(self, kind, name: str):
         """``kind.from_bytes`` of the loop marker ``name``; a damaged one is PhaseFailed naming it."""
@@ -261,13 +293,21 @@ class LoopRun:
                 model = f"model:{cfg.root}@{final}"
                 final_results = ClosingRecord(
                     vs_random=self.evaluate(model, "random", cfg.final_eval_games, cfg.seed + 101),
-                    vs_generation_0=self.evaluate(model, cfg.generation0_player, cfg.final_eval_games // 2,
-                                                  cfg.seed + 102),
+                    vs_generation_0=self.evaluate(
+                        model, cfg.generation0_player, cfg.final_eval_games // 2, cfg.seed + 102
+                    ),
                     vs_gnugo_1=self.evaluate(
-                        model, "gnugo:1", cfg.gnugo_games, cfg.seed + 103, visits=cfg.gnugo_visits,
+                        model,
+                        "gnugo:1",
+                        cfg.gnugo_games,
+                        cfg.seed + 103,
+                        visits=cfg.gnugo_visits,
                         sgf_prefix=self.marker(f"final-{layout.generation_dir(final)}-gnugo-1"),
-                        paired_openings=GNUGO_PAIRED_OPENINGS)
-                    if cfg.gnugo_games else None)
+                        paired_openings=GNUGO_PAIRED_OPENINGS,
+                    )
+                    if cfg.gnugo_games
+                    else None,
+                )
                 self.storage.write_new(name, final_results.to_bytes())
         self.status.phase = "done"
         say(self.status.line())
@@ -295,6 +335,16 @@ def _worth_echoing(line: str) -> bool:
     """Progress and problems, not the children's library chatter."""
     if not line.strip():
         return False
-    noisy = ("WARNING: All log messages", "oneDNN", "cpu_feature_guard", "TF_ENABLE_ONEDNN", "absl::",
-             "rebuild TensorFlow", "I0000", "E0000", "W0000", "To enable the following instructions")
+    noisy = (
+        "WARNING: All log messages",
+        "oneDNN",
+        "cpu_feature_guard",
+        "TF_ENABLE_ONEDNN",
+        "absl::",
+        "rebuild TensorFlow",
+        "I0000",
+        "E0000",
+        "W0000",
+        "To enable the following instructions",
+    )
     return not any(n in line for n in noisy)

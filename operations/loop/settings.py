@@ -20,6 +20,7 @@ window once its new rows give the minimum, never while two windows wait newer th
 sized to what the trainer will read (`LoopConfig.follower_shuffle`, pipeline.follow's "sizing").
 docs/results.md ("Why the loop's defaults are what they are") has the measurements behind the defaults.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,8 +65,12 @@ class ConcurrentSettings(TypedDict):
 
 DEMO_GENERATIONS = 3
 """Generations of a --minutes run (the 15-minute demo) unless --generations says otherwise."""
-LONG_RUN: LongRunSettings = {"selfplay_seconds": 150.0, "final_gnugo_games": 40, "final_gnugo_visits": 256,
-                             "eval_every": 4}
+LONG_RUN: LongRunSettings = {
+    "selfplay_seconds": 150.0,
+    "final_gnugo_games": 40,
+    "final_gnugo_visits": 256,
+    "eval_every": 4,
+}
 """The long-run mode's (--hours) settings where the loop's flags say auto: 150 s of self-play a generation
 (turns), an evaluation against random moves at generation 1 and every 4th (each costs ~20 s to learn again
 that a model beats random moves), and 40 closing games against GNU Go level 1 with the model at 256 visits
@@ -84,9 +89,16 @@ SCHEDULES = ("auto", "turns", "concurrent")
 TURNS_STEPS_PER_WINDOW = 500
 """Training steps (of 256) of a generation in turns when ``--train-steps-per-window`` is 0: about 0.5
 samples per new row of a 150 s generation."""
-CONCURRENT: ConcurrentSettings = {"samples_per_row": 2.0, "min_steps_per_window": 100,
-                                  "max_steps_per_window": 500, "max_untrained": 2, "workers": 2, "child_threads": 1,
-                                  "worker_nice": 0, "status_seconds": 30.0}
+CONCURRENT: ConcurrentSettings = {
+    "samples_per_row": 2.0,
+    "min_steps_per_window": 100,
+    "max_steps_per_window": 500,
+    "max_untrained": 2,
+    "workers": 2,
+    "child_threads": 1,
+    "worker_nice": 0,
+    "status_seconds": 30.0,
+}
 """The concurrent schedule's settings: each new row trained at most about twice, within 100-500 steps a
 window (500, the turns' generation, keeps a model coming every 1.5-2 minutes on 2 cores); at most 2 windows
 newer than LATEST (one in training, one ready); two workers with one thread each, the configuration that
@@ -116,86 +128,161 @@ class LoopConfig:
     board_size: int = board_size_setting(note="written to run.json on an empty root")
     komi: float = komi_setting()
     minutes: float = setting(15.0, "wall-clock budget of this invocation; phases are planned to fit it", above=0)
-    hours: float = setting(0.0, "long-run mode: a budget of this many hours instead of --minutes, no generation "
-                                f"limit, {LONG_RUN['selfplay_seconds']:g} s of self-play a generation and "
-                                f"{LONG_RUN['final_gnugo_games']} closing games against GNU Go level 1 (each "
-                                "flag that says 'auto'); 0 = off", at_least=0)
-    schedule: str = setting("auto", "how the roles share the machine: turns (self-play, shuffle, training and "
-                                    "evaluation one after another, a process each per generation) or concurrent "
-                                    "(the worker, the shuffle follower and the trainer follower at once, each "
-                                    "started once, as operations.cluster runs them); auto = concurrent with "
-                                    "--hours, turns for the --minutes demo", choices=SCHEDULES)
-    state_dir: str = setting("", "concurrent schedule: the roles' local state (the worker's spool, the "
-                                 "trainer's stage, events, logs); default ./loop-state/<hash of root>. The "
-                                 "same command reuses it, so a stopped run resumes its spool")
-    workers: int = setting(CONCURRENT["workers"], "concurrent schedule: self-play worker processes, each with its own "
-                           "spool and the --worker-* settings (seeds differ); 2 keep 2 cores busy beside the "
-                           "trainer and the follower", at_least=1)
-    child_threads: int = setting(CONCURRENT["child_threads"], "concurrent schedule: TensorFlow/OpenMP threads of "
-                                 "each role (0 = their own choice: every core each)", at_least=0)
-    worker_nice: int = setting(CONCURRENT["worker_nice"], "concurrent schedule: niceness added to the "
-                               "self-play worker, which takes every cycle it gets, so that the trainer and the "
-                               "shuffle follower keep their share", at_least=0, at_most=19)
-    generations: int = setting(0, "stop once this many model generations are published; 0 = auto: 3, or no "
-                                  "limit with --hours", at_least=0)
-    selfplay_seconds: float = setting(0.0, "self-play time per generation; 0 = auto: planned from --minutes, or "
-                                           f"{LONG_RUN['selfplay_seconds']:g} with --hours", at_least=0)
-    generation0_positions: int = setting(0, "end generation 0's self-play once its games hold this many "
-                                            "positions (at most its self-play time); 0 = by time only, like "
-                                            "every generation", at_least=0)
+    hours: float = setting(
+        0.0,
+        "long-run mode: a budget of this many hours instead of --minutes, no generation "
+        f"limit, {LONG_RUN['selfplay_seconds']:g} s of self-play a generation and "
+        f"{LONG_RUN['final_gnugo_games']} closing games against GNU Go level 1 (each "
+        "flag that says 'auto'); 0 = off",
+        at_least=0,
+    )
+    schedule: str = setting(
+        "auto",
+        "how the roles share the machine: turns (self-play, shuffle, training and "
+        "evaluation one after another, a process each per generation) or concurrent "
+        "(the worker, the shuffle follower and the trainer follower at once, each "
+        "started once, as operations.cluster runs them); auto = concurrent with "
+        "--hours, turns for the --minutes demo",
+        choices=SCHEDULES,
+    )
+    state_dir: str = setting(
+        "",
+        "concurrent schedule: the roles' local state (the worker's spool, the "
+        "trainer's stage, events, logs); default ./loop-state/<hash of root>. The "
+        "same command reuses it, so a stopped run resumes its spool",
+    )
+    workers: int = setting(
+        CONCURRENT["workers"],
+        "concurrent schedule: self-play worker processes, each with its own "
+        "spool and the --worker-* settings (seeds differ); 2 keep 2 cores busy beside the "
+        "trainer and the follower",
+        at_least=1,
+    )
+    child_threads: int = setting(
+        CONCURRENT["child_threads"],
+        "concurrent schedule: TensorFlow/OpenMP threads of each role (0 = their own choice: every core each)",
+        at_least=0,
+    )
+    worker_nice: int = setting(
+        CONCURRENT["worker_nice"],
+        "concurrent schedule: niceness added to the "
+        "self-play worker, which takes every cycle it gets, so that the trainer and the "
+        "shuffle follower keep their share",
+        at_least=0,
+        at_most=19,
+    )
+    generations: int = setting(
+        0, "stop once this many model generations are published; 0 = auto: 3, or no limit with --hours", at_least=0
+    )
+    selfplay_seconds: float = setting(
+        0.0,
+        "self-play time per generation; 0 = auto: planned from --minutes, or "
+        f"{LONG_RUN['selfplay_seconds']:g} with --hours",
+        at_least=0,
+    )
+    generation0_positions: int = setting(
+        0,
+        "end generation 0's self-play once its games hold this many "
+        "positions (at most its self-play time); 0 = by time only, like "
+        "every generation",
+        at_least=0,
+    )
     eval_games: int = setting(20, "games against random moves after each evaluated generation", at_least=1)
-    eval_every: int = setting(0, "evaluate generation 1 and every this many generations after against random "
-                                 f"moves; 0 = auto: every one, or every {LONG_RUN['eval_every']} with --hours "
-                                 "(turns only: the concurrent schedule plays only the closing matches)",
-                              at_least=0, at_most=1000)
-    final_eval_games: int = setting(100, "games of the last generation against random moves, and against "
-                                         "generation 0", at_least=1)
+    eval_every: int = setting(
+        0,
+        "evaluate generation 1 and every this many generations after against random "
+        f"moves; 0 = auto: every one, or every {LONG_RUN['eval_every']} with --hours "
+        "(turns only: the concurrent schedule plays only the closing matches)",
+        at_least=0,
+        at_most=1000,
+    )
+    final_eval_games: int = setting(
+        100, "games of the last generation against random moves, and against generation 0", at_least=1
+    )
     eval_visits: int = setting(32, "simulations per move in evaluation games", at_least=1)
-    final_gnugo_games: int = setting(-1, "games of the last generation against GNU Go level 1 at the end "
-                                         f"(needs gnugo; {GNUGO_PAIRED_OPENINGS}-move random openings, each "
-                                         "played with both colours); -1 = auto: none, or "
-                                         f"{LONG_RUN['final_gnugo_games']} with --hours", at_least=-1)
-    final_gnugo_visits: int = setting(0, "the model's simulations a move in those games; 0 = auto: --eval-visits, "
-                                         f"or {LONG_RUN['final_gnugo_visits']} with --hours", at_least=0)
-    anneal: float = setting(0.0, "the last this share of the run's training time lowers the trainer's rate along a "
-                                 "half cosine to --train-lr-final-fraction, timed by the clock from the budget "
-                                 "(model.train --lr-schedule anneal); 0 = the rate stays at its peak",
-                            at_least=0.0, at_most=1.0)
-    seed: int = setting(1, "seed of self-play (1000 x seed + generation), the shuffle (seed + generation) and "
-                           "evaluation")
+    final_gnugo_games: int = setting(
+        -1,
+        "games of the last generation against GNU Go level 1 at the end "
+        f"(needs gnugo; {GNUGO_PAIRED_OPENINGS}-move random openings, each "
+        "played with both colours); -1 = auto: none, or "
+        f"{LONG_RUN['final_gnugo_games']} with --hours",
+        at_least=-1,
+    )
+    final_gnugo_visits: int = setting(
+        0,
+        "the model's simulations a move in those games; 0 = auto: --eval-visits, "
+        f"or {LONG_RUN['final_gnugo_visits']} with --hours",
+        at_least=0,
+    )
+    anneal: float = setting(
+        0.0,
+        "the last this share of the run's training time lowers the trainer's rate along a "
+        "half cosine to --train-lr-final-fraction, timed by the clock from the budget "
+        "(model.train --lr-schedule anneal); 0 = the rate stays at its peak",
+        at_least=0.0,
+        at_most=1.0,
+    )
+    seed: int = setting(
+        1, "seed of self-play (1000 x seed + generation), the shuffle (seed + generation) and evaluation"
+    )
     events: str = events_setting(what="the loop's own (phases, stop)")
     worker: WorkerConfig = role_setting(
-        WorkerConfig, "self-play (python -m selfplay.worker's flags); the loop sets the seed, worker id, "
-                      "time and events of each generation's worker",
+        WorkerConfig,
+        "self-play (python -m selfplay.worker's flags); the loop sets the seed, worker id, "
+        "time and events of each generation's worker",
         shared=("root", "board_size", "komi"),
         managed=("seed", "worker_id", "max_seconds", "max_positions", "events"),
         # 60 s chunks: the concurrent schedule's follower sees new games within a minute.
-        games=64, progress_seconds=15.0, chunk_seconds=60.0, **LOOP_SEARCH)
+        games=64,
+        progress_seconds=15.0,
+        chunk_seconds=60.0,
+        **LOOP_SEARCH,
+    )
     shuffle: ShuffleConfig = role_setting(
-        ShuffleConfig, "the shuffle job (python -m pipeline.shuffle's flags); in turns the loop sets its seed "
-                       "and runs one window per generation, in the concurrent schedule it runs the follower "
-                       "and sizes its windows from the trainer's --train-samples-per-row and step bounds",
+        ShuffleConfig,
+        "the shuffle job (python -m pipeline.shuffle's flags); in turns the loop sets its seed "
+        "and runs one window per generation, in the concurrent schedule it runs the follower "
+        "and sizes its windows from the trainer's --train-samples-per-row and step bounds",
         shared=("root", "board_size"),
-        managed=("seed", "follow", "follow_new_positions", "poll_seconds", "claim_seconds", "events",
-                 "dataflow_above_positions", "follow_max_untrained", "samples_per_row", "follow_min_rows",
-                 "follow_max_rows"))
+        managed=(
+            "seed",
+            "follow",
+            "follow_new_positions",
+            "poll_seconds",
+            "claim_seconds",
+            "events",
+            "dataflow_above_positions",
+            "follow_max_untrained",
+            "samples_per_row",
+            "follow_min_rows",
+            "follow_max_rows",
+        ),
+    )
     train: TrainConfig = role_setting(
-        TrainConfig, "the trainer (python -m model.train's flags); in turns the loop trains one window per "
-                     f"generation ({TURNS_STEPS_PER_WINDOW} steps when --train-steps-per-window is 0), in the "
-                     "concurrent schedule it runs the trainer's --follow mode (steps by --train-samples-per-row "
-                     "within --train-min/max-steps-per-window when --train-steps-per-window is 0); it reads its "
-                     "events",
-        shared=("root", "board_size"), managed=("follow", "windows", "events"),
-        steps_per_window=0, warmup_steps=50, log_every=50,
-        samples_per_row=CONCURRENT["samples_per_row"], min_steps_per_window=CONCURRENT["min_steps_per_window"],
-        max_steps_per_window=CONCURRENT["max_steps_per_window"])
+        TrainConfig,
+        "the trainer (python -m model.train's flags); in turns the loop trains one window per "
+        f"generation ({TURNS_STEPS_PER_WINDOW} steps when --train-steps-per-window is 0), in the "
+        "concurrent schedule it runs the trainer's --follow mode (steps by --train-samples-per-row "
+        "within --train-min/max-steps-per-window when --train-steps-per-window is 0); it reads its "
+        "events",
+        shared=("root", "board_size"),
+        managed=("follow", "windows", "events"),
+        steps_per_window=0,
+        warmup_steps=50,
+        log_every=50,
+        samples_per_row=CONCURRENT["samples_per_row"],
+        min_steps_per_window=CONCURRENT["min_steps_per_window"],
+        max_steps_per_window=CONCURRENT["max_steps_per_window"],
+    )
 
     def __post_init__(self):
-        for problem in setting_problems(self):           # shared settings, declared ranges (format.cli)
+        for problem in setting_problems(self):  # shared settings, declared ranges (format.cli)
             raise ValueError(problem)
-        if self.anneal and self.train.lr_schedule not in ("constant", "anneal"):   # anneal: the loop's own plan
-            raise ValueError(f"--anneal: plans the trainer's schedule itself; drop --train-lr-schedule "
-                             f"{self.train.lr_schedule} or --anneal")
+        if self.anneal and self.train.lr_schedule not in ("constant", "anneal"):  # anneal: the loop's own plan
+            raise ValueError(
+                f"--anneal: plans the trainer's schedule itself; drop --train-lr-schedule "
+                f"{self.train.lr_schedule} or --anneal"
+            )
         complete_roles(self)
 
     # The 'auto' settings, resolved (the settings record keeps the flags as given).
@@ -262,9 +349,12 @@ class LoopConfig:
         train = self.train
         if train.steps_per_window or not train.samples_per_row:
             return replace(self.shuffle, follow_max_untrained=CONCURRENT["max_untrained"])
-        batch = train.batch_size          # per replica; the loop's trainer runs one replica on the CPU
-        return replace(self.shuffle, follow_max_untrained=CONCURRENT["max_untrained"],
-                       samples_per_row=train.samples_per_row,
-                       follow_new_positions=math.ceil(train.min_steps_per_window * batch / train.samples_per_row),
-                       follow_min_rows=train.min_steps_per_window * batch,
-                       follow_max_rows=train.max_steps_per_window * batch)
+        batch = train.batch_size  # per replica; the loop's trainer runs one replica on the CPU
+        return replace(
+            self.shuffle,
+            follow_max_untrained=CONCURRENT["max_untrained"],
+            samples_per_row=train.samples_per_row,
+            follow_new_positions=math.ceil(train.min_steps_per_window * batch / train.samples_per_row),
+            follow_min_rows=train.min_steps_per_window * batch,
+            follow_max_rows=train.max_steps_per_window * batch,
+        )

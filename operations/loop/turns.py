@@ -11,6 +11,7 @@ What is done is read from the lake, so a rerun resumes at the interrupted phase:
 ``loop/eval-<g+1>.json`` exists.  Self-play time is planned from what is left of the budget and the
 other phases' last durations (`selfplay_seconds`).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,14 +34,16 @@ class TurnsSchedule(LoopRun):
         self.evaluate_unevaluated()
         while True:
             if self.lease is not None:
-                self.lease.check()   # LeaseLost: another loop owns the root now
+                self.lease.check()  # LeaseLost: another loop owns the root now
             generation = self.current_generation()
             self.status.generation = generation
             if cfg.generation_limit is not None and generation >= cfg.generation_limit:
                 break
             if time.monotonic() >= self.deadline:
-                say(f"time budget of {cfg.budget_text()} used up at generation {generation}; "
-                    f"rerun the same command to continue")
+                say(
+                    f"time budget of {cfg.budget_text()} used up at generation {generation}; "
+                    f"rerun the same command to continue"
+                )
                 break
             started = time.monotonic()
             row = self.rows.setdefault(generation, GenerationRecord(generation))
@@ -48,8 +51,10 @@ class TurnsSchedule(LoopRun):
             if not self.storage.exists(self.marker(f"selfplay-{layout.generation_dir(generation)}.done")):
                 seconds = self.selfplay_seconds(generation)
                 if not seconds:
-                    say(f"time left in the budget of {cfg.budget_text()} holds less than half a generation's "
-                        f"self-play; stopping at generation {generation} for the closing matches")
+                    say(
+                        f"time left in the budget of {cfg.budget_text()} holds less than half a generation's "
+                        f"self-play; stopping at generation {generation} for the closing matches"
+                    )
                     break
                 self.selfplay(generation, seconds)
                 played = True
@@ -101,16 +106,37 @@ class TurnsSchedule(LoopRun):
         # Generation 0 may be sized in positions: at 30 games/s, random-playout self-play fills several
         # model generations' worth of window in the time one model generation gets.
         positions = cfg.generation0_positions if generation == 0 else 0
-        self.run_child("selfplay", ["selfplay.worker", *role_argv(
-            cfg, "worker", retry=self.retry, max_seconds=f"{seconds:.0f}", seed=cfg.seed * 1000 + generation,
-            worker_id=f"loop{generation}", events=events,
-            **({"max_positions": str(positions)} if positions else {}))], events, on_event)
-        self.storage.write_new(self.marker(f"selfplay-{layout.generation_dir(generation)}.done"),
-                               json.dumps({"seconds": round(seconds)}).encode())
+        self.run_child(
+            "selfplay",
+            [
+                "selfplay.worker",
+                *role_argv(
+                    cfg,
+                    "worker",
+                    retry=self.retry,
+                    max_seconds=f"{seconds:.0f}",
+                    seed=cfg.seed * 1000 + generation,
+                    worker_id=f"loop{generation}",
+                    events=events,
+                    **({"max_positions": str(positions)} if positions else {}),
+                ),
+            ],
+            events,
+            on_event,
+        )
+        self.storage.write_new(
+            self.marker(f"selfplay-{layout.generation_dir(generation)}.done"),
+            json.dumps({"seconds": round(seconds)}).encode(),
+        )
 
     def shuffle(self, generation: int) -> None:
-        self.run_child("shuffle", ["pipeline.shuffle", *role_argv(self.config, "shuffle", retry=self.retry,
-                                                                  seed=self.config.seed + generation)])
+        self.run_child(
+            "shuffle",
+            [
+                "pipeline.shuffle",
+                *role_argv(self.config, "shuffle", retry=self.retry, seed=self.config.seed + generation),
+            ],
+        )
 
     def train(self, generation: int) -> dict:
         cfg = self.config
@@ -127,8 +153,9 @@ class TurnsSchedule(LoopRun):
 
         events = self.events_path("train")
         try:
-            self.run_child("train", ["model.train", *role_argv(cfg, "train", retry=self.retry, events=events)],
-                           events, on_event)
+            self.run_child(
+                "train", ["model.train", *role_argv(cfg, "train", retry=self.retry, events=events)], events, on_event
+            )
         finally:
             self.meter.trained_steps += trained_steps(seen)
         return losses
@@ -137,8 +164,9 @@ class TurnsSchedule(LoopRun):
         name = self.marker(f"eval-{layout.generation_dir(generation)}.json")
         if self.storage.exists(name):
             return self.read_record(MatchRecord, name)
-        result = self.evaluate(f"model:{self.config.root}@{generation}", "random", self.config.eval_games,
-                               self.config.seed + generation)
+        result = self.evaluate(
+            f"model:{self.config.root}@{generation}", "random", self.config.eval_games, self.config.seed + generation
+        )
         self.storage.write_new(name, result.to_bytes())
         return result
 
@@ -154,7 +182,9 @@ class TurnsSchedule(LoopRun):
         for generation in range(1, self.current_generation() + 1):
             done = self.storage.exists(self.marker(f"eval-{layout.generation_dir(generation)}.json"))
             if not done and self.config.evaluates(generation) and is_published(self.storage, generation):
-                say(f"generation {generation} was published but not evaluated (the loop was stopped in "
-                    "between); evaluating it now")
+                say(
+                    f"generation {generation} was published but not evaluated (the loop was stopped in "
+                    "between); evaluating it now"
+                )
                 row = self.rows.setdefault(generation, GenerationRecord(generation))
                 row.eval_vs_random = self.evaluate_generation(generation)
