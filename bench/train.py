@@ -5,14 +5,14 @@
    second ``input_examples_per_cpu_s_<N>``, ``shard_bytes_per_position_<N>`` with the game table), for the
    17-plane network and a 22-plane one (``..._22_planes``: those planes are computed in the graph).
 2. Training: steps/s of the 9x9 network at pinned settings (4 blocks x 32, batch 256, float32; `PINNED_*`),
-   and with ``--variants`` the same with XLA or bfloat16 (``train_steps_per_s_9_<variant>``).
+   and with ``--variants`` the same in bfloat16 (``train_steps_per_s_9_<variant>``).
 3. Supply over demand: the input's examples/s over training's (above 1: input is not the bottleneck).
 
 The positions are legal random games (`testdata.random_games.engine_game`, search-shaped targets on a quarter
 of the moves) written by the shuffle job's own code into 4 shards and a game table.  On a shared machine the
 per-CPU-second rate is the steadier figure.  Ends with one JSON line.
 
-    python bench/train.py [--seconds 8] [--positions 16384] [--variants xla,bfloat16]
+    python bench/train.py [--seconds 8] [--positions 16384] [--variants bfloat16]
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ PINNED_TRAIN_SETTINGS: dict[str, Any] = dict(
 )
 
 
-TRAIN_VARIANTS: dict[str, dict[str, Any]] = {"xla": {"xla": True}, "bfloat16": {"precision": "bfloat16"}}
+TRAIN_VARIANTS: dict[str, dict[str, Any]] = {"bfloat16": {"precision": "bfloat16"}}
 """``--variants``: trainer settings measured beside the pinned ones, in the same run, each as
 ``train_steps_per_s_9_<name>``."""
 

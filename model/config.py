@@ -176,11 +176,6 @@ class TrainConfig:
         at_least=0,
     )
     steps_per_call: int = setting(20, "training steps per tf.function call", at_least=1)
-    xla: bool = setting(
-        False,
-        "compile each training step with XLA (jit_compile; the step's body, since "
-        "the input iterator cannot live inside an XLA cluster)",
-    )
     # At most 10: SGD with momentum diverges within a few steps far below that (about 5 on
     # the small test networks), and a rate past it is a typo, not an experiment.
     learning_rate: float = setting(

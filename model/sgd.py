@@ -230,8 +230,6 @@ class Trainer:
             tracked["swa"] = self.swa
         self.checkpoint = tf.train.Checkpoint(**tracked)
         self._train_steps = tf.function(self._train_steps_impl)
-        # XLA compiles the step's body with the batch passed in: next(iterator) has no XLA kernel.
-        self._step = tf.function(self._replica_step, jit_compile=True) if config.xla else self._replica_step
 
     # --- state ---------------------------------------------------------------
     @property
@@ -280,7 +278,7 @@ class Trainer:
     def _train_steps_impl(self, iterator, steps):
         totals = tuple(tf.constant(0.0, tf.float32) for _ in METRIC_NAMES)
         for _ in tf.range(steps):  # AutoGraph: a tf.while_loop over `totals`
-            per_replica = self.strategy.run(self._step, args=(next(iterator),))
+            per_replica = self.strategy.run(self._replica_step, args=(next(iterator),))
             totals = tuple(
                 total + self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica[name], axis=None)
                 for total, name in zip(totals, METRIC_NAMES)

@@ -58,7 +58,7 @@ SLOW: dict[str, str | tuple[str, ...]] = {
         ("test_trainer_on_an_emulated_bucket_resumes_on_a_fresh_stage_dir_and_publishes_once",),
     "model/test_tfdata.py": ("test_order_is_reproducible_and_skip_resumes_the_same_stream",
                              "test_shard_round_trip_through_the_pipeline"),
-    "model/test_train.py": ("test_tiny_run_lowers_every_heads_loss", "test_an_xla_step_trains_as_the_plain_step_does",
+    "model/test_train.py": ("test_tiny_run_lowers_every_heads_loss",
                             "test_an_accelerator_asked_for_and_absent_is_one_error"),
     "model/test_train_faults.py": ("test_a_window_skipped_for_damage_is_never_resumed_from_its_checkpoint",
                                    "test_following_skips_a_damaged_window_and_trains_the_next",

@@ -74,23 +74,6 @@ def test_tiny_run_lowers_every_heads_loss(lake, value_head):
     assert trainer.global_step == 120
 
 
-def test_an_xla_step_trains_as_the_plain_step_does(lake):
-    root, storage, manifest = lake
-    shards = [storage.url(layout.shard_path(1, name)) for name in manifest["shards"]]
-    results = {}
-    for xla in (False, True):
-        network = NetworkConfig(blocks=1, filters=8, value_hidden=8)
-        config = TrainConfig(root=str(root), network=network, batch_size=32, learning_rate=0.05, warmup_steps=1,
-                             xla=xla)
-        trainer = Trainer(config, config.network_for(9), resolve_strategy(config))
-        iterator = iter(training_dataset(shards, board_size=9, batch_size=32, seed=3))
-        results[xla] = [summarize(trainer.train_steps(iterator, 3)) for _ in range(2)]
-    # Same seed, same batches: the compiled step computes the same losses (to float rounding).
-    for plain, compiled in zip(results[False], results[True]):
-        for head in ("policy_loss", "value_loss", "ownership_loss"):
-            assert compiled[head] == pytest.approx(plain[head], rel=2e-3), head
-
-
 def test_weight_normalization_gives_each_head_its_nominal_strength(lake):
     # 32 rows of which 4 carry a policy target and 16 a value target: by the batch, the
     # policy term is scaled by 4/32 and the value term by 16/32; by the weights, each head's
