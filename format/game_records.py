@@ -310,10 +310,12 @@ def decode_game(data: bytes, source: str = "<bytes>") -> GameRecord:
     raw_moves = r.bytes(schema.G_MOVES)
     if len(raw_moves) % 2:
         raise r.error(schema.G_MOVES, "odd byte length")
-    moves = np.frombuffer(raw_moves, dtype="<u2").astype(np.int16)
-    m = len(moves)
-    if m and int(moves.max()) >= actions:
-        raise r.error(schema.G_MOVES, f"move index {int(moves.max())} outside 0..{actions - 1}")
+    unsigned = np.frombuffer(raw_moves, dtype="<u2")
+    m = len(unsigned)
+    # Checked as stored (uint16): 32768..65535 would turn negative as int16 and pass a maximum check.
+    if m and int(unsigned.max()) >= actions:
+        raise r.error(schema.G_MOVES, f"move index {int(unsigned.max())} outside 0..{actions - 1}")
+    moves = unsigned.astype(np.int16)
 
     per_position = _plane_bytes_per_position(n)
     raw_planes = r.bytes(schema.G_PLANES)

@@ -112,6 +112,9 @@ def _replace_ints(values):
     (schema.G_POLICY_INDEX_DELTA, _replace_ints([500] * 1000), schema.G_POLICY_COUNT, "counts sum"),
     (schema.G_MOVES, lambda f: f.bytes_list.value.__setitem__(0, np.array([900], "<u2").tobytes()),
      schema.G_MOVES, "outside"),
+    # 40000 as stored: as an int16 it would be negative and pass a check of the maximum alone.
+    (schema.G_MOVES, lambda f: f.bytes_list.value.__setitem__(
+        0, np.array([40000], "<u2").tobytes() + f.bytes_list.value[0][2:]), schema.G_MOVES, "move index 40000"),
 ])
 def test_decode_names_the_bad_field(name, mutate, field, words):
     rng = np.random.default_rng(2)
