@@ -164,7 +164,9 @@ def lines(light):
         count, x = count + 1, x + step
     return count
 vertical, horizontal = lines(light), lines(light.T)
-print(vertical if vertical == horizontal else f"{vertical}x{horizontal}")
+# Overlays only hide lines, never add one, and once in three clean runs an edge line was hidden in one
+# direction (8x9 on a 9x9 board): the board is the larger count when the two agree within one.
+print(max(vertical, horizontal) if abs(vertical - horizontal) <= 1 else f"{vertical}x{horizontal}")
 PYEOF
 ) || finish 1 "no board found on the screenshot"
 [ "$grid" = "$SIZE" ] || finish 1 "the board drawn has $grid lines, not $SIZE"
