@@ -287,11 +287,9 @@ def image_steps(config: DeployConfig) -> list[Step]:
     return steps
 
 
-def vm_image_digest_step(config: DeployConfig, kind: str, section: str) -> Step:
-    """``$zerolake_vm_image_KIND``: the digest of the release's VM image, which the VMs' metadata names
-    (``IMAGE@sha256:...``): a later push to any tag cannot change what a VM pulls."""
-    tag = f"{vm_image_name(config, kind)}:{RELEASE_TAG}$zerolake_release"
-    describe = gcloud(
+def describe_digest(config: DeployConfig, tag: str):
+    """The gcloud command that prints the digest (``sha256:...``) of the image ``tag`` names."""
+    return gcloud(
         "artifacts",
         "docker",
         "images",
@@ -300,6 +298,13 @@ def vm_image_digest_step(config: DeployConfig, kind: str, section: str) -> Step:
         project_flag(config),
         "--format=value(image_summary.digest)",
     )
+
+
+def vm_image_digest_step(config: DeployConfig, kind: str, section: str) -> Step:
+    """``$zerolake_vm_image_KIND``: the digest of the release's VM image, which the VMs' metadata names
+    (``IMAGE@sha256:...``): a later push to any tag cannot change what a VM pulls."""
+    tag = f"{vm_image_name(config, kind)}:{RELEASE_TAG}$zerolake_release"
+    describe = describe_digest(config, tag)
     missing = (
         f"there is no {kind.upper()} VM image of release $zerolake_release ({tag}): plan the image section "
         "for it (it builds from the release)"
@@ -316,15 +321,7 @@ def image_digest_step(config: DeployConfig) -> Step:
     """``$zerolake_image_digest``: the digest of the release's Dataflow image, which the follower's jobs name
     (``IMAGE@sha256:...``), so a later push to any tag cannot change what they run."""
     tag = f"{image_name(config)}:{RELEASE_TAG}$zerolake_release"
-    describe = gcloud(
-        "artifacts",
-        "docker",
-        "images",
-        "describe",
-        Raw(f'"{tag}"'),
-        project_flag(config),
-        "--format=value(image_summary.digest)",
-    )
+    describe = describe_digest(config, tag)
     missing = (
         f"there is no Dataflow image of release $zerolake_release ({tag}): plan the image section for it "
         "(it builds from the release)"
