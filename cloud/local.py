@@ -100,6 +100,11 @@ class LocalStorage(Storage):
             fd = _open_in_folder(directory, temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
         except OSError as exc:
             raise StorageError(f"cannot write {target}: {exc.strerror}", url=target) from None
+        except BaseException:
+            # A SIGTERM handler (processes.sigterm) runs right after the C call it interrupted: when
+            # that was the open, the file exists but its descriptor never reached us.  The name is ours.
+            _unlink_if_present(temp)
+            raise
         try:
             with open(fd, "wb") as out:
                 out.write(data)

@@ -40,3 +40,30 @@ def test_a_write_whose_folder_a_concurrent_delete_prunes_makes_it_again(tmp_path
     monkeypatch.setattr(cloud.local.os, "open", open_after_a_prune)
     storage.write_new("tmp/probe-w1", b"probe")
     assert pruned and storage.read("tmp/probe-w1") == b"probe"
+
+
+def test_a_stop_that_lands_as_the_temp_file_is_created_leaves_no_temp_file(tmp_path, monkeypatch):
+    """SIGTERM's handler runs right after the C call it interrupted: when that call is the open that
+    created the temp file, Terminated rises before the writer holds the file's descriptor.  A shuffle
+    job stopped so left its piece's temp file in the attempt's folder, which its clean-up does not list."""
+    import cloud.local
+    from processes.sigterm import Terminated
+
+    storage = LocalStorage(str(tmp_path / "lake"))
+    storage.write_new("tmp/a/kept.npz", b"x")
+    real_open = os.open
+
+    def open_then_stopped(path, flags, mode=0o777):
+        os.close(real_open(path, flags, mode))
+        raise Terminated
+
+    monkeypatch.setattr(cloud.local.os, "open", open_then_stopped)
+    for write in (lambda: storage.write_new("tmp/a/b1.npz", b"y"),
+                  lambda: storage.write_replace("tmp/a/b2.npz", b"y", durable=False)):
+        try:
+            write()
+        except Terminated:
+            pass
+        else:
+            raise AssertionError("the write went on past the stop")
+    assert os.listdir(tmp_path / "lake/tmp/a") == ["kept.npz"]
