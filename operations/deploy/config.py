@@ -105,6 +105,8 @@ DURATION = re.compile(r"[1-9][0-9]*[smhd]")
 NETWORK_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 """A VPC network or subnet name (RFC 1035, as Compute Engine names resources)."""
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
+IMAGE = re.compile(r"[a-z][a-z0-9.:-]*[a-z0-9]/[a-z][a-z0-9-]*[a-z0-9]")
+"""An image's project and family (``ubuntu-os-cloud/ubuntu-2204-lts``; a domain project has ``.`` and ``:``)."""
 MACHINE_TYPE = re.compile(r"[a-z0-9]+-[a-z0-9-]+")
 TPU_TYPE = re.compile(r"v[0-9][a-z0-9]*-[0-9]+")
 ROOT_PREFIX = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*/?")
@@ -117,6 +119,9 @@ ROOT_PREFIX_MAX = 512
 """Characters of that prefix: GCS object names end at 1024 bytes, and the
 lake's own paths under the root (chunk names carry the worker's host name)
 need the rest."""
+TPU_RUNTIME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+"""A TPU VM software version (``tpu-vm-tf-2.18.0-pjrt``, ``v2-alpha-tpuv5-lite``): gcloud takes it quoted,
+and the plan's step comment names it."""
 SHA256 = re.compile(r"[0-9a-f]{64}")
 """A release's name: the sha256 of its file, in lower-case hex (sha256sum's)."""
 DEPLOY_AREA = "zerolake-deploy"
@@ -296,6 +301,17 @@ class DeployConfig:
                 problem = f"the run may not lie in {DEPLOY_AREA}/, the deploy area that only you can write"
             need(problem is None, "root", f"{self.root!r}: {problem}")
         errors += setting_problems(self)  # declared ranges (format.cli)
+        for field in dataclasses.fields(self):
+            # Every text setting reaches the generated script somewhere, a step's comment line at least,
+            # where a newline would end the comment and make the rest a command that --apply runs.
+            value = getattr(self, field.name)
+            if isinstance(value, str) and not value.isprintable():
+                need(False, field.name, f"{value!r} holds a control character (a newline or tab, for one)")
+        need(
+            not self.trainer_tpu_runtime or bool(TPU_RUNTIME.fullmatch(self.trainer_tpu_runtime)),
+            "trainer_tpu_runtime",
+            f"{self.trainer_tpu_runtime!r} is not a TPU software version such as tpu-vm-tf-2.18.0-pjrt",
+        )
         for field in ("worker_gpu", "trainer_gpu"):
             value = getattr(self, field)
             need(not value or value in GPU_KINDS, field, f"{value!r} is not one of {', '.join(GPU_KINDS)}")
@@ -354,7 +370,7 @@ class DeployConfig:
                 "may hold only letters, digits, spaces and _./:=- (it travels in instance metadata)",
             )
         for field in ("cpu_image", "gpu_image"):
-            need(getattr(self, field).count("/") == 1, field, "must be PROJECT/FAMILY")
+            need(bool(IMAGE.fullmatch(getattr(self, field))), field, "must be PROJECT/FAMILY")
         unknown = sorted(set(self.chosen_sections) - set(SECTIONS))
         need(not unknown, "only", f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
         need(

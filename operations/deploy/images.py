@@ -10,10 +10,12 @@ Cloud Build runs as its own account, ``NAME-builder``, made and granted here.
 
 from __future__ import annotations
 
-from operations.deploy.config import DeployConfig
+from operations.deploy.config import DEPLOY_AREA, DeployConfig
 from operations.deploy.steps import (
     DATAFLOW_DOCKERFILE,
     RELEASE_TAG,
+    SCRATCH_FILE,
+    SCRATCH_FOLDER,
     VM_IMAGE_VARS,
     Expand,
     Raw,
@@ -72,6 +74,16 @@ def builder_account(config: DeployConfig) -> str:
     return f"{builder_account_id(config)}@{config.project}.iam.gserviceaccount.com"
 
 
+BUILD_SOURCE = "build-source"
+"""The deploy area's folder where ``gcloud builds submit`` stages each build's source."""
+
+
+def build_source_condition(config: DeployConfig) -> str:
+    """The builder's one read: the staged build sources (it could read the whole lake)."""
+    prefix = f"projects/_/buckets/{config.bucket}/objects/{DEPLOY_AREA}/{config.name}/{BUILD_SOURCE}/"
+    return f'resource.name.startsWith("{prefix}")'
+
+
 def builder_account_steps(config: DeployConfig) -> list[Step]:
     """Cloud Build's own account for the images: push to the one repository, read the staged source, log."""
     who = f"--member=serviceAccount:{builder_account(config)}"
@@ -79,7 +91,7 @@ def builder_account_steps(config: DeployConfig) -> list[Step]:
         account_step(config, builder_account_id(config), "the account Cloud Build builds the release's images as"),
         Step(
             "account",
-            "the builder reads the build's source, staged in the deploy area of the bucket",
+            "the builder reads the build's source, staged in the deploy area of the bucket, and nothing else",
             grant(
                 "storage",
                 "buckets",
@@ -87,6 +99,7 @@ def builder_account_steps(config: DeployConfig) -> list[Step]:
                 f"gs://{config.bucket}",
                 who,
                 "--role=roles/storage.objectViewer",
+                f"--condition=^;^expression={build_source_condition(config)};title=zerolake {config.name} builder",
                 project_flag(config),
             ),
         ),
@@ -143,7 +156,7 @@ def _build(config: DeployConfig, context: str, image: str, why: str) -> Step:
         Raw(f'"{context}"'),
         Raw(f'--config="{context}/cloudbuild.yaml"'),
         f"--region={config.dataflow_region}",
-        f"--gcs-source-staging-dir={config.deploy_area}/build-source",
+        f"--gcs-source-staging-dir={config.deploy_area}/{BUILD_SOURCE}",
         project_flag(config),
     )
     return Step(
@@ -233,7 +246,7 @@ def image_steps(config: DeployConfig) -> list[Step]:
             "the release, downloaded once for the builds and checked against its sha256",
             "\n".join(
                 [
-                    "zerolake_release_file=$(mktemp)",
+                    f"zerolake_release_file={SCRATCH_FILE}",
                     gcloud(
                         "storage",
                         "cp",
@@ -251,7 +264,7 @@ def image_steps(config: DeployConfig) -> list[Step]:
         image = f"{image_name(config)}:{RELEASE_TAG}$zerolake_release"
         context = "\n".join(
             [
-                "zerolake_context=$(mktemp -d)",
+                f"zerolake_context={SCRATCH_FOLDER}",
                 command("cp", Raw('"$zerolake_release_file"'), Raw('"$zerolake_context/zerolake.tar.gz"')),
                 command("cp", str(DATAFLOW_DOCKERFILE), Raw('"$zerolake_context/Dockerfile"')),
                 f'cat > "$zerolake_context/cloudbuild.yaml" <<EOF\n{cloudbuild_config(config, image)}\nEOF',
@@ -269,7 +282,7 @@ def image_steps(config: DeployConfig) -> list[Step]:
         image = f"{vm_image_name(config, kind)}:{RELEASE_TAG}$zerolake_release"
         context = "\n".join(
             [
-                f"zerolake_vm_context_{kind}=$(mktemp -d)",
+                f"zerolake_vm_context_{kind}={SCRATCH_FOLDER}",
                 command("cp", Raw('"$zerolake_release_file"'), Raw(f'"$zerolake_vm_context_{kind}/zerolake.tar.gz"')),
                 f'cat > "$zerolake_vm_context_{kind}/cloudbuild.yaml" <<EOF\n'
                 f"{cloudbuild_config(config, image, (f'ACCELERATOR={kind}',), UNPACK_STEP)}\nEOF",

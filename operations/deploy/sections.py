@@ -27,6 +27,8 @@ from operations.deploy.steps import (
     LOG_ROLES,
     RELEASE_READER_ROLE,
     REPO,
+    SCRATCH_FILE,
+    SCRATCH_FOLDER,
     Expand,
     Raw,
     Step,
@@ -75,12 +77,26 @@ def bucket_steps(config: DeployConfig) -> list[Step]:
         "--uniform-bucket-level-access",
         "--public-access-prevention",
     )
+    uniform = gcloud(
+        "storage", "buckets", "describe", url, project_flag(config), "--format=value(uniform_bucket_level_access)"
+    )
+    no_uniform = (
+        f"the bucket {url} has no uniform bucket-level access, and the roles' grants are IAM conditions, "
+        f"which need it: enable it (gcloud storage buckets update {url} --uniform-bucket-level-access; "
+        "object ACLs then stop applying), or give --root another bucket"
+    )
     return [
         Step(
             "bucket",
             f"the lake's bucket, in {config.region} next to the VMs (kept by `down`)",
             unless_exists(gcloud("storage", "buckets", "describe", url, project_flag(config)), create),
-        )
+        ),
+        Step(
+            "bucket",
+            "an existing bucket has uniform bucket-level access, which conditional grants need",
+            f"zerolake_uniform=$({uniform})\n"
+            f"if [[ ${{zerolake_uniform,,}} != true ]]; then\n{indent(shell_error(no_uniform))}\nfi",
+        ),
     ]
 
 
@@ -231,6 +247,9 @@ def bucket_grant_steps(config: DeployConfig, role: str) -> list[Step]:
                 bucket,
                 who,
                 f"--role={BUCKET_READER_ROLE}",
+                # Explicitly none: gcloud refuses, outside a terminal, a binding without a condition on a
+                # policy that holds conditional ones (the two above).
+                "--condition=None",
                 project_flag(config),
             ),
         ),
@@ -275,7 +294,7 @@ def release_steps(config: DeployConfig, *, update: bool = False) -> list[Step]:
                 "package",
                 "build the source package (Cython sources included) and repack it as a release: one "
                 "file per source, named by its sha256",
-                f"zerolake_dist=$(mktemp -d)\n(cd {shlex.quote(str(REPO))} && {sdist})\n"
+                f"zerolake_dist={SCRATCH_FOLDER}\n(cd {shlex.quote(str(REPO))} && {sdist})\n"
                 f"zerolake_release=$(cd {shlex.quote(str(REPO))} && {repack})",
             ),
             Step(
@@ -310,7 +329,7 @@ def release_steps(config: DeployConfig, *, update: bool = False) -> list[Step]:
         return steps
     record = "\n".join(
         [
-            "zerolake_note=$(mktemp)",
+            f"zerolake_note={SCRATCH_FILE}",
             'printf \'%s\\n\' "$zerolake_release" > "$zerolake_note"',
             gcloud("storage", "cp", Raw('"$zerolake_note"'), pointer, project_flag(config)),
         ]

@@ -79,6 +79,15 @@ retry() {
     sleep "$wait"; n=$((n + 1)); wait=$((wait * 2))
   done
 }"""
+SCRATCH_HEADER = """\
+# Scratch files (the release's copies, the build contexts) live in one folder, removed however the
+# script ends: scratch_file and scratch_folder make them there.
+zerolake_scratch=$(mktemp -d)
+trap 'rm -rf "$zerolake_scratch"' EXIT"""
+SCRATCH_FILE = '$(mktemp -p "$zerolake_scratch")'
+"""A new scratch file's path, in a step's shell (SCRATCH_HEADER)."""
+SCRATCH_FOLDER = '$(mktemp -d -p "$zerolake_scratch")'
+"""A new scratch folder's path, in a step's shell (SCRATCH_HEADER)."""
 MISSING_HEADER = (
     """\
 # What could not be had yet (worker VMs, the trainer): named at the end, with exit status 3.

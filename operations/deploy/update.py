@@ -1,8 +1,9 @@
 """The plan that moves a running deployment to a new release (``python -m operations.deploy update``).
 
 In order: the release (uploaded and recorded), its images (by digest), the trainer and the follower
-(their metadata, then both stopped and started, so they change release together), then the workers (a
-new instance template and a rolling update of the group to it).
+(their metadata, then both stopped and started, so they change release together; a TPU trainer instead
+reruns its start-up script while the follower is stopped), then the workers (a new instance template
+and a rolling update of the group to it).
 """
 
 from __future__ import annotations
@@ -65,6 +66,15 @@ def build_update_plan(config: DeployConfig) -> list[Step]:
     steps += core_rollout_steps(config)
     if config.workers:
         steps += worker_rollout_steps(config)
+    if config.trainer_kind == "tpu":
+        failed = f"the trainer's TPU VM {config.name}-trainer kept its old release (its error is above): rerun update"
+        steps.append(
+            Step(
+                "rollout",
+                "a trainer restart that failed ends the plan with exit 2, after the rest moved on",
+                f"if (( zerolake_trainer_failed )); then\n  echo {shlex.quote('error: ' + failed)} >&2\n  exit 2\nfi",
+            )
+        )
     return steps
 
 
@@ -90,9 +100,21 @@ def _refresh_metadata(config: DeployConfig, role: str, name: str) -> list[str]:
 WHO = {"shuffle": "follower", "trainer": "trainer"}
 
 
+RERUN_STARTUP = "sudo google_metadata_script_runner startup"
+"""Runs a VM's start-up script again (https://cloud.google.com/compute/docs/instances/startup-scripts/linux,
+"Rerunning a startup script"): on the TPU trainer it installs the release its metadata names and restarts
+the trainer's unit (systemd's SIGTERM, TimeoutStopSec 120: a checkpoint)."""
+
+
 def core_rollout_steps(config: DeployConfig) -> list[Step]:
-    """The follower and the trainer: the new release in their metadata, then both stopped, then both started."""
-    present, stops, starts = [], [], []
+    """The follower and the trainer: the new release in their metadata, then both stopped, then both started.
+
+    A TPU trainer made through a queued request is not stopped and started (its VM is the request's, and
+    a failed stop under ``set -e`` left the follower stopped and the workers not rolled): its start-up
+    script runs again over ssh, between the follower's stop and start.  If that fails, the follower is
+    started all the same and the plan exits 2 naming the trainer, so the run goes on and a rerun of
+    update retries it."""
+    present, stops, restarts, starts = [], [], [], []
     for role in ("shuffle", "trainer"):
         if (role == "shuffle" and not config.shuffle) or (role == "trainer" and not config.trainer_kind):
             continue
@@ -111,8 +133,18 @@ def core_rollout_steps(config: DeployConfig) -> list[Step]:
                 project_flag(config),
                 Expand("--update-metadata=" + ",".join(release_metadata(config))),
             )
-            stop = gcloud("compute", "tpus", "tpu-vm", "stop", name, f"--zone={zone}", project_flag(config))
-            start = gcloud("compute", "tpus", "tpu-vm", "start", name, f"--zone={zone}", project_flag(config))
+            stop = start = ""
+            rerun = gcloud(
+                "compute",
+                "tpus",
+                "tpu-vm",
+                "ssh",
+                name,
+                f"--zone={zone}",
+                project_flag(config),
+                "--worker=all",
+                f"--command={RERUN_STARTUP}",
+            )
         else:
             describe = vm_describe(config, name, role)
             refresh = gcloud(*_refresh_metadata(config, role, name))
@@ -128,6 +160,21 @@ def core_rollout_steps(config: DeployConfig) -> list[Step]:
                 f"else\n  echo {shlex.quote(note)} >&2\nfi",
             )
         )
+        if not stop:  # the TPU trainer: restarted in place (docstring)
+            failed = (
+                f"the trainer's TPU VM {name} did not rerun its start-up script (above); it goes on with its "
+                "old release, the follower and the workers move on: rerun update to retry it"
+            )
+            restarts.append(
+                Step(
+                    "rollout",
+                    "the trainer's TPU VM runs its start-up script again: it installs the release and restarts "
+                    "the trainer (a clean stop: it checkpoints)",
+                    f"if (( {flag} )) && ! {rerun}; then\n  echo {shlex.quote('error: ' + failed)} >&2\n"
+                    "  zerolake_trainer_failed=1\nfi",
+                )
+            )
+            continue
         stops.append(
             Step(
                 "rollout",
@@ -135,19 +182,17 @@ def core_rollout_steps(config: DeployConfig) -> list[Step]:
                 f"if (( {flag} )); then\n{indent(stop)}\nfi",
             )
         )
-        what = (
-            "checks and installs the release"
-            if role == "trainer" and config.trainer_kind == "tpu"
-            else "pulls the release's image by digest and runs the role in it"
-        )
         starts.append(
             Step(
                 "rollout",
-                f"start the {WHO[role]}: its start-up script {what}",
+                f"start the {WHO[role]}: its start-up script pulls the release's image by digest and runs the "
+                "role in it",
                 f"if (( {flag} )); then\n{indent(start)}\nfi",
             )
         )
-    return present + stops + starts
+    if restarts:
+        restarts.insert(0, Step("rollout", "no trainer restart has failed yet", "zerolake_trainer_failed=0"))
+    return present + stops + restarts + starts
 
 
 def worker_rollout_steps(config: DeployConfig) -> list[Step]:

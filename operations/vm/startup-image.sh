@@ -30,8 +30,10 @@
 #      digest cannot return anything else, and this makes that a check rather than an assumption;
 #   6. run the role as the image runs it (its ENTRYPOINT, run-role.sh, with ROLE and the process index):
 #      one container per process, `--restart=always` (Docker restarts a role that exits, as systemd's
-#      Restart=always did), `--stop-timeout=25` (a spot VM's ~30 s notice: SIGTERM, the worker uploads its
-#      spool), the state folder bind-mounted at /var/lib/zerolake (the image's VOLUME), the host's
+#      Restart=always did), `--stop-timeout` per role as the systemd units' TimeoutStopSec gave it
+#      (STOP_SECONDS: a worker 25 s, a spot VM's ~30 s notice, to upload its spool; the follower 90 s to
+#      cancel its Dataflow job, delete its pieces and release its claim; the trainer 120 s to upload a
+#      checkpoint), the state folder bind-mounted at /var/lib/zerolake (the image's VOLUME), the host's
 #      network, and on GPU VMs `--gpus all` (the NVIDIA container toolkit).  The role's output (the JSON
 #      events as before) goes to Cloud Logging through Docker's gcplogs driver, which finds the project and
 #      the instance from the metadata server, while LOGGING (metadata zerolake-logging, as startup.sh) is
@@ -76,6 +78,9 @@ PROCESSES=$(setting processes 1)
 ARGS=$(setting args "")
 LOGGING=$(setting logging on)
 case "$ROLE" in worker|shuffle|trainer) ;; *) echo "startup-image.sh: role '$ROLE' is not worker, shuffle or trainer (metadata zerolake-role)" >&2; exit 2 ;; esac
+# Seconds each role's container has after SIGTERM (processes.children.STOP_GRACE_SECONDS, the units'
+# TimeoutStopSec): `update` and `down` stop the containers, and a shorter wait kills the stop mid-way.
+case "$ROLE" in worker) STOP_SECONDS=25 ;; shuffle) STOP_SECONDS=90 ;; trainer) STOP_SECONDS=120 ;; esac
 [[ -n "$ROOT" ]] || { echo "startup-image.sh: root is not set (metadata zerolake-root)" >&2; exit 2; }
 [[ "$PROCESSES" =~ ^[1-9][0-9]*$ ]] || { echo "startup-image.sh: processes '$PROCESSES' is not a positive number (metadata zerolake-processes)" >&2; exit 2; }
 case "$LOGGING" in on|all) log_driver=gcplogs ;; off) log_driver=journald ;; *) echo "startup-image.sh: logging '$LOGGING' is not on, all or off (metadata zerolake-logging)" >&2; exit 2 ;; esac
@@ -103,12 +108,12 @@ mount_spool_disk() {   # the group's stateful disk at $STATE, formatted on its f
 }
 
 # Docker starts a --restart=always container again when its VM reboots on the same boot disk (the follower and
-# the trainer after `update`'s stop and start), with the image it had: stop them first (SIGTERM, 25 s: a worker
-# uploads its spool), so an old release never runs beside the new one while the new image is pulled.
+# the trainer after `update`'s stop and start), with the image it had: stop them first (SIGTERM, the role's
+# STOP_SECONDS), so an old release never runs beside the new one while the new image is pulled.
 old_containers=$(docker ps -aq --filter 'name=^zerolake-' 2>/dev/null) || old_containers=""
 for container in $old_containers; do
     log "stopping the container $container of an earlier boot"
-    docker stop --time=25 "$container" >/dev/null || true
+    docker stop --time="$STOP_SECONDS" "$container" >/dev/null || true
     docker rm -f "$container" >/dev/null 2>&1 || true
 done
 
@@ -165,7 +170,7 @@ names=()
 for ((i = 0; i < count; i++)); do
     name="zerolake-$ROLE-$i"
     docker rm -f "$name" >/dev/null 2>&1 || true
-    docker run -d --name "$name" --restart=always --stop-timeout=25 --network=host --log-driver="$log_driver" "${gpus[@]}" \
+    docker run -d --name "$name" --restart=always --stop-timeout="$STOP_SECONDS" --network=host --log-driver="$log_driver" "${gpus[@]}" \
         --volume "$STATE:/var/lib/zerolake" \
         --env ZEROLAKE_ROOT="$ROOT" --env ZEROLAKE_ACCELERATOR="$ACCELERATOR" \
         --env ZEROLAKE_ARGS="$ARGS" --env ZEROLAKE_PROCESSES="$PROCESSES" \

@@ -124,6 +124,22 @@ def test_startup_image_pulls_by_digest_and_runs_each_process_as_the_image_runs_i
     assert "curl" in " ".join(result.calls)                          # the guest attribute reports progress
 
 
+@pytest.mark.parametrize("role, unit, seconds", [("worker", "zerolake-worker@.service", 25),
+                                                 ("shuffle", "zerolake-shuffle.service", 90),
+                                                 ("trainer", "zerolake-trainer.service", 120)])
+def test_startup_image_gives_each_role_its_own_stop_time(tmp_path, role, unit, seconds):
+    """Every container got --stop-timeout=25: on update or down the follower (cancel its Dataflow job,
+    delete its pieces, release its claim) and the trainer (upload a checkpoint) were killed mid-way.
+    Each role gets what its systemd unit's TimeoutStopSec gives it."""
+    assert f"TimeoutStopSec={seconds}\n" in (VM / "systemd" / unit).read_text()
+    image = f"{REPO_IMAGE}cpu@{DIGEST}"
+    result = _startup_image(tmp_path, image=image, digests=image, role=role)
+    assert result.returncode == 0, result.stderr
+    [run] = [c.split() for c in result.calls if c.startswith("docker run")]
+    assert f"--stop-timeout={seconds}" in run and run[-2] == role
+    assert f"docker stop --time={seconds} old1" in result.calls       # an earlier boot's container too
+
+
 @pytest.mark.parametrize("logging, driver", [("on", "gcplogs"), ("all", "gcplogs"), ("off", "journald")])
 def test_startup_image_sends_the_roles_output_to_cloud_logging_unless_logging_is_off(tmp_path, logging, driver):
     image = f"{REPO_IMAGE}cpu@{DIGEST}"

@@ -550,3 +550,125 @@ def test_a_nested_run_prefix_reaches_the_metadata_unchanged(capsys):
                         "--workers", "1", "--trainer-cpu"], capsys)
     entries = [m.split(",") for m in metadata_of(script).values()]
     assert entries and all("zerolake-root=gs://zl-test-bucket/team-a/run_1.v2/" in e for e in entries)
+
+
+TEXT_FIELDS = [f.name for f in dataclasses.fields(DeployConfig) if f.type in ("str", str)]
+
+
+@pytest.mark.parametrize("field", TEXT_FIELDS)
+def test_no_text_flag_can_end_a_comment_line_of_the_plan(field, capsys):
+    """Each text setting reaches the script, a step's ``# comment`` at least: a newline in one ended the
+    comment and made the rest a command that --apply runs with the deployer's credentials
+    (--trainer-tpu-runtime did, unchecked)."""
+    from format.cli import flag_name
+
+    flag = flag_name(field)
+    settings = {"--project": "zl-test-project", "--root": "gs://zl-test-bucket/run1", "--trainer-tpu": "v4-8",
+                "--trainer-zone": "us-central2-b"}
+    settings[flag] = "v2\ntouch /tmp/zerolake-owned #"
+    argv = ["plan", "--workers", "1", *[item for pair in settings.items() for item in pair]]
+    code, out, err = run_deploy(argv, capsys)
+    assert code == 2 and out == "" and flag in err and "Traceback" not in err, err
+
+
+def test_the_tpu_runtime_is_a_version_name_and_a_good_one_reaches_gcloud(capsys):
+    tpu = ["plan", *BASE, "--workers", "1", "--trainer-tpu", "v4-8", "--trainer-zone", "us-central2-b"]
+    code, out, err = run_deploy([*tpu, "--trainer-tpu-runtime", "v2 ; curl x|sh"], capsys)
+    assert code == 2 and "--trainer-tpu-runtime" in err and out == ""
+    script = plan_text([*tpu, "--trainer-tpu-runtime", "tpu-vm-tf-2.18.0-pjrt"], capsys)
+    assert "--runtime-version=tpu-vm-tf-2.18.0-pjrt" in script
+
+
+def test_a_comment_holds_one_line_whatever_its_text():
+    from operations.deploy.render import render
+
+    script = render([S.Step("workers", "a\nrm -rf ~ \x1b]0;t\x07", "true")], "title\nreboot")
+    assert "\nrm -rf" not in script and "\nreboot" not in script and "\x1b" not in script
+    assert "# a\\nrm -rf ~ \\x1b]0;t\\x07" in script.splitlines()
+
+
+@pytest.mark.parametrize("release_bytes", [b"the release", b"another file"])
+def test_a_plan_leaves_no_scratch_file_however_it_ends(tmp_path, capsys, release_bytes):
+    """A finished plan left four temporary entries, two of them copies of the release: now one scratch
+    folder, removed on exit, whether the plan ends well (the images built) or fails (a release whose
+    sha256 is not its name)."""
+    import hashlib
+
+    release = hashlib.sha256(b"the release").hexdigest()
+    script = plan_text(["plan", "--only", "package,image", "--release", release, "--workers", "1"] + BASE, capsys)
+    lines = [line for line in script.splitlines() if "mktemp" in line]
+    assert lines[0] == "zerolake_scratch=$(mktemp -d)" and all('-p "$zerolake_scratch"' in x for x in lines[1:])
+    (tmp_path / "release").write_bytes(release_bytes)
+    folder, log = stand_in_gcloud(tmp_path / "bin", f'[[ $1 == storage && $2 == cp && $4 != gs://* ]] && '
+                                                    f'cp {tmp_path / "release"} "$4"\n'
+                                                    '[[ $* == *"images describe"* ]] && exit 1\nexit 0\n')
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (tmp_path / "plan.sh").write_text(script)
+    result = subprocess.run(["bash", str(tmp_path / "plan.sh")], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PATH": f"{folder}:{os.environ['PATH']}", "TMPDIR": str(scratch)})
+    built = "builds submit" in log.read_text()
+    assert (result.returncode == 0 and built) if release_bytes == b"the release" else \
+        (result.returncode != 0 and not built), result.stderr
+    assert list(scratch.iterdir()) == []
+
+
+NO_TERMINAL_GCLOUD = r'''
+if [[ $1 == auth ]]; then echo someone@example.com; exit 0; fi
+if [[ $* == *uniform_bucket_level_access* ]]; then echo True; exit 0; fi
+if [[ $1 == storage && $2 == cp && $4 != gs://* ]]; then cp "$RELEASE_FILE" "$4"; exit 0; fi
+args=("$@")
+for ((i = 0; i < $#; i++)); do
+  if [[ ${args[i]} == add-iam-policy-binding ]]; then
+    resource=${args[i+1]//\//_}
+    if [[ $* == *--condition=None* ]]; then :
+    elif [[ $* == *--condition=* ]]; then touch "$STATE/conditional-$resource"
+    elif [[ -e $STATE/conditional-$resource ]]; then
+      # gcloud's rule outside a terminal: the binding is refused (recorded here, so no retry waits).
+      echo "$*" >> "$STATE/refused"
+    fi
+  fi
+done
+[[ $* == *"service-accounts describe"* ]] && exit 0      # each account exists once created
+[[ $* == *describe* ]] && exit 1
+exit 0
+'''
+
+
+def test_the_whole_plan_runs_with_no_terminal_under_gclouds_conditional_binding_rule(tmp_path, capsys):
+    """Outside a terminal gcloud refuses a binding without a condition on a policy that holds conditional
+    ones ("prohibited in non-interactive mode"): the bucket reader's grant had none, after the roles'
+    conditional grants, and a plan from a CI job stopped there.  Here a stand-in gcloud keeps the rule."""
+    import hashlib
+
+    (tmp_path / "release").write_bytes(b"the release")
+    release = hashlib.sha256(b"the release").hexdigest()
+    script = plan_text(["plan", "--release", release, "--workers", "1", "--trainer-cpu", "--shuffle-runner", "local"]
+                       + BASE, capsys)
+    folder, log = stand_in_gcloud(tmp_path / "bin", NO_TERMINAL_GCLOUD)
+    (tmp_path / "plan.sh").write_text(script)
+    (tmp_path / "state").mkdir()
+    result = subprocess.run(["bash", str(tmp_path / "plan.sh")], stdin=subprocess.DEVNULL, capture_output=True,
+                            text=True, timeout=300,
+                            env={**os.environ, "PATH": f"{folder}:{os.environ['PATH']}", "ZEROLAKE_POLL_SECONDS": "0",
+                                 "STATE": str(tmp_path / "state"), "RELEASE_FILE": str(tmp_path / "release")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not (tmp_path / "state" / "refused").exists(), (tmp_path / "state" / "refused").read_text()
+    assert list((tmp_path / "state").glob("conditional-*"))        # the rule had something to act on
+    assert "instance-groups managed create" in log.read_text()     # the plan ran to its end
+    # The builder reads its staged sources, not the lake.
+    [builder] = [line for line in log.read_text().splitlines()
+                 if "add-iam-policy-binding" in line and "builder" in line and "objectViewer" in line]
+    assert "build-source/" in builder and "--condition=^;^expression=resource.name.startsWith" in builder
+
+
+def test_an_existing_bucket_without_uniform_access_is_refused_in_one_line(tmp_path, capsys):
+    script = plan_text(["plan", "--only", "bucket"] + BASE, capsys)
+    folder, _ = stand_in_gcloud(tmp_path / "bin", 'if [[ $* == *uniform_bucket_level_access* ]]; then echo False; fi\n'
+                                                  "exit 0\n")
+    (tmp_path / "plan.sh").write_text(script)
+    result = subprocess.run(["bash", str(tmp_path / "plan.sh")], stdin=subprocess.DEVNULL, capture_output=True,
+                            text=True, timeout=60, env={**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"})
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert "uniform bucket-level access" in line and "gs://zl-test-bucket" in line

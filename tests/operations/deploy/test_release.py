@@ -281,8 +281,30 @@ def test_a_tpu_trainer_is_updated_in_place(capsys):
     script = plan_text(UPDATES["tpu-dataflow"] + BASE, capsys)
     [update] = creates(script, ("compute", "tpus", "tpu-vm", "update"))
     assert any(w.startswith("--update-metadata=") and S.RELEASE_METADATA in w for w in update)
-    order = [script.index(m) for m in ("tpu-vm update", "tpu-vm stop", "tpu-vm start", "instance-templates create",
-                                       "rolling-action start-update")]
+    # A TPU VM of a queued request is not stopped and started: its start-up script runs again, while the
+    # follower is stopped (a failed stop used to end the plan there, the follower down, the workers not rolled).
+    assert "tpu-vm stop" not in script and "tpu-vm start" not in script
+    order = [script.index(m) for m in ("tpu-vm update", "instances stop", "tpu-vm ssh", "instances start",
+                                       "instance-templates create", "rolling-action start-update")]
     assert order == sorted(order)
+    [rerun] = creates(script, ("compute", "tpus", "tpu-vm", "ssh"))
+    assert "--command=sudo google_metadata_script_runner startup" in rerun and "--worker=all" in rerun
     assert metadata_of(plan_text(["plan", "--workers", "1", "--trainer-cpu"] + BASE, capsys))
     assert iam_grants(script)     # update also makes sure the image repository's grants are there
+
+
+def test_a_tpu_trainer_that_fails_to_restart_leaves_the_run_going_and_exits_2(tmp_path, capsys):
+    """The follower is started again and the workers are rolled; the plan then exits 2 naming the trainer."""
+    release = hashlib.sha256(b"release\n").hexdigest()     # the bytes the stand-in's bucket holds
+    script = plan_text(UPDATES["tpu-dataflow"] + ["--release", release] + BASE, capsys)
+    folder, log = stand_in_gcloud(tmp_path / "bin", r"""
+[[ $* == *"tpu-vm ssh"* ]] && exit 255
+[[ $* == *"images describe"*"--format"* ]] && { echo sha256:feed; exit 0; }
+[[ $* == *"storage cp gs://"* ]] && { echo release > "$4"; exit 0; }
+exit 0
+""")
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"})
+    calls = log.read_text()
+    assert result.returncode == 2 and "zerolake-trainer" in result.stderr.strip().splitlines()[-1]
+    assert "instances start zerolake-shuffle" in calls and "rolling-action start-update" in calls
