@@ -49,8 +49,9 @@ LATEST = f"{MODELS_DIR}/LATEST"
 DEMO_MARKER = "DEMO"
 """Written first by ``python -m testdata.demo``: this root holds synthetic games (not Go), never a real run."""
 TRAINER_LEASE = f"{CLUSTER_DIR}/trainer-lease.json"
-LOOP_LEASE = f"{LOOP_DIR}/lease.json"
-"""Which ``operations.loop`` drives this root: a second loop is refused (format.leases)."""
+LAUNCHER_LEASE = f"{LOOP_DIR}/lease.json"
+"""Which launcher (``operations.loop`` or ``operations.cluster``) drives this root: a second one is
+refused (format.leases)."""
 
 
 # Names are parsed with [0-9], never \d or str.isdigit(): those take any Unicode

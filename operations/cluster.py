@@ -11,8 +11,10 @@ A *role* is one supervised child process with a fixed name (``worker0``, ``shuff
 *kind* (``worker``, ``shuffle``, ``train``); one that exits is started again after a doubling backoff
 with the same arguments, so it resumes from its spool, its checkpoint or the lake, and each dies with
 the launcher (PR_SET_PDEATHSIG).  The *state dir* (``--state-dir``, default ``./cluster-state/<hash of
-root>``) is what a machine would keep on its local disk: per role ``spool/``, ``stage/``, ``models/``,
-``events/<role>.jsonl`` and ``logs/<role>.log``; the same command reuses it and resumes.
+the lake>``, however ``--root`` spells it) is what a machine would keep on its local disk: per role
+``spool/``, ``stage/``, ``models/``, ``events/<role>.jsonl`` and ``logs/<role>.log``; the same command
+reuses it and resumes.  One launcher per root: the launcher lease (operations.roles.hold_root, shared
+with operations.loop) refuses a second one in one line (exit 2); a launcher that loses it exits 3.
 
 Data flow: the roles' settings are their own configs (``--worker-*``, ``--shuffle-*``, ``--train-*``:
 operations.roles), recorded once per invocation in ``cluster/settings/<run id>.json``.  The launcher
@@ -39,6 +41,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from cloud.storage import canonical_root
 from format import layout
 from format.cli import (
     RoleCli,
@@ -53,10 +56,11 @@ from format.cli import (
     storage_retry,
 )
 from format.events import EventError, EventLog, EventTail
+from format.leases import LeaseLost
 from format.registry import latest_generation
 from model.config import TrainConfig
 from operations.chaos_audit import ZERO_LOSS_KEYS, audit_run
-from operations.roles import complete_roles, open_launch, role_argv, role_setting
+from operations.roles import complete_roles, hold_root, open_launch, role_argv, role_setting
 from pipeline.config import ShuffleConfig
 from processes.children import (
     STOP_GRACE_SECONDS,
@@ -94,7 +98,9 @@ class ClusterConfig:
     root: str = root_setting("./lake", required=False)
     workers: int = setting(2, "self-play worker processes", at_least=1)
     state_dir: str = setting(
-        "", "local state (spools, stage dir, events, logs); default ./cluster-state/<hash of root>"
+        "",
+        "local state (spools, stage dir, events, logs); default ./cluster-state/<hash of the lake> (one folder "
+        "per lake, however --root spells it)",
     )
     events: str = events_setting(what="the launcher's own", empty="STATE_DIR/events/cluster.jsonl")
     board_size: int = board_size_setting(note="written to run.json on an empty root")
@@ -209,8 +215,20 @@ class ClusterConfig:
 
 
 def default_state_dir(root: str, folder: str = "cluster-state") -> str:
-    """``./<folder>/<12 hex of sha256(root)>``: one state folder per root (operations.loop's is loop-state)."""
-    return os.path.join(folder, hashlib.sha256(root.encode()).hexdigest()[:12])
+    """``./<folder>/<12 hex of sha256(the lake's canonical root)>``: one state folder per lake, however
+    ``root`` spells it (operations.loop's is loop-state).
+
+    The workers' spools live in it, so a launcher killed under ``--root lake`` and restarted under
+    ``--root /abs/lake`` must find them (keyed by the spelling, it made a new folder, and the spooled
+    games were never uploaded).  A folder keyed by this root's spelling, as earlier versions named
+    it, is moved to the canonical name when that one does not exist yet.
+    """
+    state = os.path.join(folder, hashlib.sha256(canonical_root(root).encode()).hexdigest()[:12])
+    spelled = os.path.join(folder, hashlib.sha256(root.encode()).hexdigest()[:12])
+    if spelled != state and os.path.isdir(spelled) and not os.path.lexists(state):
+        os.rename(spelled, state)
+        print(f"moved the state folder {spelled} (named by the spelling {root!r}) to {state}", file=sys.stderr)
+    return state
 
 
 # --------------------------------------------------------------------------
@@ -401,12 +419,20 @@ class Observer:
 
     Reads each role's events file with an EventTail, and LATEST from the
     lake.  Everything the status line and the checker need is kept here.
+    A worker's ``game_finished`` events (one a game) are counted
+    (`games_finished`, `positions_finished`) and kept only with
+    ``keep_games`` (the chaos check reads each one): kept always, they grew a
+    launcher by about 100 MB in two hours of two workers (219,000 games).
     """
 
-    def __init__(self, storage, roles: list[Role]):
+    def __init__(self, storage, roles: list[Role], keep_games: bool = True):
         self.storage = storage
         self.tails = {r.name: EventTail(r.spec.events_path) for r in roles}
         self.events: dict[str, list[dict]] = {r.name: [] for r in roles}
+        self.keep_games = keep_games
+        self.games_finished = 0
+        self.positions_finished = 0
+        self.playing_pids: set[int] = set()  # workers that have finished a game
         self.bad_events = 0
         self.latest: int | None = None
         self.latest_samples = 0
@@ -417,9 +443,18 @@ class Observer:
     def poll_events(self) -> None:
         for name, tail in self.tails.items():
             try:
-                self.events[name].extend(tail.poll())
+                events = tail.poll()
             except EventError:
                 self.bad_events += 1
+                continue
+            for event in events:
+                if event["role"] == "worker" and event["event"] == "game_finished":
+                    self.games_finished += 1
+                    self.positions_finished += int(event["moves"])
+                    self.playing_pids.add(event["pid"])
+                    if not self.keep_games:
+                        continue
+                self.events[name].append(event)
 
     def sample_latest(self) -> None:
         try:
@@ -452,12 +487,9 @@ class Observer:
 
     def totals(self) -> dict:
         """games, positions (reported finished by workers), last loss, per worker generation."""
-        games = positions = 0
+        games, positions = self.games_finished, self.positions_finished
         progress_games = 0
         for events in self.events.values():
-            finished = [e for e in events if e["role"] == "worker" and e["event"] == "game_finished"]
-            games += len(finished)
-            positions += sum(int(e["moves"]) for e in finished)
             # Without game_finished events, fall back to the newest progress of each process.
             last_by_pid: dict[int, dict] = {}
             for e in events:
@@ -477,8 +509,11 @@ class Cluster:
         self.storage = storage
         self.state_dir = state_dir
         self.roles = [Role(spec) for spec in specs]
-        self.observer = Observer(storage, self.roles)
+        self.observer = Observer(storage, self.roles, keep_games=config.check or config.chaos)
         self.events = EventLog(config.events or os.path.join(state_dir, "events", "cluster.jsonl"), "cluster")
+        self.lease = None
+        """The launcher's lease on the root (operations.roles.hold_root), checked every tick: LeaseLost
+        when another launcher took it."""
         self.chaos = (
             ChaosMonkey(config.chaos_kill_every, random.Random(config.chaos_seed), config.chaos_min_uptime)
             if config.chaos
@@ -657,6 +692,8 @@ class Cluster:
         if self.chaos:
             self.chaos.schedule(time.monotonic())
         while not self.goal_reached():
+            if self.lease is not None:
+                self.lease.check()
             now = time.monotonic()
             next_status = self.tick(now, next_status)
             if self.chaos and now >= self.chaos.next_kill and not self.chaos_done():
@@ -699,8 +736,8 @@ class Cluster:
             return True
         pid = role.child.pid
         if role.spec.events_path and os.path.exists(role.spec.events_path):
-            return any(
-                e["pid"] == pid and e["event"] in ("progress", "chunk_uploaded", "game_finished")
+            return pid in self.observer.playing_pids or any(
+                e["pid"] == pid and e["event"] in ("progress", "chunk_uploaded")
                 for e in self.observer.events[role.name]
             )
         return time.monotonic() - role.started_at > 20
@@ -766,7 +803,21 @@ def main(argv=None) -> int:
         parser.error(str(exc))
     config = config_from_namespace(ClusterConfig, args, parser, role_args=role_args)
     retry = storage_retry(args, parser)
-    storage, record = open_launch(parser.prog, "cluster", config, retry=retry, argv=argv)
+    lease = hold_root(parser.prog, config.root, retry)
+    if isinstance(lease, str):
+        print(f"{parser.prog}: error: {lease}", file=sys.stderr)
+        return 2
+    try:
+        return supervise(parser.prog, config, retry, argv, lease)
+    finally:
+        lease.stop_renewing()
+        lease.release()
+
+
+def supervise(prog: str, config: ClusterConfig, retry, argv, lease) -> int:
+    """The cluster's run under its lease: start the roles, supervise them to the goal or a stop, stop
+    them, and check the run when asked.  Returns the exit status."""
+    storage, record = open_launch(prog, "cluster", config, retry=retry, argv=argv)
     state_dir = os.path.abspath(config.state_dir or default_state_dir(config.root))
     commands = Commands(config, state_dir, retry)
     specs = commands.all()
@@ -776,6 +827,7 @@ def main(argv=None) -> int:
     )
     say(f"    settings in {storage.url(record)}")
     cluster = Cluster(config, storage, state_dir, specs)
+    cluster.lease = lease
     stop_on_sigint_and_sigterm()
     code = 0
     try:
@@ -783,6 +835,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         reason, code = "interrupted", 130
         say("interrupt: stopping every role (SIGTERM); rerun the same command to resume")
+    except LeaseLost as exc:
+        reason, code = "lease lost", 3
+        print(f"{prog}: error: {exc}", file=sys.stderr)
     ignore_sigint_and_sigterm()
     cluster.stop(reason)
     if (config.check or config.chaos) and code == 0:

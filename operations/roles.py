@@ -14,8 +14,9 @@ each role's own config as a field declared with :func:`role_setting` (``worker: 
 
 Data flow: flags -> format.cli -> the launcher's config (role fields included) -> :func:`role_argv`,
 the child's command line (one function for every child; nothing is forwarded flag by flag).
-:func:`open_launch` is a launcher's start: open the root, check run.json, and write the full settings
-once per invocation (:func:`record_settings`, ``layout.settings_record``).
+:func:`hold_root` takes the root's one launcher lease; :func:`open_launch` is a launcher's start: open
+the root, check run.json, and write the full settings once per invocation (:func:`record_settings`,
+``layout.settings_record``).
 """
 
 from __future__ import annotations
@@ -244,6 +245,43 @@ def open_launch(prog: str, launcher: str, config, *, retry, argv: typing.Sequenc
     except (RunConfigMismatch, StorageError, ValueError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+LAUNCHER_LEASE_SECONDS = 60.0
+"""Lifetime of a launcher's lease on its root (renewed every quarter of it by a thread)."""
+
+
+def hold_root(prog: str, root: str, retry):
+    """This launcher's lease on ``root`` (``layout.LAUNCHER_LEASE``, renewing), or the one line that
+    refuses a second launcher there.
+
+    Two launchers on one root played the same seeds into it, shared the state folder's spools
+    and trainer stage, and their trainers and workers crash-looped; one launcher per root, as one
+    trainer per root.  A lease of a dead process on this host is taken over at once.
+    """
+    from cloud.storage import StorageError, open_storage
+    from format.leases import DAMAGED_EXPIRED, Lease, Takeover, describe_time
+
+    try:
+        lease = Lease(
+            open_storage(root, retry=retry),
+            layout.LAUNCHER_LEASE,
+            LAUNCHER_LEASE_SECONDS,
+            takeover=Takeover(damaged=DAMAGED_EXPIRED, dead_local_holder=True),
+            name="launcher lease",
+            lost_note=f"; stopping (another launcher took this root from {prog})",
+        )
+        holder = lease.try_acquire()
+    except (StorageError, ValueError) as exc:
+        return f"cannot open {root}: {exc}"
+    if holder is not None:
+        return (
+            f"another launcher ({holder.holder}) drives {root} ({lease.url}); it expires "
+            f"{describe_time(holder.expires, time.time())} unless renewed. One operations.loop or "
+            "operations.cluster per root: stop that one, or give this one another --root"
+        )
+    lease.start_renewing()
+    return lease
 
 
 def record_settings(storage, launcher: str, config, *, argv: typing.Sequence[str], retry=None) -> str:

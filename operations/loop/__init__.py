@@ -6,7 +6,7 @@ same closing matches and summary (operations.loop.run, operations.loop.records).
 schedules' defaults are in operations.loop.settings.
 
 This module is the entry: flags -> LoopConfig (format.cli's RoleCli) -> a check of the tools the run
-needs -> the loop's lease on the root (one loop per root: layout.LOOP_LEASE) -> the run's settings
+needs -> the loop's lease on the root (one launcher per root: layout.LAUNCHER_LEASE) -> the run's settings
 record (``loop/settings/<run id>.json``, one per invocation) -> `Loop.run`.  Exit status: 0 done,
 130 interrupted (rerun the same command to resume), 1 a phase failed, 2 a bad flag, a missing tool or
 a root another loop drives, 3 the lease was lost.
@@ -14,18 +14,15 @@ a root another loop drives, 3 the lease was lost.
 
 from __future__ import annotations
 
-import shutil
 import sys
-import time
 
-from format import layout
 from format.cli import RoleCli
-from format.leases import DAMAGED_EXPIRED, Lease, LeaseLost, Takeover, describe_time
+from format.leases import LeaseLost
 from operations.loop.concurrent import ConcurrentSchedule
 from operations.loop.run import Interrupted, PhaseFailed
 from operations.loop.settings import LoopConfig
 from operations.loop.turns import TurnsSchedule
-from operations.roles import open_launch
+from operations.roles import hold_root, open_launch
 from processes.children import say, stop_on_sigint_and_sigterm
 
 CLI = RoleCli(
@@ -43,40 +40,6 @@ class Loop(TurnsSchedule, ConcurrentSchedule):
         if self.config.concurrent:
             return self.run_concurrent()
         return self.run_turns()
-
-
-LOOP_LEASE_SECONDS = 60.0
-"""Lifetime of the loop's lease on its root (renewed every quarter of it by a thread)."""
-
-
-def hold_root(config: LoopConfig, retry):
-    """This loop's lease on its root (renewing), or the one line that refuses a second loop.
-
-    Two loops on one root played the same seeds into it and then died on a
-    create-only write; one loop per root, as one trainer per root.
-    """
-    from cloud.storage import StorageError, open_storage
-
-    try:
-        lease = Lease(
-            open_storage(config.root, retry=retry),
-            layout.LOOP_LEASE,
-            LOOP_LEASE_SECONDS,
-            takeover=Takeover(damaged=DAMAGED_EXPIRED, dead_local_holder=True),
-            name="loop lease",
-            lost_note="; stopping (another operations.loop took this root)",
-        )
-        holder = lease.try_acquire()
-    except (StorageError, ValueError) as exc:
-        return f"cannot open {config.root}: {exc}"
-    if holder is not None:
-        return (
-            f"another operations.loop ({holder.holder}) drives {config.root} ({lease.url}); it expires "
-            f"{describe_time(holder.expires, time.time())} unless renewed. One loop per root: stop that "
-            "one, or give this one another --root"
-        )
-    lease.start_renewing()
-    return lease
 
 
 def missing_tools(config: LoopConfig) -> str:
@@ -102,7 +65,7 @@ def main(argv=None) -> int:
     if missing:
         print(f"operations.loop: error: {missing}", file=sys.stderr)
         return 2
-    lease = hold_root(config, retry)
+    lease = hold_root(CLI.prog, config.root, retry)
     if isinstance(lease, str):
         print(f"operations.loop: error: {lease}", file=sys.stderr)
         return 2
@@ -145,4 +108,4 @@ def main(argv=None) -> int:
         lease.release()
         loop.events.emit("stopped", reason=reason, generation=loop.status.generation)
         loop.events.close()
-        shutil.rmtree(loop.events_dir, ignore_errors=True)
+        loop.remove_events_dir()

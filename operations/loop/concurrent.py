@@ -13,7 +13,6 @@ match is played before those.  The roles resume from their own state (the worker
 
 from __future__ import annotations
 
-import os
 import time
 
 from operations.loop.records import GenerationRecord, loss_fields, trained_steps
@@ -47,6 +46,7 @@ class ConcurrentSchedule(LoopRun):
             )
             return self.finish()
         self.cluster = cluster = self.start_roles(seconds, None if limit is None else limit - generation)
+        cluster.lease = self.lease  # LeaseLost: another launcher owns the root now
         self.status.phase = "roles"
         self.events.emit("phase", generation=generation, phase="roles")
         say(
@@ -71,15 +71,10 @@ class ConcurrentSchedule(LoopRun):
     def start_roles(self, seconds: float, generations: int | None):
         """operations.cluster's Cluster of this loop's roles (``--workers`` workers), to run ``seconds`` or until
         ``generations`` more are published."""
-        from operations.cluster import (
-            Cluster,
-            ClusterConfig,
-            Commands,
-            default_state_dir,
-        )
+        from operations.cluster import Cluster, ClusterConfig, Commands
 
         cfg = self.config
-        state_dir = os.path.abspath(cfg.state_dir or default_state_dir(cfg.root, "loop-state"))
+        state_dir = self.state_dir
         roles = ClusterConfig(
             root=cfg.root,
             workers=cfg.workers,

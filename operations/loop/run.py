@@ -35,7 +35,7 @@ from operations.loop.settings import (
     PHASE_CHILD,
     LoopConfig,
 )
-from processes.children import STOP_GRACE_SECONDS, say, start_child, stop_groups
+from processes.children import STOP_GRACE_SECONDS, die_with_parent, say, start_child, stop_groups
 
 
 class Interrupted(Exception):
@@ -63,13 +63,51 @@ class LoopRun:
         if config.anneal:
             self.config = config = replace(config, train=self.annealed(config.train))
         self.child: subprocess.Popen | None = None
-        # Local, per invocation: the children's --events files (one per phase run).
-        self.events_dir = tempfile.mkdtemp(prefix="zerolake-loop-events-")
+        self._events_dir = ""
         self.phase_runs = 0
         self.events = EventLog(config.events or None, "loop")
-        self.lease = None  # format.leases.Lease on layout.LOOP_LEASE, set by main()
+        self.lease = None  # format.leases.Lease on layout.LAUNCHER_LEASE, set by main()
         self.meter = RunMeter(global_batch=config.train.batch_size)  # one replica: the loop trains on the CPU
         self.cluster = None  # the concurrent schedule's roles (operations.cluster.Cluster) while they run
+
+    @property
+    def events_dir(self) -> str:
+        """Local, per invocation: the phases' --events files (one per phase run) and the closing matches'
+        SGFs on their way to the lake.  In the loop's state folder, made at first use: in TMPDIR a
+        SIGKILLed loop left one folder a run.  The launcher lease makes it this loop's, so what an earlier
+        invocation left there goes."""
+        if not self._events_dir:
+            folder = os.path.join(self.state_dir, "phase-events")
+            shutil.rmtree(folder, ignore_errors=True)
+            for attempt in range(5):  # another loop's end may prune ./loop-state while we make it
+                try:
+                    os.makedirs(folder, exist_ok=True)
+                    break
+                except FileNotFoundError:
+                    if attempt == 4:
+                        raise
+            self._events_dir = folder
+        return self._events_dir
+
+    def remove_events_dir(self) -> None:
+        """At the end: the phases' events go, and the default state folder too when nothing else is in it
+        (the turns schedule keeps nothing there)."""
+        if not self._events_dir:
+            return
+        shutil.rmtree(self._events_dir, ignore_errors=True)
+        folders = () if self.config.state_dir else (self.state_dir, os.path.dirname(self.state_dir))
+        for folder in folders:
+            try:
+                os.rmdir(folder)
+            except OSError:
+                return  # not empty (or gone): kept
+
+    @property
+    def state_dir(self) -> str:
+        """The loop's local state: --state-dir, else ./loop-state/<hash of the lake>."""
+        from operations.cluster import default_state_dir
+
+        return os.path.abspath(self.config.state_dir or default_state_dir(self.config.root, "loop-state"))
 
     # --- lake state -----------------------------------------------------------
     def current_generation(self) -> int:
@@ -121,7 +159,16 @@ class LoopRun:
         # A session of its own: Ctrl-C reaches only the loop, which then
         # stops the child's group with SIGTERM (the worker's graceful path;
         # processes.children says why the group).
-        self.child = start_child(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        # It dies with the loop (a SIGKILLed loop left its worker uploading and its trainer holding the
+        # lease, so that "rerun the same command" failed).
+        self.child = start_child(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            preexec_fn=die_with_parent(os.getpid()),
+        )
         next_status = time.monotonic() + 20
         try:
             output = self.child.stdout

@@ -147,9 +147,9 @@ class LoopConfig:
     )
     state_dir: str = setting(
         "",
-        "concurrent schedule: the roles' local state (the worker's spool, the "
-        "trainer's stage, events, logs); default ./loop-state/<hash of root>. The "
-        "same command reuses it, so a stopped run resumes its spool",
+        "the loop's local state (the concurrent schedule's worker spools, "
+        "trainer's stage, events and logs; the phases' events of either schedule); default "
+        "./loop-state/<hash of the lake>. The same command reuses it, so a stopped run resumes its spool",
     )
     workers: int = setting(
         CONCURRENT["workers"],

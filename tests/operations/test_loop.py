@@ -20,6 +20,13 @@ from operations.loop import settings as S
 from operations.loop.run import PhaseFailed
 from operations.loop.settings import LoopConfig
 
+
+@pytest.fixture(autouse=True)
+def _state_in_tmp(tmp_path, monkeypatch):
+    """A loop keeps its local state (the phases' events) under ./loop-state: here, the test's own folder."""
+    monkeypatch.chdir(tmp_path)
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 TINY = ["--generations", "1", "--selfplay-seconds", "8", "--worker-games", "16", "--worker-visits", "8",
@@ -131,7 +138,7 @@ def test_loop_runs_a_generation_and_resumes_as_done(tmp_path):
     after = lake_objects(storage, "")
 
     def kept(objects):
-        return {o for o in objects if not o[0].startswith(records) and o[0] != layout.LOOP_LEASE}
+        return {o for o in objects if not o[0].startswith(records) and o[0] != layout.LAUNCHER_LEASE}
     assert kept(after) == kept(before)
     assert len(lake_objects(storage, records)) == 2
 
@@ -228,11 +235,11 @@ def test_a_second_loop_on_a_root_is_refused_up_front(tmp_path, capsys):
 
     root = str(tmp_path / "lake")
     storage = open_storage(root)
-    first = Lease(storage, layout.LOOP_LEASE, 60.0)          # a live loop (this very process)
+    first = Lease(storage, layout.LAUNCHER_LEASE, 60.0)          # a live loop (this very process)
     assert first.try_acquire() is None
     assert L.main(["--root", root, "--minutes", "1"]) == 2
     err = capsys.readouterr().err
-    assert "another operations.loop" in err and first.holder in err and len(err.strip().splitlines()) == 1
+    assert "another launcher" in err and first.holder in err and len(err.strip().splitlines()) == 1
     assert not storage.list(layout.settings_records_prefix("loop"))   # refused before writing anything
     first.release()
 
@@ -390,3 +397,55 @@ def test_each_schedule_gets_its_trainer_steps_and_the_follower_its_sizing(tmp_pa
     assert (shuffle.samples_per_row, shuffle.follow_max_untrained) == (4.0, 2)
     assert shuffle.follow_new_positions == S.CONCURRENT["min_steps_per_window"] * 256 // 4
     assert shuffle.follow_max_rows == S.CONCURRENT["max_steps_per_window"] * 256
+
+
+def test_a_phase_child_dies_with_a_sigkilled_loop_and_its_events_live_in_the_state_folder(tmp_path):
+    """The turns schedule's phase child outlived a SIGKILLed loop (a worker uploading on, a trainer
+    holding the lease, so that "rerun the same command" failed), and its events folder stayed in TMPDIR."""
+    script = (
+        "import sys\n"
+        "from operations.loop import Loop\n"
+        "from operations.loop.settings import LoopConfig\n"
+        "loop = Loop(LoopConfig(root=sys.argv[1]), storage=None)\n"
+        "print(loop.events_dir, flush=True)\n"
+        "loop.run_child('selfplay', ['timeit', '-n', '1', '-r', '1', 'import time; time.sleep(300)'])\n"
+    )
+    launcher = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "lake")], cwd=tmp_path,
+                                env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    child = None
+    try:
+        events_dir = launcher.stdout.readline().strip()
+        deadline = time.monotonic() + 60
+        while child is None and time.monotonic() < deadline:
+            with open(f"/proc/{launcher.pid}/task/{launcher.pid}/children") as listing:
+                found = listing.read().split()
+            child = int(found[0]) if found else None
+            time.sleep(0.1)
+        assert child is not None, "the phase child never started"
+        time.sleep(0.5)                                     # past its exec
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child), "the phase child outlived the SIGKILLed loop"
+    finally:
+        launcher.kill()
+        if child is not None and _alive(child):
+            os.kill(child, signal.SIGKILL)
+    assert Path(events_dir).parent.parent == tmp_path / "loop-state"      # ./loop-state/<lake>/phase-events
+    (Path(events_dir) / "001-selfplay.jsonl").write_text("{}")  # what the killed loop left...
+    again = Loop(LoopConfig(root=str(tmp_path / "lake")), storage=None)
+    assert again.events_dir == events_dir and os.listdir(events_dir) == []   # ...the next one removes
+    again.remove_events_dir()
+    assert not (tmp_path / "loop-state").exists()            # and the state folder goes when it holds nothing else
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:                 # reaped by init yet?
+        return stat.read().split(")")[1].split()[0] != "Z"

@@ -2,7 +2,15 @@
 self-plays with its own search unless flags override it, and its closing match against generation 0
 plays the run's own generation-0 player."""
 
+import pytest
+
 from selfplay.config import WorkerConfig
+
+
+@pytest.fixture(autouse=True)
+def _state_in_tmp(tmp_path, monkeypatch):
+    """A loop keeps its local state (the phases' events) under ./loop-state: here, the test's own folder."""
+    monkeypatch.chdir(tmp_path)
 
 
 def test_the_long_run_mode_resolves_its_auto_settings(tmp_path):
@@ -92,8 +100,6 @@ def test_the_concurrent_schedule_starts_two_workers_by_default_each_with_its_own
 
 def test_anneal_plans_the_trainers_rate_to_fall_over_the_last_share_of_the_budget(tmp_path, capsys):
     import time
-
-    import pytest
 
     from operations import loop as L
     from operations.roles import role_argv

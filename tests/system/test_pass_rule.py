@@ -16,6 +16,12 @@ from selfplay.config import WorkerConfig
 from selfplay.worker import SelfPlayWorker
 
 
+@pytest.fixture(autouse=True)
+def _state_in_tmp(tmp_path, monkeypatch):
+    """A loop keeps its local state (the phases' events) under ./loop-state: here, the test's own folder."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.mark.parametrize("rule", [False, True])
 def test_the_worker_searches_with_its_pass_rule(tmp_path, rule):
     config = WorkerConfig(root=str(tmp_path / "lake"), board_size=9, games=2, visits=2, fast_visits=1,
