@@ -90,15 +90,18 @@ class LocalStorage(Storage):
         if durable:
             _fsync_folder(directory, target)
 
-    @staticmethod
-    def _write_temp(directory: str, target: str, data: bytes, durable: bool = True) -> str:
-        """Write ``data`` to a fresh temp file beside ``target`` (fsync'ed if durable); return its path."""
+    def _write_temp(self, directory: str, target: str, data: bytes, durable: bool = True) -> str:
+        """Write ``data`` to a fresh temp file beside ``target`` (fsync'ed if durable); return its path.
+
+        A write that fails (a full disk) removes the folders it made and left empty: a shuffle job
+        retried every 30 s on a full disk left one ``tmp/shuffle-*`` chain a try."""
         validate_data(data, target)
         temp = os.path.join(directory, f"{TEMP_MARKER}{os.path.basename(target)}.{os.getpid()}.{uuid.uuid4().hex[:12]}")
         try:
             # 0o666 minus the umask, like any ordinary file: lakes are shared.
             fd = _open_in_folder(directory, temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
         except OSError as exc:
+            self._prune_empty_folders(directory)
             raise StorageError(f"cannot write {target}: {exc.strerror}", url=target) from None
         except BaseException:
             # A SIGTERM handler (processes.sigterm) runs right after the C call it interrupted: when
@@ -113,6 +116,7 @@ class LocalStorage(Storage):
                     os.fsync(out.fileno())
         except OSError as exc:
             _unlink_if_present(temp)
+            self._prune_empty_folders(directory)
             raise StorageError(f"cannot write {target}: {exc.strerror}", url=target) from None
         except BaseException:
             _unlink_if_present(temp)

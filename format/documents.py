@@ -50,6 +50,13 @@ def shown(value) -> str:
     return text if len(text) <= 40 else text[:36] + "..."
 
 
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal line: each control or format character (a newline, an
+    escape sequence's ESC, a bidi override) as its Python escape.  Lake text may come from any
+    account that can write the lake; raw, it could set a window title or a clipboard."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 MAX_DOCUMENT_NUMBER = 2**53
 """No number in a lake document is larger in magnitude (the last integer a
 JSON reader's double holds exactly)."""
@@ -61,7 +68,8 @@ def document_value(value, kinds, fail, at_least: int | None = None):
 
     The one rule every document owner in format/ applies: a bool is no number; an int
     stands for a float (and comes back as one); a number is finite and at most
-    MAX_DOCUMENT_NUMBER in magnitude; an int is at least ``at_least`` when given.
+    MAX_DOCUMENT_NUMBER in magnitude; an int is at least ``at_least`` when given; a text
+    holds no control character (what readers print must not reach a terminal as escapes).
     """
     kinds = kinds if isinstance(kinds, tuple) else (kinds,)
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -78,6 +86,8 @@ def document_value(value, kinds, fail, at_least: int | None = None):
         names = " or ".join("null" if kind is type(None) else kind.__name__ for kind in kinds)
         bound = f" >= {at_least}" if at_least is not None and int in kinds else ""
         raise fail(f"is {shown(value)}, expected {names}{bound}")
+    if isinstance(value, str) and not value.isprintable():
+        raise fail(f"is {shown(value)}, a text with a control character")
     return value
 
 

@@ -41,7 +41,7 @@ REQUIRED = {
     "shuffle": {
         "started": ("follow",),
         "waiting": ("new_positions", "needed"),
-        "looked": ("generation", "new_positions", "needed", "refused"),
+        "looked": ("generation", "new_positions", "needed", "refused", "listed"),
         "claim_lost": ("generation",),
         "window_published": ("generation", "positions", "shards"),
         "stopped": ("reason",),
@@ -101,7 +101,8 @@ REQUIRED = {
 NOTES = {
     ("match", "game_finished"): "`result` as SGF writes it, e.g. `B+3.5`",
     ("worker", "game_finished"): "emitted only once the game is safe in the local spool",
-    ("shuffle", "looked"): "one per look at the lake in `--follow` mode (each poll), whatever it decided",
+    ("shuffle", "looked"): "one per look at the lake in `--follow` mode (each poll), whatever it decided; "
+    "`listed`: the chunks that look listed (the newest generations' folders, the whole of `games/` once an hour)",
     (
         "train",
         "window_started",

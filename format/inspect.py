@@ -30,6 +30,7 @@ import numpy as np
 
 from format import codec, layout, schema
 from format.cli import bounded_number
+from format.documents import printable
 
 EXIT_OK, EXIT_BAD_DATA, EXIT_USAGE = 0, 1, 2
 
@@ -342,7 +343,7 @@ def render_position(game: codec.GameRecord, move: int) -> str:
     black, white = game.planes[move, 0], game.planes[move, 1]
     to_move = "Black" if move % 2 == 0 else "White"
     played = to_gtp(int(game.moves[move]), n)
-    lines = [f"game {game.game_id} move {move}: {to_move} to play, played {played}", ""]
+    lines = [f"game {printable(game.game_id)} move {move}: {to_move} to play, played {played}", ""]
     own = game.ownership.reshape(n, n) if game.ownership is not None else None
     header = "   " + " ".join(letters)
     lines.append(header + ("      ownership (X Black, O White)" if own is not None else ""))

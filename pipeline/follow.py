@@ -3,9 +3,10 @@
 A *follower* runs `follow`; several may follow one lake, meeting only through the storage root.
 The *target* is the next window: one past the newest with a manifest (the commit point; never
 redone), never below the latest model + 1.  *New positions*: those in chunks that arrived since the
-newest window was planned, estimated from one listing (bytes under ``games/`` less its manifest's
-``lake_bytes``, times its ``positions_per_byte``).  The *cadence rule*: a window is due when they
-reach ``--follow-new-positions`` (default FOLLOW_WINDOW_FRACTION of the power-law window W(T)).
+newest window was planned, estimated from the listing of ``games/`` (bytes less its manifest's
+``lake_bytes``, times its ``positions_per_byte``; a look lists the newest folders, the whole once an
+hour).  The *cadence rule*: a window is due when they reach ``--follow-new-positions`` (default
+FOLLOW_WINDOW_FRACTION of the power-law window W(T)).
 ``--follow-max-untrained K`` waits while K windows newer than models/LATEST exist;
 ``--samples-per-row`` sizes shards to what training reads (`Follower.window_reuse`).  A *claim*
 (``cluster/claims/window-<gen>.json``, a format.leases record) is taken by compare-and-swap,
@@ -60,6 +61,13 @@ RETRY_SECONDS = 30.0
 """Pause after a child job failed before the window is tried again."""
 MIN_REUSE = 0.001
 """The least --reuse `Follower.window_reuse` gives a window, so that even a huge window holds some rows."""
+FULL_LISTING_SECONDS = 3600.0
+"""How often a follower lists the whole of ``games/``.  Between those, a look lists only the newest
+generations' folders (`Follower.list_chunks`): a chunk that a worker slow to load new models writes
+under an older generation is counted within this time."""
+RECENT_GENERATIONS = 2
+"""Generation folders below the newest chunk's that a look lists again (workers load a new model
+within a poll or two; a straggler further behind waits for the next full listing)."""
 
 
 # ---------------------------------------------------------------------------
@@ -118,6 +126,11 @@ class Follower:
         (``look`` measures new games against it), and a manifest lists every game id of its window (MBs at
         scale), so keeping each one read would grow a follower that runs for weeks by one per window."""
         self._sampled_per_byte: float | None = None
+        self._chunks: dict[int, list[W.ChunkRef]] | None = None
+        """The lake's chunks by generation folder, as of the last look (`list_chunks`)."""
+        self._next_full_listing = -math.inf
+        self.listed = 0
+        """Objects the last look listed: what a poll costs (the ``looked`` event carries it)."""
         self._last_report = -math.inf
         self._reported: set = set()
         self._next_temp_sweep = -math.inf
@@ -197,6 +210,7 @@ class Follower:
             new_positions=outlook.new_positions,
             needed=outlook.needed,
             refused=bool(outlook.refusal),
+            listed=self.listed,
         )
         if outlook.refusal:
             self.say_once(outlook.refusal, f"error: {outlook.refusal}")
@@ -246,7 +260,7 @@ class Follower:
             last = self.window(target - 1) if target > 1 else None
         except ShuffleError as exc:
             return Outlook(target, 0, 1, refusal=str(exc))
-        chunks = W.list_chunks(self.storage)
+        chunks = self.list_chunks(latest)
         if not chunks:
             return Outlook(target, 0, max(1, self.config.follow_new_positions), untrained=untrained)
         lake_bytes = sum(c.size for c in chunks)
@@ -261,6 +275,36 @@ class Follower:
         )
         needed = self.config.follow_new_positions or max(1, math.ceil(FOLLOW_WINDOW_FRACTION * window))
         return Outlook(target, max(0, int(new_bytes * per_byte)), needed, window, untrained=untrained)
+
+    def list_chunks(self, latest: int) -> list[W.ChunkRef]:
+        """Every chunk under games/, newest first, at the cost of listing only the newest folders.
+
+        The whole of games/ is listed at the first look and then once per FULL_LISTING_SECONDS;
+        a look in between lists the folders from RECENT_GENERATIONS below the newest chunk's
+        generation up to models/LATEST (``latest``), where workers write, and keeps the rest
+        from before.  A month-long run's poll so lists a few folders, not every chunk it made.
+        """
+        now = time.monotonic()
+        if self._chunks is None or now >= self._next_full_listing:
+            listing = W.list_chunks(self.storage)
+            self._chunks = {}
+            for chunk in listing:
+                self._chunks.setdefault(chunk.generation, []).append(chunk)
+            self._next_full_listing = now + FULL_LISTING_SECONDS
+            self.listed = len(listing)
+            return listing
+        newest = max(self._chunks, default=0)
+        self.listed = 0
+        for generation in range(max(0, newest - RECENT_GENERATIONS), max(newest, latest) + 1):
+            fresh = W.parse_chunk_listing(self.storage.list(layout.games_prefix(generation)))
+            self.listed += len(fresh)
+            if fresh:
+                self._chunks[generation] = fresh
+            else:
+                self._chunks.pop(generation, None)
+        chunks = [chunk for folder in self._chunks.values() for chunk in folder]
+        chunks.sort(key=lambda c: (c.generation, c.time_ms, c.path), reverse=True)
+        return chunks
 
     def measure(self, last: WindowManifest | None, chunks, lake_bytes: int) -> tuple[float, int]:
         """(positions per byte, bytes that arrived since ``last`` was planned).

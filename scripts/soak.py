@@ -10,7 +10,8 @@ roles leave there can be counted.  Every ``--sample-seconds`` it reads, for
 each role's process (found by its command line among the launcher's
 descendants): resident memory (VmRSS), open file descriptors, and threads;
 and for the run: files in the temporary folder, and the lake's leftovers
-(objects under ``tmp/`` and writers' temp files).
+(objects under ``tmp/`` and writers' temp files).  The follower's ``looked``
+events say how many chunks each of its looks listed.
 
 The first third of the run is warm-up (TensorFlow graphs, the first models
 compiled, Beam's start).  For each role it reports the median resident memory
@@ -19,7 +20,8 @@ and a verdict: no role's memory grew by more than ``--max-growth-mb`` from the
 one to the other, no role's open files grew, and the temporary folder and the
 lake's leftovers at the end (every role stopped) are no more than at the
 quietest sample of the middle third (a window job's pieces are there while it
-runs).  Human lines go to stderr; the last line
+runs), and the follower's median listing per look in the last third is at most
+1.5 times the middle third's (plus 8: a folder's chunks come in steps).  Human lines go to stderr; the last line
 on stdout is one JSON object.  Not part of the timed suite: it takes as long
 as ``--minutes`` says and both cores.
 """
@@ -129,6 +131,23 @@ def newest_generation(lake: Path, prefix: str) -> int:
     return max((g for g in generations if g is not None), default=0)
 
 
+def listings(state: Path, started_wall: float) -> list[tuple[float, int]]:
+    """(minutes since the start, chunks listed) of each look of the follower (its ``looked`` events)."""
+    found = []
+    try:
+        lines = (state / "events" / "shuffle.jsonl").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        if event.get("event") == "looked" and isinstance(event.get("listed"), int):
+            found.append(((event["time"] - started_wall) / 60, event["listed"]))
+    return found
+
+
 def cluster_command(lake: Path, state: Path, minutes: float) -> list[str]:
     """Tiny 9x9 settings: a window every minute or two, so a half-hour run sees many."""
     return [sys.executable, "-m", "operations.cluster", "--root", str(lake), "--state-dir", str(state),
@@ -156,7 +175,7 @@ def main(argv=None) -> int:
                                 stderr=subprocess.STDOUT, start_new_session=True)
     series: dict[str, list] = {role: [] for role in ROLES}   # role -> [(minutes, windows, figures)]
     run_series = []                                          # [(minutes, windows, run figures)]
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     try:
         while launcher.poll() is None:
             time.sleep(args.sample_seconds)
@@ -212,6 +231,16 @@ def main(argv=None) -> int:
         report[f"{key}_floor_mid"], report[f"{key}_end"] = floor, end_run[key]
         if end_run[key] > floor:
             problems.append(f"{key}: {end_run[key]} at the end against {floor} in the middle of the run")
+    looks = listings(state, started_wall)
+    listed_mid = [n for t, n in looks if middle(t)]
+    listed_late = [n for t, n in looks if late(t)]
+    if listed_mid and listed_late:
+        mid_median, late_median = float(np.median(listed_mid)), float(np.median(listed_late))
+        report.update({"follower_listed_per_look_mid": mid_median, "follower_listed_per_look_late": late_median})
+        if late_median > 1.5 * mid_median + 8:
+            problems.append(f"the follower's listing per look grew from {mid_median:.0f} to {late_median:.0f} chunks")
+    else:
+        problems.append("the follower's looks (its looked events with 'listed') not seen in both thirds")
     report["problems"] = problems
     report["bounded"] = not problems
     for problem in problems:

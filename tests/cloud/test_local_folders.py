@@ -67,3 +67,30 @@ def test_a_stop_that_lands_as_the_temp_file_is_created_leaves_no_temp_file(tmp_p
         else:
             raise AssertionError("the write went on past the stop")
     assert os.listdir(tmp_path / "lake/tmp/a") == ["kept.npz"]
+
+
+def test_a_write_the_full_disk_refuses_leaves_no_folder_it_made(tmp_path, monkeypatch):
+    """A shuffle job retried every 30 s on a full disk, and each try left its tmp/shuffle-* chain."""
+    import errno
+
+    import cloud.local
+    from cloud.base import StorageError
+
+    storage = LocalStorage(str(tmp_path / "lake"))
+    storage.write_new("tmp/other/kept.npz", b"x")
+    real_open = os.open
+
+    def full(path, flags, mode=0o777):
+        if os.path.basename(path).startswith(".zl-tmp-"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(cloud.local.os, "open", full)
+    for write in (storage.write_new, storage.write_replace):
+        try:
+            write("tmp/shuffle-000003-a1/parts/00000/b000001.npz", b"y")
+        except StorageError as exc:
+            assert "No space left" in str(exc)
+        else:
+            raise AssertionError("the write succeeded on a full disk")
+        assert sorted(os.listdir(tmp_path / "lake/tmp")) == ["other"]

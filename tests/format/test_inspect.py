@@ -1,4 +1,5 @@
 """`python -m format.inspect` on local and gs:// lakes, good and damaged."""
+import dataclasses
 import json
 import subprocess
 import sys
@@ -141,6 +142,15 @@ def test_position_shows_board_policy_and_ownership(tmp_path):
     stones = sum(row[3:3 + 17].count("X") + row[3:3 + 17].count("O") for row in board_rows)
     assert stones == int(games[0].planes[move].sum())
     assert "root value" in result.stdout and "ownership" in result.stdout
+
+
+def test_position_shows_a_game_id_with_escape_sequences_escaped():
+    """A chunk's game id is whatever its writer put there: raw, an escape sequence reaches the terminal."""
+    from format.inspect import render_position
+
+    game = dataclasses.replace(_games(12, count=1)[0], game_id="w1\x1b]0;owned\x07\n")
+    first = render_position(game, 3).splitlines()[0]
+    assert first.startswith("game w1\\x1b]0;owned\\x07\\n move 3") and first.isprintable()
 
 
 def test_bad_arguments_get_clear_errors(tmp_path):

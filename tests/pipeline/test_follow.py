@@ -398,6 +398,44 @@ def test_a_follower_keeps_one_window_manifest_however_many_windows_it_reads(tmp_
         assert manifests_alive() - before <= 1
 
 
+def test_a_look_lists_the_newest_folders_and_the_whole_lake_once_an_hour(tmp_path, monkeypatch):
+    """The follower listed every chunk of games/ at each poll: at a hundred workers for a month, the
+    listing was the cost of a poll.  A look lists the newest generations' folders; the whole once an hour."""
+    storage = open_storage(str(tmp_path))
+    write_run_config(storage, board_size=9)
+
+    def add(generation: int, ms: int) -> None:
+        storage.write_new(layout.chunk_path(generation, "w1", ms, 0), b"not decoded by a look")
+
+    for generation in range(10):
+        for i in range(5):
+            add(generation, 1000 * generation + i)
+    listed = []
+    real_list = storage.list
+
+    def counting(prefix=""):
+        found = real_list(prefix)
+        if prefix.startswith(layout.games_prefix()):
+            listed.append(len(found))
+        return found
+
+    monkeypatch.setattr(storage, "list", counting)
+    follower = F.Follower(ShuffleConfig(root=str(tmp_path), follow=True), [], storage, events=None)
+    assert len(follower.list_chunks(0)) == 50 and sum(listed) == 50 == follower.listed
+    listed.clear()
+    add(9, 99_000)
+    add(2, 99_001)                                        # a straggler under an old generation
+    chunks = follower.list_chunks(0)
+    assert sum(listed) == 16 == follower.listed           # folders 7, 8 and 9 (RECENT_GENERATIONS = 2)
+    assert len(chunks) == 51 and chunks[0].time_ms == 99_000
+    assert [c.time_ms for c in chunks] == sorted((c.time_ms for c in chunks), reverse=True)
+    add(10, 100_000)                                      # a new generation: listed up to models/LATEST
+    assert len(follower.list_chunks(10)) == 52 and len(listed) == 3 + 4
+    now = time.monotonic()
+    monkeypatch.setattr(F.time, "monotonic", lambda: now + F.FULL_LISTING_SECONDS + 1)
+    assert len(follower.list_chunks(10)) == 53 and follower.listed == 53   # the hour's full listing
+
+
 # ---------------------------------------------------------------------------
 # Flags
 # ---------------------------------------------------------------------------
