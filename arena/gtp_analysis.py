@@ -241,9 +241,10 @@ def principal_variation(tree, node: int, limit: int = PV_MAX_MOVES) -> tuple[lis
     return moves, visits
 
 
-def root_move_stats(tree, max_moves: int | None = None) -> list[MoveStats]:
+def root_move_stats(tree, max_moves: int | None = None, pv_length: int = PV_MAX_MOVES) -> list[MoveStats]:
     """The root's visited moves, most visited first (then by value): the
-    first is the move genmove would play at temperature 0."""
+    first is the move genmove would play at temperature 0; each with its
+    principal variation of at most `pv_length` moves."""
     if tree.node(0)["state"] != STATE_EXPANDED:
         return []
     children = tree.children(0)
@@ -251,7 +252,7 @@ def root_move_stats(tree, max_moves: int | None = None) -> list[MoveStats]:
     visited.sort(key=lambda k: (-int(children["N"][k]), -float(children["W"][k]) / int(children["N"][k])))
     stats = []
     for k in visited[:max_moves]:
-        pv, pv_visits = principal_variation(tree, int(children["index"][k]))
+        pv, pv_visits = principal_variation(tree, int(children["index"][k]), pv_length)
         n = int(children["N"][k])
         stats.append(
             MoveStats(int(children["move"][k]), n, float(children["W"][k]) / n, float(children["P"][k]), pv, pv_visits)

@@ -24,6 +24,7 @@ WHOLE_FILE = "*"
 # A test whose module-scoped fixture is expensive goes together with every test that uses the fixture,
 # or the cost only moves to the next test.
 SLOW: dict[str, str | tuple[str, ...]] = {
+    "arena/test_analysis.py": ("test_the_command_answers_a_published_models_analysis_on_stdin",),
     "arena/test_elo_coverage.py": WHOLE_FILE,          # one simulation of 300 tournaments, shared (lru_cache)
     "arena/test_gtp.py": ("test_engine_plays_a_published_model",),
     "arena/test_lizzie.py": WHOLE_FILE,                 # the real Lizzie on Xvfb: about 25 s
