@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.operations.support import alive
+
 from operations import cluster as C
 from operations.chaos_audit import ZERO_LOSS_KEYS
 
@@ -157,14 +159,6 @@ time.sleep(60)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:                 # reaped by init yet?
-        return stat.read().split(")")[1].split()[0] != "Z"
-
 
 def test_stopping_a_child_stops_its_whole_process_group_within_the_grace():
     from processes.children import stop_groups
@@ -178,9 +172,9 @@ def test_stopping_a_child_stops_its_whole_process_group_within_the_grace():
     assert killed == [children[1]]                         # only the one that ignored SIGTERM needed SIGKILL
     assert children[0].returncode == 0 and children[1].returncode == -9
     deadline = time.monotonic() + 5
-    while any(_alive(pid) for pid in grandchildren) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in grandchildren) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(_alive(pid) for pid in grandchildren)   # no orphan outlives the stop
+    assert not any(alive(pid) for pid in grandchildren)   # no orphan outlives the stop
     for child in children:
         child.stdout.close()
 
@@ -195,7 +189,7 @@ def test_each_child_gets_its_own_grace_and_a_hung_one_is_not_kept_for_a_longer_o
     died = {}
 
     def watch():   # when the short-grace child dies (stop_groups returns only after the long one)
-        while _alive(children[1].pid) and time.monotonic() - started < 10:
+        while alive(children[1].pid) and time.monotonic() - started < 10:
             time.sleep(0.02)
         died["at"] = time.monotonic() - started
 

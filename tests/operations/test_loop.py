@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.operations.support import alive
+
 from cloud.storage import open_storage
 from format import layout
 from format.settings_record import SettingsRecord
@@ -427,12 +429,12 @@ def test_a_phase_child_dies_with_a_sigkilled_loop_and_its_events_live_in_the_sta
         os.kill(launcher.pid, signal.SIGKILL)
         launcher.wait(timeout=30)
         deadline = time.monotonic() + 10
-        while _alive(child) and time.monotonic() < deadline:
+        while alive(child) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _alive(child), "the phase child outlived the SIGKILLed loop"
+        assert not alive(child), "the phase child outlived the SIGKILLed loop"
     finally:
         launcher.kill()
-        if child is not None and _alive(child):
+        if child is not None and alive(child):
             os.kill(child, signal.SIGKILL)
     assert Path(events_dir).parent.parent == tmp_path / "loop-state"      # ./loop-state/<lake>/phase-events
     (Path(events_dir) / "001-selfplay.jsonl").write_text("{}")  # what the killed loop left...
@@ -441,11 +443,3 @@ def test_a_phase_child_dies_with_a_sigkilled_loop_and_its_events_live_in_the_sta
     again.remove_events_dir()
     assert not (tmp_path / "loop-state").exists()            # and the state folder goes when it holds nothing else
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:                 # reaped by init yet?
-        return stat.read().split(")")[1].split()[0] != "Z"
