@@ -56,7 +56,7 @@ from arena.gtp_analysis import (
 )
 from arena.gtp_game import board_for, new_board
 from engine.board import Board, IllegalMove
-from format import schema
+from format import lake_json, schema
 from format.cli import RoleCli, root_setting, setting, setting_problems
 from format.coords import gtp_to_move, move_to_gtp
 from format.planes import input_planes_of
@@ -66,8 +66,6 @@ VERSION = "1.16.0"
 compare it to decide which fields they may send."""
 MAX_LINE_BYTES = 4 * 1024 * 1024
 """Longest query line read (a 19x19 game of 400 moves is some 10 KB); a longer one is an error."""
-MAX_DEPTH = 16
-"""Deepest nesting of a query (KataGo's own nest three levels)."""
 RULES = frozenset(
     {"tromp-taylor", "chinese", "chinese-ogs", "chinese-kgs", "japanese", "korean", "stone-scoring", "aga",
      "bga", "new-zealand", "aga-button"}
@@ -453,16 +451,10 @@ class Server:
         line = line.strip()
         if not line:
             return
-        if len(line) > MAX_LINE_BYTES:
-            self.error(f"request line of {len(line)} characters is longer than {MAX_LINE_BYTES} - ignored")
-            return
         try:
-            query = json.loads(line)
-        except (ValueError, RecursionError) as exc:
+            query = lake_json.parse(line, MAX_LINE_BYTES)  # bounded: length and nesting
+        except lake_json.NotADocument as exc:
             self.error(f"{exc} - could not parse input line as json request: {line[:200]}")
-            return
-        if _deeper_than(query, MAX_DEPTH):
-            self.error(f"request nested more than {MAX_DEPTH} levels - ignored")
             return
         if not isinstance(query, dict):
             self.error("Request line was valid json but was not an object, ignoring: " + json.dumps(query)[:200])
@@ -605,17 +597,6 @@ def turn_response(query: Query, turn: int, board: Board, tree, root: dict, heads
     if query.policy:
         out["policy"] = policy_values(root["policy_logits"][0], board)
     return out
-
-
-def _deeper_than(value, depth: int) -> bool:
-    stack = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, (dict, list)):
-            if level > depth:
-                return True
-            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return False
 
 
 # --------------------------------------------------------------------------
