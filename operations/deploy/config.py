@@ -219,8 +219,8 @@ class DeployConfig:
     trainer_tpu: str = _field("", "train on a Cloud TPU VM of this type, e.g. v5litepod-8, v4-8")
     trainer_tpu_runtime: str = _field(
         "",
-        "TPU VM software version (--runtime-version); '' = the TensorFlow "
-        "PJRT image Google documents for the generation (operations/deploy/zones.py)",
+        "TPU VM software version (--runtime-version); '' = the generation's base image, "
+        "where install.sh adds the pinned tensorflow-tpu (operations/deploy/zones.py)",
     )
     trainer_tpu_valid_for: str = _field(
         "24h",

@@ -109,6 +109,40 @@ def accelerator_check(config: DeployConfig, role: str, kind: str, accelerator: s
     return Step(section_of(role), f"{zone} offers {accelerator} today (asked live)", shell)
 
 
+def tpu_runtime_check(config: DeployConfig) -> Step:
+    """Ask gcloud, live, whether the trainer's zone offers the software version the TPU VM will boot.
+
+    A version the zone lacks would fail the queued request only when capacity comes, hours later; a
+    listing that fails is reported and the request goes ahead, as in `accelerator_check`.
+    """
+    zone, runtime = config.zone_of("trainer"), config.tpu_runtime
+    listing = gcloud(
+        "compute",
+        "tpus",
+        "tpu-vm",
+        "versions",
+        "list",
+        f"--zone={zone}",
+        project_flag(config),
+        f"--filter=version={runtime}",
+        "--format=value(version)",
+    )
+    missing = (
+        f"error: zone {zone} offers no TPU software version {runtime} today (gcloud compute tpus tpu-vm "
+        f"versions list --zone={zone}); choose another --trainer-zone, or --trainer-tpu-runtime"
+    )
+    unlisted = f"warning: could not list the TPU software versions of {zone} (see above); queueing the trainer anyway"
+    shell = (
+        f"if zerolake_found=$({listing}); then\n"
+        f'  if ! grep -qx -- {shlex.quote(runtime)} <<< "$zerolake_found"; then\n'
+        f"    echo {shlex.quote(missing)} >&2\n"
+        "    exit 2\n  fi\n"
+        f"else\n  echo {shlex.quote(unlisted)} >&2\n"
+        "fi"
+    )
+    return Step("trainer", f"{zone} offers the TPU software version {runtime} today (asked live)", shell)
+
+
 def section_of(role: str) -> str:
     return {"worker": "workers"}.get(role, role)
 
@@ -228,7 +262,11 @@ def trainer_steps(config: DeployConfig) -> list[Step]:
     name = f"{config.name}-trainer"
     zone = config.zone_of("trainer")
     if config.trainer_kind == "tpu":
-        return [accelerator_check(config, "trainer", "tpu", config.trainer_tpu), tpu_queue_step(config)]
+        return [
+            accelerator_check(config, "trainer", "tpu", config.trainer_tpu),
+            tpu_runtime_check(config),
+            tpu_queue_step(config),
+        ]
     gpu = config.trainer_gpu
     what = (
         f"{config.trainer_gpu_count} x {gpu}" + (", MirroredStrategy" if config.trainer_gpu_count > 1 else "")

@@ -8,13 +8,15 @@ partial table would refuse good ones).  Tables age, so ``--no-check-zones`` trus
 and every generated script asks gcloud again, live, before it creates anything there
 (`operations.deploy.vms.accelerator_check`).
 
-A TPU VM boots a *software version* (``--runtime-version``): the plan boots the documented TensorFlow
-PJRT image of the generation, but the trainer runs the tensorflow-tpu that operations/vm/install.sh
-pins (setup.py), which finds the TPU only when PJRT_DEVICE, NEXT_PLUGGABLE_DEVICE_USE_C_API and
-TF_PLUGGABLE_DEVICE_LIBRARY_PATH (its libtpu) are set before TensorFlow is imported
-(`TF_PJRT_SOURCE`).  operations/vm/run-role.sh exports exactly that environment for every role on a
-TPU VM, read from this table with ``python -m operations.deploy.zones environment GEN``.  A generation
-the table does not have has no documented TensorFlow path and is refused by the plan.
+A TPU VM boots a *software version* (``--runtime-version``).  The plan boots its generation's base image,
+the one Google's own TensorFlow TPU tests boot, and operations/vm/install.sh installs the tensorflow-tpu that
+setup.py pins (with libtpu, looked up also in Google's libtpu index, as those tests install it:
+`TF_INSTALL_SOURCE`).  That TensorFlow finds the TPU only when PJRT_DEVICE, NEXT_PLUGGABLE_DEVICE_USE_C_API and
+TF_PLUGGABLE_DEVICE_LIBRARY_PATH (its libtpu) are set before it is imported (`TF_PJRT_SOURCE`).
+operations/vm/run-role.sh exports exactly that environment for every role on a TPU VM, read from this table
+with ``python -m operations.deploy.zones environment GEN``.  A generation the table does not have has no
+tested TensorFlow path and is refused by the plan; the generated script asks gcloud, live, whether the zone
+offers the image (`operations.deploy.vms.accelerator_check`).
 
 Nothing here reaches Google: the table is read from the pages below on the date `AS_OF`;
 docs/deploy.md says what each page gave.
@@ -38,8 +40,16 @@ TF_PJRT_SOURCE = (
     "(keras.io/keras_rs/examples, 2025-09-02: tensorflow-tpu on TPU v5p and v6e)"
 )
 
-TENSORFLOW_RUNTIME = "tpu-vm-tf-2.16.1-pjrt"
-"""The newest single-host TensorFlow PJRT software version the runtime page lists (as read on AS_OF)."""
+TF_INSTALL_SOURCE = (
+    "Google's TensorFlow TPU tests (github.com/GoogleCloudPlatform/ml-auto-solutions, "
+    "dags/solutions_team/configs/tensorflow/common.py install_tf: pip install tensorflow-tpu==X.Y.Z "
+    "-f https://storage.googleapis.com/libtpu-tf-releases/index.html, on the base images of dags/vm_resource.py)"
+)
+LIBTPU_INDEX = "https://storage.googleapis.com/libtpu-tf-releases/index.html"
+"""Google's index of libtpu builds for TensorFlow (operations/vm/install.sh adds it for a TPU VM)."""
+
+UBUNTU_BASE = "tpu-ubuntu2204-base"
+"""The base image the runtime page lists for v2, v3 and v4 (Ubuntu 22.04, no framework)."""
 
 LIBTPU = "{libtpu}"
 """Stands for the libtpu.so of the Python that runs the role; resolved on the VM (`environment`)."""
@@ -64,29 +74,30 @@ class TpuGeneration:
     zones: tuple[str, ...]
     """Multi-tenant zones that offer it (`TPU_ZONES_SOURCE`); AI zones where the page lists them."""
     runtime: str
-    """The TensorFlow software version the TPU VM boots (`TPU_RUNTIMES_SOURCE`)."""
+    """The base software version the TPU VM boots (`TPU_RUNTIMES_SOURCE`; `TF_INSTALL_SOURCE` boots the same)."""
     environment: tuple[tuple[str, str], ...]
     """Set before TensorFlow is imported, by operations/vm/run-role.sh (`TF_PJRT_SOURCE`)."""
     documented_by: tuple[str, ...]
 
 
-_PAGES = (TPU_ZONES_SOURCE, TPU_RUNTIMES_SOURCE, TF_PJRT_SOURCE)
+_PAGES = (TPU_ZONES_SOURCE, TPU_RUNTIMES_SOURCE, TF_INSTALL_SOURCE, TF_PJRT_SOURCE)
 TPU_GENERATIONS = {
     # v2-8 is in us-central1-b and -c only, larger v2 slices in us-central1-a: the live check tells those apart.
     "v2": TpuGeneration(
         ("us-central1-a", "us-central1-b", "us-central1-c", "europe-west4-a", "asia-east1-c"),
-        TENSORFLOW_RUNTIME,
+        UBUNTU_BASE,
         PJRT_ENVIRONMENT,
         _PAGES,
     ),
-    "v3": TpuGeneration(
-        ("us-central1-a", "us-central1-b", "europe-west4-a"), TENSORFLOW_RUNTIME, PJRT_ENVIRONMENT, _PAGES
-    ),
-    "v4": TpuGeneration(("us-central2-b",), TENSORFLOW_RUNTIME, PJRT_ENVIRONMENT, _PAGES),
+    "v3": TpuGeneration(("us-central1-a", "us-central1-b", "europe-west4-a"), UBUNTU_BASE, PJRT_ENVIRONMENT, _PAGES),
+    "v4": TpuGeneration(("us-central2-b",), UBUNTU_BASE, PJRT_ENVIRONMENT, _PAGES),
     "v5litepod": TpuGeneration(
-        ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"), TENSORFLOW_RUNTIME, PJRT_ENVIRONMENT, _PAGES
+        ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"),
+        "v2-alpha-tpuv5-lite",
+        PJRT_ENVIRONMENT,
+        _PAGES,
     ),
-    "v5p": TpuGeneration(("us-central1-a", "us-east5-a"), TENSORFLOW_RUNTIME, PJRT_ENVIRONMENT, _PAGES),
+    "v5p": TpuGeneration(("us-central1-a", "us-east5-a"), "v2-alpha-tpuv5", PJRT_ENVIRONMENT, _PAGES),
     # us-central1-ai1 and us-south1-ai1b are AI zones (the page lists them for v6e since 2026).
     "v6e": TpuGeneration(
         (
@@ -98,7 +109,7 @@ TPU_GENERATIONS = {
             "us-south1-ai1b",
             "europe-west4-a",
         ),
-        TENSORFLOW_RUNTIME,
+        "v2-alpha-tpuv6e",
         PJRT_ENVIRONMENT,
         _PAGES,
     ),
@@ -137,7 +148,7 @@ def generation_of(tpu_type: str) -> TpuGeneration | None:
 
 
 def tpu_runtime(tpu_type: str) -> str | None:
-    """The TensorFlow software version a TPU of this type boots, or None for a generation not in the table."""
+    """The software version a TPU of this type boots, or None for a generation not in the table."""
     generation = generation_of(tpu_type)
     return generation.runtime if generation else None
 
@@ -150,8 +161,9 @@ def tpu_problem(tpu_type: str) -> str | None:
     """Why the plan cannot train on this TPU type (no documented TensorFlow path, or several hosts), or None."""
     if generation_of(tpu_type) is None:
         return (
-            f"no TensorFlow software version is documented for {tpu_generation(tpu_type) or tpu_type!r} by "
-            f"{TPU_RUNTIMES_SOURCE} as of {AS_OF} ({known_tpu_generations()})"
+            f"no tested TensorFlow path for {tpu_generation(tpu_type) or tpu_type!r}: operations/deploy/zones.py "
+            f"lists the generations whose base image {TPU_RUNTIMES_SOURCE} gives as of {AS_OF} "
+            f"({known_tpu_generations()})"
         )
     if tpu_size(tpu_type) > SINGLE_HOST_SIZE:
         return (

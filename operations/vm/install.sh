@@ -78,8 +78,12 @@ for other in tensorflow tensorflow-cpu tensorflow-tpu; do
 done
 
 log "zerolake for $ACCELERATOR from $PACKAGE (compiles the Cython extensions)"
+# On a TPU VM, Google's libtpu index is a source beside PyPI, as Google's TensorFlow TPU tests install
+# tensorflow-tpu (operations/deploy/zones.py, TF_INSTALL_SOURCE); the pins in setup.py still decide the versions.
+sources=()
+[[ "$ACCELERATOR" == tpu ]] && sources=(--find-links https://storage.googleapis.com/libtpu-tf-releases/index.html)
 # --no-build-isolation: build against the venv's pinned Cython and numpy.
-ZEROLAKE_ACCELERATOR="$ACCELERATOR" "${PIP[@]}" install -q --no-build-isolation -c "$CONSTRAINTS" "$PACKAGE"
+ZEROLAKE_ACCELERATOR="$ACCELERATOR" "${PIP[@]}" install -q --no-build-isolation -c "$CONSTRAINTS" "${sources[@]}" "$PACKAGE"
 "$TARGET" -c "import engine.board, pipeline.shuffle, model.train" \
     || { echo "install.sh: the installed package does not import" >&2; exit 1; }
 log "done: $("$TARGET" -c 'import tensorflow as tf; print("tensorflow", tf.__version__)' 2>/dev/null)"

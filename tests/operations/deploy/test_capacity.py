@@ -31,6 +31,7 @@ if [[ $* == *"queued-resources create"* ]]; then
 fi
 [[ $* == *"queued-resources delete"* ]] && { rm -f "$(dirname "$0")/queued"; exit 0; }
 [[ $* == *"accelerator-types"* ]] && { echo v5litepod-8; echo nvidia-l4; exit 0; }
+[[ $* == *"tpu-vm versions list"* ]] && { echo v2-alpha-tpuv5-lite; exit 0; }
 [[ $* == *"trainer"*"instances create"* || $* == *"instances create"*"trainer"* ]] && [[ -e "$(dirname "$0")/no-gpu" ]] && exit 1
 [[ $* == *describe* ]] && exit 1
 exit 0
@@ -72,7 +73,7 @@ def test_the_tpu_is_queued_before_the_workers_and_waited_for_after_them(tmp_path
     script, result = _run(tmp_path, ["--trainer-tpu", "v5litepod-8", "--trainer-tpu-valid-for", "6h"], capsys,
                           states=["WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"])
     [create] = creates(script, ("compute", "tpus", "queued-resources", "create"))
-    assert {"--node-id=zerolake-trainer", "--runtime-version=tpu-vm-tf-2.16.1-pjrt", "--accelerator-type=v5litepod-8",
+    assert {"--node-id=zerolake-trainer", "--runtime-version=v2-alpha-tpuv5-lite", "--accelerator-type=v5litepod-8",
             "--valid-until-duration=6h", "--zone=us-central1-a"} <= set(create)
     assert result.returncode == 0, result.stderr
     verbs = _verbs(result.calls)

@@ -132,7 +132,7 @@ def test_the_acceptance_plan_holds_every_part(capsys):
         f"--stateful-disk=device-name={S.SPOOL_DEVICE},auto-delete=on-permanent-instance-deletion"} <= set(group)
     [tpu] = _creates(script, ("compute", "tpus", "queued-resources", "create"))
     assert "--accelerator-type=v5litepod-8" in tpu and "zerolake-accelerator=tpu" in " ".join(tpu)
-    assert "--runtime-version=tpu-vm-tf-2.16.1-pjrt" in tpu and "--node-id=zerolake-trainer" in tpu
+    assert "--runtime-version=v2-alpha-tpuv5-lite" in tpu and "--node-id=zerolake-trainer" in tpu
     [shuffle] = [w for w in _creates(script, ("compute", "instances", "create")) if w[3] == "zerolake-shuffle"]
     # auto: 8 workers' windows start small, on the follower VM; the large ones later go to Dataflow.
     assert "--image-family=cos-stable" in shuffle and "--dataflow-above-positions=1000000" in " ".join(shuffle)
@@ -253,7 +253,7 @@ def test_each_role_runs_as_its_own_account_with_only_its_grants(capsys):
     (["--trainer-tpu", "v4-8", "--trainer-zone", "us-central1-a"], "--trainer-zone",
      ["us-central1-a has no v4-8", "us-central2-b"]),
     (["--trainer-tpu", "v9x-8", "--trainer-zone", "us-central2-b"], "--trainer-tpu",
-     ["no TensorFlow software version is documented", "https://cloud.google.com/tpu/docs/runtimes"]),
+     ["no tested TensorFlow path", "https://cloud.google.com/tpu/docs/runtimes"]),
     (["--trainer-tpu", "v5litepod-16"], "--trainer-tpu", ["multi-host", "v5litepod-8"]),
     (["--worker-zones", "us-central1-a,us-east1-b"], "--worker-zones",
      ["'us-east1-b' is not a zone of us-central1", "--worker-zone"]),
@@ -266,13 +266,16 @@ def test_an_accelerator_the_zone_lacks_is_refused_before_anything_is_printed(arg
     assert f"{field}: " in line and all(word in line for word in words), line
 
 
-def _apply_with_listing(tmp_path, script: str, listing_output: str, listing_status: int):
+def _apply_with_listing(tmp_path, script: str, listing_output: str, listing_status: int,
+                        versions: str = "v2-alpha-tpuv6e\\n", versions_status: int = 0):
     """Run a plan's script against a stand-in gcloud whose accelerator listing prints ``listing_output``
-    and exits ``listing_status``; nothing exists yet (describe fails).  The result gains ``calls``."""
-    fake = tmp_path / f"bin-{listing_status}-{len(listing_output)}" / "gcloud"
+    and exits ``listing_status`` (its TPU software versions: ``versions``, ``versions_status``); nothing
+    exists yet (describe fails).  The result gains ``calls``."""
+    fake = tmp_path / f"bin-{listing_status}-{len(listing_output)}-{versions_status}-{len(versions)}" / "gcloud"
     fake.parent.mkdir()
     fake.write_text("#!/usr/bin/env bash\n"
                     f"if [[ $* == *accelerator-types* ]]; then printf '{listing_output}'; exit {listing_status}; fi\n"
+                    f"if [[ $* == *'tpu-vm versions list'* ]]; then printf '{versions}'; exit {versions_status}; fi\n"
                     f"[[ $* == *image_summary.digest* ]] && {{ echo {VM_IMAGE_DIGEST}; exit 0; }}\n"
                     "[[ $* == *describe* ]] && exit 1\n"
                     'echo "$*" >> "$(dirname "$0")/calls"\n')
@@ -297,6 +300,22 @@ def test_no_check_zones_trusts_the_zone_and_the_script_still_asks_gcloud(tmp_pat
     assert "queued-resources create zerolake-trainer" in present.calls
     unknown = _apply_with_listing(tmp_path, script, "", 1)      # the listing itself failed: say so, and create anyway
     assert "could not list the accelerators of us-central1-a" in unknown.stderr
+    assert "queued-resources create zerolake-trainer" in unknown.calls
+
+
+def test_the_script_asks_gcloud_whether_the_zone_offers_the_tpu_software_version(tmp_path, capsys):
+    script = plan_text(["plan", "--only", "trainer", "--release", RELEASE, "--trainer-tpu", "v6e-8",
+                        "--trainer-zone", "us-east5-b", "--trainer-wait-minutes", "0"] + BASE, capsys)
+    [listing] = _creates(script, ("compute", "tpus", "tpu-vm", "versions", "list"))
+    assert "--zone=us-east5-b" in listing and "--filter=version=v2-alpha-tpuv6e" in listing
+    assert script.index("versions list") < script.index("queued-resources create")
+
+    absent = _apply_with_listing(tmp_path, script, "v6e-8\\n", 0, versions="tpu-ubuntu2204-base\\n")
+    assert absent.returncode == 2 and "queued-resources create" not in absent.calls
+    [line] = [line for line in absent.stderr.splitlines() if "error:" in line]
+    assert "us-east5-b offers no TPU software version v2-alpha-tpuv6e" in line and "--trainer-tpu-runtime" in line
+    unknown = _apply_with_listing(tmp_path, script, "v6e-8\\n", 0, versions="", versions_status=1)
+    assert "could not list the TPU software versions of us-east5-b" in unknown.stderr
     assert "queued-resources create zerolake-trainer" in unknown.calls
 
 
@@ -504,6 +523,7 @@ def test_apply_runs_the_plan_through_gcloud(tmp_path, capsys, monkeypatch):
                     "if [[ $1 == auth ]]; then echo someone@example.com; exit 0; fi\n"
                     f"echo \"$*\" >> {log}\n"
                     "[[ $* == *accelerator-types* ]] && echo v4-8\n"
+                    "[[ $* == *'tpu-vm versions list'* ]] && echo tpu-ubuntu2204-base\n"
                     f"[[ $* == *image_summary.digest* ]] && {{ echo {VM_IMAGE_DIGEST}; exit 0; }}\n"
                     "[[ $* == *describe* ]] && exit 1\nexit 0\n")
     fake.chmod(0o755)

@@ -1,16 +1,16 @@
 """A TPU trainer that TensorFlow can see, and the zones Google lists.
 
 * For every generation of operations/deploy/zones.py's one table, the plan boots
-  the TensorFlow PJRT software version the table names (a ``tpu-vm-tf-...-pjrt``
-  image, the form Google's runtime page gives for TensorFlow 2.15 and later),
+  the base software version the table names (one with no TensorFlow of its own,
+  as Google's TensorFlow TPU tests boot before they pip-install tensorflow-tpu),
   and tells the VM its generation; run-role.sh then exports exactly that row's
   environment (PJRT_DEVICE, NEXT_PLUGGABLE_DEVICE_USE_C_API, and
   TF_PLUGGABLE_DEVICE_LIBRARY_PATH pointing at the venv's libtpu.so) to every
   role on a TPU VM, and nothing of it elsewhere.
 * A generation with no documented TensorFlow path, or a multi-host slice, is
   refused naming the page (tests/operations/deploy/test_plan.py, with the other refusals).
-* The trainer's TensorFlow pin does not move (tensorflow-tpu 2.20; no
-  documented image carries it): a SavedModel exported by TensorFlow 2.20
+* The trainer's TensorFlow pin does not move (tensorflow-tpu 2.20, installed
+  with Google's libtpu index as a source, as those tests install it): a SavedModel exported by TensorFlow 2.20
   through model.export (tests/data/savedmodel-tf2.20, made by
   tests/tf_compat_fixture.py) is published and loaded by the workers'
   TensorFlow here and gives the outputs 2.20 gave.
@@ -32,6 +32,9 @@ from tests.operations.deploy.support import (BASE, REPO, creates, metadata_of, p
                                              run_role, run_role_process)
 
 FIXTURE = REPO / "tests" / "data" / "savedmodel-tf2.20"
+BASE_IMAGES = {"tpu-ubuntu2204-base", "v2-alpha-tpuv5-lite", "v2-alpha-tpuv5", "v2-alpha-tpuv6e"}
+"""The base software versions of https://cloud.google.com/tpu/docs/runtimes, as Google's TensorFlow TPU tests
+name them (ml-auto-solutions, dags/vm_resource.py RuntimeVersion)."""
 
 
 @pytest.fixture
@@ -45,18 +48,18 @@ def libtpu(tmp_path) -> pathlib.Path:
 
 
 @pytest.mark.parametrize("generation", sorted(zones.TPU_GENERATIONS))
-def test_each_generation_boots_its_tensorflow_image_and_gets_its_pjrt_environment(generation, capsys, tmp_path,
+def test_each_generation_boots_its_base_image_and_gets_its_pjrt_environment(generation, capsys, tmp_path,
                                                                                    libtpu):
     row = zones.TPU_GENERATIONS[generation]
     tpu, zone = f"{generation}-8", row.zones[0]
     script = plan_text(["plan", "--only", "trainer", "--trainer-tpu", tpu, "--trainer-zone", zone] + BASE, capsys)
     [create] = creates(script, ("compute", "tpus", "queued-resources", "create"))
     assert f"--runtime-version={row.runtime}" in create and f"--accelerator-type={tpu}" in create
-    # Google's TensorFlow naming: tpu-vm-tf-x.y.z[-pod][-pjrt|-se]; PJRT (2.15.0 and later) for every generation.
-    version = re.fullmatch(r"tpu-vm-tf-(\d+)\.(\d+)\.(\d+)-pjrt", row.runtime)
-    assert version and tuple(map(int, version.groups())) >= (2, 15, 0)
+    # A base image (no framework of its own, single host): not a tpu-vm-tf-* image, whose TensorFlow would sit
+    # beside the pinned one, nor a -pod image.
+    assert row.runtime in BASE_IMAGES and not re.search(r"tf|pod", row.runtime)
     assert "zerolake-tpu-generation=" + generation in metadata_of(script)["zerolake-trainer"].split(",")
-    assert zones.TPU_RUNTIMES_SOURCE in row.documented_by and zones.TPU_ZONES_SOURCE in row.documented_by
+    assert {zones.TPU_RUNTIMES_SOURCE, zones.TPU_ZONES_SOURCE, zones.TF_INSTALL_SOURCE} <= set(row.documented_by)
 
     # On the VM: run-role.sh exports the row's environment before the trainer (or a TPU worker) starts.
     expected = {name: str(libtpu) if value == zones.LIBTPU else value for name, value in row.environment}
@@ -137,3 +140,24 @@ def test_no_check_zones_overrides_the_table_and_the_zone_names_shape(capsys):
         script = plan_text(["plan", "--only", "trainer", "--trainer-tpu", "v5litepod-8", "--trainer-zone", zone,
                             "--no-check-zones"] + BASE, capsys)
         assert f"--zone={zone}" in creates(script, ("compute", "tpus", "queued-resources", "create"))[0]
+
+
+@pytest.mark.parametrize("accelerator", ["tpu", "cpu"])
+def test_install_looks_up_libtpu_in_googles_index_on_a_tpu_vm_only(accelerator, tmp_path):
+    # A stand-in python3 that records each pip call (and whose venv is this folder): install.sh on a TPU VM
+    # adds Google's libtpu index as a source, as Google's TensorFlow TPU tests install tensorflow-tpu.
+    import subprocess
+    calls = tmp_path / "calls"
+    python = tmp_path / "bin" / "python3"
+    python.parent.mkdir()
+    python.write_text(f'#!/usr/bin/env bash\necho "$*" >> {calls}\n'
+                      'if [[ $1 == -m && $2 == venv ]]; then mkdir -p "$3/bin"; cp "$0" "$3/bin/python"; fi\n'
+                      'if [[ $* == *"pip"*" show "* ]]; then exit 1; fi\n')
+    python.chmod(0o755)
+    done = subprocess.run(["bash", str(REPO / "operations" / "vm" / "install.sh"), "--accelerator", accelerator,
+                           "--package", str(REPO), "--prefix", str(tmp_path / "opt")],
+                          env={"PATH": f"{python.parent}:/usr/bin:/bin", "ZEROLAKE_SKIP_APT": "1"},
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    [install] = [line for line in calls.read_text().splitlines() if line.endswith(str(REPO))]
+    assert (f"--find-links {zones.LIBTPU_INDEX}" in install) == (accelerator == "tpu"), install
