@@ -44,7 +44,7 @@ if [[ "${1:-}" == --entries ]]; then
     WORK="${2:-/tmp/zerolake-image-entries}"
     rm -rf "$WORK" && mkdir -p "$WORK"
     exec "$REPO/.venv/bin/python" - "$REPO" "$WORK" <<'PY'
-import json, os, pathlib, shlex, subprocess, sys
+import json, os, pathlib, shlex, socket, subprocess, sys
 
 repo, work = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 
@@ -93,6 +93,12 @@ def in_image(path: str, volume: tuple[str, pathlib.Path]) -> str:
     return path
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def docker_run_of(role: str, args: str, root: str) -> list[str]:
     """The `docker run` argv startup-image.sh gives `role`, recorded by a stand-in docker."""
     bin_dir, calls = work / f"bin-{role}", work / f"calls-{role}"
@@ -108,7 +114,8 @@ def docker_run_of(role: str, args: str, root: str) -> list[str]:
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "ZEROLAKE_ROLE": role, "ZEROLAKE_ROOT": root,
            "ZEROLAKE_IMAGE": image, "ZEROLAKE_ACCELERATOR": "cpu", "ZEROLAKE_PROCESSES": "1",
            "ZEROLAKE_ARGS": args, "ZEROLAKE_STATE": str(work / f"state-{role}"),
-           "ZEROLAKE_DOCKER_HOME": str(work / "docker-home"), "ZEROLAKE_SPOOL_DEVICE": str(work / "no-disk")}
+           "ZEROLAKE_DOCKER_HOME": str(work / "docker-home"), "ZEROLAKE_SPOOL_DEVICE": str(work / "no-disk"),
+           "ZEROLAKE_HEALTH_PORT": str(free_port())}    # the worker's health answer (run-role.sh: process 0)
     subprocess.run(["bash", str(repo / "operations/vm/startup-image.sh")], env=env, check=True,
                    capture_output=True, text=True, timeout=60)
     [run] = [shlex.split(line) for line in calls.read_text().splitlines() if line.startswith("run ")]

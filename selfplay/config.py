@@ -199,6 +199,16 @@ class WorkerConfig:
     max_positions: int = setting(0, "stop once the finished games hold this many positions (0 = no limit)", at_least=0)
     poll_seconds: float = poll_seconds_setting(5.0, looks_at="models/LATEST (for a newer model)")
     progress_seconds: float = setting(10.0, "seconds between status lines (and progress events)", above=0)
+    health_port: int = setting(
+        0,
+        "serve GET /health on this TCP port (an instance group's autohealing probe): 200 while the worker "
+        "plays, 503 once it has made no move for --health-stall-seconds; 0 = off",
+        at_least=0,
+        at_most=65535,
+    )
+    health_stall_seconds: float = setting(
+        600.0, "with --health-port: seconds without a move (or to start playing) before 503", above=0
+    )
     seed: int = setting(
         -1,
         "seed of the worker's random streams; -1 = fresh from the OS's entropy, so no two workers share games",

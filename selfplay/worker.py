@@ -926,16 +926,34 @@ def main(argv=None) -> int:
     except SpoolError as exc:
         print(f"selfplay.worker: --spool-dir: {exc}", file=sys.stderr)
         return 2
+    playing: list[SelfPlayWorker] = []  # the worker, once made: the health probe reads its positions
+    health = None
+    if config.health_port:
+        from selfplay.health import HealthServer
+
+        try:
+            health = HealthServer(
+                config.health_port,
+                lambda: playing[0].counters.positions if playing else 0,
+                config.health_stall_seconds,
+            )
+        except OSError as exc:
+            print(f"selfplay.worker: --health-port {config.health_port}: {exc.strerror}", file=sys.stderr)
+            spool.close()
+            return 2
     try:
-        return _run_worker(config, storage, spool, cache, placement, events, stop)
+        return _run_worker(config, storage, spool, cache, placement, events, stop, playing)
     finally:
+        if health is not None:
+            health.close()
         spool.close()
         events.close()
 
 
-def _run_worker(config, storage, spool, cache, placement, events, stop) -> int:
+def _run_worker(config, storage, spool, cache, placement, events, stop, playing: list) -> int:
     """Leftovers, first model, play, final upload (main's part after the checks)."""
     worker = SelfPlayWorker(config, storage, None, spool=spool, events=events)
+    playing.append(worker)
     worker.stop_requested = stop
     worker.upload_leftovers()
     watcher = ModelWatcher(

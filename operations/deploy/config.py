@@ -84,15 +84,16 @@ GPU_KINDS = {
 }
 
 # Images.  Every Compute Engine VM runs the release's container image
-# (operations/vm/startup-image.sh).  CPU VMs boot Container-Optimized OS, which
-# comes with Docker running and docker-credential-gcr for Artifact Registry;
-# GPU VMs boot Google's Deep Learning VM image, whose driver the metadata
-# install-nvidia-driver=True installs at first boot and which runs containers
-# with `docker run --gpus all` (the image brings CUDA and cuDNN as pip
-# packages).  Image families change over time: the defaults are flags.  Not
-# checked here (no cloud account is reachable from this machine).
+# (operations/vm/startup-image.sh) on Container-Optimized OS, which comes with
+# Docker running, docker-credential-gcr for Artifact Registry, the logging
+# agent that ships the containers' JSON lines as fields, and (GPU VMs)
+# `cos-extensions install gpu`, the NVIDIA driver path Google documents for
+# containers (https://cloud.google.com/container-optimized-os/docs/how-to/run-gpus;
+# the image brings CUDA and cuDNN as pip packages).  Image families change
+# over time: the defaults are flags.  Not checked here (no cloud account is
+# reachable from this machine).
 CPU_IMAGE = ("cos-cloud", "cos-stable")
-GPU_IMAGE = ("deeplearning-platform-release", "common-cu128-ubuntu-2204-nvidia-570")
+GPU_IMAGE = CPU_IMAGE
 
 LABEL_VALUE = re.compile(r"[a-z][a-z0-9-]{0,20}")
 PROJECT_ID = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")

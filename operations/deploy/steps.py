@@ -43,8 +43,8 @@ BUCKET_READER_ROLE = "roles/storage.legacyBucketReader"
 """Reading the bucket's own metadata, which Beam's gcsio asks for (no object permission)."""
 BUCKET_ROLES = (LAKE_WRITER_ROLE, BUCKET_READER_ROLE, RELEASE_READER_ROLE)
 LOG_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
-"""What the Ops Agent on each VM needs to ship the journal and the VM's metrics
-(write-only; granted on the project, the only scope these have)."""
+"""What the logging agents need (Container-Optimized OS's on the image VMs, the Ops Agent on the TPU trainer)
+to ship the roles' output and the VM's metrics (write-only; granted on the project, the only scope these have)."""
 DATAFLOW_PROJECT_ROLES = ("roles/dataflow.developer", "roles/compute.viewer", "roles/dataflow.worker")
 """The follower launches jobs that run as this same account.  Dataflow's
 access-control page names what creating a job takes at minimum: the developer
@@ -57,6 +57,13 @@ SPOOL_DEVICE = "zerolake-spool"
 model caches).  The worker group recreates a preempted VM with a new boot disk (Google: "About repairing VMs
 in a MIG"); this disk is stateful, so the group detaches it and attaches it to the recreated VM, whose worker
 then uploads what the preempted one could not."""
+HEALTH_PORT = 8420
+"""The TCP port where worker process 0 answers the group's health check (selfplay/health.py)."""
+HEALTH_PORT_METADATA = "zerolake-health-port"
+"""The metadata entry telling startup-image.sh that port (workers only)."""
+HEALTH_CHECK_SOURCES = "35.191.0.0/16,130.211.0.0/22"
+"""Where Google's health-check probes come from (Cloud Load Balancing's health checks overview: the
+probe ranges a firewall rule must admit)."""
 SPOOL_DISK_GB = 20
 """The spool disk's size: games waiting for upload and a model cache per process (MBs); pd-balanced's minimum
 is 10 GB."""
@@ -216,6 +223,11 @@ def project_flag(config: DeployConfig) -> str:
 
 def member(config: DeployConfig, role: str) -> str:
     return f"--member=serviceAccount:{config.service_account(role)}"
+
+
+def worker_tag(config: DeployConfig) -> str:
+    """The network tag of the worker VMs: the firewall rule for the group's health probes targets it."""
+    return f"{config.name}-worker"
 
 
 def vm_network_flags(config: DeployConfig) -> list[str]:

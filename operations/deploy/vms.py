@@ -15,6 +15,8 @@ service account, and no key is ever made)::
     zerolake-processes      worker processes on this VM (one systemd unit each)
     zerolake-args           extra flags of the role (no commas)
     zerolake-tpu-generation on a TPU trainer: its row of operations/deploy/zones.py
+    zerolake-health-port    on a worker: the port of the group's health check (selfplay/health.py)
+    google-logging-enabled  true: Container-Optimized OS's logging agent ships the containers' output
 
 A GPU/CPU trainer that cannot be created (capacity) is named and the plan goes on.  A TPU trainer is
 queued (``gcloud compute tpus queued-resources create``) before the workers and waited for after them,
@@ -35,6 +37,8 @@ from operations.deploy.images import (
 from operations.deploy.steps import (
     CLOUD_PLATFORM_SCOPE,
     CREATE_TRIES,
+    HEALTH_PORT,
+    HEALTH_PORT_METADATA,
     IMAGE_DIGEST_VAR,
     IMAGE_METADATA,
     IMAGE_STARTUP_SCRIPT,
@@ -52,6 +56,7 @@ from operations.deploy.steps import (
     tpu_network_flags,
     unless_exists,
     vm_network_flags,
+    worker_tag,
 )
 
 
@@ -161,10 +166,12 @@ def vm_flags(
 ) -> list:
     """What a VM of ``role`` is: the words an instance and an instance template share (no name, no zone)."""
     accelerator = "gpu" if gpu else "cpu"
-    extra = (("install-nvidia-driver=True",) if gpu else ()) + (
+    extra = (
         "enable-guest-attributes=TRUE",
+        # Container-Optimized OS's logging agent: the containers' lines to Cloud Logging (docs/deploy.md, 5).
+        "google-logging-enabled=true",
         f"{IMAGE_METADATA}={vm_image(config, accelerator)}",
-    )
+    ) + ((f"{HEALTH_PORT_METADATA}={HEALTH_PORT}",) if role == "worker" else ())
     flags = [
         project_flag(config),
         f"--machine-type={machine}",
@@ -178,6 +185,8 @@ def vm_flags(
         metadata(config, role, accelerator, args, processes, extra),
         labels(config, role),
     ]
+    if role == "worker":  # the firewall rule that admits the group's health probes targets this tag
+        flags.append(f"--tags={worker_tag(config)}")
     if gpu and not GPU_KINDS[gpu].bundled:
         flags.append(f"--accelerator=type={gpu},count={gpu_count}")
     if gpu or spot:

@@ -5,6 +5,9 @@ Compute Engine creates the group's VMs where it can, recreates a preempted one, 
 template out (``rolling-action start-update``, which ``update`` uses after the trainer and the
 follower).  A recreated VM gets a new boot disk, so each worker's spool lives on a second disk,
 ``zerolake-spool``, which the group's stateful policy keeps across recreation (startup.sh mounts it).
+The group autoheals: a health check (``NAME-worker-health``) asks each VM's worker process 0 whether it
+plays (selfplay/health.py, port `HEALTH_PORT`), and a VM that stays unhealthy past `HEALTH_INITIAL_DELAY`
+(no Docker, no GPU, a worker that never plays) is recreated; a firewall rule admits Google's probes.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 from operations.deploy.config import DeployConfig
 from operations.deploy.images import vm_image_digest_step
 from operations.deploy.steps import (
+    HEALTH_CHECK_SOURCES,
+    HEALTH_PORT,
     IMAGE_STARTUP_SCRIPT,
     SPOOL_AUTO_DELETE,
     SPOOL_DEVICE,
@@ -22,8 +27,17 @@ from operations.deploy.steps import (
     indent,
     project_flag,
     unless_exists,
+    worker_tag,
 )
 from operations.deploy.vms import accelerator_check, vm_flags
+from selfplay.health import PATH as HEALTH_PATH
+
+HEALTH_INITIAL_DELAY = 1200
+"""Seconds a new worker VM has before its health counts: boot, the NVIDIA driver's install on a GPU VM
+(minutes), the image's pull and TensorFlow's start; the worker then answers 200 for its first 10 minutes."""
+HEALTH_INTERVAL, HEALTH_UNHEALTHY = 60, 10
+"""A probe a minute; 10 failures in a row (10 minutes) make a VM unhealthy: a worker container that
+Docker restarts, or a slow model download, is not recreated for it."""
 
 
 def worker_group_name(name: str) -> str:
@@ -121,6 +135,52 @@ def rolling_update(config: DeployConfig) -> str:
     )
 
 
+def health_check_name(config: DeployConfig) -> str:
+    return f"{config.name}-worker-health"
+
+
+def health_steps(config: DeployConfig) -> list[Step]:
+    """The group's health check, and the firewall rule that lets Google's probes reach the workers' port."""
+    check = health_check_name(config)
+    create_check = gcloud(
+        "compute",
+        "health-checks",
+        "create",
+        "http",
+        check,
+        "--global",
+        project_flag(config),
+        f"--port={HEALTH_PORT}",
+        f"--request-path={HEALTH_PATH}",
+        f"--check-interval={HEALTH_INTERVAL}s",
+        "--timeout=10s",
+        "--healthy-threshold=1",
+        f"--unhealthy-threshold={HEALTH_UNHEALTHY}",
+    )
+    describe_check = gcloud("compute", "health-checks", "describe", check, "--global", project_flag(config))
+    rule = f"{config.name}-allow-worker-health"
+    create_rule = gcloud(
+        "compute",
+        "firewall-rules",
+        "create",
+        rule,
+        project_flag(config),
+        *([f"--network={config.network}"] if config.network else []),  # gcloud's default: 'default'
+        f"--allow=tcp:{HEALTH_PORT}",
+        f"--source-ranges={HEALTH_CHECK_SOURCES}",
+        f"--target-tags={worker_tag(config)}",
+    )
+    describe_rule = gcloud("compute", "firewall-rules", "describe", rule, project_flag(config))
+    return [
+        Step(
+            "workers",
+            f"the workers' health check {check} (GET {HEALTH_PATH} on port {HEALTH_PORT}, a probe a minute, "
+            f"unhealthy after {HEALTH_UNHEALTHY} failures) and the firewall rule {rule} for Google's probes",
+            unless_exists(describe_check, create_check) + "\n" + unless_exists(describe_rule, create_rule),
+        )
+    ]
+
+
 def worker_steps(config: DeployConfig) -> list[Step]:
     """The workers: a template, then the regional group at ``--workers`` VMs.
 
@@ -138,6 +198,8 @@ def worker_steps(config: DeployConfig) -> list[Step]:
             accelerator_check(config, "worker", "gpu", config.worker_gpu, zone) for zone in config.worker_group_zones
         ]
     steps += [vm_image_digest_step(config, config.worker_kind, "workers"), template_step(config)]
+    steps += health_steps(config)
+    autohealing = [f"--health-check={health_check_name(config)}", f"--initial-delay={HEALTH_INITIAL_DELAY}"]
     create = group_command(
         config,
         "create",
@@ -148,8 +210,15 @@ def worker_steps(config: DeployConfig) -> list[Step]:
         "--target-distribution-shape=any",
         "--instance-redistribution-type=none",
         f"--stateful-disk=device-name={SPOOL_DEVICE},auto-delete={SPOOL_AUTO_DELETE}",
+        *autohealing,
     )
-    existing = "\n".join([group_command(config, "resize", f"--size={config.workers}"), rolling_update(config)])
+    existing = "\n".join(
+        [
+            group_command(config, "resize", f"--size={config.workers}"),
+            group_command(config, "update", *autohealing),
+            rolling_update(config),
+        ]
+    )
     shell = (
         f"if {group_command(config, 'describe')} >/dev/null 2>&1; then\n{indent(existing)}\nelse\n{indent(create)}\nfi"
     )
@@ -158,7 +227,7 @@ def worker_steps(config: DeployConfig) -> list[Step]:
         Step(
             "workers",
             f"the worker group {worker_group(config)}: {config.workers} VMs in {zones} "
-            "(a preempted one is recreated, its spool disk kept); a group that exists is "
+            "(a preempted or unhealthy one is recreated, its spool disk kept); a group that exists is "
             "resized to that and moved to this template",
             shell,
         )

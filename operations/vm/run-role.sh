@@ -9,7 +9,8 @@
 # generation's row of operations/deploy/zones.py), ZEROLAKE_ARGS (extra flags, split on
 # spaces), ZEROLAKE_PROCESSES (worker processes on this VM, default 1: on a
 # CPU VM they split the cores between their int8 networks), ZEROLAKE_PREFIX (default /opt/zerolake), ZEROLAKE_STATE (default
-# /var/lib/zerolake: spools, model caches, the trainer's stage folder).
+# /var/lib/zerolake: spools, model caches, the trainer's stage folder), ZEROLAKE_HEALTH_PORT (worker
+# process 0 answers the group's health check there: selfplay/health.py).
 # The role replaces this shell (exec), so systemd's SIGTERM reaches it: the
 # worker uploads its spool, the follower releases its claim, the trainer
 # checkpoints and releases its lease.  Events go to stdout (the journal).
@@ -46,6 +47,10 @@ case "$ROLE" in
                threads=$(( $(nproc) / ${ZEROLAKE_PROCESSES:-1} ))
                EXTRA=(--inference-threads "$(( threads > 0 ? threads : 1 ))" "${EXTRA[@]}") ;;
         esac
+        # One process per VM answers the group's health probe (selfplay/health.py): the first.
+        if [[ -n "${ZEROLAKE_HEALTH_PORT:-}" && "$INDEX" == 0 ]]; then
+            EXTRA=(--health-port "$ZEROLAKE_HEALTH_PORT" "${EXTRA[@]}")
+        fi
         exec "$PY" -m selfplay.worker --root "$ZEROLAKE_ROOT" --device "$device" \
             --spool-dir "$STATE/spool-$INDEX" --model-cache "$STATE/models-$INDEX" --events - "${EXTRA[@]}" ;;
     shuffle)

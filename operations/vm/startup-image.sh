@@ -17,33 +17,42 @@
 #                        digest only (a tag can be moved by whoever can push; a digest cannot)
 #        RELEASE_SHA256  the release that image was built from (logged; the digest is what is checked)
 #        ACCELERATOR     cpu | gpu
+#        HEALTH_PORT     workers: the port of the group's health check (worker process 0 answers it)
 #        PROCESSES, ARGS, as startup.sh (run-role.sh in the image reads them)
+#   then refuse, in one line, a guest attribute and exit 4, a VM without Docker (every VM boots
+#   Container-Optimized OS, which has it): the worker group's health check then recreates it;
 #   2. mount the worker group's stateful disk zerolake-spool at /var/lib/zerolake, as startup.sh does, and
 #      give that folder to the image's user (uid 10001, the Dockerfile's USER);
-#   3. on a GPU VM, wait until the NVIDIA driver answers (the Deep Learning VM image installs it at first
-#      boot when the metadata says install-nvidia-driver=True);
+#   3. on a GPU VM, install the NVIDIA driver as Container-Optimized OS documents it
+#      (https://cloud.google.com/container-optimized-os/docs/how-to/run-gpus: `cos-extensions install gpu`,
+#      /var/lib/nvidia bind-mounted onto itself and remounted exec, nvidia-smi to check), tried 3 times;
+#      no cos-extensions, no driver or no GPU seen is one line, a guest attribute and exit 4;
 #   4. authenticate Docker to the repository's registry with the VM's service account:
 #      docker-credential-gcr on Container-Optimized OS (preinstalled there, Google's recommended way),
-#      else `gcloud auth configure-docker` (the Deep Learning VM image has gcloud);
+#      else `gcloud auth configure-docker` (an image with gcloud, given as --cpu-image or --gpu-image);
 #   5. pull IMAGE (retried, 30 s doubling to 10 minutes: a registry error delays a VM, never idles it) and
 #      refuse, in one line and exit 3, an image whose RepoDigests do not hold IMAGE's digest: a pull by
-#      digest cannot return anything else, and this makes that a check rather than an assumption;
+#      digest cannot return anything else, and this makes that a check rather than an assumption; on a
+#      GPU VM, run nvidia-smi inside the image with the GPU flags of step 6 (exit 4 if it sees no GPU);
 #   6. run the role as the image runs it (its ENTRYPOINT, run-role.sh, with ROLE and the process index):
 #      one container per process, `--restart=always` (Docker restarts a role that exits, as systemd's
 #      Restart=always did), `--stop-timeout` per role as the systemd units' TimeoutStopSec gave it
 #      (STOP_SECONDS: a worker 25 s, a spot VM's ~30 s notice, to upload its spool; the follower 90 s to
 #      cancel its Dataflow job, delete its pieces and release its claim; the trainer 120 s to upload a
 #      checkpoint), the state folder bind-mounted at /var/lib/zerolake (the image's VOLUME), the host's
-#      network, and on GPU VMs `--gpus all` (the NVIDIA container toolkit).  The role's output (the JSON
-#      events as before) goes to Cloud Logging through Docker's gcplogs driver, which finds the project and
-#      the instance from the metadata server, while LOGGING (metadata zerolake-logging, as startup.sh) is
-#      on or all; with off it stays in the journal (`journalctl CONTAINER_NAME=zerolake-worker-0 -f`).
-#      Docker 20.10 and later keep a local copy either way, so `docker logs` reads it.
+#      network, and on GPU VMs the devices and the driver's libraries and tools as the page above passes
+#      them (/dev/nvidia*, /var/lib/nvidia/lib64 and bin at /usr/local/nvidia/, LD_LIBRARY_PATH).  The
+#      role's output (the JSON events) is written by Docker's json-file driver, which Container-Optimized
+#      OS's logging agent (on with the metadata google-logging-enabled=true, set by the plan) ships to Cloud
+#      Logging under the log cos_containers, a JSON line's fields as jsonPayload fields, while LOGGING
+#      (metadata zerolake-logging) is on or all; with off, Docker's local driver keeps it on the VM only.
+#      `docker logs` reads either.
 # The containers are run by Docker directly, not by systemd units: Container-Optimized OS keeps /etc on a
 # tmpfs and this script runs at every boot anyway, and Docker's restart policy is what restarts a role.
 # The containers of an earlier boot are stopped first (Docker would restart them with their old image), so new
 # metadata (an update) takes effect at the next boot or at a rerun of this script.
-# Progress goes to the guest attribute zerolake/state (pulling, pull-failed, image-refused, running).
+# Progress goes to the guest attribute zerolake/state (installing-gpu-driver, pulling, pull-failed,
+# running; and the failures no-docker, no-gpu-runtime, gpu-driver-failed, no-gpu, image-refused, gpu-unusable).
 set -euo pipefail
 
 STATE="${ZEROLAKE_STATE:-/var/lib/zerolake}"
@@ -77,13 +86,18 @@ ACCELERATOR=$(setting accelerator cpu)
 PROCESSES=$(setting processes 1)
 ARGS=$(setting args "")
 LOGGING=$(setting logging on)
+HEALTH_PORT=$(setting health-port "")
+NVIDIA="${ZEROLAKE_NVIDIA_DIR:-/var/lib/nvidia}"
+DEVICES="${ZEROLAKE_DEVICE_DIR:-/dev}"
 case "$ROLE" in worker|shuffle|trainer) ;; *) echo "startup-image.sh: role '$ROLE' is not worker, shuffle or trainer (metadata zerolake-role)" >&2; exit 2 ;; esac
 # Seconds each role's container has after SIGTERM (processes.children.STOP_GRACE_SECONDS, the units'
 # TimeoutStopSec): `update` and `down` stop the containers, and a shorter wait kills the stop mid-way.
 case "$ROLE" in worker) STOP_SECONDS=25 ;; shuffle) STOP_SECONDS=90 ;; trainer) STOP_SECONDS=120 ;; esac
 [[ -n "$ROOT" ]] || { echo "startup-image.sh: root is not set (metadata zerolake-root)" >&2; exit 2; }
 [[ "$PROCESSES" =~ ^[1-9][0-9]*$ ]] || { echo "startup-image.sh: processes '$PROCESSES' is not a positive number (metadata zerolake-processes)" >&2; exit 2; }
-case "$LOGGING" in on|all) log_driver=gcplogs ;; off) log_driver=journald ;; *) echo "startup-image.sh: logging '$LOGGING' is not on, all or off (metadata zerolake-logging)" >&2; exit 2 ;; esac
+# json-file is what Container-Optimized OS's logging agent reads; local stays on the VM.
+case "$LOGGING" in on|all) log_flags=(--log-driver=json-file --log-opt max-size=50m --log-opt max-file=4) ;; off) log_flags=(--log-driver=local) ;; *) echo "startup-image.sh: logging '$LOGGING' is not on, all or off (metadata zerolake-logging)" >&2; exit 2 ;; esac
+[[ -z "$HEALTH_PORT" || "$HEALTH_PORT" =~ ^[1-9][0-9]{0,4}$ ]] || { echo "startup-image.sh: health port '$HEALTH_PORT' is not a port number (metadata zerolake-health-port)" >&2; exit 2; }
 case "$ACCELERATOR" in cpu|gpu) ;; *) echo "startup-image.sh: accelerator '$ACCELERATOR' is not cpu or gpu (metadata zerolake-accelerator; a TPU VM runs startup.sh)" >&2; exit 2 ;; esac
 # By digest only, from an Artifact Registry Docker repository: REGION-docker.pkg.dev/PROJECT/REPO/NAME@sha256:HEX.
 if [[ ! "$IMAGE" =~ ^([a-z0-9-]+-docker\.pkg\.dev)/[a-z0-9._/-]+@sha256:[0-9a-f]{64}$ ]]; then
@@ -91,6 +105,13 @@ if [[ ! "$IMAGE" =~ ^([a-z0-9-]+-docker\.pkg\.dev)/[a-z0-9._/-]+@sha256:[0-9a-f]
     exit 2
 fi
 REGISTRY="${BASH_REMATCH[1]}"
+
+fail() {   # fail STATE LINE: the one line, the guest attribute, exit 4 (the group's health check sees no worker)
+    report "$1"
+    echo "startup-image.sh: $2" >&2
+    exit 4
+}
+command -v docker >/dev/null || fail no-docker "this VM has no docker: every VM boots Container-Optimized OS (--cpu-image, --gpu-image cos-cloud/cos-stable), which has it"
 DIGEST="${IMAGE##*@}"
 REPOSITORY="${IMAGE%@*}"
 
@@ -125,12 +146,32 @@ mkdir -p "$STATE"
 chown "$IMAGE_UID:$IMAGE_UID" "$STATE" 2>/dev/null || log "WARNING: could not give $STATE to uid $IMAGE_UID"
 log "role $ROLE, root $ROOT, accelerator $ACCELERATOR, image $IMAGE (release $RELEASE_SHA256)"
 
+gpu_flags=()
 if [[ "$ACCELERATOR" == gpu ]]; then
-    # The Deep Learning VM image installs the driver at first boot (metadata install-nvidia-driver=True).
-    waited=0
-    until nvidia-smi -L >/dev/null 2>&1; do
-        (( waited % 60 == 0 )) && log "waiting for the NVIDIA driver (nvidia-smi), ${waited}s so far"
-        sleep 10; waited=$((waited + 10))
+    command -v cos-extensions >/dev/null \
+        || fail no-gpu-runtime "no cos-extensions on this GPU VM: it boots Container-Optimized OS (--gpu-image cos-cloud/cos-stable), whose cos-extensions installs the NVIDIA driver"
+    report installing-gpu-driver
+    for attempt in 1 2 3; do
+        log "installing the NVIDIA driver (cos-extensions install gpu, attempt $attempt of 3)"
+        cos-extensions install gpu && break
+        (( attempt < 3 )) || fail gpu-driver-failed "cos-extensions install gpu failed 3 times (see above): no NVIDIA driver"
+        sleep "${ZEROLAKE_DRIVER_RETRY_SECONDS:-30}"
+    done
+    # Container-Optimized OS mounts /var noexec: the driver's folder is bind-mounted onto itself and
+    # remounted exec, so its nvidia-smi and libraries run (the run-gpus page's steps).
+    mountpoint -q "$NVIDIA" || mount --bind "$NVIDIA" "$NVIDIA"
+    mount -o remount,exec "$NVIDIA"
+    gpus=$("$NVIDIA/bin/nvidia-smi" -L 2>&1) || true
+    if ! grep -q '^GPU' <<< "$gpus"; then
+        fail no-gpu "the NVIDIA driver is installed but $NVIDIA/bin/nvidia-smi -L sees no GPU: $(head -n 1 <<< "$gpus")"
+    fi
+    log "$(grep -c '^GPU' <<< "$gpus") GPU(s): $(head -n 1 <<< "$gpus")"
+    # What the container needs (the page's docker run): the device files, the driver's libraries and tools.
+    gpu_flags=(--volume "$NVIDIA/lib64:/usr/local/nvidia/lib64" --volume "$NVIDIA/bin:/usr/local/nvidia/bin"
+               --env LD_LIBRARY_PATH=/usr/local/nvidia/lib64
+               --env PATH=/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
+    for device in "$DEVICES"/nvidia[0-9]* "$DEVICES/nvidiactl" "$DEVICES/nvidia-uvm" "$DEVICES/nvidia-uvm-tools"; do
+        [[ -e "$device" ]] && gpu_flags+=(--device "$device:/dev/${device##*/}")
     done
 fi
 
@@ -163,15 +204,23 @@ if [[ " $digests " != *" $REPOSITORY@$DIGEST "* ]]; then
     exit 3
 fi
 
+if [[ "$ACCELERATOR" == gpu ]]; then
+    # The GPU as the role will see it: nvidia-smi inside the image, with the flags the role gets.
+    seen=$(docker run --rm "${gpu_flags[@]}" --entrypoint nvidia-smi "$IMAGE" -L 2>&1) || true
+    if ! grep -q '^GPU' <<< "$seen"; then
+        fail gpu-unusable "the image's container sees no GPU (nvidia-smi -L inside $IMAGE: $(head -n 1 <<< "$seen"))"
+    fi
+fi
+
 case "$ROLE" in worker) count="$PROCESSES" ;; *) count=1 ;; esac
-gpus=()
-[[ "$ACCELERATOR" == gpu ]] && gpus=(--gpus all)
+health=()
+[[ "$ROLE" == worker && -n "$HEALTH_PORT" ]] && health=(--env ZEROLAKE_HEALTH_PORT="$HEALTH_PORT")
 names=()
 for ((i = 0; i < count; i++)); do
     name="zerolake-$ROLE-$i"
     docker rm -f "$name" >/dev/null 2>&1 || true
-    docker run -d --name "$name" --restart=always --stop-timeout="$STOP_SECONDS" --network=host --log-driver="$log_driver" "${gpus[@]}" \
-        --volume "$STATE:/var/lib/zerolake" \
+    docker run -d --name "$name" --restart=always --stop-timeout="$STOP_SECONDS" --network=host "${log_flags[@]}" \
+        "${gpu_flags[@]}" "${health[@]}" --volume "$STATE:/var/lib/zerolake" \
         --env ZEROLAKE_ROOT="$ROOT" --env ZEROLAKE_ACCELERATOR="$ACCELERATOR" \
         --env ZEROLAKE_ARGS="$ARGS" --env ZEROLAKE_PROCESSES="$PROCESSES" \
         "$IMAGE" "$ROLE" "$i" >/dev/null

@@ -3,9 +3,12 @@
 * Every Compute Engine VM and the worker template name the release's image by digest in their metadata
   (``zerolake-image``) and start operations/vm/startup-image.sh; the TPU trainer keeps startup.sh (pip).
 * The image is built once per release and accelerator by Cloud Build from the release object itself.
-* startup-image.sh, run against stand-in ``docker``, ``docker-credential-gcr``, ``curl`` and ``nvidia-smi``
-  executables that record their argv: it pulls by digest, runs the role as the image runs it, and refuses in
-  one line an image whose digest is not the metadata's, or an image named by a tag.
+* startup-image.sh, run against stand-in ``docker``, ``docker-credential-gcr``, ``curl``, ``cos-extensions``,
+  ``mount`` and ``nvidia-smi`` executables that record their argv: it pulls by digest, runs the role as the
+  image runs it (on a GPU VM with the devices and driver folders Container-Optimized OS's GPU page passes),
+  and refuses in one line (a guest attribute, exit 4) a VM without Docker, a GPU VM whose driver does not
+  install or whose GPU neither the VM nor the image sees, an image whose digest is not the metadata's, or an
+  image named by a tag.
 """
 from __future__ import annotations
 
@@ -73,27 +76,49 @@ def test_the_generated_start_up_path_of_cpu_and_gpu_vms_installs_nothing():
 # ---- startup-image.sh against stand-ins ------------------------------------------------------
 
 STAND_INS = {
-    # docker: logs its argv; `image inspect` prints the RepoDigests in the file repo-digests.
+    # docker: logs its argv; `image inspect` prints the RepoDigests in the file repo-digests; `run --rm`
+    # (the GPU check inside the image) prints the file container-gpus.
     "docker": 'echo "docker $*" >> "$CALLS"\n'
               'if [[ $1 == image && $2 == inspect ]]; then cat "$(dirname "$0")/repo-digests"; fi\n'
               'if [[ $1 == ps ]]; then echo old1; fi\n'
+              'if [[ $1 == run && $2 == --rm ]]; then cat "$(dirname "$0")/container-gpus"; fi\n'
               "exit 0\n",
     "docker-credential-gcr": 'echo "docker-credential-gcr $*" >> "$CALLS"\n',
     "curl": 'echo "curl $*" >> "$CALLS"\nexit 22\n',              # no metadata server: settings come from env
-    "nvidia-smi": 'echo "GPU 0: NVIDIA L4"\n',
+    # cos-extensions: fails while the file driver-failures holds a count above 0 (one less each call).
+    "cos-extensions": 'echo "cos-extensions $*" >> "$CALLS"\nf="$(dirname "$0")/driver-failures"\n'
+                      'n=$(cat "$f" 2>/dev/null || echo 0); if (( n > 0 )); then echo $((n - 1)) > "$f"; exit 1; fi\n',
+    "mount": 'echo "mount $*" >> "$CALLS"\n',
+    "mountpoint": "exit 1\n",
 }
 
 
 def _startup_image(tmp_path, *, image: str, digests: str, accelerator="cpu", processes="1", role="worker",
-                   logging="off"):
+                   logging="off", gpus="GPU 0: NVIDIA L4 (UUID: GPU-1)", container_gpus="GPU 0: NVIDIA L4",
+                   driver_failures=0, without=(), health_port=""):
     folder = tmp_path / "bin"
     folder.mkdir(exist_ok=True)
     for name, body in STAND_INS.items():
-        (folder / name).write_text("#!/usr/bin/env bash\n" + body)
-        (folder / name).chmod(0o755)
+        if name not in without:
+            (folder / name).write_text("#!/usr/bin/env bash\n" + body)
+            (folder / name).chmod(0o755)
     (folder / "repo-digests").write_text(digests + "\n")
+    (folder / "container-gpus").write_text(container_gpus + "\n")
+    (folder / "driver-failures").write_text(f"{driver_failures}\n")
+    nvidia = tmp_path / "nvidia"                      # what cos-extensions installs: bin/nvidia-smi, lib64/
+    (nvidia / "bin").mkdir(parents=True, exist_ok=True)
+    (nvidia / "lib64").mkdir(exist_ok=True)
+    (nvidia / "bin" / "nvidia-smi").write_text(f"#!/usr/bin/env bash\necho '{gpus}'\n")
+    (nvidia / "bin" / "nvidia-smi").chmod(0o755)
+    devices = tmp_path / "dev"
+    devices.mkdir(exist_ok=True)
+    for device in ("nvidia0", "nvidiactl", "nvidia-uvm"):
+        (devices / device).touch()
     calls = tmp_path / "calls"
-    env = {"PATH": f"{folder}:{os.environ['PATH']}", "CALLS": str(calls), "ZEROLAKE_ROLE": role,
+    # /usr/local/bin (a real docker, here) stays out of PATH: the stand-ins are the only tools of that name.
+    env = {"PATH": f"{folder}:/usr/bin:/bin", "CALLS": str(calls), "ZEROLAKE_ROLE": role,
+           "ZEROLAKE_NVIDIA_DIR": str(nvidia), "ZEROLAKE_DEVICE_DIR": str(devices),
+           "ZEROLAKE_DRIVER_RETRY_SECONDS": "0", "ZEROLAKE_HEALTH_PORT": health_port,
            "ZEROLAKE_ROOT": "gs://b/run", "ZEROLAKE_IMAGE": image, "ZEROLAKE_RELEASE_SHA256": "5e" * 32,
            "ZEROLAKE_ACCELERATOR": accelerator, "ZEROLAKE_PROCESSES": processes, "ZEROLAKE_ARGS": "--visits 8",
            "ZEROLAKE_STATE": str(tmp_path / "state"), "ZEROLAKE_DOCKER_HOME": str(tmp_path / "docker-home"),
@@ -108,19 +133,34 @@ def _startup_image(tmp_path, *, image: str, digests: str, accelerator="cpu", pro
 def test_startup_image_pulls_by_digest_and_runs_each_process_as_the_image_runs_it(tmp_path):
     image = f"{REPO_IMAGE}gpu@{DIGEST}"
     result = _startup_image(tmp_path, image=image, digests=f"{REPO_IMAGE}gpu@{DIGEST}", accelerator="gpu",
-                            processes="2")
+                            processes="2", health_port="8420")
     assert result.returncode == 0, result.stderr
     assert "docker-credential-gcr configure-docker --registries=us-central1-docker.pkg.dev" in result.calls
     assert f"docker pull {image}" in result.calls
     # The container of an earlier boot (Docker restarts it with its old image) is stopped before the pull.
     assert result.calls.index("docker stop --time=25 old1") < result.calls.index(f"docker pull {image}")
-    runs = [c.split() for c in result.calls if c.startswith("docker run")]
+    # Container-Optimized OS's driver, installed, its folder made executable, before anything is pulled.
+    assert "cos-extensions install gpu" in result.calls
+    assert f"mount -o remount,exec {tmp_path / 'nvidia'}" in result.calls
+    assert result.calls.index("cos-extensions install gpu") < result.calls.index(f"docker pull {image}")
+    [check] = [c.split() for c in result.calls if c.startswith("docker run --rm")]
+    assert check[check.index("--entrypoint") + 1:] == ["nvidia-smi", image, "-L"]
+    runs = [c.split() for c in result.calls if c.startswith("docker run -d")]
     assert len(runs) == 2                                            # one container per worker process
     for index, run in enumerate(runs):
         assert run[-3:] == [image, "worker", str(index)]             # ENTRYPOINT run-role.sh's arguments
-        assert {"--restart=always", "--stop-timeout=25", "--network=host", "--log-driver=journald", "--gpus"} <= set(run)
+        assert {"--restart=always", "--stop-timeout=25", "--network=host", "--log-driver=local"} <= set(run)
+        assert "--gpus" not in run                                   # no NVIDIA container toolkit on the VM
+        # The run-gpus page's flags: every device file, the driver's libraries and tools, where CUDA finds them.
+        devices = {run[i + 1] for i, word in enumerate(run) if word == "--device"}
+        assert devices == {f"{tmp_path / 'dev' / d}:/dev/{d}" for d in ("nvidia0", "nvidiactl", "nvidia-uvm")}
+        assert f"{tmp_path / 'nvidia' / 'lib64'}:/usr/local/nvidia/lib64" in run
+        assert f"{tmp_path / 'nvidia' / 'bin'}:/usr/local/nvidia/bin" in run
+        assert "LD_LIBRARY_PATH=/usr/local/nvidia/lib64" in run
+        assert devices == {check[i + 1] for i, word in enumerate(check) if word == "--device"}   # as the check
         assert f"{tmp_path / 'state'}:/var/lib/zerolake" in run      # the image's VOLUME, on the spool disk
         assert "ZEROLAKE_ACCELERATOR=gpu" in run and "ZEROLAKE_PROCESSES=2" in run
+        assert "ZEROLAKE_HEALTH_PORT=8420" in run                    # run-role.sh gives it to process 0
     assert "curl" in " ".join(result.calls)                          # the guest attribute reports progress
 
 
@@ -140,13 +180,48 @@ def test_startup_image_gives_each_role_its_own_stop_time(tmp_path, role, unit, s
     assert f"docker stop --time={seconds} old1" in result.calls       # an earlier boot's container too
 
 
-@pytest.mark.parametrize("logging, driver", [("on", "gcplogs"), ("all", "gcplogs"), ("off", "journald")])
-def test_startup_image_sends_the_roles_output_to_cloud_logging_unless_logging_is_off(tmp_path, logging, driver):
+@pytest.mark.parametrize("logging, driver", [("on", "json-file"), ("all", "json-file"), ("off", "local")])
+def test_startup_image_writes_what_the_cos_logging_agent_ships_unless_logging_is_off(tmp_path, logging, driver):
+    # Container-Optimized OS's agent ships the json-file driver's lines (a JSON line's fields as fields).
     image = f"{REPO_IMAGE}cpu@{DIGEST}"
     result = _startup_image(tmp_path, image=image, digests=image, logging=logging)
     assert result.returncode == 0, result.stderr
     runs = [c.split() for c in result.calls if c.startswith("docker run")]
     assert runs and all(f"--log-driver={driver}" in run for run in runs)
+    assert all(("--log-opt" in run) == (driver == "json-file") for run in runs)     # rotated on the VM
+
+
+@pytest.mark.parametrize("case, settings, state, words", [
+    ("no docker", dict(without=("docker",)), "no-docker", ["has no docker", "Container-Optimized OS"]),
+    ("no cos-extensions", dict(accelerator="gpu", without=("cos-extensions",)), "no-gpu-runtime",
+     ["no cos-extensions", "--gpu-image"]),
+    ("the driver never installs", dict(accelerator="gpu", driver_failures=3), "gpu-driver-failed",
+     ["failed 3 times"]),
+    ("the VM sees no GPU", dict(accelerator="gpu", gpus="No devices were found"), "no-gpu",
+     ["sees no GPU", "No devices were found"]),
+    ("the image sees no GPU", dict(accelerator="gpu", container_gpus="Failed to initialize NVML"), "gpu-unusable",
+     ["container sees no GPU", "Failed to initialize NVML"]),
+])
+def test_a_vm_that_cannot_run_its_role_says_why_in_one_line_and_a_guest_attribute(tmp_path, case, settings,
+                                                                                   state, words):
+    kind = settings.get("accelerator", "cpu")
+    image = f"{REPO_IMAGE}{kind}@{DIGEST}"
+    result = _startup_image(tmp_path, image=image, digests=image, **settings)
+    assert result.returncode == 4, (case, result.stderr)
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("startup-image.sh:")]
+    assert all(word in line for word in words), line
+    assert any(f"--data {state} " in call for call in result.calls if call.startswith("curl")), result.calls
+    assert not [c for c in result.calls if c.startswith("docker run -d")]      # no role started
+
+
+def test_the_driver_install_is_tried_again_and_only_workers_get_the_health_port(tmp_path):
+    image = f"{REPO_IMAGE}gpu@{DIGEST}"
+    result = _startup_image(tmp_path, image=image, digests=image, accelerator="gpu", driver_failures=2,
+                            role="trainer", health_port="8420")
+    assert result.returncode == 0, result.stderr
+    assert result.calls.count("cos-extensions install gpu") == 3
+    [run] = [c.split() for c in result.calls if c.startswith("docker run -d")]
+    assert "ZEROLAKE_HEALTH_PORT=8420" not in run
 
 
 def test_startup_image_refuses_a_logging_setting_it_does_not_know_in_one_line(tmp_path):

@@ -113,10 +113,14 @@ def test_the_acceptance_plan_holds_every_part(capsys):
     assert not [w for w in _creates(script, ("compute", "instances", "create")) if "-worker-" in w[3]]
     words = template_of(script)           # the workers are the group's, made from one template
     assert {"--provisioning-model=SPOT", "--instance-termination-action=STOP", "--machine-type=g2-standard-8",
-            "--maintenance-policy=TERMINATE", "--image-project=deeplearning-platform-release"} <= set(words)
+            "--maintenance-policy=TERMINATE", "--image-project=cos-cloud", "--image-family=cos-stable",
+            "--tags=zerolake-worker"} <= set(words)
     assert not any(w.startswith("--accelerator") for w in words)     # G2 machines come with their L4
     metadata = next(w for w in words if w.startswith("--metadata="))
-    assert "zerolake-accelerator=gpu" in metadata and "install-nvidia-driver=True" in metadata
+    # Container-Optimized OS: its logging agent on; the driver comes from cos-extensions (startup-image.sh).
+    assert {"zerolake-accelerator=gpu", "google-logging-enabled=true", f"{S.HEALTH_PORT_METADATA}={S.HEALTH_PORT}"
+            } <= set(metadata.removeprefix("--metadata=").split(","))
+    assert "install-nvidia-driver" not in metadata
     # The VMs run the release's image by digest (operations/vm/startup-image.sh); nothing is installed at boot.
     assert f"--metadata-from-file=startup-script={S.IMAGE_STARTUP_SCRIPT}" in words
     assert (f"{S.IMAGE_METADATA}=us-central1-docker.pkg.dev/zl-test-project/zerolake-images/zerolake-gpu"
@@ -352,15 +356,20 @@ def test_a_rerun_resizes_the_worker_group_to_workers_and_moves_it_to_this_templa
     subprocess.run(["bash", "-c", script], check=True, env={**os.environ, "PATH": f"{first}:{os.environ['PATH']}"})
     calls = [c for c in log.read_text().splitlines() if not c.startswith("storage")]
     assert [c.split()[:4] for c in calls if "describe" not in c] == [
-        ["compute", "instance-templates", "create", template], ["compute", "instance-groups", "managed", "create"]]
+        ["compute", "instance-templates", "create", template], ["compute", "health-checks", "create", "http"],
+        ["compute", "firewall-rules", "create", "zerolake-allow-worker-health"],
+        ["compute", "instance-groups", "managed", "create"]]
     assert f"--template={template}" in calls[-1] and "--size=3" in calls[-1]
+    assert {"--health-check=zerolake-worker-health", "--initial-delay=1200"} <= set(calls[-1].split())
     script = plan_text(["plan", "--only", "workers", "--workers", "5", "--release", RELEASE] + BASE, capsys)
     second, log = stand_in_gcloud(tmp_path / "second", "exit 0\n")
     subprocess.run(["bash", "-c", script], check=True, env={**os.environ, "PATH": f"{second}:{os.environ['PATH']}"})
     calls = [c for c in log.read_text().splitlines() if not c.startswith("storage") and "describe" not in c]
-    assert [c.split()[3:5] for c in calls] == [["resize", "zerolake-workers"], ["rolling-action", "start-update"]]
-    assert "--size=5" in calls[0] and f"--version=template={template}" in calls[1]
-    assert "--replacement-method=recreate" in calls[1] and "--max-surge=0" in calls[1]     # the spool disk stays
+    assert [c.split()[3:5] for c in calls] == [["resize", "zerolake-workers"], ["update", "zerolake-workers"],
+                                               ["rolling-action", "start-update"]]
+    assert "--size=5" in calls[0] and f"--version=template={template}" in calls[2]
+    assert {"--health-check=zerolake-worker-health", "--initial-delay=1200"} <= set(calls[1].split())  # autohealing
+    assert "--replacement-method=recreate" in calls[2] and "--max-surge=0" in calls[2]     # the spool disk stays
 
 
 def test_the_template_is_named_by_its_settings_and_release(capsys):
@@ -411,8 +420,13 @@ def test_only_prints_the_sections_asked_for(capsys):
         ["storage", "cat", "gs://zl-test-bucket/zerolake-deploy/zerolake/release", "--project=zl-test-project"],
         ["artifacts", "docker", "images", "describe"],
         ["compute", "instance-templates", "describe", "$zerolake_template"],
-        ["compute", "instance-templates", "create", "$zerolake_template"]] + [
-        ["compute", "instance-groups", "managed", verb] for verb in ("describe", "resize", "rolling-action", "create")]
+        ["compute", "instance-templates", "create", "$zerolake_template"],
+        ["compute", "health-checks", "describe", "zerolake-worker-health"],
+        ["compute", "health-checks", "create", "http"],
+        ["compute", "firewall-rules", "describe", "zerolake-allow-worker-health"],
+        ["compute", "firewall-rules", "create", "zerolake-allow-worker-health"]] + [
+        ["compute", "instance-groups", "managed", verb]
+        for verb in ("describe", "resize", "update", "rolling-action", "create")]
     image = plan_text(["plan", "--only", "image", "--release", RELEASE] + BASE, capsys)
     assert "sdist" not in image and f"zerolake_release={RELEASE}\n" in image and "builds submit" in image
 
@@ -538,9 +552,11 @@ def test_apply_runs_the_plan_through_gcloud(tmp_path, capsys, monkeypatch):
     creates = [c.split() for c in calls if "create" in c]
     assert [c[:4] for c in creates] == [          # the trainer first, then the workers' template and group
         ["compute", "tpus", "queued-resources", "create"], ["compute", "instance-templates", "create", creates[1][3]],
+        ["compute", "health-checks", "create", "http"],
+        ["compute", "firewall-rules", "create", "zerolake-allow-worker-health"],
         ["compute", "instance-groups", "managed", "create"]]
     assert creates[1][3].startswith("zerolake-worker-") and creates[1][3].endswith(f"-{RELEASE[:12]}")
-    assert f"--template={creates[1][3]}" in creates[2]
+    assert f"--template={creates[1][3]}" in creates[4]
 
 
 def test_the_plan_points_at_files_that_exist():
@@ -692,3 +708,26 @@ def test_an_existing_bucket_without_uniform_access_is_refused_in_one_line(tmp_pa
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
     assert "uniform bucket-level access" in line and "gs://zl-test-bucket" in line
+
+
+def test_the_worker_group_autoheals_on_the_workers_own_health_answer(capsys):
+    """A VM with no Docker, no GPU or a worker that never plays stays up and billed unless the group checks
+    it: the health check asks worker process 0's GET /health (selfplay/health.py) on the port the template's
+    metadata gives startup-image.sh, and only Google's probe ranges reach that port on the workers' tag."""
+    from selfplay.health import PATH
+    script = plan_text(["plan", "--only", "workers", "--workers", "2", "--release", RELEASE] + BASE, capsys)
+    [check] = _creates(script, ("compute", "health-checks", "create", "http"))
+    assert {"--global", f"--port={S.HEALTH_PORT}", f"--request-path={PATH}", "--check-interval=60s",
+            "--unhealthy-threshold=10"} <= set(check)
+    [rule] = _creates(script, ("compute", "firewall-rules", "create"))
+    assert {f"--allow=tcp:{S.HEALTH_PORT}", "--source-ranges=35.191.0.0/16,130.211.0.0/22",
+            "--target-tags=zerolake-worker"} <= set(rule)
+    words = template_of(script)
+    assert "--tags=zerolake-worker" in words
+    assert f"{S.HEALTH_PORT_METADATA}={S.HEALTH_PORT}" in next(w for w in words if w.startswith("--metadata="))
+    [group] = _creates(script, ("compute", "instance-groups", "managed", "create"))
+    assert {"--health-check=zerolake-worker-health", "--initial-delay=1200"} <= set(group)
+    # The shuffle follower and the trainer are single VMs: no health port, no worker tag.
+    script = plan_text(["plan", "--only", "shuffle,trainer", "--trainer-cpu", "--release", RELEASE] + BASE, capsys)
+    for words in _creates(script, ("compute", "instances", "create")):
+        assert S.HEALTH_PORT_METADATA not in " ".join(words) and "--tags=zerolake-worker" not in words

@@ -129,7 +129,7 @@ def _pins_for(python_version: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("python_version", ["3.10", "3.11"])
 def test_every_package_the_vms_install_is_pinned_for_both_image_interpreters(python_version):
-    # Python 3.10: Ubuntu 22.04, the Deep Learning VM and TPU VM images; 3.11: Debian 12, the Docker
+    # Python 3.10: Ubuntu 22.04, the TPU VM base images; 3.11: Debian 12, the Docker
     # images.  A package left unpinned for one of them installs whatever PyPI has that day.
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
