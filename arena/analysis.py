@@ -679,7 +679,7 @@ def start_reader(stdin) -> queue.Queue:
 
 def main(argv=None) -> int:
     from arena.gtp import quiet_libraries
-    from processes.sigterm import EXIT_TERMINATED, Terminated, terminated_by_sigterm
+    from processes.sigterm import EXIT_TERMINATED, Terminated, sigterm_when_orphaned, terminated_by_sigterm
 
     config, retry = CLI.parse(argv)
     quiet_libraries()
@@ -693,6 +693,7 @@ def main(argv=None) -> int:
     stdin = open(sys.stdin.fileno(), "rb", closefd=False)
     try:
         with terminated_by_sigterm():
+            sigterm_when_orphaned()  # KaTrain stops a custom engine by signalling the shell it started it with
             try:
                 server = build_server(config, start_reader(stdin), write, retry)
             except (OSError, ValueError, LookupError) as exc:

@@ -5,13 +5,16 @@ a one-shot shuffle job sends SIGTERM.  Its default action ends the process
 without unwinding: no ``finally`` runs.  Within `terminated_by_sigterm`,
 SIGTERM raises `Terminated` instead, every ``finally`` runs (players closed,
 model caches removed, a window claim released), and the program says so in
-one line and exits `EXIT_TERMINATED`.
+one line and exits `EXIT_TERMINATED`.  `sigterm_when_orphaned` turns a dead parent into that signal.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import threading
+import time
 
 
 class Terminated(BaseException):
@@ -45,3 +48,24 @@ def terminated_by_sigterm():
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
 """The exit status of a program stopped by SIGTERM through `terminated_by_sigterm` (the shell's convention)."""
+
+
+def sigterm_when_orphaned(poll_seconds: float = 1.0) -> threading.Thread:
+    """Send this process SIGTERM when its parent dies (its parent pid changes), from a daemon thread.
+
+    A GUI that starts an engine through a shell (KaTrain's custom engine command runs under ``sh -c``)
+    stops it by signalling the shell: Debian's dash does not exec the command, so the engine outlived
+    the shell, holding the GUI's pipes open, and the GUI hung joining its reader threads.  Polling the
+    parent pid works whatever thread started us (PR_SET_PDEATHSIG fires when the starting *thread*
+    exits) and on every POSIX system.  With `terminated_by_sigterm` the signal unwinds as a stop would.
+    """
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(poll_seconds)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=watch, name="orphan-watch", daemon=True)
+    thread.start()
+    return thread
