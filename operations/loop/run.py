@@ -29,6 +29,7 @@ from format.events import EventLog, EventTail
 from format.match_record import ClosingRecord, MatchRecord
 from operations.loop.records import GenerationRecord, RunMeter, Status, summary_table
 from operations.loop.settings import (
+    ANNEAL_SWA_DECAY,
     CLOSING_GAME_SECONDS,
     GNUGO_GAME_SECONDS,
     GNUGO_PAIRED_OPENINGS,
@@ -60,7 +61,7 @@ class LoopRun:
         self.deadline = self.status.started + config.budget_seconds
         self.rows: dict[int, GenerationRecord] = {}
         self.phase_seconds = {"shuffle": 45.0, "train": 120.0, "evaluate": 40.0}
-        if config.anneal:
+        if config.anneal_share:
             self.config = config = replace(config, train=self.annealed(config.train))
         self.child: subprocess.Popen | None = None
         self._events_dir = ""
@@ -206,7 +207,8 @@ class LoopRun:
     # --- the matches, and the closing matches that end every run ---------------
     def annealed(self, train):
         """``train`` with the --anneal schedule on the clock: the rate falls over the last --anneal share of
-        the time this invocation leaves for self-play and training (the budget less the closing matches)."""
+        the time this invocation leaves for self-play and training (the budget less the closing matches),
+        and the trainer publishes averaged weights (`ANNEAL_SWA_DECAY` unless --train-swa-decay says)."""
         now = time.time()
         end = now + max(0.0, self.deadline - time.monotonic() - self.final_eval_seconds())
         if end - now < 1.0:  # nothing left to train: no schedule to plan
@@ -215,8 +217,9 @@ class LoopRun:
             train,
             lr_schedule="anneal",
             lr_anneal_by="clock",
-            lr_anneal_from=round(end - self.config.anneal * (end - now), 1),
+            lr_anneal_from=round(end - self.config.anneal_share * (end - now), 1),
             lr_anneal_to=round(end, 1),
+            swa_decay=train.swa_decay or ANNEAL_SWA_DECAY,
         )
 
     def final_eval_seconds(self) -> float:
