@@ -61,7 +61,7 @@ class LoopRun:
         self.deadline = self.status.started + config.budget_seconds
         self.rows: dict[int, GenerationRecord] = {}
         self.phase_seconds = {"shuffle": 45.0, "train": 120.0, "evaluate": 40.0}
-        if config.anneal_share:
+        if config.anneal:
             self.config = config = replace(config, train=self.annealed(config.train))
         self.child: subprocess.Popen | None = None
         self._events_dir = ""
@@ -217,7 +217,7 @@ class LoopRun:
             train,
             lr_schedule="anneal",
             lr_anneal_by="clock",
-            lr_anneal_from=round(end - self.config.anneal_share * (end - now), 1),
+            lr_anneal_from=round(end - self.config.anneal * (end - now), 1),
             lr_anneal_to=round(end, 1),
             swa_decay=train.swa_decay or ANNEAL_SWA_DECAY,
         )

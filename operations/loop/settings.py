@@ -48,7 +48,6 @@ class LongRunSettings(TypedDict):
     final_gnugo_games: int
     final_gnugo_visits: int
     eval_every: int
-    anneal: float
 
 
 class ConcurrentSettings(TypedDict):
@@ -71,14 +70,11 @@ LONG_RUN: LongRunSettings = {
     "final_gnugo_games": 40,
     "final_gnugo_visits": 256,
     "eval_every": 4,
-    "anneal": 0.25,
 }
 """The long-run mode's (--hours) settings where the loop's flags say auto: 150 s of self-play a generation
 (turns), an evaluation against random moves at generation 1 and every 4th (each costs ~20 s to learn again
 that a model beats random moves), and 40 closing games against GNU Go level 1 with the model at 256 visits
-a move (a strength measurement, not a quick check); the last quarter of the training time anneals, with
-averaged weights published (`ANNEAL_SWA_DECAY`: the replay of docs/results.md, "Issue 49: the first
-replays")."""
+a move (a strength measurement, not a quick check)."""
 ANNEAL_SWA_DECAY = 0.9
 """With --anneal, the trainer publishes an exponential average of its weights (model.train --swa-decay, per
 call of 20 steps: about the last 200 steps) unless --train-swa-decay gives a decay of its own."""
@@ -222,13 +218,13 @@ class LoopConfig:
         at_least=0,
     )
     anneal: float = setting(
-        -1.0,
+        0.0,
         "the last this share of the run's training time lowers the trainer's rate along a "
         "half cosine to --train-lr-final-fraction, timed by the clock from the budget "
         "(model.train --lr-schedule anneal), and the published weights are averaged "
-        f"(--train-swa-decay {ANNEAL_SWA_DECAY} unless given); 0 = the rate stays at its peak; "
-        f"-1 = auto: {LONG_RUN['anneal']} with --hours, 0 for the --minutes demo",
-        at_least=-1.0,
+        f"(--train-swa-decay {ANNEAL_SWA_DECAY} unless given); 0 = the rate stays at its peak "
+        "(docs/results.md, 'Issue 49: the first replays': 0.25 looked better, not yet on an interval)",
+        at_least=0.0,
         at_most=1.0,
     )
     seed: int = setting(
@@ -287,7 +283,7 @@ class LoopConfig:
     def __post_init__(self):
         for problem in setting_problems(self):  # shared settings, declared ranges (format.cli)
             raise ValueError(problem)
-        if self.anneal > 0 and self.train.lr_schedule not in ("constant", "anneal"):  # the loop's own plan
+        if self.anneal and self.train.lr_schedule not in ("constant", "anneal"):  # the loop's own plan
             raise ValueError(
                 f"--anneal: plans the trainer's schedule itself; drop --train-lr-schedule "
                 f"{self.train.lr_schedule} or --anneal"
@@ -298,13 +294,6 @@ class LoopConfig:
     @property
     def budget_seconds(self) -> float:
         return self.hours * 3600 if self.hours else self.minutes * 60
-
-    @property
-    def anneal_share(self) -> float:
-        """--anneal resolved: the share of the training time that anneals (0 = none)."""
-        if self.anneal >= 0:
-            return self.anneal
-        return LONG_RUN["anneal"] if self.hours and self.train.lr_schedule in ("constant", "anneal") else 0.0
 
     @property
     def generation_limit(self) -> int | None:
