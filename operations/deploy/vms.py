@@ -65,6 +65,19 @@ def _image_flags(image: str) -> list[str]:
     return [f"--image-project={project}", f"--image-family={family}"]
 
 
+def listed_or_exit(listing: str, wanted: str, missing: str, unlisted: str) -> str:
+    """Shell: run ``listing``; exit 2 with ``missing`` when its lines lack ``wanted``, or say ``unlisted`` and go
+    on when the listing itself fails (no permission, API not enabled yet)."""
+    return (
+        f"if zerolake_found=$({listing}); then\n"
+        f'  if ! grep -qx -- {shlex.quote(wanted)} <<< "$zerolake_found"; then\n'
+        f"    echo {shlex.quote(missing)} >&2\n"
+        "    exit 2\n  fi\n"
+        f"else\n  echo {shlex.quote(unlisted)} >&2\n"
+        "fi"
+    )
+
+
 def accelerator_check(config: DeployConfig, role: str, kind: str, accelerator: str, zone: str = "") -> Step:
     """Ask gcloud, live, whether a zone of the role offers the accelerator, before anything is created there.
 
@@ -103,14 +116,7 @@ def accelerator_check(config: DeployConfig, role: str, kind: str, accelerator: s
         "docs/deploy.md lists the zones of each type"
     )
     unlisted = f"warning: could not list the accelerators of {zone} (see above); creating the {role} anyway"
-    shell = (
-        f"if zerolake_found=$({listing}); then\n"
-        f'  if ! grep -qx -- {shlex.quote(accelerator)} <<< "$zerolake_found"; then\n'
-        f"    echo {shlex.quote(missing)} >&2\n"
-        "    exit 2\n  fi\n"
-        f"else\n  echo {shlex.quote(unlisted)} >&2\n"
-        "fi"
-    )
+    shell = listed_or_exit(listing, accelerator, missing, unlisted)
     return Step(section_of(role), f"{zone} offers {accelerator} today (asked live)", shell)
 
 
@@ -137,14 +143,7 @@ def tpu_runtime_check(config: DeployConfig) -> Step:
         f"versions list --zone={zone}); choose another --trainer-zone, or --trainer-tpu-runtime"
     )
     unlisted = f"warning: could not list the TPU software versions of {zone} (see above); queueing the trainer anyway"
-    shell = (
-        f"if zerolake_found=$({listing}); then\n"
-        f'  if ! grep -qx -- {shlex.quote(runtime)} <<< "$zerolake_found"; then\n'
-        f"    echo {shlex.quote(missing)} >&2\n"
-        "    exit 2\n  fi\n"
-        f"else\n  echo {shlex.quote(unlisted)} >&2\n"
-        "fi"
-    )
+    shell = listed_or_exit(listing, runtime, missing, unlisted)
     return Step("trainer", f"{zone} offers the TPU software version {runtime} today (asked live)", shell)
 
 
