@@ -21,6 +21,7 @@ A batch is a dict: ``planes`` [B, N, N, C] (NHWC), ``policy`` [B, A] (sums to 1,
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -39,12 +40,13 @@ class GroupDecoder:
     """Decodes records (groups of compact positions) for one board size.
 
     `stage1` runs on a batch of serialized records and returns one row per
-    position, unexpanded; `stage2` (XLA-compiled) expands a batch of rows
-    into the decoded batch the module docstring describes, and gives the
-    data flow.  It needs the window's game
-    ``table`` (format.game_table.GameTable), held as constants: the table's
-    base-3 codes of each exact label, and the int8 rows of the fractional
-    ones with an index per game (a game without one points at a zero row).
+    position, unexpanded; stage 2 (`PlaneExpander`, XLA-compiled, one per
+    board shape and process) expands a batch of rows into the decoded batch
+    the module docstring describes, and gives the data flow.  A decoder
+    needs its window's game ``table`` (format.game_table.GameTable), held
+    as constants: the table's base-3 codes of each exact label, and the int8
+    rows of the fractional ones with an index per game (a game without one
+    points at a zero row).
     ``input_planes`` (17 or 22) is how many of format/planes.py's channels
     the batch's ``planes`` hold: the training network's input width.
     """
@@ -61,26 +63,9 @@ class GroupDecoder:
         self.input_planes = input_planes
         n = self.board_size = board_size
         self.points = n * n
-        # Each point's 4 neighbours (off the board: index NN, a padding column).
-        grid = np.arange(n * n).reshape(n, n)
-        padded = np.pad(grid, 1, constant_values=n * n)
-        self._neighbours = tf.constant(
-            np.stack([padded[:-2, 1:-1], padded[1:-1, :-2], padded[1:-1, 2:], padded[2:, 1:-1]], axis=-1)
-            .reshape(n * n, 4)
-            .astype(np.int32)
-        )
         self.actions = schema.num_actions(n)
         self.width = schema.trit_bytes(n)
         self.move_width = schema.move_bytes(n)
-        self._trits = tf.constant(position_records.trit_table().astype(np.int32))  # [256, 5]
-        inverse = np.asarray(inverse_permutations(n), dtype=np.int32)
-        if inverse.shape != (NUM_SYMMETRIES, self.actions):
-            raise ValueError(f"format.symmetry tables for {n}x{n} have shape {inverse.shape}")
-        self._inverse_actions = tf.constant(inverse)  # [8, A]: inverse[k, q] = the action k moves to q
-        forward = np.asarray(symmetry_permutations(n), dtype=np.int32)
-        no_move = np.full((NUM_SYMMETRIES, 1), self.actions, np.int32)  # N*N + 1 stays itself
-        self._forward_moves = tf.constant(np.concatenate([forward, no_move], axis=1).reshape(-1))  # [8 * (A+1)]
-        self._inverse_points = tf.constant(inverse[:, : self.points])
         group = schema.POSITION_GROUP
         self._spec = {
             schema.P_VERSION: tf.io.FixedLenFeature([1], tf.int64),
@@ -104,7 +89,7 @@ class GroupDecoder:
         self._table_slot = tf.constant(slot)  # int32 [G]: each game's row of _table_fine
         self._table_fine = tf.constant(rows)  # int8 [F + 1, NN]: fine labels, then a zero row
         self._group = group
-        self._stage2 = tf.function(self._expand, jit_compile=jit, autograph=False)
+        self._stage2 = plane_expander(board_size, input_planes, jit).stage2
 
     def _rows(self, parsed, field, row_bytes, valid):
         """A fixed-width column: uint8 [P, row_bytes], one row per position of the batch's records."""
@@ -274,6 +259,43 @@ class GroupDecoder:
     def decode(self, serialized: tf.Tensor, symmetries: tf.Tensor) -> dict:
         """Both stages at once: string [R] records -> the batch of all their positions."""
         return self.decode_rows(self.stage1(serialized), symmetries)
+
+
+class PlaneExpander:
+    """Stage 2 for one board shape: stage-1 rows -> planes, ownership and policy (`stage2`).
+
+    It holds only what the board size and the input width fix (neighbours,
+    symmetry tables), never a window's data, so one instance per shape serves
+    every window of a process (`plane_expander`): the XLA cluster is compiled
+    once.  A new ``tf.function`` per window was compiled anew and kept by
+    TensorFlow's compilation cache for the life of the process, about 1 MB a
+    window: a following trainer grew without bound.
+    """
+
+    def __init__(self, board_size: int, input_planes: int, jit: bool):
+        n = self.board_size = board_size
+        self.input_planes = input_planes
+        self.points = n * n
+        self.actions = schema.num_actions(n)
+        self.width = schema.trit_bytes(n)
+        # Each point's 4 neighbours (off the board: index NN, a padding column).
+        grid = np.arange(n * n).reshape(n, n)
+        padded = np.pad(grid, 1, constant_values=n * n)
+        self._neighbours = tf.constant(
+            np.stack([padded[:-2, 1:-1], padded[1:-1, :-2], padded[1:-1, 2:], padded[2:, 1:-1]], axis=-1)
+            .reshape(n * n, 4)
+            .astype(np.int32)
+        )
+        self._trits = tf.constant(position_records.trit_table().astype(np.int32))  # [256, 5]
+        inverse = np.asarray(inverse_permutations(n), dtype=np.int32)
+        if inverse.shape != (NUM_SYMMETRIES, self.actions):
+            raise ValueError(f"format.symmetry tables for {n}x{n} have shape {inverse.shape}")
+        self._inverse_actions = tf.constant(inverse)  # [8, A]: inverse[k, q] = the action k moves to q
+        forward = np.asarray(symmetry_permutations(n), dtype=np.int32)
+        no_move = np.full((NUM_SYMMETRIES, 1), self.actions, np.int32)  # N*N + 1 stays itself
+        self._forward_moves = tf.constant(np.concatenate([forward, no_move], axis=1).reshape(-1))  # [8 * (A+1)]
+        self._inverse_points = tf.constant(inverse[:, : self.points])
+        self.stage2 = tf.function(self._expand, jit_compile=jit, autograph=False)
 
     def _colours(self, packed):
         """uint8 [B, W] base-3 bytes -> int32 [B, NN] colours (+1 Black, -1 White, 0)."""
@@ -449,6 +471,12 @@ class GroupDecoder:
             + bit(liberties >= 3, first + 2)
             + bit(legal, plane_layout.LEGAL)
         )
+
+
+@functools.lru_cache(maxsize=None)
+def plane_expander(board_size: int, input_planes: int, jit: bool) -> PlaneExpander:
+    """The process's one `PlaneExpander` for this board shape (see its docstring for why one)."""
+    return PlaneExpander(board_size, input_planes, jit)
 
 
 def load_game_table(path: str, board_size: int):

@@ -17,7 +17,7 @@ from format import codec
 from format import layout
 from format import schema
 from format.symmetry import apply_symmetry_nhwc, apply_symmetry_to_policy
-from model.tfdata import GroupDecoder, training_dataset
+from model.tfdata import GroupDecoder, plane_expander, training_dataset
 from pipeline import labels as L
 from pipeline import positions as P
 from testdata.random_games import engine_game, resigned_copy
@@ -120,6 +120,21 @@ def test_order_is_reproducible_and_skip_resumes_the_same_stream(tmp_path, window
     plain_first = next(iter(plain))
     assert not np.array_equal(plain_first["planes"].numpy(), full[0]["planes"].numpy())
     np.testing.assert_array_equal(plain_first["value"].numpy(), full[0]["value"].numpy())
+
+
+def test_windows_of_one_board_shape_share_one_compiled_stage_2(tmp_path, windows):
+    """A following trainer builds a dataset a window: each used to trace and XLA-compile its own stage 2,
+    which TensorFlow's compilation cache kept for the life of the process (about 1 MB a window)."""
+    n = 9
+    records, _, table = windows[n]
+    stage2 = plane_expander(n, schema.BASIC_INPUT_PLANES, True).stage2
+    before = stage2.experimental_get_tracing_count()
+    for window in ("a", "b"):
+        folder = tmp_path / window
+        folder.mkdir()
+        dataset = training_dataset(write_window(folder, records, table), board_size=n, batch_size=40, seed=1)
+        assert next(iter(dataset))["planes"].shape == (40, n, n, schema.BASIC_INPUT_PLANES)
+    assert stage2.experimental_get_tracing_count() == before + 1
 
 
 def test_wrong_board_size_is_refused_naming_the_field(windows):
