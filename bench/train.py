@@ -108,7 +108,7 @@ PINNED_NETWORK_SETTINGS: dict[str, Any] = dict(
 )
 PINNED_TRAIN_SETTINGS: dict[str, Any] = dict(
     strategy="auto",
-    precision="auto",
+    precision="float32",  # "auto" is bfloat16 on AMX CPUs: the --variants measure it
     policy_loss_weight=1.0,
     value_loss_weight=1.0,
     ownership_loss_weight=0.5,

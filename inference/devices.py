@@ -61,6 +61,22 @@ def use_every_cpu_core() -> None:
         pass  # TensorFlow already initialised: its pools keep their sizes
 
 
+def cpu_has_bf16_matrix_unit(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU has AMX's bfloat16 tile unit (the ``amx_bf16`` flag; Intel Sapphire Rapids on).
+
+    oneDNN runs bfloat16 convolutions on it: the trainer's step is 1.1-1.7x faster in bfloat16
+    there, and slower than float32 on CPUs without it.  False where the file is not Linux's.
+    """
+    try:
+        with open(cpuinfo) as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return "amx_bf16" in line.split(":", 1)[-1].split()
+    except OSError:
+        pass
+    return False
+
+
 DEVICE_CHOICES = "'' (TensorFlow's choice), 'cpu', 'gpu', 'gpu:K' or 'tpu'"
 
 

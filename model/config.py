@@ -122,7 +122,9 @@ class TrainConfig:
         0, "split the CPU into this many logical devices (Mirrored on CPU, for tests); 0 = off", at_least=0
     )
     precision: str = setting(
-        "auto", "compute precision; auto = bfloat16 on TPU/GPU, float32 on CPU", choices=PRECISIONS
+        "auto",
+        "compute precision; auto = bfloat16 on TPU, GPU and CPUs with AMX (amx_bf16), float32 on other CPUs",
+        choices=PRECISIONS,
     )
     # --- network: its flags are NetworkConfig's fields (--blocks, --filters...) ---
     network: NetworkConfig = nested_setting(

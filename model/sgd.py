@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from format import planes as plane_layout
-from inference.devices import AcceleratorMissing, connect_tpu
+from inference.devices import AcceleratorMissing, connect_tpu, cpu_has_bf16_matrix_unit
 from model.config import NetworkConfig, TrainConfig
 from model.network import build_network
 
@@ -113,10 +113,14 @@ def resolve_strategy(config: TrainConfig) -> ResolvedStrategy:
     return ResolvedStrategy(tf.distribute.get_strategy(), kind, f"default strategy on one {kind}")
 
 
-def dtype_policy_for(config: TrainConfig, kind: str) -> str:
-    if config.precision == "float32" or (config.precision == "auto" and kind == "cpu"):
-        return "float32"
-    return "mixed_bfloat16"
+def dtype_policy_for(config: TrainConfig, kind: str, *, cpu_bf16: bool | None = None) -> str:
+    """The Keras dtype policy for ``--precision`` on a ``kind`` device: ``auto`` is bfloat16 on TPUs,
+    GPUs and CPUs with AMX (``cpu_bf16``: read from the CPU when None), float32 on other CPUs.
+    Variables stay float32 either way, so checkpoints move between the two."""
+    if config.precision == "auto" and kind == "cpu":
+        bf16 = cpu_has_bf16_matrix_unit() if cpu_bf16 is None else cpu_bf16
+        return "mixed_bfloat16" if bf16 else "float32"
+    return "float32" if config.precision == "float32" else "mixed_bfloat16"
 
 
 class LearningRateSchedule(keras.optimizers.schedules.LearningRateSchedule):

@@ -20,7 +20,7 @@ from model.export import export_inference_model
 from model.config import NetworkConfig
 from model.network import build_network
 from selfplay.config import WorkerConfig
-from inference.devices import Placement, configure_accelerator, parse_device
+from inference.devices import Placement, configure_accelerator, cpu_has_bf16_matrix_unit, parse_device
 from inference.evaluator import FixedShapeFunction, ModelEvaluator, bucket_sizes, padded_pieces
 
 BUCKETS = (8, 32, 64)
@@ -141,3 +141,22 @@ def test_cpu_placement_runs_the_model_on_the_cpu(loaded):
     if not tf.config.list_physical_devices("GPU"):
         with pytest.raises(ValueError, match="--device gpu:0: TensorFlow sees no GPU"):
             configure_accelerator("gpu:0")
+
+
+def test_the_trainer_picks_bfloat16_only_on_cpus_with_amx(tmp_path):
+    """--precision auto reads the CPU: bfloat16 is 1.1-1.7x faster with AMX's tile unit, slower without."""
+    from model.config import TrainConfig
+    from model.sgd import dtype_policy_for
+
+    amx, avx512 = tmp_path / "amx", tmp_path / "avx512"
+    amx.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_vnni amx_bf16 amx_tile amx_int8\n")
+    avx512.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_vnni avx512_bf16\n")
+    assert cpu_has_bf16_matrix_unit(str(amx)) and not cpu_has_bf16_matrix_unit(str(avx512))
+    assert not cpu_has_bf16_matrix_unit(str(tmp_path / "absent"))
+    auto = TrainConfig(root="/tmp/x")
+    assert auto.precision == "auto"
+    assert dtype_policy_for(auto, "cpu", cpu_bf16=True) == "mixed_bfloat16"
+    assert dtype_policy_for(auto, "cpu", cpu_bf16=False) == "float32"
+    assert dtype_policy_for(auto, "gpu", cpu_bf16=False) == "mixed_bfloat16"
+    pinned = TrainConfig(root="/tmp/x", precision="float32")
+    assert dtype_policy_for(pinned, "cpu", cpu_bf16=True) == "float32"
