@@ -266,10 +266,10 @@ class PlaneExpander:
 
     It holds only what the board size and the input width fix (neighbours,
     symmetry tables), never a window's data, so one instance per shape serves
-    every window of a process (`plane_expander`): the XLA cluster is compiled
-    once.  A new ``tf.function`` per window was compiled anew and kept by
-    TensorFlow's compilation cache for the life of the process, about 1 MB a
-    window: a following trainer grew without bound.
+    every window of a process (`plane_expander`) and its XLA cluster is
+    compiled once: TensorFlow's compilation cache keeps every cluster it
+    compiles for the life of the process (about 1 MB each), and a following
+    trainer reads a new window every few minutes for weeks.
     """
 
     def __init__(self, board_size: int, input_planes: int, jit: bool):
