@@ -2,8 +2,8 @@
 
 A lake document is a JSON object stored at a path `format.layout` names: a window manifest
 (format.window_manifest), a model manifest (format.model_manifest), a settings record
-(format.settings_record), and the small records (run.json, models/LATEST, leases, claims).  Each
-kind has one validating reader; a damaged or foreign document is refused with a `ManifestError`
+(format.settings_record), and the small records (run.json, models/LATEST, leases, claims, the
+loop's budget).  Each kind has one validating reader; a damaged or foreign document is refused with a `ManifestError`
 that names the object and the field, the same way everywhere.  Readers refuse an object past its
 kind's bound (MAX_DOCUMENT_BYTES, MAX_POINTER_BYTES) before reading it whole.
 """

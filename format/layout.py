@@ -52,6 +52,9 @@ TRAINER_LEASE = f"{CLUSTER_DIR}/trainer-lease.json"
 LAUNCHER_LEASE = f"{LOOP_DIR}/lease.json"
 """Which launcher (``operations.loop`` or ``operations.cluster``) drives this root: a second one is
 refused (format.leases)."""
+LOOP_BUDGET = f"{LOOP_DIR}/budget.json"
+"""How much of its --hours/--minutes the one-machine loop has run on this root (format.loop_budget):
+a rerun continues the budget."""
 
 
 # Names are parsed with [0-9], never \d or str.isdigit(): those take any Unicode

@@ -7,7 +7,8 @@ schedules' defaults are in operations.loop.settings.
 
 This module is the entry: flags -> LoopConfig (format.cli's RoleCli) -> a check of the tools the run
 needs -> the loop's lease on the root (one launcher per root: layout.LAUNCHER_LEASE) -> the run's settings
-record (``loop/settings/<run id>.json``, one per invocation) -> `Loop.run`.  Exit status: 0 done,
+record (``loop/settings/<run id>.json``, one per invocation) -> `Loop.run`, its time counted into
+``loop/budget.json`` (operations.loop.budget: a rerun continues the run's budget).  Exit status: 0 done,
 130 interrupted (rerun the same command to resume), 1 a phase failed, 2 a bad flag, a missing tool or
 a root another loop drives, 3 the lease was lost.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import sys
 
 from format.cli import RoleCli
+from format.documents import ManifestError
 from format.leases import LeaseLost
 from operations.loop.concurrent import ConcurrentSchedule
 from operations.loop.run import Interrupted, PhaseFailed
@@ -58,6 +60,11 @@ def missing_tools(config: LoopConfig) -> str:
     return ""
 
 
+def _clock(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     config, retry = CLI.parse(argv)
@@ -72,7 +79,13 @@ def main(argv=None) -> int:
     storage, record = open_launch(CLI.prog, "loop", config, retry=retry, argv=argv)
     # Ctrl-C and SIGTERM (e.g. a preempted VM) both stop the phase in flight cleanly.
     stop_on_sigint_and_sigterm()
-    loop = Loop(config, storage, retry)
+    try:
+        loop = Loop(config, storage, retry)
+    except ManifestError as exc:  # loop/budget.json
+        lease.stop_renewing()
+        lease.release()
+        print(f"operations.loop: error: {exc}; delete it to count the run's budget afresh", file=sys.stderr)
+        return 2
     loop.lease = lease
     limit = config.generation_limit
     say(
@@ -81,7 +94,14 @@ def main(argv=None) -> int:
         f"{config.budget_text()}, the roles {'at once' if config.concurrent else 'in turns'}; "
         f"settings in {storage.url(record)}"
     )
+    budget = loop.budget
+    if budget.spent_before:
+        say(
+            f"this lake's loop has run {_clock(budget.spent_before)} of its {config.budget_text()} before; "
+            f"{_clock(budget.left_seconds)} left (rerun with a larger budget to run longer)"
+        )
     reason = "error"
+    budget.start()
     try:
         code = loop.run()
         reason = "done"
@@ -104,6 +124,7 @@ def main(argv=None) -> int:
         reason = "lease lost"
         return 3
     finally:
+        budget.stop()
         lease.stop_renewing()
         lease.release()
         loop.events.emit("stopped", reason=reason, generation=loop.status.generation)

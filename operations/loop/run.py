@@ -9,7 +9,8 @@ the loop stops the child's process group (SIGTERM, SIGKILL after its grace: proc
 
 The loop keeps no state of its own beyond small create-only markers under ``ROOT/loop/``
 (``layout.loop_marker``): ``eval-<g>.json`` (an evaluation) and ``final-<g>.json`` (the closing
-matches); everything else is read back from the lake, so rerunning the same command resumes.  The
+matches), and the time it has run (``loop/budget.json``, operations.loop.budget); everything else is
+read back from the lake, so rerunning the same command resumes, with what is left of the budget.  The
 closing matches put the last generation against random moves, against generation 0 (the worker's
 evaluator before any model) and, when asked, GNU Go level 1.
 """
@@ -27,6 +28,7 @@ from cloud.storage import retry_flags_argv
 from format import layout
 from format.events import EventLog, EventTail
 from format.match_record import ClosingRecord, MatchRecord
+from operations.loop.budget import BudgetClock
 from operations.loop.records import GenerationRecord, RunMeter, Status, summary_table
 from operations.loop.settings import (
     ANNEAL_SWA_DECAY,
@@ -58,7 +60,9 @@ class LoopRun:
         self.storage = storage
         self.retry = retry  # the --storage-* policy, passed on to every child
         self.status = Status()
-        self.deadline = self.status.started + config.budget_seconds
+        # --hours/--minutes is the whole run's: what earlier invocations on this lake ran is spent.
+        self.budget = BudgetClock(storage, config.budget_seconds)
+        self.deadline = self.status.started + self.budget.left_seconds
         self.rows: dict[int, GenerationRecord] = {}
         self.phase_seconds = {"shuffle": 45.0, "train": 120.0, "evaluate": 40.0}
         if config.anneal:
@@ -207,17 +211,20 @@ class LoopRun:
     # --- the matches, and the closing matches that end every run ---------------
     def annealed(self, train):
         """``train`` with the --anneal schedule on the clock: the rate falls over the last --anneal share of
-        the time this invocation leaves for self-play and training (the budget less the closing matches),
-        and the trainer publishes averaged weights (`ANNEAL_SWA_DECAY` unless --train-swa-decay says)."""
+        the run's time for self-play and training (the budget less the closing matches; a resumed run's
+        anneal may have begun before this invocation), and the trainer publishes averaged weights
+        (`ANNEAL_SWA_DECAY` unless --train-swa-decay says)."""
         now = time.time()
-        end = now + max(0.0, self.deadline - time.monotonic() - self.final_eval_seconds())
+        closing = self.final_eval_seconds()
+        end = now + max(0.0, self.deadline - time.monotonic() - closing)
         if end - now < 1.0:  # nothing left to train: no schedule to plan
             return train
+        training = max(end - now, self.config.budget_seconds - closing)
         return replace(
             train,
             lr_schedule="anneal",
             lr_anneal_by="clock",
-            lr_anneal_from=round(end - self.config.anneal * (end - now), 1),
+            lr_anneal_from=round(end - self.config.anneal * training, 1),
             lr_anneal_to=round(end, 1),
             swa_decay=train.swa_decay or ANNEAL_SWA_DECAY,
         )

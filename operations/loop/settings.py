@@ -130,10 +130,15 @@ class LoopConfig:
     root: str = root_setting("./lake", required=False)
     board_size: int = board_size_setting(note="written to run.json on an empty root")
     komi: float = komi_setting()
-    minutes: float = setting(15.0, "wall-clock budget of this invocation; phases are planned to fit it", above=0)
+    minutes: float = setting(
+        15.0,
+        "wall-clock budget of the run, closing matches included; phases are planned to fit it. A rerun on "
+        "the same root continues it (the time earlier invocations ran is spent: ROOT/loop/budget.json)",
+        above=0,
+    )
     hours: float = setting(
         0.0,
-        "long-run mode: a budget of this many hours instead of --minutes, no generation "
+        "long-run mode: a budget of this many hours instead of --minutes (a rerun continues it), no generation "
         f"limit, {LONG_RUN['selfplay_seconds']:g} s of self-play a generation and "
         f"{LONG_RUN['final_gnugo_games']} closing games against GNU Go level 1 (each "
         "flag that says 'auto'); 0 = off",

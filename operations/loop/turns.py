@@ -42,7 +42,7 @@ class TurnsSchedule(LoopRun):
             if time.monotonic() >= self.deadline:
                 say(
                     f"time budget of {cfg.budget_text()} used up at generation {generation}; "
-                    f"rerun the same command to continue"
+                    f"a rerun with a larger budget continues the run"
                 )
                 break
             started = time.monotonic()

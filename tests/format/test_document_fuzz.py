@@ -2,7 +2,7 @@
 
 Hypothesis takes a real document of each kind (a window manifest written by
 the shuffle job's writer, run.json, a lease record, a model manifest, the
-loop's closing match record, a line of the ladder's results), picks any numeric field,
+loop's closing match record and budget record, a line of the ladder's results), picks any numeric field,
 however deeply nested in its statistics, and replaces it with a value no
 writer produces: huge, negative, NaN, infinite, a bool, a string, null.
 Reading the result must either succeed or raise the reader's own error (which
@@ -27,6 +27,7 @@ from format.documents import ManifestError
 from format.model_manifest import parse_model_manifest
 from format.window_manifest import MAX_WINDOW_POSITIONS, parse_window_manifest, read_window_manifest
 from format.leases import LeaseDamaged, LeaseRecord
+from format.loop_budget import LoopBudget
 from format.run_config import RunConfig, RunConfigMismatch
 from testdata.random_games import engine_game
 from testdata.synthetic_windows import write_run_config
@@ -130,6 +131,20 @@ def test_run_json_with_any_hostile_number_is_a_named_error(data):
         assert "fuzz/" + layout.RUN_CONFIG in str(exc)
         return
     assert 5 <= config.board_size <= 19 and math.isfinite(config.komi)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_a_loop_budget_record_with_any_hostile_number_is_a_named_error(data):
+    document = json.loads(LoopBudget(budget_seconds=7200.0, spent_seconds=1800.5).to_bytes())
+    field = data.draw(st.sampled_from(list(numeric_paths(document))))
+    text = json.dumps(replaced(document, field, data.draw(HOSTILE))).encode()
+    try:
+        budget = LoopBudget.from_bytes(text, "fuzz/" + layout.LOOP_BUDGET)
+    except ManifestError as exc:
+        assert "fuzz/loop/budget.json: field '" in str(exc)
+        return
+    assert 0 <= budget.budget_seconds <= 2 ** 53 and 0 <= budget.spent_seconds <= 2 ** 53
 
 
 def test_a_run_json_komi_too_large_to_double_is_a_named_error():

@@ -2,8 +2,8 @@
 
 The owners: format.layout (window and model manifests, settings records),
 format.run_config (run.json), format.leases (leases and claims),
-format.match_record (the loop's match results), format.codec (chunks, shards,
-game tables).  This test reads the roles' source and fails when a module
+format.match_record (the loop's match results), format.loop_budget (the loop's
+time spent), format.codec (chunks, shards, game tables).  This test reads the roles' source and fails when a module
 outside format/ parses a document it read from storage (``json.loads`` of a
 ``.read(...)``) or reaches past an owner's typed fields into the raw
 ``.document`` it keeps for tools that show or rewrite a manifest.

@@ -131,8 +131,9 @@ def test_loop_runs_a_generation_and_resumes_as_done(tmp_path):
     # What the machine did: the CPU of the roles, the positions self-played, the 20 steps of 64 trained.
     assert re.search(r"the machine: the roles used \d+% of \d+ cores over [\d.]+ minutes; [\d,]+ positions/hour "
                      r"\([\d,]+ in all\), [\d,]+ trained rows/hour \(20 steps x 64\)", table), table
-    # Rerunning a finished run changes nothing in the lake but for its own settings record
-    # and the loop's lease (a pointer object, released again), and prints the summary again.
+    # Rerunning a finished run changes nothing in the lake but for its own settings record,
+    # the loop's lease (a pointer object, released again) and the time it ran (loop/budget.json),
+    # and prints the summary again.
     records = layout.settings_records_prefix("loop")
     before = lake_objects(storage, "")
     again = run_loop(root)
@@ -140,7 +141,8 @@ def test_loop_runs_a_generation_and_resumes_as_done(tmp_path):
     after = lake_objects(storage, "")
 
     def kept(objects):
-        return {o for o in objects if not o[0].startswith(records) and o[0] != layout.LAUNCHER_LEASE}
+        return {o for o in objects if not o[0].startswith(records) and o[0] not in (layout.LAUNCHER_LEASE,
+                                                                                     layout.LOOP_BUDGET)}
     assert kept(after) == kept(before)
     assert len(lake_objects(storage, records)) == 2
 
@@ -174,6 +176,39 @@ def test_ctrl_c_mid_phase_loses_nothing_and_rerun_resumes(tmp_path):
     # Self-play was not repeated: generation 0 has no chunk from after the interrupt.
     gen0 = {p for p, _ in lake_objects(storage, layout.games_prefix(0))}
     assert gen0 == {p for p, _ in chunks if p.startswith(layout.games_prefix(0))}
+
+
+def test_a_rerun_continues_the_runs_budget_and_a_spent_one_goes_to_the_closing_matches(tmp_path, capsys):
+    """A six-hour run stopped after four hours runs two more when rerun, not six: --hours and --minutes are
+    the run's, and each invocation counts the time it ran into loop/budget.json."""
+    from format.loop_budget import LoopBudget, read_loop_budget
+    from operations import loop as L
+
+    root = str(tmp_path / "lake")
+    storage = open_storage(root)
+    storage.write_replace(layout.LOOP_BUDGET, LoopBudget(budget_seconds=3600.0, spent_seconds=3000.0).to_bytes())
+    half = Loop(L.CLI.parse(["--root", root, "--hours", "1"])[0], storage)
+    assert half.deadline - half.status.started == pytest.approx(600.0)
+    longer = Loop(L.CLI.parse(["--root", root, "--hours", "2"])[0], storage)   # a larger budget extends it
+    assert longer.deadline - longer.status.started == pytest.approx(4200.0)
+    # An anneal planned by a resumed run began in an earlier invocation: the last quarter of the whole run.
+    annealed = Loop(L.CLI.parse(["--root", root, "--hours", "1", "--anneal", "0.25"])[0], storage).config.train
+    assert annealed.lr_anneal_to - annealed.lr_anneal_from == pytest.approx(
+        0.25 * (3600 - half.final_eval_seconds()), abs=5)
+
+    # Spent: nothing is self-played or trained; the run goes to its closing matches (none at generation 0).
+    storage.write_replace(layout.LOOP_BUDGET, LoopBudget(budget_seconds=60.0, spent_seconds=61.0).to_bytes())
+    capsys.readouterr()
+    assert L.main(["--root", root, "--minutes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "has run 0:01:01 of its 1 minutes before; 0:00:00 left" in out and "summary" in out, out[-2000:]
+    assert not storage.list(layout.games_prefix())
+    assert read_loop_budget(storage).spent_seconds >= 61.0     # and this invocation's seconds were counted
+
+    storage.write_replace(layout.LOOP_BUDGET, b'{"version": 1, "budget_seconds": 60, "spent_seconds": -5}')
+    assert L.main(["--root", root, "--minutes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "loop/budget.json: field 'spent_seconds'" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_loop_on_a_gcs_root(gcs_emulator, tmp_path):
