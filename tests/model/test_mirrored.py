@@ -36,8 +36,9 @@ SCRIPT = textwrap.dedent("""
                                                 positions=512, shards=2, seed=9)
     shards = [storage.url("windows/000001/" + name) for name in manifest["shards"]]
     network = NetworkConfig(blocks=2, filters=16, value_hidden=16, global_pool_every=2, global_pool_channels=4)
+    # float32 on every CPU: the strategies must agree to 1e-4, which bfloat16 (auto on AMX CPUs) does not hold.
     common = dict(root=root, network=network, learning_rate=0.01, warmup_steps=1, seed=5,
-                  loss_normalization=loss_normalization)
+                  loss_normalization=loss_normalization, precision="float32")
     mirrored_config = TrainConfig(strategy="mirrored", logical_cpus=2, batch_size=16, **common)
     mirrored = resolve_strategy(mirrored_config)       # splits the CPU first
     default_config = TrainConfig(strategy="default", batch_size=32, **common)
