@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from format import lake_json, layout
-from format.documents import MAX_POINTER_BYTES, ManifestError, document_value, too_large
+from format import layout
+from format.documents import MAX_POINTER_BYTES, ManifestError, document_value, json_object, too_large
 
 VERSION = 1
 
@@ -35,12 +35,7 @@ class LoopBudget:
 
     @classmethod
     def from_bytes(cls, data: bytes, url: str) -> "LoopBudget":
-        try:
-            document = lake_json.parse(data, MAX_POINTER_BYTES)
-        except lake_json.NotADocument as exc:
-            raise ManifestError(url, "", str(exc)) from None
-        if not isinstance(document, dict):
-            raise ManifestError(url, "", "is not a JSON object")
+        document = json_object(data, url)
 
         def field(name, kinds):
             if name not in document:
