@@ -111,6 +111,16 @@ class Outlook:
     """Windows newer than models/LATEST (the trainer's work in hand), for --follow-max-untrained."""
 
 
+@dataclasses.dataclass(frozen=True)
+class LakeListing:
+    """What a look knows of games/: the relisted folders' chunks and the whole lake's totals."""
+
+    recent: list[W.ChunkRef]
+    """The chunks of the folders a look lists again (RECENT_GENERATIONS below the newest and up), newest first."""
+    lake_bytes: int
+    lake_chunks: int
+
+
 class Follower:
     """The follow loop's state; `run` is the loop.  ``stop_reason`` is set by a signal."""
 
@@ -126,8 +136,11 @@ class Follower:
         (``look`` measures new games against it), and a manifest lists every game id of its window (MBs at
         scale), so keeping each one read would grow a follower that runs for weeks by one per window."""
         self._sampled_per_byte: float | None = None
-        self._chunks: dict[int, list[W.ChunkRef]] | None = None
-        """The lake's chunks by generation folder, as of the last look (`list_chunks`)."""
+        self._recent: dict[int, list[W.ChunkRef]] | None = None
+        """The chunks of the folders a look lists again, by generation, as of the last look (`list_chunks`)."""
+        self._older: dict[int, tuple[int, int]] = {}
+        """(bytes, chunks) of each folder below those, as of the last full listing: a look needs only the
+        lake's total of them, and a month of a hundred workers makes millions of chunks."""
         self._next_full_listing = -math.inf
         self.listed = 0
         """Objects the last look listed: what a poll costs (the ``looked`` event carries it)."""
@@ -260,11 +273,11 @@ class Follower:
             last = self.window(target - 1) if target > 1 else None
         except ShuffleError as exc:
             return Outlook(target, 0, 1, refusal=str(exc))
-        chunks = self.list_chunks(latest)
-        if not chunks:
+        listing = self.list_chunks(latest)
+        if not listing.lake_chunks:
             return Outlook(target, 0, max(1, self.config.follow_new_positions), untrained=untrained)
-        lake_bytes = sum(c.size for c in chunks)
-        per_byte, new_bytes = self.measure(last, chunks, lake_bytes)
+        lake_bytes = listing.lake_bytes
+        per_byte, new_bytes = self.measure(last, listing.recent, lake_bytes)
         window = W.window_positions(
             int(lake_bytes * per_byte),
             self.config.window_min_positions,
@@ -276,40 +289,52 @@ class Follower:
         needed = self.config.follow_new_positions or max(1, math.ceil(FOLLOW_WINDOW_FRACTION * window))
         return Outlook(target, max(0, int(new_bytes * per_byte)), needed, window, untrained=untrained)
 
-    def list_chunks(self, latest: int) -> list[W.ChunkRef]:
-        """Every chunk under games/, newest first, at the cost of listing only the newest folders.
+    def list_chunks(self, latest: int) -> LakeListing:
+        """The lake's chunks at the cost of listing only the newest folders.
 
         The whole of games/ is listed at the first look and then once per FULL_LISTING_SECONDS;
         a look in between lists the folders from RECENT_GENERATIONS below the newest chunk's
-        generation up to models/LATEST (``latest``), where workers write, and keeps the rest
-        from before.  A month-long run's poll so lists a few folders, not every chunk it made.
+        generation up to models/LATEST (``latest``), where workers write, and keeps the older
+        folders' totals from the last full listing.  A month-long run's poll so lists a few
+        folders, and the follower holds the chunks of those folders, not every chunk it saw.
         """
         now = time.monotonic()
-        if self._chunks is None or now >= self._next_full_listing:
+        if self._recent is None or now >= self._next_full_listing:
             listing = W.list_chunks(self.storage)
-            self._chunks = {}
+            self._recent, self._older = {}, {}
             for chunk in listing:
-                self._chunks.setdefault(chunk.generation, []).append(chunk)
+                self._recent.setdefault(chunk.generation, []).append(chunk)
             self._next_full_listing = now + FULL_LISTING_SECONDS
             self.listed = len(listing)
-            return listing
-        newest = max(self._chunks, default=0)
-        self.listed = 0
-        for generation in range(max(0, newest - RECENT_GENERATIONS), max(newest, latest) + 1):
-            fresh = W.parse_chunk_listing(self.storage.list(layout.games_prefix(generation)))
-            self.listed += len(fresh)
-            if fresh:
-                self._chunks[generation] = fresh
-            else:
-                self._chunks.pop(generation, None)
-        chunks = [chunk for folder in self._chunks.values() for chunk in folder]
-        chunks.sort(key=lambda c: (c.generation, c.time_ms, c.path), reverse=True)
-        return chunks
+            del listing
+        else:
+            self.listed = 0
+            newest = max(self._recent, default=0)
+            for generation in range(max(0, newest - RECENT_GENERATIONS), max(newest, latest) + 1):
+                fresh = W.parse_chunk_listing(self.storage.list(layout.games_prefix(generation)))
+                self.listed += len(fresh)
+                self._older.pop(generation, None)
+                if fresh:
+                    self._recent[generation] = fresh
+                else:
+                    self._recent.pop(generation, None)
+        # Folders that fell below the relisted range keep only their totals.
+        lowest = max(self._recent, default=0) - RECENT_GENERATIONS
+        for generation in [g for g in self._recent if g < lowest]:
+            folder = self._recent.pop(generation)
+            self._older[generation] = (sum(c.size for c in folder), len(folder))
+        recent = [chunk for folder in self._recent.values() for chunk in folder]
+        recent.sort(key=lambda c: (c.generation, c.time_ms, c.path), reverse=True)
+        return LakeListing(
+            recent,
+            lake_bytes=sum(c.size for c in recent) + sum(size for size, _ in self._older.values()),
+            lake_chunks=len(recent) + sum(count for _, count in self._older.values()),
+        )
 
     def measure(self, last: WindowManifest | None, chunks, lake_bytes: int) -> tuple[float, int]:
         """(positions per byte, bytes that arrived since ``last`` was planned).
 
-        ``lake_bytes``: the summed size of ``chunks``.
+        ``chunks``: the newest folders' chunks, newest first; ``lake_bytes``: the whole lake's.
         """
         per_byte = last.positions_per_byte if last else None
         if per_byte is None:

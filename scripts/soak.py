@@ -10,7 +10,7 @@ roles leave there can be counted.  Every ``--sample-seconds`` it reads, for
 each role's process (found by its command line among the launcher's
 descendants): resident memory (VmRSS), open file descriptors, and threads;
 and for the run: files in the temporary folder, and the lake's leftovers
-(objects under ``tmp/`` and writers' temp files).  The follower's ``looked``
+(objects under ``tmp/``, writers' temp files, lock files whose object is gone).  The follower's ``looked``
 events say how many chunks each of its looks listed.
 
 The first third of the run is warm-up (TensorFlow graphs, the first models
@@ -113,12 +113,22 @@ def count_files(folder: Path) -> int:
     return sum(len(files) for _, _, files in os.walk(folder))
 
 
+LOCK_MARKER = f"{TEMP_MARKER}lock-"
+"""A conditional write's lock file, ``.zl-tmp-lock-<name>`` beside its object (cloud.local): it lives
+as long as the object does, so only one whose object is gone is left over."""
+
+
 def lake_leftovers(lake: Path) -> int:
-    """Objects under the lake's tmp/ plus writers' temp files anywhere in it."""
+    """Objects under the lake's tmp/, writers' temp files anywhere in it, and lock files whose object is gone."""
     count = 0
     for dirpath, _, files in os.walk(lake):
         inside_tmp = Path(dirpath).relative_to(lake).parts[:1] == (layout.tmp_prefix().rstrip("/"),)
-        count += sum(1 for name in files if inside_tmp or name.startswith(TEMP_MARKER))
+        present = set(files)
+        for name in files:
+            if name.startswith(LOCK_MARKER):
+                count += name[len(LOCK_MARKER):] not in present
+            else:
+                count += inside_tmp or name.startswith(TEMP_MARKER)
     return count
 
 
@@ -148,13 +158,20 @@ def listings(state: Path, started_wall: float) -> list[tuple[float, int]]:
     return found
 
 
+WINDOW_CAP = 300_000
+"""The window's most positions.  The tiny worker makes millions of positions an hour, and an uncapped
+window grows with the lake (to 5 M in two hours), and with it what each role holds per window; capped,
+the window is full within minutes, so what grows from the middle of the run on grows with windows."""
+
+
 def cluster_command(lake: Path, state: Path, minutes: float) -> list[str]:
     """Tiny 9x9 settings: a window every minute or two, so a half-hour run sees many."""
     return [sys.executable, "-m", "operations.cluster", "--root", str(lake), "--state-dir", str(state),
             "--workers", "1", "--minutes", str(minutes), "--child-threads", "1", "--worker-nice", "10",
             "--status-seconds", "30", "--poll-seconds", "2",
             "--worker-games", "32", "--worker-visits", "8", "--worker-chunk-games", "16",
-            "--shuffle-window-min-positions", "2000", "--shuffle-follow-new-positions", "2000",
+            "--shuffle-window-min-positions", "2000", "--shuffle-window-max-positions", str(WINDOW_CAP),
+            "--shuffle-follow-new-positions", "2000",
             "--shuffle-workers", "1",
             "--train-blocks", "1", "--train-filters", "16", "--train-value-hidden", "16",
             "--train-batch-size", "64", "--train-steps-per-window", "100", "--train-log-every", "50",

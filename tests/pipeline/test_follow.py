@@ -400,7 +400,8 @@ def test_a_follower_keeps_one_window_manifest_however_many_windows_it_reads(tmp_
 
 def test_a_look_lists_the_newest_folders_and_the_whole_lake_once_an_hour(tmp_path, monkeypatch):
     """The follower listed every chunk of games/ at each poll: at a hundred workers for a month, the
-    listing was the cost of a poll.  A look lists the newest generations' folders; the whole once an hour."""
+    listing was the cost of a poll.  A look lists the newest generations' folders; the whole once an hour.
+    Only those folders' chunks are held; older folders are byte and chunk totals."""
     storage = open_storage(str(tmp_path))
     write_run_config(storage, board_size=9)
 
@@ -421,19 +422,25 @@ def test_a_look_lists_the_newest_folders_and_the_whole_lake_once_an_hour(tmp_pat
 
     monkeypatch.setattr(storage, "list", counting)
     follower = F.Follower(ShuffleConfig(root=str(tmp_path), follow=True), [], storage, events=None)
-    assert len(follower.list_chunks(0)) == 50 and sum(listed) == 50 == follower.listed
+    first = follower.list_chunks(0)
+    assert first.lake_chunks == 50 and sum(listed) == 50 == follower.listed
+    assert first.lake_bytes == 50 * len(b"not decoded by a look")
+    assert {c.generation for c in first.recent} == {7, 8, 9}   # older folders are kept as totals only
     listed.clear()
     add(9, 99_000)
     add(2, 99_001)                                        # a straggler under an old generation
-    chunks = follower.list_chunks(0)
+    listing = follower.list_chunks(0)
     assert sum(listed) == 16 == follower.listed           # folders 7, 8 and 9 (RECENT_GENERATIONS = 2)
-    assert len(chunks) == 51 and chunks[0].time_ms == 99_000
-    assert [c.time_ms for c in chunks] == sorted((c.time_ms for c in chunks), reverse=True)
+    assert listing.lake_chunks == 51 and listing.recent[0].time_ms == 99_000
+    assert [c.time_ms for c in listing.recent] == sorted((c.time_ms for c in listing.recent), reverse=True)
     add(10, 100_000)                                      # a new generation: listed up to models/LATEST
-    assert len(follower.list_chunks(10)) == 52 and len(listed) == 3 + 4
+    listing = follower.list_chunks(10)
+    assert listing.lake_chunks == 52 and len(listed) == 3 + 4
+    assert {c.generation for c in listing.recent} == {8, 9, 10}   # folder 7 became a total
     now = time.monotonic()
     monkeypatch.setattr(F.time, "monotonic", lambda: now + F.FULL_LISTING_SECONDS + 1)
-    assert len(follower.list_chunks(10)) == 53 and follower.listed == 53   # the hour's full listing
+    full = follower.list_chunks(10)
+    assert (full.lake_chunks, follower.listed) == (53, 53)   # the hour's full listing
 
 
 # ---------------------------------------------------------------------------
