@@ -181,7 +181,7 @@ class LocalStorage(Storage):
         """
         target = self._file(path)
         directory = os.path.dirname(target)
-        lock_path = os.path.join(directory, f"{_LOCK_MARKER}{os.path.basename(target)}")
+        lock_path = os.path.join(directory, f"{LOCK_MARKER}{os.path.basename(target)}")
         with _locked(directory, lock_path, target):
             try:
                 current = _generation_of(target)
@@ -290,7 +290,7 @@ class LocalStorage(Storage):
     def delete(self, path: str, *, missing_ok: bool = False) -> None:
         target = self._file(path)
         directory = os.path.dirname(target)
-        lock_path = os.path.join(directory, f"{_LOCK_MARKER}{os.path.basename(target)}")
+        lock_path = os.path.join(directory, f"{LOCK_MARKER}{os.path.basename(target)}")
         if os.path.exists(lock_path):
             # An object written conditionally (a claim, the lease) takes its lock file with it,
             # or one would stay for every claim ever made (the soak check counted one a window).
@@ -344,7 +344,7 @@ class LocalStorage(Storage):
         cutoff = time.time() - older_than_s
         removed = 0
         for name, full, _, info in self._walk(self._root, "", strict=False):
-            if not name.startswith(TEMP_MARKER) or name.startswith(_LOCK_MARKER) or info.st_mtime >= cutoff:
+            if not name.startswith(TEMP_MARKER) or name.startswith(LOCK_MARKER) or info.st_mtime >= cutoff:
                 continue
             try:
                 os.unlink(full)
@@ -374,7 +374,7 @@ def _may_hold(relative_dir: str, prefix: str) -> bool:
     return with_slash.startswith(prefix) or prefix.startswith(with_slash)
 
 
-_LOCK_MARKER = f"{TEMP_MARKER}lock-"
+LOCK_MARKER = f"{TEMP_MARKER}lock-"
 """Lock files of conditional writes: ``.zl-tmp-lock-<object name>`` beside the object."""
 
 

@@ -91,6 +91,14 @@ def document_value(value, kinds, fail, at_least: int | None = None):
     return value
 
 
+def required_field(document: dict, name: str, kinds, url: str):
+    """``document[name]`` checked as `document_value` checks it; a ManifestError naming ``url`` and the
+    field when it is missing or not of ``kinds``."""
+    if name not in document:
+        raise ManifestError(url, name, "is missing")
+    return document_value(document[name], kinds, lambda problem: ManifestError(url, name, problem))
+
+
 def check_numbers(value, url: str, where: str = "") -> None:
     """Every number anywhere in a document is finite and at most MAX_DOCUMENT_NUMBER
     in magnitude (Python's json reads NaN and Infinity; statistics are nested)."""

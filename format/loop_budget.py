@@ -16,7 +16,7 @@ import dataclasses
 import json
 
 from format import layout
-from format.documents import MAX_POINTER_BYTES, ManifestError, document_value, json_object, too_large
+from format.documents import MAX_POINTER_BYTES, ManifestError, json_object, required_field, too_large
 
 VERSION = 1
 
@@ -38,9 +38,7 @@ class LoopBudget:
         document = json_object(data, url)
 
         def field(name, kinds):
-            if name not in document:
-                raise ManifestError(url, name, "is missing")
-            return document_value(document[name], kinds, lambda problem: ManifestError(url, name, problem))
+            return required_field(document, name, kinds, url)
 
         version = field("version", int)
         if version != VERSION:

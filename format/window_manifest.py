@@ -19,6 +19,7 @@ from format.documents import (
     check_numbers,
     document_value,
     json_object,
+    required_field,
     shown,
     too_large,
 )
@@ -107,9 +108,7 @@ def parse_window_manifest(data: bytes, path: str, url: str | None = None) -> Win
     document = json_object(data, url)
 
     def need(name, kind):
-        if name not in document:
-            raise ManifestError(url, name, "is missing")
-        return document_value(document[name], kind, lambda problem: ManifestError(url, name, problem))
+        return required_field(document, name, kind, url)
 
     version = need("version", int)
     if version != WINDOW_MANIFEST_VERSION:

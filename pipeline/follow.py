@@ -306,7 +306,6 @@ class Follower:
                 self._recent.setdefault(chunk.generation, []).append(chunk)
             self._next_full_listing = now + FULL_LISTING_SECONDS
             self.listed = len(listing)
-            del listing
         else:
             self.listed = 0
             newest = max(self._recent, default=0)

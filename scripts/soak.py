@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from cloud.base import TEMP_MARKER  # noqa: E402
+from cloud.local import LOCK_MARKER  # noqa: E402
 from format import layout  # noqa: E402
 
 ROLES = {"worker": "selfplay.worker", "shuffle": "pipeline.shuffle", "trainer": "model.train"}
@@ -113,11 +114,6 @@ def count_files(folder: Path) -> int:
     return sum(len(files) for _, _, files in os.walk(folder))
 
 
-LOCK_MARKER = f"{TEMP_MARKER}lock-"
-"""A conditional write's lock file, ``.zl-tmp-lock-<name>`` beside its object (cloud.local): it lives
-as long as the object does, so only one whose object is gone is left over."""
-
-
 def lake_leftovers(lake: Path) -> int:
     """Objects under the lake's tmp/, writers' temp files anywhere in it, and lock files whose object is gone."""
     count = 0
@@ -125,7 +121,7 @@ def lake_leftovers(lake: Path) -> int:
         inside_tmp = Path(dirpath).relative_to(lake).parts[:1] == (layout.tmp_prefix().rstrip("/"),)
         present = set(files)
         for name in files:
-            if name.startswith(LOCK_MARKER):
+            if name.startswith(LOCK_MARKER):  # lives as long as its object (cloud.local)
                 count += name[len(LOCK_MARKER):] not in present
             else:
                 count += inside_tmp or name.startswith(TEMP_MARKER)

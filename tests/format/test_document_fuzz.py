@@ -51,6 +51,12 @@ def numeric_paths(value, path=()):
         yield path
 
 
+def with_hostile_number(data, document) -> bytes:
+    """``document`` as JSON with one of its numbers, drawn, replaced by a drawn hostile value."""
+    field = data.draw(st.sampled_from(list(numeric_paths(document))))
+    return json.dumps(replaced(document, field, data.draw(HOSTILE))).encode()
+
+
 def replaced(document, path, value):
     document = json.loads(json.dumps(document))
     target = document
@@ -123,8 +129,7 @@ def test_counts_are_cross_checked_within_the_manifest_and_against_the_shards(win
 @given(data=st.data())
 def test_run_json_with_any_hostile_number_is_a_named_error(data):
     document = json.loads(RunConfig(board_size=9, komi=7.5).to_json())
-    field = data.draw(st.sampled_from(list(numeric_paths(document))))
-    text = json.dumps(replaced(document, field, data.draw(HOSTILE))).encode()
+    text = with_hostile_number(data, document)
     try:
         config = RunConfig.from_json(text, "fuzz/" + layout.RUN_CONFIG)
     except RunConfigMismatch as exc:
@@ -137,8 +142,7 @@ def test_run_json_with_any_hostile_number_is_a_named_error(data):
 @given(data=st.data())
 def test_a_loop_budget_record_with_any_hostile_number_is_a_named_error(data):
     document = json.loads(LoopBudget(budget_seconds=7200.0, spent_seconds=1800.5).to_bytes())
-    field = data.draw(st.sampled_from(list(numeric_paths(document))))
-    text = json.dumps(replaced(document, field, data.draw(HOSTILE))).encode()
+    text = with_hostile_number(data, document)
     try:
         budget = LoopBudget.from_bytes(text, "fuzz/" + layout.LOOP_BUDGET)
     except ManifestError as exc:
@@ -159,8 +163,7 @@ def test_a_run_json_komi_too_large_to_double_is_a_named_error():
 @given(data=st.data())
 def test_a_lease_record_with_any_hostile_number_is_damaged(data):
     document = json.loads(LeaseRecord("h:1:x", "h", 1, 1e9, 1e9, 1e9 + 60).to_bytes())
-    field = data.draw(st.sampled_from(list(numeric_paths(document))))
-    text = json.dumps(replaced(document, field, data.draw(HOSTILE))).encode()
+    text = with_hostile_number(data, document)
     try:
         record = LeaseRecord.from_bytes(text, "fuzz/" + layout.TRAINER_LEASE)
     except LeaseDamaged as exc:
@@ -175,8 +178,7 @@ def test_a_model_manifest_with_any_hostile_number_is_a_named_error(data):
     document = {"version": 1, "generation": 3, "files": {"saved_model.pb": {"sha256": "0" * 64, "size": 1200}},
                 "metadata": {"board_size": 9, "generation": 3, "global_step": 500, "window_positions": 120000,
                              "network": {"blocks": 4, "filters": 32}, "training_metrics": {"loss": 3.1}}}
-    field = data.draw(st.sampled_from(list(numeric_paths(document))))
-    text = json.dumps(replaced(document, field, data.draw(HOSTILE))).encode()
+    text = with_hostile_number(data, document)
     url = "fuzz/" + layout.model_manifest(3)
     try:
         manifest = parse_model_manifest(text, 3, url)
@@ -205,8 +207,7 @@ def test_a_closing_match_record_with_any_hostile_number_is_a_named_error(data):
     from format.match_record import ClosingRecord
 
     document = _closing_document()
-    field = data.draw(st.sampled_from(list(numeric_paths(document))))
-    text = json.dumps(replaced(document, field, data.draw(HOSTILE))).encode()
+    text = with_hostile_number(data, document)
     url = "fuzz/" + layout.loop_marker("final-000004.json")
     try:
         closing = ClosingRecord.from_bytes(text, url)
