@@ -10,6 +10,10 @@ the SavedModel is always published, and GPU/TPU workers use it.  Once a generati
         --accuracy check against the SavedModel on held-out planes-->
     SavedModel dir/<layout.CPU_INT8_XML, .bin>  (published with the model's other files)
 
+The conversion, quantization and check run in a child process (`quantize_in_child`), which
+returns the figures and the files; the calling process applies the gate.  A trainer publishes
+every window for weeks, and what OpenVINO and NNCF allocate in a process is not all given back.
+
 The check is the gate: on held-out positions, mean policy KL within `MAX_POLICY_KL`, top-move
 agreement at least `MIN_TOP1_AGREEMENT` (an untrained network's near-tied moves swap under any
 rounding) and mean value error at most `MAX_VALUE_MAE`; else CPU workers run float32 OpenVINO.
@@ -20,8 +24,14 @@ outputs (little arithmetic, most of the value's error) kept float32.  No OpenVIN
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import logging
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 
 import numpy as np
@@ -48,13 +58,10 @@ KEEP_FLOAT_MAX_CHANNELS = 2
 
 
 def available() -> str | None:
-    """None when OpenVINO and NNCF import, else why not (for the log and the manifest)."""
-    try:
-        import_nncf()
-        import_openvino()
-    except ImportError as exc:
-        return f"OpenVINO/NNCF not installed ({exc})"
-    return None
+    """None when OpenVINO and NNCF are installed, else why not (for the log and the manifest).
+    Looked up, not imported: only the child process (`quantize_in_child`) imports them."""
+    missing = [name for name in ("openvino", "nncf") if importlib.util.find_spec(name) is None]
+    return f"OpenVINO/NNCF not installed (no module named {missing[0]!r})" if missing else None
 
 
 def _reference(signature, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -105,6 +112,8 @@ def add_cpu_int8(saved_model_dir: str, planes: np.ndarray, *, log=print) -> dict
     metadata entry: ``{"written": bool, ...figures or the reason}``.  Never
     raises for a failed quantization: the model is still published, without
     the copy, and the reason is returned.
+
+    The quantizing runs in a child process (`quantize_in_child`); this one only applies the gate.
     """
     missing = available()
     if missing is not None:
@@ -116,49 +125,126 @@ def add_cpu_int8(saved_model_dir: str, planes: np.ndarray, *, log=print) -> dict
     calibrate = planes[: min(CALIBRATION_POSITIONS, len(planes) - held_out)]
     check = planes[len(calibrate) : len(calibrate) + held_out]
     started = time.time()
-    try:
-        nncf = import_nncf()
-        ov = import_openvino()
-
-        nncf.set_log_level(logging.ERROR)  # it lists every node it skips at INFO
-
-        float_model, signature = float_openvino_model(saved_model_dir)
-        # Batches of CALIBRATION_BATCH positions: NNCF runs the network once per item.
-        items = np.array_split(calibrate, max(1, len(calibrate) // CALIBRATION_BATCH))
-        quantized = nncf.quantize(
-            float_model,
-            nncf.Dataset(items),
-            preset=nncf.QuantizationPreset.PERFORMANCE,
-            subset_size=len(items),
-            fast_bias_correction=False,
-            ignored_scope=nncf.IgnoredScope(names=_kept_in_float(float_model), validate=False),
-        )
-        int8 = OpenVinoEvaluator(compile_for_cpu(quantized), 0, check.shape[1], input_planes=check.shape[3])
-        figures = agreement(_reference(signature, check), int8(check))
-    except Exception as exc:  # a failed quantization must not stop the publish
-        return {"written": False, "reason": f"quantization failed: {type(exc).__name__}: {exc}"[:500]}
-    entry = {
-        "calibration_positions": len(calibrate),
-        "check_positions": len(check),
-        **{k: round(v, 5) for k, v in figures.items()},
-        "seconds": round(time.time() - started, 1),
-    }
-    if (
-        figures["top1_agreement"] < MIN_TOP1_AGREEMENT
-        or figures["policy_kl"] > MAX_POLICY_KL
-        or figures["value_mae"] > MAX_VALUE_MAE
-    ):
-        log(
-            f"int8 CPU copy not written: top-1 agreement {figures['top1_agreement']:.3f} "
-            f"(needs >= {MIN_TOP1_AGREEMENT}), policy KL {figures['policy_kl']:.4f} (needs <= {MAX_POLICY_KL}), "
-            f"value error {figures['value_mae']:.4f} (needs <= {MAX_VALUE_MAE})"
-        )
-        return {"written": False, "reason": "accuracy gate", **entry}
-    xml = os.path.join(saved_model_dir, layout.CPU_INT8_XML)
-    os.makedirs(os.path.dirname(xml), exist_ok=True)
-    ov.save_model(quantized, xml, compress_to_fp16=False)
+    with tempfile.TemporaryDirectory(prefix="zerolake-int8-") as scratch:
+        xml = os.path.join(scratch, "int8.xml")
+        try:
+            figures = quantize_in_child(saved_model_dir, calibrate, check, xml)
+        except QuantizationFailed as exc:  # a failed quantization must not stop the publish
+            return {"written": False, "reason": f"quantization failed: {exc}"[:500]}
+        entry = {
+            "calibration_positions": len(calibrate),
+            "check_positions": len(check),
+            **{k: round(v, 5) for k, v in figures.items()},
+            "seconds": round(time.time() - started, 1),
+        }
+        if (
+            figures["top1_agreement"] < MIN_TOP1_AGREEMENT
+            or figures["policy_kl"] > MAX_POLICY_KL
+            or figures["value_mae"] > MAX_VALUE_MAE
+        ):
+            log(
+                f"int8 CPU copy not written: top-1 agreement {figures['top1_agreement']:.3f} "
+                f"(needs >= {MIN_TOP1_AGREEMENT}), policy KL {figures['policy_kl']:.4f} "
+                f"(needs <= {MAX_POLICY_KL}), value error {figures['value_mae']:.4f} (needs <= {MAX_VALUE_MAE})"
+            )
+            return {"written": False, "reason": "accuracy gate", **entry}
+        target = os.path.join(saved_model_dir, layout.CPU_INT8_XML)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        for made, final in ((xml, target), (_weights_file(xml), _weights_file(target))):
+            shutil.move(made, final)
     log(
         f"int8 CPU copy written: top-1 agreement {figures['top1_agreement']:.3f}, value error "
         f"{figures['value_mae']:.4f}, {entry['seconds']} s"
     )
     return {"written": True, "file": layout.CPU_INT8_XML, **entry}
+
+
+class QuantizationFailed(Exception):
+    """The child process made no int8 model (the message says why)."""
+
+
+CHILD_TIMEOUT_S = 1800
+"""Longest a quantization may take (a 19x19 20-block network calibrates in minutes)."""
+
+
+def quantize_in_child(saved_model_dir: str, calibrate: np.ndarray, check: np.ndarray, xml: str) -> dict:
+    """`quantize` run by ``python -m model.cpu_int8`` in a child process: the int8 model is
+    written to ``xml`` (and its .bin), the agreement figures are returned.
+
+    A child, because what OpenVINO and NNCF allocate while quantizing is not all returned to a
+    process that goes on: in the trainer, which makes a copy every window, resident memory grew
+    about 0.3 MB a window, and a trainer runs for weeks.  The child's start costs about a second.
+    """
+    scratch = os.path.dirname(xml)
+    np.save(os.path.join(scratch, "calibrate.npy"), calibrate)
+    np.save(os.path.join(scratch, "check.npy"), check)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # `model` is importable from here
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "model.cpu_int8", saved_model_dir, scratch, xml],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise QuantizationFailed(f"took over {CHILD_TIMEOUT_S} s") from None
+    answer = done.stdout.strip().splitlines()[-1:] if done.stdout else []
+    try:
+        result = json.loads(answer[0]) if answer else None
+    except ValueError:
+        result = None
+    if done.returncode != 0 or not isinstance(result, dict):
+        said = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise QuantizationFailed(f"the quantizing process exited with {done.returncode}: {said}")
+    if "error" in result:
+        raise QuantizationFailed(result["error"])
+    return result["figures"]
+
+
+def quantize(saved_model_dir: str, calibrate: np.ndarray, check: np.ndarray, xml: str) -> dict:
+    """Quantize the SavedModel on ``calibrate``, save it at ``xml``, and return its agreement with
+    the float32 network on ``check`` (`agreement`)."""
+    nncf = import_nncf()
+    ov = import_openvino()
+
+    nncf.set_log_level(logging.ERROR)  # it lists every node it skips at INFO
+
+    float_model, signature = float_openvino_model(saved_model_dir)
+    # Batches of CALIBRATION_BATCH positions: NNCF runs the network once per item.
+    items = np.array_split(calibrate, max(1, len(calibrate) // CALIBRATION_BATCH))
+    quantized = nncf.quantize(
+        float_model,
+        nncf.Dataset(items),
+        preset=nncf.QuantizationPreset.PERFORMANCE,
+        subset_size=len(items),
+        fast_bias_correction=False,
+        ignored_scope=nncf.IgnoredScope(names=_kept_in_float(float_model), validate=False),
+    )
+    int8 = OpenVinoEvaluator(compile_for_cpu(quantized), 0, check.shape[1], input_planes=check.shape[3])
+    figures = agreement(_reference(signature, check), int8(check))
+    ov.save_model(quantized, xml, compress_to_fp16=False)
+    return figures
+
+
+def _weights_file(xml: str) -> str:
+    return xml[: -len(".xml")] + ".bin"
+
+
+def _child_main(argv: list[str]) -> int:
+    """``python -m model.cpu_int8 SAVED_MODEL_DIR SCRATCH XML``: one JSON line on stdout,
+    ``{"figures": ...}`` or ``{"error": ...}``."""
+    saved_model_dir, scratch, xml = argv
+    try:
+        calibrate = np.load(os.path.join(scratch, "calibrate.npy"))
+        check = np.load(os.path.join(scratch, "check.npy"))
+        result: dict = {"figures": quantize(saved_model_dir, calibrate, check, xml)}
+    except Exception as exc:
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))

@@ -3,6 +3,9 @@ chosen by ``--inference``, and falling back to TensorFlow wherever it cannot be 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -136,3 +139,31 @@ def test_a_model_without_the_copy_runs_its_float32_network_through_openvino(tmp_
     ref_logits, ref_values = ModelEvaluator(model, devices=[])(planes)
     np.testing.assert_allclose(logits, ref_logits, rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(values, ref_values, rtol=1e-3, atol=1e-3)
+
+
+def test_the_copy_is_quantized_in_a_child_so_the_publishing_process_keeps_none_of_it(tmp_path):
+    # Quantized in the trainer itself, what OpenVINO and NNCF allocate kept the trainer growing
+    # about 0.3 MB a window (docs/faults.md).  A fresh interpreter publishes a copy and must end
+    # with the copy written and neither library (nor a loaded SavedModel's functions) in it.
+    from model.config import NetworkConfig
+    from model.export import export_inference_model
+    from model.network import build_network
+
+    config = NetworkConfig(board_size=N, **SMALL_NETWORK)
+    export_inference_model(config, [w.numpy() for w in build_network(config).weights], str(tmp_path / "m"))
+    np.save(tmp_path / "planes.npy", random_game_planes(N, 120, seed=2))
+    script = (
+        "import json, sys, numpy as np\n"
+        "from model import cpu_int8\n"
+        f"entry = cpu_int8.add_cpu_int8({str(tmp_path / 'm')!r}, np.load({str(tmp_path / 'planes.npy')!r}),"
+        " log=lambda line: None)\n"
+        "print(json.dumps({'written': entry['written'], 'reason': entry.get('reason'),"
+        " 'loaded': sorted(m for m in ('openvino', 'nncf', 'tensorflow') if m in sys.modules)}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["written"] is True, answer
+    assert answer["loaded"] == [], answer
+    assert (tmp_path / "m" / layout.CPU_INT8_XML).exists()
