@@ -223,12 +223,12 @@ class LoopConfig:
         at_least=0,
     )
     anneal: float = setting(
-        0.0,
+        0.25,
         "the last this share of the run's training time lowers the trainer's rate along a "
         "half cosine to --train-lr-final-fraction, timed by the clock from the budget "
         "(model.train --lr-schedule anneal), and the published weights are averaged "
         f"(--train-swa-decay {ANNEAL_SWA_DECAY} unless given); 0 = the rate stays at its peak "
-        "(docs/results.md, 'Issue 49: the first replays': 0.25 looked better, not yet on an interval)",
+        "(docs/results.md, 'Issue 49: the finish lever on four seeds')",
         at_least=0.0,
         at_most=1.0,
     )
@@ -288,12 +288,12 @@ class LoopConfig:
     def __post_init__(self):
         for problem in setting_problems(self):  # shared settings, declared ranges (format.cli)
             raise ValueError(problem)
+        complete_roles(self)
         if self.anneal and self.train.lr_schedule not in ("constant", "anneal"):  # the loop's own plan
             raise ValueError(
                 f"--anneal: plans the trainer's schedule itself; drop --train-lr-schedule "
-                f"{self.train.lr_schedule} or --anneal"
+                f"{self.train.lr_schedule} or pass --anneal 0"
             )
-        complete_roles(self)
 
     # The 'auto' settings, resolved (the settings record keeps the flags as given).
     @property

@@ -121,11 +121,14 @@ def test_anneal_plans_the_trainers_rate_to_fall_over_the_last_share_of_the_budge
     mine = L.Loop(L.CLI.parse(["--root", root, "--hours", "2", "--anneal", "0.25", "--train-swa-decay", "0.99"])[0],
                   storage=None)
     assert mine.config.train.swa_decay == 0.99             # a decay given by hand is kept
-    # Off by default (the replay did not put it on an interval); and the loop will not plan over a schedule
-    # given by hand.
+    # On by default at 0.25 (the four-seed replay), off with --anneal 0; the loop will not plan over a
+    # schedule given by hand, and says how to keep the hand's.
     for argv in (["--minutes", "15"], ["--hours", "2"]):
-        plain = L.Loop(L.CLI.parse(["--root", root, *argv])[0], storage=None).config.train
+        default = L.Loop(L.CLI.parse(["--root", root, *argv])[0], storage=None).config.train
+        assert (default.lr_schedule, default.swa_decay) == ("anneal", ANNEAL_SWA_DECAY), argv
+        plain = L.Loop(L.CLI.parse(["--root", root, *argv, "--anneal", "0"])[0], storage=None).config.train
         assert (plain.lr_schedule, plain.swa_decay) == ("constant", 0.0), argv
     with pytest.raises(SystemExit):
-        L.CLI.parse(["--root", root, "--anneal", "0.2", "--train-lr-schedule", "cosine"])
-    assert "--anneal: plans the trainer's schedule itself" in capsys.readouterr().err
+        L.CLI.parse(["--root", root, "--train-lr-schedule", "cosine"])
+    assert "drop --train-lr-schedule cosine or pass --anneal 0" in capsys.readouterr().err
+    assert L.CLI.parse(["--root", root, "--anneal", "0", "--train-lr-schedule", "cosine"])[0].anneal == 0
