@@ -173,7 +173,8 @@ def quantize_in_child(saved_model_dir: str, calibrate: np.ndarray, check: np.nda
 
     A child, because what OpenVINO and NNCF allocate while quantizing is not all returned to a
     process that goes on: in the trainer, which makes a copy every window, resident memory grew
-    about 0.3 MB a window, and a trainer runs for weeks.  The child's start costs about a second.
+    about 0.3 MB a window, and a trainer runs for weeks.  The child's start (Python, TensorFlow
+    to load the SavedModel the check compares with) costs about 4 s.
     """
     scratch = os.path.dirname(xml)
     np.save(os.path.join(scratch, "calibrate.npy"), calibrate)
