@@ -44,6 +44,7 @@ from inference.openvino_evaluator import (
     import_nncf,
     import_openvino,
 )
+from processes.children import die_with_parent, start_child
 
 CALIBRATION_POSITIONS = 256
 """Positions NNCF collects activation ranges on (more cost time, not agreement: docs/measured.md)."""
@@ -179,26 +180,33 @@ def quantize_in_child(saved_model_dir: str, calibrate: np.ndarray, check: np.nda
     scratch = os.path.dirname(xml)
     np.save(os.path.join(scratch, "calibrate.npy"), calibrate)
     np.save(os.path.join(scratch, "check.npy"), check)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # `model` is importable from here
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    # A session of its own (a Ctrl-C reaches only the trainer, which stops it here), killed with a
+    # trainer that is SIGKILLed: an orphan would calibrate on for minutes.
+    child = start_child(
+        ["model.cpu_int8", saved_model_dir, scratch, xml],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=die_with_parent(os.getpid()),
+    )
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "model.cpu_int8", saved_model_dir, scratch, xml],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=CHILD_TIMEOUT_S,
-        )
+        stdout, stderr = child.communicate(timeout=CHILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
         raise QuantizationFailed(f"took over {CHILD_TIMEOUT_S} s") from None
-    answer = done.stdout.strip().splitlines()[-1:] if done.stdout else []
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    answer = stdout.strip().splitlines()[-1:]
     try:
         result = json.loads(answer[0]) if answer else None
     except ValueError:
         result = None
-    if done.returncode != 0 or not isinstance(result, dict):
-        said = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise QuantizationFailed(f"the quantizing process exited with {done.returncode}: {said}")
+    if child.returncode != 0 or not isinstance(result, dict):
+        said = (stderr.strip().splitlines() or ["no message"])[-1]
+        raise QuantizationFailed(f"the quantizing process exited with {child.returncode}: {said}")
     if "error" in result:
         raise QuantizationFailed(result["error"])
     return result["figures"]
